@@ -1,0 +1,47 @@
+// A validated description of one kernel to generate: everything that changes
+// the compiled code, and nothing that does not (sequence lengths, batch,
+// heads, window bounds and scales are run-time parameters, so one compiled
+// kernel serves a whole problem class).
+#pragma once
+
+#include <string>
+
+#include "flashjit/problem.h"
+#include "generator/launch_geometry.h"
+#include "generator/target_arch.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+struct KernelSpec {
+  DType dtype = DType::bf16;
+  int head_dim_qk = 128;
+  int head_dim_v = 128;
+  MaskKind mask = MaskKind::none;  // normalised: window(-1,0) is causal
+  bool softcap = false;
+  KernelConfig config;  // complete
+  TargetArch arch;
+
+  // Readable and unique: every parameter appears in it, e.g.
+  // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
+  std::string id() const;
+  bool operator==(const KernelSpec &) const = default;
+};
+
+// The problem's mask with equivalent forms folded: a window with no bounds is
+// `none`, window(-1, 0) is `causal`.
+MaskKind normalized_mask(const Problem &problem);
+
+// Checks the problem itself (shapes, head dims, heads ratio, window, scales).
+llvm::Error validate_problem(const Problem &problem);
+
+// Validates `config` (complete) for `problem` on `arch` and builds the spec.
+// `max_smem_bytes` is the device's opt-in shared memory per block (0: the
+// architecture's known limit).
+llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const KernelConfig &config,
+                                             const TargetArch &arch, int max_smem_bytes = 0);
+
+// Grid (Q tiles, heads, batch), block and shared memory of a forward launch.
+LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem);
+
+}  // namespace flashjit

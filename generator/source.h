@@ -1,0 +1,39 @@
+// KernelSpec -> the text NVRTC compiles: a short prelude of constants and type
+// aliases, then `#include` of the kernel template. Templates travel as NVRTC
+// in-memory headers (embedded at build time), so nothing is read from disk.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "generator/kernel_spec.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace flashjit {
+
+struct TemplateFile {
+  llvm::StringRef name;  // as #included, e.g. "common/mma.cuh"
+  llvm::StringRef text;
+};
+
+// Every file under templates/, embedded by CMake.
+llvm::ArrayRef<TemplateFile> embedded_templates();
+// Hash of all templates and the generator version: part of every cache key.
+std::string templates_hash();
+
+struct GeneratedSource {
+  std::string program_name;  // "<id>.cu", shown in NVRTC logs
+  std::string entry;         // extern "C" kernel name
+  std::string source;        // prelude + #include of the template
+  std::vector<std::string> options;
+  llvm::ArrayRef<TemplateFile> headers;
+
+  // The source with every #include of a template replaced by its text, as a
+  // file `nvcc` compiles offline.
+  std::string expanded() const;
+};
+
+GeneratedSource generate_forward(const KernelSpec &spec);
+
+}  // namespace flashjit

@@ -1,0 +1,56 @@
+/* The C API of flashjit, for FFI (the Python binding uses it through ctypes).
+ * Every function returns 0 on success; on failure it returns a nonzero code
+ * and flashjit_last_error() holds the message (thread-local). */
+#ifndef FLASHJIT_FLASHJIT_H
+#define FLASHJIT_FLASHJIT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum flashjit_dtype { FLASHJIT_BF16 = 0, FLASHJIT_FP16 = 1 };
+enum flashjit_mask { FLASHJIT_MASK_NONE = 0, FLASHJIT_MASK_CAUSAL = 1, FLASHJIT_MASK_WINDOW = 2 };
+
+typedef struct flashjit_problem {
+  int32_t dtype; /* enum flashjit_dtype */
+  int32_t mask;  /* enum flashjit_mask */
+  int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_k;
+  int32_t head_dim_qk, head_dim_v;
+  int64_t window_left, window_right; /* -1: unbounded */
+  float softmax_scale;               /* 0: 1/sqrt(head_dim_qk) */
+  float softcap;                     /* 0: off */
+} flashjit_problem;
+
+/* Element strides; the last dimension is contiguous. */
+typedef struct flashjit_forward_args {
+  const void *q, *k, *v;
+  void *o;
+  float *lse; /* [batch, heads_q, seqlen_q] or NULL */
+  int64_t q_stride_batch, q_stride_seq, q_stride_head;
+  int64_t k_stride_batch, k_stride_seq, k_stride_head;
+  int64_t v_stride_batch, v_stride_seq, v_stride_head;
+  int64_t o_stride_batch, o_stride_seq, o_stride_head;
+} flashjit_forward_args;
+
+/* Kernel configuration; zero fields are filled by the heuristic. path: 0 = sm80. */
+typedef struct flashjit_config {
+  int32_t path, block_m, block_n, warps, stages;
+} flashjit_config;
+
+/* stream is a CUstream / cudaStream_t (NULL: the legacy default stream).
+ * config may be NULL. */
+int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_args *args,
+                     void *stream, const flashjit_config *config);
+
+const char *flashjit_last_error(void);
+const char *flashjit_version(void);
+/* Number of NVRTC compilations this process has performed. */
+uint64_t flashjit_compile_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHJIT_FLASHJIT_H */

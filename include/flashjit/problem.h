@@ -1,0 +1,58 @@
+// The attention problem a caller asks flashjit to solve, and the kernel
+// configuration that solves it. Plain data: no CUDA, no LLVM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace flashjit {
+
+enum class DType : uint8_t { bf16, fp16 };
+
+// Bottom-right aligned, as FlashAttention >= 2.1: query row i sees key j when
+//   i + (seqlen_k - seqlen_q) - left <= j <= i + (seqlen_k - seqlen_q) + right.
+// `causal` is window(-1, 0); a bound of -1 is unbounded.
+enum class MaskKind : uint8_t { none, causal, window };
+
+struct Problem {
+  DType dtype = DType::bf16;
+  int64_t batch = 1;
+  int64_t heads_q = 1;
+  int64_t heads_kv = 1;  // heads_q must be a multiple (GQA / MQA)
+  int64_t seqlen_q = 1;
+  int64_t seqlen_k = 1;
+  int head_dim_qk = 128;
+  int head_dim_v = 128;
+  MaskKind mask = MaskKind::none;
+  int64_t window_left = -1;   // only read when mask == window
+  int64_t window_right = -1;  // only read when mask == window
+  float softmax_scale = 0.f;  // 0 means 1/sqrt(head_dim_qk)
+  float softcap = 0.f;        // 0 means off; else scores = softcap*tanh(s/softcap)
+
+  float effective_scale() const;
+  // FlashAttention's convention: 4*b*h*sq*sk*d, halved when causal.
+  double forward_flops() const;
+};
+
+// Which kernel family runs the problem.
+enum class KernelPath : uint8_t { sm80, sm90 };
+
+// Tile and pipeline parameters. A zero field means "let the heuristic pick".
+struct KernelConfig {
+  KernelPath path = KernelPath::sm80;
+  int block_m = 0;
+  int block_n = 0;
+  int warps = 0;
+  int stages = 0;
+
+  bool is_complete() const { return block_m > 0 && block_n > 0 && warps > 0 && stages > 0; }
+};
+
+const char *to_string(DType dtype);
+const char *to_string(MaskKind mask);
+const char *to_string(KernelPath path);
+// "bf16 b=2 hq=16 hkv=16 sq=8192 sk=8192 d=128 dv=128 causal"
+std::string describe(const Problem &problem);
+std::string describe(const KernelConfig &config);
+
+}  // namespace flashjit

@@ -1,0 +1,40 @@
+// The GPU in hand: what the generator and the tuner need to know of it, and
+// the CUDA context kernels load into.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "generator/target_arch.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int sm_count = 0;
+  int max_smem_per_block_optin = 0;  // bytes
+  int max_smem_per_sm = 0;           // bytes
+  int l2_bytes = 0;
+  int driver_version = 0;  // e.g. 13000
+  size_t total_memory = 0;
+
+  TargetArch target() const { return TargetArch::for_device(cc_major, cc_minor); }
+};
+
+llvm::Expected<int> device_count();
+llvm::Expected<DeviceInfo> query_device(int ordinal);
+
+// The caller's current context; where there is none, the primary context of
+// device 0 (the one the CUDA runtime and PyTorch use), made current.
+struct ContextInfo {
+  CUcontext context = nullptr;
+  CUdevice device = 0;
+};
+llvm::Expected<ContextInfo> current_or_primary_context();
+
+}  // namespace flashjit
