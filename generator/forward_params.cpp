@@ -1,0 +1,59 @@
+#include "generator/forward_params.h"
+
+#include "generator/kernel_spec.h"
+
+namespace flashjit {
+
+namespace {
+// Beyond any seqlen (int32): keeps `row + offset + bound` from overflowing.
+constexpr int kUnbounded = 1 << 30;
+constexpr float kLog2e = 1.4426950408889634f;
+
+int window_bound(int64_t bound) { return bound < 0 ? kUnbounded : static_cast<int>(bound); }
+}  // namespace
+
+FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
+  FwdParams p{};
+  p.q = args.q;
+  p.k = args.k;
+  p.v = args.v;
+  p.o = args.o;
+  p.lse = args.lse;
+  p.q_batch_stride = args.q_strides.batch;
+  p.q_row_stride = args.q_strides.seq;
+  p.q_head_stride = args.q_strides.head;
+  p.k_batch_stride = args.k_strides.batch;
+  p.k_row_stride = args.k_strides.seq;
+  p.k_head_stride = args.k_strides.head;
+  p.v_batch_stride = args.v_strides.batch;
+  p.v_row_stride = args.v_strides.seq;
+  p.v_head_stride = args.v_strides.head;
+  p.o_batch_stride = args.o_strides.batch;
+  p.o_row_stride = args.o_strides.seq;
+  p.o_head_stride = args.o_strides.head;
+  p.seqlen_q = static_cast<int>(problem.seqlen_q);
+  p.seqlen_k = static_cast<int>(problem.seqlen_k);
+  p.heads_q = static_cast<int>(problem.heads_q);
+  p.heads_per_kv = static_cast<int>(problem.heads_q / problem.heads_kv);
+  switch (normalized_mask(problem)) {
+    case MaskKind::none: p.window_left = p.window_right = kUnbounded; break;
+    case MaskKind::causal: p.window_left = kUnbounded; p.window_right = 0; break;
+    case MaskKind::window:
+      p.window_left = window_bound(problem.window_left);
+      p.window_right = window_bound(problem.window_right);
+      break;
+  }
+  float scale = problem.effective_scale();
+  if (problem.softcap != 0.f) {
+    // softcap * tanh(scale * s / softcap): the kernel applies score_scale
+    // before tanh and folds softcap into the base-2 softmax scale.
+    p.score_scale = scale / problem.softcap;
+    p.softmax_scale_log2 = problem.softcap * kLog2e;
+  } else {
+    p.score_scale = 1.f;
+    p.softmax_scale_log2 = scale * kLog2e;
+  }
+  return p;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,14 @@
+// Problem + caller's tensors -> the kernel's parameter block (FwdParams, the
+// struct the device code reads).
+#pragma once
+
+#include "flashjit/forward.h"
+#include "templates/common/fwd_params.cuh"
+
+namespace flashjit {
+
+// Expects a validated problem. Unbounded window sides become a bound no
+// sequence reaches, so the kernel needs no special case for them.
+FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args);
+
+}  // namespace flashjit

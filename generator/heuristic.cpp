@@ -1,0 +1,70 @@
+#include "generator/heuristic.h"
+
+#include "generator/fwd_sm80_traits.h"
+
+namespace flashjit {
+
+int max_smem_per_block(const TargetArch &arch) {
+  switch (arch.sm()) {
+    case 80: case 87: return 163 * 1024;
+    case 86: case 89: return 99 * 1024;
+    case 90: return 227 * 1024;
+    default: return arch.sm() > 90 ? 227 * 1024 : 99 * 1024;
+  }
+}
+
+namespace {
+
+struct Candidate {
+  int block_m, block_n, warps, stages;
+};
+
+// First choices follow FlashAttention-2's hand-tuned sm80 tiles (its
+// flash_fwd_launch_template.h), which keep O and one S tile of a warp within
+// ~192 fp32 registers: 32 rows per warp up to d=160, 16 rows above. Later
+// entries are fallbacks for smaller shared memory (sm86/sm89: 99 KB).
+void preferred(int d, int dv, Candidate out[4]) {
+  int dmax = d > dv ? d : dv;
+  if (dmax <= 64) {
+    out[0] = {128, 128, 4, 2};
+    out[1] = {128, 64, 4, 2};
+  } else if (dmax <= 128) {
+    out[0] = {128, 64, 4, 2};
+    out[1] = {128, 32, 4, 2};
+  } else if (dmax <= 160) {
+    out[0] = {128, 32, 4, 2};
+    out[1] = {64, 64, 4, 2};
+  } else {
+    out[0] = {128, 64, 8, 2};
+    out[1] = {128, 32, 8, 2};
+  }
+  out[2] = {64, 32, 4, 2};
+  out[3] = {64, 16, 4, 2};
+}
+
+}  // namespace
+
+KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,
+                                    int max_smem_bytes, const KernelConfig &partial) {
+  if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
+  Candidate list[4];
+  preferred(problem.head_dim_qk, problem.head_dim_v, list);
+  KernelConfig fallback;
+  for (const Candidate &c : list) {
+    KernelConfig config = partial;
+    config.path = KernelPath::sm80;
+    if (!config.block_m) config.block_m = c.block_m;
+    if (!config.block_n) config.block_n = c.block_n;
+    if (!config.warps) config.warps = c.warps;
+    if (!config.stages) config.stages = c.stages;
+    if (!fallback.is_complete()) fallback = config;
+    auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                      config.block_n, config.warps, config.stages, max_smem_bytes);
+    if (traits) return config;
+    llvm::consumeError(traits.takeError());
+  }
+  // Nothing fits: return the first choice and let validation say why.
+  return fallback;
+}
+
+}  // namespace flashjit

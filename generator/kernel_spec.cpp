@@ -1,0 +1,126 @@
+#include "generator/kernel_spec.h"
+
+#include <cmath>
+#include <limits>
+
+#include "generator/fwd_sm80_traits.h"
+#include "generator/heuristic.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+namespace {
+
+llvm::Error problem_error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+}  // namespace
+
+MaskKind normalized_mask(const Problem &p) {
+  if (p.mask != MaskKind::window) return p.mask;
+  bool left_unbounded = p.window_left < 0;
+  bool right_unbounded = p.window_right < 0;
+  if (left_unbounded && right_unbounded) return MaskKind::none;
+  if (left_unbounded && p.window_right == 0) return MaskKind::causal;
+  return MaskKind::window;
+}
+
+llvm::Error validate_problem(const Problem &p) {
+  // Every index the kernel computes is a 32-bit row or head number; strides
+  // and offsets are 64-bit.
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  auto positive = [&](const char *name, int64_t value) -> llvm::Error {
+    if (value < 1 || value > kMaxInt)
+      return problem_error(llvm::formatv("{0}={1} is out of range: expected 1 to {2}", name, value,
+                                         kMaxInt));
+    return llvm::Error::success();
+  };
+  if (p.dtype != DType::bf16 && p.dtype != DType::fp16)
+    return problem_error(llvm::formatv("dtype={0} is not bf16 or fp16", static_cast<int>(p.dtype)));
+  if (auto e = positive("batch", p.batch)) return e;
+  if (auto e = positive("heads_q", p.heads_q)) return e;
+  if (auto e = positive("heads_kv", p.heads_kv)) return e;
+  if (auto e = positive("seqlen_q", p.seqlen_q)) return e;
+  if (auto e = positive("seqlen_k", p.seqlen_k)) return e;
+  if (p.heads_q % p.heads_kv)
+    return problem_error(llvm::formatv(
+        "heads_q={0} is not a multiple of heads_kv={1} (GQA/MQA need whole groups)", p.heads_q,
+        p.heads_kv));
+  if (p.batch * p.heads_q > 65535 * 65535LL)
+    return problem_error(llvm::formatv("batch*heads_q={0} exceeds the grid", p.batch * p.heads_q));
+  if (p.heads_q > 65535 || p.batch > 65535)
+    return problem_error(llvm::formatv(
+        "heads_q={0}, batch={1}: each must be at most 65535 (grid dimensions)", p.heads_q, p.batch));
+  for (auto [name, d] : {std::pair{"head_dim_qk", p.head_dim_qk}, {"head_dim_v", p.head_dim_v}})
+    if (d < 8 || d > 256 || d % 8)
+      return problem_error(llvm::formatv(
+          "{0}={1} is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
+          "the Python binding does this for you)",
+          name, d));
+  if (p.mask != MaskKind::none && p.mask != MaskKind::causal && p.mask != MaskKind::window)
+    return problem_error(llvm::formatv("mask={0} is not none, causal or window",
+                                       static_cast<int>(p.mask)));
+  if (p.mask == MaskKind::window && (p.window_left < -1 || p.window_right < -1))
+    return problem_error(llvm::formatv(
+        "window=({0},{1}) is invalid: each bound is -1 (unbounded) or >= 0", p.window_left,
+        p.window_right));
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0)
+    return problem_error(llvm::formatv(
+        "softmax_scale={0} is invalid: expected a finite value > 0 (or 0 for 1/sqrt(d))",
+        p.softmax_scale));
+  if (!std::isfinite(p.softcap) || p.softcap < 0)
+    return problem_error(
+        llvm::formatv("softcap={0} is invalid: expected a finite value > 0 (or 0 for off)",
+                      p.softcap));
+  return llvm::Error::success();
+}
+
+std::string KernelSpec::id() const {
+  return llvm::formatv("fwd_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}_{10}",
+                       to_string(config.path), to_string(dtype), head_dim_qk, head_dim_v,
+                       to_string(mask), softcap ? "softcap" : "nocap", config.block_m,
+                       config.block_n, config.warps, config.stages, arch.name())
+      .str();
+}
+
+llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const KernelConfig &config,
+                                             const TargetArch &arch, int max_smem_bytes) {
+  if (auto e = validate_problem(problem)) return std::move(e);
+  if (arch.sm() < 80)
+    return problem_error(llvm::formatv(
+        "architecture {0} is not supported: flashjit needs sm_80 or newer", arch.name()));
+  if (config.path != KernelPath::sm80)
+    return problem_error(llvm::formatv("kernel path {0} is not available yet: use sm80",
+                                       to_string(config.path)));
+  if (!config.is_complete())
+    return problem_error("kernel config is incomplete: " + describe(config) +
+                         " (fill it with default_forward_config)");
+  if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
+  auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                    config.block_n, config.warps, config.stages, max_smem_bytes);
+  if (!traits) return traits.takeError();
+  KernelSpec spec;
+  spec.dtype = problem.dtype;
+  spec.head_dim_qk = problem.head_dim_qk;
+  spec.head_dim_v = problem.head_dim_v;
+  spec.mask = normalized_mask(problem);
+  spec.softcap = problem.softcap != 0.f;
+  spec.config = config;
+  spec.arch = arch;
+  return spec;
+}
+
+LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
+  FwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
+                  spec.config.warps, spec.config.stages};
+  LaunchGeometry g;
+  g.grid.x = static_cast<unsigned>((problem.seqlen_q + t.block_m - 1) / t.block_m);
+  g.grid.y = static_cast<unsigned>(problem.heads_q);
+  g.grid.z = static_cast<unsigned>(problem.batch);
+  g.block.x = static_cast<unsigned>(t.threads());
+  g.dynamic_smem_bytes = t.smem_bytes();
+  return g;
+}
+
+}  // namespace flashjit

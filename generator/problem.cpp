@@ -1,0 +1,52 @@
+// The public Problem/KernelConfig helpers: naming and FLOP counting.
+#include <cmath>
+
+#include "flashjit/problem.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+float Problem::effective_scale() const {
+  return softmax_scale != 0.f ? softmax_scale : 1.f / std::sqrt(static_cast<float>(head_dim_qk));
+}
+
+double Problem::forward_flops() const {
+  // FlashAttention's convention (benchmarks/benchmark_flash_attention.py):
+  // two GEMMs of 2*sq*sk*d each, half of them skipped under a causal mask.
+  double flops = 2.0 * static_cast<double>(batch) * heads_q * seqlen_q * seqlen_k *
+                 (head_dim_qk + head_dim_v);
+  return mask == MaskKind::causal ? flops / 2 : flops;
+}
+
+const char *to_string(DType dtype) { return dtype == DType::bf16 ? "bf16" : "fp16"; }
+
+const char *to_string(MaskKind mask) {
+  switch (mask) {
+    case MaskKind::none: return "none";
+    case MaskKind::causal: return "causal";
+    case MaskKind::window: return "window";
+  }
+  return "?";
+}
+
+const char *to_string(KernelPath path) { return path == KernelPath::sm80 ? "sm80" : "sm90"; }
+
+std::string describe(const Problem &p) {
+  std::string mask = to_string(p.mask);
+  if (p.mask == MaskKind::window)
+    mask = llvm::formatv("window({0},{1})", p.window_left, p.window_right).str();
+  std::string text = llvm::formatv("{0} b={1} hq={2} hkv={3} sq={4} sk={5} d={6} dv={7} {8}",
+                                   to_string(p.dtype), p.batch, p.heads_q, p.heads_kv, p.seqlen_q,
+                                   p.seqlen_k, p.head_dim_qk, p.head_dim_v, mask)
+                         .str();
+  if (p.softcap != 0.f) text += llvm::formatv(" softcap={0}", p.softcap).str();
+  return text;
+}
+
+std::string describe(const KernelConfig &c) {
+  return llvm::formatv("{0} block_m={1} block_n={2} warps={3} stages={4}", to_string(c.path),
+                       c.block_m, c.block_n, c.warps, c.stages)
+      .str();
+}
+
+}  // namespace flashjit

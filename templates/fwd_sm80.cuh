@@ -1,0 +1,462 @@
+// FlashAttention-2 forward for sm_80 and newer (mma.sync tensor cores).
+//
+// Tiling. One CTA per (kBlockM query rows, query head, batch). Its kWarps
+// warps split the Q rows (split-Q): warp w owns kWarpRows consecutive rows,
+// i.e. kMTiles m16 tiles, and walks every visible K/V tile of kBlockN keys
+// itself, so softmax statistics never cross warps.
+//
+// Pipeline. Shared memory holds the Q tile and a ring of kStages (K, V) tile
+// pairs filled by cp.async (one commit group per pair); tile t+kStages-1 is in
+// flight while tile t is computed. Rows are 128-byte swizzled (16-byte chunk
+// index XOR row%8) so cp.async stores and ldmatrix loads are bank-conflict
+// free; tails past seqlen are zero-filled by the copy itself.
+//
+// Per K/V tile, per warp: S = Q K^T with ldmatrix + mma.m16n8k16 (fp32
+// accumulators); optional softcap (tanh); the mask, applied element-wise only
+// on tiles a mask edge or the seqlen_k tail cuts (fully masked tiles are never
+// visited); online softmax in base 2 with the scale folded into one FFMA per
+// score and an unnormalised O; P converted to 16 bits in registers becomes
+// the A operand of O += P V (V through ldmatrix.trans).
+//
+// Epilogue. O / rowsum is converted to 16 bits, staged through shared memory
+// (reusing the Q/K/V space) and written with 16-byte coalesced stores; the
+// fp32 log-sum-exp of each row goes to lse[batch, head, row]. A row that sees
+// no key writes O = 0 and LSE = +inf, as FlashAttention does.
+//
+// The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host-side
+// twin of every derived constant below is generator/fwd_sm80_traits.cpp.
+#pragma once
+
+#include "common/fwd_params.cuh"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+namespace fwd_sm80 {
+
+using namespace cfg;
+using Ops = ElementOps<Element>;
+
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpRows = kBlockM / kWarps;
+constexpr int kMTiles = kWarpRows / 16;
+// Shared-memory rows are whole 64-element swizzle atoms.
+constexpr int kSmemDimQK = (kHeadDimQK + 63) / 64 * 64;
+constexpr int kSmemDimV = (kHeadDimV + 63) / 64 * 64;
+// 16-byte chunks per row that hold data, and that the MMAs read (k and n
+// steps are 16 wide; chunks in between are zeroed once).
+constexpr int kChunksQK = kHeadDimQK / 8;
+constexpr int kChunksV = kHeadDimV / 8;
+constexpr int kReadChunksQK = (kHeadDimQK + 15) / 16 * 2;
+constexpr int kReadChunksV = (kHeadDimV + 15) / 16 * 2;
+constexpr int kKStepsQK = kReadChunksQK / 2;  // k16 steps of S = Q K^T
+constexpr int kNTilesS = kBlockN / 8;         // n8 tiles of S
+constexpr int kKStepsPV = kBlockN / 16;       // k16 steps of O += P V
+constexpr int kNTilesO = kReadChunksV;        // n8 tiles of O
+
+constexpr int kSmemQ = kBlockM * kSmemDimQK;  // elements
+constexpr int kSmemK = kBlockN * kSmemDimQK;
+constexpr int kSmemV = kBlockN * kSmemDimV;
+constexpr int kSmemStage = kSmemK + kSmemV;
+constexpr int kSmemElements = kSmemQ + kStages * kSmemStage;
+
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK <= 256, "head_dim_qk: multiple of 8, <= 256");
+static_assert(kHeadDimV % 8 == 0 && kHeadDimV <= 256, "head_dim_v: multiple of 8, <= 256");
+static_assert(kBlockM % (16 * kWarps) == 0 && (kMTiles == 1 || kMTiles == 2),
+              "each warp owns 16 or 32 query rows");
+static_assert(kBlockN % 16 == 0, "block_n: multiple of 16 (P V k-steps)");
+static_assert(kStages >= 2, "at least double buffering");
+static_assert(kBlockM * kSmemDimV <= kSmemElements, "O staging reuses the Q/K/V space");
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled tile
+// whose rows hold kDim elements.
+template <int kDim>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kDim + (chunk & ~7) * 8 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
+// Hides a value from loop-invariant code motion.
+__device__ __forceinline__ i64 opaque(i64 x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
+// cp.async of rows [0, kRows) x chunks [0, kChunks) of a tile at shared
+// address `tile`; rows at or past `rows_valid` are zero-filled.
+template <int kRows, int kDim, int kChunks>
+__device__ __forceinline__ void load_tile(u32 tile, const u16 *gmem, i64 row_stride,
+                                          int rows_valid, int tid) {
+  if constexpr (kThreads % kChunks == 0) {
+    // Each thread keeps one chunk column and steps down the rows: one 64-bit
+    // add per copy, and (for passes of 8k rows) a constant swizzle.
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+    const int row0 = tid / kChunks;
+    const int chunk = tid % kChunks;
+    const u16 *src = gmem + row0 * row_stride + chunk * 8;
+    // Opaque to the compiler: otherwise it hoists every pass's 64-bit offset
+    // out of the K/V loop and holds them in registers the accumulators need
+    // (seen as ~100 bytes of spills at d=128, 128x64, 4 warps).
+    const i64 pass_stride = opaque(kRowsPerPass * row_stride);
+    const int first = swizzle<kDim>(row0, chunk);
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      if (kRows % kRowsPerPass == 0 || row < kRows) {
+        const bool valid = row < rows_valid;
+        // Passes of 8k rows keep row%8, hence the swizzle: the offset is the
+        // first pass's plus a constant.
+        const int offset = kRowsPerPass % 8 == 0
+                               ? first + i * kRowsPerPass * kDim
+                               : swizzle<kDim>(row, chunk);
+        cp_async_16(tile + 2 * offset, valid ? src + i * pass_stride : gmem, valid);
+      }
+    }
+  } else {
+    constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      if (kTotal % kThreads == 0 || idx < kTotal) {
+        const int row = idx / kChunks;
+        const int chunk = idx % kChunks;
+        const bool valid = row < rows_valid;
+        cp_async_16(tile + 2 * swizzle<kDim>(row, chunk),
+                    valid ? gmem + row * row_stride + chunk * 8 : gmem, valid);
+      }
+    }
+  }
+}
+
+// Byte offsets, for j = 0..3, of chunk (2j + half) of a row whose row%8 is
+// `row7`, within its 64-element swizzle atom. An operand whose rows are
+// lane-constant mod 8 then needs only these four registers: chunk 2*ks + half
+// lives at atom (ks/4) and offset [ks%4], both of the rest compile-time.
+__device__ __forceinline__ void swizzled_pair_offsets(u32 (&off)[4], int row7, int half) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) off[j] = static_cast<u32>(((2 * j + half) ^ row7) * 16);
+}
+
+// Zeroes the chunks the MMAs read but no load writes (head dims that are not
+// multiples of 16), so padding contributes exact zeros.
+template <int kRows, int kDim, int kFirst, int kEnd>
+__device__ __forceinline__ void zero_padding(u16 *tile, int tid) {
+  if constexpr (kEnd > kFirst) {
+    constexpr int kPer = kEnd - kFirst;
+    for (int idx = tid; idx < kRows * kPer; idx += kThreads)
+      st_shared_zero_16(smem_address(tile + swizzle<kDim>(idx / kPer, kFirst + idx % kPer)));
+  }
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace fwd_sm80
+}  // namespace flashjit
+
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
+    flashjit_fwd_sm80(const flashjit::FwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::fwd_sm80;
+  const float kNegInf = __int_as_float(0xff800000);
+  const float kInf = __int_as_float(0x7f800000);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  u16 *const sQ = reinterpret_cast<u16 *>(smem_raw);
+  u16 *const sKV = sQ + kSmemQ;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int group = lane / 4;   // mma fragment row (and row + 8)
+  const int quad_lane = lane % 4;  // mma fragment column pair
+  const int warp_row0 = warp * kWarpRows;
+
+  // Heaviest Q tiles (most visible keys under a causal mask) start first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int kv_head = head / p.heads_per_kv;
+  const int m0 = m_block * kBlockM;
+  const int seqlen_q = p.seqlen_q;
+  const int seqlen_k = p.seqlen_k;
+  // Bottom-right alignment: row i lines up with key i + offset.
+  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
+
+  // Keys visible to any row of this tile: [key_begin, key_end).
+  i64 key_begin = 0, key_end = seqlen_k;
+  if constexpr (Mask::kHasRight) {
+    const i64 last = m0 + kBlockM - 1 + offset + p.window_right + 1;
+    key_end = last < key_end ? last : key_end;
+  }
+  if constexpr (Mask::kHasLeft) {
+    const i64 first = m0 + offset - p.window_left;
+    key_begin = first > 0 ? first : 0;
+  }
+  const int n_block_begin = static_cast<int>(key_begin / kBlockN);
+  const int num_tiles =
+      key_end > key_begin ? static_cast<int>((key_end + kBlockN - 1) / kBlockN) - n_block_begin : 0;
+
+  const u16 *const q_base = static_cast<const u16 *>(p.q) + batch * p.q_batch_stride +
+                            head * p.q_head_stride + static_cast<i64>(m0) * p.q_row_stride;
+  const u16 *const k_base =
+      static_cast<const u16 *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+  const u16 *const v_base =
+      static_cast<const u16 *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+
+  auto stage_k = [&](int stage) { return sKV + stage * kSmemStage; };
+  auto stage_v = [&](int stage) { return sKV + stage * kSmemStage + kSmemK; };
+  const u32 sQ_addr = smem_address(sQ);
+  const u32 sKV_addr = smem_address(sKV);
+  auto load_kv = [&](int tile, int stage) {
+    const int n0 = (n_block_begin + tile) * kBlockN;
+    const u32 k_addr = sKV_addr + 2 * stage * kSmemStage;
+    load_tile<kBlockN, kSmemDimQK, kChunksQK>(k_addr, k_base + n0 * p.k_row_stride,
+                                              p.k_row_stride, seqlen_k - n0, tid);
+    load_tile<kBlockN, kSmemDimV, kChunksV>(k_addr + 2 * kSmemK, v_base + n0 * p.v_row_stride,
+                                            p.v_row_stride, seqlen_k - n0, tid);
+  };
+
+  // ---- prologue: padding, Q, and the first kStages-1 K/V tiles -------------
+  zero_padding<kBlockM, kSmemDimQK, kChunksQK, kReadChunksQK>(sQ, tid);
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    zero_padding<kBlockN, kSmemDimQK, kChunksQK, kReadChunksQK>(stage_k(s), tid);
+    zero_padding<kBlockN, kSmemDimV, kChunksV, kReadChunksV>(stage_v(s), tid);
+  }
+  load_tile<kBlockM, kSmemDimQK, kChunksQK>(sQ_addr, q_base, p.q_row_stride, seqlen_q - m0, tid);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) load_kv(s, s);
+    cp_async_commit();
+  }
+
+  float acc_o[kMTiles][kNTilesO][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTilesO; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc_o[mt][nt][i] = 0.f;
+  // Per thread: rows `group` and `group + 8` of each m16 tile.
+  float row_max[kMTiles][2], row_sum[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[mt][h] = kNegInf;
+      row_sum[mt][h] = 0.f;
+    }
+
+  const float scale_log2 = p.softmax_scale_log2;
+  // ldmatrix addresses. Every operand's rows are lane-constant mod 8, so a
+  // lane needs one row base and four swizzled chunk offsets per operand.
+  //   Q (A of S):  row lane%16,                 chunk 2*ks + lane/16
+  //   K (B of S):  row (lane/16)*8 + lane%8,    chunk 2*ks + (lane/8)%2
+  //   V (B of O):  row lane%16 (+16*kk),        chunk 2*np + lane/16
+  u32 q_off[4], k_off[4], v_off[4];
+  swizzled_pair_offsets(q_off, lane % 8, lane / 16);
+  swizzled_pair_offsets(k_off, lane % 8, (lane / 8) % 2);
+  swizzled_pair_offsets(v_off, lane % 8, lane / 16);
+  const u32 q_row_addr = sQ_addr + 2 * (warp_row0 + lane % 16) * kSmemDimQK;
+  const u32 k_row_off = 2 * ((lane / 16) * 8 + lane % 8) * kSmemDimQK;
+  const u32 v_row_off = 2 * kSmemK + 2 * (lane % 16) * kSmemDimV;
+
+  int stage = 0;
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile t visible to all; everyone is done with tile t-1's stage
+    {
+      const int ahead = t + kStages - 1;
+      int ahead_stage = stage + kStages - 1;
+      if (ahead_stage >= kStages) ahead_stage -= kStages;
+      if (ahead < num_tiles) load_kv(ahead, ahead_stage);
+      cp_async_commit();
+    }
+    const u32 k_addr = sKV_addr + 2 * stage * kSmemStage + k_row_off;
+    const u32 v_addr = sKV_addr + 2 * stage * kSmemStage + v_row_off;
+    const int n0 = (n_block_begin + t) * kBlockN;
+
+    // ---- S = Q K^T ----------------------------------------------------------
+    float acc_s[kMTiles][kNTilesS][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kKStepsQK; ++ks) {
+      u32 a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        ldmatrix_x4(a[mt], q_row_addr + q_off[ks % 4] + (ks / 4) * 128 + mt * 16 * 2 * kSmemDimQK);
+#pragma unroll
+      for (int np = 0; np < kNTilesS / 2; ++np) {
+        u32 b[4];
+        ldmatrix_x4(b, k_addr + k_off[ks % 4] + (ks / 4) * 128 + np * 16 * 2 * kSmemDimQK);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Ops::mma(acc_s[mt][2 * np], a[mt], b[0], b[1]);
+          Ops::mma(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    if constexpr (kSoftcap) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = tanh_approx(acc_s[mt][nt][i] * p.score_scale);
+    }
+
+    // ---- mask: only tiles an edge cuts --------------------------------------
+    bool cut = n0 + kBlockN > seqlen_k;
+    if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > m0 + offset + p.window_right;
+    if constexpr (Mask::kHasLeft) cut |= n0 < m0 + kBlockM - 1 + offset - p.window_left;
+    if (cut) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const i64 row = m0 + warp_row0 + mt * 16 + group + h * 8;
+          // Visible keys of this row, clamped to the tile's int range.
+          i64 hi = seqlen_k - 1;
+          if constexpr (Mask::kHasRight) {
+            const i64 r = row + offset + p.window_right;
+            hi = r < hi ? r : hi;
+          }
+          i64 lo = 0;
+          if constexpr (Mask::kHasLeft) {
+            const i64 l = row + offset - p.window_left;
+            lo = l > lo ? l : lo;
+          }
+          // Tile-local bounds, clamped to [-1, kBlockN] before narrowing.
+          const i64 hi_tile = hi - n0, lo_tile = lo - n0;
+          const int hi_local = static_cast<int>(hi_tile < -1 ? -1 : hi_tile > kBlockN ? kBlockN : hi_tile);
+          const int lo_local = static_cast<int>(lo_tile < -1 ? -1 : lo_tile > kBlockN ? kBlockN : lo_tile);
+#pragma unroll
+          for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int col = nt * 8 + quad_lane * 2 + c;
+              if (col > hi_local || col < lo_local) acc_s[mt][nt][h * 2 + c] = kNegInf;
+            }
+        }
+    }
+
+    // ---- online softmax (base 2, unnormalised O) ----------------------------
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt)
+          m = fmaxf(m, fmaxf(acc_s[mt][nt][h * 2], acc_s[mt][nt][h * 2 + 1]));
+        m = quad_max(m);
+        // A row that has seen only masked keys keeps max -inf: subtract 0
+        // instead so exp2 gives 0, not NaN.
+        const float m_scaled = m == kNegInf ? 0.f : m * scale_log2;
+        const float correction = exp2_approx(row_max[mt][h] * scale_log2 - m_scaled);
+        row_max[mt][h] = m;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float &s = acc_s[mt][nt][h * 2 + c];
+            s = exp2_approx(s * scale_log2 - m_scaled);
+            sum += s;
+          }
+        // Row sums stay per thread (a quarter of the row) until the epilogue.
+        row_sum[mt][h] = row_sum[mt][h] * correction + sum;
+#pragma unroll
+        for (int nt = 0; nt < kNTilesO; ++nt) {
+          acc_o[mt][nt][h * 2] *= correction;
+          acc_o[mt][nt][h * 2 + 1] *= correction;
+        }
+      }
+
+    // ---- O += P V -------------------------------------------------------------
+#pragma unroll
+    for (int kk = 0; kk < kKStepsPV; ++kk) {
+      // The S accumulators of n-tiles 2kk and 2kk+1 are exactly the A
+      // fragment of a k16 step: P never leaves registers.
+      u32 a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = Ops::pack(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        a[mt][1] = Ops::pack(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        a[mt][2] = Ops::pack(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        a[mt][3] = Ops::pack(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < kNTilesO / 2; ++np) {
+        u32 b[4];
+        ldmatrix_x4_trans(b, v_addr + v_off[np % 4] + (np / 4) * 128 + kk * 16 * 2 * kSmemDimV);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Ops::mma(acc_o[mt][2 * np], a[mt], b[0], b[1]);
+          Ops::mma(acc_o[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    if (++stage == kStages) stage = 0;
+  }
+
+  // ---- epilogue ---------------------------------------------------------------
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with Q/K/V: the space becomes sO
+  u16 *const sO = sQ;
+  float *const lse_base =
+      p.lse ? p.lse + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q : nullptr;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float sum = quad_sum(row_sum[mt][h]);
+      const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
+      const float inv = empty ? 0.f : 1.f / sum;
+      const int row = warp_row0 + mt * 16 + group + h * 8;
+#pragma unroll
+      for (int nt = 0; nt < kNTilesO; ++nt) {
+        const u32 packed = Ops::pack(acc_o[mt][nt][h * 2] * inv, acc_o[mt][nt][h * 2 + 1] * inv);
+        const int col = nt * 8 + quad_lane * 2;
+        *reinterpret_cast<u32 *>(sO + swizzle<kSmemDimV>(row, col / 8) + col % 8) = packed;
+      }
+      if (lse_base && quad_lane == 0 && m0 + row < seqlen_q) {
+        // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
+        const float lse =
+            empty ? kInf : (row_max[mt][h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
+        lse_base[m0 + row] = lse;
+      }
+    }
+  __syncthreads();
+
+  u16 *const o_base = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
+                      head * p.o_head_stride + static_cast<i64>(m0) * p.o_row_stride;
+  constexpr int kTotal = kBlockM * kChunksV;
+#pragma unroll
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int row = idx / kChunksV;
+      const int chunk = idx % kChunksV;
+      if (m0 + row < seqlen_q)
+        *reinterpret_cast<U32x4 *>(o_base + row * p.o_row_stride + chunk * 8) =
+            *reinterpret_cast<const U32x4 *>(sO + swizzle<kSmemDimV>(row, chunk));
+    }
+  }
+}
