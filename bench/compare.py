@@ -1,0 +1,221 @@
+"""flashjit.attention against PyTorch SDPA's flash (FlashAttention-2) and cuDNN
+backends, in one process, forward pass.
+
+FlashAttention's benchmark convention: 16k tokens (batch = 16384 // seqlen),
+hidden 2048 (heads = 2048 // head_dim), FLOPs 4*b*h*s^2*d, halved when causal.
+Median of CUDA-event timings after warm-up. Absolute numbers move between
+machines; the ratios ours/flash and ours/cudnn are the result.
+
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/compare.py [--quick] [--json out.json]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+import flashjit  # noqa: E402
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+TABLE_HEADER = "=== flashjit vs SDPA (forward, TFLOP/s) ==="
+
+
+def time_ms(fn, warmup, repeats):
+    """Median of `repeats` CUDA-event timings of fn() after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def flops(b, h, s, d, causal):
+    return 4 * b * h * s * s * d / (2 if causal else 1)
+
+
+def short_error(e):
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:200]}"
+
+
+def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layout):
+    b, h = max(1, tokens // s), hidden // d
+    row = {"hdim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
+    torch.manual_seed(0)
+    # [b, s, h, d] for flashjit; SDPA takes [b, h, s, d]: transposed views of
+    # the same memory, as FlashAttention's own layout is used through SDPA.
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    if sdpa_layout == "bhsd":  # SDPA on its own contiguous layout instead
+        qt, kt, vt = (t.contiguous() for t in (qt, kt, vt))
+    f = flops(b, h, s, d, causal)
+    outs = {}
+
+    def ours():
+        return flashjit.attention(q, k, v, causal=causal)
+
+    try:
+        compiles = flashjit.compile_count()
+        t0 = time.perf_counter()
+        outs["ours"] = ours()
+        torch.cuda.synchronize()
+        row["ours_first_call_ms"] = (time.perf_counter() - t0) * 1e3
+        row["ours_compiled"] = flashjit.compile_count() - compiles
+        ms = time_ms(ours, warmup, repeats)
+        row["ours"] = {"ms": ms, "tflops": f / ms / 1e9}
+    except Exception as e:  # a failure is a result, not the end of the run
+        row["ours"] = {"error": short_error(e)}
+
+    for name, backend in BACKENDS.items():
+        def sdpa():
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+        try:
+            with sdpa_kernel([backend]):
+                outs[name] = sdpa().transpose(1, 2)
+                ms = time_ms(sdpa, warmup, repeats)
+            row[name] = {"ms": ms, "tflops": f / ms / 1e9}
+        except Exception as e:
+            row[name] = {"error": short_error(e)}
+
+    # Not a test (tests/python is): a sanity check that the timed kernel
+    # computes attention. Printed, never fatal.
+    ref = outs.get("flash", outs.get("cudnn"))
+    if "ours" in outs and ref is not None:
+        row["max_abs_diff_vs_" + ("flash" if "flash" in outs else "cudnn")] = (
+            (outs["ours"].float() - ref.float()).abs().max().item())
+    for name in ("flash", "cudnn"):
+        if "tflops" in row["ours"] and "tflops" in row[name]:
+            row["ours/" + name] = row["ours"]["tflops"] / row[name]["tflops"]
+    del q, k, v, qt, kt, vt, outs
+    torch.cuda.empty_cache()
+    return row
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(rows):
+    out = {}
+    for d in sorted({r["hdim"] for r in rows}):
+        sel = [r for r in rows if r["hdim"] == d]
+        out[f"hdim{d}"] = {k: geomean([r.get(k) for r in sel]) for k in ("ours/flash", "ours/cudnn")}
+    out["all"] = {k: geomean([r.get(k) for r in rows]) for k in ("ours/flash", "ours/cudnn")}
+    return out
+
+
+def fmt_t(x):
+    return f"{x['tflops']:7.1f}" if "tflops" in x else "    err"
+
+
+def fmt_r(x):
+    return f"{x:6.2f}" if x is not None else "     -"
+
+
+def print_row(r, tol):
+    diff_key = next((k for k in r if k.startswith("max_abs_diff")), None)
+    diff = r.get(diff_key)
+    check = "-" if diff is None else f"{diff:.1e}" + ("" if diff < tol else " LARGE")
+    mask = "causal" if r["causal"] else "full"
+    print(f"| {r['hdim']:4d} | {mask:6s} | {r['seqlen']:6d} | {r['batch']:3d}x{r['heads']:<3d} | "
+          f"{fmt_t(r['ours'])} | {fmt_t(r['flash'])} | {fmt_t(r['cudnn'])} | "
+          f"{fmt_r(r.get('ours/flash'))} | {fmt_r(r.get('ours/cudnn'))} | {check:>12s} |", flush=True)
+
+
+def print_header():
+    print("| hdim | mask   | seqlen |  b x h  |    ours |   flash |   cudnn | /flash | /cudnn | max|ours-ref| |")
+    print("| ---: | :---   | -----: | ------: | ------: | ------: | ------: | -----: | -----: | -----------: |",
+          flush=True)
+
+
+def print_summary(summary):
+    for key, g in summary.items():
+        print(f"geomean {key:7s}: ours/flash {fmt_r(g['ours/flash'])}   ours/cudnn {fmt_r(g['ours/cudnn'])}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hdims", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--masks", default="full,causal", help="comma list of full, causal")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--quick", action="store_true", help="a reduced grid: seqlens 1024,8192")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=30, help="timed runs per shape (median; >= 20)")
+    ap.add_argument("--tokens", type=int, default=16384, help="batch * seqlen")
+    ap.add_argument("--hidden", type=int, default=2048, help="heads * head_dim")
+    ap.add_argument("--sdpa-layout", default="bshd", choices=["bshd", "bhsd"],
+                    help="bshd: SDPA gets transposed views of ours' [b,s,h,d] tensors (default); "
+                         "bhsd: contiguous [b,h,s,d] copies")
+    ap.add_argument("--json", help="write every row and the geometric means here")
+    args = ap.parse_args()
+    if args.repeats < 20:
+        ap.error("--repeats must be at least 20")
+    if args.quick:
+        args.seqlens = "1024,8192"
+    hdims = [int(x) for x in args.hdims.split(",")]
+    seqlens = [int(x) for x in args.seqlens.split(",")]
+    masks = [m.strip() for m in args.masks.split(",")]
+    if not set(masks) <= {"full", "causal"}:
+        ap.error("--masks takes full and/or causal")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    tol = 2e-2 if args.dtype == "bf16" else 5e-3
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+           "flashjit": flashjit.version(), "dtype": args.dtype,
+           "date": time.strftime("%Y-%m-%d %H:%M:%S"), "warmup": args.warmup, "repeats": args.repeats,
+           "sdpa_layout": args.sdpa_layout}
+    print(" | ".join(f"{k} {v}" for k, v in env.items()), flush=True)
+    print_header()
+    rows = []
+    for d in hdims:
+        for mask in masks:
+            for s in seqlens:
+                r = bench_shape(d, mask == "causal", s, dtype, args.warmup, args.repeats,
+                                args.tokens, args.hidden, args.sdpa_layout)
+                rows.append(r)
+                print_row(r, tol)
+                for name in ("ours", "flash", "cudnn"):
+                    if "error" in r[name]:
+                        print(f"    {name}: {r[name]['error']}", flush=True)
+    summary = summarize(rows)
+
+    # The whole table again at the end, where a log's tail shows it.
+    print()
+    print(TABLE_HEADER)
+    print(f"{env['device']} | {args.dtype} | tokens {args.tokens} | hidden {args.hidden} | "
+          f"median of {args.repeats} after {args.warmup} warm-up")
+    print_header()
+    for r in rows:
+        print_row(r, tol)
+    print_summary(summary)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump({"env": env, "rows": rows, "geomean": summary}, fh, indent=1)
+        print(f"wrote {args.json}")
+    errors = sum("error" in r["ours"] for r in rows)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

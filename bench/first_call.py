@@ -1,0 +1,105 @@
+"""Cold first call of flashjit.attention, in fresh processes.
+
+anchors.md's protocol: bf16, batch 2, 16 heads, head dim 128, causal; the first
+call has seqlen 4096 and the "next new shape" seqlen 3000 (same problem class:
+it should compile nothing). Each measurement runs in a new Python process with
+torch's CUDA context already up, so the time is flashjit's: loading libcuda and
+NVRTC, generating, compiling (or loading a cached cubin) and the launch.
+
+Two processes by default:
+  cold  - an empty database (FLASHJIT_DB in a fresh folder): compiles.
+  warm  - the same database again: a runtime that caches cubins in it loads
+          instead of compiling (compile_count tells which happened).
+
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/first_call.py [--json out.json]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child(args):
+    sys.path.insert(0, os.path.join(_REPO, "python"))
+    import torch
+    import flashjit
+
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    torch.cuda.init()
+    flashjit.version()  # loads libflashjit.so: part of `import`, not of the call
+
+    def inputs(s):
+        return [torch.randn(args.batch, s, args.heads, args.hdim, device="cuda", dtype=dtype)
+                for _ in range(3)]
+
+    def timed(s):
+        q, k, v = inputs(s)
+        torch.cuda.synchronize()
+        before = flashjit.compile_count()
+        t0 = time.perf_counter()
+        flashjit.attention(q, k, v, causal=args.causal)
+        torch.cuda.synchronize()
+        return {"seqlen": s, "ms": (time.perf_counter() - t0) * 1e3,
+                "compiles": flashjit.compile_count() - before}
+
+    result = {"first": timed(args.seqlen), "new_seqlen": timed(args.second_seqlen),
+              "same_again": timed(args.second_seqlen), "compile_count": flashjit.compile_count()}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def describe(tag, r):
+    return (f"{tag:5s} | first call (seqlen {r['first']['seqlen']}): {r['first']['ms']:9.1f} ms, "
+            f"{r['first']['compiles']} compile(s) | new seqlen {r['new_seqlen']['seqlen']}: "
+            f"{r['new_seqlen']['ms']:7.2f} ms, {r['new_seqlen']['compiles']} compile(s) | "
+            f"same again: {r['same_again']['ms']:6.2f} ms | compile_count {r['compile_count']}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--hdim", type=int, default=128)
+    ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--second-seqlen", type=int, default=3000)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--no-causal", dest="causal", action="store_false")
+    ap.add_argument("--db", help="database to use (default: a fresh one, so the first process is cold)")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+
+    db = args.db or os.path.join(tempfile.mkdtemp(prefix="flashjit-first-call-"), "flashjit.db")
+    env = dict(os.environ, FLASHJIT_DB=db)
+    argv = [sys.executable, os.path.abspath(__file__), "--child", "--batch", str(args.batch),
+            "--heads", str(args.heads), "--hdim", str(args.hdim), "--seqlen", str(args.seqlen),
+            "--second-seqlen", str(args.second_seqlen), "--dtype", args.dtype]
+    if not args.causal:
+        argv.append("--no-causal")
+    print(f"{args.dtype} b={args.batch} h={args.heads} d={args.hdim} "
+          f"{'causal' if args.causal else 'full'} | FLASHJIT_DB={db}", flush=True)
+    results, rc = {}, 0
+    for tag in ("cold", "warm"):
+        p = subprocess.run(argv, env=env, capture_output=True, text=True)
+        line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
+        if p.returncode != 0 or line is None:
+            print(f"{tag}: failed (exit {p.returncode})\n{p.stdout[-2000:]}{p.stderr[-4000:]}", flush=True)
+            results[tag] = {"error": (p.stderr or p.stdout)[-2000:]}
+            rc = 1
+            continue
+        results[tag] = json.loads(line[len("RESULT "):])
+        print(describe(tag, results[tag]), flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""ctypes mirror of include/flashjit/flashjit.h and the search for libflashjit.so.
+
+Kept free of torch so that the library can be found (and its version read)
+on a machine without PyTorch.
+"""
+import ctypes
+import glob
+import os
+import threading
+
+# enum flashjit_dtype / enum flashjit_mask
+BF16, FP16 = 0, 1
+MASK_NONE, MASK_CAUSAL, MASK_WINDOW = 0, 1, 2
+
+
+class Problem(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("mask", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("heads_q", ctypes.c_int64),
+        ("heads_kv", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("head_dim_qk", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softmax_scale", ctypes.c_float),
+        ("softcap", ctypes.c_float),
+    ]
+
+
+class ForwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+    ] + [
+        (f"{t}_stride_{d}", ctypes.c_int64)
+        for t in ("q", "k", "v", "o")
+        for d in ("batch", "seq", "head")
+    ]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int32) for name in ("path", "block_m", "block_n", "warps", "stages")]
+
+
+class LibraryNotFound(ImportError):
+    """libflashjit.so could not be found or loaded."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# python/flashjit/ -> the repository root
+_REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+
+
+def candidate_paths():
+    """Where libflashjit.so is looked for, in order."""
+    env = os.environ.get("FLASHJIT_LIB")
+    if env:
+        # A file, or a folder holding libflashjit.so. When set, it is the only
+        # candidate: a wrong FLASHJIT_LIB must not silently fall back.
+        return [os.path.join(env, "libflashjit.so") if os.path.isdir(env) else env]
+    found = glob.glob(os.path.join(_REPO_ROOT, "build*", "libflashjit.so"))
+    # The most recently built tree first (build/, build-debug/, ...).
+    found.sort(key=lambda p: os.path.getmtime(p), reverse=True)
+    bundle = os.path.join(_REPO_ROOT, ".device", "lib", "libflashjit.so")
+    if os.path.exists(bundle):
+        found.append(bundle)
+    return found
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _declare(lib):
+    lib.flashjit_forward.argtypes = [
+        ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
+        ctypes.POINTER(Config)]
+    lib.flashjit_forward.restype = ctypes.c_int
+    lib.flashjit_last_error.argtypes = []
+    lib.flashjit_last_error.restype = ctypes.c_char_p
+    lib.flashjit_version.argtypes = []
+    lib.flashjit_version.restype = ctypes.c_char_p
+    lib.flashjit_compile_count.argtypes = []
+    lib.flashjit_compile_count.restype = ctypes.c_uint64
+    return lib
+
+
+def lib():
+    """The loaded library (loaded on first use), or LibraryNotFound."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        paths = candidate_paths()
+        if not paths:
+            raise LibraryNotFound(
+                "flashjit: libflashjit.so not found. Build it (cmake -S . -B build && "
+                "cmake --build build) in " + _REPO_ROOT + ", or set FLASHJIT_LIB to the "
+                "path of libflashjit.so (or the folder holding it).")
+        errors = []
+        for path in paths:
+            if not os.path.exists(path):
+                errors.append(f"{path}: no such file")
+                continue
+            try:
+                _lib = _declare(ctypes.CDLL(path))
+                return _lib
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+        raise LibraryNotFound(
+            "flashjit: could not load libflashjit.so (set FLASHJIT_LIB to the path of "
+            "libflashjit.so): " + "; ".join(errors))
+
+
+def last_error():
+    message = lib().flashjit_last_error()
+    return message.decode("utf-8", "replace") if message else "unknown error"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The one script run on the GPU machine, from the repository root, with the
+# binaries built here carried in .device/ (scripts/build-device-bundle.sh):
+#   .device/bin/{flashjit,flashjit_gpu_tests,flashjit_unit_tests}, .device/lib/libflashjit.so
+# Runs every check in order, continuing past failures, logs each step to
+# $OUT/NN-step.log (a temporary folder when OUT is unset) and prints a summary
+# LAST: pass/fail per step, then the benchmark table.
+#   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
+#   SKIP=a,b  steps to leave out (names as in the summary)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+LOGDIR=${OUT:-$(mktemp -d /tmp/flashjit-device-check.XXXXXX)}
+mkdir -p "$LOGDIR"
+export BIN=$PWD/.device/bin
+export FLASHJIT_LIB=$PWD/.device/lib/libflashjit.so
+# A fresh database: every step sees heuristic configs and compiles cold.
+FLASHJIT_DB=$(mktemp -d /tmp/flashjit-db.XXXXXX)/flashjit.db
+export FLASHJIT_DB
+export PYTHONUNBUFFERED=1
+
+if [ ! -x "$BIN/flashjit" ] || [ ! -f "$FLASHJIT_LIB" ]; then
+  echo "device-check: .device/ is missing or incomplete; build it with scripts/build-device-bundle.sh" \
+       "and carry .device" >&2
+  exit 2
+fi
+
+names=() results=() seconds=()
+n=0
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND with its output in the step's log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  n=$((n + 1))
+  local log
+  log=$LOGDIR/$(printf '%02d' "$n")-$name.log
+  if [[ ",${SKIP:-}," == *",$name,"* ]]; then
+    names+=("$name") results+=("skipped") seconds+=(0)
+    return
+  fi
+  echo "===== [$n] $name: $*"
+  local start=$SECONDS rc=0
+  # Through bash -c so that a step may be one of the functions below.
+  timeout --kill-after=15 "$limit" bash -c '"$@"' "$name" "$@" >"$log" 2>&1 || rc=$?
+  local result=pass
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    result="FAIL (timeout ${limit}s)"
+  elif [ $rc -ne 0 ]; then
+    result="FAIL (exit $rc)"
+  elif grep -q '^SKIP:' "$log"; then
+    result=skip
+  fi
+  tail -n 15 "$log" | cut -c1-220
+  names+=("$name") results+=("$result") seconds+=($((SECONDS - start)))
+}
+
+have_torch() { python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; }
+python_step() {  # a Python step, or a skip line when torch/CUDA is missing
+  if have_torch; then "$@"; else echo "SKIP: python3 cannot import torch with CUDA"; fi
+}
+
+run_shapes() {
+  local rc=0 shape
+  for shape in \
+    "--dtype bf16 --batch 2 --heads 16 --seqlen 2048 --hdim 128 --causal" \
+    "--dtype fp16 --batch 1 --heads 8 --seqlen 1023 --hdim 64" \
+    "--dtype bf16 --batch 2 --heads 32 --heads-kv 8 --seqlen 4096 --hdim 128 --causal" \
+    "--dtype bf16 --batch 3 --heads 4 --seqlen-q 113 --seqlen-k 1023 --hdim 256 --causal"; do
+    echo "+ flashjit run --check $shape"
+    # shellcheck disable=SC2086
+    "$BIN/flashjit" run --check $shape || rc=1
+  done
+  return $rc
+}
+
+export -f have_torch python_step run_shapes
+
+quick=()
+[ "${QUICK:-0}" = 1 ] && quick=(--quick)
+
+step nvidia-smi 60 nvidia-smi -L
+step gpu-tests 600 "$BIN/flashjit_gpu_tests" --gtest_brief=1
+step unit-tests 300 "$BIN/flashjit_unit_tests" --gtest_brief=1
+step info 60 "$BIN/flashjit" info
+step run-check 300 run_shapes
+step python-tests 600 python_step python3 tests/python/test_attention.py
+step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"
+step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
+
+echo
+echo "===== summary (logs in $LOGDIR)"
+printf '| %-13s | %-20s | %6s |\n' step result seconds
+printf '| %-13s | %-20s | %6s |\n' ------------- -------------------- ------
+failed=0
+for i in "${!names[@]}"; do
+  printf '| %-13s | %-20s | %6s |\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
+  [[ ${results[$i]} == FAIL* ]] && failed=$((failed + 1))
+done
+first_log=$(ls "$LOGDIR"/*-first-call.log 2>/dev/null | head -n 1)
+if [ -n "$first_log" ]; then
+  echo
+  grep -E '^(cold|warm) ' "$first_log" || true
+fi
+compare_log=$(ls "$LOGDIR"/*-compare.log 2>/dev/null | head -n 1)
+if [ -n "$compare_log" ] && grep -q '^=== flashjit vs SDPA' "$compare_log"; then
+  echo
+  sed -n '/^=== flashjit vs SDPA/,$p' "$compare_log"
+fi
+echo
+echo "device-check: $failed step(s) failed"
+exit $((failed > 0))
