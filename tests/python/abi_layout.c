@@ -1,0 +1,53 @@
+/* Prints the C layout of the structs in flashjit.h, one "struct.field offset"
+ * line each plus "struct sizeof N", for tests/python/test_capi.py to compare
+ * with the ctypes mirror in python/flashjit/_capi.py. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "flashjit/flashjit.h"
+
+#define FIELD(T, f) printf(#T "." #f " %zu\n", offsetof(T, f));
+
+int main(void) {
+  printf("flashjit_problem sizeof %zu\n", sizeof(flashjit_problem));
+  FIELD(flashjit_problem, dtype)
+  FIELD(flashjit_problem, mask)
+  FIELD(flashjit_problem, batch)
+  FIELD(flashjit_problem, heads_q)
+  FIELD(flashjit_problem, heads_kv)
+  FIELD(flashjit_problem, seqlen_q)
+  FIELD(flashjit_problem, seqlen_k)
+  FIELD(flashjit_problem, head_dim_qk)
+  FIELD(flashjit_problem, head_dim_v)
+  FIELD(flashjit_problem, window_left)
+  FIELD(flashjit_problem, window_right)
+  FIELD(flashjit_problem, softmax_scale)
+  FIELD(flashjit_problem, softcap)
+
+  printf("flashjit_forward_args sizeof %zu\n", sizeof(flashjit_forward_args));
+  FIELD(flashjit_forward_args, q)
+  FIELD(flashjit_forward_args, k)
+  FIELD(flashjit_forward_args, v)
+  FIELD(flashjit_forward_args, o)
+  FIELD(flashjit_forward_args, lse)
+  FIELD(flashjit_forward_args, q_stride_batch)
+  FIELD(flashjit_forward_args, q_stride_seq)
+  FIELD(flashjit_forward_args, q_stride_head)
+  FIELD(flashjit_forward_args, k_stride_batch)
+  FIELD(flashjit_forward_args, k_stride_seq)
+  FIELD(flashjit_forward_args, k_stride_head)
+  FIELD(flashjit_forward_args, v_stride_batch)
+  FIELD(flashjit_forward_args, v_stride_seq)
+  FIELD(flashjit_forward_args, v_stride_head)
+  FIELD(flashjit_forward_args, o_stride_batch)
+  FIELD(flashjit_forward_args, o_stride_seq)
+  FIELD(flashjit_forward_args, o_stride_head)
+
+  printf("flashjit_config sizeof %zu\n", sizeof(flashjit_config));
+  FIELD(flashjit_config, path)
+  FIELD(flashjit_config, block_m)
+  FIELD(flashjit_config, block_n)
+  FIELD(flashjit_config, warps)
+  FIELD(flashjit_config, stages)
+  return 0;
+}

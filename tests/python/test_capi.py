@@ -1,0 +1,84 @@
+"""The ctypes binding against the C API, without torch or a GPU (run by ctest
+as python_capi): the ctypes structs have the C layout, the library loads
+through FLASHJIT_LIB, and a refused call comes back as the library's message.
+
+    python3 tests/python/test_capi.py <abi_layout binary> <libflashjit.so>
+"""
+import ctypes
+import os
+import subprocess
+import sys
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(_REPO, "python"))
+
+
+def check_layout(layout_binary, capi):
+    mirrors = {"flashjit_problem": capi.Problem, "flashjit_forward_args": capi.ForwardArgs,
+               "flashjit_config": capi.Config}
+    seen = {name: set() for name in mirrors}
+    errors = []
+    for line in subprocess.run([layout_binary], check=True, capture_output=True,
+                               text=True).stdout.splitlines():
+        key, value = line.rsplit(" ", 1)
+        if key.endswith(" sizeof"):
+            name = key.split()[0]
+            got = ctypes.sizeof(mirrors[name])
+            if got != int(value):
+                errors.append(f"sizeof {name}: C {value}, ctypes {got}")
+            continue
+        name, field = key.split(".")
+        seen[name].add(field)
+        mirror = getattr(mirrors[name], field, None)
+        if mirror is None:
+            errors.append(f"{name}.{field}: missing from the ctypes mirror")
+        elif mirror.offset != int(value):
+            errors.append(f"{name}.{field}: C offset {value}, ctypes {mirror.offset}")
+    for name, cls in mirrors.items():
+        extra = {f[0] for f in cls._fields_} - seen[name]
+        if extra:
+            errors.append(f"{name}: ctypes fields not in C: {sorted(extra)}")
+    return errors
+
+
+def main(argv):
+    layout_binary, library = argv[1], argv[2]
+    os.environ["FLASHJIT_LIB"] = library
+    from flashjit import _capi
+    import flashjit
+
+    errors = check_layout(layout_binary, _capi)
+    if not flashjit.version():
+        errors.append("flashjit.version() is empty")
+    if flashjit.compile_count() != 0:
+        errors.append(f"compile_count {flashjit.compile_count()} before any call")
+
+    # A call the library refuses (null pointers): nonzero, and the message.
+    problem = _capi.Problem(dtype=_capi.BF16, mask=_capi.MASK_CAUSAL, batch=1, heads_q=2,
+                            heads_kv=2, seqlen_q=16, seqlen_k=16, head_dim_qk=64, head_dim_v=64,
+                            window_left=-1, window_right=-1)
+    args = _capi.ForwardArgs()
+    rc = _capi.lib().flashjit_forward(ctypes.byref(problem), ctypes.byref(args), None, None)
+    message = _capi.last_error()
+    print(f"refused call: rc={rc}: {message}")
+    if rc == 0 or "null" not in message:
+        errors.append(f"null pointers: rc={rc}, message {message!r} should name the null argument")
+
+    # A wrong FLASHJIT_LIB is an ImportError that names the variable.
+    _capi._lib = None
+    os.environ["FLASHJIT_LIB"] = "/nonexistent/libflashjit.so"
+    try:
+        _capi.lib()
+        errors.append("a missing FLASHJIT_LIB loaded something")
+    except flashjit.LibraryNotFound as e:
+        if "FLASHJIT_LIB" not in str(e):
+            errors.append(f"LibraryNotFound does not name FLASHJIT_LIB: {e}")
+
+    for e in errors:
+        print("FAIL", e)
+    print("python_capi:", "ok" if not errors else f"{len(errors)} failure(s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
