@@ -89,23 +89,17 @@ step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOG
 
 echo
 echo "===== summary (logs in $LOGDIR)"
-printf '| %-13s | %-20s | %6s |\n' step result seconds
-printf '| %-13s | %-20s | %6s |\n' ------------- -------------------- ------
+printf '| %-13s | %-20s | %7s |\n' step result seconds
+printf '| %-13s | %-20s | %7s |\n' ------------- -------------------- -------
 failed=0
 for i in "${!names[@]}"; do
-  printf '| %-13s | %-20s | %6s |\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
+  printf '| %-13s | %-20s | %7s |\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
   [[ ${results[$i]} == FAIL* ]] && failed=$((failed + 1))
 done
-first_log=$(ls "$LOGDIR"/*-first-call.log 2>/dev/null | head -n 1)
-if [ -n "$first_log" ]; then
-  echo
-  grep -E '^(cold|warm) ' "$first_log" || true
-fi
-compare_log=$(ls "$LOGDIR"/*-compare.log 2>/dev/null | head -n 1)
-if [ -n "$compare_log" ] && grep -q '^=== flashjit vs SDPA' "$compare_log"; then
-  echo
-  sed -n '/^=== flashjit vs SDPA/,$p' "$compare_log"
-fi
+first_call=$(grep -hE '^(cold|warm) ' "$LOGDIR"/*-first-call.log 2>/dev/null)
+[ -n "$first_call" ] && printf '\nfirst call (bench/first_call.py):\n%s\n' "$first_call"
+table=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-compare.log 2>/dev/null)
+[ -n "$table" ] && printf '\n%s\n' "$table"
 echo
 echo "device-check: $failed step(s) failed"
 exit $((failed > 0))
