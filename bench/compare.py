@@ -27,21 +27,27 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTEN
 TABLE_HEADER = "=== flashjit vs SDPA (forward, TFLOP/s) ==="
 
 
-def time_ms(fn, warmup, repeats):
-    """Median of `repeats` CUDA-event timings of fn() after `warmup` calls."""
+def time_ms(fn, warmup, repeats, min_sample_ms=1.0):
+    """Median per-call time over `repeats` CUDA-event samples after `warmup`
+    calls. A sample is enough back-to-back calls to last about min_sample_ms,
+    so that the host's launch overhead (Python, ctypes, SDPA's dispatch) hides
+    behind the GPU's work instead of being timed as idle GPU time."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
+
+    def sample(calls):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
+        return start.elapsed_time(end) / calls
+
+    calls = max(1, min(100, math.ceil(min_sample_ms / max(sample(1), 1e-3))))
+    times = sorted(sample(calls) for _ in range(repeats))
     return times[len(times) // 2]
 
 
