@@ -3,11 +3,14 @@
 // straight to a cubin: the driver never JIT-compiles PTX on the hot path.
 #pragma once
 
+#include <nvrtc.h>
+
 #include <string>
 #include <vector>
 
 #include "generator/source.h"
 #include "generator/target_arch.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
 namespace flashjit {
@@ -21,8 +24,39 @@ struct Cubin {
 
 // "13.0"; an error when libnvrtc cannot be loaded.
 llvm::Expected<std::string> nvrtc_version();
+// The path or soname of the libnvrtc this process loaded (for `flashjit info`).
+llvm::Expected<std::string> nvrtc_library();
 
 // A failure carries NVRTC's full log, the options and the program name.
+// Adds --gpu-architecture=<arch.name()> unless `source.options` already names
+// the same architecture (a different one is an error). Thread-safe.
 llvm::Expected<Cubin> compile_to_cubin(const GeneratedSource &source, const TargetArch &arch);
+
+namespace detail {
+
+struct NvrtcApi {
+  decltype(&::nvrtcGetErrorString) GetErrorString = nullptr;
+  decltype(&::nvrtcVersion) Version = nullptr;
+  decltype(&::nvrtcCreateProgram) CreateProgram = nullptr;
+  decltype(&::nvrtcDestroyProgram) DestroyProgram = nullptr;
+  decltype(&::nvrtcCompileProgram) CompileProgram = nullptr;
+  decltype(&::nvrtcGetProgramLogSize) GetProgramLogSize = nullptr;
+  decltype(&::nvrtcGetProgramLog) GetProgramLog = nullptr;
+  decltype(&::nvrtcGetCUBINSize) GetCUBINSize = nullptr;
+  decltype(&::nvrtcGetCUBIN) GetCUBIN = nullptr;
+  std::string library;  // the path or soname that was loaded
+};
+
+// Where libnvrtc is looked for, given $FLASHJIT_NVRTC and $CUDA_HOME (either
+// may be null or empty). An explicit FLASHJIT_NVRTC is the only candidate:
+// a wrong path the user set must fail loudly, not fall back silently.
+std::vector<std::string> nvrtc_search_list(const char *flashjit_nvrtc, const char *cuda_home);
+
+// Loads the first candidate that dlopens and has every entry point; the error
+// lists each candidate with its dlerror. Not cached (the process-wide load in
+// compile_to_cubin is): exposed for tests.
+llvm::Expected<NvrtcApi> load_nvrtc(llvm::ArrayRef<std::string> candidates);
+
+}  // namespace detail
 
 }  // namespace flashjit

@@ -1,0 +1,187 @@
+#include "runtime/launch_forward.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "generator/forward_params.h"
+#include "generator/heuristic.h"
+#include "generator/source.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/nvrtc_compiler.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+namespace {
+
+llvm::Error args_error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+// The kernel moves rows with 16-byte vector loads and stores (8 elements of a
+// 16-bit type): every row start must be 16-byte aligned, so base pointers
+// must be and strides must be multiples of 8 elements.
+constexpr int kVectorBytes = 16;
+constexpr int kElementBytes = 2;
+constexpr int kVectorElements = kVectorBytes / kElementBytes;
+
+struct TensorCheck {
+  const char *name;
+  const void *data;
+  TensorStrides strides;
+  int64_t seqlen;
+  int64_t heads;
+};
+
+llvm::Error check_device_pointer(const CudaDriver &cu, const char *name, const void *ptr) {
+  CUdeviceptr device_ptr = 0;
+  CUresult r = cu.cuPointerGetAttribute(&device_ptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+                                        reinterpret_cast<CUdeviceptr>(ptr));
+  if (r == CUDA_SUCCESS) return llvm::Error::success();
+  return args_error(llvm::formatv(
+      "argument {0} ({1}) is not memory the GPU can access ({2}): pass device memory "
+      "(cudaMalloc, a CUDA tensor); host memory must be copied to the device first",
+      name, ptr, llvm::toString(cuda_check(r, "cuPointerGetAttribute"))));
+}
+
+// Checks that need no driver, so they run (and are tested) anywhere.
+llvm::Error check_tensor_layout(const Problem &problem, const TensorCheck &t) {
+  if (!t.data) return args_error(llvm::formatv("argument {0} is null", t.name));
+  if (reinterpret_cast<uintptr_t>(t.data) % kVectorBytes)
+    return args_error(llvm::formatv(
+        "argument {0} ({1}) is not {2}-byte aligned: the kernel uses {2}-byte vector loads",
+        t.name, t.data, kVectorBytes));
+  struct Stride {
+    const char *what;
+    int64_t value;
+    int64_t extent;
+  };
+  for (Stride s : {Stride{"batch", t.strides.batch, problem.batch},
+                   Stride{"seq", t.strides.seq, t.seqlen},
+                   Stride{"head", t.strides.head, t.heads}}) {
+    if (s.value < 0)
+      return args_error(llvm::formatv(
+          "argument {0}: {1} stride {2} is negative; strides must be >= 0 (the last "
+          "dimension, head_dim, is assumed contiguous)",
+          t.name, s.what, s.value));
+    // A dimension of extent 1 is never stepped over, so its stride is free
+    // (PyTorch gives such dimensions arbitrary strides).
+    if (s.extent > 1 && s.value % kVectorElements)
+      return args_error(llvm::formatv(
+          "argument {0}: {1} stride {2} is not a multiple of {3} elements: the kernel uses "
+          "{4}-byte vector loads, so every row must start {4}-byte aligned",
+          t.name, s.what, s.value, kVectorElements, kVectorBytes));
+  }
+  return llvm::Error::success();
+}
+
+// The device of the current context, queried once per device: attribute
+// queries cost microseconds each, and this runs on every launch.
+llvm::Expected<DeviceInfo> cached_device_info(CUdevice device) {
+  static std::mutex mutex;
+  static auto *infos = new llvm::DenseMap<int, DeviceInfo>;
+  std::lock_guard lock(mutex);
+  auto it = infos->find(int(device));
+  if (it != infos->end()) return it->second;
+  // cuCtxGetDevice's CUdevice is the device ordinal.
+  auto info = query_device(int(device));
+  if (!info) return info.takeError();
+  infos->try_emplace(int(device), *info);
+  return *info;
+}
+
+// Dynamic shared memory depends on the spec alone; a problem of the spec's
+// class (any sizes) gives it through the one function that owns geometry.
+Problem representative_problem(const KernelSpec &spec) {
+  Problem p;
+  p.dtype = spec.dtype;
+  p.head_dim_qk = spec.head_dim_qk;
+  p.head_dim_v = spec.head_dim_v;
+  p.mask = spec.mask;
+  p.softcap = spec.softcap ? 1.f : 0.f;
+  return p;
+}
+
+llvm::Error with_context(const Problem &problem, llvm::Error error) {
+  if (!error) return error;
+  return args_error("flashjit forward (" + describe(problem) + "): " +
+                    llvm::toString(std::move(error)));
+}
+
+}  // namespace
+
+llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &args) {
+  const TensorCheck tensors[] = {
+      {"q", args.q, args.q_strides, problem.seqlen_q, problem.heads_q},
+      {"k", args.k, args.k_strides, problem.seqlen_k, problem.heads_kv},
+      {"v", args.v, args.v_strides, problem.seqlen_k, problem.heads_kv},
+      {"o", args.o, args.o_strides, problem.seqlen_q, problem.heads_q},
+  };
+  // Layout first: those checks need no driver and catch the commonest
+  // mistakes (a null or misaligned pointer, a stride in bytes).
+  for (const TensorCheck &t : tensors)
+    if (llvm::Error e = check_tensor_layout(problem, t)) return e;
+  if (args.lse && reinterpret_cast<uintptr_t>(args.lse) % alignof(float))
+    return args_error(llvm::formatv("argument lse ({0}) is not 4-byte aligned",
+                                    static_cast<const void *>(args.lse)));
+
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  for (const TensorCheck &t : tensors)
+    if (llvm::Error e = check_device_pointer(*driver, t.name, t.data)) return e;
+  if (args.lse)
+    if (llvm::Error e = check_device_pointer(*driver, "lse", args.lse)) return e;
+  return llvm::Error::success();
+}
+
+llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
+                                                const KernelConfig &config) {
+  auto context = current_or_primary_context();
+  if (!context) return context.takeError();
+  auto device = cached_device_info(context->device);
+  if (!device) return device.takeError();
+  const TargetArch arch = device->target();
+  KernelConfig complete =
+      default_forward_config(problem, arch, device->max_smem_per_block_optin, config);
+  return make_forward_spec(problem, complete, arch, device->max_smem_per_block_optin);
+}
+
+llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec) {
+  auto context = current_or_primary_context();
+  if (!context) return context.takeError();
+  // The ID names every parameter of the compiled code, the architecture
+  // included (cubins are arch-specific); the cache adds the context.
+  return KernelCache::process().get_or_build(
+      spec.id(), context->context,
+      [&spec]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
+        GeneratedSource source = generate_forward(spec);
+        auto cubin = compile_to_cubin(source, spec.arch);
+        if (!cubin) return cubin.takeError();
+        const int smem = forward_launch_geometry(spec, representative_problem(spec))
+                             .dynamic_smem_bytes;
+        auto kernel = LoadedKernel::load(cubin->bytes, source.entry, smem);
+        if (!kernel) return kernel.takeError();
+        return std::make_unique<LoadedKernel>(std::move(*kernel));
+      });
+}
+
+llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,
+                           const KernelConfig &config) {
+  if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_forward_args(problem, args))
+    return with_context(problem, std::move(e));
+  auto spec = resolve_forward_spec(problem, config);
+  if (!spec) return with_context(problem, spec.takeError());
+  auto kernel = get_forward_kernel(*spec);
+  if (!kernel) return with_context(problem, kernel.takeError());
+
+  FwdParams params = make_forward_params(problem, args);
+  void *kernel_args[] = {&params};
+  return with_context(problem,
+                      kernel->launch(forward_launch_geometry(*spec, problem), stream, kernel_args));
+}
+
+}  // namespace flashjit

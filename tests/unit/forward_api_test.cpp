@@ -1,0 +1,190 @@
+// The checks in front of a launch, and the C API's argument handling: all of
+// it runs before the driver is needed, so it is tested on the CPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "flashjit/flashjit.h"
+#include "flashjit/forward.h"
+#include "runtime/launch_forward.h"
+
+namespace flashjit {
+namespace {
+
+void expect_contains(const std::string &message, const char *needle) {
+  EXPECT_NE(message.find(needle), std::string::npos) << "'" << needle << "' not in: " << message;
+}
+
+Problem small_problem() {
+  Problem p;
+  p.batch = 2;
+  p.heads_q = 8;
+  p.heads_kv = 2;
+  p.seqlen_q = 113;
+  p.seqlen_k = 1023;
+  p.head_dim_qk = 128;
+  p.head_dim_v = 64;
+  return p;
+}
+
+// Aligned, never dereferenced: these checks stop before the driver.
+const void *fake(uintptr_t address) { return reinterpret_cast<const void *>(address); }
+
+ForwardArgs fake_args(const Problem &p) {
+  return ForwardArgs::packed(p, fake(0x10000), fake(0x20000), fake(0x30000),
+                             const_cast<void *>(fake(0x40000)), nullptr);
+}
+
+TEST(ForwardArgs, PackedStrides) {
+  Problem p = small_problem();
+  ForwardArgs a = fake_args(p);
+  EXPECT_EQ(a.q_strides.head, 128);
+  EXPECT_EQ(a.q_strides.seq, 8 * 128);
+  EXPECT_EQ(a.q_strides.batch, 113 * 8 * 128);
+  EXPECT_EQ(a.k_strides.seq, 2 * 128);
+  EXPECT_EQ(a.k_strides.batch, 1023 * 2 * 128);
+  EXPECT_EQ(a.v_strides.head, 64);
+  EXPECT_EQ(a.v_strides.batch, 1023 * 2 * 64);
+  EXPECT_EQ(a.o_strides.seq, 8 * 64);
+  EXPECT_EQ(a.o_strides.batch, 113 * 8 * 64);
+}
+
+TEST(ValidateForwardArgs, NullPointerIsNamed) {
+  Problem p = small_problem();
+  ForwardArgs a = fake_args(p);
+  a.v = nullptr;
+  std::string message = llvm::toString(validate_forward_args(p, a));
+  EXPECT_EQ(message, "argument v is null");
+}
+
+TEST(ValidateForwardArgs, MisalignedPointerExplainsVectorLoads) {
+  Problem p = small_problem();
+  ForwardArgs a = fake_args(p);
+  a.k = fake(0x20008);
+  std::string message = llvm::toString(validate_forward_args(p, a));
+  expect_contains(message, "argument k");
+  expect_contains(message, "16-byte aligned");
+  expect_contains(message, "vector loads");
+}
+
+TEST(ValidateForwardArgs, StridesMustBeNonNegativeMultiplesOfEight) {
+  Problem p = small_problem();
+  ForwardArgs a = fake_args(p);
+  a.q_strides.seq = -1024;
+  std::string message = llvm::toString(validate_forward_args(p, a));
+  expect_contains(message, "argument q: seq stride -1024 is negative");
+
+  a = fake_args(p);
+  a.o_strides.head = 68;
+  message = llvm::toString(validate_forward_args(p, a));
+  expect_contains(message, "argument o: head stride 68 is not a multiple of 8 elements");
+}
+
+TEST(ValidateForwardArgs, StrideOfASizeOneDimensionIsFree) {
+  Problem p = small_problem();
+  p.batch = 1;
+  ForwardArgs a = fake_args(p);
+  a.q_strides.batch = 3;  // PyTorch gives size-1 dimensions arbitrary strides
+  llvm::Error e = validate_forward_args(p, a);
+  // It gets past the layout checks: any error now is about the driver or the
+  // (fake) pointers, not the stride.
+  if (e) {
+    std::string message = llvm::toString(std::move(e));
+    EXPECT_EQ(message.find("stride"), std::string::npos) << message;
+  }
+}
+
+TEST(Forward, StatusCarriesTheMessage) {
+  Problem p = small_problem();
+  ForwardArgs a = fake_args(p);
+  a.q = nullptr;
+  Status status = forward(p, a);
+  ASSERT_FALSE(status.ok());
+  expect_contains(status.message(), "argument q is null");
+  expect_contains(status.message(), "hq=8");  // the problem is described
+}
+
+TEST(Forward, InvalidProblemIsRejectedBeforeTheDriver) {
+  Problem p = small_problem();
+  p.heads_q = 7;
+  Status status = forward(p, fake_args(p));
+  ASSERT_FALSE(status.ok());
+  expect_contains(status.message(), "heads_q=7");
+}
+
+TEST(Version, MatchesTheCApi) {
+  EXPECT_STREQ(version(), flashjit_version());
+  EXPECT_GT(std::strlen(version()), 0u);
+}
+
+flashjit_problem c_problem() {
+  flashjit_problem p;
+  std::memset(&p, 0, sizeof(p));
+  p.dtype = FLASHJIT_BF16;
+  p.mask = FLASHJIT_MASK_CAUSAL;
+  p.batch = 1;
+  p.heads_q = 4;
+  p.heads_kv = 4;
+  p.seqlen_q = 17;
+  p.seqlen_k = 17;
+  p.head_dim_qk = 64;
+  p.head_dim_v = 64;
+  p.window_left = -1;
+  p.window_right = -1;
+  return p;
+}
+
+TEST(CApi, NullProblem) {
+  flashjit_forward_args args;
+  std::memset(&args, 0, sizeof(args));
+  EXPECT_NE(flashjit_forward(nullptr, &args, nullptr, nullptr), 0);
+  expect_contains(flashjit_last_error(), "problem is NULL");
+  flashjit_problem p = c_problem();
+  EXPECT_NE(flashjit_forward(&p, nullptr, nullptr, nullptr), 0);
+  expect_contains(flashjit_last_error(), "args is NULL");
+}
+
+TEST(CApi, OutOfRangeEnums) {
+  flashjit_forward_args args;
+  std::memset(&args, 0, sizeof(args));
+  flashjit_problem p = c_problem();
+  p.dtype = 7;
+  EXPECT_NE(flashjit_forward(&p, &args, nullptr, nullptr), 0);
+  expect_contains(flashjit_last_error(), "problem.dtype=7");
+
+  p = c_problem();
+  p.mask = -1;
+  EXPECT_NE(flashjit_forward(&p, &args, nullptr, nullptr), 0);
+  expect_contains(flashjit_last_error(), "problem.mask=-1");
+
+  p = c_problem();
+  flashjit_config config = {5, 0, 0, 0, 0};
+  EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
+  expect_contains(flashjit_last_error(), "config.path=5");
+
+  config = {0, 128, -64, 4, 2};
+  EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
+  expect_contains(flashjit_last_error(), "config.block_n=-64");
+}
+
+TEST(CApi, ErrorsFromTheLibraryPassThrough) {
+  flashjit_forward_args args;
+  std::memset(&args, 0, sizeof(args));
+  flashjit_problem p = c_problem();
+  EXPECT_NE(flashjit_forward(&p, &args, nullptr, nullptr), 0);
+  expect_contains(flashjit_last_error(), "argument q is null");
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  flashjit_forward_args args;
+  std::memset(&args, 0, sizeof(args));
+  EXPECT_NE(flashjit_forward(nullptr, &args, nullptr, nullptr), 0);
+  std::string other;
+  std::thread([&] { other = flashjit_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  expect_contains(flashjit_last_error(), "problem is NULL");
+}
+
+}  // namespace
+}  // namespace flashjit
