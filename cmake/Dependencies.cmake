@@ -1,4 +1,5 @@
-# Everything but libc, libstdc++, libcuda and libnvrtc is linked statically, so
+# Everything but libc, libstdc++, zlib, terminfo, libcuda and libnvrtc is
+# linked statically, so
 # one binary built on Debian 12 runs on the GPU machine (Ubuntu 24.04). libcuda
 # and libnvrtc are dlopen'ed at run time: only their headers are needed here.
 
@@ -17,12 +18,14 @@ find_path(FLASHJIT_SQLITE_INCLUDE_DIR sqlite3.h REQUIRED)
 find_library(FLASHJIT_SQLITE libsqlite3.a REQUIRED)
 find_path(FLASHJIT_YAML_INCLUDE_DIR yaml-cpp/yaml.h REQUIRED)
 find_library(FLASHJIT_YAML libyaml-cpp.a REQUIRED)
-find_library(FLASHJIT_ZLIB libz.a REQUIRED)
-find_library(FLASHJIT_TINFO libtinfo.a REQUIRED)
+# zlib and terminfo (for LLVM Support) stay shared: Debian's libtinfo.a is
+# not position-independent, and both are in every base image.
+find_library(FLASHJIT_ZLIB_SHARED z REQUIRED)
+find_library(FLASHJIT_TINFO_SHARED tinfo REQUIRED)
 find_package(Threads REQUIRED)
 
 set(FLASHJIT_SYSTEM_INCLUDES ${FLASHJIT_CUDA_INCLUDE_DIR} ${FLASHJIT_LLVM_INCLUDE_DIR}
     ${FLASHJIT_SQLITE_INCLUDE_DIR} ${FLASHJIT_YAML_INCLUDE_DIR})
 set(FLASHJIT_STATIC_DEPS ${FLASHJIT_YAML} ${FLASHJIT_SQLITE} ${FLASHJIT_LLVM_SUPPORT}
-    ${FLASHJIT_LLVM_DEMANGLE} ${FLASHJIT_ZLIB} ${FLASHJIT_TINFO} Threads::Threads
+    ${FLASHJIT_LLVM_DEMANGLE} ${FLASHJIT_ZLIB_SHARED} ${FLASHJIT_TINFO_SHARED} Threads::Threads
     ${CMAKE_DL_LIBS} rt m)

@@ -86,7 +86,7 @@ std::string KernelSpec::id() const {
 
 llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const KernelConfig &config,
                                              const TargetArch &arch, int max_smem_bytes) {
-  if (auto e = validate_problem(problem)) return std::move(e);
+  if (auto e = validate_problem(problem)) return e;
   if (arch.sm() < 80)
     return problem_error(llvm::formatv(
         "architecture {0} is not supported: flashjit needs sm_80 or newer", arch.name()));

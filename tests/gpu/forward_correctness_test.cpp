@@ -1,0 +1,278 @@
+// The forward kernel against the float64 CPU reference (small problems) or
+// the fp32 GPU reference (large ones), with DESIGN.md's criterion: max error
+// <= 2 x that of the same reference in the kernel's precision + 1e-5.
+// Inputs are random, tensors are strided views with NaN in every gap (a read
+// outside the view poisons the result), outputs are poisoned before the run
+// and the gaps of O must come back untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "generator/heuristic.h"
+#include "gpu_environment.h"
+#include "reference/accuracy.h"
+#include "reference/gpu_reference.h"
+#include "runtime/launch_forward.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+namespace {
+
+using testing::random_values;
+
+constexpr uint16_t kNaNBits = 0x7fff;     // NaN in bf16 and fp16
+constexpr uint16_t kCanaryBits = 0x7e7e;  // a NaN the kernel never writes
+
+// A [batch, seq, heads, dim] view inside a larger buffer: `extra` elements of
+// padding after each head, row and batch.
+struct StridedLayout {
+  int64_t batch, seq, heads, dim;
+  TensorStrides strides;
+  size_t storage_elements;
+
+  static StridedLayout make(int64_t b, int64_t s, int64_t h, int64_t d, bool strided) {
+    StridedLayout l{b, s, h, d, {}, 0};
+    const int64_t pad = strided ? 8 : 0;  // strides stay multiples of 8 elements
+    l.strides.head = d + pad;
+    l.strides.seq = h * l.strides.head + pad;
+    l.strides.batch = s * l.strides.seq + pad;
+    l.storage_elements = static_cast<size_t>(b * l.strides.batch);
+    return l;
+  }
+  size_t offset(int64_t b, int64_t s, int64_t h, int64_t d) const {
+    return static_cast<size_t>(b * strides.batch + s * strides.seq + h * strides.head + d);
+  }
+  std::vector<uint16_t> scatter(DType dtype, const std::vector<float> &packed,
+                                uint16_t gap) const {
+    std::vector<uint16_t> out(storage_elements, gap);
+    size_t i = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d) out[offset(b, s, h, d)] = float_to_bits(dtype, packed[i++]);
+    return out;
+  }
+  // The view's elements, packed, and whether every gap still holds `gap`.
+  std::vector<float> gather(DType dtype, const std::vector<uint16_t> &storage, uint16_t gap,
+                            bool *gaps_intact) const {
+    std::vector<float> packed;
+    std::vector<bool> in_view(storage.size(), false);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d) {
+            size_t o = offset(b, s, h, d);
+            in_view[o] = true;
+            packed.push_back(bits_to_float(dtype, storage[o]));
+          }
+    *gaps_intact = true;
+    for (size_t o = 0; o < storage.size(); ++o)
+      if (!in_view[o] && storage[o] != gap) *gaps_intact = false;
+    return packed;
+  }
+};
+
+struct Case {
+  Problem problem;
+  KernelConfig config{};  // zeros: the heuristic
+  bool strided = false;
+  std::string name() const {
+    std::string s = describe(problem);
+    if (config.block_m) s += " | " + describe(config);
+    if (strided) s += " | strided";
+    return s;
+  }
+};
+
+Problem make_problem(DType dtype, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk,
+                     int d, int dv, MaskKind mask, int64_t left = -1, int64_t right = -1,
+                     float softcap = 0.f) {
+  Problem p;
+  p.dtype = dtype;
+  p.batch = b;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.seqlen_q = sq;
+  p.seqlen_k = sk;
+  p.head_dim_qk = d;
+  p.head_dim_v = dv;
+  p.mask = mask;
+  p.window_left = left;
+  p.window_right = right;
+  p.softcap = softcap;
+  return p;
+}
+
+llvm::Expected<DeviceBuffer> upload_bits(const std::vector<uint16_t> &bits) {
+  auto buffer = DeviceBuffer::allocate(bits.size() * 2);
+  if (!buffer) return buffer.takeError();
+  if (auto e = buffer->upload(bits.data(), bits.size() * 2)) return std::move(e);
+  return std::move(*buffer);
+}
+
+void run_case(const Case &c, uint64_t seed) {
+  SCOPED_TRACE(c.name());
+  const Problem &p = c.problem;
+  auto q_layout = StridedLayout::make(p.batch, p.seqlen_q, p.heads_q, p.head_dim_qk, c.strided);
+  auto k_layout = StridedLayout::make(p.batch, p.seqlen_k, p.heads_kv, p.head_dim_qk, c.strided);
+  auto v_layout = StridedLayout::make(p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, c.strided);
+  auto o_layout = StridedLayout::make(p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, c.strided);
+  std::vector<float> q = random_values(p.dtype, q_elements(p), seed);
+  std::vector<float> k = random_values(p.dtype, k_elements(p), seed + 1);
+  std::vector<float> v = random_values(p.dtype, v_elements(p), seed + 2);
+
+  auto dq = upload_bits(q_layout.scatter(p.dtype, q, kNaNBits));
+  auto dk = upload_bits(k_layout.scatter(p.dtype, k, kNaNBits));
+  auto dv = upload_bits(v_layout.scatter(p.dtype, v, kNaNBits));
+  auto dout = DeviceBuffer::allocate(o_layout.storage_elements * 2);
+  auto dlse = DeviceBuffer::allocate(lse_elements(p) * 4);
+  for (llvm::Error e : {dq.takeError(), dk.takeError(), dv.takeError(), dout.takeError(),
+                        dlse.takeError()})
+    FLASHJIT_ASSERT_OK(std::move(e));
+  // O: NaN where the kernel must write, a canary in the gaps it must not.
+  FLASHJIT_ASSERT_OK(
+      dout->upload(o_layout.scatter(p.dtype, std::vector<float>(o_elements(p), NAN), kCanaryBits)
+                       .data(),
+                   o_layout.storage_elements * 2));
+  FLASHJIT_ASSERT_OK(dlse->fill_bytes(0xff));
+
+  ForwardArgs args;
+  args.q = dq->data();
+  args.k = dk->data();
+  args.v = dv->data();
+  args.o = dout->data();
+  args.lse = static_cast<float *>(dlse->data());
+  args.q_strides = q_layout.strides;
+  args.k_strides = k_layout.strides;
+  args.v_strides = v_layout.strides;
+  args.o_strides = o_layout.strides;
+  FLASHJIT_ASSERT_OK(launch_forward(p, args, nullptr, c.config));
+
+  std::vector<uint16_t> o_storage(o_layout.storage_elements);
+  std::vector<float> lse(lse_elements(p));
+  FLASHJIT_ASSERT_OK(dout->download(o_storage.data(), o_storage.size() * 2));
+  FLASHJIT_ASSERT_OK(dlse->download(lse.data(), lse.size() * 4));
+  bool gaps_intact = false;
+  std::vector<float> out = o_layout.gather(p.dtype, o_storage, kCanaryBits, &gaps_intact);
+  EXPECT_TRUE(gaps_intact) << "the kernel wrote outside the output view";
+
+  // Small problems: float64 on the CPU; large ones: fp32 on the GPU.
+  const double work = double(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_k * p.head_dim_qk;
+  AttentionOutputs exact, element;
+  if (work <= 2e8) {
+    exact = cpu_attention(p, q, k, v, ReferencePrecision::exact);
+    element = cpu_attention(p, q, k, v, ReferencePrecision::element);
+  } else {
+    auto e1 = gpu_reference_attention(p, args, ReferencePrecision::exact);
+    auto e2 = gpu_reference_attention(p, args, ReferencePrecision::element);
+    FLASHJIT_ASSERT_OK(e1.takeError());
+    FLASHJIT_ASSERT_OK(e2.takeError());
+    exact = std::move(*e1);
+    element = std::move(*e2);
+  }
+  AccuracyReport report = check_forward_accuracy(out, exact.out, element.out, lse, exact.lse);
+  EXPECT_TRUE(report.passed) << report.describe();
+}
+
+class ForwardCorrectness : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ForwardCorrectness, MatchesReference) {
+  FLASHJIT_REQUIRE_GPU();
+  run_case(GetParam(), 1234);
+}
+
+std::vector<Case> irregular_cases() {
+  std::vector<Case> cases;
+  const MaskKind masks[] = {MaskKind::none, MaskKind::causal};
+  // seqlen pairs: not multiples of any tile, 1, and seqlen_q != seqlen_k both ways.
+  const std::pair<int64_t, int64_t> lengths[] = {{1, 1},     {17, 17},  {113, 203}, {203, 113},
+                                                 {1023, 1023}, {1, 1023}, {128, 1},  {300, 77}};
+  for (DType dtype : {DType::bf16, DType::fp16})
+    for (MaskKind mask : masks)
+      for (auto [sq, sk] : lengths)
+        cases.push_back({make_problem(dtype, 2, 4, 4, sq, sk, 128, 128, mask)});
+  // Sliding windows, GQA/MQA, softcap, distinct qk/v head dims, strides.
+  cases.push_back({make_problem(DType::bf16, 1, 8, 2, 517, 517, 64, 64, MaskKind::window, 100, 0)});
+  cases.push_back({make_problem(DType::bf16, 1, 8, 8, 333, 700, 64, 64, MaskKind::window, 64, 32)});
+  cases.push_back({make_problem(DType::fp16, 2, 4, 4, 257, 129, 96, 96, MaskKind::window, -1, 17)});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 129, 257, 128, 128, MaskKind::window, 5, -1)});
+  cases.push_back({make_problem(DType::bf16, 2, 6, 1, 257, 257, 128, 128, MaskKind::causal)});
+  cases.push_back({make_problem(DType::fp16, 2, 6, 3, 111, 333, 64, 64, MaskKind::none)});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 4, 255, 255, 128, 128, MaskKind::causal, -1, -1, 30.f)});
+  cases.push_back(
+      {make_problem(DType::fp16, 1, 4, 2, 100, 300, 64, 64, MaskKind::none, -1, -1, 5.f)});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 200, 200, 128, 64, MaskKind::causal)});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 200, 200, 64, 128, MaskKind::none)});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 231, 177, 72, 40, MaskKind::causal), {}, true});
+  cases.push_back({make_problem(DType::fp16, 2, 4, 4, 333, 333, 128, 128, MaskKind::none), {}, true});
+  // A causal mask with seqlen_q > seqlen_k leaves the first rows with no key.
+  cases.push_back({make_problem(DType::bf16, 1, 2, 2, 300, 100, 64, 64, MaskKind::causal)});
+  return cases;
+}
+
+std::vector<Case> head_dim_cases() {
+  std::vector<Case> cases;
+  for (int d = 8; d <= 256; d += 8)
+    cases.push_back({make_problem(d % 16 ? DType::fp16 : DType::bf16, 1, 3, 3, 197, 229, d, d,
+                                  d % 24 ? MaskKind::causal : MaskKind::none)});
+  return cases;
+}
+
+// Every kind of config the tuner can emit: rows per warp 16 and 32, each
+// warp count, block_n from 16 to 128, 2 to 4 stages.
+std::vector<Case> config_cases() {
+  std::vector<Case> cases;
+  const KernelConfig configs[] = {{KernelPath::sm80, 64, 64, 4, 2},  {KernelPath::sm80, 128, 32, 4, 3},
+                                  {KernelPath::sm80, 128, 128, 8, 2}, {KernelPath::sm80, 64, 16, 2, 4},
+                                  {KernelPath::sm80, 32, 64, 1, 2},  {KernelPath::sm80, 256, 64, 8, 2},
+                                  {KernelPath::sm80, 128, 64, 4, 4}};
+  for (const KernelConfig &c : configs)
+    cases.push_back({make_problem(DType::bf16, 2, 3, 3, 301, 405, 64, 64, MaskKind::causal), c});
+  cases.push_back({make_problem(DType::fp16, 1, 2, 2, 301, 301, 256, 256, MaskKind::none),
+                   {KernelPath::sm80, 64, 32, 4, 3}});
+  return cases;
+}
+
+std::vector<Case> large_cases() {
+  return {{make_problem(DType::bf16, 2, 16, 16, 4096, 4096, 128, 128, MaskKind::causal)},
+          {make_problem(DType::bf16, 1, 16, 4, 3000, 5000, 64, 64, MaskKind::none)},
+          {make_problem(DType::fp16, 1, 8, 8, 2049, 2049, 256, 256, MaskKind::window, 512, 0)}};
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case> &info) {
+  return "case" + std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(Irregular, ForwardCorrectness, ::testing::ValuesIn(irregular_cases()),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(HeadDims, ForwardCorrectness, ::testing::ValuesIn(head_dim_cases()),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Configs, ForwardCorrectness, ::testing::ValuesIn(config_cases()),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Large, ForwardCorrectness, ::testing::ValuesIn(large_cases()), case_name);
+
+// The same inputs give bit-identical outputs run after run: a moving result
+// would be a race.
+TEST(ForwardDeterminism, RepeatedRunsAreBitIdentical) {
+  FLASHJIT_REQUIRE_GPU();
+  Problem p = make_problem(DType::bf16, 2, 8, 8, 1000, 1000, 128, 128, MaskKind::causal);
+  auto q = testing::upload_values(p.dtype, random_values(p.dtype, q_elements(p), 1));
+  auto k = testing::upload_values(p.dtype, random_values(p.dtype, k_elements(p), 2));
+  auto v = testing::upload_values(p.dtype, random_values(p.dtype, v_elements(p), 3));
+  auto o = DeviceBuffer::allocate(o_elements(p) * 2);
+  for (llvm::Error e : {q.takeError(), k.takeError(), v.takeError(), o.takeError()})
+    FLASHJIT_ASSERT_OK(std::move(e));
+  ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(), nullptr);
+  std::vector<uint16_t> first(o_elements(p)), again(o_elements(p));
+  for (int run = 0; run < 5; ++run) {
+    FLASHJIT_ASSERT_OK(o->fill_bytes(0xff));
+    FLASHJIT_ASSERT_OK(launch_forward(p, args, nullptr, {}));
+    FLASHJIT_ASSERT_OK(o->download(run == 0 ? first.data() : again.data(), first.size() * 2));
+    if (run) ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * 2), 0) << run;
+  }
+}
+
+}  // namespace
+}  // namespace flashjit

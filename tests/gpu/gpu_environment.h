@@ -1,0 +1,59 @@
+// Shared by the GPU tests: why there is no GPU to test on (skip with that
+// reason), and random 16-bit tensors on the device.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference/cpu_attention.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/device_buffer.h"
+
+namespace flashjit::testing {
+
+// Empty when a GPU is usable (and the current context is set); else why not.
+inline std::string gpu_skip_reason() {
+  auto driver = cuda_driver();
+  if (!driver) return "no CUDA driver: " + llvm::toString(driver.takeError());
+  auto count = device_count();
+  if (!count) return "no CUDA device: " + llvm::toString(count.takeError());
+  if (*count == 0) return "no CUDA device";
+  auto context = current_or_primary_context();
+  if (!context) return "no CUDA context: " + llvm::toString(context.takeError());
+  return "";
+}
+
+#define FLASHJIT_REQUIRE_GPU()                                               \
+  do {                                                                       \
+    std::string reason_ = ::flashjit::testing::gpu_skip_reason();            \
+    if (!reason_.empty()) GTEST_SKIP() << reason_;                           \
+  } while (0)
+
+#define FLASHJIT_ASSERT_OK(expr)                                             \
+  do {                                                                       \
+    if (llvm::Error err_ = (expr)) FAIL() << llvm::toString(std::move(err_)); \
+  } while (0)
+
+// Normal(0, 1) values rounded to `dtype` (never zeros: they hide unwritten
+// outputs and wrong indexing).
+inline std::vector<float> random_values(DType dtype, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float &x : v) x = round_to(dtype, dist(rng));
+  return v;
+}
+
+inline llvm::Expected<DeviceBuffer> upload_values(DType dtype, const std::vector<float> &values) {
+  std::vector<uint16_t> bits = to_storage(dtype, values);
+  auto buffer = DeviceBuffer::allocate(bits.size() * sizeof(uint16_t));
+  if (!buffer) return buffer.takeError();
+  if (auto e = buffer->upload(bits.data(), bits.size() * sizeof(uint16_t))) return std::move(e);
+  return std::move(*buffer);
+}
+
+}  // namespace flashjit::testing
