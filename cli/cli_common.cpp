@@ -1,0 +1,156 @@
+#include "cli/cli_common.h"
+
+#include <optional>
+
+#include "generator/heuristic.h"
+#include "runtime/device.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+
+namespace flashjit::cli {
+
+int report_error(int code, const llvm::Twine &message) {
+  llvm::errs() << "flashjit: error: " << message << "\n";
+  return code;
+}
+
+int report_error(int code, llvm::Error error) {
+  return report_error(code, llvm::toString(std::move(error)));
+}
+
+// Every problem flag is a string parsed by parse_problem_flags, so that its
+// errors name the flag and what it allows (cl::opt<int> would not).
+#define FLASHJIT_PROBLEM_FLAG(member, flag, initial, value, help)                          \
+  member(flag, cl::init(initial), cl::desc(help), cl::value_desc(value), cl::cat(category), \
+         cl::sub(gen), cl::sub(compile), cl::sub(run))
+
+ProblemOptions::ProblemOptions(cl::OptionCategory &category, cl::SubCommand &gen,
+                               cl::SubCommand &compile, cl::SubCommand &run)
+    : FLASHJIT_PROBLEM_FLAG(dtype, "dtype", "bf16", "bf16|fp16", "Element type"),
+      FLASHJIT_PROBLEM_FLAG(batch, "batch", "2", "B", "Batch size"),
+      FLASHJIT_PROBLEM_FLAG(heads, "heads", "16", "H", "Query heads"),
+      FLASHJIT_PROBLEM_FLAG(heads_kv, "heads-kv", "", "HK", "Key/value heads (GQA; default --heads)"),
+      FLASHJIT_PROBLEM_FLAG(seqlen, "seqlen", "8192", "N", "Sequence length of queries and keys"),
+      FLASHJIT_PROBLEM_FLAG(seqlen_q, "seqlen-q", "", "N", "Query length (default --seqlen)"),
+      FLASHJIT_PROBLEM_FLAG(seqlen_k, "seqlen-k", "", "N", "Key length (default --seqlen)"),
+      FLASHJIT_PROBLEM_FLAG(hdim, "hdim", "128", "D", "Head dim of Q and K (multiple of 8, <= 256)"),
+      FLASHJIT_PROBLEM_FLAG(hdim_v, "hdim-v", "", "DV", "Head dim of V (default --hdim)"),
+      FLASHJIT_PROBLEM_FLAG(mask, "mask", "none", "none|causal|window:L,R",
+                            "Mask, bottom-right aligned; -1 is an unbounded window side"),
+      causal("causal", cl::desc("Same as --mask causal"), cl::cat(category), cl::sub(gen),
+             cl::sub(compile), cl::sub(run)),
+      FLASHJIT_PROBLEM_FLAG(softcap, "softcap", "0", "X", "Logit softcap (0: off)"),
+      FLASHJIT_PROBLEM_FLAG(scale, "scale", "0", "S", "Softmax scale (0: 1/sqrt(hdim))"),
+      FLASHJIT_PROBLEM_FLAG(path, "path", "sm80", "sm80|sm90", "Kernel family"),
+      FLASHJIT_PROBLEM_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
+      FLASHJIT_PROBLEM_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
+      FLASHJIT_PROBLEM_FLAG(warps, "warps", "0", "W", "Warps per CTA (0: heuristic)"),
+      FLASHJIT_PROBLEM_FLAG(stages, "stages", "0", "S", "K/V pipeline stages (0: heuristic)") {}
+
+#undef FLASHJIT_PROBLEM_FLAG
+
+ProblemFlagValues ProblemOptions::values() const {
+  ProblemFlagValues v;
+  v.dtype = dtype;
+  v.batch = batch;
+  v.heads = heads;
+  v.heads_kv = heads_kv;
+  v.seqlen = seqlen;
+  v.seqlen_q = seqlen_q;
+  v.seqlen_k = seqlen_k;
+  v.hdim = hdim;
+  v.hdim_v = hdim_v;
+  v.mask = mask;
+  v.causal = causal;
+  v.softcap = softcap;
+  v.scale = scale;
+  v.path = path;
+  v.block_m = block_m;
+  v.block_n = block_n;
+  v.warps = warps;
+  v.stages = stages;
+  return v;
+}
+
+CommonOptions::CommonOptions(cl::OptionCategory &category, cl::SubCommand &info,
+                             cl::SubCommand &gen, cl::SubCommand &compile, cl::SubCommand &run)
+    : json("json", cl::desc("Print machine-readable JSON"), cl::cat(category), cl::sub(info),
+           cl::sub(gen), cl::sub(compile), cl::sub(run)) {}
+
+llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
+                                              llvm::StringRef arch_flag, int &exit_code) {
+  exit_code = kExitUsage;
+  auto parsed = parse_problem_flags(options.values());
+  if (!parsed) return parsed.takeError();
+
+  ResolvedKernel out;
+  out.problem = parsed->problem;
+  std::optional<DeviceInfo> device;
+  if (auto info = query_device(0)) {
+    device = std::move(*info);
+  } else {
+    out.device_note = llvm::toString(info.takeError());
+  }
+
+  TargetArch arch;
+  if (!arch_flag.empty()) {
+    auto parsed_arch = TargetArch::parse(arch_flag);
+    if (!parsed_arch)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          llvm::formatv("--arch: {0}", llvm::toString(parsed_arch.takeError())).str());
+    arch = *parsed_arch;
+  } else if (device) {
+    arch = device->target();
+  } else {
+    exit_code = kExitFailure;
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("no GPU to target ({0}); pass --arch, e.g. --arch sm_90a", out.device_note)
+            .str());
+  }
+  out.device_matches = device && device->target() == arch;
+  // A device of the target knows its own opt-in limit; otherwise the
+  // generator's table for the architecture decides.
+  out.max_smem_bytes = out.device_matches ? device->max_smem_per_block_optin : 0;
+  if (device && !out.device_matches)
+    out.device_note = llvm::formatv("the GPU ({0}) is {1}, not {2}", device->name,
+                                    device->target().name(), arch.name())
+                          .str();
+
+  const KernelConfig config =
+      default_forward_config(out.problem, arch, out.max_smem_bytes, parsed->config);
+  auto spec = make_forward_spec(out.problem, config, arch, out.max_smem_bytes);
+  if (!spec) return spec.takeError();
+  out.spec = std::move(*spec);
+  exit_code = kExitOk;
+  return out;
+}
+
+void print_json(const llvm::json::Value &value) {
+  llvm::outs() << llvm::formatv("{0:2}", value) << "\n";
+}
+
+llvm::json::Object problem_json(const Problem &p) {
+  llvm::json::Object o{{"dtype", to_string(p.dtype)},     {"batch", p.batch},
+                       {"heads_q", p.heads_q},            {"heads_kv", p.heads_kv},
+                       {"seqlen_q", p.seqlen_q},          {"seqlen_k", p.seqlen_k},
+                       {"head_dim_qk", p.head_dim_qk},    {"head_dim_v", p.head_dim_v},
+                       {"mask", to_string(p.mask)},       {"softcap", double(p.softcap)},
+                       {"softmax_scale", double(p.effective_scale())}};
+  if (p.mask == MaskKind::window) {
+    o["window_left"] = p.window_left;
+    o["window_right"] = p.window_right;
+  }
+  return o;
+}
+
+llvm::json::Object config_json(const KernelConfig &c) {
+  return llvm::json::Object{{"path", to_string(c.path)}, {"block_m", c.block_m},
+                            {"block_n", c.block_n},      {"warps", c.warps},
+                            {"stages", c.stages}};
+}
+
+}  // namespace flashjit::cli

@@ -1,0 +1,62 @@
+// What the subcommands share: exit codes, the one-line error format, the
+// problem/config flags bound to llvm::cl, and problem -> kernel spec.
+#pragma once
+
+#include <string>
+
+#include "cli/problem_flags.h"
+#include "generator/kernel_spec.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+namespace flashjit::cli {
+
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2 };
+
+// Prints "flashjit: error: <message>" to stderr and returns `code`.
+int report_error(int code, const llvm::Twine &message);
+int report_error(int code, llvm::Error error);
+
+// Options live in main()'s frame rather than as globals: a cl::opt naming a
+// SubCommand must be constructed after it, which static initialisation
+// across files cannot promise.
+struct ProblemOptions {
+  ProblemOptions(llvm::cl::OptionCategory &category, llvm::cl::SubCommand &gen,
+                 llvm::cl::SubCommand &compile, llvm::cl::SubCommand &run);
+  ProblemFlagValues values() const;
+
+  llvm::cl::opt<std::string> dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
+      hdim_v, mask;
+  llvm::cl::opt<bool> causal;
+  llvm::cl::opt<std::string> softcap, scale, path, block_m, block_n, warps, stages;
+};
+
+// Flags every subcommand takes.
+struct CommonOptions {
+  CommonOptions(llvm::cl::OptionCategory &category, llvm::cl::SubCommand &info,
+                llvm::cl::SubCommand &gen, llvm::cl::SubCommand &compile,
+                llvm::cl::SubCommand &run);
+  llvm::cl::opt<bool> json;
+};
+
+struct ResolvedKernel {
+  Problem problem;
+  KernelSpec spec;
+  int max_smem_bytes = 0;  // the device's opt-in limit, or 0 (the arch's)
+  bool device_matches = false;  // a GPU of spec.arch is present
+  std::string device_note;      // why there is no usable GPU, when there is none
+};
+
+// Parses the problem flags, picks the target (`arch_flag`, else the GPU's),
+// completes the config with the heuristic and validates it. On failure
+// `exit_code` says whose fault it was: kExitUsage for flags, problems and
+// configs the generator rejects, kExitFailure for a missing GPU or driver.
+llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
+                                              llvm::StringRef arch_flag, int &exit_code);
+
+void print_json(const llvm::json::Value &value);
+llvm::json::Object problem_json(const Problem &problem);
+llvm::json::Object config_json(const KernelConfig &config);
+
+}  // namespace flashjit::cli

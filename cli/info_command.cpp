@@ -1,0 +1,135 @@
+// `flashjit info`: what this machine offers flashjit. Never fails for a
+// missing GPU or NVRTC: saying so is its job.
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "generator/source.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/nvrtc_compiler.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace flashjit::cli {
+
+namespace {
+
+// $FLASHJIT_DB, else $XDG_CACHE_HOME/flashjit/flashjit.db, else
+// ~/.cache/flashjit/flashjit.db (the XDG default).
+std::string database_path() {
+  if (const char *db = std::getenv("FLASHJIT_DB"); db && *db) return db;
+  llvm::SmallString<256> path;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    path = xdg;
+  } else if (const char *home = std::getenv("HOME"); home && *home) {
+    path = home;
+    llvm::sys::path::append(path, ".cache");
+  } else {
+    path = ".cache";
+  }
+  llvm::sys::path::append(path, "flashjit", "flashjit.db");
+  return std::string(path);
+}
+
+std::string driver_version_text(int version) {
+  return llvm::formatv("{0}.{1}", version / 1000, version % 1000 / 10).str();
+}
+
+// The first line of an error: enough for a one-line status.
+std::string first_line(llvm::Error error) {
+  return llvm::StringRef(llvm::toString(std::move(error))).split('\n').first.str();
+}
+
+}  // namespace
+
+int InfoCommand::run(const CommonOptions &common) const {
+  llvm::json::Array gpus;
+  std::string gpu_note;
+  std::string driver_library;
+  int driver_version = 0;
+  if (auto driver = cuda_driver()) {
+    driver_library = driver->library;
+    auto count = device_count();
+    if (!count) {
+      gpu_note = first_line(count.takeError());
+    } else if (*count == 0) {
+      gpu_note = "the driver reports no devices";
+    }
+    for (int i = 0; count && i < *count; ++i) {
+      auto device = query_device(i);
+      if (!device) {
+        gpu_note = first_line(device.takeError());
+        break;
+      }
+      driver_version = device->driver_version;
+      gpus.push_back(llvm::json::Object{
+          {"ordinal", device->ordinal},
+          {"name", device->name},
+          {"compute_capability", llvm::formatv("{0}.{1}", device->cc_major, device->cc_minor).str()},
+          {"target", device->target().name()},
+          {"sms", device->sm_count},
+          {"smem_per_block_optin", device->max_smem_per_block_optin},
+          {"smem_per_sm", device->max_smem_per_sm},
+          {"l2_bytes", device->l2_bytes},
+          {"memory_bytes", int64_t(device->total_memory)}});
+    }
+  } else {
+    gpu_note = first_line(driver.takeError());
+  }
+
+  std::string nvrtc_version_text, nvrtc_library, nvrtc_note;
+  if (auto version = nvrtc_version()) {
+    nvrtc_version_text = *version;
+    auto api = detail::load_nvrtc(
+        detail::nvrtc_search_list(std::getenv("FLASHJIT_NVRTC"), std::getenv("CUDA_HOME")));
+    if (api)
+      nvrtc_library = api->library;
+    else
+      llvm::consumeError(api.takeError());
+  } else {
+    nvrtc_note = first_line(version.takeError());
+  }
+  const std::string db = database_path();
+
+  if (common.json) {
+    llvm::json::Object o{{"gpus", std::move(gpus)},
+                         {"templates_hash", templates_hash()},
+                         {"database", db},
+                         {"version", FLASHJIT_VERSION}};
+    if (!gpu_note.empty()) o["gpu_note"] = gpu_note;
+    if (!driver_library.empty()) o["driver_library"] = driver_library;
+    if (driver_version) o["driver_version"] = driver_version_text(driver_version);
+    if (!nvrtc_version_text.empty()) o["nvrtc_version"] = nvrtc_version_text;
+    if (!nvrtc_library.empty()) o["nvrtc_library"] = nvrtc_library;
+    if (!nvrtc_note.empty()) o["nvrtc_note"] = nvrtc_note;
+    print_json(std::move(o));
+    return kExitOk;
+  }
+
+  llvm::raw_ostream &os = llvm::outs();
+  os << "flashjit " << FLASHJIT_VERSION << "\n";
+  if (gpus.empty()) os << "GPU: none (" << gpu_note << ")\n";
+  for (const llvm::json::Value &value : gpus) {
+    const llvm::json::Object &g = *value.getAsObject();
+    os << llvm::formatv(
+        "GPU {0}: {1}, compute capability {2} ({3}), {4} SMs, {5} KB smem/block opt-in, "
+        "{6} MB L2, {7:f1} GB memory\n",
+        *g.getInteger("ordinal"), *g.getString("name"), *g.getString("compute_capability"),
+        *g.getString("target"), *g.getInteger("sms"), *g.getInteger("smem_per_block_optin") / 1024,
+        *g.getInteger("l2_bytes") / (1024 * 1024),
+        double(*g.getInteger("memory_bytes")) / (1024.0 * 1024 * 1024));
+  }
+  if (driver_version)
+    os << "Driver: " << driver_version_text(driver_version) << " (" << driver_library << ")\n";
+  if (!nvrtc_version_text.empty())
+    os << "NVRTC: " << nvrtc_version_text << " ("
+       << (nvrtc_library.empty() ? "path unknown" : nvrtc_library) << ")\n";
+  else
+    os << "NVRTC: none (" << nvrtc_note << ")\n";
+  os << "Templates: " << templates_hash() << "\n";
+  os << "Database: " << db << "\n";
+  return kExitOk;
+}
+
+}  // namespace flashjit::cli

@@ -1,0 +1,156 @@
+#include "cli/problem_flags.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "generator/kernel_spec.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit::cli {
+
+namespace {
+
+llvm::Error flag_error(llvm::StringRef flag, llvm::StringRef expected, llvm::StringRef got) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      llvm::formatv("--{0}: expected {1}, got {2}", flag, expected, got.empty() ? llvm::StringRef("''") : got).str());
+}
+
+// getAsInteger rejects signs, spaces and trailing junk alike.
+llvm::Expected<int64_t> parse_int(llvm::StringRef flag, llvm::StringRef text, int64_t lo,
+                                  int64_t hi, llvm::StringRef expected) {
+  int64_t value = 0;
+  if (text.getAsInteger(10, value) || value < lo || value > hi)
+    return flag_error(flag, expected, text);
+  return value;
+}
+
+llvm::Expected<float> parse_float(llvm::StringRef flag, llvm::StringRef text,
+                                  llvm::StringRef expected) {
+  const std::string copy = text.str();
+  char *end = nullptr;
+  const double value = copy.empty() ? NAN : std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) || value < 0 ||
+      value > 3.0e38)
+    return flag_error(flag, expected, text);
+  return static_cast<float>(value);
+}
+
+constexpr int64_t kMaxLength = int64_t(1) << 31;  // the kernels index rows with int
+constexpr const char *kPositive = "a positive integer";
+constexpr const char *kTileField = "0 (heuristic) or a positive integer";
+
+llvm::Error parse_mask(const ProblemFlagValues &v, Problem &p) {
+  llvm::StringRef text = v.mask;
+  constexpr const char *kExpected = "none, causal or window:LEFT,RIGHT (-1: unbounded)";
+  if (text == "none") {
+    p.mask = MaskKind::none;
+  } else if (text == "causal") {
+    p.mask = MaskKind::causal;
+  } else if (text.startswith("window:")) {
+    auto [left, right] = text.drop_front(7).split(',');
+    int64_t l = 0, r = 0;
+    if (left.getAsInteger(10, l) || right.getAsInteger(10, r) || l < -1 || r < -1)
+      return flag_error("mask", kExpected, text);
+    p.mask = MaskKind::window;
+    p.window_left = l;
+    p.window_right = r;
+  } else {
+    return flag_error("mask", kExpected, text);
+  }
+  if (v.causal && p.mask != MaskKind::causal && p.mask != MaskKind::none)
+    return flag_error("causal", "no --mask other than causal beside it", text);
+  if (v.causal) p.mask = MaskKind::causal;
+  return llvm::Error::success();
+}
+
+}  // namespace
+
+llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
+  ParsedProblem out;
+  Problem &p = out.problem;
+
+  if (v.dtype == "bf16") {
+    p.dtype = DType::bf16;
+  } else if (v.dtype == "fp16") {
+    p.dtype = DType::fp16;
+  } else {
+    return flag_error("dtype", "bf16 or fp16", v.dtype);
+  }
+
+  auto batch = parse_int("batch", v.batch, 1, 65535, kPositive);
+  if (!batch) return batch.takeError();
+  p.batch = *batch;
+  auto heads = parse_int("heads", v.heads, 1, 65535, kPositive);
+  if (!heads) return heads.takeError();
+  p.heads_q = *heads;
+  p.heads_kv = p.heads_q;
+  if (!v.heads_kv.empty()) {
+    const std::string expected = llvm::formatv("a divisor of --heads ({0})", p.heads_q).str();
+    auto heads_kv = parse_int("heads-kv", v.heads_kv, 1, p.heads_q, expected);
+    if (!heads_kv) return heads_kv.takeError();
+    if (p.heads_q % *heads_kv != 0) return flag_error("heads-kv", expected, v.heads_kv);
+    p.heads_kv = *heads_kv;
+  }
+
+  auto seqlen = parse_int("seqlen", v.seqlen, 1, kMaxLength - 1, kPositive);
+  if (!seqlen) return seqlen.takeError();
+  p.seqlen_q = p.seqlen_k = *seqlen;
+  if (!v.seqlen_q.empty()) {
+    auto n = parse_int("seqlen-q", v.seqlen_q, 1, kMaxLength - 1, kPositive);
+    if (!n) return n.takeError();
+    p.seqlen_q = *n;
+  }
+  if (!v.seqlen_k.empty()) {
+    auto n = parse_int("seqlen-k", v.seqlen_k, 1, kMaxLength - 1, kPositive);
+    if (!n) return n.takeError();
+    p.seqlen_k = *n;
+  }
+
+  constexpr const char *kHeadDim = "a multiple of 8 in [8, 256]";
+  auto hdim = parse_int("hdim", v.hdim, 8, 256, kHeadDim);
+  if (!hdim) return hdim.takeError();
+  if (*hdim % 8 != 0) return flag_error("hdim", kHeadDim, v.hdim);
+  p.head_dim_qk = p.head_dim_v = static_cast<int>(*hdim);
+  if (!v.hdim_v.empty()) {
+    auto hdim_v = parse_int("hdim-v", v.hdim_v, 8, 256, kHeadDim);
+    if (!hdim_v) return hdim_v.takeError();
+    if (*hdim_v % 8 != 0) return flag_error("hdim-v", kHeadDim, v.hdim_v);
+    p.head_dim_v = static_cast<int>(*hdim_v);
+  }
+
+  if (auto error = parse_mask(v, p)) return error;
+  auto softcap = parse_float("softcap", v.softcap, "a finite number >= 0 (0: off)");
+  if (!softcap) return softcap.takeError();
+  p.softcap = *softcap;
+  auto scale = parse_float("scale", v.scale, "a finite number >= 0 (0: 1/sqrt(hdim))");
+  if (!scale) return scale.takeError();
+  p.softmax_scale = *scale;
+
+  KernelConfig &c = out.config;
+  if (v.path == "sm80") {
+    c.path = KernelPath::sm80;
+  } else if (v.path == "sm90") {
+    c.path = KernelPath::sm90;
+  } else {
+    return flag_error("path", "sm80 or sm90", v.path);
+  }
+  struct Field {
+    const char *flag;
+    const std::string &text;
+    int &value;
+  };
+  for (const Field &f : {Field{"block-m", v.block_m, c.block_m},
+                         Field{"block-n", v.block_n, c.block_n}, Field{"warps", v.warps, c.warps},
+                         Field{"stages", v.stages, c.stages}}) {
+    auto n = parse_int(f.flag, f.text, 0, 1024, kTileField);
+    if (!n) return n.takeError();
+    f.value = static_cast<int>(*n);
+  }
+
+  if (auto error = validate_problem(p)) return error;
+  return out;
+}
+
+}  // namespace flashjit::cli

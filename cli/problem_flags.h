@@ -1,0 +1,45 @@
+// The problem and kernel-config flags shared by `gen`, `compile` and `run`,
+// as a pure function from the flags' text to a validated Problem and a
+// (possibly partial) KernelConfig, so every message is unit-tested.
+#pragma once
+
+#include <string>
+
+#include "flashjit/problem.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit::cli {
+
+// The flags as typed. An empty optional field means "not given".
+struct ProblemFlagValues {
+  std::string dtype = "bf16";
+  std::string batch = "2";
+  std::string heads = "16";
+  std::string heads_kv;  // default: --heads
+  std::string seqlen = "8192";
+  std::string seqlen_q;  // default: --seqlen
+  std::string seqlen_k;  // default: --seqlen
+  std::string hdim = "128";
+  std::string hdim_v;  // default: --hdim
+  std::string mask = "none";
+  bool causal = false;  // --causal, the same as --mask causal
+  std::string softcap = "0";
+  std::string scale = "0";
+  std::string path = "sm80";
+  std::string block_m = "0";
+  std::string block_n = "0";
+  std::string warps = "0";
+  std::string stages = "0";
+};
+
+struct ParsedProblem {
+  Problem problem;
+  KernelConfig config;  // zero fields: the heuristic picks
+};
+
+// Fails with one line naming the flag, what it allows and what it got, e.g.
+// "--hdim: expected a multiple of 8 in [8, 256], got 100"; then runs the
+// generator's validate_problem, whose message comes back unchanged.
+llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &values);
+
+}  // namespace flashjit::cli

@@ -1,0 +1,201 @@
+// `flashjit run`: the forward pass on the GPU with random inputs: check it
+// against the GPU reference (--check) and time it.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <thread>
+
+#include "cli/commands.h"
+#include "reference/accuracy.h"
+#include "reference/gpu_reference.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/device_buffer.h"
+#include "runtime/launch_forward.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+
+namespace flashjit::cli {
+
+RunCommand::RunCommand(cl::OptionCategory &category)
+    : check("check", cl::desc("Compare against the GPU reference (exit 1 when it fails)"),
+            cl::cat(category), cl::sub(sub)),
+      warmup("warmup", cl::desc("Untimed runs before timing"), cl::init(5), cl::cat(category),
+             cl::sub(sub)),
+      repeats("repeats", cl::desc("Timed runs (the median is reported)"), cl::init(20),
+              cl::cat(category), cl::sub(sub)),
+      seed("seed", cl::desc("Seed of the random inputs"), cl::init(0), cl::cat(category),
+           cl::sub(sub)) {}
+
+namespace {
+
+// Standard normal values rounded to `dtype`, in 16-bit storage. SplitMix64 +
+// Box-Muller in independent chunks: deterministic for a seed whatever the
+// thread count, and fast enough for 8k-token tensors (100M+ elements).
+std::vector<uint16_t> random_normal(DType dtype, size_t n, uint64_t seed) {
+  std::vector<uint16_t> out(n);
+  constexpr size_t kChunk = size_t(1) << 20;
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  auto fill = [&](size_t chunk) {
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + chunk * 0xD1B54A32D192ED03ull + 1;
+    auto next = [&state]() {
+      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    };
+    const size_t end = std::min(n, (chunk + 1) * kChunk);
+    for (size_t i = chunk * kChunk; i < end; i += 2) {
+      const double u1 = (double(next() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]: log is finite
+      const double u2 = double(next() >> 11) * 0x1.0p-53;
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      out[i] = float_to_bits(dtype, float(r * std::cos(2 * M_PI * u2)));
+      if (i + 1 < end) out[i + 1] = float_to_bits(dtype, float(r * std::sin(2 * M_PI * u2)));
+    }
+  };
+  const size_t threads = std::max<size_t>(1, std::min<size_t>(chunks, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (size_t c = t; c < chunks; c += threads) fill(c);
+    });
+  for (std::thread &th : pool) th.join();
+  return out;
+}
+
+struct InputSet {
+  DeviceBuffer q, k, v, o, lse;
+  ForwardArgs args;
+};
+
+llvm::Expected<InputSet> make_input_set(const Problem &p, llvm::ArrayRef<uint16_t> q,
+                                        llvm::ArrayRef<uint16_t> k, llvm::ArrayRef<uint16_t> v) {
+  InputSet set;
+  for (auto [buffer, host] : {std::pair{&set.q, q}, std::pair{&set.k, k}, std::pair{&set.v, v}}) {
+    auto allocated = DeviceBuffer::allocate(host.size() * sizeof(uint16_t));
+    if (!allocated) return allocated.takeError();
+    *buffer = std::move(*allocated);
+    if (auto error = buffer->upload(host.data(), host.size() * sizeof(uint16_t)))
+      return error;
+  }
+  auto o = DeviceBuffer::allocate(o_elements(p) * sizeof(uint16_t));
+  if (!o) return o.takeError();
+  set.o = std::move(*o);
+  auto lse = DeviceBuffer::allocate(lse_elements(p) * sizeof(float));
+  if (!lse) return lse.takeError();
+  set.lse = std::move(*lse);
+  // NaN everywhere, so an element the kernel never writes cannot pass.
+  if (auto error = set.o.fill_bytes(0xFF)) return error;
+  if (auto error = set.lse.fill_bytes(0xFF)) return error;
+  set.args = ForwardArgs::packed(p, set.q.data(), set.k.data(), set.v.data(), set.o.data(),
+                                 static_cast<float *>(set.lse.data()));
+  return set;
+}
+
+llvm::Error synchronize() {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  return cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+llvm::Expected<AccuracyReport> check_against_reference(const Problem &p, const InputSet &set) {
+  std::vector<uint16_t> o_bits(o_elements(p));
+  std::vector<float> lse(lse_elements(p));
+  if (auto error = set.o.download(o_bits.data(), o_bits.size() * sizeof(uint16_t)))
+    return error;
+  if (auto error = set.lse.download(lse.data(), lse.size() * sizeof(float)))
+    return error;
+  auto exact = gpu_reference_attention(p, set.args, ReferencePrecision::exact);
+  if (!exact) return exact.takeError();
+  auto lowprec = gpu_reference_attention(p, set.args, ReferencePrecision::element);
+  if (!lowprec) return lowprec.takeError();
+  const std::vector<float> out = from_storage(p.dtype, o_bits);
+  return check_forward_accuracy(out, exact->out, lowprec->out, lse, exact->lse);
+}
+
+// Enough copies of the inputs that one run's data has left the L2 by the
+// time it is used again, so timings are of HBM-fed kernels as in a model.
+size_t rotation_sets(const Problem &p, const DeviceInfo &device) {
+  const double bytes = double(q_elements(p) + k_elements(p) + v_elements(p) + o_elements(p)) * 2;
+  const size_t sets = size_t(std::ceil(2.0 * device.l2_bytes / std::max(bytes, 1.0)));
+  return std::clamp<size_t>(sets, 1, 16);
+}
+
+}  // namespace
+
+int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_options) const {
+  if (warmup < 0) return report_error(kExitUsage, llvm::formatv("--warmup: expected an integer >= 0, got {0}", warmup.getValue()));
+  if (repeats < 1) return report_error(kExitUsage, llvm::formatv("--repeats: expected an integer >= 1, got {0}", repeats.getValue()));
+  int code = kExitOk;
+  auto kernel = resolve_kernel(problem_options, "", code);
+  if (!kernel) return report_error(code, kernel.takeError());
+  const Problem &p = kernel->problem;
+  const KernelSpec &spec = kernel->spec;
+  auto device = query_device(0);
+  if (!device) return report_error(kExitFailure, device.takeError());
+
+  const std::vector<uint16_t> q = random_normal(p.dtype, q_elements(p), seed * 3 + 0);
+  const std::vector<uint16_t> k = random_normal(p.dtype, k_elements(p), seed * 3 + 1);
+  const std::vector<uint16_t> v = random_normal(p.dtype, v_elements(p), seed * 3 + 2);
+  std::vector<InputSet> sets;
+  for (size_t i = 0, n = rotation_sets(p, *device); i < n; ++i) {
+    auto set = make_input_set(p, q, k, v);
+    if (!set) return report_error(kExitFailure, set.takeError());
+    sets.push_back(std::move(*set));
+  }
+
+  if (auto error = launch_forward(p, sets[0].args, nullptr, spec.config))
+    return report_error(kExitFailure, std::move(error));
+  if (auto error = synchronize()) return report_error(kExitFailure, std::move(error));
+  std::optional<AccuracyReport> accuracy;
+  if (check) {
+    auto report = check_against_reference(p, sets[0]);
+    if (!report) return report_error(kExitFailure, report.takeError());
+    accuracy = *report;
+  }
+
+  size_t next = 0;
+  auto timing = time_on_stream(nullptr, warmup, repeats, [&]() -> llvm::Error {
+    const ForwardArgs &args = sets[next++ % sets.size()].args;
+    return launch_forward(p, args, nullptr, spec.config);
+  });
+  if (!timing) return report_error(kExitFailure, timing.takeError());
+  const double tflops = p.forward_flops() / (timing->median_ms * 1e-3) / 1e12;
+
+  if (common.json) {
+    llvm::json::Object o{{"id", spec.id()},
+                         {"device", device->name},
+                         {"problem", problem_json(p)},
+                         {"config", config_json(spec.config)},
+                         {"median_ms", timing->median_ms},
+                         {"min_ms", timing->min_ms},
+                         {"max_ms", timing->max_ms},
+                         {"repeats", repeats.getValue()},
+                         {"input_sets", int64_t(sets.size())},
+                         {"tflops", tflops}};
+    if (accuracy)
+      o["check"] = llvm::json::Object{{"passed", accuracy->passed},
+                                      {"max_err", accuracy->max_err},
+                                      {"baseline_err", accuracy->baseline_err},
+                                      {"tolerance", accuracy->tolerance},
+                                      {"unwritten", int64_t(accuracy->unwritten)},
+                                      {"lse_max_err", accuracy->lse_max_err},
+                                      {"lse_unwritten", int64_t(accuracy->lse_unwritten)}};
+    print_json(std::move(o));
+  } else {
+    llvm::raw_ostream &os = llvm::outs();
+    os << llvm::formatv("kernel   {0}\n", spec.id());
+    os << llvm::formatv("device   {0}\n", device->name);
+    os << llvm::formatv("problem  {0}\n", describe(p));
+    os << llvm::formatv("config   {0}\n", describe(spec.config));
+    if (accuracy) os << llvm::formatv("check    {0}\n", accuracy->describe());
+    os << llvm::formatv("time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input sets)\n",
+                        timing->median_ms, timing->min_ms, timing->max_ms, repeats.getValue(), sets.size());
+    os << llvm::formatv("perf     {0:f1} TFLOP/s\n", tflops);
+  }
+  return accuracy && !accuracy->passed ? kExitFailure : kExitOk;
+}
+
+}  // namespace flashjit::cli

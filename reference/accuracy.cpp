@@ -1,0 +1,73 @@
+#include "reference/accuracy.h"
+
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+namespace {
+
+double pair_error(float a, float b) {
+  if (std::isfinite(a) && std::isfinite(b)) return std::fabs(double(a) - double(b));
+  if (std::isinf(a) && a == b) return 0;  // a fully masked row's LSE: +inf on both sides
+  return std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+double max_abs_error(llvm::ArrayRef<float> a, llvm::ArrayRef<float> b) {
+  assert(a.size() == b.size());
+  double err = 0;
+  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, pair_error(a[i], b[i]));
+  return err;
+}
+
+size_t count_nan(llvm::ArrayRef<float> values) {
+  size_t n = 0;
+  for (float x : values) n += std::isnan(x) ? 1 : 0;
+  return n;
+}
+
+AccuracyReport check_forward_accuracy(llvm::ArrayRef<float> out, llvm::ArrayRef<float> reference,
+                                      llvm::ArrayRef<float> lowprec_reference,
+                                      llvm::ArrayRef<float> lse,
+                                      llvm::ArrayRef<float> reference_lse,
+                                      const AccuracyCriterion &criterion) {
+  assert(out.size() == reference.size() && out.size() == lowprec_reference.size());
+  assert(lse.size() == reference_lse.size());
+  AccuracyReport r;
+  r.elements = out.size();
+  r.unwritten = count_nan(out);
+  r.max_err = max_abs_error(out, reference);
+  r.baseline_err = max_abs_error(lowprec_reference, reference);
+  r.tolerance = criterion.factor * r.baseline_err + criterion.atol;
+  r.passed = r.unwritten == 0 && r.max_err <= r.tolerance;
+  if (!lse.empty()) {
+    r.lse_checked = true;
+    r.lse_unwritten = count_nan(lse);
+    r.lse_max_err = max_abs_error(lse, reference_lse);
+    r.lse_tolerance = criterion.lse_atol;
+    r.passed = r.passed && r.lse_unwritten == 0 && r.lse_max_err <= r.lse_tolerance;
+  }
+  return r;
+}
+
+std::string AccuracyReport::describe() const {
+  std::string s = llvm::formatv("{0} max_err={1:e2} {2} tol={3:e2} (baseline {4:e2})",
+                                passed ? "PASS" : "FAIL", max_err,
+                                max_err <= tolerance ? "<=" : ">", tolerance, baseline_err);
+  if (unwritten)
+    s += llvm::formatv(", {0} of {1} outputs unwritten (NaN)", unwritten, elements).str();
+  if (lse_checked) {
+    s += llvm::formatv(", lse_err={0:e2} {1} {2:e2}", lse_max_err,
+                       lse_max_err <= lse_tolerance ? "<=" : ">", lse_tolerance)
+             .str();
+    if (lse_unwritten) s += llvm::formatv(", {0} LSE unwritten (NaN)", lse_unwritten).str();
+  }
+  return s;
+}
+
+}  // namespace flashjit

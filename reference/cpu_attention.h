@@ -1,0 +1,63 @@
+// Exact attention on the CPU in float64, for small shapes: the ground truth
+// the GPU reference and the kernels are checked against. Tensors are packed
+// [batch, seqlen, heads, dim] float arrays that already hold element-type
+// values (see the rounding helpers), so the reference and the kernel see the
+// very same inputs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flashjit/problem.h"
+#include "llvm/ADT/ArrayRef.h"
+
+namespace flashjit {
+
+// Round-to-nearest-even conversions between float and the 16-bit storage of
+// bf16 / fp16 (NaN stays NaN; fp16 overflows to infinity).
+uint16_t float_to_bf16_bits(float value);
+float bf16_bits_to_float(uint16_t bits);
+uint16_t float_to_fp16_bits(float value);
+float fp16_bits_to_float(uint16_t bits);
+
+uint16_t float_to_bits(DType dtype, float value);
+float bits_to_float(DType dtype, uint16_t bits);
+// `value` rounded to the nearest value `dtype` can hold.
+float round_to(DType dtype, float value);
+
+std::vector<uint16_t> to_storage(DType dtype, llvm::ArrayRef<float> values);
+std::vector<float> from_storage(DType dtype, llvm::ArrayRef<uint16_t> bits);
+// Rounds every element in place.
+void round_all(DType dtype, std::vector<float> &values);
+
+// Whether query row `i` sees key `j`: the mask of Problem, bottom-right aligned.
+bool key_visible(const Problem &problem, int64_t i, int64_t j);
+
+enum class ReferencePrecision {
+  // Everything in float64.
+  exact,
+  // As a kernel in the element type computes it: P = exp(s - rowmax) rounded
+  // to the element type before P·V, the output rounded. Its error against
+  // `exact` sets the tolerance (DESIGN.md, "Correctness").
+  element,
+};
+
+struct AttentionOutputs {
+  std::vector<float> out;  // [batch, seqlen_q, heads_q, head_dim_v]
+  std::vector<float> lse;  // [batch, heads_q, seqlen_q], natural log
+};
+
+// A row that sees no key gets O = 0 and LSE = +infinity, as FlashAttention
+// writes it. `q`, `k` and `v` must be packed and sized for `problem`.
+AttentionOutputs cpu_attention(const Problem &problem, llvm::ArrayRef<float> q,
+                               llvm::ArrayRef<float> k, llvm::ArrayRef<float> v,
+                               ReferencePrecision precision = ReferencePrecision::exact);
+
+// Element counts of the packed tensors of `problem`.
+size_t q_elements(const Problem &problem);
+size_t k_elements(const Problem &problem);
+size_t v_elements(const Problem &problem);
+size_t o_elements(const Problem &problem);
+size_t lse_elements(const Problem &problem);
+
+}  // namespace flashjit

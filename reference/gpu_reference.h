@@ -1,0 +1,36 @@
+// The GPU reference: naive fp32 attention (templates/reference_attention.cuh)
+// compiled through NVRTC, for shapes too large for cpu_attention (the CLI's
+// `run --check` at seqlen 8k, the GPU tests). It reads the same 16-bit
+// tensors with the same strides as the kernel under test.
+#pragma once
+
+#include <cuda.h>
+
+#include "flashjit/forward.h"
+#include "generator/source.h"
+#include "reference/cpu_attention.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+// The NVRTC program of the reference kernel: one for every shape and dtype
+// (all of them are run-time parameters).
+GeneratedSource generate_reference_attention();
+
+// Enqueues the reference on `stream`: reads `inputs.q/k/v` with their
+// strides (inputs.o and inputs.lse are ignored), writes packed fp32 `out`
+// [batch, seqlen_q, heads_q, head_dim_v] and, when non-null, `lse`
+// [batch, heads_q, seqlen_q]. Compiles and loads the kernel on first use in
+// the current context (or the primary context of device 0).
+llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs &inputs,
+                                       float *out, float *lse, ReferencePrecision precision,
+                                       CUstream stream);
+
+// As above, into device memory it allocates; waits for the stream and
+// returns both outputs on the host.
+llvm::Expected<AttentionOutputs> gpu_reference_attention(const Problem &problem,
+                                                         const ForwardArgs &inputs,
+                                                         ReferencePrecision precision,
+                                                         CUstream stream = nullptr);
+
+}  // namespace flashjit
