@@ -107,7 +107,7 @@ Problem make_problem(DType dtype, int64_t b, int64_t hq, int64_t hkv, int64_t sq
 llvm::Expected<DeviceBuffer> upload_bits(const std::vector<uint16_t> &bits) {
   auto buffer = DeviceBuffer::allocate(bits.size() * 2);
   if (!buffer) return buffer.takeError();
-  if (auto e = buffer->upload(bits.data(), bits.size() * 2)) return std::move(e);
+  if (auto e = buffer->upload(bits.data(), bits.size() * 2)) return e;
   return std::move(*buffer);
 }
 
@@ -127,9 +127,11 @@ void run_case(const Case &c, uint64_t seed) {
   auto dv = upload_bits(v_layout.scatter(p.dtype, v, kNaNBits));
   auto dout = DeviceBuffer::allocate(o_layout.storage_elements * 2);
   auto dlse = DeviceBuffer::allocate(lse_elements(p) * 4);
-  for (llvm::Error e : {dq.takeError(), dk.takeError(), dv.takeError(), dout.takeError(),
-                        dlse.takeError()})
-    FLASHJIT_ASSERT_OK(std::move(e));
+  FLASHJIT_ASSERT_OK(dq.takeError());
+  FLASHJIT_ASSERT_OK(dk.takeError());
+  FLASHJIT_ASSERT_OK(dv.takeError());
+  FLASHJIT_ASSERT_OK(dout.takeError());
+  FLASHJIT_ASSERT_OK(dlse.takeError());
   // O: NaN where the kernel must write, a canary in the gaps it must not.
   FLASHJIT_ASSERT_OK(
       dout->upload(o_layout.scatter(p.dtype, std::vector<float>(o_elements(p), NAN), kCanaryBits)
@@ -262,15 +264,19 @@ TEST(ForwardDeterminism, RepeatedRunsAreBitIdentical) {
   auto k = testing::upload_values(p.dtype, random_values(p.dtype, k_elements(p), 2));
   auto v = testing::upload_values(p.dtype, random_values(p.dtype, v_elements(p), 3));
   auto o = DeviceBuffer::allocate(o_elements(p) * 2);
-  for (llvm::Error e : {q.takeError(), k.takeError(), v.takeError(), o.takeError()})
-    FLASHJIT_ASSERT_OK(std::move(e));
+  FLASHJIT_ASSERT_OK(q.takeError());
+  FLASHJIT_ASSERT_OK(k.takeError());
+  FLASHJIT_ASSERT_OK(v.takeError());
+  FLASHJIT_ASSERT_OK(o.takeError());
   ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(), nullptr);
   std::vector<uint16_t> first(o_elements(p)), again(o_elements(p));
   for (int run = 0; run < 5; ++run) {
     FLASHJIT_ASSERT_OK(o->fill_bytes(0xff));
     FLASHJIT_ASSERT_OK(launch_forward(p, args, nullptr, {}));
     FLASHJIT_ASSERT_OK(o->download(run == 0 ? first.data() : again.data(), first.size() * 2));
-    if (run) ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * 2), 0) << run;
+    if (run) {
+      ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * 2), 0) << "run " << run;
+    }
   }
 }
 

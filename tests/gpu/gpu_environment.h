@@ -52,7 +52,7 @@ inline llvm::Expected<DeviceBuffer> upload_values(DType dtype, const std::vector
   std::vector<uint16_t> bits = to_storage(dtype, values);
   auto buffer = DeviceBuffer::allocate(bits.size() * sizeof(uint16_t));
   if (!buffer) return buffer.takeError();
-  if (auto e = buffer->upload(bits.data(), bits.size() * sizeof(uint16_t))) return std::move(e);
+  if (auto e = buffer->upload(bits.data(), bits.size() * sizeof(uint16_t))) return e;
   return std::move(*buffer);
 }
 
