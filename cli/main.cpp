@@ -10,6 +10,7 @@ namespace {
 
 // llvm::cl reports "flashjit: <problem>"; say "flashjit: error: <problem>"
 // like every other message of the tool.
+// Its follow-up lines ("Did you mean '--hdim'?") are notes.
 void print_parse_errors(llvm::StringRef text) {
   while (!text.empty()) {
     auto [line, rest] = text.split('\n');
@@ -17,7 +18,11 @@ void print_parse_errors(llvm::StringRef text) {
     line = line.trim();
     if (line.empty()) continue;
     line.consume_front("flashjit:");
-    report_error(kExitUsage, line.trim());
+    line = line.trim();
+    if (line.startswith("Did you mean"))
+      llvm::errs() << "flashjit: note: " << line << "\n";
+    else
+      report_error(kExitUsage, line);
   }
 }
 

@@ -128,13 +128,19 @@ size_t rotation_sets(const Problem &p, const DeviceInfo &device) {
 int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_options) const {
   if (warmup < 0) return report_error(kExitUsage, llvm::formatv("--warmup: expected an integer >= 0, got {0}", warmup.getValue()));
   if (repeats < 1) return report_error(kExitUsage, llvm::formatv("--repeats: expected an integer >= 1, got {0}", repeats.getValue()));
+  // Flags first: a typo should be reported as such even on a machine with
+  // no GPU.
+  if (auto parsed = parse_problem_flags(problem_options.values()); !parsed)
+    return report_error(kExitUsage, parsed.takeError());
+  auto device = query_device(0);
+  if (!device)
+    return report_error(kExitFailure,
+                        "run needs a GPU: " + llvm::toString(device.takeError()));
   int code = kExitOk;
   auto kernel = resolve_kernel(problem_options, "", code);
   if (!kernel) return report_error(code, kernel.takeError());
   const Problem &p = kernel->problem;
   const KernelSpec &spec = kernel->spec;
-  auto device = query_device(0);
-  if (!device) return report_error(kExitFailure, device.takeError());
 
   const std::vector<uint16_t> q = random_normal(p.dtype, q_elements(p), seed * 3 + 0);
   const std::vector<uint16_t> k = random_normal(p.dtype, k_elements(p), seed * 3 + 1);

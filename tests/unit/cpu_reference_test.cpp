@@ -59,9 +59,13 @@ TEST(Rounding, EveryFp16AndBf16ValueRoundTrips) {
   for (uint32_t bits = 0; bits < 0x10000; ++bits) {
     const uint16_t b = static_cast<uint16_t>(bits);
     const float h = fp16_bits_to_float(b);
-    if (!std::isnan(h)) EXPECT_EQ(float_to_fp16_bits(h), b) << std::hex << bits;
+    if (!std::isnan(h)) {
+      EXPECT_EQ(float_to_fp16_bits(h), b) << std::hex << bits;
+    }
     const float f = bf16_bits_to_float(b);
-    if (!std::isnan(f)) EXPECT_EQ(float_to_bf16_bits(f), b) << std::hex << bits;
+    if (!std::isnan(f)) {
+      EXPECT_EQ(float_to_bf16_bits(f), b) << std::hex << bits;
+    }
   }
 }
 

@@ -1,0 +1,138 @@
+// The built `flashjit` binary, run as a subprocess: exact messages and exit
+// codes for bad flags, and the subcommands that need no GPU.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/cuda_driver.h"
+#include "llvm/ADT/Optional.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+
+namespace flashjit {
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  return buffer ? (*buffer)->getBuffer().str() : std::string();
+}
+
+CliResult run_cli(std::vector<std::string> args) {
+  llvm::SmallString<128> out_path, err_path;
+  llvm::sys::fs::createTemporaryFile("flashjit-cli", "out", out_path);
+  llvm::sys::fs::createTemporaryFile("flashjit-cli", "err", err_path);
+  std::vector<llvm::StringRef> argv = {FLASHJIT_CLI_PATH};
+  for (const std::string &a : args) argv.push_back(a);
+  const llvm::Optional<llvm::StringRef> redirects[] = {llvm::StringRef(""), out_path.str(),
+                                                       err_path.str()};
+  CliResult r;
+  std::string message;
+  r.code = llvm::sys::ExecuteAndWait(FLASHJIT_CLI_PATH, argv, llvm::None, redirects, 300, 0,
+                                     &message);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  llvm::sys::fs::remove(out_path);
+  llvm::sys::fs::remove(err_path);
+  return r;
+}
+
+TEST(Cli, BadProblemFlagsAreOneLineUsageErrors) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"gen", "--hdim", "100"}, "--hdim: expected a multiple of 8 in [8, 256], got 100"},
+      {{"compile", "--arch", "sm_80", "--batch", "0"},
+       "--batch: expected a positive integer, got 0"},
+      {{"gen", "--heads", "16", "--heads-kv", "5"},
+       "--heads-kv: expected a divisor of --heads (16), got 5"},
+      {{"run", "--mask", "diagonal"},
+       "--mask: expected none, causal or window:LEFT,RIGHT (-1: unbounded), got diagonal"},
+      {{"gen", "--dtype", "fp32"}, "--dtype: expected bf16 or fp16, got fp32"},
+      {{"run", "--repeats", "0"}, "--repeats: expected an integer >= 1, got 0"},
+  };
+  for (const auto &[args, message] : cases) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << args[1];
+    EXPECT_EQ(r.err, "flashjit: error: " + message + "\n");
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(Cli, UnknownFlagsAndMissingSubcommandAreUsageErrors) {
+  CliResult r = run_cli({"gen", "--no-such-flag"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("flashjit: error: Unknown command line argument '--no-such-flag'", 0), 0u)
+      << r.err;
+  r = run_cli({});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "flashjit: error: expected a subcommand: info, gen, compile or run (see flashjit "
+            "--help)\n");
+}
+
+TEST(Cli, ConfigTheGeneratorRejectsIsAUsageError) {
+  const CliResult r = run_cli({"gen", "--arch", "sm_80", "--block-m", "7"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("flashjit: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("block_m=7"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(Cli, GenPrintsThePrelude) {
+  const CliResult r = run_cli({"gen", "--arch", "sm_80", "--hdim", "64", "--mask", "causal"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char *text : {"constexpr int kHeadDimQK = 64;", "constexpr int kHeadDimV = 64;",
+                           "constexpr int kBlockM = ", "using Element = bf16;",
+                           "using Mask = CausalMask;", "#include \"fwd_sm80.cuh\""})
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+
+  const CliResult expanded = run_cli({"gen", "--arch", "sm_80", "--expanded"});
+  ASSERT_EQ(expanded.code, 0) << expanded.err;
+  EXPECT_EQ(expanded.out.find("#include \"fwd_sm80.cuh\""), std::string::npos);
+  EXPECT_GT(expanded.out.size(), r.out.size() * 5);
+}
+
+TEST(Cli, CompileReportsRegistersWithoutAGpu) {
+  for (const char *arch : {"sm_80", "sm_90a"}) {
+    const CliResult r = run_cli({"compile", "--arch", arch, "--hdim", "64"});
+    ASSERT_EQ(r.code, 0) << arch << ": " << r.err;
+    EXPECT_NE(r.out.find(std::string("arch       ") + arch), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("registers  "), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("registers  0\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("spills     "), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, CompileWritesTheCubinAndJson) {
+  llvm::SmallString<128> cubin;
+  llvm::sys::fs::createTemporaryFile("flashjit-cli", "cubin", cubin);
+  const CliResult r =
+      run_cli({"compile", "--arch", "sm_80", "--hdim", "32", "--json", "-o", cubin.str().str()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"registers\":"), std::string::npos) << r.out;
+  EXPECT_EQ(slurp(cubin).substr(0, 4), "\x7f" "ELF");
+  llvm::sys::fs::remove(cubin);
+}
+
+TEST(Cli, InfoExitsZeroWithOrWithoutAGpu) {
+  const CliResult r = run_cli({"info"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Templates: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Database: "), std::string::npos) << r.out;
+  auto driver = cuda_driver();
+  if (!driver) {
+    llvm::consumeError(driver.takeError());
+    EXPECT_NE(r.out.find("GPU: none ("), std::string::npos) << r.out;
+  } else {
+    EXPECT_NE(r.out.find("GPU 0: "), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace flashjit
