@@ -1,5 +1,7 @@
 // `flashjit compile`: NVRTC to a cubin, then the kernel's resources. Works
 // with no GPU (--arch): registers and spills then come from ptxas's report.
+#include <cmath>
+
 #include "cli/commands.h"
 #include "cli/ptxas_report.h"
 #include "generator/source.h"
@@ -94,7 +96,7 @@ int CompileCommand::run(const CommonOptions &common, const ProblemOptions &probl
                          {"dynamic_smem_bytes", geometry.dynamic_smem_bytes},
                          {"local_bytes", res.local_bytes},
                          {"threads", geometry.block.x},
-                         {"compile_ms", cubin->compile_ms},
+                         {"compile_ms", std::round(cubin->compile_ms * 100) / 100},
                          {"cubin_bytes", int64_t(cubin->bytes.size())},
                          {"resources_from", res.source}};
     if (res.spill_stores >= 0) {
