@@ -425,20 +425,22 @@ def main(argv):
           flush=True)
     tests = [(n, f) for n, f in sorted(globals().items())
              if n.startswith("test_") and callable(f) and (not name_filter or name_filter in n)]
-    failed = []
+    failed, skipped = [], 0
     for name, fn in tests:
         try:
             fn()
             print(f"PASS {name}", flush=True)
         except unittest.SkipTest as e:
+            skipped += 1
             print(f"SKIP {name}: {e}", flush=True)
         except Exception:
             failed.append(name)
             print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
         if failed and _STOP_FIRST:
             break
-    print(f"{len(tests) - len(failed)} passed, {len(failed)} failed"
-          f" | compiles: {flashjit.compile_count()}", flush=True)
+    print(f"NVRTC compiles in this process: {flashjit.compile_count()}")
+    print(f"{len(tests) - len(failed) - skipped} passed, {len(failed)} failed, {skipped} skipped",
+          flush=True)
     return 1 if failed else 0
 
 
