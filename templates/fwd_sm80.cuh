@@ -82,6 +82,10 @@ __device__ __forceinline__ i64 opaque(i64 x) {
   asm volatile("" : "+l"(x));
   return x;
 }
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 // cp.async of rows [0, kRows) x chunks [0, kChunks) of a tile at shared
 // address `tile`; rows at or past `rows_valid` are zero-filled.
@@ -219,6 +223,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   const u32 sKV_addr = smem_address(sKV);
   auto load_kv = [&](int tile, int stage) {
     const int n0 = (n_block_begin + tile) * kBlockN;
+    // Per-thread offsets are recomputed from an opaque tid at each tile
+    // rather than kept live across the loop, where S and O own the registers.
+    const int tid = opaque(static_cast<int>(threadIdx.x));
     const u32 k_addr = sKV_addr + 2 * stage * kSmemStage;
     load_tile<kBlockN, kSmemDimQK, kChunksQK>(k_addr, k_base + n0 * p.k_row_stride,
                                               p.k_row_stride, seqlen_k - n0, tid);
@@ -258,19 +265,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
     }
 
   const float scale_log2 = p.softmax_scale_log2;
-  // ldmatrix addresses. Every operand's rows are lane-constant mod 8, so a
-  // lane needs one row base and four swizzled chunk offsets per operand.
-  //   Q (A of S):  row lane%16,                 chunk 2*ks + lane/16
-  //   K (B of S):  row (lane/16)*8 + lane%8,    chunk 2*ks + (lane/8)%2
-  //   V (B of O):  row lane%16 (+16*kk),        chunk 2*np + lane/16
-  u32 q_off[4], k_off[4], v_off[4];
-  swizzled_pair_offsets(q_off, lane % 8, lane / 16);
-  swizzled_pair_offsets(k_off, lane % 8, (lane / 8) % 2);
-  swizzled_pair_offsets(v_off, lane % 8, lane / 16);
-  const u32 q_row_addr = sQ_addr + 2 * (warp_row0 + lane % 16) * kSmemDimQK;
-  const u32 k_row_off = 2 * ((lane / 16) * 8 + lane % 8) * kSmemDimQK;
-  const u32 v_row_off = 2 * kSmemK + 2 * (lane % 16) * kSmemDimV;
-
   int stage = 0;
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait<kStages - 2>();
@@ -282,8 +276,21 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
       if (ahead < num_tiles) load_kv(ahead, ahead_stage);
       cp_async_commit();
     }
-    const u32 k_addr = sKV_addr + 2 * stage * kSmemStage + k_row_off;
-    const u32 v_addr = sKV_addr + 2 * stage * kSmemStage + v_row_off;
+    // ldmatrix addresses. Every operand's rows are lane-constant mod 8, so a
+    // lane needs one row base and four swizzled chunk offsets per operand:
+    //   Q (A of S):  row lane%16,                 chunk 2*ks + lane/16
+    //   K (B of S):  row (lane/16)*8 + lane%8,    chunk 2*ks + (lane/8)%2
+    //   V (B of O):  row lane%16 (+16*kk),        chunk 2*np + lane/16
+    // Derived from an opaque lane at each tile: kept live across the loop
+    // they would cost the accumulators registers (and spill).
+    const int lane_t = opaque(lane);
+    u32 qv_off[4], k_off[4];
+    swizzled_pair_offsets(qv_off, lane_t % 8, lane_t / 16);
+    swizzled_pair_offsets(k_off, lane_t % 8, (lane_t / 8) % 2);
+    const u32 q_row_addr = sQ_addr + 2 * (warp_row0 + lane_t % 16) * kSmemDimQK;
+    const u32 stage_addr = sKV_addr + 2 * stage * kSmemStage;
+    const u32 k_addr = stage_addr + 2 * ((lane_t / 16) * 8 + lane_t % 8) * kSmemDimQK;
+    const u32 v_addr = stage_addr + 2 * kSmemK + 2 * (lane_t % 16) * kSmemDimV;
     const int n0 = (n_block_begin + t) * kBlockN;
 
     // ---- S = Q K^T ----------------------------------------------------------
@@ -299,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
       u32 a[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
-        ldmatrix_x4(a[mt], q_row_addr + q_off[ks % 4] + (ks / 4) * 128 + mt * 16 * 2 * kSmemDimQK);
+        ldmatrix_x4(a[mt], q_row_addr + qv_off[ks % 4] + (ks / 4) * 128 + mt * 16 * 2 * kSmemDimQK);
 #pragma unroll
       for (int np = 0; np < kNTilesS / 2; ++np) {
         u32 b[4];
@@ -405,7 +412,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         u32 b[4];
-        ldmatrix_x4_trans(b, v_addr + v_off[np % 4] + (np / 4) * 128 + kk * 16 * 2 * kSmemDimV);
+        ldmatrix_x4_trans(b, v_addr + qv_off[np % 4] + (np / 4) * 128 + kk * 16 * 2 * kSmemDimV);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           Ops::mma(acc_o[mt][2 * np], a[mt], b[0], b[1]);

@@ -46,6 +46,7 @@ struct KernelConfig {
   int stages = 0;
 
   bool is_complete() const { return block_m > 0 && block_n > 0 && warps > 0 && stages > 0; }
+  bool operator==(const KernelConfig &) const = default;
 };
 
 const char *to_string(DType dtype);
