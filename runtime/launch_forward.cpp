@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
 
 #include "generator/forward_params.h"
 #include "generator/heuristic.h"
@@ -12,6 +14,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_compiler.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/Hashing.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -111,6 +114,53 @@ llvm::Error with_context(const Problem &problem, llvm::Error error) {
                     llvm::toString(std::move(error)));
 }
 
+// What selects the kernel of a call: the problem class (not its sizes), the
+// caller's requested config and the context. Repeat calls of a class skip the
+// heuristic, the spec, its ID string and the kernel cache: one hash lookup.
+struct PlanKey {
+  CUcontext context;
+  DType dtype;
+  MaskKind mask;  // normalised
+  bool softcap;
+  int head_dim_qk, head_dim_v;
+  KernelConfig requested;
+  bool operator==(const PlanKey &) const = default;
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey &k) const {
+    const KernelConfig &c = k.requested;
+    return llvm::hash_combine(k.context, int(k.dtype), int(k.mask), k.softcap, k.head_dim_qk,
+                              k.head_dim_v, int(c.path), c.block_m, c.block_n, c.warps, c.stages);
+  }
+};
+
+struct Plan {
+  KernelSpec spec;
+  const LoadedKernel *kernel;
+};
+
+class PlanCache {
+ public:
+  const Plan *find(const PlanKey &key) const {
+    std::shared_lock lock(mutex_);
+    auto it = plans_.find(key);
+    return it == plans_.end() ? nullptr : &it->second;
+  }
+  const Plan *insert(const PlanKey &key, Plan plan) {
+    std::unique_lock lock(mutex_);
+    return &plans_.try_emplace(key, std::move(plan)).first->second;
+  }
+  static PlanCache &process() {
+    static auto *cache = new PlanCache;  // outlives every static destructor
+    return *cache;
+  }
+
+ private:
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans_;  // nodes are stable
+};
+
 }  // namespace
 
 llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &args) {
@@ -173,15 +223,24 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_forward_args(problem, args))
     return with_context(problem, std::move(e));
-  auto spec = resolve_forward_spec(problem, config);
-  if (!spec) return with_context(problem, spec.takeError());
-  auto kernel = get_forward_kernel(*spec);
-  if (!kernel) return with_context(problem, kernel.takeError());
+  auto context = current_or_primary_context();
+  if (!context) return with_context(problem, context.takeError());
+  const PlanKey key{context->context,     problem.dtype,      normalized_mask(problem),
+                    problem.softcap != 0, problem.head_dim_qk, problem.head_dim_v,
+                    config};
+  const Plan *plan = PlanCache::process().find(key);
+  if (!plan) {
+    auto spec = resolve_forward_spec(problem, config);
+    if (!spec) return with_context(problem, spec.takeError());
+    auto kernel = get_forward_kernel(*spec);
+    if (!kernel) return with_context(problem, kernel.takeError());
+    plan = PlanCache::process().insert(key, Plan{*spec, &*kernel});
+  }
 
   FwdParams params = make_forward_params(problem, args);
   void *kernel_args[] = {&params};
-  return with_context(problem,
-                      kernel->launch(forward_launch_geometry(*spec, problem), stream, kernel_args));
+  return with_context(problem, plan->kernel->launch(forward_launch_geometry(plan->spec, problem),
+                                                    stream, kernel_args));
 }
 
 }  // namespace flashjit
