@@ -14,6 +14,7 @@ LOGDIR=${OUT:-$(mktemp -d /tmp/flashjit-device-check.XXXXXX)}
 mkdir -p "$LOGDIR"
 export BIN=$PWD/.device/bin
 export FLASHJIT_LIB=$PWD/.device/lib/libflashjit.so
+export FLASHJIT_CLI=$BIN/flashjit  # the unit tests' CLI cases run this binary
 # A fresh database: every step sees heuristic configs and compiles cold.
 FLASHJIT_DB=$(mktemp -d /tmp/flashjit-db.XXXXXX)/flashjit.db
 export FLASHJIT_DB
@@ -82,6 +83,7 @@ step nvidia-smi 60 nvidia-smi -L
 step gpu-tests 600 "$BIN/flashjit_gpu_tests" --gtest_brief=1
 step unit-tests 300 "$BIN/flashjit_unit_tests" --gtest_brief=1
 step info 60 "$BIN/flashjit" info
+step compile 120 "$BIN/flashjit" compile --hdim 128 --causal
 step run-check 300 run_shapes
 step python-tests 600 python_step python3 tests/python/test_attention.py
 step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"

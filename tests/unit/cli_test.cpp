@@ -1,5 +1,6 @@
 // The built `flashjit` binary, run as a subprocess: exact messages and exit
 // codes for bad flags, and the subcommands that need no GPU.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,17 +26,25 @@ std::string slurp(llvm::StringRef path) {
   return buffer ? (*buffer)->getBuffer().str() : std::string();
 }
 
+// The binary under test: the build tree's, or $FLASHJIT_CLI where the tests
+// run from a carried bundle (scripts/device-check.sh).
+std::string cli_path() {
+  const char *env = std::getenv("FLASHJIT_CLI");
+  return env && *env ? env : FLASHJIT_CLI_PATH;
+}
+
 CliResult run_cli(std::vector<std::string> args) {
+  const std::string binary = cli_path();
   llvm::SmallString<128> out_path, err_path;
   llvm::sys::fs::createTemporaryFile("flashjit-cli", "out", out_path);
   llvm::sys::fs::createTemporaryFile("flashjit-cli", "err", err_path);
-  std::vector<llvm::StringRef> argv = {FLASHJIT_CLI_PATH};
+  std::vector<llvm::StringRef> argv = {binary};
   for (const std::string &a : args) argv.push_back(a);
   const llvm::Optional<llvm::StringRef> redirects[] = {llvm::StringRef(""), out_path.str(),
                                                        err_path.str()};
   CliResult r;
   std::string message;
-  r.code = llvm::sys::ExecuteAndWait(FLASHJIT_CLI_PATH, argv, llvm::None, redirects, 300, 0,
+  r.code = llvm::sys::ExecuteAndWait(binary, argv, llvm::None, redirects, 300, 0,
                                      &message);
   r.out = slurp(out_path);
   r.err = slurp(err_path);
