@@ -4,8 +4,10 @@
 #   .device/bin/flashjit, .device/bin/flashjit_gpu_tests,
 #   .device/bin/flashjit_unit_tests, .device/lib/libflashjit.so
 # Carry .device/ to the GPU machine and run scripts/device-check.sh there.
-# Everything but libc, libstdc++ and the dlopen'ed libcuda/libnvrtc is linked
-# statically, so binaries built on Debian 12 run on the GPU machine.
+# LLVM, SQLite and yaml-cpp are linked in statically; what is left (libc,
+# libstdc++, libtinfo; libcuda and libnvrtc are dlopen'ed) is on the GPU
+# machine too, so binaries built on Debian 12 run there. The NEEDED list
+# printed below shows it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
