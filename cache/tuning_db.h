@@ -1,0 +1,166 @@
+// The SQLite store of tuned configs and compiled cubins. It knows nothing of
+// kernels beyond keys and bytes: every key is spelled out in plain fields so
+// that a row says what it is about without flashjit's code.
+//
+// Many processes may read while one tunes: WAL mode, a busy timeout, and one
+// transaction per write. Rows are never deleted implicitly: entries whose
+// software fingerprint differs from the running one are ignored by lookups
+// (`prune` removes them on request).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+// The GPU a tuning was measured on.
+struct DeviceFingerprint {
+  std::string name;  // "NVIDIA H200"
+  int cc_major = 0;
+  int cc_minor = 0;
+  int sm_count = 0;
+  int driver_version = 0;  // 13000
+  bool operator==(const DeviceFingerprint &) const = default;
+};
+
+// The code that produced a kernel: a different compiler or template text
+// makes every tuning and cubin of the old one stale.
+struct SoftwareFingerprint {
+  std::string nvrtc_version;   // "13.0"
+  std::string templates_hash;  // hash of templates + generator version
+  bool operator==(const SoftwareFingerprint &) const = default;
+};
+
+// A problem class: what changes the compiled code, plus log2 buckets of the
+// sizes that change which config is fastest.
+struct ProblemClassKey {
+  std::string pass = "fwd";  // "fwd" | "bwd"
+  std::string dtype;         // "bf16" | "fp16"
+  int head_dim_qk = 0;
+  int head_dim_v = 0;
+  std::string mask;  // "none" | "causal" | "window"
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  bool softcap = false;
+  int gqa_ratio = 1;
+  int seqlen_q_bucket = 0;     // ceil(log2(seqlen_q))
+  int seqlen_k_bucket = 0;     // ceil(log2(seqlen_k))
+  int batch_heads_bucket = 0;  // ceil(log2(batch * heads_q))
+  bool operator==(const ProblemClassKey &) const = default;
+};
+
+struct StoredConfig {
+  std::string path;  // "sm80" | "sm90"
+  int block_m = 0;
+  int block_n = 0;
+  int warps = 0;
+  int stages = 0;
+  bool operator==(const StoredConfig &) const = default;
+};
+
+struct TuningRecord {
+  DeviceFingerprint device;
+  SoftwareFingerprint software;
+  ProblemClassKey problem;
+  StoredConfig config;
+  std::string shape;  // the exact problem measured, human-readable
+  double median_ms = 0;
+  double min_ms = 0;
+  double max_ms = 0;
+  double tflops = 0;
+  double heuristic_ms = 0;  // the heuristic's config, same run; 0 if unmeasured
+  StoredConfig heuristic_config;
+  double occupancy = 0;  // resident CTAs per SM
+  int registers = 0;
+  int smem_bytes = 0;
+  int spill_bytes = 0;
+  int candidates_tried = 0;
+  int candidates_failed = 0;
+  std::string tuned_at;  // ISO 8601 UTC
+  std::string flashjit_version;
+  std::string cubin_key;  // the winner's row in the cubin store
+};
+
+struct CubinRecord {
+  std::string key;  // SHA-256 of source + options + NVRTC version + arch
+  std::string kernel_id;
+  std::string arch;  // "sm_90a"
+  std::string nvrtc_version;
+  std::vector<char> bytes;
+  std::string blob_sha256;  // of `bytes`, checked on every read
+  double compile_ms = 0;
+  int64_t created_at = 0;    // unix seconds
+  int64_t last_used_at = 0;  // unix seconds
+};
+
+struct ImportReport {
+  int tunings_added = 0;
+  int tunings_replaced = 0;
+  int cubins_added = 0;
+  std::vector<std::string> skipped;  // one line each: what and why
+};
+
+struct PruneReport {
+  int stale_tunings = 0;  // other software fingerprint
+  int stale_cubins = 0;   // other NVRTC version, or unused for longer than asked
+};
+
+class TuningDb {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens (creating the file, its folder and the schema when absent) and
+  // migrates older schemas. A file that is not a flashjit database, or one
+  // from a newer flashjit, is an error and is left untouched.
+  static llvm::Expected<std::unique_ptr<TuningDb>> open(llvm::StringRef path);
+  // $FLASHJIT_DB, else $XDG_CACHE_HOME/flashjit/flashjit.db, else
+  // ~/.cache/flashjit/flashjit.db.
+  static std::string default_path();
+
+  ~TuningDb();
+  TuningDb(const TuningDb &) = delete;
+  TuningDb &operator=(const TuningDb &) = delete;
+
+  const std::string &path() const;
+  llvm::Expected<int> schema_version();
+
+  // Insert or replace the row of (device, software, problem).
+  llvm::Error put_tuning(const TuningRecord &record);
+  llvm::Expected<std::optional<TuningRecord>> find_tuning(const DeviceFingerprint &device,
+                                                          const SoftwareFingerprint &software,
+                                                          const ProblemClassKey &problem);
+  // The same class (every field but the three buckets) with the closest
+  // buckets (sum of absolute bucket differences; ties: larger seqlen_k).
+  llvm::Expected<std::optional<TuningRecord>> find_nearest_tuning(
+      const DeviceFingerprint &device, const SoftwareFingerprint &software,
+      const ProblemClassKey &problem);
+  llvm::Expected<std::vector<TuningRecord>> list_tunings();
+
+  llvm::Error put_cubin(const CubinRecord &record);
+  // A row whose blob does not hash to its blob_sha256 is reported as absent
+  // (and the caller recompiles); a hit updates last_used_at.
+  llvm::Expected<std::optional<CubinRecord>> get_cubin(llvm::StringRef key);
+  llvm::Expected<int64_t> count_cubins();
+
+  // Removes tunings and cubins whose software differs from `current`, and
+  // cubins unused for `unused_days` (0: keep).
+  llvm::Expected<PruneReport> prune(const SoftwareFingerprint &current, int unused_days = 0);
+
+  // YAML, so tunings travel between machines. Cubins are exported only when
+  // asked and imported only with `accept_cubins` (they are code).
+  llvm::Error export_yaml(llvm::StringRef file, bool include_cubins = false);
+  llvm::Expected<ImportReport> import_yaml(llvm::StringRef file, bool accept_cubins = false);
+
+ private:
+  struct Impl;
+  explicit TuningDb(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flashjit

@@ -1,0 +1,32 @@
+// The keys flashjit files tunings and cubins under: a Problem's class and
+// buckets, the device's and the software's fingerprints, and the content
+// hash of a compilation.
+#pragma once
+
+#include <string>
+
+#include "cache/tuning_db.h"
+#include "flashjit/problem.h"
+#include "generator/source.h"
+#include "generator/target_arch.h"
+#include "runtime/device.h"
+
+namespace flashjit {
+
+// ceil(log2(x)) for x >= 1: seqlens 4097..8192 share bucket 13.
+int size_bucket(int64_t x);
+
+ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass = "fwd");
+DeviceFingerprint device_fingerprint(const DeviceInfo &device);
+// The NVRTC version (loads libnvrtc) and the templates hash.
+llvm::Expected<SoftwareFingerprint> software_fingerprint();
+
+// SHA-256 (hex) of source, headers, options, NVRTC version and arch: cubins
+// are arch-specific and a compiler change makes a different binary.
+std::string cubin_key(const GeneratedSource &source, const TargetArch &arch,
+                      llvm::StringRef nvrtc_version);
+
+StoredConfig to_stored(const KernelConfig &config);
+llvm::Expected<KernelConfig> from_stored(const StoredConfig &config);
+
+}  // namespace flashjit

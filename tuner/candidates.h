@@ -1,0 +1,36 @@
+// The search space of a problem: every config the traits accept, pruned by
+// the resource model before anything is compiled (shared memory, registers,
+// threads), then by the compiled kernel's attributes (spills, occupancy).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashjit/problem.h"
+#include "generator/target_arch.h"
+
+namespace flashjit {
+
+struct PrunedConfig {
+  KernelConfig config;
+  std::string reason;
+};
+
+struct CandidateSet {
+  std::vector<KernelConfig> configs;  // to compile and measure
+  std::vector<PrunedConfig> pruned;   // rejected before compiling, with why
+};
+
+// sm80 family: block_m {64, 128, 256} x block_n {32, 64, 128} x warps
+// {4, 8} x stages {2, 3}, filtered by FwdSm80Traits. The heuristic's config
+// is always first.
+CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
+                                int max_smem_bytes);
+
+// After compiling: a candidate is dropped when it spills more than
+// `max_spill_bytes` per thread or fits no CTA on an SM.
+std::optional<std::string> reject_compiled(int spill_bytes, int occupancy,
+                                           int max_spill_bytes = 64);
+
+}  // namespace flashjit
