@@ -31,6 +31,7 @@
 #include "common/fwd_params.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/smem_tile.cuh"
 #include "common/types.cuh"
 
 namespace flashjit {
@@ -69,23 +70,6 @@ static_assert(kBlockM % (16 * kWarps) == 0 && (kMTiles == 1 || kMTiles == 2),
 static_assert(kBlockN % 16 == 0, "block_n: multiple of 16 (P V k-steps)");
 static_assert(kStages >= 2, "at least double buffering");
 static_assert(kBlockM * kSmemDimV <= kSmemElements, "O staging reuses the Q/K/V space");
-
-// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled tile
-// whose rows hold kDim elements.
-template <int kDim>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kDim + (chunk & ~7) * 8 + (((chunk & 7) ^ (row & 7)) << 3);
-}
-
-// Hides a value from loop-invariant code motion.
-__device__ __forceinline__ i64 opaque(i64 x) {
-  asm volatile("" : "+l"(x));
-  return x;
-}
-__device__ __forceinline__ int opaque(int x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
 
 // cp.async of rows [0, kRows) x chunks [0, kChunks) of a tile at shared
 // address `tile`; rows at or past `rows_valid` are zero-filled.

@@ -1,0 +1,44 @@
+// The backward kernels' parameter block, shared byte-for-byte by the host
+// (runtime/) and the device (bwd_sm80.cuh). Fixed-width builtin types only.
+#pragma once
+
+namespace flashjit {
+
+struct BwdParams {
+  const void *q;
+  const void *k;
+  const void *v;
+  const void *o;
+  const void *dout;
+  const float *lse;  // the forward's [batch, heads_q, seqlen_q], natural log
+  void *dq;
+  void *dk;
+  void *dv;
+  // Workspace: fp32 dQ accumulator [batch, heads_q, seqlen_q, head_dim_qk]
+  // and D = rowsum(dO * O) [batch, heads_q, seqlen_q].
+  float *dq_accum;
+  float *dsum;
+
+  // Element strides of [batch, seqlen, heads, dim] tensors.
+  long long q_batch_stride, q_row_stride, q_head_stride;
+  long long k_batch_stride, k_row_stride, k_head_stride;
+  long long v_batch_stride, v_row_stride, v_head_stride;
+  long long o_batch_stride, o_row_stride, o_head_stride;
+  long long do_batch_stride, do_row_stride, do_head_stride;
+  long long dq_batch_stride, dq_row_stride, dq_head_stride;
+  long long dk_batch_stride, dk_row_stride, dk_head_stride;
+  long long dv_batch_stride, dv_row_stride, dv_head_stride;
+
+  int seqlen_q;
+  int seqlen_k;
+  int heads_q;
+  int heads_per_kv;
+  int window_left;   // as FwdParams: a huge value when unbounded
+  int window_right;
+
+  float score_scale;         // as FwdParams
+  float softmax_scale_log2;  // as FwdParams
+  float softmax_scale;       // d(score)/d(q.k) outside the softcap: scales dQ, dK
+};
+
+}  // namespace flashjit

@@ -1,0 +1,82 @@
+// Shared-memory tiles of 16-bit elements in rows of kDim elements (a multiple
+// of 64), 128-byte swizzled: 16-byte chunk c of row r lives at chunk
+// (c ^ (r % 8)) of its 64-element atom, so the 8 rows an ldmatrix or a
+// cp.async phase touches land in 8 different bank groups.
+#pragma once
+
+#include "common/ptx.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+
+// Element offset of chunk `chunk` (8 elements) of row `row`.
+template <int kDim>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  static_assert(kDim % 64 == 0, "rows are whole 64-element swizzle atoms");
+  return row * kDim + (chunk & ~7) * 8 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
+// Hides a value from loop-invariant code motion, so per-thread offsets are
+// recomputed where they are used instead of held in registers across a loop
+// whose accumulators need them.
+__device__ __forceinline__ i64 opaque(i64 x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+// C[kMT m16 tiles][kNT n8 tiles] += A * B for one warp, both operands in
+// swizzled shared memory (byte addresses of the tiles' element 0):
+//   A is [m][k] (kATrans false) or [k][m] (true) with rows of kALd elements;
+//   B is [n][k] (kBTrans false) or [k][n] (true) with rows of kBLd elements.
+// m0/n0/k0 are element offsets of this warp's block; kKSteps k16 steps.
+template <typename Element, int kMT, int kNT, int kKSteps, bool kATrans, int kALd, bool kBTrans,
+          int kBLd>
+__device__ __forceinline__ void warp_gemm(float (&acc)[kMT][kNT][4], u32 a_tile, int m0, u32 b_tile,
+                                          int n0, int k0, int lane) {
+  static_assert(kNT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    const int k = k0 + ks * 16;
+    u32 a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      const int m = m0 + mt * 16;
+      if constexpr (!kATrans)
+        ldmatrix_x4(a[mt], a_tile + 2 * swizzle<kALd>(m + lane % 16, k / 8 + lane / 16));
+      else
+        ldmatrix_x4_trans(a[mt], a_tile + 2 * swizzle<kALd>(k + (lane / 16) * 8 + lane % 8,
+                                                            m / 8 + (lane / 8) % 2));
+    }
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      const int n = n0 + np * 16;
+      u32 b[4];
+      if constexpr (!kBTrans)
+        ldmatrix_x4(b, b_tile + 2 * swizzle<kBLd>(n + (lane / 16) * 8 + lane % 8,
+                                                  k / 8 + (lane / 8) % 2));
+      else
+        ldmatrix_x4_trans(b, b_tile + 2 * swizzle<kBLd>(k + lane % 16, n / 8 + lane / 16));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        ElementOps<Element>::mma(acc[mt][2 * np], a[mt], b[0], b[1]);
+        ElementOps<Element>::mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+template <int kMT, int kNT>
+__device__ __forceinline__ void zero(float (&acc)[kMT][kNT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+}
+
+}  // namespace flashjit
