@@ -1,0 +1,182 @@
+// Tuning plans: defaults and overrides, every error with its exact message
+// (file:line and the key), and every plan shipped in plans/ parses.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tuner/plan.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+namespace flashjit {
+namespace {
+
+std::string error_of(llvm::StringRef text) {
+  auto plan = parse_plan(text, "plans/x.yaml");
+  if (plan) return "(parsed)";
+  return llvm::toString(plan.takeError());
+}
+
+TEST(Plan, DefaultsAndOverrides) {
+  auto plan = parse_plan(R"(name: llama
+defaults: {dtype: bf16, heads: 32, heads_kv: 8, hdim: 128, mask: causal}
+problems:
+  - {seqlen: 2048, batch: 8}
+  - {seqlen_q: 1, seqlen_k: 8192, batch: 16, mask: none, name: decode}
+  - seqlen: 512
+    dtype: fp16
+    hdim_v: 64
+    softcap: 30
+    scale: 0.125
+  - {seqlen: 4096, mask: window, window: [255, 0]}
+)",
+                         "plans/llama.yaml");
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->name, "llama");
+  EXPECT_EQ(plan->file, "plans/llama.yaml");
+  ASSERT_EQ(plan->entries.size(), 4u);
+
+  const PlanEntry &a = plan->entries[0];
+  EXPECT_EQ(a.line, 4);
+  EXPECT_EQ(a.problem.dtype, DType::bf16);
+  EXPECT_EQ(a.problem.batch, 8);
+  EXPECT_EQ(a.problem.heads_q, 32);
+  EXPECT_EQ(a.problem.heads_kv, 8);
+  EXPECT_EQ(a.problem.seqlen_q, 2048);
+  EXPECT_EQ(a.problem.seqlen_k, 2048);
+  EXPECT_EQ(a.problem.head_dim_qk, 128);
+  EXPECT_EQ(a.problem.head_dim_v, 128);
+  EXPECT_EQ(a.problem.mask, MaskKind::causal);
+  EXPECT_EQ(a.name, describe(a.problem));
+
+  const PlanEntry &b = plan->entries[1];
+  EXPECT_EQ(b.name, "decode");
+  EXPECT_EQ(b.problem.seqlen_q, 1);
+  EXPECT_EQ(b.problem.seqlen_k, 8192);
+  EXPECT_EQ(b.problem.mask, MaskKind::none);
+
+  const PlanEntry &c = plan->entries[2];
+  EXPECT_EQ(c.line, 6);
+  EXPECT_EQ(c.problem.batch, 1);  // not in defaults: one sequence
+  EXPECT_EQ(c.problem.dtype, DType::fp16);
+  EXPECT_EQ(c.problem.head_dim_v, 64);
+  EXPECT_FLOAT_EQ(c.problem.softcap, 30.f);
+  EXPECT_FLOAT_EQ(c.problem.softmax_scale, 0.125f);
+
+  const PlanEntry &d = plan->entries[3];
+  EXPECT_EQ(d.problem.mask, MaskKind::window);
+  EXPECT_EQ(d.problem.window_left, 255);
+  EXPECT_EQ(d.problem.window_right, 0);
+}
+
+TEST(Plan, NameDefaultsToTheFileStemAndSeqlenQOverridesDefaultSeqlen) {
+  auto plan = parse_plan("defaults: {heads: 8, hdim: 64, seqlen: 1024}\n"
+                         "problems:\n  - {seqlen_q: 16}\n  - {seqlen: 8}\n",
+                         "dir/my-plan.yaml");
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->name, "my-plan");
+  EXPECT_EQ(plan->entries[0].problem.seqlen_q, 16);
+  EXPECT_EQ(plan->entries[0].problem.seqlen_k, 1024);
+  EXPECT_EQ(plan->entries[1].problem.seqlen_q, 8);
+  EXPECT_EQ(plan->entries[1].problem.seqlen_k, 8);
+}
+
+TEST(Plan, ErrorsNameFileLineAndKey) {
+  const std::string head = "name: x\ndefaults: {heads: 16, hdim: 128}\nproblems:\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {head + "  - {seqlen: 1024}\n  - {seqlen: 1024, hdim: 100}\n",
+       "plans/x.yaml:5: key 'hdim': expected a multiple of 8 in [8, 256], got 100"},
+      {head + "  - {seqlen: 1024, hdmi: 64}\n",
+       "plans/x.yaml:4: unknown key 'hdmi' in problem (expected one of dtype, batch, heads, "
+       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, name)"},
+      {"defaults: {heads: 16, hdim: 128, nmae: a}\nproblems:\n  - {seqlen: 8}\n",
+       "plans/x.yaml:1: unknown key 'nmae' in defaults (expected one of dtype, batch, heads, "
+       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale)"},
+      {"defaults: {heads: 16, hdim: 128, name: a}\nproblems:\n  - {seqlen: 8}\n",
+       "plans/x.yaml:1: key 'name': names a single problem, not defaults"},
+      {head + "  - {seqlen: 0}\n", "plans/x.yaml:4: key 'seqlen': expected a positive integer, got 0"},
+      {head + "  - {seqlen: 8, seqlen_k: -3}\n",
+       "plans/x.yaml:4: key 'seqlen_k': expected a positive integer, got -3"},
+      {head + "  - {seqlen: 8, batch: 1.5}\n",
+       "plans/x.yaml:4: key 'batch': expected a positive integer, got 1.5"},
+      {head + "  - {seqlen: 8, dtype: fp32}\n",
+       "plans/x.yaml:4: key 'dtype': expected bf16 or fp16, got fp32"},
+      {head + "  - {seqlen: 8, heads_kv: 5}\n",
+       "plans/x.yaml:4: key 'heads_kv': expected a divisor of heads (16), got 5"},
+      {head + "  - {seqlen: 8, mask: diagonal}\n",
+       "plans/x.yaml:4: key 'mask': expected none, causal or window, got diagonal"},
+      {head + "  - {seqlen: 8, mask: window}\n",
+       "plans/x.yaml:4: problem: missing key 'window' ([left, right], for mask: window) (give it "
+       "in the problem or in defaults)"},
+      {head + "  - {seqlen: 8, mask: window, window: [1]}\n",
+       "plans/x.yaml:4: key 'window': expected [left, right], each -1 (unbounded) or >= 0, got a "
+       "list"},
+      {head + "  - {seqlen: 8, mask: window, window: [-2, 0]}\n",
+       "plans/x.yaml:4: key 'window': expected [left, right], each -1 (unbounded) or >= 0, got -2"},
+      {head + "  - {seqlen: 8, mask: causal, window: [4, 0]}\n",
+       "plans/x.yaml:4: key 'window': needs mask: window, got mask: causal"},
+      {head + "  - {seqlen: 8, softcap: -1}\n",
+       "plans/x.yaml:4: key 'softcap': expected a finite number >= 0 (0: off), got -1"},
+      {head + "  - {seqlen: 8, scale: nan}\n",
+       "plans/x.yaml:4: key 'scale': expected a finite number >= 0 (0: 1/sqrt(hdim)), got nan"},
+      {head + "  - {batch: 2}\n",
+       "plans/x.yaml:4: problem: missing key 'seqlen' (or 'seqlen_q' and 'seqlen_k') (give it in "
+       "the problem or in defaults)"},
+      {"problems:\n  - {seqlen: 8, hdim: 64}\n",
+       "plans/x.yaml:2: problem: missing key 'heads' (give it in the problem or in defaults)"},
+      {head + "  - {seqlen: 8, seqlen: 9}\n", "plans/x.yaml:4: key 'seqlen': given twice"},
+      {head + "  - {seqlen: 8, name: [a]}\n", "plans/x.yaml:4: key 'name': expected a non-empty "
+                                              "string, got a list"},
+      {head + "  - 1024\n",
+       "plans/x.yaml:4: key 'problems': expected each item a mapping of problem keys, got 1024"},
+      {head, "plans/x.yaml:3: key 'problems': expected a non-empty list of problems, got nothing"},
+      {"name: x\n", "plans/x.yaml:1: missing key 'problems'"},
+      {"name: x\nproblem:\n  - {seqlen: 8}\n",
+       "plans/x.yaml:2: unknown key 'problem' (expected name, defaults or problems)"},
+      {"- a\n- b\n", "plans/x.yaml:1: expected a mapping with keys name, defaults and problems"},
+      {"", "plans/x.yaml:1: expected a mapping with keys name, defaults and problems"},
+      {"defaults: 3\nproblems: []\n",
+       "plans/x.yaml:1: key 'defaults': expected a mapping of problem keys, got 3"},
+      {"name: x\nproblems: [\n", "plans/x.yaml:3: invalid YAML: end of sequence flow not found"},
+  };
+  for (const auto &[text, message] : cases) EXPECT_EQ(error_of(text), message) << text;
+}
+
+TEST(Plan, HdimVIsCheckedLikeHdim) {
+  EXPECT_EQ(error_of("defaults: {heads: 16, hdim: 128}\nproblems:\n  - {seqlen: 8, hdim_v: 12}\n"),
+            "plans/x.yaml:3: key 'hdim_v': expected a multiple of 8 in [8, 256], got 12");
+}
+
+TEST(Plan, LoadPlanReportsAMissingFile) {
+  auto plan = load_plan("/nonexistent/plan.yaml");
+  ASSERT_FALSE(bool(plan));
+  EXPECT_EQ(llvm::toString(plan.takeError()),
+            "/nonexistent/plan.yaml: cannot read: No such file or directory");
+}
+
+TEST(Plan, EveryShippedPlanParses) {
+  std::error_code ec;
+  int count = 0;
+  for (llvm::sys::fs::directory_iterator it(FLASHJIT_SOURCE_DIR "/plans", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    if (llvm::sys::path::extension(it->path()) != ".yaml") continue;
+    ++count;
+    auto plan = load_plan(it->path());
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    EXPECT_FALSE(plan->entries.empty()) << it->path();
+    EXPECT_EQ(plan->name, llvm::sys::path::stem(it->path()).str());
+  }
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_GE(count, 3);
+
+  auto plan = load_plan(FLASHJIT_SOURCE_DIR "/plans/default.yaml");
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->entries.size(), 18u);
+  for (const PlanEntry &e : plan->entries) {
+    EXPECT_EQ(e.problem.batch * e.problem.seqlen_q, 16384) << e.name;
+    EXPECT_EQ(e.problem.heads_q * e.problem.head_dim_qk, 2048) << e.name;
+  }
+}
+
+}  // namespace
+}  // namespace flashjit

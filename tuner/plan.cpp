@@ -1,0 +1,323 @@
+// Tuning plans in YAML. Every message names file:line and the key, because a
+// plan is edited by hand and a typo must point at itself: unknown keys are
+// errors, never ignored, and yaml-cpp's exceptions stop at this file.
+#include "tuner/plan.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+
+#include "generator/kernel_spec.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "yaml-cpp/yaml.h"
+
+namespace flashjit {
+
+namespace {
+
+// The keys a problem (or `defaults`) may set; `name` only in a problem, since
+// a shared name would make every entry's name the same.
+const char *const kProblemKeys[] = {"dtype",  "batch",  "heads", "heads_kv", "seqlen",
+                                    "seqlen_q", "seqlen_k", "hdim", "hdim_v", "mask",
+                                    "window", "softcap", "scale",  "name"};
+constexpr int64_t kMaxLength = (int64_t(1) << 31) - 1;  // the kernels index rows with int
+constexpr int64_t kMaxGrid = 65535;                     // batch and heads are grid dimensions
+
+int line_of(const YAML::Node &node) { return node.Mark().line + 1; }
+
+// Errors are built in the parser and turned into llvm::Error at the end, so
+// the helpers can return them by value without threading Expected through.
+struct PlanError {
+  int line = 0;
+  std::string message;
+};
+
+// One key's node and where it is written.
+struct Field {
+  YAML::Node value;
+  int line = 0;
+};
+// The keys of one mapping (a problem or `defaults`).
+using Fields = std::map<std::string, Field>;
+
+std::string shown(const YAML::Node &node) {
+  if (node.IsScalar()) return node.Scalar().empty() ? "''" : node.Scalar();
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+PlanError key_error(const Field &field, llvm::StringRef key, llvm::StringRef expected) {
+  return {field.line,
+          llvm::formatv("key '{0}': expected {1}, got {2}", key, expected, shown(field.value))
+              .str()};
+}
+
+std::optional<PlanError> read_fields(const YAML::Node &map, bool allow_name, Fields &out,
+                                     llvm::StringRef where) {
+  for (const auto &pair : map) {
+    const std::string key = pair.first.IsScalar() ? pair.first.Scalar() : std::string();
+    const int line = line_of(pair.first);
+    bool known = false;
+    for (const char *k : kProblemKeys) known |= key == k;
+    if (!known || (key == "name" && !allow_name)) {
+      if (key == "name")
+        return PlanError{line, "key 'name': names a single problem, not defaults"};
+      return PlanError{line, llvm::formatv("unknown key '{0}' in {1} (expected one of dtype, "
+                                           "batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, "
+                                           "hdim, hdim_v, mask, window, softcap, scale{2})",
+                                           shown(pair.first), where, allow_name ? ", name" : "")
+                                 .str()};
+    }
+    if (out.count(key)) return PlanError{line, llvm::formatv("key '{0}': given twice", key).str()};
+    out[key] = Field{pair.second, line};
+  }
+  return std::nullopt;
+}
+
+// The problem's own value of `key`, else the defaults'.
+const Field *lookup(const Fields &entry, const Fields &defaults, const std::string &key) {
+  if (auto it = entry.find(key); it != entry.end()) return &it->second;
+  if (auto it = defaults.find(key); it != defaults.end()) return &it->second;
+  return nullptr;
+}
+
+std::optional<PlanError> read_int(const Field &f, llvm::StringRef key, int64_t lo, int64_t hi,
+                                  llvm::StringRef expected, int64_t &value) {
+  // getAsInteger rejects signs, spaces, fractions and trailing junk alike.
+  if (!f.value.IsScalar() || llvm::StringRef(f.value.Scalar()).getAsInteger(10, value) ||
+      value < lo || value > hi)
+    return key_error(f, key, expected);
+  return std::nullopt;
+}
+
+std::optional<PlanError> read_float(const Field &f, llvm::StringRef key, llvm::StringRef expected,
+                                    float &value) {
+  const std::string text = f.value.IsScalar() ? f.value.Scalar() : std::string();
+  char *end = nullptr;
+  const double parsed = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(parsed) ||
+      parsed < 0 || parsed > 3.0e38)
+    return key_error(f, key, expected);
+  value = static_cast<float>(parsed);
+  return std::nullopt;
+}
+
+// Builds one entry from its fields over the defaults; `line` is the entry's.
+std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults, int line,
+                                    PlanEntry &out) {
+  Problem &p = out.problem;
+  out.line = line;
+  auto get = [&](const char *key) { return lookup(entry, defaults, key); };
+  auto missing = [&](llvm::StringRef what) {
+    return PlanError{line, llvm::formatv("problem: missing key {0} (give it in the problem or "
+                                         "in defaults)",
+                                         what)
+                               .str()};
+  };
+
+  if (const Field *f = get("dtype")) {
+    const std::string text = f->value.IsScalar() ? f->value.Scalar() : "";
+    if (text == "bf16") {
+      p.dtype = DType::bf16;
+    } else if (text == "fp16") {
+      p.dtype = DType::fp16;
+    } else {
+      return key_error(*f, "dtype", "bf16 or fp16");
+    }
+  }
+  constexpr const char *kPositive = "a positive integer";
+  p.batch = 1;
+  if (const Field *f = get("batch"))
+    if (auto e = read_int(*f, "batch", 1, kMaxGrid, kPositive, p.batch)) return e;
+  const Field *heads = get("heads");
+  if (!heads) return missing("'heads'");
+  if (auto e = read_int(*heads, "heads", 1, kMaxGrid, kPositive, p.heads_q)) return e;
+  p.heads_kv = p.heads_q;
+  if (const Field *f = get("heads_kv")) {
+    const std::string expected = llvm::formatv("a divisor of heads ({0})", p.heads_q).str();
+    if (auto e = read_int(*f, "heads_kv", 1, p.heads_q, expected, p.heads_kv)) return e;
+    if (p.heads_q % p.heads_kv) return key_error(*f, "heads_kv", expected);
+  }
+
+  // The problem's own seqlen (or seqlen_q/_k) wins over any of the defaults'.
+  const Field *seqlen_q = nullptr, *seqlen_k = nullptr;
+  for (const Fields *fields : {&entry, &defaults}) {
+    auto it = fields->find("seqlen");
+    const Field *both = it == fields->end() ? nullptr : &it->second;
+    auto q = fields->find("seqlen_q"), k = fields->find("seqlen_k");
+    if (!seqlen_q) seqlen_q = q != fields->end() ? &q->second : both;
+    if (!seqlen_k) seqlen_k = k != fields->end() ? &k->second : both;
+  }
+  if (!seqlen_q || !seqlen_k)
+    return missing(!seqlen_q && !seqlen_k ? "'seqlen' (or 'seqlen_q' and 'seqlen_k')"
+                   : !seqlen_q            ? "'seqlen_q' (or 'seqlen')"
+                                          : "'seqlen_k' (or 'seqlen')");
+  auto seqlen_key = [&](const Field *f, const char *own) {
+    for (const Fields *fields : {&entry, &defaults})
+      if (auto it = fields->find(own); it != fields->end() && &it->second == f) return own;
+    return "seqlen";
+  };
+  if (auto e = read_int(*seqlen_q, seqlen_key(seqlen_q, "seqlen_q"), 1, kMaxLength, kPositive,
+                        p.seqlen_q))
+    return e;
+  if (auto e = read_int(*seqlen_k, seqlen_key(seqlen_k, "seqlen_k"), 1, kMaxLength, kPositive,
+                        p.seqlen_k))
+    return e;
+
+  constexpr const char *kHeadDim = "a multiple of 8 in [8, 256]";
+  const Field *hdim = get("hdim");
+  if (!hdim) return missing("'hdim'");
+  int64_t d = 0;
+  if (auto e = read_int(*hdim, "hdim", 8, 256, kHeadDim, d)) return e;
+  if (d % 8) return key_error(*hdim, "hdim", kHeadDim);
+  p.head_dim_qk = p.head_dim_v = static_cast<int>(d);
+  if (const Field *f = get("hdim_v")) {
+    if (auto e = read_int(*f, "hdim_v", 8, 256, kHeadDim, d)) return e;
+    if (d % 8) return key_error(*f, "hdim_v", kHeadDim);
+    p.head_dim_v = static_cast<int>(d);
+  }
+
+  const Field *mask = get("mask");
+  if (mask && !mask->value.IsScalar()) return key_error(*mask, "mask", "none, causal or window");
+  const std::string mask_text = mask && mask->value.IsScalar() ? mask->value.Scalar() : "none";
+  if (mask_text == "none") {
+    p.mask = MaskKind::none;
+  } else if (mask_text == "causal") {
+    p.mask = MaskKind::causal;
+  } else if (mask_text == "window") {
+    p.mask = MaskKind::window;
+  } else {
+    return key_error(*mask, "mask", "none, causal or window");
+  }
+  // `window` in the defaults serves the problems that say mask: window; one
+  // written beside another mask is a mistake.
+  constexpr const char *kWindow = "[left, right], each -1 (unbounded) or >= 0";
+  if (auto it = entry.find("window"); it != entry.end() && p.mask != MaskKind::window)
+    return PlanError{it->second.line,
+                     llvm::formatv("key 'window': needs mask: window, got mask: {0}", mask_text)
+                         .str()};
+  if (p.mask == MaskKind::window) {
+    const Field *window = get("window");
+    if (!window) return missing("'window' ([left, right], for mask: window)");
+    const YAML::Node &w = window->value;
+    if (!w.IsSequence() || w.size() != 2) return key_error(*window, "window", kWindow);
+    for (size_t i = 0; i < 2; ++i) {
+      int64_t bound = 0;
+      if (!w[i].IsScalar() || llvm::StringRef(w[i].Scalar()).getAsInteger(10, bound) ||
+          bound < -1)
+        return PlanError{window->line,
+                         llvm::formatv("key 'window': expected {0}, got {1}", kWindow,
+                                       shown(w[i]))
+                             .str()};
+      (i == 0 ? p.window_left : p.window_right) = bound;
+    }
+  }
+
+  if (const Field *f = get("softcap"))
+    if (auto e = read_float(*f, "softcap", "a finite number >= 0 (0: off)", p.softcap)) return e;
+  if (const Field *f = get("scale"))
+    if (auto e = read_float(*f, "scale", "a finite number >= 0 (0: 1/sqrt(hdim))",
+                            p.softmax_scale))
+      return e;
+
+  if (llvm::Error e = validate_problem(p)) return PlanError{line, llvm::toString(std::move(e))};
+
+  if (auto it = entry.find("name"); it != entry.end()) {
+    if (!it->second.value.IsScalar() || it->second.value.Scalar().empty())
+      return key_error(it->second, "name", "a non-empty string");
+    out.name = it->second.value.Scalar();
+  } else {
+    out.name = describe(p);
+  }
+  return std::nullopt;
+}
+
+std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file,
+                                    TuningPlan &plan) {
+  if (!root.IsMap())
+    return PlanError{root.IsDefined() && !root.IsNull() ? line_of(root) : 1,
+                     "expected a mapping with keys name, defaults and problems"};
+  YAML::Node defaults_node, problems_node;
+  int problems_line = 0;
+  llvm::StringSet<> seen;
+  for (const auto &pair : root) {
+    const std::string key = pair.first.IsScalar() ? pair.first.Scalar() : std::string();
+    const int line = line_of(pair.first);
+    if (!seen.insert(key).second)
+      return PlanError{line, llvm::formatv("key '{0}': given twice", key).str()};
+    if (key == "name") {
+      if (!pair.second.IsScalar() || pair.second.Scalar().empty())
+        return key_error(Field{pair.second, line}, "name", "a non-empty string");
+      plan.name = pair.second.Scalar();
+    } else if (key == "defaults") {
+      if (!pair.second.IsMap() && !pair.second.IsNull())
+        return key_error(Field{pair.second, line}, "defaults", "a mapping of problem keys");
+      defaults_node = pair.second;
+    } else if (key == "problems") {
+      problems_node = pair.second;
+      problems_line = line;
+    } else {
+      return PlanError{line, llvm::formatv("unknown key '{0}' (expected name, defaults or "
+                                           "problems)",
+                                           shown(pair.first))
+                                 .str()};
+    }
+  }
+  if (!problems_line) return PlanError{line_of(root), "missing key 'problems'"};
+  if (!problems_node.IsSequence() || problems_node.size() == 0)
+    return key_error(Field{problems_node, problems_line}, "problems",
+                     "a non-empty list of problems");
+  if (plan.name.empty()) plan.name = llvm::sys::path::stem(file).str();
+
+  Fields defaults;
+  if (defaults_node.IsMap())
+    if (auto e = read_fields(defaults_node, /*allow_name=*/false, defaults, "defaults")) return e;
+  for (const YAML::Node &item : problems_node) {
+    const int line = line_of(item);
+    if (!item.IsMap())
+      return key_error(Field{item, line}, "problems", "each item a mapping of problem keys");
+    Fields entry;
+    if (auto e = read_fields(item, /*allow_name=*/true, entry, "problem")) return e;
+    PlanEntry out;
+    if (auto e = make_entry(entry, defaults, line, out)) return e;
+    plan.entries.push_back(std::move(out));
+  }
+  return std::nullopt;
+}
+
+llvm::Error plan_error(llvm::StringRef file, int line, const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 llvm::formatv("{0}:{1}: {2}", file, line, message.str()).str());
+}
+
+}  // namespace
+
+llvm::Expected<TuningPlan> parse_plan(llvm::StringRef text, llvm::StringRef file) {
+  TuningPlan plan;
+  plan.file = file.str();
+  // yaml-cpp reports everything by exception; none may cross this boundary.
+  try {
+    const YAML::Node root = YAML::Load(text.str());
+    if (auto e = parse_root(root, file, plan)) return plan_error(file, e->line, e->message);
+  } catch (const YAML::Exception &e) {
+    const int line = e.mark.is_null() ? 1 : e.mark.line + 1;
+    return plan_error(file, line, "invalid YAML: " + e.msg);
+  }
+  return plan;
+}
+
+llvm::Expected<TuningPlan> load_plan(llvm::StringRef file) {
+  auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/true);
+  if (!buffer)
+    return llvm::createStringError(
+        buffer.getError(), llvm::formatv("{0}: cannot read: {1}", file, buffer.getError().message())
+                               .str());
+  return parse_plan((*buffer)->getBuffer(), file);
+}
+
+}  // namespace flashjit
