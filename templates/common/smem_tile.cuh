@@ -38,8 +38,11 @@ template <typename Element, int kMT, int kNT, int kKSteps, bool kATrans, int kAL
 __device__ __forceinline__ void warp_gemm(float (&acc)[kMT][kNT][4], u32 a_tile, int m0, u32 b_tile,
                                           int n0, int k0, int lane) {
   static_assert(kNT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
-#pragma unroll
+  // Addresses are recomputed at each call: hoisted out of the caller's loop
+  // they would hold dozens of registers the accumulators need.
+#pragma unroll 1
   for (int ks = 0; ks < kKSteps; ++ks) {
+    lane = opaque(lane);
     const int k = k0 + ks * 16;
     u32 a[kMT][4];
 #pragma unroll

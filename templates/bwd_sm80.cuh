@@ -1,0 +1,471 @@
+// FlashAttention-2 backward for sm_80 and newer (mma.sync tensor cores).
+//
+// Three kernels, run in order on one stream:
+//   flashjit_bwd_preprocess  D = rowsum(dO * O) in fp32, and the fp32 dQ
+//                            accumulator zeroed (one thread per query row);
+//   flashjit_bwd_sm80        dK, dV and the dQ contributions (below);
+//   flashjit_bwd_convert_dq  dQ = softmax_scale * accumulator, to 16 bits.
+//
+// Tiling of the main kernel. One CTA per (kBlockN keys, KV head, batch). K
+// and V of its keys stay in shared memory; dK and dV accumulate in registers
+// across every query head of the KV head's group (GQA sums there, for free)
+// and every query tile of kBlockM rows that can see these keys (causal and
+// window bounds skip the rest). Per query tile, with P never stored in
+// global memory (it is recomputed from the forward's LSE):
+//   (a) S^T = K Q^T and dP^T = V dO^T, warps tiled over (keys, queries);
+//       P^T = exp2(S^T * scale_log2 - LSE_log2), masked where an edge cuts
+//       the tile; dS^T = P^T * (dP^T - D) (times 1 - tanh^2 under softcap);
+//       P^T and dS^T go to shared memory as 16-bit operands;
+//   (b) dV += P^T dO and dK += dS^T Q, warps tiled over (keys, head dim);
+//   (c) dQ_tile = dS K, warps tiled over (queries, head dim), added to the
+//       fp32 accumulator with atomics (red.global.add).
+// Pipeline: Q, dO, LSE and D of the next query tile load by cp.async into
+// the other half of a double buffer while this one is computed. Shared
+// tiles are 128-byte swizzled; head dims are padded (with zeros) to
+// multiples of 32 for the MMAs.
+//
+// softmax_scale (and the softcap's chain rule) multiply dS; the scale is
+// applied once, to dK at the end and to dQ in the convert kernel.
+//
+// The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
+// kBlockM, kBlockN, kWarps, kSoftcap, Element, Mask). The host twin of the
+// derived constants is generator/bwd_sm80_traits.cpp.
+#pragma once
+
+#include "common/bwd_params.cuh"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/smem_tile.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+namespace bwd_sm80 {
+
+using namespace cfg;
+using Ops = ElementOps<Element>;
+
+constexpr int kThreads = kWarps * 32;
+constexpr int kDimQK = (kHeadDimQK + 31) / 32 * 32;  // MMA extent of the head dims
+constexpr int kDimV = (kHeadDimV + 31) / 32 * 32;
+constexpr int kSmemQK = (kHeadDimQK + 63) / 64 * 64;  // shared row lengths
+constexpr int kSmemV = (kHeadDimV + 63) / 64 * 64;
+constexpr int kSmemM = (kBlockM + 63) / 64 * 64;
+constexpr int kChunksQK = kHeadDimQK / 8;
+constexpr int kChunksV = kHeadDimV / 8;
+
+// (a) S^T, dP^T: kBlockN x kBlockM over kWarpsSM x kWarpsSN warps.
+constexpr int kWarpsSN = (kBlockM >= 64 && kWarps >= 8) ? 2 : 1;
+constexpr int kWarpsSM = kWarps / kWarpsSN;
+constexpr int kSMT = kBlockN / (16 * kWarpsSM);
+constexpr int kSNT = kBlockM / (8 * kWarpsSN);
+// (b) dK, dV: kBlockN x head dim.
+constexpr int kWarpsKM = kWarps < kBlockN / 16 ? kWarps : kBlockN / 16;
+constexpr int kWarpsKN = kWarps / kWarpsKM;
+constexpr int kKMT = kBlockN / (16 * kWarpsKM);
+constexpr int kKNTQK = kDimQK / (8 * kWarpsKN);
+constexpr int kKNTV = kDimV / (8 * kWarpsKN);
+// (c) dQ: kBlockM x head dim.
+constexpr int kWarpsQM = kWarps < kBlockM / 16 ? kWarps : kBlockM / 16;
+constexpr int kWarpsQN = kWarps / kWarpsQM;
+constexpr int kQMT = kBlockM / (16 * kWarpsQM);
+constexpr int kQNT = kDimQK / (8 * kWarpsQN);
+
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK <= 256, "head_dim_qk: multiple of 8, <= 256");
+static_assert(kHeadDimV % 8 == 0 && kHeadDimV <= 256, "head_dim_v: multiple of 8, <= 256");
+static_assert(kSMT >= 1 && kBlockN % (16 * kWarpsSM) == 0, "(a) whole m16 tiles of keys per warp");
+static_assert(kSNT >= 2 && kSNT % 2 == 0 && kBlockM % (16 * kWarpsSN) == 0,
+              "(a) pairs of n8 tiles of queries per warp");
+static_assert(kKMT >= 1 && kWarps % kWarpsKM == 0 && kWarpsKN <= 2, "(b) warp tiling");
+static_assert(kKNTQK % 2 == 0 && kKNTV % 2 == 0, "(b) pairs of n8 tiles of head dim");
+static_assert(kQMT >= 1 && kWarps % kWarpsQM == 0 && kWarpsQN <= 2, "(c) warp tiling");
+static_assert(kQNT % 2 == 0, "(c) pairs of n8 tiles of head dim");
+
+// Shared memory, in elements of 16 bits (LSE and D are fp32: two each).
+constexpr int kSmemK = kBlockN * kSmemQK;
+constexpr int kSmemVTile = kBlockN * kSmemV;
+constexpr int kSmemQ = kBlockM * kSmemQK;
+constexpr int kSmemDO = kBlockM * kSmemV;
+constexpr int kSmemP = kBlockN * kSmemM;
+constexpr int kOffV = kSmemK;
+constexpr int kOffQ = kOffV + kSmemVTile;           // two stages of Q
+constexpr int kOffDO = kOffQ + 2 * kSmemQ;          // two stages of dO
+constexpr int kOffP = kOffDO + 2 * kSmemDO;         // P^T
+constexpr int kOffDS = kOffP + kSmemP;              // dS^T
+constexpr int kOffStats = kOffDS + kSmemP;          // LSE_log2[2][kBlockM], D[2][kBlockM]
+constexpr int kSmemElements = kOffStats + 2 * 2 * kBlockM * 2;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// cp.async of rows [0, kRows) x chunks [0, kChunks); rows at or past
+// rows_valid are zero-filled.
+template <int kRows, int kDim, int kChunks>
+__device__ __forceinline__ void load_tile(u32 tile, const u16 *gmem, i64 row_stride,
+                                          int rows_valid, int tid) {
+  constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int row = idx / kChunks;
+      const int chunk = idx % kChunks;
+      const bool valid = row < rows_valid;
+      cp_async_16(tile + 2 * swizzle<kDim>(row, chunk),
+                  valid ? gmem + row * row_stride + chunk * 8 : gmem, valid);
+    }
+  }
+}
+
+// Zeroes chunks [kFirst, kEnd) of every row: head-dim padding the MMAs read.
+template <int kRows, int kDim, int kFirst, int kEnd>
+__device__ __forceinline__ void zero_padding(u32 tile, int tid) {
+  if constexpr (kEnd > kFirst) {
+    constexpr int kPer = kEnd - kFirst;
+    for (int idx = tid; idx < kRows * kPer; idx += kThreads)
+      st_shared_zero_16(tile + 2 * swizzle<kDim>(idx / kPer, kFirst + idx % kPer));
+  }
+}
+
+// Writes accumulator fragments (rows m0.., cols n0..) as 16-bit pairs into a
+// swizzled tile, scaled by `scale`.
+template <int kMT, int kNT, int kLd>
+__device__ __forceinline__ void store_fragments(u16 *tile, const float (&acc)[kMT][kNT][4],
+                                                int m0, int n0, int lane, float scale) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + mt * 16 + lane / 4 + h * 8;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int col = n0 + nt * 8 + (lane % 4) * 2;
+        *reinterpret_cast<u32 *>(tile + swizzle<kLd>(row, col / 8) + col % 8) =
+            Ops::pack(acc[mt][nt][h * 2] * scale, acc[mt][nt][h * 2 + 1] * scale);
+      }
+    }
+}
+
+// 16-byte coalesced copy of rows [0, rows_valid) x chunks [0, kChunks) of a
+// swizzled tile to global memory.
+template <int kRows, int kDim, int kChunks>
+__device__ __forceinline__ void store_tile(u16 *gmem, i64 row_stride, const u16 *tile,
+                                           int rows_valid, int tid) {
+  constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int row = idx / kChunks;
+      const int chunk = idx % kChunks;
+      if (row < rows_valid)
+        *reinterpret_cast<U32x4 *>(gmem + row * row_stride + chunk * 8) =
+            *reinterpret_cast<const U32x4 *>(tile + swizzle<kDim>(row, chunk));
+    }
+  }
+}
+
+}  // namespace bwd_sm80
+}  // namespace flashjit
+
+// D = rowsum(dO * O) per query row, and the row's dQ accumulator zeroed.
+// Grid (ceil(seqlen_q / 128), heads_q, batch), 128 threads: one row each.
+extern "C" __global__ void __launch_bounds__(128)
+    flashjit_bwd_preprocess(const flashjit::BwdParams p) {
+  using namespace flashjit;
+  using Ops = ElementOps<cfg::Element>;
+  const int row = blockIdx.x * 128 + threadIdx.x;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  if (row >= p.seqlen_q) return;
+  const u16 *o = static_cast<const u16 *>(p.o) + batch * p.o_batch_stride +
+                 head * p.o_head_stride + row * p.o_row_stride;
+  const u16 *dout = static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride +
+                    head * p.do_head_stride + row * p.do_row_stride;
+  float sum = 0.f;
+#pragma unroll 4
+  for (int c = 0; c < cfg::kHeadDimV / 8; ++c) {
+    const U32x4 a = *reinterpret_cast<const U32x4 *>(o + c * 8);
+    const U32x4 b = *reinterpret_cast<const U32x4 *>(dout + c * 8);
+    const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      sum += Ops::to_float(static_cast<u16>(av[j] & 0xffff)) *
+                 Ops::to_float(static_cast<u16>(bv[j] & 0xffff)) +
+             Ops::to_float(static_cast<u16>(av[j] >> 16)) *
+                 Ops::to_float(static_cast<u16>(bv[j] >> 16));
+  }
+  const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row;
+  p.dsum[index] = sum;
+  U32x4 *accum = reinterpret_cast<U32x4 *>(p.dq_accum + index * cfg::kHeadDimQK);
+  for (int c = 0; c < cfg::kHeadDimQK / 4; ++c) accum[c] = U32x4{0, 0, 0, 0};
+}
+
+// dQ = softmax_scale * accumulator, as 16 bits, into the strided dQ.
+// Grid (ceil(seqlen_q / 128), heads_q, batch), 128 threads: one row each.
+extern "C" __global__ void __launch_bounds__(128)
+    flashjit_bwd_convert_dq(const flashjit::BwdParams p) {
+  using namespace flashjit;
+  using Ops = ElementOps<cfg::Element>;
+  const int row = blockIdx.x * 128 + threadIdx.x;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  if (row >= p.seqlen_q) return;
+  const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row;
+  const float *accum = p.dq_accum + index * cfg::kHeadDimQK;
+  u16 *dq = static_cast<u16 *>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride +
+            row * p.dq_row_stride;
+  for (int c = 0; c < cfg::kHeadDimQK / 8; ++c) {
+    float f[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = accum[c * 8 + j] * p.softmax_scale;
+    *reinterpret_cast<U32x4 *>(dq + c * 8) = U32x4{Ops::pack(f[0], f[1]), Ops::pack(f[2], f[3]),
+                                                   Ops::pack(f[4], f[5]), Ops::pack(f[6], f[7])};
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
+    flashjit_bwd_sm80(const flashjit::BwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::bwd_sm80;
+  const float kInf = __int_as_float(0x7f800000);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  u16 *const smem = reinterpret_cast<u16 *>(smem_raw);
+  const u32 smem_addr = smem_address(smem);
+  float *const s_stats = reinterpret_cast<float *>(smem + kOffStats);  // [LSE|D][stage][row]
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int n_block = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int n0 = n_block * kBlockN;
+  const int seqlen_q = p.seqlen_q;
+  const int seqlen_k = p.seqlen_k;
+  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;  // bottom-right alignment
+
+  // Query rows that see any of these keys: [row_begin, row_end).
+  i64 row_begin = 0, row_end = seqlen_q;
+  if constexpr (Mask::kHasRight) {
+    const i64 first = n0 - offset - p.window_right;
+    row_begin = first > 0 ? first : 0;
+  }
+  if constexpr (Mask::kHasLeft) {
+    const i64 last = n0 + kBlockN - 1 - offset + p.window_left + 1;
+    row_end = last < row_end ? last : row_end;
+  }
+  const int m_block_begin = static_cast<int>(row_begin / kBlockM);
+  const int m_blocks =
+      row_end > row_begin ? static_cast<int>((row_end + kBlockM - 1) / kBlockM) - m_block_begin
+                          : 0;
+  const int iterations = m_blocks * p.heads_per_kv;
+
+  // ---- K and V of this CTA's keys, padding, first query tile -------------
+  zero_padding<kBlockN, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr, tid);
+  zero_padding<kBlockN, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * kOffV, tid);
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    zero_padding<kBlockM, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr + 2 * (kOffQ + s * kSmemQ),
+                                                         tid);
+    zero_padding<kBlockM, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * (kOffDO + s * kSmemDO),
+                                                      tid);
+  }
+  load_tile<kBlockN, kSmemQK, kChunksQK>(
+      smem_addr,
+      static_cast<const u16 *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+          n0 * p.k_row_stride,
+      p.k_row_stride, seqlen_k - n0, tid);
+  load_tile<kBlockN, kSmemV, kChunksV>(
+      smem_addr + 2 * kOffV,
+      static_cast<const u16 *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+          n0 * p.v_row_stride,
+      p.v_row_stride, seqlen_k - n0, tid);
+
+  // Query tile `it`: head kv_head * heads_per_kv + it / m_blocks, rows of
+  // m-block m_block_begin + it % m_blocks.
+  auto load_query_tile = [&](int it, int stage) {
+    const int head = kv_head * p.heads_per_kv + it / m_blocks;
+    const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+    const int t = opaque(static_cast<int>(threadIdx.x));
+    load_tile<kBlockM, kSmemQK, kChunksQK>(
+        smem_addr + 2 * (kOffQ + stage * kSmemQ),
+        static_cast<const u16 *>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+            m0 * p.q_row_stride,
+        p.q_row_stride, seqlen_q - m0, t);
+    load_tile<kBlockM, kSmemV, kChunksV>(
+        smem_addr + 2 * (kOffDO + stage * kSmemDO),
+        static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
+            m0 * p.do_row_stride,
+        p.do_row_stride, seqlen_q - m0, t);
+    // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D.
+    for (int r = t; r < kBlockM; r += kThreads) {
+      const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0 + r;
+      const bool valid = m0 + r < seqlen_q;
+      s_stats[stage * kBlockM + r] = valid ? p.lse[index] * kLog2e : kInf;
+      s_stats[2 * kBlockM + stage * kBlockM + r] = valid ? p.dsum[index] : 0.f;
+    }
+  };
+  if (iterations > 0) load_query_tile(0, 0);
+  cp_async_commit();
+
+  // (b) accumulators: this warp's keys x head-dim slice, over every tile.
+  const int kv_m0 = (warp % kWarpsKM) * kKMT * 16;
+  float acc_dk[kKMT][kKNTQK][4], acc_dv[kKMT][kKNTV][4];
+  zero(acc_dk);
+  zero(acc_dv);
+
+  for (int it = 0; it < iterations; ++it) {
+    const int stage = it & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // tile `it` visible; everyone is done with tile it-1
+    if (it + 1 < iterations) load_query_tile(it + 1, stage ^ 1);
+    cp_async_commit();
+
+    const int head = kv_head * p.heads_per_kv + it / m_blocks;
+    const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+    const u32 sK = smem_addr, sV = smem_addr + 2 * kOffV;
+    const u32 sQ = smem_addr + 2 * (kOffQ + stage * kSmemQ);
+    const u32 sDO = smem_addr + 2 * (kOffDO + stage * kSmemDO);
+    const u32 sP = smem_addr + 2 * kOffP, sDS = smem_addr + 2 * kOffDS;
+    const float *const lse_log2 = s_stats + stage * kBlockM;
+    const float *const dsum = s_stats + 2 * kBlockM + stage * kBlockM;
+
+    // ---- (a) S^T, P^T, dP^T, dS^T ------------------------------------------
+    {
+      const int key0 = (warp % kWarpsSM) * kSMT * 16;
+      const int query0 = (warp / kWarpsSM) * kSNT * 8;
+      float s[kSMT][kSNT][4];
+      zero(s);
+      warp_gemm<Element, kSMT, kSNT, kDimQK / 16, false, kSmemQK, false, kSmemQK>(
+          s, sK, key0, sQ, query0, 0, lane);
+      float tanh_s[kSoftcap ? kSMT : 1][kSoftcap ? kSNT : 1][4];
+      if constexpr (kSoftcap) {
+#pragma unroll
+        for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kSNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              tanh_s[mt][nt][i] = tanh_approx(s[mt][nt][i] * p.score_scale);
+              s[mt][nt][i] = tanh_s[mt][nt][i];
+            }
+      }
+      bool cut = n0 + kBlockN > seqlen_k;
+      if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > m0 + offset + p.window_right;
+      if constexpr (Mask::kHasLeft) cut |= n0 < m0 + kBlockM - 1 + offset - p.window_left;
+      // P^T = exp2(S^T * scale_log2 - LSE_log2[query]).
+#pragma unroll
+      for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kSNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int q_local = query0 + nt * 8 + (lane % 4) * 2 + (i & 1);
+            s[mt][nt][i] = exp2_approx(s[mt][nt][i] * p.softmax_scale_log2 - lse_log2[q_local]);
+          }
+      if (cut) {
+        // Entries an edge or the seqlen_k tail hides: per row (key), the
+        // visible queries are [q_lo, q_hi] in tile coordinates.
+#pragma unroll
+        for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int key = n0 + key0 + mt * 16 + lane / 4 + h * 8;
+            i64 lo = key < seqlen_k ? -1 : kBlockM;  // a key past the tail: none visible
+            i64 hi = kBlockM;
+            if constexpr (Mask::kHasRight) {
+              const i64 l = key - offset - p.window_right - m0;  // q >= key - offset - right
+              lo = l > lo ? l : lo;
+            }
+            if constexpr (Mask::kHasLeft) {
+              const i64 r = key - offset + p.window_left - m0;  // q <= key - offset + left
+              hi = r < hi ? r : hi;
+            }
+            const int q_lo = static_cast<int>(lo < -1 ? -1 : lo > kBlockM ? kBlockM : lo);
+            const int q_hi = static_cast<int>(hi < -1 ? -1 : hi > kBlockM ? kBlockM : hi);
+#pragma unroll
+            for (int nt = 0; nt < kSNT; ++nt)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int q_local = query0 + nt * 8 + (lane % 4) * 2 + c;
+                if (q_local < q_lo || q_local > q_hi) s[mt][nt][h * 2 + c] = 0.f;
+              }
+          }
+      }
+      store_fragments<kSMT, kSNT, kSmemM>(smem + kOffP, s, key0, query0, lane, 1.f);
+
+      float dp[kSMT][kSNT][4];
+      zero(dp);
+      warp_gemm<Element, kSMT, kSNT, kDimV / 16, false, kSmemV, false, kSmemV>(
+          dp, sV, key0, sDO, query0, 0, lane);
+#pragma unroll
+      for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kSNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int q_local = query0 + nt * 8 + (lane % 4) * 2 + (i & 1);
+            float ds = s[mt][nt][i] * (dp[mt][nt][i] - dsum[q_local]);
+            if constexpr (kSoftcap)
+              ds *= 1.f - tanh_s[mt][nt][i] * tanh_s[mt][nt][i];
+            dp[mt][nt][i] = ds;
+          }
+      store_fragments<kSMT, kSNT, kSmemM>(smem + kOffDS, dp, key0, query0, lane, 1.f);
+    }
+    __syncthreads();  // P^T and dS^T complete
+
+    // ---- (b) dV += P^T dO, dK += dS^T Q --------------------------------------
+    {
+      const int d0 = (warp / kWarpsKM) * kKNTQK * 8;
+      const int dv0 = (warp / kWarpsKM) * kKNTV * 8;
+      warp_gemm<Element, kKMT, kKNTV, kBlockM / 16, false, kSmemM, true, kSmemV>(
+          acc_dv, sP, kv_m0, sDO, dv0, 0, lane);
+      warp_gemm<Element, kKMT, kKNTQK, kBlockM / 16, false, kSmemM, true, kSmemQK>(
+          acc_dk, sDS, kv_m0, sQ, d0, 0, lane);
+    }
+
+    // ---- (c) dQ_tile = dS K, added to the fp32 accumulator ------------------
+    {
+      const int q0 = (warp % kWarpsQM) * kQMT * 16;
+      const int d0 = (warp / kWarpsQM) * kQNT * 8;
+      float dq[kQMT][kQNT][4];
+      zero(dq);
+      warp_gemm<Element, kQMT, kQNT, kBlockN / 16, true, kSmemM, true, kSmemQK>(
+          dq, sDS, q0, sK, d0, 0, lane);
+      float *const accum =
+          p.dq_accum + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q * kHeadDimQK;
+#pragma unroll
+      for (int mt = 0; mt < kQMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = m0 + q0 + mt * 16 + lane / 4 + h * 8;
+          if (row < seqlen_q) {
+#pragma unroll
+            for (int nt = 0; nt < kQNT; ++nt) {
+              const int col = d0 + nt * 8 + (lane % 4) * 2;
+              if (col < kHeadDimQK) {
+                atomicAdd(accum + static_cast<i64>(row) * kHeadDimQK + col, dq[mt][nt][h * 2]);
+                atomicAdd(accum + static_cast<i64>(row) * kHeadDimQK + col + 1,
+                          dq[mt][nt][h * 2 + 1]);
+              }
+            }
+          }
+        }
+    }
+  }
+
+  // ---- epilogue: dK (scaled), dV through the K/V tiles ----------------------
+  cp_async_wait<0>();
+  __syncthreads();
+  {
+    const int d0 = (warp / kWarpsKM) * kKNTQK * 8;
+    const int dv0 = (warp / kWarpsKM) * kKNTV * 8;
+    store_fragments<kKMT, kKNTQK, kSmemQK>(smem, acc_dk, kv_m0, d0, lane, p.softmax_scale);
+    store_fragments<kKMT, kKNTV, kSmemV>(smem + kOffV, acc_dv, kv_m0, dv0, lane, 1.f);
+  }
+  __syncthreads();
+  store_tile<kBlockN, kSmemQK, kChunksQK>(static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride +
+                                              kv_head * p.dk_head_stride + n0 * p.dk_row_stride,
+                                          p.dk_row_stride, smem, seqlen_k - n0, tid);
+  store_tile<kBlockN, kSmemV, kChunksV>(static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride +
+                                            kv_head * p.dv_head_stride + n0 * p.dv_row_stride,
+                                        p.dv_row_stride, smem + kOffV, seqlen_k - n0, tid);
+}
