@@ -59,7 +59,9 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
   const KernelConfig &c = spec.config;
   GeneratedSource out;
   out.program_name = spec.id() + ".cu";
-  out.entry = "flashjit_fwd_sm80";
+  const bool sm90 = c.path == KernelPath::sm90;
+  out.entry = sm90 ? "flashjit_fwd_sm90" : "flashjit_fwd_sm80";
+  out.entries = {out.entry};
   out.headers = embedded_templates();
   out.source = llvm::formatv(
       R"(// flashjit forward kernel {0}
@@ -81,14 +83,49 @@ using Mask = {10};
 }  // namespace cfg
 }  // namespace flashjit
 
-#include "fwd_sm80.cuh"
+#include "{11}"
 )",
       spec.id(), templates_hash().substr(0, 16), spec.head_dim_qk, spec.head_dim_v, c.block_m,
       c.block_n, c.warps, c.stages, spec.softcap ? "true" : "false", element_type(spec.dtype),
-      mask_policy(spec.mask));
+      mask_policy(spec.mask), sm90 ? "fwd_sm90.cuh" : "fwd_sm80.cuh");
   // The architecture is added by the compiler stage, which knows the target.
   out.options = {"-std=c++17", "-default-device",
                  "--extra-device-vectorization", "-lineinfo"};
+  return out;
+}
+
+GeneratedSource generate_backward(const KernelSpec &spec) {
+  const KernelConfig &c = spec.config;
+  GeneratedSource out;
+  out.program_name = spec.id() + ".cu";
+  out.entry = "flashjit_bwd_sm80";
+  out.entries = {out.entry, "flashjit_bwd_preprocess", "flashjit_bwd_convert_dq"};
+  out.headers = embedded_templates();
+  out.source = llvm::formatv(
+      R"(// flashjit backward kernels {0}
+// templates {1}
+#include "common/types.cuh"
+#include "common/mask.cuh"
+
+namespace flashjit {{
+namespace cfg {{
+constexpr int kHeadDimQK = {2};
+constexpr int kHeadDimV = {3};
+constexpr int kBlockM = {4};
+constexpr int kBlockN = {5};
+constexpr int kWarps = {6};
+constexpr bool kSoftcap = {7};
+using Element = {8};
+using Mask = {9};
+}  // namespace cfg
+}  // namespace flashjit
+
+#include "bwd_sm80.cuh"
+)",
+      spec.id(), templates_hash().substr(0, 16), spec.head_dim_qk, spec.head_dim_v, c.block_m,
+      c.block_n, c.warps, spec.softcap ? "true" : "false", element_type(spec.dtype),
+      mask_policy(spec.mask));
+  out.options = {"-std=c++17", "-default-device", "--extra-device-vectorization", "-lineinfo"};
   return out;
 }
 

@@ -24,7 +24,8 @@ std::string templates_hash();
 
 struct GeneratedSource {
   std::string program_name;  // "<id>.cu", shown in NVRTC logs
-  std::string entry;         // extern "C" kernel name
+  std::string entry;         // extern "C" name of the main kernel
+  std::vector<std::string> entries;  // every kernel of the program, entry first
   std::string source;        // prelude + #include of the template
   std::vector<std::string> options;
   llvm::ArrayRef<TemplateFile> headers;
@@ -35,5 +36,8 @@ struct GeneratedSource {
 };
 
 GeneratedSource generate_forward(const KernelSpec &spec);
+// The backward program: flashjit_bwd_sm80 (entry), flashjit_bwd_preprocess,
+// flashjit_bwd_convert_dq.
+GeneratedSource generate_backward(const KernelSpec &spec);
 
 }  // namespace flashjit

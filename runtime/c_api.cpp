@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "flashjit/backward.h"
 #include "flashjit/forward.h"
 #include "runtime/runtime_counters.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -26,39 +27,65 @@ flashjit::TensorStrides strides(int64_t batch, int64_t seq, int64_t head) {
   return s;
 }
 
+// Enum fields arrive as raw integers from FFI; an out-of-range value would
+// otherwise become an enumerator no switch handles. Returns "" or the error.
+std::string convert_problem(const char *fn, const flashjit_problem &p, flashjit::Problem &out) {
+  if (p.dtype != FLASHJIT_BF16 && p.dtype != FLASHJIT_FP16)
+    return llvm::formatv("{0}: problem.dtype={1} is invalid: expected FLASHJIT_BF16 (0) or "
+                         "FLASHJIT_FP16 (1)",
+                         fn, p.dtype);
+  if (p.mask < FLASHJIT_MASK_NONE || p.mask > FLASHJIT_MASK_WINDOW)
+    return llvm::formatv("{0}: problem.mask={1} is invalid: expected FLASHJIT_MASK_NONE (0), "
+                         "FLASHJIT_MASK_CAUSAL (1) or FLASHJIT_MASK_WINDOW (2)",
+                         fn, p.mask);
+  out.dtype = p.dtype == FLASHJIT_BF16 ? flashjit::DType::bf16 : flashjit::DType::fp16;
+  out.mask = p.mask == FLASHJIT_MASK_NONE     ? flashjit::MaskKind::none
+             : p.mask == FLASHJIT_MASK_CAUSAL ? flashjit::MaskKind::causal
+                                              : flashjit::MaskKind::window;
+  out.batch = p.batch;
+  out.heads_q = p.heads_q;
+  out.heads_kv = p.heads_kv;
+  out.seqlen_q = p.seqlen_q;
+  out.seqlen_k = p.seqlen_k;
+  out.head_dim_qk = p.head_dim_qk;
+  out.head_dim_v = p.head_dim_v;
+  out.window_left = p.window_left;
+  out.window_right = p.window_right;
+  out.softmax_scale = p.softmax_scale;
+  out.softcap = p.softcap;
+  return "";
+}
+
+std::string convert_config(const char *fn, const flashjit_config *c,
+                           flashjit::ForwardOptions &out) {
+  if (!c) return "";
+  if (c->path != 0 && c->path != 1)
+    return llvm::formatv("{0}: config.path={1} is invalid: expected 0 (sm80) or 1 (sm90)", fn,
+                         c->path);
+  for (auto [name, value] : {std::pair{"block_m", c->block_m}, {"block_n", c->block_n},
+                             {"warps", c->warps}, {"stages", c->stages}})
+    if (value < 0)
+      return llvm::formatv("{0}: config.{1}={2} is invalid: expected a positive value, or 0 "
+                           "to let the heuristic choose",
+                           fn, name, value);
+  out.use_config = true;
+  out.config.path = c->path == 0 ? flashjit::KernelPath::sm80 : flashjit::KernelPath::sm90;
+  out.config.block_m = c->block_m;
+  out.config.block_n = c->block_n;
+  out.config.warps = c->warps;
+  out.config.stages = c->stages;
+  return "";
+}
+
 int forward_impl(const flashjit_problem *p, const flashjit_forward_args *a, void *stream,
                  const flashjit_config *c) {
   if (!p) return fail("flashjit_forward: problem is NULL");
   if (!a) return fail("flashjit_forward: args is NULL");
-
-  // Enum fields arrive as raw integers from FFI; an out-of-range value would
-  // otherwise become an enumerator no switch handles.
-  if (p->dtype != FLASHJIT_BF16 && p->dtype != FLASHJIT_FP16)
-    return fail(llvm::formatv("flashjit_forward: problem.dtype={0} is invalid: expected "
-                              "FLASHJIT_BF16 (0) or FLASHJIT_FP16 (1)",
-                              p->dtype));
-  if (p->mask < FLASHJIT_MASK_NONE || p->mask > FLASHJIT_MASK_WINDOW)
-    return fail(llvm::formatv("flashjit_forward: problem.mask={0} is invalid: expected "
-                              "FLASHJIT_MASK_NONE (0), FLASHJIT_MASK_CAUSAL (1) or "
-                              "FLASHJIT_MASK_WINDOW (2)",
-                              p->mask));
-
   flashjit::Problem problem;
-  problem.dtype = p->dtype == FLASHJIT_BF16 ? flashjit::DType::bf16 : flashjit::DType::fp16;
-  problem.mask = p->mask == FLASHJIT_MASK_NONE     ? flashjit::MaskKind::none
-                 : p->mask == FLASHJIT_MASK_CAUSAL ? flashjit::MaskKind::causal
-                                                   : flashjit::MaskKind::window;
-  problem.batch = p->batch;
-  problem.heads_q = p->heads_q;
-  problem.heads_kv = p->heads_kv;
-  problem.seqlen_q = p->seqlen_q;
-  problem.seqlen_k = p->seqlen_k;
-  problem.head_dim_qk = p->head_dim_qk;
-  problem.head_dim_v = p->head_dim_v;
-  problem.window_left = p->window_left;
-  problem.window_right = p->window_right;
-  problem.softmax_scale = p->softmax_scale;
-  problem.softcap = p->softcap;
+  flashjit::ForwardOptions options;
+  if (std::string e = convert_problem("flashjit_forward", *p, problem); !e.empty())
+    return fail(e);
+  if (std::string e = convert_config("flashjit_forward", c, options); !e.empty()) return fail(e);
 
   flashjit::ForwardArgs args;
   args.q = a->q;
@@ -71,31 +98,60 @@ int forward_impl(const flashjit_problem *p, const flashjit_forward_args *a, void
   args.v_strides = strides(a->v_stride_batch, a->v_stride_seq, a->v_stride_head);
   args.o_strides = strides(a->o_stride_batch, a->o_stride_seq, a->o_stride_head);
 
-  flashjit::ForwardOptions options;
-  if (c) {
-    if (c->path != 0 && c->path != 1)
-      return fail(llvm::formatv("flashjit_forward: config.path={0} is invalid: expected 0 "
-                                "(sm80) or 1 (sm90)",
-                                c->path));
-    for (auto [name, value] : {std::pair{"block_m", c->block_m}, {"block_n", c->block_n},
-                               {"warps", c->warps}, {"stages", c->stages}})
-      if (value < 0)
-        return fail(llvm::formatv("flashjit_forward: config.{0}={1} is invalid: expected a "
-                                  "positive value, or 0 to let the heuristic choose",
-                                  name, value));
-    options.use_config = true;
-    options.config.path = c->path == 0 ? flashjit::KernelPath::sm80 : flashjit::KernelPath::sm90;
-    options.config.block_m = c->block_m;
-    options.config.block_n = c->block_n;
-    options.config.warps = c->warps;
-    options.config.stages = c->stages;
-  }
-
   flashjit::Status status =
       flashjit::forward(problem, args, static_cast<CUstream_st *>(stream), options);
   if (!status.ok()) return fail(status.message());
   g_last_error.clear();
   return 0;
+}
+
+int backward_impl(const flashjit_problem *p, const flashjit_backward_args *a, void *stream,
+                  const flashjit_config *c) {
+  if (!p) return fail("flashjit_backward: problem is NULL");
+  if (!a) return fail("flashjit_backward: args is NULL");
+  flashjit::Problem problem;
+  flashjit::ForwardOptions options;
+  if (std::string e = convert_problem("flashjit_backward", *p, problem); !e.empty())
+    return fail(e);
+  if (std::string e = convert_config("flashjit_backward", c, options); !e.empty()) return fail(e);
+
+  flashjit::BackwardArgs args;
+  args.q = a->q;
+  args.k = a->k;
+  args.v = a->v;
+  args.o = a->o;
+  args.dout = a->dout;
+  args.lse = a->lse;
+  args.dq = a->dq;
+  args.dk = a->dk;
+  args.dv = a->dv;
+  args.q_strides = strides(a->q_stride_batch, a->q_stride_seq, a->q_stride_head);
+  args.k_strides = strides(a->k_stride_batch, a->k_stride_seq, a->k_stride_head);
+  args.v_strides = strides(a->v_stride_batch, a->v_stride_seq, a->v_stride_head);
+  args.o_strides = strides(a->o_stride_batch, a->o_stride_seq, a->o_stride_head);
+  args.dout_strides = strides(a->do_stride_batch, a->do_stride_seq, a->do_stride_head);
+  args.dq_strides = strides(a->dq_stride_batch, a->dq_stride_seq, a->dq_stride_head);
+  args.dk_strides = strides(a->dk_stride_batch, a->dk_stride_seq, a->dk_stride_head);
+  args.dv_strides = strides(a->dv_stride_batch, a->dv_stride_seq, a->dv_stride_head);
+  args.workspace = a->workspace;
+  args.workspace_bytes = static_cast<size_t>(a->workspace_bytes);
+
+  flashjit::Status status =
+      flashjit::backward(problem, args, static_cast<CUstream_st *>(stream), options);
+  if (!status.ok()) return fail(status.message());
+  g_last_error.clear();
+  return 0;
+}
+
+template <typename Fn>
+int guarded(const char *fn, Fn &&body) {
+  try {
+    return body();
+  } catch (const std::exception &e) {
+    return fail(std::string(fn) + ": internal error: " + e.what());
+  } catch (...) {
+    return fail(std::string(fn) + ": internal error (unknown exception)");
+  }
 }
 
 }  // namespace
@@ -104,13 +160,23 @@ extern "C" {
 
 int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_args *args,
                      void *stream, const flashjit_config *config) {
-  try {
-    return forward_impl(problem, args, stream, config);
-  } catch (const std::exception &e) {
-    return fail(std::string("flashjit_forward: internal error: ") + e.what());
-  } catch (...) {
-    return fail("flashjit_forward: internal error (unknown exception)");
-  }
+  return guarded("flashjit_forward",
+                 [&] { return forward_impl(problem, args, stream, config); });
+}
+
+int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
+                      void *stream, const flashjit_config *config) {
+  return guarded("flashjit_backward",
+                 [&] { return backward_impl(problem, args, stream, config); });
+}
+
+uint64_t flashjit_backward_workspace_bytes(const flashjit_problem *p) {
+  flashjit::Problem problem;
+  if (!p || !convert_problem("flashjit_backward_workspace_bytes", *p, problem).empty()) return 0;
+  if (problem.batch < 1 || problem.heads_q < 1 || problem.seqlen_q < 1 ||
+      problem.head_dim_qk < 1)
+    return 0;
+  return flashjit::backward_workspace_bytes(problem);
 }
 
 const char *flashjit_last_error(void) { return g_last_error.c_str(); }

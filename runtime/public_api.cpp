@@ -1,7 +1,9 @@
 // The public C++ API (include/flashjit/forward.h) over the runtime: the only
 // place llvm::Error becomes a Status, so no LLVM type crosses the library's
 // boundary.
+#include "flashjit/backward.h"
 #include "flashjit/forward.h"
+#include "runtime/launch_backward.h"
 #include "runtime/launch_forward.h"
 #include "runtime/runtime_counters.h"
 
@@ -34,6 +36,14 @@ Status forward(const Problem &problem, const ForwardArgs &args, CUstream_st *str
                const ForwardOptions &options) {
   const KernelConfig config = options.use_config ? options.config : KernelConfig{};
   if (llvm::Error e = launch_forward(problem, args, stream, config))
+    return Status::error(llvm::toString(std::move(e)));
+  return Status();
+}
+
+Status backward(const Problem &problem, const BackwardArgs &args, CUstream_st *stream,
+                const ForwardOptions &options) {
+  const KernelConfig config = options.use_config ? options.config : KernelConfig{};
+  if (llvm::Error e = launch_backward(problem, args, stream, config))
     return Status::error(llvm::toString(std::move(e)));
   return Status();
 }

@@ -34,6 +34,25 @@ typedef struct flashjit_forward_args {
   int64_t o_stride_batch, o_stride_seq, o_stride_head;
 } flashjit_forward_args;
 
+/* Gradients: dq like q, dk/dv like k/v (summed over the query heads that
+ * share a KV head), o and lse from the forward pass. workspace: device memory
+ * of flashjit_backward_workspace_bytes(problem), 16-byte aligned. */
+typedef struct flashjit_backward_args {
+  const void *q, *k, *v, *o, *dout;
+  const float *lse;
+  void *dq, *dk, *dv;
+  int64_t q_stride_batch, q_stride_seq, q_stride_head;
+  int64_t k_stride_batch, k_stride_seq, k_stride_head;
+  int64_t v_stride_batch, v_stride_seq, v_stride_head;
+  int64_t o_stride_batch, o_stride_seq, o_stride_head;
+  int64_t do_stride_batch, do_stride_seq, do_stride_head;
+  int64_t dq_stride_batch, dq_stride_seq, dq_stride_head;
+  int64_t dk_stride_batch, dk_stride_seq, dk_stride_head;
+  int64_t dv_stride_batch, dv_stride_seq, dv_stride_head;
+  void *workspace;
+  uint64_t workspace_bytes;
+} flashjit_backward_args;
+
 /* Kernel configuration; zero fields are filled by the heuristic. path: 0 = sm80. */
 typedef struct flashjit_config {
   int32_t path, block_m, block_n, warps, stages;
@@ -43,6 +62,11 @@ typedef struct flashjit_config {
  * config may be NULL. */
 int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_args *args,
                      void *stream, const flashjit_config *config);
+
+int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
+                      void *stream, const flashjit_config *config);
+/* 0 when the problem's sizes are invalid. */
+uint64_t flashjit_backward_workspace_bytes(const flashjit_problem *problem);
 
 const char *flashjit_last_error(void);
 const char *flashjit_version(void);

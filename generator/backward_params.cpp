@@ -1,0 +1,81 @@
+#include "generator/backward_params.h"
+
+#include "generator/forward_params.h"
+
+namespace flashjit {
+
+size_t backward_workspace_bytes(const Problem &p) {
+  const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
+  // The dQ accumulator first (16-byte aligned rows of head_dim_qk floats,
+  // head_dim_qk a multiple of 8), then D.
+  return rows * static_cast<size_t>(p.head_dim_qk) * 4 + rows * 4;
+}
+
+BackwardArgs BackwardArgs::packed(const Problem &p, const void *q, const void *k, const void *v,
+                                  const void *o, const void *dout, const float *lse, void *dq,
+                                  void *dk, void *dv, void *workspace, size_t workspace_bytes) {
+  auto strides = [](int64_t seqlen, int64_t heads, int64_t dim) {
+    return TensorStrides{seqlen * heads * dim, heads * dim, dim};
+  };
+  BackwardArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.dout = dout;
+  a.lse = lse;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
+  a.q_strides = a.dq_strides = strides(p.seqlen_q, p.heads_q, p.head_dim_qk);
+  a.k_strides = a.dk_strides = strides(p.seqlen_k, p.heads_kv, p.head_dim_qk);
+  a.v_strides = a.dv_strides = strides(p.seqlen_k, p.heads_kv, p.head_dim_v);
+  a.o_strides = a.dout_strides = strides(p.seqlen_q, p.heads_q, p.head_dim_v);
+  a.workspace = workspace;
+  a.workspace_bytes = workspace_bytes;
+  return a;
+}
+
+BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args) {
+  // Mask bounds and scales exactly as the forward computed them.
+  ForwardArgs f;
+  const FwdParams fwd = make_forward_params(problem, f);
+  BwdParams p{};
+  p.q = args.q;
+  p.k = args.k;
+  p.v = args.v;
+  p.o = args.o;
+  p.dout = args.dout;
+  p.lse = args.lse;
+  p.dq = args.dq;
+  p.dk = args.dk;
+  p.dv = args.dv;
+  const size_t rows = static_cast<size_t>(problem.batch) * problem.heads_q * problem.seqlen_q;
+  p.dq_accum = static_cast<float *>(args.workspace);
+  p.dsum = p.dq_accum + rows * static_cast<size_t>(problem.head_dim_qk);
+  auto copy = [](const TensorStrides &s, long long &b, long long &r, long long &h) {
+    b = s.batch;
+    r = s.seq;
+    h = s.head;
+  };
+  copy(args.q_strides, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  copy(args.k_strides, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  copy(args.v_strides, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  copy(args.o_strides, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  copy(args.dout_strides, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  copy(args.dq_strides, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  copy(args.dk_strides, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  copy(args.dv_strides, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  p.seqlen_q = fwd.seqlen_q;
+  p.seqlen_k = fwd.seqlen_k;
+  p.heads_q = fwd.heads_q;
+  p.heads_per_kv = fwd.heads_per_kv;
+  p.window_left = fwd.window_left;
+  p.window_right = fwd.window_right;
+  p.score_scale = fwd.score_scale;
+  p.softmax_scale_log2 = fwd.softmax_scale_log2;
+  p.softmax_scale = problem.effective_scale();
+  return p;
+}
+
+}  // namespace flashjit

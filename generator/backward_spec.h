@@ -1,0 +1,27 @@
+// The backward pass's spec, default config and launch geometry. Backward is
+// its own problem class: its own kernels, tiles and tunings.
+#pragma once
+
+#include "flashjit/problem.h"
+#include "generator/kernel_spec.h"
+#include "generator/launch_geometry.h"
+#include "generator/target_arch.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+// `config.stages` must be 2 (Q/dO double buffering is the kernel's only depth).
+llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const KernelConfig &config,
+                                              const TargetArch &arch, int max_smem_bytes = 0);
+
+// FlashAttention-2's sm80 backward tiles, the first that fits
+// `max_smem_bytes`: d <= 64: 128x128; d <= 128: 64x128; else 64x64; 8 warps.
+KernelConfig default_backward_config(const Problem &problem, const TargetArch &arch,
+                                     int max_smem_bytes = 0, const KernelConfig &partial = {});
+
+// The main kernel: one CTA per (key tile, KV head, batch).
+LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem);
+// Preprocess and dQ conversion: one thread per query row.
+LaunchGeometry backward_rowwise_geometry(const Problem &problem);
+
+}  // namespace flashjit

@@ -1,0 +1,68 @@
+#include "generator/bwd_sm80_traits.h"
+
+#include <string>
+#include <vector>
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+int BwdSm80Traits::smem_bytes() const {
+  const int smem_qk = round_up(head_dim_qk, 64), smem_v = round_up(head_dim_v, 64);
+  const int smem_m = round_up(block_m, 64);
+  // K, V; two stages of Q and dO; P^T and dS^T; LSE and D (fp32, 2 stages).
+  const int elements = block_n * smem_qk + block_n * smem_v + 2 * block_m * smem_qk +
+                       2 * block_m * smem_v + 2 * block_n * smem_m + 2 * 2 * block_m * 2;
+  return elements * 2;
+}
+
+int BwdSm80Traits::accumulator_registers() const {
+  const int kv = (block_n / warps_kv_m()) * (dim_qk() + dim_v()) / warps_kv_n() / 32;
+  const int s = (block_n / warps_s_m()) * (block_m / warps_s_n()) / 32;  // S^T and dP^T
+  return kv + 2 * s;
+}
+
+llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_v, int block_m,
+                                                 int block_n, int warps, int max_smem_bytes) {
+  BwdSm80Traits t{head_dim_qk, head_dim_v, block_m, block_n, warps};
+  std::vector<std::string> why;
+  for (auto [name, d] : {std::pair{"head_dim_qk", head_dim_qk}, {"head_dim_v", head_dim_v}})
+    if (d < 8 || d > 256 || d % 8)
+      why.push_back(llvm::formatv("{0}={1} is not a multiple of 8 in [8, 256]", name, d));
+  if (warps != 4 && warps != 8) why.push_back(llvm::formatv("warps={0} is not 4 or 8", warps));
+  if (block_m != 64 && block_m != 128)
+    why.push_back(llvm::formatv("block_m={0} is not 64 or 128", block_m));
+  if (block_n != 32 && block_n != 64 && block_n != 128)
+    why.push_back(llvm::formatv("block_n={0} is not 32, 64 or 128", block_n));
+  if (why.empty()) {
+    // The kernel's static_asserts, in the same order.
+    if (block_n % (16 * t.warps_s_m()))
+      why.push_back(llvm::formatv("block_n={0} leaves a warp less than 16 keys in S^T (needs "
+                                  "a multiple of {1})",
+                                  block_n, 16 * t.warps_s_m()));
+    if (t.warps_kv_n() > 2)
+      why.push_back(llvm::formatv("block_n={0} spreads dK/dV over more than 2 warps per key "
+                                  "tile ({1} warps)",
+                                  block_n, warps));
+    if (why.empty() && (t.dim_qk() / (8 * t.warps_kv_n())) % 2)
+      why.push_back("head dim does not split into pairs of n8 tiles per warp");
+    if (why.empty() && t.accumulator_registers() > kMaxAccumulatorRegisters)
+      why.push_back(llvm::formatv("{0} fp32 accumulators per thread exceed {1}; use more "
+                                  "warps or smaller tiles",
+                                  t.accumulator_registers(), kMaxAccumulatorRegisters));
+    if (max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
+      why.push_back(llvm::formatv("needs {0} bytes of shared memory, the device allows {1}",
+                                  t.smem_bytes(), max_smem_bytes));
+  }
+  if (!why.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("sm80 backward config (block_m={0} block_n={1} warps={2}, d={3} dv={4}) "
+                      "is invalid: {5}",
+                      block_m, block_n, warps, head_dim_qk, head_dim_v, llvm::join(why, "; "))
+            .str());
+  return t;
+}
+
+}  // namespace flashjit

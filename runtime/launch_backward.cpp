@@ -1,0 +1,126 @@
+#include "runtime/launch_backward.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "generator/backward_params.h"
+#include "generator/backward_spec.h"
+#include "generator/source.h"
+#include "runtime/device.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/nvrtc_compiler.h"
+#include "runtime/tensor_checks.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+namespace {
+
+llvm::Error args_error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+llvm::Error with_context(const Problem &problem, llvm::Error error) {
+  if (!error) return error;
+  return args_error("flashjit backward (" + describe(problem) + "): " +
+                    llvm::toString(std::move(error)));
+}
+
+// One NVRTC compile serves the three kernels of a spec: the cubin is kept
+// until all three are loaded (and for other contexts later).
+llvm::Expected<std::shared_ptr<const Cubin>> backward_cubin(const KernelSpec &spec) {
+  static std::mutex mutex;
+  static auto *cubins = new std::map<std::string, std::shared_ptr<const Cubin>>;
+  const std::string id = spec.id();
+  {
+    std::lock_guard lock(mutex);
+    auto it = cubins->find(id);
+    if (it != cubins->end()) return it->second;
+  }
+  auto cubin = compile_to_cubin(generate_backward(spec), spec.arch);
+  if (!cubin) return cubin.takeError();
+  std::lock_guard lock(mutex);
+  return cubins->try_emplace(id, std::make_shared<const Cubin>(std::move(*cubin))).first->second;
+}
+
+llvm::Expected<const LoadedKernel &> backward_kernel(const KernelSpec &spec, CUcontext context,
+                                                     const std::string &entry, int smem_bytes) {
+  // The kernel cache compiles each key once even under concurrent calls;
+  // the key names the spec (every parameter, the arch included) and entry.
+  return KernelCache::process().get_or_build(
+      spec.id() + "#" + entry, context,
+      [&]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
+        auto cubin = backward_cubin(spec);
+        if (!cubin) return cubin.takeError();
+        auto kernel = LoadedKernel::load((*cubin)->bytes, entry, smem_bytes);
+        if (!kernel) return kernel.takeError();
+        return std::make_unique<LoadedKernel>(std::move(*kernel));
+      });
+}
+
+
+}  // namespace
+
+llvm::Error validate_backward_args(const Problem &p, const BackwardArgs &a) {
+  const TensorCheck tensors[] = {
+      {"q", a.q, a.q_strides, p.batch, p.seqlen_q, p.heads_q},
+      {"k", a.k, a.k_strides, p.batch, p.seqlen_k, p.heads_kv},
+      {"v", a.v, a.v_strides, p.batch, p.seqlen_k, p.heads_kv},
+      {"o", a.o, a.o_strides, p.batch, p.seqlen_q, p.heads_q},
+      {"dout", a.dout, a.dout_strides, p.batch, p.seqlen_q, p.heads_q},
+      {"dq", a.dq, a.dq_strides, p.batch, p.seqlen_q, p.heads_q},
+      {"dk", a.dk, a.dk_strides, p.batch, p.seqlen_k, p.heads_kv},
+      {"dv", a.dv, a.dv_strides, p.batch, p.seqlen_k, p.heads_kv},
+  };
+  const size_t needed = backward_workspace_bytes(p);
+  if (a.workspace_bytes < needed)
+    return args_error(llvm::formatv(
+        "argument workspace: {0} bytes given, {1} needed (backward_workspace_bytes)",
+        a.workspace_bytes, needed));
+  const PointerCheck extra[] = {{"lse", a.lse, 4}, {"workspace", a.workspace, 16}};
+  return check_tensors(tensors, extra);
+}
+
+llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
+                                                 const KernelConfig &config) {
+  auto context = current_or_primary_context();
+  if (!context) return context.takeError();
+  auto device = query_device(static_cast<int>(context->device));
+  if (!device) return device.takeError();
+  const TargetArch arch = device->target();
+  KernelConfig complete =
+      default_backward_config(problem, arch, device->max_smem_per_block_optin, config);
+  return make_backward_spec(problem, complete, arch, device->max_smem_per_block_optin);
+}
+
+llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CUstream stream,
+                            const KernelConfig &config) {
+  if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_backward_args(problem, args))
+    return with_context(problem, std::move(e));
+  auto spec = resolve_backward_spec(problem, config);
+  if (!spec) return with_context(problem, spec.takeError());
+  auto context = current_or_primary_context();
+  if (!context) return with_context(problem, context.takeError());
+
+  const LaunchGeometry main_geometry = backward_launch_geometry(*spec, problem);
+  const LaunchGeometry rowwise = backward_rowwise_geometry(problem);
+  auto preprocess = backward_kernel(*spec, context->context, "flashjit_bwd_preprocess", 0);
+  if (!preprocess) return with_context(problem, preprocess.takeError());
+  auto main = backward_kernel(*spec, context->context, "flashjit_bwd_sm80",
+                              main_geometry.dynamic_smem_bytes);
+  if (!main) return with_context(problem, main.takeError());
+  auto convert = backward_kernel(*spec, context->context, "flashjit_bwd_convert_dq", 0);
+  if (!convert) return with_context(problem, convert.takeError());
+
+  BwdParams params = make_backward_params(problem, args);
+  void *kernel_args[] = {&params};
+  if (llvm::Error e = preprocess->launch(rowwise, stream, kernel_args))
+    return with_context(problem, std::move(e));
+  if (llvm::Error e = main->launch(main_geometry, stream, kernel_args))
+    return with_context(problem, std::move(e));
+  return with_context(problem, convert->launch(rowwise, stream, kernel_args));
+}
+
+}  // namespace flashjit

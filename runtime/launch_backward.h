@@ -1,0 +1,24 @@
+// The backward pass on the GPU, below the public API: validate, resolve the
+// config, get the three loaded kernels (compiling on first use), launch.
+#pragma once
+
+#include <cuda.h>
+
+#include "flashjit/backward.h"
+#include "generator/kernel_spec.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+llvm::Error validate_backward_args(const Problem &problem, const BackwardArgs &args);
+
+// `config` completed by the backward heuristic for the current device.
+llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
+                                                 const KernelConfig &config);
+
+// Validates everything, then enqueues preprocess, main and dQ conversion on
+// `stream`. Never launches on bad input.
+llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CUstream stream,
+                            const KernelConfig &config);
+
+}  // namespace flashjit

@@ -1,0 +1,38 @@
+// Checks of the caller's tensors before any kernel sees them: null, 16-byte
+// alignment, strides, and that the GPU can access the memory. A launch only
+// happens after these pass, so bad input never reads out of bounds.
+#pragma once
+
+#include <cstdint>
+
+#include "flashjit/forward.h"
+#include "runtime/cuda_driver.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+// One [batch, seqlen, heads, dim] argument.
+struct TensorCheck {
+  const char *name;
+  const void *data;
+  TensorStrides strides;
+  int64_t batch;
+  int64_t seqlen;
+  int64_t heads;
+};
+
+// Needs no driver, so it runs (and is tested) anywhere.
+llvm::Error check_tensor_layout(const TensorCheck &tensor);
+// A host or unknown pointer is an error naming the argument.
+llvm::Error check_device_pointer(const CudaDriver &driver, const char *name, const void *ptr);
+// Layout of every tensor first, then device access of every pointer (and of
+// `extra`, e.g. fp32 buffers, named as given).
+struct PointerCheck {
+  const char *name;
+  const void *data;
+  int alignment;
+};
+llvm::Error check_tensors(llvm::ArrayRef<TensorCheck> tensors, llvm::ArrayRef<PointerCheck> extra);
+
+}  // namespace flashjit
