@@ -13,7 +13,12 @@
 
 namespace flashjit {
 
+// Which pass a kernel computes; each is its own problem class.
+enum class Pass : uint8_t { forward, backward };
+const char *to_string(Pass pass);  // "fwd" | "bwd"
+
 struct KernelSpec {
+  Pass pass = Pass::forward;
   DType dtype = DType::bf16;
   int head_dim_qk = 128;
   int head_dim_v = 128;
@@ -24,6 +29,7 @@ struct KernelSpec {
 
   // Readable and unique: every parameter appears in it, e.g.
   // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
+  // (the pass first: bwd_... for the backward kernels)
   std::string id() const;
   bool operator==(const KernelSpec &) const = default;
 };
