@@ -70,4 +70,21 @@ std::string AccuracyReport::describe() const {
   return s;
 }
 
+GradientAccuracyReport check_gradient_accuracy(const AttentionGradients &kernel,
+                                               const AttentionGradients &exact,
+                                               const AttentionGradients &element,
+                                               const AccuracyCriterion &criterion) {
+  GradientAccuracyReport r;
+  r.dq = check_forward_accuracy(kernel.dq, exact.dq, element.dq, {}, {}, criterion);
+  r.dk = check_forward_accuracy(kernel.dk, exact.dk, element.dk, {}, {}, criterion);
+  r.dv = check_forward_accuracy(kernel.dv, exact.dv, element.dv, {}, {}, criterion);
+  return r;
+}
+
+std::string GradientAccuracyReport::describe() const {
+  return llvm::formatv("{0} dq: {1}; dk: {2}; dv: {3}", passed() ? "PASS" : "FAIL",
+                       dq.describe(), dk.describe(), dv.describe())
+      .str();
+}
+
 }  // namespace flashjit

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "llvm/ADT/ArrayRef.h"
+#include "reference/cpu_attention_backward.h"
 
 namespace flashjit {
 
@@ -50,5 +51,25 @@ AccuracyReport check_forward_accuracy(llvm::ArrayRef<float> out, llvm::ArrayRef<
                                       llvm::ArrayRef<float> lse = {},
                                       llvm::ArrayRef<float> reference_lse = {},
                                       const AccuracyCriterion &criterion = {});
+
+// DESIGN.md's criterion for gradients: factor 3, the same atol.
+inline constexpr AccuracyCriterion kGradientCriterion{3.0, 1e-5};
+
+// One AccuracyReport per gradient tensor (no LSE).
+struct GradientAccuracyReport {
+  AccuracyReport dq, dk, dv;
+  bool passed() const { return dq.passed && dk.passed && dv.passed; }
+  // "PASS dq: PASS max_err=...; dk: PASS ...; dv: PASS ..."
+  std::string describe() const;
+};
+
+// `kernel`, `exact` and `element` hold gradients of the same problem:
+// the kernel's, cpu_attention_backward(exact) and
+// cpu_attention_backward(element) (or the GPU reference's equivalents).
+GradientAccuracyReport check_gradient_accuracy(const AttentionGradients &kernel,
+                                               const AttentionGradients &exact,
+                                               const AttentionGradients &element,
+                                               const AccuracyCriterion &criterion =
+                                                   kGradientCriterion);
 
 }  // namespace flashjit
