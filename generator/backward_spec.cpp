@@ -21,13 +21,9 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
   if (!config.is_complete())
     return fail("backward config is incomplete: " + describe(config) +
                 " (fill it with default_backward_config)");
-  if (config.stages != 2)
-    return fail(llvm::formatv("backward stages={0} is not supported: the kernel double-buffers "
-                              "Q and dO (stages=2)",
-                              config.stages));
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   auto traits = BwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                    config.block_n, config.warps, max_smem_bytes);
+                                    config.block_n, config.warps, config.stages, max_smem_bytes);
   if (!traits) return traits.takeError();
   KernelSpec spec;
   spec.pass = Pass::backward;
@@ -46,12 +42,13 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   const int d = std::max(problem.head_dim_qk, problem.head_dim_v);
   struct Tile {
-    int m, n, w;
+    int m, n, w, s;
   };
   // FlashAttention-2's flash_bwd_launch_template.h choices for sm80, then
-  // fallbacks for 99 KB parts.
-  const Tile first = d <= 64 ? Tile{128, 128, 8} : d <= 128 ? Tile{64, 128, 8} : Tile{64, 64, 8};
-  const Tile tiles[] = {first, {64, 64, 8}, {64, 64, 4}, {64, 32, 4}};
+  // single-buffered Q/dO and smaller tiles for 163 KB and 99 KB parts.
+  const Tile first =
+      d <= 64 ? Tile{128, 128, 8, 2} : d <= 128 ? Tile{64, 128, 8, 2} : Tile{64, 64, 8, 2};
+  const Tile tiles[] = {first, {64, 64, 8, 2}, {64, 64, 8, 1}, {64, 64, 4, 1}};
   KernelConfig fallback;
   for (const Tile &t : tiles) {
     KernelConfig c = partial;
@@ -59,10 +56,10 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
     if (!c.block_m) c.block_m = t.m;
     if (!c.block_n) c.block_n = t.n;
     if (!c.warps) c.warps = t.w;
-    if (!c.stages) c.stages = 2;
+    if (!c.stages) c.stages = t.s;
     if (!fallback.is_complete()) fallback = c;
     auto traits = BwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m,
-                                      c.block_n, c.warps, max_smem_bytes);
+                                      c.block_n, c.warps, c.stages, max_smem_bytes);
     if (traits) return c;
     llvm::consumeError(traits.takeError());
   }
@@ -71,7 +68,7 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
 
 LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
   BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
-                  spec.config.warps};
+                  spec.config.warps, spec.config.stages};
   LaunchGeometry g;
   g.grid.x = static_cast<unsigned>((problem.seqlen_k + t.block_n - 1) / t.block_n);
   g.grid.y = static_cast<unsigned>(problem.heads_kv);

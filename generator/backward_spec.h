@@ -10,12 +10,13 @@
 
 namespace flashjit {
 
-// `config.stages` must be 2 (Q/dO double buffering is the kernel's only depth).
+// `config.stages` is the Q/dO buffering: 2 (overlapped) or 1.
 llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const KernelConfig &config,
                                               const TargetArch &arch, int max_smem_bytes = 0);
 
 // FlashAttention-2's sm80 backward tiles, the first that fits
-// `max_smem_bytes`: d <= 64: 128x128; d <= 128: 64x128; else 64x64; 8 warps.
+// `max_smem_bytes`: d <= 64: 128x128; d <= 128: 64x128; else 64x64; 8 warps,
+// 2 stages; then 1 stage where shared memory is short.
 KernelConfig default_backward_config(const Problem &problem, const TargetArch &arch,
                                      int max_smem_bytes = 0, const KernelConfig &partial = {});
 

@@ -11,9 +11,9 @@ namespace flashjit {
 int BwdSm80Traits::smem_bytes() const {
   const int smem_qk = round_up(head_dim_qk, 64), smem_v = round_up(head_dim_v, 64);
   const int smem_m = round_up(block_m, 64);
-  // K, V; two stages of Q and dO; P^T and dS^T; LSE and D (fp32, 2 stages).
-  const int elements = block_n * smem_qk + block_n * smem_v + 2 * block_m * smem_qk +
-                       2 * block_m * smem_v + 2 * block_n * smem_m + 2 * 2 * block_m * 2;
+  // K, V; `stages` of Q and dO; P^T and dS^T; LSE and D (fp32, per stage).
+  const int elements = block_n * smem_qk + block_n * smem_v + stages * block_m * smem_qk +
+                       stages * block_m * smem_v + 2 * block_n * smem_m + 2 * stages * block_m * 2;
   return elements * 2;
 }
 
@@ -24,13 +24,16 @@ int BwdSm80Traits::accumulator_registers() const {
 }
 
 llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_v, int block_m,
-                                                 int block_n, int warps, int max_smem_bytes) {
-  BwdSm80Traits t{head_dim_qk, head_dim_v, block_m, block_n, warps};
+                                                 int block_n, int warps, int stages,
+                                                 int max_smem_bytes) {
+  BwdSm80Traits t{head_dim_qk, head_dim_v, block_m, block_n, warps, stages};
   std::vector<std::string> why;
   for (auto [name, d] : {std::pair{"head_dim_qk", head_dim_qk}, {"head_dim_v", head_dim_v}})
     if (d < 8 || d > 256 || d % 8)
       why.push_back(llvm::formatv("{0}={1} is not a multiple of 8 in [8, 256]", name, d));
   if (warps != 4 && warps != 8) why.push_back(llvm::formatv("warps={0} is not 4 or 8", warps));
+  if (stages != 1 && stages != 2)
+    why.push_back(llvm::formatv("stages={0} is not 1 or 2 (Q/dO buffers)", stages));
   if (block_m != 64 && block_m != 128)
     why.push_back(llvm::formatv("block_m={0} is not 64 or 128", block_m));
   if (block_n != 32 && block_n != 64 && block_n != 128)
@@ -58,9 +61,10 @@ llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_
   if (!why.empty())
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        llvm::formatv("sm80 backward config (block_m={0} block_n={1} warps={2}, d={3} dv={4}) "
-                      "is invalid: {5}",
-                      block_m, block_n, warps, head_dim_qk, head_dim_v, llvm::join(why, "; "))
+        llvm::formatv("sm80 backward config (block_m={0} block_n={1} warps={2} stages={6}, d={3} "
+                      "dv={4}) is invalid: {5}",
+                      block_m, block_n, warps, head_dim_qk, head_dim_v, llvm::join(why, "; "),
+                      stages)
             .str());
   return t;
 }

@@ -13,6 +13,7 @@ struct BwdSm80Traits {
   int block_m = 0;  // query rows per tile of the inner loop
   int block_n = 0;  // keys per CTA
   int warps = 0;
+  int stages = 2;  // Q/dO buffers: 2 overlaps the next tile's loads
 
   int threads() const { return 32 * warps; }
   int dim_qk() const { return round_up(head_dim_qk, 32); }  // MMA extents
@@ -30,7 +31,8 @@ struct BwdSm80Traits {
   int accumulator_registers() const;  // fp32 per thread at the peak
 
   static llvm::Expected<BwdSm80Traits> make(int head_dim_qk, int head_dim_v, int block_m,
-                                            int block_n, int warps, int max_smem_bytes);
+                                            int block_n, int warps, int stages,
+                                            int max_smem_bytes);
   static int round_up(int x, int m) { return (x + m - 1) / m * m; }
   static constexpr int kMaxAccumulatorRegisters = 200;
 };

@@ -114,6 +114,7 @@ constexpr int kHeadDimV = {3};
 constexpr int kBlockM = {4};
 constexpr int kBlockN = {5};
 constexpr int kWarps = {6};
+constexpr int kStages = {10};
 constexpr bool kSoftcap = {7};
 using Element = {8};
 using Mask = {9};
@@ -124,7 +125,7 @@ using Mask = {9};
 )",
       spec.id(), templates_hash().substr(0, 16), spec.head_dim_qk, spec.head_dim_v, c.block_m,
       c.block_n, c.warps, spec.softcap ? "true" : "false", element_type(spec.dtype),
-      mask_policy(spec.mask));
+      mask_policy(spec.mask), c.stages);
   out.options = {"-std=c++17", "-default-device", "--extra-device-vectorization", "-lineinfo"};
   return out;
 }

@@ -19,8 +19,10 @@
 //   (b) dV += P^T dO and dK += dS^T Q, warps tiled over (keys, head dim);
 //   (c) dQ_tile = dS K, warps tiled over (queries, head dim), added to the
 //       fp32 accumulator with atomics (red.global.add).
-// Pipeline: Q, dO, LSE and D of the next query tile load by cp.async into
-// the other half of a double buffer while this one is computed. Shared
+// Pipeline: with kStages = 2, Q, dO, LSE and D of the next query tile load
+// by cp.async into the other half of a double buffer while this one is
+// computed; kStages = 1 (large head dims on 163 KB or 99 KB parts) loads
+// each tile after the previous one is done. Shared
 // tiles are 128-byte swizzled; head dims are padded (with zeros) to
 // multiples of 32 for the MMAs.
 //
@@ -28,7 +30,7 @@
 // applied once, to dK at the end and to dQ in the convert kernel.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
-// kBlockM, kBlockN, kWarps, kSoftcap, Element, Mask). The host twin of the
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host twin of the
 // derived constants is generator/bwd_sm80_traits.cpp.
 #pragma once
 
@@ -70,6 +72,7 @@ constexpr int kWarpsQN = kWarps / kWarpsQM;
 constexpr int kQMT = kBlockM / (16 * kWarpsQM);
 constexpr int kQNT = kDimQK / (8 * kWarpsQN);
 
+static_assert(kStages == 1 || kStages == 2, "Q/dO single or double buffered");
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK <= 256, "head_dim_qk: multiple of 8, <= 256");
 static_assert(kHeadDimV % 8 == 0 && kHeadDimV <= 256, "head_dim_v: multiple of 8, <= 256");
 static_assert(kSMT >= 1 && kBlockN % (16 * kWarpsSM) == 0, "(a) whole m16 tiles of keys per warp");
@@ -87,12 +90,12 @@ constexpr int kSmemQ = kBlockM * kSmemQK;
 constexpr int kSmemDO = kBlockM * kSmemV;
 constexpr int kSmemP = kBlockN * kSmemM;
 constexpr int kOffV = kSmemK;
-constexpr int kOffQ = kOffV + kSmemVTile;           // two stages of Q
-constexpr int kOffDO = kOffQ + 2 * kSmemQ;          // two stages of dO
-constexpr int kOffP = kOffDO + 2 * kSmemDO;         // P^T
+constexpr int kOffQ = kOffV + kSmemVTile;           // kStages of Q
+constexpr int kOffDO = kOffQ + kStages * kSmemQ;    // kStages of dO
+constexpr int kOffP = kOffDO + kStages * kSmemDO;   // P^T
 constexpr int kOffDS = kOffP + kSmemP;              // dS^T
-constexpr int kOffStats = kOffDS + kSmemP;          // LSE_log2[2][kBlockM], D[2][kBlockM]
-constexpr int kSmemElements = kOffStats + 2 * 2 * kBlockM * 2;
+constexpr int kOffStats = kOffDS + kSmemP;  // LSE_log2[kStages][kBlockM], D[kStages][kBlockM]
+constexpr int kSmemElements = kOffStats + 2 * kStages * kBlockM * 2;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -230,6 +233,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   u16 *const smem = reinterpret_cast<u16 *>(smem_raw);
   const u32 smem_addr = smem_address(smem);
   float *const s_stats = reinterpret_cast<float *>(smem + kOffStats);  // [LSE|D][stage][row]
+  constexpr int kStatsD = kStages * kBlockM;  // offset of D in s_stats
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -262,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   zero_padding<kBlockN, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr, tid);
   zero_padding<kBlockN, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * kOffV, tid);
 #pragma unroll
-  for (int s = 0; s < 2; ++s) {
+  for (int s = 0; s < kStages; ++s) {
     zero_padding<kBlockM, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr + 2 * (kOffQ + s * kSmemQ),
                                                          tid);
     zero_padding<kBlockM, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * (kOffDO + s * kSmemDO),
@@ -300,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
       const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0 + r;
       const bool valid = m0 + r < seqlen_q;
       s_stats[stage * kBlockM + r] = valid ? p.lse[index] * kLog2e : kInf;
-      s_stats[2 * kBlockM + stage * kBlockM + r] = valid ? p.dsum[index] : 0.f;
+      s_stats[kStatsD + stage * kBlockM + r] = valid ? p.dsum[index] : 0.f;
     }
   };
   if (iterations > 0) load_query_tile(0, 0);
@@ -313,11 +317,21 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   zero(acc_dv);
 
   for (int it = 0; it < iterations; ++it) {
-    const int stage = it & 1;
-    cp_async_wait<0>();
-    __syncthreads();  // tile `it` visible; everyone is done with tile it-1
-    if (it + 1 < iterations) load_query_tile(it + 1, stage ^ 1);
-    cp_async_commit();
+    const int stage = kStages == 2 ? (it & 1) : 0;
+    if constexpr (kStages == 2) {
+      cp_async_wait<0>();
+      __syncthreads();  // tile `it` visible; everyone is done with tile it-1
+      if (it + 1 < iterations) load_query_tile(it + 1, stage ^ 1);
+      cp_async_commit();
+    } else {
+      if (it > 0) {
+        __syncthreads();  // everyone is done with tile it-1: its buffer is free
+        load_query_tile(it, 0);
+        cp_async_commit();
+      }
+      cp_async_wait<0>();
+      __syncthreads();  // tile `it` visible
+    }
 
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
     const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
@@ -326,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
     const u32 sDO = smem_addr + 2 * (kOffDO + stage * kSmemDO);
     const u32 sP = smem_addr + 2 * kOffP, sDS = smem_addr + 2 * kOffDS;
     const float *const lse_log2 = s_stats + stage * kBlockM;
-    const float *const dsum = s_stats + 2 * kBlockM + stage * kBlockM;
+    const float *const dsum = s_stats + kStatsD + stage * kBlockM;
 
     // ---- (a) S^T, P^T, dP^T, dS^T ------------------------------------------
     {

@@ -1,0 +1,115 @@
+// The backward program (preprocess, main, dQ conversion) compiles through
+// NVRTC for sm_80 and sm_90a for every head dim and config kind the
+// heuristic emits, and the host traits accept exactly what the kernel's
+// static_asserts accept.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "generator/backward_spec.h"
+#include "generator/bwd_sm80_traits.h"
+#include "generator/source.h"
+#include "runtime/nvrtc_compiler.h"
+#include "llvm/Support/ThreadPool.h"
+
+namespace flashjit {
+namespace {
+
+const TargetArch kSm80{8, 0, false}, kSm90a{9, 0, true};
+
+TEST(BackwardCompile, EveryHeadDimAndConfigCompiles) {
+  struct Item {
+    Problem problem;
+    KernelConfig config;
+    TargetArch arch;
+  };
+  std::vector<Item> items;
+  int i = 0;
+  for (int d = 32; d <= 256; d += 8, ++i) {
+    Problem p;
+    p.head_dim_qk = p.head_dim_v = d;
+    p.dtype = i % 2 ? DType::fp16 : DType::bf16;
+    p.mask = i % 3 == 0 ? MaskKind::none : i % 3 == 1 ? MaskKind::causal : MaskKind::window;
+    p.window_left = 16;
+    p.softcap = i % 4 == 0 ? 20.f : 0.f;
+    const TargetArch arch = i % 5 == 0 ? kSm80 : kSm90a;
+    items.push_back({p, default_backward_config(p, arch), arch});
+  }
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 64;
+  for (KernelConfig c : {KernelConfig{KernelPath::sm80, 64, 64, 4, 2},
+                         KernelConfig{KernelPath::sm80, 128, 64, 8, 2},
+                         KernelConfig{KernelPath::sm80, 64, 64, 8, 1}})
+    items.push_back({p, c, kSm90a});
+  p.head_dim_qk = 128;
+  p.head_dim_v = 64;
+  items.push_back({p, default_backward_config(p, kSm90a), kSm90a});
+
+  std::vector<std::string> failures(items.size());
+  {
+    llvm::ThreadPool pool(llvm::hardware_concurrency());
+    for (size_t j = 0; j < items.size(); ++j)
+      pool.async([&, j] {
+        auto spec = make_backward_spec(items[j].problem, items[j].config, items[j].arch);
+        if (!spec) {
+          failures[j] = llvm::toString(spec.takeError());
+          return;
+        }
+        GeneratedSource source = generate_backward(*spec);
+        auto cubin = compile_to_cubin(source, items[j].arch);
+        if (!cubin) {
+          failures[j] = spec->id() + ": " + llvm::toString(cubin.takeError());
+          return;
+        }
+        for (const std::string &entry : source.entries)
+          if (std::search(cubin->bytes.begin(), cubin->bytes.end(), entry.begin(), entry.end()) ==
+              cubin->bytes.end())
+            failures[j] = spec->id() + ": entry " + entry + " missing";
+      });
+    pool.wait();
+  }
+  for (size_t j = 0; j < items.size(); ++j)
+    EXPECT_EQ(failures[j], "") << describe(items[j].problem) << " " << describe(items[j].config);
+}
+
+TEST(BackwardSpec, ValidatesConfigs) {
+  Problem p;
+  auto ok = make_backward_spec(p, default_backward_config(p, kSm90a), kSm90a);
+  ASSERT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
+  EXPECT_EQ(ok->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_sm_90a");
+  auto stages = make_backward_spec(p, {KernelPath::sm80, 64, 128, 8, 3}, kSm90a);
+  ASSERT_FALSE(bool(stages));
+  EXPECT_EQ(llvm::toString(stages.takeError()),
+            "sm80 backward config (block_m=64 block_n=128 warps=8 stages=3, d=128 dv=128) is "
+            "invalid: stages=3 is not 1 or 2 (Q/dO buffers)");
+  // d=256 on an A100 (163 KB) single-buffers Q and dO.
+  Problem wide;
+  wide.head_dim_qk = wide.head_dim_v = 256;
+  EXPECT_EQ(default_backward_config(wide, kSm80).stages, 1);
+  EXPECT_EQ(default_backward_config(wide, kSm90a).stages, 2);
+  auto tiny = make_backward_spec(p, {KernelPath::sm80, 64, 32, 8, 2}, kSm90a);
+  ASSERT_FALSE(bool(tiny));
+  EXPECT_NE(llvm::toString(tiny.takeError()).find("block_n=32 leaves a warp less than 16 keys"),
+            std::string::npos);
+  // d=256 at 64x128 needs 256 KB of shared memory.
+  p.head_dim_qk = p.head_dim_v = 256;
+  auto big = make_backward_spec(p, {KernelPath::sm80, 64, 128, 8, 2}, kSm90a);
+  ASSERT_FALSE(bool(big));
+  EXPECT_NE(llvm::toString(big.takeError()).find("the device allows 232448"), std::string::npos);
+}
+
+TEST(BwdSm80Traits, DerivesTheKernelsTilings) {
+  auto t = BwdSm80Traits::make(128, 128, 64, 128, 8, 2, 0);
+  ASSERT_TRUE(bool(t));
+  EXPECT_EQ(t->warps_s_m(), 4);
+  EXPECT_EQ(t->warps_s_n(), 2);
+  EXPECT_EQ(t->warps_kv_m(), 8);
+  EXPECT_EQ(t->warps_q_m(), 4);
+  EXPECT_EQ(t->warps_q_n(), 2);
+  // K, V: 128x128; Q, dO: 2 x 64x128; P^T, dS^T: 128x64; LSE and D.
+  EXPECT_EQ(t->smem_bytes(), (2 * 128 * 128 + 4 * 64 * 128 + 2 * 128 * 64 + 512) * 2);
+  EXPECT_EQ(t->accumulator_registers(), 128 + 64);
+}
+
+}  // namespace
+}  // namespace flashjit
