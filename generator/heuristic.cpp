@@ -1,6 +1,7 @@
 #include "generator/heuristic.h"
 
 #include "generator/fwd_sm80_traits.h"
+#include "generator/fwd_sm90_traits.h"
 
 namespace flashjit {
 
@@ -47,6 +48,18 @@ void preferred(int d, int dv, Candidate out[4]) {
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,
                                     int max_smem_bytes, const KernelConfig &partial) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
+  // The sm90 family only when asked for (until GPU runs show it is correct
+  // and faster); a problem it cannot serve falls back to sm80 here, and
+  // sm90_fallback_reason says why.
+  if (partial.path == KernelPath::sm90 && sm90_fallback_reason(problem, arch).empty()) {
+    KernelConfig config = partial;
+    const KernelConfig first = FwdSm90Traits::default_config(problem.head_dim_qk);
+    if (!config.block_m) config.block_m = first.block_m;
+    if (!config.block_n) config.block_n = first.block_n;
+    if (!config.warps) config.warps = first.warps;
+    if (!config.stages) config.stages = first.stages;
+    return config;
+  }
   Candidate list[4];
   preferred(problem.head_dim_qk, problem.head_dim_v, list);
   KernelConfig fallback;

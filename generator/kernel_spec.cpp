@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "generator/fwd_sm80_traits.h"
+#include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -92,16 +93,23 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
   if (arch.sm() < 80)
     return problem_error(llvm::formatv(
         "architecture {0} is not supported: flashjit needs sm_80 or newer", arch.name()));
-  if (config.path != KernelPath::sm80)
-    return problem_error(llvm::formatv("kernel path {0} is not available yet: use sm80",
-                                       to_string(config.path)));
+  if (config.path == KernelPath::sm90 && !(arch.sm() == 90 && arch.arch_specific))
+    return problem_error(llvm::formatv(
+        "kernel path sm90 needs an sm_90a target (wgmma, setmaxnreg, TMA), not {0}: use sm80",
+        arch.name()));
   if (!config.is_complete())
     return problem_error("kernel config is incomplete: " + describe(config) +
                          " (fill it with default_forward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
-  auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                    config.block_n, config.warps, config.stages, max_smem_bytes);
-  if (!traits) return traits.takeError();
+  if (config.path == KernelPath::sm90) {
+    auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                      config.block_n, config.warps, config.stages, max_smem_bytes);
+    if (!traits) return traits.takeError();
+  } else {
+    auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                      config.block_n, config.warps, config.stages, max_smem_bytes);
+    if (!traits) return traits.takeError();
+  }
   KernelSpec spec;
   spec.dtype = problem.dtype;
   spec.head_dim_qk = problem.head_dim_qk;
@@ -114,6 +122,17 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
 }
 
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
+  if (spec.config.path == KernelPath::sm90) {
+    FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
+                    spec.config.warps, spec.config.stages};
+    LaunchGeometry g;
+    g.grid.x = static_cast<unsigned>((problem.seqlen_q + t.block_m - 1) / t.block_m);
+    g.grid.y = static_cast<unsigned>(problem.heads_q);
+    g.grid.z = static_cast<unsigned>(problem.batch);
+    g.block.x = static_cast<unsigned>(t.threads());
+    g.dynamic_smem_bytes = t.smem_bytes();
+    return g;
+  }
   FwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
                   spec.config.warps, spec.config.stages};
   LaunchGeometry g;

@@ -136,7 +136,18 @@ TEST(KernelSpec, RejectsImpossibleConfigsWithEveryReason) {
   EXPECT_NE(spec_error(base_problem(), KernelConfig{}).find("incomplete"), std::string::npos);
   KernelConfig sm90 = config(128, 64, 4, 2);
   sm90.path = KernelPath::sm90;
-  EXPECT_EQ(spec_error(base_problem(), sm90), "kernel path sm90 is not available yet: use sm80");
+  EXPECT_EQ(spec_error(base_problem(), sm90, kSm80),
+            "kernel path sm90 needs an sm_90a target (wgmma, setmaxnreg, TMA), not sm_80: use "
+            "sm80");
+  EXPECT_EQ(spec_error(base_problem(), sm90),
+            "sm90 forward config (block_m=128 block_n=64 warps=4 stages=2, d=128 dv=128) is "
+            "invalid: warps=4 is not 12 (one producer and two consumer warpgroups)");
+  Problem d96 = base_problem();
+  d96.head_dim_qk = d96.head_dim_v = 96;
+  sm90.warps = 12;
+  EXPECT_NE(spec_error(d96, sm90).find("the sm90 kernel serves head dims 64, 128 and 256"),
+            std::string::npos);
+  EXPECT_EQ(spec_error(base_problem(), sm90), "");
 }
 
 TEST(FwdSm80Traits, DerivesSharedMemoryAndThreads) {

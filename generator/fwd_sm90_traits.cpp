@@ -1,0 +1,101 @@
+#include "generator/fwd_sm90_traits.h"
+
+#include <string>
+#include <vector>
+
+#include "flashjit/problem.h"
+#include "generator/target_arch.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+int FwdSm90Traits::smem_bytes() const {
+  const int q = block_m * head_dim * 2;
+  const int kv = 2 * stages * tile_bytes();
+  const int barriers = 8 * (1 + 3 * stages);
+  return q + kv + barriers + kSmemAlign;
+}
+
+std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
+  if (head_dim_qk != head_dim_v)
+    return llvm::formatv("head_dim_qk={0} != head_dim_v={1}: the sm90 kernel needs equal head dims",
+                         head_dim_qk, head_dim_v);
+  if (head_dim_qk != 64 && head_dim_qk != 128 && head_dim_qk != 256)
+    return llvm::formatv("head_dim={0}: the sm90 kernel serves head dims 64, 128 and 256 "
+                         "(whole 64-element TMA/swizzle columns)",
+                         head_dim_qk);
+  return "";
+}
+
+std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch) {
+  if (!(arch.sm() == 90 && arch.arch_specific))
+    return "the sm90 kernel needs an sm_90a target (wgmma, setmaxnreg, TMA), not " + arch.name();
+  return FwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v);
+}
+
+int FwdSm90Traits::max_block_n(int head_dim) {
+  // d=64 at block_n 192 and d=128 at 144..176 spilled 64-280 bytes; d=256
+  // (no intra-warpgroup overlap) fits 96 in registers but only 80 in shared
+  // memory with two stages.
+  return head_dim == 64 ? 128 : head_dim == 128 ? 128 : 96;
+}
+
+KernelConfig FwdSm90Traits::default_config(int head_dim) {
+  // FlashAttention-3 uses 192x128 (d=64), 128x176 (d=128) and 128x80 (d=256);
+  // here block_m is fixed at 128 and block_n is capped by max_block_n.
+  KernelConfig c;
+  c.path = KernelPath::sm90;
+  c.block_m = kBlockM;
+  c.warps = kWarps;
+  c.block_n = head_dim == 256 ? 80 : 128;
+  c.stages = 2;
+  return c;
+}
+
+std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
+  std::vector<KernelConfig> out;
+  for (int block_n = 48; block_n <= max_block_n(head_dim); block_n += 16)
+    for (int stages = 2; stages <= 4; ++stages) {
+      FwdSm90Traits t{head_dim, kBlockM, block_n, kWarps, stages};
+      if (t.smem_bytes() <= max_smem_bytes)
+        out.push_back(KernelConfig{KernelPath::sm90, kBlockM, block_n, kWarps, stages});
+    }
+  return out;
+}
+
+llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_v, int block_m,
+                                                 int block_n, int warps, int stages,
+                                                 int max_smem_bytes) {
+  FwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages};
+  std::vector<std::string> why;
+  std::string dims = unsupported_reason(head_dim_qk, head_dim_v);
+  if (!dims.empty()) why.push_back(dims);
+  if (block_m != kBlockM)
+    why.push_back(llvm::formatv("block_m={0} is not {1} (64 rows per consumer warpgroup, two)",
+                                block_m, kBlockM));
+  if (warps != kWarps)
+    why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",
+                                warps, kWarps));
+  if (block_n < 16 || block_n % 16 || block_n > 256)
+    why.push_back(llvm::formatv("block_n={0} is not a multiple of 16 in [16, 256]", block_n));
+  else if (dims.empty() && block_n > max_block_n(head_dim_qk))
+    why.push_back(llvm::formatv("block_n={0} exceeds {1} at head dim {2} (the kernel spills)",
+                                block_n, max_block_n(head_dim_qk), head_dim_qk));
+  if (stages < 2 || stages > 4)
+    why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
+  if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
+    why.push_back(llvm::formatv("needs {0} bytes of shared memory, the device allows {1}",
+                                t.smem_bytes(), max_smem_bytes));
+  if (!why.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("sm90 forward config (block_m={0} block_n={1} warps={2} stages={3}, "
+                      "d={4} dv={5}) is invalid: {6}",
+                      block_m, block_n, warps, stages, head_dim_qk, head_dim_v,
+                      llvm::join(why, "; "))
+            .str());
+  return t;
+}
+
+}  // namespace flashjit

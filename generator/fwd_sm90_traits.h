@@ -1,0 +1,57 @@
+// Host-side twin of the sm90 forward kernel's traits (templates/fwd_sm90.cuh):
+// which head dims and tiles the TMA + wgmma kernel serves, its shared memory
+// and launch shape, derived from the same primitive parameters. A change to
+// the kernel's layout must be mirrored here.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "generator/launch_geometry.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+struct Problem;
+struct KernelConfig;
+struct TargetArch;
+
+struct FwdSm90Traits {
+  int head_dim = 0;  // qk == v
+  int block_m = 0;
+  int block_n = 0;
+  int warps = 0;
+  int stages = 0;
+
+  static constexpr int kConsumerWarpgroups = 2;  // 64 query rows each
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+  static constexpr int kWarps = 4 * (1 + kConsumerWarpgroups);  // + the producer warpgroup
+  static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 bytes
+
+  int threads() const { return 32 * warps; }
+  int tile_bytes() const { return block_n * head_dim * 2; }  // one K or V tile
+  // Q tile, kStages K and V tiles, the mbarriers, and slack to align the base.
+  int smem_bytes() const;
+
+  // Why the sm90 kernel cannot serve this head-dim pair at all (empty: it can).
+  static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
+  // Every reason the config cannot be compiled or launched, in one message.
+  static llvm::Expected<FwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
+                                            int block_n, int warps, int stages,
+                                            int max_smem_bytes);
+  // The largest block_n per head dim whose kernel compiled without spills
+  // (ptxas -v): S, P and O of a consumer warpgroup share its 240 registers.
+  static int max_block_n(int head_dim);
+  // FlashAttention-3's tiles where they fit, a starting point for the tuner.
+  static KernelConfig default_config(int head_dim);
+  // Every config the kernel claims at `head_dim` within `max_smem_bytes`:
+  // block_n from 48 to max_block_n in steps of 16, 2 to 4 stages. The compile
+  // test builds each of them and checks for spills.
+  static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes);
+};
+
+// Why the sm90 family cannot serve `problem` on `arch` (empty: it can): the
+// target is not sm_90a, or the head dims are not ones it has.
+std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch);
+
+}  // namespace flashjit

@@ -1,0 +1,87 @@
+#include "runtime/tensor_maps.h"
+
+#include <cstdint>
+
+#include "runtime/cuda_driver.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+namespace {
+
+constexpr int kElementBytes = 2;
+// Box inner extent: 64 16-bit elements = 128 bytes, the most a 128-byte
+// swizzle allows and exactly one swizzle row of the kernel's tiles.
+constexpr int kBoxColumns = 64;
+// Query rows per TMA box: one consumer warpgroup's rows (fwd_sm90.cuh).
+constexpr int kQBoxRows = 64;
+
+// A stride TMA accepts for a dimension: a multiple of 16 bytes below 2^40.
+// A dimension of extent 1 is never stepped over, so any stride serves there;
+// callers (PyTorch) give such dimensions arbitrary strides, which TMA would
+// reject, so they are replaced by the row size.
+uint64_t tma_stride(int64_t elements, int64_t extent, int head_dim) {
+  if (extent <= 1) return static_cast<uint64_t>(head_dim) * kElementBytes;
+  return static_cast<uint64_t>(elements) * kElementBytes;
+}
+
+llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType dtype,
+                                   const void *data, int head_dim, int64_t seqlen, int64_t heads,
+                                   int64_t batch, const TensorStrides &strides, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seqlen),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t byte_strides[3] = {tma_stride(strides.seq, seqlen, head_dim),
+                                      tma_stride(strides.head, heads, head_dim),
+                                      tma_stride(strides.batch, batch, head_dim)};
+  const cuuint32_t box[4] = {kBoxColumns, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUresult r = cu.cuTensorMapEncodeTiled(
+      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void *>(data), dims, byte_strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // NONE: out-of-bounds elements read as zeros
+  if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled"))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("TMA tensor map of {0} (address {1}, dims d={2} seq={3} heads={4} "
+                      "batch={5}, byte strides seq={6} head={7} batch={8}, box {9}x{10}): {11}",
+                      name, data, head_dim, seqlen, heads, batch, byte_strides[0],
+                      byte_strides[1], byte_strides[2], kBoxColumns, box_rows,
+                      llvm::toString(std::move(e)))
+            .str());
+  return map;
+}
+
+}  // namespace
+
+llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spec,
+                                                           const Problem &p,
+                                                           const ForwardArgs &args) {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  ForwardTensorMaps maps;
+  auto q = encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, p.seqlen_q, p.heads_q, p.batch,
+                  args.q_strides, kQBoxRows);
+  if (!q) return q.takeError();
+  auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch,
+                  args.k_strides, spec.config.block_n);
+  if (!k) return k.takeError();
+  auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, p.seqlen_k, p.heads_kv, p.batch,
+                  args.v_strides, spec.config.block_n);
+  if (!v) return v.takeError();
+  maps.q = *q;
+  maps.k = *k;
+  maps.v = *v;
+  return maps;
+}
+
+llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &spec,
+                                const Problem &problem, const ForwardArgs &args,
+                                FwdParams &params, CUstream stream) {
+  auto maps = make_forward_tensor_maps(spec, problem, args);
+  if (!maps) return maps.takeError();
+  void *kernel_args[] = {&params, &maps->q, &maps->k, &maps->v};
+  return kernel.launch(forward_launch_geometry(spec, problem), stream, kernel_args);
+}
+
+}  // namespace flashjit

@@ -1,0 +1,34 @@
+// TMA tensor maps of the sm90 forward kernel's inputs, encoded on the host
+// with cuTensorMapEncodeTiled (through the dlopen'ed driver) and passed to the
+// kernel as __grid_constant__ parameters after FwdParams.
+#pragma once
+
+#include <cuda.h>
+
+#include "flashjit/forward.h"
+#include "generator/kernel_spec.h"
+#include "runtime/loaded_kernel.h"
+#include "templates/common/fwd_params.cuh"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+struct ForwardTensorMaps {
+  CUtensorMap q, k, v;
+};
+
+// Each of Q, K, V as a 4-d tensor (head_dim, seqlen, heads, batch) with the
+// caller's strides, read in boxes of 64 elements (one 128-byte swizzle
+// column) x block rows (64 for Q, block_n for K and V) into 128-byte
+// swizzled shared memory; rows past seqlen read as zeros. The error names
+// the tensor and every value passed.
+llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spec,
+                                                           const Problem &problem,
+                                                           const ForwardArgs &args);
+
+// Launches the sm90 kernel: FwdParams, then the three tensor maps.
+llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &spec,
+                                const Problem &problem, const ForwardArgs &args,
+                                FwdParams &params, CUstream stream);
+
+}  // namespace flashjit

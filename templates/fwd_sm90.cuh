@@ -1,0 +1,543 @@
+// FlashAttention-3 style forward for sm_90a (TMA + wgmma + warp specialisation).
+//
+// Tiling. One CTA per (kBlockM query rows, query head, batch); kBlockM is 64
+// rows per consumer warpgroup, two of them (kBlockM = 128). Each
+// consumer warpgroup owns 64 consecutive query rows and walks every visible
+// K/V tile of kBlockN keys itself, so softmax statistics never cross
+// warpgroups. Head dims 64, 128 and 256 (qk == v).
+//
+// Warp roles. Warpgroup 0 is the producer: it gives registers back
+// (setmaxnreg.dec) and one elected thread of its first warp issues every TMA
+// load; its other warps exit. Warpgroups 1.. are consumers (setmaxnreg.inc).
+//
+// Pipeline. Shared memory holds the Q tile (loaded once) and a ring of
+// kStages K tiles and kStages V tiles. Every tile is a set of 128-byte
+// swizzled column blocks of 64 elements ([col block][row][128 B], the layout
+// TMA's SWIZZLE_128B writes and wgmma's 128-byte swizzle mode reads), so a
+// head dim of 128 is two TMA boxes per tile. Barriers (mbarriers):
+//   q_full           Q landed (TMA transaction bytes),
+//   k_full[s], v_full[s]   stage s's K / V landed (TMA transaction bytes),
+//   kv_empty[s]      every consumer warp is done with stage s (one arrival
+//                    per consumer warp), so the producer may refill it.
+// Rows past seqlen are zero-filled by TMA; the mask handles the rest.
+//
+// Per K/V tile, per consumer warpgroup: S = Q K^T by wgmma with both operands
+// in shared memory (SS, fp32 accumulators); optional softcap; the mask,
+// element-wise only on tiles an edge or the seqlen_k tail cuts (fully masked
+// tiles are never loaded); online softmax in base 2 with an unnormalised O;
+// P converted to 16 bits in registers is the A operand of O += P V (RS
+// wgmma, V read transposed from shared memory). The accumulator layout of
+// m64nNk16 is the mma.m16n8 C fragment per warp (16 rows) repeated over N/8
+// column tiles, so P's registers are exactly the A fragments of P V, and the
+// softmax code is the sm80 kernel's.
+//
+// Ping-pong (kConsumerWarpgroups == 2). Two named barriers order the
+// consumers' GEMMs: warpgroup 1 issues its GEMMs of a tile only after
+// warpgroup 0 has issued its own, and vice versa, so one warpgroup's softmax
+// runs while the other's wgmmas occupy the tensor cores.
+//
+// Epilogue. O / rowsum, converted to 16 bits, is staged through the
+// warpgroup's own Q space (free once its last S is computed) and written
+// with 16-byte stores; the fp32 log-sum-exp goes to lse[batch, head, row].
+// A row that sees no key writes O = 0 and LSE = +inf, as FlashAttention does.
+//
+// The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host
+// twin of every derived constant below is generator/fwd_sm90_traits.cpp.
+#pragma once
+
+#include "common/fwd_params.cuh"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/sm90.cuh"
+#include "common/sm90_wgmma.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+namespace fwd_sm90 {
+
+using namespace cfg;
+using Ops = ElementOps<Element>;
+
+constexpr int kHeadDim = kHeadDimQK;
+constexpr int kConsumerWarpgroups = kBlockM / 64;
+constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+constexpr int kThreads = kWarps * 32;
+constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) swizzle columns
+constexpr int kRowBytes = 128;
+
+// Bytes, relative to the 1024-byte aligned base of dynamic shared memory.
+constexpr int kQColBlockBytes = 64 * kRowBytes;              // one warpgroup's rows
+constexpr int kQWarpgroupBytes = kColBlocks * kQColBlockBytes;
+constexpr int kQBytes = kConsumerWarpgroups * kQWarpgroupBytes;
+constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
+constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;  // one K or V tile
+constexpr int kOffsetK = kQBytes;
+constexpr int kOffsetV = kOffsetK + kStages * kKVTileBytes;
+// mbarriers after the tiles: q_full, k_full[kStages], v_full[kStages],
+// kv_empty[kStages], 8 bytes each.
+constexpr int kOffsetBarriers = kOffsetV + kStages * kKVTileBytes;
+constexpr int kSmemUsed = kOffsetBarriers + 8 * (1 + 3 * kStages);
+// The host allocates kSmemUsed + kSmemAlign: the base is rounded up to the
+// 1024 bytes at which the 128-byte swizzle pattern repeats (TMA and wgmma
+// both apply it to absolute shared addresses).
+constexpr int kSmemAlign = 1024;
+
+// Register budgets after setmaxnreg (2 x 128 x consumer + 128 x producer
+// <= 64K). FlashAttention-3's 24/240 split, except at head dim 256, whose
+// producer (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and
+// whose consumers, without intra-warpgroup overlap, need fewer than 232.
+constexpr int kProducerRegisters = kHeadDim == 256 ? 40 : 24;
+constexpr int kConsumerRegisters = kHeadDim == 256 ? 232 : 240;
+
+constexpr int kSRegisters = kBlockN / 2;    // S accumulators per thread
+constexpr int kORegisters = kHeadDim / 2;   // O accumulators per thread
+constexpr int kSTiles = kBlockN / 8;        // n8 column tiles of S
+constexpr int kOTiles = kHeadDim / 8;       // n8 column tiles of O
+constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
+constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S = Q K^T
+
+constexpr bool kPingPong = kConsumerWarpgroups == 2;
+// Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: at head dim
+// 256 (O alone is 128 registers) that spilled (40-130 bytes, ptxas -v), so
+// the 256 kernel runs S, softmax, P V in sequence.
+constexpr bool kIntraOverlap = kHeadDim < 256;
+// Named barrier ids: 0 is __syncthreads; 1..3 one per consumer warpgroup
+// (epilogue); 4, 5 the ping-pong turns.
+constexpr int kBarrierEpilogue = 1;
+constexpr int kBarrierPingPong = 4;
+
+static_assert(kHeadDimQK == kHeadDimV, "sm90 path: head_dim_qk == head_dim_v");
+static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+              "sm90 path: head dims 64, 128, 256");
+// Three consumer warpgroups (block_m 192) spilled at their 160-register share.
+static_assert(kBlockM == 128, "64 rows per consumer warpgroup, 2 of them");
+static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup + consumers");
+static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
+              "block_n: multiple of 16 (P V k-steps) up to 256 (wgmma N, TMA box)");
+static_assert(kStages >= 2, "at least double buffering");
+static_assert(kConsumerWarpgroups * kConsumerRegisters * 128 + kProducerRegisters * 128 <= 65536,
+              "register budgets exceed the register file");
+
+// Hides a value from loop-invariant code motion: per-row mask bounds derived
+// from it are recomputed on the (rare) cut tiles instead of being hoisted out
+// of the K/V loop into registers the accumulators need.
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace fwd_sm90
+}  // namespace flashjit
+
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
+    flashjit_fwd_sm90(const flashjit::FwdParams p,
+                      const __grid_constant__ flashjit::TmaDescriptor tma_q,
+                      const __grid_constant__ flashjit::TmaDescriptor tma_k,
+                      const __grid_constant__ flashjit::TmaDescriptor tma_v) {
+  using namespace flashjit;
+  using namespace flashjit::fwd_sm90;
+  const float kNegInf = __int_as_float(0xff800000);
+  const float kInf = __int_as_float(0x7f800000);
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 smem = (smem_address(smem_raw) + kSmemAlign - 1) & ~u32(kSmemAlign - 1);
+  const u32 bar_base = smem + kOffsetBarriers;
+  const u32 q_full = bar_base;
+  auto k_full = [&](int s) { return bar_base + 8 * (1 + s); };
+  auto v_full = [&](int s) { return bar_base + 8 * (1 + kStages + s); };
+  auto kv_empty = [&](int s) { return bar_base + 8 * (1 + 2 * kStages + s); };
+
+  const int tid = threadIdx.x;
+  const int warpgroup = tid / 128;
+
+  // Heaviest Q tiles (most visible keys under a causal mask) start first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int kv_head = head / p.heads_per_kv;
+  const int m0 = m_block * kBlockM;
+  const int seqlen_q = p.seqlen_q;
+  const int seqlen_k = p.seqlen_k;
+  // Bottom-right alignment: row i lines up with key i + offset.
+  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
+
+  // Keys visible to any row of this CTA: [key_begin, key_end). Producer and
+  // consumers derive the same tile range from it.
+  i64 key_begin = 0, key_end = seqlen_k;
+  if constexpr (Mask::kHasRight) {
+    const i64 last = m0 + kBlockM - 1 + offset + p.window_right + 1;
+    key_end = last < key_end ? last : key_end;
+  }
+  if constexpr (Mask::kHasLeft) {
+    const i64 first = m0 + offset - p.window_left;
+    key_begin = first > 0 ? first : 0;
+  }
+  const int n_block_begin = static_cast<int>(key_begin / kBlockN);
+  const int num_tiles =
+      key_end > key_begin ? static_cast<int>((key_end + kBlockN - 1) / kBlockN) - n_block_begin : 0;
+
+  if (tid == 0) {
+    mbarrier_init(q_full, 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(k_full(s), 1);
+      mbarrier_init(v_full(s), 1);
+      mbarrier_init(kv_empty(s), kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  // ---- producer ----------------------------------------------------------------
+  if (warpgroup == 0) {
+    setmaxnreg_dec<kProducerRegisters>();
+    if (tid / 32 == 0 && elect_one()) {
+      tma_prefetch_descriptor(&tma_q);
+      tma_prefetch_descriptor(&tma_k);
+      tma_prefetch_descriptor(&tma_v);
+      if (num_tiles > 0) {
+        mbarrier_arrive_expect_tx(q_full, kQBytes);
+#pragma unroll
+        for (int wg = 0; wg < kConsumerWarpgroups; ++wg)
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb)
+            tma_load_4d(smem + wg * kQWarpgroupBytes + cb * kQColBlockBytes, &tma_q, q_full,
+                        cb * 64, m0 + wg * 64, head, batch);
+      }
+      for (int t = 0; t < num_tiles; ++t) {
+        const int stage = t % kStages;
+        const u32 round = static_cast<u32>(t / kStages);
+        // The first round passes at once (parity 1 of a fresh barrier is
+        // the phase before its first); later rounds wait for the consumers'
+        // release of the tile kStages back.
+        mbarrier_wait(kv_empty(stage), (round & 1) ^ 1);
+        const int n0 = (n_block_begin + t) * kBlockN;
+        const u32 k_dst = smem + kOffsetK + stage * kKVTileBytes;
+        const u32 v_dst = smem + kOffsetV + stage * kKVTileBytes;
+        mbarrier_arrive_expect_tx(k_full(stage), kKVTileBytes);
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb)
+          tma_load_4d(k_dst + cb * kKVColBlockBytes, &tma_k, k_full(stage), cb * 64, n0, kv_head,
+                      batch);
+        mbarrier_arrive_expect_tx(v_full(stage), kKVTileBytes);
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb)
+          tma_load_4d(v_dst + cb * kKVColBlockBytes, &tma_v, v_full(stage), cb * 64, n0, kv_head,
+                      batch);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ---------------------------------------------------------------
+  setmaxnreg_inc<kConsumerRegisters>();
+  const int cwg = warpgroup - 1;      // consumer warpgroup index
+  const int ctid = tid % 128;         // thread within it
+  const int warp = ctid / 32;         // warp within it: rows 16*warp..
+  const int lane = tid % 32;
+  const int group = lane / 4;         // fragment row (and row + 8)
+  const int quad_lane = lane % 4;     // fragment column pair
+  const int wg_row0 = cwg * 64;       // first row of this warpgroup in the tile
+
+  // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
+  const u64 q_desc = smem_descriptor_sw128(smem + cwg * kQWarpgroupBytes, 16, 1024);
+  const u64 k_desc0 = smem_descriptor_sw128(smem + kOffsetK, 16, 1024);
+  const u64 v_desc0 = smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
+
+  float acc_o[kORegisters];
+#pragma unroll
+  for (int i = 0; i < kORegisters; ++i) acc_o[i] = 0.f;
+  // Per thread: rows `group` (h = 0) and `group + 8` (h = 1) of its warp.
+  float row_max[2] = {kNegInf, kNegInf};
+  float row_sum[2] = {0.f, 0.f};
+
+  const float scale_log2 = p.softmax_scale_log2;
+  const int wg_m0 = m0 + wg_row0;
+
+  // Turn-taking between the two consumer warpgroups (ping-pong): a warpgroup
+  // issues its GEMMs only in its turn and hands the turn over once they are
+  // issued, so its softmax overlaps the other's GEMMs. Warpgroup 0 starts:
+  // warpgroup 1 signals it once up front.
+  auto take_turn = [&] {
+    if constexpr (kPingPong) named_barrier_sync(kBarrierPingPong + cwg, 2 * 128);
+  };
+  auto pass_turn = [&] {
+    if constexpr (kPingPong) named_barrier_arrive(kBarrierPingPong + (1 - cwg), 2 * 128);
+  };
+  if constexpr (kPingPong) {
+    if (cwg == 1) named_barrier_arrive(kBarrierPingPong + 0, 2 * 128);
+  }
+
+  // Issues S = Q K^T of the K tile in `stage` (one commit group).
+  auto issue_s = [&](float (&acc_s)[kSRegisters], int stage) {
+    const u64 k_desc = k_desc0 + ((stage * kKVTileBytes) >> 4);
+    wgmma_fence_operands(acc_s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kQKSteps; ++ks) {
+      // k-step ks: column block ks/4, byte (ks%4)*32 within the 128-byte row.
+      const int q_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
+      const int k_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
+      Wgmma<Element, kBlockN>::ss(acc_s, q_desc + (q_off >> 4), k_desc + (k_off >> 4), ks > 0);
+    }
+    wgmma_commit();
+    wgmma_fence_operands(acc_s);
+  };
+
+  // Issues O += P V of the V tile in `stage` (one commit group).
+  auto issue_pv = [&](u32 (&p_frag)[kPVSteps][4], int stage) {
+    const u64 v_desc = v_desc0 + ((stage * kKVTileBytes) >> 4);
+    wgmma_fence_operands(acc_o);
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      // k-step kk: V rows 16kk.. = two 8-row (1024-byte) groups further on.
+      Wgmma<Element, kHeadDim>::rs_bt(acc_o, p_frag[kk], v_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+    }
+    wgmma_commit();
+    wgmma_fence_operands(acc_o);
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
+  };
+
+  // Softcap, mask and online softmax of the S tile of keys [n0, n0 + kBlockN):
+  // S becomes unnormalised P in place; `correction` is the factor O must be
+  // scaled by (applied by the caller once the previous P V is complete).
+  // acc_s[4*nt + 2*h + c] is row (group + 8h), column 8nt + 2*quad_lane + c.
+  auto softmax = [&](float (&acc_s)[kSRegisters], int n0, float (&correction)[2]) {
+    if constexpr (kSoftcap) {
+#pragma unroll
+      for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
+    }
+    // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's rows).
+    bool cut = n0 + kBlockN > seqlen_k;
+    if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > wg_m0 + offset + p.window_right;
+    if constexpr (Mask::kHasLeft) cut |= n0 < wg_m0 + 63 + offset - p.window_left;
+    if (cut) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lane_t = opaque(static_cast<int>(threadIdx.x));
+        const i64 row = wg_m0 + ((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8;
+        i64 hi = seqlen_k - 1;
+        if constexpr (Mask::kHasRight) {
+          const i64 r = row + offset + p.window_right;
+          hi = r < hi ? r : hi;
+        }
+        i64 lo = 0;
+        if constexpr (Mask::kHasLeft) {
+          const i64 l = row + offset - p.window_left;
+          lo = l > lo ? l : lo;
+        }
+        // Tile-local bounds, clamped to [-1, kBlockN] before narrowing.
+        const i64 hi_tile = hi - n0, lo_tile = lo - n0;
+        const int hi_local = static_cast<int>(hi_tile < -1 ? -1 : hi_tile > kBlockN ? kBlockN : hi_tile);
+        const int lo_local = static_cast<int>(lo_tile < -1 ? -1 : lo_tile > kBlockN ? kBlockN : lo_tile);
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int col = nt * 8 + (lane_t % 4) * 2 + c;
+            if (col > hi_local || col < lo_local) acc_s[4 * nt + 2 * h + c] = kNegInf;
+          }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = row_max[h];
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt)
+        m = fmaxf(m, fmaxf(acc_s[4 * nt + 2 * h], acc_s[4 * nt + 2 * h + 1]));
+      m = quad_max(m);
+      // A row that has seen only masked keys keeps max -inf: subtract 0
+      // instead so exp2 gives 0, not NaN.
+      const float m_scaled = m == kNegInf ? 0.f : m * scale_log2;
+      correction[h] = exp2_approx(row_max[h] * scale_log2 - m_scaled);
+      row_max[h] = m;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float &s = acc_s[4 * nt + 2 * h + c];
+          s = exp2_approx(s * scale_log2 - m_scaled);
+          sum += s;
+        }
+      // Row sums stay per thread (a quarter of the row) until the epilogue.
+      row_sum[h] = row_sum[h] * correction[h] + sum;
+    }
+  };
+
+  // n8 tiles 2kk and 2kk+1 of S are exactly the A fragment of k-step kk.
+  auto to_p = [&](const float (&acc_s)[kSRegisters], u32 (&p_frag)[kPVSteps][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      p_frag[kk][0] = Ops::pack(acc_s[8 * kk + 0], acc_s[8 * kk + 1]);
+      p_frag[kk][1] = Ops::pack(acc_s[8 * kk + 2], acc_s[8 * kk + 3]);
+      p_frag[kk][2] = Ops::pack(acc_s[8 * kk + 4], acc_s[8 * kk + 5]);
+      p_frag[kk][3] = Ops::pack(acc_s[8 * kk + 6], acc_s[8 * kk + 7]);
+    }
+  };
+
+  // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and then
+  // O += P(t) V(t) back to back, computes the softmax of S(t+1) while P V
+  // runs, and only then rescales O and replaces P.
+  if (num_tiles > 0 && !kIntraOverlap) {
+    // Without overlap (head dim 256: S(t+1), P(t) and O do not fit in the
+    // register budget together): S, softmax, then P V, one tile at a time.
+    // Each GEMM is issued in its own turn, so with ping-pong the turns
+    // alternate S0 S1 PV0 PV1 and one warpgroup's softmax runs under the
+    // other's GEMMs.
+    float acc_s[kSRegisters];
+    u32 p_frag[kPVSteps][4];
+    float correction[2];
+    mbarrier_wait(q_full, 0);
+    for (int t = 0; t < num_tiles; ++t) {
+      const int stage = t % kStages;
+      const u32 parity = static_cast<u32>(t / kStages) & 1;
+      mbarrier_wait(k_full(stage), parity);
+      take_turn();
+      issue_s(acc_s, stage);
+      pass_turn();
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_s);
+      softmax(acc_s, (n_block_begin + t) * kBlockN, correction);
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          acc_o[4 * nt + 2 * h] *= correction[h];
+          acc_o[4 * nt + 2 * h + 1] *= correction[h];
+        }
+      to_p(acc_s, p_frag);
+      mbarrier_wait(v_full(stage), parity);
+      take_turn();
+      issue_pv(p_frag, stage);
+      pass_turn();
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_o);
+      if (lane == 0) mbarrier_arrive(kv_empty(stage));
+    }
+  }
+  if (num_tiles > 0 && kIntraOverlap) {
+    float acc_s[kSRegisters];
+    u32 p_frag[kPVSteps][4];
+    float correction[2];
+    mbarrier_wait(q_full, 0);
+    mbarrier_wait(k_full(0), 0);
+    take_turn();
+    issue_s(acc_s, 0);
+    pass_turn();
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc_s);
+    softmax(acc_s, n_block_begin * kBlockN, correction);  // O is still 0
+    to_p(acc_s, p_frag);
+    // The last tile is peeled off: with a fixed number of commit groups per
+    // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
+    // asynchronous (a conditional S issue made it serialise them, C7514).
+    for (int t = 0; t + 1 < num_tiles; ++t) {
+      const int stage = t % kStages;
+      const int next_stage = (t + 1) % kStages;
+      mbarrier_wait(k_full(next_stage), static_cast<u32>((t + 1) / kStages) & 1);
+      mbarrier_wait(v_full(stage), static_cast<u32>(t / kStages) & 1);
+      take_turn();
+      issue_s(acc_s, next_stage);
+      issue_pv(p_frag, stage);
+      pass_turn();
+      wgmma_wait<1>();  // S(t+1) done; P V may still run
+      wgmma_fence_operands(acc_s);
+      softmax(acc_s, (n_block_begin + t + 1) * kBlockN, correction);
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_o);
+      // Every warp releases the stage once its own MMAs have read it.
+      if (lane == 0) mbarrier_arrive(kv_empty(stage));
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          acc_o[4 * nt + 2 * h] *= correction[h];
+          acc_o[4 * nt + 2 * h + 1] *= correction[h];
+        }
+      to_p(acc_s, p_frag);
+    }
+    {
+      const int t = num_tiles - 1;
+      const int stage = t % kStages;
+      mbarrier_wait(v_full(stage), static_cast<u32>(t / kStages) & 1);
+      take_turn();
+      issue_pv(p_frag, stage);
+      pass_turn();
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_o);
+      if (lane == 0) mbarrier_arrive(kv_empty(stage));
+    }
+  }
+  if constexpr (kPingPong) {
+    // Balance the turns: warpgroup 1's up-front signal leaves warpgroup 0 one
+    // signal ahead; consuming it leaves no barrier half-arrived at exit.
+    if (cwg == 0) named_barrier_sync(kBarrierPingPong + 0, 2 * 128);
+  }
+
+  // ---- epilogue -------------------------------------------------------------
+  // The warpgroup's Q space (its last S is complete) becomes its O staging
+  // tile, in the same swizzled column-block layout.
+  const u32 o_stage = smem + cwg * kQWarpgroupBytes;
+  float *const lse_base =
+      p.lse ? p.lse + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q : nullptr;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float sum = quad_sum(row_sum[h]);
+    const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
+    const float inv = empty ? 0.f : 1.f / sum;
+    const int row = warp * 16 + group + h * 8;  // within the warpgroup
+#pragma unroll
+    for (int nt = 0; nt < kOTiles; ++nt) {
+      const u32 packed = Ops::pack(acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv);
+      const int col = nt * 8 + quad_lane * 2;
+      const int chunk = (col % 64) / 8;
+      const u32 addr = o_stage + (col / 64) * kQColBlockBytes + row * kRowBytes +
+                       ((chunk ^ (row % 8)) << 4) + (col % 8) * 2;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
+    }
+    if (lse_base && quad_lane == 0 && wg_m0 + row < seqlen_q) {
+      // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
+      const float lse =
+          empty ? kInf : (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
+      lse_base[wg_m0 + row] = lse;
+    }
+  }
+  named_barrier_sync(kBarrierEpilogue + cwg, 128);
+
+  u16 *const o_base = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
+                      head * p.o_head_stride + static_cast<i64>(wg_m0) * p.o_row_stride;
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  constexpr int kTotal = 64 * kChunks;
+  static_assert(kTotal % 128 == 0, "whole passes of the warpgroup");
+#pragma unroll
+  for (int i = 0; i < kTotal / 128; ++i) {
+    const int idx = ctid + i * 128;
+    const int row = idx / kChunks;
+    const int chunk = idx % kChunks;
+    if (wg_m0 + row < seqlen_q) {
+      const u32 addr = o_stage + (chunk / 8) * kQColBlockBytes + row * kRowBytes +
+                       (((chunk % 8) ^ (row % 8)) << 4);
+      U32x4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(addr));
+      *reinterpret_cast<U32x4 *>(o_base + row * p.o_row_stride + chunk * 8) = v;
+    }
+  }
+}

@@ -1,0 +1,211 @@
+// The sm90 forward kernel (TMA + wgmma, templates/fwd_sm90.cuh) compiles
+// through NVRTC to an sm_90a cubin for every config it claims — each head
+// dim x mask x dtype x softcap, and every tile of its search space — with no
+// spills in ptxas's report; where cuobjdump is available, the SASS shows the
+// Hopper instructions (HGMMA, UTMALDG) and no local-memory traffic.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "cli/ptxas_report.h"
+#include "generator/fwd_sm90_traits.h"
+#include "generator/heuristic.h"
+#include "generator/kernel_spec.h"
+#include "generator/source.h"
+#include "runtime/nvrtc_compiler.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/ThreadPool.h"
+
+namespace flashjit {
+namespace {
+
+const TargetArch kSm90a{9, 0, true};
+
+struct Sm90Case {
+  Problem problem;
+  KernelConfig config;
+};
+
+std::vector<Sm90Case> sm90_cases() {
+  std::vector<Sm90Case> cases;
+  // Every head dim x mask x dtype x softcap with the default tiles.
+  for (int d : {64, 128, 256})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
+      for (DType dtype : {DType::bf16, DType::fp16})
+        for (float softcap : {0.f, 30.f}) {
+          Problem p;
+          p.head_dim_qk = p.head_dim_v = d;
+          p.mask = mask;
+          p.window_left = 64;
+          p.window_right = 0;
+          p.dtype = dtype;
+          p.softcap = softcap;
+          cases.push_back({p, FwdSm90Traits::default_config(d)});
+        }
+  // Every tile of the search space, with the register-hungriest variant
+  // (sliding window + softcap: both mask bounds and the tanh).
+  for (int d : {64, 128, 256})
+    for (const KernelConfig &c : FwdSm90Traits::search_space(d, max_smem_per_block(kSm90a))) {
+      Problem p;
+      p.head_dim_qk = p.head_dim_v = d;
+      p.mask = MaskKind::window;
+      p.window_left = 100;
+      p.window_right = 3;
+      p.softcap = 5.f;
+      cases.push_back({p, c});
+    }
+  return cases;
+}
+
+// cuobjdump from $FLASHJIT_CUOBJDUMP or PATH; empty when neither has it.
+std::string find_cuobjdump() {
+  if (const char *env = std::getenv("FLASHJIT_CUOBJDUMP"); env && *env) return env;
+  if (auto path = llvm::sys::findProgramByName("cuobjdump")) return *path;
+  return "";
+}
+
+struct Compiled {
+  std::string id, error, sass_problem;
+  cli::PtxasReport report;
+};
+
+TEST(ForwardSm90Compile, EveryClaimedConfigCompilesWithoutSpills) {
+  const std::vector<Sm90Case> cases = sm90_cases();
+  ASSERT_GT(cases.size(), 40u);
+  const std::string cuobjdump = find_cuobjdump();
+  std::vector<Compiled> results(cases.size());
+  {
+    llvm::ThreadPool pool(llvm::hardware_concurrency());
+    for (size_t i = 0; i < cases.size(); ++i)
+      pool.async([&, i] {
+        Compiled &r = results[i];
+        auto spec = make_forward_spec(cases[i].problem, cases[i].config, kSm90a);
+        if (!spec) {
+          r.error = llvm::toString(spec.takeError());
+          return;
+        }
+        r.id = spec->id();
+        GeneratedSource source = generate_forward(*spec);
+        source.options.push_back("--ptxas-options=-v");
+        auto cubin = compile_to_cubin(source, kSm90a);
+        if (!cubin) {
+          r.error = llvm::toString(cubin.takeError());
+          return;
+        }
+        auto report = cli::parse_ptxas_report(cubin->log, source.entry);
+        if (!report) {
+          r.error = "no ptxas report in the log:\n" + cubin->log;
+          return;
+        }
+        r.report = *report;
+        if (cubin->log.find("C7510") != std::string::npos ||
+            cubin->log.find("C7511") != std::string::npos ||
+            cubin->log.find("C7512") != std::string::npos ||
+            cubin->log.find("C7514") != std::string::npos ||
+            cubin->log.find("wgmma.mma_async instructions are serialized") != std::string::npos)
+          r.error = "ptxas serialised the wgmmas:\n" + cubin->log;
+        if (cuobjdump.empty()) return;
+        llvm::SmallString<128> cubin_path, sass_path;
+        llvm::sys::fs::createTemporaryFile("flashjit_sm90", "cubin", cubin_path);
+        llvm::sys::fs::createTemporaryFile("flashjit_sm90", "sass", sass_path);
+        {
+          std::ofstream out(cubin_path.c_str(), std::ios::binary);
+          out.write(cubin->bytes.data(), static_cast<std::streamsize>(cubin->bytes.size()));
+        }
+        llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(sass_path),
+                                                       llvm::None};
+        std::string err;
+        int rc = llvm::sys::ExecuteAndWait(cuobjdump, {cuobjdump, "-sass", cubin_path.str()},
+                                           llvm::None, redirects, 0, 0, &err);
+        std::ifstream in(sass_path.c_str());
+        std::string sass((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        llvm::sys::fs::remove(cubin_path);
+        llvm::sys::fs::remove(sass_path);
+        if (rc != 0) {
+          r.sass_problem = "cuobjdump failed (" + std::to_string(rc) + "): " + err;
+          return;
+        }
+        for (const char *needed : {"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG"})
+          if (sass.find(needed) == std::string::npos)
+            r.sass_problem += std::string("no ") + needed + " in the SASS; ";
+        for (const char *banned : {" LDL", " STL"})
+          if (sass.find(banned) != std::string::npos)
+            r.sass_problem += std::string("local memory (") + banned + ") in the SASS; ";
+      });
+    pool.wait();
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Compiled &r = results[i];
+    SCOPED_TRACE(describe(cases[i].problem) + " | " + describe(cases[i].config) + " " + r.id);
+    EXPECT_EQ(r.error, "");
+    EXPECT_EQ(r.report.spill_store_bytes, 0);
+    EXPECT_EQ(r.report.spill_load_bytes, 0);
+    EXPECT_EQ(r.report.stack_frame_bytes, 0);
+    EXPECT_EQ(r.sass_problem, "");
+  }
+  if (cuobjdump.empty())
+    GTEST_SKIP() << "compiled " << cases.size()
+                 << " sm90 configs without spills; SASS not checked: no cuobjdump on PATH or in "
+                    "$FLASHJIT_CUOBJDUMP";
+}
+
+TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.mask = MaskKind::causal;
+  auto spec = make_forward_spec(p, FwdSm90Traits::default_config(128), kSm90a);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  GeneratedSource s = generate_forward(*spec);
+  EXPECT_EQ(s.entry, "flashjit_fwd_sm90");
+  EXPECT_NE(s.source.find("#include \"fwd_sm90.cuh\""), std::string::npos);
+  EXPECT_EQ(s.source.find("fwd_sm80.cuh"), std::string::npos);
+  EXPECT_NE(s.program_name.find("fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2"),
+            std::string::npos)
+      << s.program_name;
+}
+
+TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 128;
+  const KernelConfig c = FwdSm90Traits::default_config(128);
+  EXPECT_TRUE(bool(make_forward_spec(p, c, kSm90a)));
+  for (TargetArch arch : {TargetArch{8, 0, false}, TargetArch{9, 0, false}}) {
+    auto spec = make_forward_spec(p, c, arch);
+    ASSERT_FALSE(bool(spec));
+    EXPECT_NE(llvm::toString(spec.takeError()).find("needs an sm_90a target"), std::string::npos);
+  }
+  // Head dims it does not serve: an explicit config is an error; a partial
+  // one falls back to sm80, and sm90_fallback_reason says why.
+  p.head_dim_qk = p.head_dim_v = 96;
+  EXPECT_FALSE(bool(make_forward_spec(p, {KernelPath::sm90, 128, 64, 12, 2}, kSm90a)));
+  KernelConfig partial;
+  partial.path = KernelPath::sm90;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial).path, KernelPath::sm80);
+  EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("64, 128 and 256"), std::string::npos);
+  p.head_dim_qk = p.head_dim_v = 256;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial), FwdSm90Traits::default_config(256));
+  EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "");
+  // The heuristic keeps choosing sm80 when no path is asked for.
+  EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
+}
+
+TEST(FwdSm90Traits, SharedMemoryAndRejections) {
+  auto t = FwdSm90Traits::make(128, 128, 128, 128, 12, 2, 232448);
+  ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
+  EXPECT_EQ(t->threads(), 384);
+  // Q 128x128, 2 x (K + V) 128x128, 7 barriers, 1024 alignment slack.
+  EXPECT_EQ(t->smem_bytes(), 32768 + 2 * 2 * 32768 + 56 + 1024);
+  auto big = FwdSm90Traits::make(256, 256, 128, 96, 12, 2, 232448);
+  ASSERT_FALSE(bool(big));
+  EXPECT_NE(llvm::toString(big.takeError()).find("the device allows 232448"), std::string::npos);
+  auto spills = FwdSm90Traits::make(128, 128, 128, 176, 12, 2, 232448);
+  ASSERT_FALSE(bool(spills));
+  EXPECT_NE(llvm::toString(spills.takeError()).find("exceeds 128"), std::string::npos);
+  for (int d : {64, 128, 256}) EXPECT_FALSE(FwdSm90Traits::search_space(d, 232448).empty());
+}
+
+}  // namespace
+}  // namespace flashjit
