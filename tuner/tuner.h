@@ -19,8 +19,14 @@ namespace flashjit {
 struct CandidateOutcome {
   KernelConfig config;
   std::string id;
-  double median_ms = 0;  // infinity when it failed
+  double median_ms = 0;  // infinity when it failed or was not measured
+  double min_ms = 0, max_ms = 0;
+  int repeats = 0;       // of the last round it was timed in
+  int rounds = 0;        // rounds of successive halving it was timed in
+  bool winner = false;
   std::string failure;   // why it failed or was pruned
+  std::string cubin_key;
+  bool cubin_from_store = false;  // not compiled by this tune
   int registers = 0;
   int spill_bytes = 0;
   int occupancy = 0;
@@ -32,12 +38,20 @@ struct TuneOutcome {
   TuningRecord record;  // what was stored
   std::vector<CandidateOutcome> candidates;
   double wall_s = 0;
+  double compile_s = 0;  // candidates: store lookups and NVRTC, in parallel
+  double measure_s = 0;  // successive halving and the heuristic's timing
   int device = 0;
+  int input_sets = 0;    // rotated so each run reads from HBM, not L2
+  // What the caller should know that is not a field: budget cuts, a winner
+  // that failed the accuracy check and was replaced.
+  std::vector<std::string> notes;
 };
 
 struct TuneOptions {
   int device = 0;            // CUDA ordinal
-  double budget_s = 60;      // soft limit on the measuring phase
+  double budget_s = 60;      // soft limit on the whole tune (compiles included)
+  int initial_repeats = 5;   // successive halving: first round
+  int final_repeats = 40;    // and the finalists (and the heuristic)
   int compile_threads = 0;   // 0: hardware concurrency
   bool check_winner = true;  // against the GPU reference
   // Progress lines ("compiled 12/20", "round 2: 6 left"), for the CLI.

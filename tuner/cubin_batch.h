@@ -1,0 +1,32 @@
+// Cubins for many kernel specs at once, through runtime's forward_cubin on
+// llvm::ThreadPool workers: those already in the database's cubin store are
+// read from it, the rest compiled with NVRTC in parallel (NVRTC is
+// thread-safe; TuningDb serialises its own handle) and stored.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cache/tuning_db.h"
+#include "generator/kernel_spec.h"
+#include "llvm/ADT/ArrayRef.h"
+
+namespace flashjit {
+
+struct CubinResult {
+  std::string key;  // in the cubin store (runtime/tuning_key.h cubin_key)
+  std::string entry;
+  std::vector<char> bytes;  // empty when `error` is set
+  bool from_store = false;  // false: compiled now
+  double compile_ms = 0;    // of this compile (0 when read from the store)
+  std::string error;        // the NVRTC failure, with its log
+};
+
+// One result per spec, in order; a spec that does not compile gets its error
+// and never stops the others. `threads` 0: hardware concurrency. `progress`
+// (optional) hears "compiled N/M" as each finishes.
+std::vector<CubinResult> cubins_for(llvm::ArrayRef<KernelSpec> specs, TuningDb *db, int threads,
+                                    const std::function<void(const std::string &)> &progress = {});
+
+}  // namespace flashjit

@@ -1,0 +1,89 @@
+// The tuner's timing harness for forward kernels: input sets rotated so that
+// each run reads data the previous runs have pushed out of L2 (as in a model,
+// where attention's inputs come from HBM), CUDA-event timing of back-to-back
+// launches, and the accuracy check of a winner against the GPU reference.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flashjit/forward.h"
+#include "generator/kernel_spec.h"
+#include "reference/accuracy.h"
+#include "runtime/device.h"
+#include "runtime/device_buffer.h"
+#include "runtime/loaded_kernel.h"
+#include "templates/common/fwd_params.cuh"
+#include "tuner/search.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+class ForwardBench {
+ public:
+  // Allocates ceil(2 x L2 / bytes per set) input sets in the current context
+  // (at least one; at most what half the free memory holds, and 32), fills
+  // them with random values and creates a stream.
+  static llvm::Expected<std::unique_ptr<ForwardBench>> make(const Problem &problem,
+                                                            const DeviceInfo &device);
+  ~ForwardBench();
+  ForwardBench(const ForwardBench &) = delete;
+  ForwardBench &operator=(const ForwardBench &) = delete;
+
+  int sets() const { return static_cast<int>(sets_.size()); }
+  size_t bytes_per_set() const { return bytes_per_set_; }
+  CUstream stream() const { return stream_; }
+
+  // One warm-up launch, then `repeats` samples, each of as many back-to-back
+  // launches as last about kSampleMs (one for ~1 ms kernels): per-launch
+  // median, min and max in ms. A sample of several launches keeps the
+  // per-launch gap out of short kernels' times.
+  llvm::Expected<Measurement> time(const LoadedKernel &kernel, const LaunchGeometry &geometry,
+                                   int repeats);
+  // Runs `kernel` for about `ms` so that the GPU's clocks have ramped up
+  // before the first candidate is timed.
+  llvm::Error warm_up(const LoadedKernel &kernel, const LaunchGeometry &geometry, double ms);
+
+  // Non-empty once a fault (an illegal address, a trap) broke the context:
+  // every later timing fails at once with this reason.
+  const std::string &broken() const { return broken_; }
+
+  static constexpr double kSampleMs = 0.25;
+
+ private:
+  ForwardBench() = default;
+  struct InputSet {
+    DeviceBuffer q, k, v, o, lse;
+    FwdParams params;
+  };
+  llvm::Error launch(const LoadedKernel &kernel, const LaunchGeometry &geometry);
+  llvm::Error events(size_t count);
+  // Turns a CUDA failure into the candidate's error; marks the bench broken
+  // when the context no longer works.
+  llvm::Error failed(llvm::Error error);
+
+  Problem problem_;
+  std::vector<InputSet> sets_;
+  size_t bytes_per_set_ = 0;
+  size_t next_ = 0;
+  CUstream stream_ = nullptr;
+  std::vector<CUevent> events_;
+  std::string broken_;
+};
+
+// The problem a winner's accuracy is checked on: `problem` itself when small,
+// else a smaller one of the same class (the compiled kernel is the same):
+// seqlens clamped to 2048, batch 1, at most two KV heads (GQA ratio kept).
+Problem accuracy_problem(const Problem &problem);
+
+// Launches `kernel` (compiled for `spec`) on random inputs of
+// accuracy_problem(problem), with NaN-poisoned outputs, and compares with
+// the GPU reference in exact and element precision (DESIGN.md's criterion).
+llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
+                                                    const KernelSpec &spec,
+                                                    const Problem &problem, CUstream stream);
+
+}  // namespace flashjit
