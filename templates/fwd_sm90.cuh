@@ -31,10 +31,18 @@
 // column tiles, so P's registers are exactly the A fragments of P V, and the
 // softmax code is the sm80 kernel's.
 //
-// Ping-pong (kConsumerWarpgroups == 2). Two named barriers order the
-// consumers' GEMMs: warpgroup 1 issues its GEMMs of a tile only after
-// warpgroup 0 has issued its own, and vice versa, so one warpgroup's softmax
-// runs while the other's wgmmas occupy the tensor cores.
+// Intra-warpgroup overlap (head dims 64, 128). Iteration t issues
+// S(t+1) = Q K(t+1)^T and O += P(t) V(t) back to back, runs the softmax of
+// S(t+1) while P V is in flight (wgmma.wait_group 1), then rescales O and
+// replaces P. At head dim 256 the three register tiles do not fit (spills),
+// so that kernel runs S, softmax, P V in sequence.
+//
+// Ping-pong. Two named barriers pass a turn between the two consumer
+// warpgroups: a warpgroup issues its GEMMs only in its turn and hands the
+// turn on once they are issued, so one's softmax runs under the other's
+// GEMMs. Warpgroup 1 signals once up front (warpgroup 0 goes first) and
+// warpgroup 0 consumes the extra signal at the end, so no barrier is left
+// half-arrived.
 //
 // Epilogue. O / rowsum, converted to 16 bits, is staged through the
 // warpgroup's own Q space (free once its last S is computed) and written

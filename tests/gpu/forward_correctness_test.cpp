@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "gpu_environment.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
+#include "runtime/device.h"
 #include "runtime/launch_forward.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -254,6 +256,94 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, ForwardCorrectness, ::testing::ValuesIn(head_
 INSTANTIATE_TEST_SUITE_P(Configs, ForwardCorrectness, ::testing::ValuesIn(config_cases()),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Large, ForwardCorrectness, ::testing::ValuesIn(large_cases()), case_name);
+
+// ---- the sm90 path (TMA + wgmma, templates/fwd_sm90.cuh) ---------------------
+// Runs only on a device whose target is sm_90a (Hopper); skips elsewhere.
+
+std::string sm90_skip_reason() {
+  std::string reason = testing::gpu_skip_reason();
+  if (!reason.empty()) return reason;
+  auto device = query_device(0);
+  if (!device) return llvm::toString(device.takeError());
+  const TargetArch arch = device->target();
+  if (!(arch.sm() == 90 && arch.arch_specific))
+    return "the sm90 kernel needs an sm_90a device, this is " + arch.name();
+  return "";
+}
+
+#define FLASHJIT_REQUIRE_SM90()                                    \
+  do {                                                             \
+    std::string reason_ = sm90_skip_reason();                      \
+    if (!reason_.empty()) GTEST_SKIP() << reason_;                 \
+  } while (0)
+
+KernelConfig sm90_path() {
+  KernelConfig c;
+  c.path = KernelPath::sm90;  // tiles from FwdSm90Traits::default_config
+  return c;
+}
+
+std::vector<Case> sm90_cases() {
+  std::vector<Case> cases;
+  const std::pair<int64_t, int64_t> lengths[] = {{1, 1},       {17, 17},  {113, 203}, {203, 113},
+                                                 {1023, 1023}, {1, 1023}, {128, 1},   {300, 77}};
+  for (int d : {64, 128, 256})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+      for (auto [sq, sk] : lengths)
+        cases.push_back({make_problem(d == 128 ? DType::fp16 : DType::bf16, 2, 4, 4, sq, sk, d, d,
+                                      mask),
+                         sm90_path()});
+  // fp16 at d=64/256 and bf16 at d=128 too, on an irregular pair.
+  for (int d : {64, 128, 256})
+    cases.push_back({make_problem(d == 128 ? DType::bf16 : DType::fp16, 2, 4, 4, 257, 391, d, d,
+                                  MaskKind::causal),
+                     sm90_path()});
+  // Sliding windows, GQA/MQA, softcap, strides, rows that see no key.
+  cases.push_back({make_problem(DType::bf16, 1, 8, 2, 517, 517, 64, 64, MaskKind::window, 100, 0), sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 1, 8, 8, 333, 700, 128, 128, MaskKind::window, 64, 32), sm90_path()});
+  cases.push_back({make_problem(DType::fp16, 2, 4, 4, 257, 129, 256, 256, MaskKind::window, -1, 17), sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 129, 257, 128, 128, MaskKind::window, 5, -1), sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 2, 6, 1, 257, 257, 128, 128, MaskKind::causal), sm90_path()});
+  cases.push_back({make_problem(DType::fp16, 2, 6, 3, 111, 333, 64, 64, MaskKind::none), sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 255, 255, 128, 128, MaskKind::causal, -1, -1, 30.f), sm90_path()});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 2, 100, 300, 256, 256, MaskKind::none, -1, -1, 5.f), sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 231, 177, 64, 64, MaskKind::causal), sm90_path(), true});
+  cases.push_back({make_problem(DType::fp16, 2, 4, 4, 333, 333, 128, 128, MaskKind::none), sm90_path(), true});
+  cases.push_back({make_problem(DType::bf16, 2, 2, 2, 200, 300, 256, 256, MaskKind::causal), sm90_path(), true});
+  cases.push_back({make_problem(DType::bf16, 1, 2, 2, 300, 100, 128, 128, MaskKind::causal), sm90_path()});
+  // Every config of the search space (block_n, stages), on a causal problem
+  // long enough to wrap the stage ring several times.
+  for (int d : {64, 128, 256})
+    for (const KernelConfig &c : FwdSm90Traits::search_space(d, 227 * 1024))
+      cases.push_back({make_problem(DType::bf16, 1, 3, 3, 701, 905, d, d, MaskKind::causal), c});
+  // Large: the fp32 GPU reference.
+  cases.push_back({make_problem(DType::bf16, 2, 16, 16, 4096, 4096, 128, 128, MaskKind::causal), sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 1, 16, 4, 3000, 5000, 64, 64, MaskKind::none), sm90_path()});
+  cases.push_back({make_problem(DType::fp16, 1, 8, 8, 2049, 2049, 256, 256, MaskKind::window, 512, 0), sm90_path()});
+  return cases;
+}
+
+class ForwardCorrectnessSm90 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ForwardCorrectnessSm90, MatchesReference) {
+  FLASHJIT_REQUIRE_SM90();
+  // The heuristic must actually give sm90 (a fallback would test sm80).
+  auto spec = resolve_forward_spec(GetParam().problem, GetParam().config);
+  FLASHJIT_ASSERT_OK(spec.takeError());
+  ASSERT_EQ(spec->config.path, KernelPath::sm90) << spec->id();
+  run_case(GetParam(), 4321);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90, ForwardCorrectnessSm90, ::testing::ValuesIn(sm90_cases()), case_name);
+
+// One small causal GQA shape per head dim, for compute-sanitizer (memcheck,
+// racecheck, synccheck): --gtest_filter='Sm90Sanitizer*'.
+TEST(Sm90Sanitizer, SmallShapes) {
+  FLASHJIT_REQUIRE_SM90();
+  for (int d : {64, 128, 256})
+    run_case({make_problem(DType::bf16, 1, 2, 1, 150, 200, d, d, MaskKind::causal), sm90_path()},
+             99);
+}
 
 // The same inputs give bit-identical outputs run after run: a moving result
 // would be a race.
