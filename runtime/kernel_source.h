@@ -9,10 +9,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache/tuning_db.h"
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
+#include "runtime/device.h"
 #include "runtime/loaded_kernel.h"
 #include "llvm/Support/Error.h"
 
@@ -25,6 +27,9 @@ struct ChosenConfig {
   KernelConfig config;
   ConfigSource source = ConfigSource::heuristic;
   std::optional<TuningRecord> record;  // for tuned / nearest
+  // Why a database entry was passed over (stale config, database error), for
+  // `flashjit query`; empty when nothing was.
+  std::string note;
 };
 
 // The process's database (opened once, lazily, at TuningDb::default_path());
@@ -36,6 +41,12 @@ std::string process_tuning_db_status();
 llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
                                                    const KernelConfig &requested,
                                                    const DeviceInfo &device, TuningDb *db);
+
+// choose_forward_config with the process's database: what a forward call on
+// `device` would run, and why (for `flashjit query` and tests).
+llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
+                                                    const KernelConfig &requested,
+                                                    const DeviceInfo &device);
 
 // The cubin for `spec`: from `db`'s cubin store when present and intact,
 // else compiled with NVRTC and stored (when `db` is non-null).

@@ -7,13 +7,11 @@
 #include <unordered_map>
 
 #include "generator/forward_params.h"
-#include "generator/heuristic.h"
-#include "generator/source.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
-#include "runtime/tensor_maps.h"
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/kernel_source.h"
+#include "runtime/tuning_key.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -115,9 +113,13 @@ llvm::Error with_context(const Problem &problem, llvm::Error error) {
                     llvm::toString(std::move(error)));
 }
 
-// What selects the kernel of a call: the problem class (not its sizes), the
-// caller's requested config and the context. Repeat calls of a class skip the
-// heuristic, the spec, its ID string and the kernel cache: one hash lookup.
+// What selects the kernel of a call: the compiled code's parameters, the
+// caller's requested config, the context, and, when the config is left to
+// flashjit, the rest of the tuning database's problem class (GQA ratio,
+// window bounds, size buckets), since a tuning may pick another config for
+// another bucket. Repeat calls skip the database, the heuristic, the spec, its
+// ID string and the kernel cache: one hash lookup. Plain integers, not
+// problem_class_key()'s strings, so building the key allocates nothing.
 struct PlanKey {
   CUcontext context;
   DType dtype;
@@ -125,14 +127,35 @@ struct PlanKey {
   bool softcap;
   int head_dim_qk, head_dim_v;
   KernelConfig requested;
+  // Zero (and -1 for the window) when `requested` is complete.
+  int64_t gqa_ratio = 0;
+  int64_t window_left = -1, window_right = -1;
+  int seqlen_q_bucket = 0, seqlen_k_bucket = 0, batch_heads_bucket = 0;
   bool operator==(const PlanKey &) const = default;
+
+  static PlanKey make(CUcontext context, const Problem &problem, const KernelConfig &requested) {
+    PlanKey k{context,          problem.dtype,      normalized_mask(problem), problem.softcap != 0,
+              problem.head_dim_qk, problem.head_dim_v, requested};
+    if (requested.is_complete()) return k;  // the database is not consulted
+    k.gqa_ratio = problem.heads_q / problem.heads_kv;
+    if (k.mask == MaskKind::window) {
+      k.window_left = problem.window_left;
+      k.window_right = problem.window_right;
+    }
+    k.seqlen_q_bucket = size_bucket(problem.seqlen_q);
+    k.seqlen_k_bucket = size_bucket(problem.seqlen_k);
+    k.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);
+    return k;
+  }
 };
 
 struct PlanKeyHash {
   size_t operator()(const PlanKey &k) const {
     const KernelConfig &c = k.requested;
     return llvm::hash_combine(k.context, int(k.dtype), int(k.mask), k.softcap, k.head_dim_qk,
-                              k.head_dim_v, int(c.path), c.block_m, c.block_n, c.warps, c.stages);
+                              k.head_dim_v, int(c.path), c.block_m, c.block_n, c.warps, c.stages,
+                              k.gqa_ratio, k.window_left, k.window_right, k.seqlen_q_bucket,
+                              k.seqlen_k_bucket, k.batch_heads_bucket);
   }
 };
 
@@ -194,10 +217,13 @@ llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
   if (!context) return context.takeError();
   auto device = cached_device_info(context->device);
   if (!device) return device.takeError();
-  const TargetArch arch = device->target();
-  KernelConfig complete =
-      default_forward_config(problem, arch, device->max_smem_per_block_optin, config);
-  return make_forward_spec(problem, complete, arch, device->max_smem_per_block_optin);
+  // The caller's complete config, else the database's tuning, else the
+  // heuristic; a stored config that no longer validates was already passed
+  // over, so an error here is the caller's config or the problem.
+  auto chosen = choose_forward_config(problem, config, *device, process_tuning_db());
+  if (!chosen) return chosen.takeError();
+  return make_forward_spec(problem, chosen->config, device->target(),
+                           device->max_smem_per_block_optin);
 }
 
 llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec) {
@@ -208,12 +234,13 @@ llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec) 
   return KernelCache::process().get_or_build(
       spec.id(), context->context,
       [&spec]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
-        GeneratedSource source = generate_forward(spec);
-        auto cubin = compile_to_cubin(source, spec.arch);
+        // From the database's cubin store when there (no NVRTC run), else
+        // compiled and stored for the next process.
+        auto cubin = forward_cubin(spec, process_tuning_db());
         if (!cubin) return cubin.takeError();
         const int smem = forward_launch_geometry(spec, representative_problem(spec))
                              .dynamic_smem_bytes;
-        auto kernel = LoadedKernel::load(cubin->bytes, source.entry, smem);
+        auto kernel = LoadedKernel::load(cubin->bytes, cubin->entry, smem);
         if (!kernel) return kernel.takeError();
         return std::make_unique<LoadedKernel>(std::move(*kernel));
       });
@@ -226,9 +253,7 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
     return with_context(problem, std::move(e));
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
-  const PlanKey key{context->context,     problem.dtype,      normalized_mask(problem),
-                    problem.softcap != 0, problem.head_dim_qk, problem.head_dim_v,
-                    config};
+  const PlanKey key = PlanKey::make(context->context, problem, config);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
     auto spec = resolve_forward_spec(problem, config);
@@ -239,9 +264,6 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   }
 
   FwdParams params = make_forward_params(problem, args);
-  if (plan->spec.config.path == KernelPath::sm90)  // + TMA tensor maps
-    return with_context(problem, launch_forward_sm90(*plan->kernel, plan->spec, problem, args,
-                                                     params, stream));
   void *kernel_args[] = {&params};
   return with_context(problem, plan->kernel->launch(forward_launch_geometry(plan->spec, problem),
                                                     stream, kernel_args));

@@ -1,0 +1,243 @@
+#include "runtime/kernel_source.h"
+
+#include <cstdlib>
+
+#include "generator/heuristic.h"
+#include "generator/source.h"
+#include "runtime/nvrtc_compiler.h"
+#include "runtime/tuning_key.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+namespace {
+
+struct ProcessDb {
+  std::unique_ptr<TuningDb> db;  // null: disabled or unavailable
+  std::string status;
+};
+
+// Opened on first use, not at load: a process that never calls forward never
+// touches the file. Never destroyed: kernels may be requested from static
+// destructors of other libraries.
+const ProcessDb &process_db() {
+  static const ProcessDb *state = [] {
+    auto *out = new ProcessDb;
+    const char *env = std::getenv("FLASHJIT_DB");
+    llvm::StringRef setting = env ? llvm::StringRef(env).trim() : llvm::StringRef();
+    if (setting.equals_insensitive("off") || setting.equals_insensitive("none")) {
+      out->status = llvm::formatv("disabled (FLASHJIT_DB={0})", setting).str();
+      return out;
+    }
+    const std::string path = TuningDb::default_path();
+    auto db = TuningDb::open(path);
+    if (!db) {
+      // The library never prints: a caller sees the reason through
+      // process_tuning_db_status() (`flashjit info`), and forward keeps
+      // working from the heuristic and NVRTC.
+      std::string why = llvm::toString(db.takeError());
+      out->status = llvm::StringRef(why).contains(path) ? "unavailable: " + why
+                                                        : "unavailable (" + path + "): " + why;
+      return out;
+    }
+    out->db = std::move(*db);
+    out->status = path;
+    return out;
+  }();
+  return *state;
+}
+
+// The NVRTC version and template hash cannot change while the process runs;
+// querying them once keeps the first call of every later class cheap.
+llvm::Expected<const SoftwareFingerprint &> process_software() {
+  struct Cached {
+    SoftwareFingerprint fingerprint;
+    std::string error;
+  };
+  static const Cached *cached = [] {
+    auto *out = new Cached;
+    auto fp = software_fingerprint();
+    if (fp)
+      out->fingerprint = std::move(*fp);
+    else
+      out->error = llvm::toString(fp.takeError());
+    return out;
+  }();
+  if (!cached->error.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), cached->error);
+  return cached->fingerprint;
+}
+
+// A caller's partial config is a requirement: a stored config is used only
+// when it agrees with every field the caller set.
+bool agrees_with_request(const KernelConfig &stored, const KernelConfig &requested) {
+  auto agrees = [](int set, int value) { return set == 0 || set == value; };
+  return agrees(requested.block_m, stored.block_m) && agrees(requested.block_n, stored.block_n) &&
+         agrees(requested.warps, stored.warps) && agrees(requested.stages, stored.stages);
+}
+
+void append_note(std::string &notes, const llvm::Twine &note) {
+  if (!notes.empty()) notes += "; ";
+  notes += note.str();
+}
+
+// The stored config of `record` if it is still usable for `problem` on
+// `device`: it may predate a change of the traits' rules, or come from a
+// device with more shared memory, or be hand-edited.
+std::optional<KernelConfig> usable_config(const TuningRecord &record, const Problem &problem,
+                                          const KernelConfig &requested, const DeviceInfo &device,
+                                          llvm::StringRef what, std::string &notes) {
+  auto config = from_stored(record.config);
+  if (!config) {
+    append_note(notes, llvm::formatv("{0} entry ignored: {1}", what,
+                                     llvm::toString(config.takeError())));
+    return std::nullopt;
+  }
+  if (!agrees_with_request(*config, requested)) {
+    append_note(notes, llvm::formatv("{0} entry ({1}) differs from the requested config", what,
+                                     describe(*config)));
+    return std::nullopt;
+  }
+  auto spec =
+      make_forward_spec(problem, *config, device.target(), device.max_smem_per_block_optin);
+  if (!spec) {
+    append_note(notes, llvm::formatv("{0} entry ({1}) no longer validates: {2}", what,
+                                     describe(*config), llvm::toString(spec.takeError())));
+    return std::nullopt;
+  }
+  return *config;
+}
+
+// Every cubin NVRTC writes is an ELF file: anything else in the store is
+// damage the blob hash did not catch, and must not reach cuModuleLoadData.
+bool looks_like_cubin(llvm::ArrayRef<char> bytes) {
+  return bytes.size() > 4 && llvm::StringRef(bytes.data(), 4) == "\x7f" "ELF";
+}
+
+}  // namespace
+
+const char *to_string(ConfigSource source) {
+  switch (source) {
+    case ConfigSource::caller: return "caller";
+    case ConfigSource::tuned: return "tuned";
+    case ConfigSource::nearest: return "nearest";
+    case ConfigSource::heuristic: return "heuristic";
+  }
+  return "?";
+}
+
+TuningDb *process_tuning_db() { return process_db().db.get(); }
+
+std::string process_tuning_db_status() { return process_db().status; }
+
+llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
+                                                   const KernelConfig &requested,
+                                                   const DeviceInfo &device, TuningDb *db) {
+  ChosenConfig chosen;
+  if (requested.is_complete()) {
+    chosen.config = requested;
+    chosen.source = ConfigSource::caller;
+    return chosen;
+  }
+
+  // Database trouble of any kind (no NVRTC to fingerprint, a locked or
+  // damaged file) costs the tuned config, never the call.
+  if (db) {
+    auto software = process_software();
+    if (!software) {
+      append_note(chosen.note, "tunings not consulted: " + llvm::toString(software.takeError()));
+    } else {
+      const DeviceFingerprint dev = device_fingerprint(device);
+      const ProblemClassKey key = problem_class_key(problem, "fwd");
+      struct Lookup {
+        ConfigSource source;
+        const char *what;
+        llvm::Expected<std::optional<TuningRecord>> (TuningDb::*find)(
+            const DeviceFingerprint &, const SoftwareFingerprint &, const ProblemClassKey &);
+      };
+      const Lookup lookups[] = {
+          {ConfigSource::tuned, "tuned", &TuningDb::find_tuning},
+          {ConfigSource::nearest, "nearest", &TuningDb::find_nearest_tuning},
+      };
+      for (const Lookup &lookup : lookups) {
+        auto record = (db->*lookup.find)(dev, *software, key);
+        if (!record) {
+          append_note(chosen.note, llvm::formatv("{0} lookup failed: {1}", lookup.what,
+                                                 llvm::toString(record.takeError())));
+          continue;
+        }
+        if (!*record) continue;
+        // The nearest bucket may be this very class, already passed over.
+        if (lookup.source == ConfigSource::nearest && (*record)->problem == key) continue;
+        if (auto config =
+                usable_config(**record, problem, requested, device, lookup.what, chosen.note)) {
+          chosen.config = *config;
+          chosen.source = lookup.source;
+          chosen.record = std::move(**record);
+          return chosen;
+        }
+      }
+    }
+  }
+
+  chosen.config = default_forward_config(problem, device.target(),
+                                         device.max_smem_per_block_optin, requested);
+  chosen.source = ConfigSource::heuristic;
+  return chosen;
+}
+
+llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
+                                                    const KernelConfig &requested,
+                                                    const DeviceInfo &device) {
+  return choose_forward_config(problem, requested, device, process_tuning_db());
+}
+
+llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db) {
+  const GeneratedSource source = generate_forward(spec);
+  CubinSource out;
+  out.entry = source.entry;
+
+  // The key needs the NVRTC version; without NVRTC nothing can be compiled
+  // either, and compile_to_cubin below reports that clearly.
+  auto version = nvrtc_version();
+  std::string nvrtc;
+  if (version) {
+    nvrtc = std::move(*version);
+    out.key = cubin_key(source, spec.arch, nvrtc);
+  } else {
+    llvm::consumeError(version.takeError());
+  }
+
+  if (db && !out.key.empty()) {
+    auto record = db->get_cubin(out.key);
+    if (!record)
+      llvm::consumeError(record.takeError());  // unreadable store: compile instead
+    else if (*record && looks_like_cubin((*record)->bytes)) {
+      out.bytes = std::move((*record)->bytes);
+      out.compiled = false;
+      return out;
+    }
+  }
+
+  auto cubin = compile_to_cubin(source, spec.arch);
+  if (!cubin) return cubin.takeError();
+  out.bytes = std::move(cubin->bytes);
+  out.compiled = true;
+  out.compile_ms = cubin->compile_ms;
+
+  if (db && !out.key.empty()) {
+    CubinRecord record;
+    record.key = out.key;
+    record.kernel_id = spec.id();
+    record.arch = spec.arch.name();
+    record.nvrtc_version = nvrtc;
+    record.bytes = out.bytes;
+    // blob_sha256, created_at and last_used_at are left for the store to
+    // fill, so that its integrity check and clock are the only ones.
+    record.compile_ms = out.compile_ms;
+    // A read-only or busy database only costs the next process a compile.
+    llvm::consumeError(db->put_cubin(record));
+  }
+  return out;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,148 @@
+#include "runtime/tuning_key.h"
+
+#include <cstdint>
+
+#include "generator/kernel_spec.h"
+#include "runtime/nvrtc_compiler.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/SHA256.h"
+
+namespace flashjit {
+namespace {
+
+llvm::Error key_error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+// Every field is length-prefixed, so no two different inputs hash the same
+// byte stream ("ab"+"c" and "a"+"bc" differ), whatever the texts contain.
+class KeyHasher {
+ public:
+  void add(llvm::StringRef text) {
+    uint8_t length[8];
+    llvm::support::endian::write64le(length, text.size());
+    sha_.update(llvm::ArrayRef<uint8_t>(length, sizeof(length)));
+    sha_.update(text);
+  }
+  std::string hex() { return llvm::toHex(sha_.final(), /*LowerCase=*/true); }
+
+ private:
+  llvm::SHA256 sha_;
+};
+
+}  // namespace
+
+int size_bucket(int64_t x) {
+  if (x <= 1) return 0;
+  return static_cast<int>(llvm::Log2_64_Ceil(static_cast<uint64_t>(x)));
+}
+
+ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass) {
+  ProblemClassKey key;
+  key.pass = pass.str();
+  key.dtype = to_string(problem.dtype);
+  key.head_dim_qk = problem.head_dim_qk;
+  key.head_dim_v = problem.head_dim_v;
+  // Normalised, so window(-1, 0) and causal share their tunings; the window's
+  // bounds only mean something (and only split classes) for a real window.
+  const MaskKind mask = normalized_mask(problem);
+  key.mask = to_string(mask);
+  if (mask == MaskKind::window) {
+    key.window_left = problem.window_left;
+    key.window_right = problem.window_right;
+  }
+  key.softcap = problem.softcap != 0.f;
+  key.gqa_ratio = problem.heads_kv > 0 ? static_cast<int>(problem.heads_q / problem.heads_kv) : 1;
+  key.seqlen_q_bucket = size_bucket(problem.seqlen_q);
+  key.seqlen_k_bucket = size_bucket(problem.seqlen_k);
+  key.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);
+  return key;
+}
+
+DeviceFingerprint device_fingerprint(const DeviceInfo &device) {
+  DeviceFingerprint fp;
+  fp.name = device.name;
+  fp.cc_major = device.cc_major;
+  fp.cc_minor = device.cc_minor;
+  fp.sm_count = device.sm_count;
+  fp.driver_version = device.driver_version;
+  return fp;
+}
+
+llvm::Expected<SoftwareFingerprint> software_fingerprint() {
+  auto version = nvrtc_version();
+  if (!version) return version.takeError();
+  SoftwareFingerprint fp;
+  fp.nvrtc_version = std::move(*version);
+  fp.templates_hash = templates_hash();
+  return fp;
+}
+
+std::string cubin_key(const GeneratedSource &source, const TargetArch &arch,
+                      llvm::StringRef nvrtc_version) {
+  KeyHasher h;
+  h.add("flashjit-cubin-v1");  // bump when the key's recipe changes
+  h.add(source.entry);
+  h.add(source.source);
+  // Headers in their order: NVRTC resolves #include by name, so a renamed
+  // header is a different program even with the same text.
+  h.add(llvm::formatv("{0}", source.headers.size()).str());
+  for (const TemplateFile &header : source.headers) {
+    h.add(header.name);
+    h.add(header.text);
+  }
+  // Options are joined with a separator a single option never contains
+  // unescaped (NUL), so ["-a b"] and ["-a", "b"] differ.
+  std::string options;
+  for (const std::string &o : source.options) {
+    options += o;
+    options.push_back('\0');
+  }
+  h.add(options);
+  h.add(nvrtc_version);
+  h.add(arch.name());
+  return h.hex();
+}
+
+StoredConfig to_stored(const KernelConfig &config) {
+  StoredConfig s;
+  s.path = to_string(config.path);
+  s.block_m = config.block_m;
+  s.block_n = config.block_n;
+  s.warps = config.warps;
+  s.stages = config.stages;
+  return s;
+}
+
+llvm::Expected<KernelConfig> from_stored(const StoredConfig &stored) {
+  KernelConfig config;
+  if (stored.path == to_string(KernelPath::sm80))
+    config.path = KernelPath::sm80;
+  else if (stored.path == to_string(KernelPath::sm90))
+    config.path = KernelPath::sm90;
+  else
+    return key_error(llvm::formatv("stored config has an unknown kernel path '{0}' "
+                                   "(expected sm80 or sm90)",
+                                   stored.path));
+  // The database is data another process wrote: a zero or negative field
+  // would make a partial config the heuristic silently completes.
+  struct Field {
+    const char *name;
+    int value;
+  };
+  for (Field f : {Field{"block_m", stored.block_m}, Field{"block_n", stored.block_n},
+                  Field{"warps", stored.warps}, Field{"stages", stored.stages}})
+    if (f.value <= 0)
+      return key_error(
+          llvm::formatv("stored config has {0}={1}: expected a positive value", f.name, f.value));
+  config.block_m = stored.block_m;
+  config.block_n = stored.block_n;
+  config.warps = stored.warps;
+  config.stages = stored.stages;
+  return config;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,197 @@
+// A fresh process's first forward call for a problem whose cubin is in the
+// tuning database compiles nothing (issue 3: "first call served from the
+// database"). The process database is a singleton opened once from
+// $FLASHJIT_DB, so each "fresh process" is this test binary re-executed with
+// a filter that runs only the helper test below, and an environment that
+// points it at a temporary database.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cache/tuning_db.h"
+#include "flashjit/forward.h"
+#include "gpu_environment.h"
+#include "reference/accuracy.h"
+#include "runtime/kernel_source.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+
+extern char **environ;
+
+namespace flashjit {
+namespace {
+
+constexpr const char *kChildVar = "FLASHJIT_FIRST_CALL_CHILD";
+constexpr const char *kChildFilter = "--gtest_filter=FirstCallDbChild.Run";
+
+Problem child_problem() {
+  // Small enough for the float64 CPU reference; sizes off every tile.
+  Problem p;
+  p.dtype = DType::bf16;
+  p.batch = 2;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seqlen_q = 77;
+  p.seqlen_k = 133;
+  p.head_dim_qk = p.head_dim_v = 64;
+  p.mask = MaskKind::causal;
+  return p;
+}
+
+// What a child reports, one "key=value" per token on its FIRST_CALL line.
+struct ChildReport {
+  int exit_code = -1;
+  std::string output;
+  llvm::StringMap<std::string> values;
+  std::string get(llvm::StringRef key) const { return values.lookup(key); }
+};
+
+ChildReport run_child(llvm::StringRef db_path, llvm::StringRef dir, llvm::StringRef name) {
+  ChildReport report;
+  const std::string self = llvm::sys::fs::getMainExecutable(nullptr, nullptr);
+  // The parent's environment, with the database and the child marker set.
+  std::vector<std::string> env;
+  for (char **e = environ; *e; ++e) {
+    llvm::StringRef entry(*e);
+    if (entry.startswith("FLASHJIT_DB=") || entry.startswith(std::string(kChildVar) + "="))
+      continue;
+    env.push_back(entry.str());
+  }
+  env.push_back("FLASHJIT_DB=" + db_path.str());
+  env.push_back(std::string(kChildVar) + "=1");
+  std::vector<llvm::StringRef> env_refs(env.begin(), env.end());
+
+  llvm::SmallString<128> out_path(dir);
+  llvm::sys::path::append(out_path, name + ".out");
+  const llvm::StringRef args[] = {self, kChildFilter};
+  const llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(out_path),
+                                                       llvm::StringRef(out_path)};
+  std::string error;
+  report.exit_code = llvm::sys::ExecuteAndWait(self, args, llvm::ArrayRef(env_refs), redirects,
+                                               /*SecondsToWait=*/300, 0, &error);
+  if (auto buffer = llvm::MemoryBuffer::getFile(out_path))
+    report.output = (*buffer)->getBuffer().str();
+  report.output += error;
+  llvm::SmallVector<llvm::StringRef, 16> lines;
+  llvm::StringRef(report.output).split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    if (!line.consume_front("FIRST_CALL ")) continue;
+    llvm::SmallVector<llvm::StringRef, 16> tokens;
+    line.split(tokens, ' ', -1, false);
+    for (llvm::StringRef token : tokens) {
+      auto [key, value] = token.split('=');
+      report.values[key] = value.str();
+    }
+  }
+  return report;
+}
+
+TEST(FirstCallDb, FreshProcessLoadsTheStoredCubinAndCompilesNothing) {
+  if (std::getenv(kChildVar)) GTEST_SKIP() << "inside a child run";
+  FLASHJIT_REQUIRE_GPU();
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-first-call", dir));
+  llvm::SmallString<128> db_path(dir);
+  llvm::sys::path::append(db_path, "flashjit.db");
+
+  // Cold: an empty database, so the kernel is compiled and its cubin stored.
+  ChildReport cold = run_child(db_path, dir, "cold");
+  ASSERT_EQ(cold.exit_code, 0) << cold.output;
+  ASSERT_EQ(cold.get("compiles"), "1") << cold.output;
+  EXPECT_EQ(cold.get("correct"), "1") << cold.output;
+  EXPECT_EQ(cold.get("db"), db_path.str().str()) << cold.output;
+  {
+    auto db = TuningDb::open(db_path);
+    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+    auto count = (*db)->count_cubins();
+    ASSERT_TRUE(bool(count)) << llvm::toString(count.takeError());
+    EXPECT_EQ(*count, 1);
+  }
+
+  // Warm: a fresh process, the cubin in the database: no NVRTC at all.
+  ChildReport warm = run_child(db_path, dir, "warm");
+  ASSERT_EQ(warm.exit_code, 0) << warm.output;
+  EXPECT_EQ(warm.get("compiles"), "0") << warm.output;
+  EXPECT_EQ(warm.get("module_loads"), "1") << warm.output;
+  EXPECT_EQ(warm.get("correct"), "1") << warm.output;
+
+  // The issue's target is <= 20 ms including module load; reported, not
+  // asserted, as a shared test machine's timing is not a correctness result.
+  std::printf("first call, cubin compiled (cold process): %s ms (+ %s ms to finish on the GPU)\n",
+              cold.get("first_call_ms").c_str(), cold.get("sync_ms").c_str());
+  std::printf("first call, cubin from the database (fresh process): %s ms (+ %s ms to finish "
+              "on the GPU); target <= 20 ms\n",
+              warm.get("first_call_ms").c_str(), warm.get("sync_ms").c_str());
+  ::testing::Test::RecordProperty("warm_first_call_ms", warm.get("first_call_ms"));
+  ::testing::Test::RecordProperty("cold_first_call_ms", cold.get("first_call_ms"));
+  llvm::sys::fs::remove_directories(dir);
+}
+
+// The child's work: one forward call, timed, checked against the float64 CPU
+// reference, and reported on one line for the parent to parse.
+TEST(FirstCallDbChild, Run) {
+  if (!std::getenv(kChildVar)) GTEST_SKIP() << "helper of FirstCallDb, run in a child process";
+  FLASHJIT_REQUIRE_GPU();
+  const Problem p = child_problem();
+  std::vector<float> q = testing::random_values(p.dtype, q_elements(p), 11);
+  std::vector<float> k = testing::random_values(p.dtype, k_elements(p), 12);
+  std::vector<float> v = testing::random_values(p.dtype, v_elements(p), 13);
+  auto dq = testing::upload_values(p.dtype, q);
+  auto dk = testing::upload_values(p.dtype, k);
+  auto dv = testing::upload_values(p.dtype, v);
+  auto dout = DeviceBuffer::allocate(o_elements(p) * 2);
+  auto dlse = DeviceBuffer::allocate(lse_elements(p) * 4);
+  FLASHJIT_ASSERT_OK(dq.takeError());
+  FLASHJIT_ASSERT_OK(dk.takeError());
+  FLASHJIT_ASSERT_OK(dv.takeError());
+  FLASHJIT_ASSERT_OK(dout.takeError());
+  FLASHJIT_ASSERT_OK(dlse.takeError());
+  FLASHJIT_ASSERT_OK(dout->fill_bytes(0xff));  // NaN: unwritten outputs show
+  FLASHJIT_ASSERT_OK(dlse->fill_bytes(0xff));
+  const ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(),
+                                               dout->data(), static_cast<float *>(dlse->data()));
+  auto driver = cuda_driver();
+  FLASHJIT_ASSERT_OK(driver.takeError());
+  ASSERT_EQ(driver->cuCtxSynchronize(), CUDA_SUCCESS);
+
+  // Everything the first call does: open the database, look up the config
+  // and the cubin (or compile it), load the module, launch.
+  const RuntimeStats before = runtime_stats();
+  const auto start = std::chrono::steady_clock::now();
+  Status status = forward(p, args);
+  const auto called = std::chrono::steady_clock::now();
+  ASSERT_TRUE(status.ok()) << status.message();
+  ASSERT_EQ(driver->cuCtxSynchronize(), CUDA_SUCCESS);
+  const auto done = std::chrono::steady_clock::now();
+  const RuntimeStats after = runtime_stats();
+
+  std::vector<uint16_t> out_bits(o_elements(p));
+  std::vector<float> lse(lse_elements(p));
+  FLASHJIT_ASSERT_OK(dout->download(out_bits.data(), out_bits.size() * 2));
+  FLASHJIT_ASSERT_OK(dlse->download(lse.data(), lse.size() * 4));
+  const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact);
+  const AttentionOutputs element = cpu_attention(p, q, k, v, ReferencePrecision::element);
+  const AccuracyReport accuracy = check_forward_accuracy(from_storage(p.dtype, out_bits),
+                                                         exact.out, element.out, lse, exact.lse);
+  EXPECT_TRUE(accuracy.passed) << accuracy.describe();
+
+  using ms = std::chrono::duration<double, std::milli>;
+  std::printf("FIRST_CALL compiles=%llu module_loads=%llu first_call_ms=%.3f sync_ms=%.3f "
+              "correct=%d db=%s\n",
+              static_cast<unsigned long long>(after.compiles - before.compiles),
+              static_cast<unsigned long long>(after.module_loads - before.module_loads),
+              ms(called - start).count(), ms(done - called).count(), accuracy.passed ? 1 : 0,
+              process_tuning_db_status().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace flashjit

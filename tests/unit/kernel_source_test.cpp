@@ -1,0 +1,340 @@
+// Where a forward call's config and cubin come from, without a GPU: a fake
+// device, a temporary database. Config: caller, else exact tuning, else the
+// nearest bucket, else the heuristic; stale or invalid entries are passed
+// over. Cubin: compiled and stored once, then loaded without NVRTC.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <memory>
+#include <string>
+
+#include "generator/heuristic.h"
+#include "generator/source.h"
+#include "runtime/kernel_source.h"
+#include "runtime/nvrtc_compiler.h"
+#include "runtime/runtime_counters.h"
+#include "runtime/tuning_key.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+namespace flashjit {
+namespace {
+
+DeviceInfo fake_h200() {
+  DeviceInfo d;
+  d.name = "Fake H200";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.max_smem_per_block_optin = 227 * 1024;
+  d.max_smem_per_sm = 228 * 1024;
+  d.driver_version = 13000;
+  return d;
+}
+
+Problem problem(int64_t seqlen) {
+  Problem p;
+  p.dtype = DType::bf16;
+  p.batch = 2;
+  p.heads_q = 16;
+  p.heads_kv = 16;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.mask = MaskKind::causal;
+  return p;
+}
+
+// Valid for d=128 and none of them the heuristic's choice, so a test sees
+// which one was picked.
+const KernelConfig kTuned{KernelPath::sm80, 64, 64, 4, 2};
+const KernelConfig kOtherBucket{KernelPath::sm80, 128, 32, 4, 2};
+
+class KernelSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto software = software_fingerprint();
+    if (!software) GTEST_SKIP() << "no NVRTC: " << llvm::toString(software.takeError());
+    software_ = *software;
+    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-kernel-source", dir_));
+    llvm::SmallString<128> path(dir_);
+    llvm::sys::path::append(path, "tuning.db");
+    auto db = TuningDb::open(path);
+    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+    db_ = std::move(*db);
+  }
+  void TearDown() override {
+    db_.reset();
+    if (!dir_.empty()) llvm::sys::fs::remove_directories(dir_);
+  }
+
+  void put(const Problem &p, const KernelConfig &config, const SoftwareFingerprint &software,
+           const DeviceFingerprint &device) {
+    TuningRecord r;
+    r.device = device;
+    r.software = software;
+    r.problem = problem_class_key(p);
+    r.config = to_stored(config);
+    r.shape = describe(p);
+    r.median_ms = r.min_ms = r.max_ms = 1.0;
+    r.tflops = 100;
+    r.tuned_at = "2025-01-01T00:00:00Z";
+    r.flashjit_version = "test";
+    ASSERT_FALSE(bool(db_->put_tuning(r)));
+  }
+  void put(const Problem &p, const KernelConfig &config) {
+    put(p, config, software_, device_fingerprint(fake_h200()));
+  }
+  void put_stored(const Problem &p, const StoredConfig &config) {
+    TuningRecord r;
+    r.device = device_fingerprint(fake_h200());
+    r.software = software_;
+    r.problem = problem_class_key(p);
+    r.config = config;
+    ASSERT_FALSE(bool(db_->put_tuning(r)));
+  }
+
+  ChosenConfig choose(const Problem &p, const KernelConfig &requested = {}) {
+    auto chosen = choose_forward_config(p, requested, fake_h200(), db_.get());
+    EXPECT_TRUE(bool(chosen)) << llvm::toString(chosen.takeError());
+    return chosen ? *chosen : ChosenConfig{};
+  }
+
+  KernelConfig heuristic(const Problem &p, const KernelConfig &partial = {}) {
+    const DeviceInfo d = fake_h200();
+    return default_forward_config(p, d.target(), d.max_smem_per_block_optin, partial);
+  }
+
+  SoftwareFingerprint software_;
+  llvm::SmallString<128> dir_;
+  std::unique_ptr<TuningDb> db_;
+};
+
+TEST_F(KernelSourceTest, EmptyDatabaseGivesTheHeuristic) {
+  ASSERT_NE(heuristic(problem(4096)), kTuned);
+  ChosenConfig c = choose(problem(4096));
+  EXPECT_EQ(c.source, ConfigSource::heuristic);
+  EXPECT_EQ(c.config, heuristic(problem(4096)));
+  EXPECT_FALSE(c.record.has_value());
+
+  auto no_db = choose_forward_config(problem(4096), {}, fake_h200(), nullptr);
+  ASSERT_TRUE(bool(no_db));
+  EXPECT_EQ(no_db->source, ConfigSource::heuristic);
+  EXPECT_EQ(no_db->config, heuristic(problem(4096)));
+}
+
+TEST_F(KernelSourceTest, CompleteCallerConfigWinsOverTheDatabase) {
+  put(problem(4096), kTuned);
+  const KernelConfig mine{KernelPath::sm80, 128, 32, 4, 3};
+  ChosenConfig c = choose(problem(4096), mine);
+  EXPECT_EQ(c.source, ConfigSource::caller);
+  EXPECT_EQ(c.config, mine);
+}
+
+TEST_F(KernelSourceTest, ExactTuningWinsOverNearest) {
+  put(problem(16384), kOtherBucket);
+  put(problem(4096), kTuned);
+  ChosenConfig c = choose(problem(3000));  // bucket 12, as 4096
+  EXPECT_EQ(c.source, ConfigSource::tuned);
+  EXPECT_EQ(c.config, kTuned);
+  ASSERT_TRUE(c.record.has_value());
+  EXPECT_EQ(c.record->problem, problem_class_key(problem(4096)));
+  EXPECT_EQ(c.record->tflops, 100);
+  EXPECT_STREQ(to_string(c.source), "tuned");
+}
+
+TEST_F(KernelSourceTest, NearestWhenOnlyAnotherBucketIsTuned) {
+  put(problem(16384), kOtherBucket);
+  ChosenConfig c = choose(problem(4096));
+  EXPECT_EQ(c.source, ConfigSource::nearest);
+  EXPECT_EQ(c.config, kOtherBucket);
+  ASSERT_TRUE(c.record.has_value());
+  EXPECT_EQ(c.record->problem.seqlen_q_bucket, 14);
+
+  // Another class (other head dim) is never "near".
+  Problem other = problem(4096);
+  other.head_dim_qk = other.head_dim_v = 64;
+  EXPECT_EQ(choose(other).source, ConfigSource::heuristic);
+}
+
+TEST_F(KernelSourceTest, StaleSoftwareOrOtherDeviceIsIgnored) {
+  SoftwareFingerprint stale = software_;
+  stale.templates_hash = "0000stale";
+  put(problem(4096), kTuned, stale, device_fingerprint(fake_h200()));
+  SoftwareFingerprint old_nvrtc = software_;
+  old_nvrtc.nvrtc_version = "11.8";
+  put(problem(4096), kTuned, old_nvrtc, device_fingerprint(fake_h200()));
+  DeviceFingerprint other = device_fingerprint(fake_h200());
+  other.sm_count = 114;
+  put(problem(4096), kTuned, software_, other);
+
+  ChosenConfig c = choose(problem(4096));
+  EXPECT_EQ(c.source, ConfigSource::heuristic);
+  EXPECT_EQ(c.config, heuristic(problem(4096)));
+}
+
+TEST_F(KernelSourceTest, InvalidStoredConfigFallsBackToTheHeuristic) {
+  // 96 rows over 4 warps is neither 16 nor 32 rows per warp.
+  put_stored(problem(4096), {"sm80", 96, 64, 4, 2});
+  ChosenConfig c = choose(problem(4096));
+  EXPECT_EQ(c.source, ConfigSource::heuristic);
+  EXPECT_EQ(c.config, heuristic(problem(4096)));
+  EXPECT_NE(c.note.find("no longer validates"), std::string::npos) << c.note;
+}
+
+TEST_F(KernelSourceTest, UnparsableStoredConfigFallsBackToTheHeuristic) {
+  put_stored(problem(4096), {"sm75", 128, 64, 4, 2});
+  ChosenConfig c = choose(problem(4096));
+  EXPECT_EQ(c.source, ConfigSource::heuristic);
+  EXPECT_NE(c.note.find("sm75"), std::string::npos) << c.note;
+}
+
+TEST_F(KernelSourceTest, PartialRequestIsARequirement) {
+  put(problem(4096), kTuned);  // block_m=64
+  ChosenConfig agrees = choose(problem(4096), {KernelPath::sm80, 64, 0, 0, 0});
+  EXPECT_EQ(agrees.source, ConfigSource::tuned);
+  EXPECT_EQ(agrees.config, kTuned);
+
+  const KernelConfig partial{KernelPath::sm80, 128, 0, 0, 3};
+  ChosenConfig differs = choose(problem(4096), partial);
+  EXPECT_EQ(differs.source, ConfigSource::heuristic);
+  EXPECT_EQ(differs.config, heuristic(problem(4096), partial));
+  EXPECT_EQ(differs.config.block_m, 128);
+  EXPECT_EQ(differs.config.stages, 3);
+}
+
+TEST_F(KernelSourceTest, ConfigThatNoLongerFitsTheDeviceFallsBack) {
+  // A config tuned where shared memory is plentiful, on a device with less.
+  const KernelConfig big{KernelPath::sm80, 128, 128, 4, 3};
+  put(problem(4096), big);
+  DeviceInfo small = fake_h200();
+  small.max_smem_per_block_optin = 48 * 1024;
+  auto c = choose_forward_config(problem(4096), {}, small, db_.get());
+  ASSERT_TRUE(bool(c));
+  EXPECT_EQ(c->source, ConfigSource::heuristic);
+}
+
+KernelSpec small_spec(const TargetArch &arch) {
+  Problem p = problem(128);
+  p.head_dim_qk = p.head_dim_v = 64;  // quick to compile
+  auto spec = make_forward_spec(p, {KernelPath::sm80, 64, 64, 4, 2}, arch);
+  EXPECT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  return spec ? *spec : KernelSpec{};
+}
+
+uint64_t compiles() { return runtime_counters().compiles.load(); }
+
+TEST_F(KernelSourceTest, CubinIsCompiledOnceThenLoadedFromTheDatabase) {
+  const KernelSpec spec = small_spec({8, 0, false});
+  const uint64_t before = compiles();
+  auto first = forward_cubin(spec, db_.get());
+  ASSERT_TRUE(bool(first)) << llvm::toString(first.takeError());
+  EXPECT_TRUE(first->compiled);
+  EXPECT_EQ(compiles(), before + 1);
+  EXPECT_GT(first->compile_ms, 0);
+  EXPECT_EQ(first->entry, generate_forward(spec).entry);
+  EXPECT_EQ(first->key, cubin_key(generate_forward(spec), spec.arch, software_.nvrtc_version));
+  ASSERT_GT(first->bytes.size(), 4u);
+  EXPECT_EQ(llvm::StringRef(first->bytes.data(), 4), "\x7f" "ELF");
+
+  auto stored = db_->get_cubin(first->key);
+  ASSERT_TRUE(bool(stored)) << llvm::toString(stored.takeError());
+  ASSERT_TRUE(stored->has_value());
+  EXPECT_EQ((*stored)->arch, "sm_80");
+  EXPECT_EQ((*stored)->kernel_id, spec.id());
+  EXPECT_EQ((*stored)->nvrtc_version, software_.nvrtc_version);
+
+  auto second = forward_cubin(spec, db_.get());
+  ASSERT_TRUE(bool(second)) << llvm::toString(second.takeError());
+  EXPECT_FALSE(second->compiled);
+  EXPECT_EQ(compiles(), before + 1) << "a stored cubin must not run NVRTC";
+  EXPECT_EQ(second->bytes, first->bytes);
+  EXPECT_EQ(second->entry, first->entry);
+  EXPECT_EQ(second->key, first->key);
+
+  // Another architecture is another cubin.
+  auto sm90 = forward_cubin(small_spec({9, 0, true}), db_.get());
+  ASSERT_TRUE(bool(sm90)) << llvm::toString(sm90.takeError());
+  EXPECT_TRUE(sm90->compiled);
+  EXPECT_NE(sm90->key, first->key);
+  auto count = db_->count_cubins();
+  ASSERT_TRUE(bool(count));
+  EXPECT_EQ(*count, 2);
+}
+
+TEST_F(KernelSourceTest, CorruptedCubinRowIsRecompiled) {
+  const KernelSpec spec = small_spec({8, 0, false});
+  auto first = forward_cubin(spec, db_.get());
+  ASSERT_TRUE(bool(first)) << llvm::toString(first.takeError());
+  auto stored = db_->get_cubin(first->key);
+  ASSERT_TRUE(stored && stored->has_value());
+
+  // Bytes damaged on disk after their hash was taken (written behind the
+  // store's back: its own API refuses a mismatched hash). The store reports
+  // the row absent, and the cubin is compiled (and stored) again.
+  {
+    sqlite3 *raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db_->path().c_str(), &raw), SQLITE_OK);
+    auto close = llvm::make_scope_exit([&] { sqlite3_close(raw); });
+    std::vector<char> damaged = first->bytes;
+    damaged[damaged.size() / 2] ^= 0x5a;
+    sqlite3_stmt *update = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "UPDATE cubins SET blob = ?1 WHERE key = ?2", -1, &update,
+                                 nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(raw);
+    sqlite3_bind_blob(update, 1, damaged.data(), int(damaged.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(update, 2, first->key.c_str(), -1, SQLITE_TRANSIENT);
+    EXPECT_EQ(sqlite3_step(update), SQLITE_DONE) << sqlite3_errmsg(raw);
+    sqlite3_finalize(update);
+    EXPECT_EQ(sqlite3_changes(raw), 1);
+  }
+  uint64_t before = compiles();
+  auto again = forward_cubin(spec, db_.get());
+  ASSERT_TRUE(bool(again)) << llvm::toString(again.takeError());
+  EXPECT_TRUE(again->compiled);
+  EXPECT_EQ(compiles(), before + 1);
+  EXPECT_EQ(again->bytes, first->bytes);
+
+  auto healed = forward_cubin(spec, db_.get());
+  ASSERT_TRUE(bool(healed));
+  EXPECT_FALSE(healed->compiled);
+
+  // Not a cubin at all, stored intact (the store hashes what it is given):
+  // the store returns it, and forward_cubin must still never hand it to the
+  // driver.
+  CubinRecord garbage = **stored;
+  garbage.bytes.assign(64, 'x');
+  garbage.blob_sha256.clear();
+  ASSERT_FALSE(bool(db_->put_cubin(garbage)));
+  before = compiles();
+  auto rebuilt = forward_cubin(spec, db_.get());
+  ASSERT_TRUE(bool(rebuilt)) << llvm::toString(rebuilt.takeError());
+  EXPECT_TRUE(rebuilt->compiled);
+  EXPECT_EQ(compiles(), before + 1);
+  EXPECT_EQ(rebuilt->bytes, first->bytes);
+}
+
+TEST_F(KernelSourceTest, WithoutADatabaseEveryCallCompiles) {
+  const KernelSpec spec = small_spec({8, 0, false});
+  const uint64_t before = compiles();
+  auto a = forward_cubin(spec, nullptr);
+  auto b = forward_cubin(spec, nullptr);
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  EXPECT_TRUE(a->compiled);
+  EXPECT_TRUE(b->compiled);
+  EXPECT_EQ(compiles(), before + 2);
+  EXPECT_FALSE(a->key.empty());
+}
+
+TEST(ConfigSource, Names) {
+  EXPECT_STREQ(to_string(ConfigSource::caller), "caller");
+  EXPECT_STREQ(to_string(ConfigSource::tuned), "tuned");
+  EXPECT_STREQ(to_string(ConfigSource::nearest), "nearest");
+  EXPECT_STREQ(to_string(ConfigSource::heuristic), "heuristic");
+}
+
+}  // namespace
+}  // namespace flashjit

@@ -1,0 +1,215 @@
+// The keys tunings and cubins are filed under: size buckets, problem classes
+// (what must share a tuning and what must not), the cubin content hash and
+// the stored form of a config.
+#include <gtest/gtest.h>
+
+#include "generator/source.h"
+#include "runtime/tuning_key.h"
+
+namespace flashjit {
+namespace {
+
+Problem base_problem() {
+  Problem p;
+  p.dtype = DType::bf16;
+  p.batch = 2;
+  p.heads_q = 16;
+  p.heads_kv = 16;
+  p.seqlen_q = 4096;
+  p.seqlen_k = 4096;
+  p.head_dim_qk = p.head_dim_v = 128;
+  return p;
+}
+
+TEST(SizeBucket, IsCeilLog2) {
+  EXPECT_EQ(size_bucket(1), 0);
+  EXPECT_EQ(size_bucket(2), 1);
+  EXPECT_EQ(size_bucket(3), 2);
+  EXPECT_EQ(size_bucket(4), 2);
+  EXPECT_EQ(size_bucket(4096), 12);
+  EXPECT_EQ(size_bucket(4097), 13);
+  EXPECT_EQ(size_bucket(8192), 13);
+  EXPECT_EQ(size_bucket(8193), 14);
+  EXPECT_EQ(size_bucket(int64_t(1) << 40), 40);
+  EXPECT_EQ(size_bucket(0), 0);  // never valid, but never UB either
+}
+
+TEST(ProblemClassKey, FieldsFollowTheProblem) {
+  Problem p = base_problem();
+  p.heads_kv = 4;
+  p.seqlen_q = 1000;
+  p.seqlen_k = 5000;
+  p.softcap = 30.f;
+  ProblemClassKey k = problem_class_key(p);
+  EXPECT_EQ(k.pass, "fwd");
+  EXPECT_EQ(k.dtype, "bf16");
+  EXPECT_EQ(k.head_dim_qk, 128);
+  EXPECT_EQ(k.head_dim_v, 128);
+  EXPECT_EQ(k.mask, "none");
+  EXPECT_EQ(k.window_left, -1);
+  EXPECT_EQ(k.window_right, -1);
+  EXPECT_TRUE(k.softcap);
+  EXPECT_EQ(k.gqa_ratio, 4);
+  EXPECT_EQ(k.seqlen_q_bucket, 10);
+  EXPECT_EQ(k.seqlen_k_bucket, 13);
+  EXPECT_EQ(k.batch_heads_bucket, 5);  // 2 * 16 = 32
+  EXPECT_EQ(problem_class_key(p, "bwd").pass, "bwd");
+}
+
+TEST(ProblemClassKey, SizesInOneBucketShareAClass) {
+  Problem a = base_problem(), b = base_problem();
+  a.seqlen_q = a.seqlen_k = 4097;
+  b.seqlen_q = b.seqlen_k = 8192;
+  b.batch = 1;
+  b.heads_q = b.heads_kv = 31;  // 31 and 32 both in bucket 5
+  EXPECT_EQ(problem_class_key(a), problem_class_key(b));
+  // Scales are run-time parameters, and the softcap only matters on/off.
+  b.softmax_scale = 0.1f;
+  a.softcap = 10.f;
+  b.softcap = 50.f;
+  EXPECT_EQ(problem_class_key(a), problem_class_key(b));
+}
+
+TEST(ProblemClassKey, EquivalentMasksShareAClass) {
+  Problem causal = base_problem(), window = base_problem(), unbounded = base_problem();
+  causal.mask = MaskKind::causal;
+  causal.window_left = 100;  // ignored: only read for a window
+  window.mask = MaskKind::window;
+  window.window_left = -1;
+  window.window_right = 0;
+  EXPECT_EQ(problem_class_key(causal), problem_class_key(window));
+  EXPECT_EQ(problem_class_key(causal).mask, "causal");
+  EXPECT_EQ(problem_class_key(causal).window_left, -1);
+  unbounded.mask = MaskKind::window;
+  EXPECT_EQ(problem_class_key(unbounded), problem_class_key(base_problem()));
+}
+
+TEST(ProblemClassKey, WhatChangesTheKernelOrItsSpeedDiffers) {
+  const ProblemClassKey base = problem_class_key(base_problem());
+  auto differs = [&](auto change) {
+    Problem p = base_problem();
+    change(p);
+    return !(problem_class_key(p) == base);
+  };
+  EXPECT_TRUE(differs([](Problem &p) { p.dtype = DType::fp16; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.head_dim_qk = 64; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.head_dim_v = 64; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.mask = MaskKind::causal; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.softcap = 30.f; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.heads_kv = 2; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.seqlen_q = 4097; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.seqlen_k = 2048; }));
+  EXPECT_TRUE(differs([](Problem &p) { p.batch = 4; }));
+
+  Problem w1 = base_problem(), w2 = base_problem();
+  w1.mask = w2.mask = MaskKind::window;
+  w1.window_left = w2.window_left = 256;
+  w1.window_right = 0;
+  w2.window_right = 16;
+  EXPECT_EQ(problem_class_key(w1).window_left, 256);
+  EXPECT_EQ(problem_class_key(w1).window_right, 0);
+  EXPECT_FALSE(problem_class_key(w1) == problem_class_key(w2));
+}
+
+TEST(DeviceFingerprint, CopiesTheIdentifyingFields) {
+  DeviceInfo d;
+  d.name = "NVIDIA H200";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.driver_version = 13000;
+  d.total_memory = 1;  // not part of the fingerprint
+  DeviceFingerprint fp = device_fingerprint(d);
+  EXPECT_EQ(fp, (DeviceFingerprint{"NVIDIA H200", 9, 0, 132, 13000}));
+  d.total_memory = 2;
+  EXPECT_EQ(device_fingerprint(d), fp);
+}
+
+GeneratedSource sample_source() {
+  KernelSpec spec;
+  spec.config = {KernelPath::sm80, 128, 64, 4, 2};
+  spec.arch = {8, 0, false};
+  return generate_forward(spec);
+}
+
+TEST(CubinKey, ChangesWithEveryInput) {
+  const GeneratedSource source = sample_source();
+  const TargetArch sm80{8, 0, false}, sm90a{9, 0, true};
+  const std::string key = cubin_key(source, sm80, "13.0");
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(key.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(cubin_key(source, sm80, "13.0"), key);  // deterministic
+
+  EXPECT_NE(cubin_key(source, sm90a, "13.0"), key);
+  EXPECT_NE(cubin_key(source, TargetArch{9, 0, false}, "13.0"),
+            cubin_key(source, sm90a, "13.0"));  // sm_90 vs sm_90a
+  EXPECT_NE(cubin_key(source, sm80, "12.8"), key);
+
+  GeneratedSource changed = source;
+  changed.source += "\n";
+  EXPECT_NE(cubin_key(changed, sm80, "13.0"), key);
+
+  changed = source;
+  changed.options.push_back("-G");
+  EXPECT_NE(cubin_key(changed, sm80, "13.0"), key);
+
+  // Options split differently are different command lines.
+  GeneratedSource one = source, two = source;
+  one.options = {"-a b"};
+  two.options = {"-a", "b"};
+  EXPECT_NE(cubin_key(one, sm80, "13.0"), cubin_key(two, sm80, "13.0"));
+
+  // A header's text and its name are part of the program.
+  ASSERT_FALSE(source.headers.empty());
+  std::vector<TemplateFile> headers(source.headers.begin(), source.headers.end());
+  const std::string edited = headers[0].text.str() + "// edit\n";
+  headers[0].text = edited;
+  changed = source;
+  changed.headers = headers;
+  EXPECT_NE(cubin_key(changed, sm80, "13.0"), key);
+  headers[0].text = source.headers[0].text;
+  headers[0].name = "renamed.cuh";
+  changed.headers = headers;
+  EXPECT_NE(cubin_key(changed, sm80, "13.0"), key);
+}
+
+TEST(CubinKey, DiffersBetweenSpecs) {
+  KernelSpec a, b;
+  a.config = b.config = {KernelPath::sm80, 128, 64, 4, 2};
+  a.arch = b.arch = {8, 0, false};
+  b.config.stages = 3;
+  EXPECT_NE(cubin_key(generate_forward(a), a.arch, "13.0"),
+            cubin_key(generate_forward(b), b.arch, "13.0"));
+}
+
+TEST(StoredConfig, RoundTrips) {
+  for (KernelConfig c : {KernelConfig{KernelPath::sm80, 128, 64, 4, 2},
+                         KernelConfig{KernelPath::sm90, 64, 16, 2, 4}}) {
+    StoredConfig s = to_stored(c);
+    EXPECT_EQ(s.path, to_string(c.path));
+    auto back = from_stored(s);
+    ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+    EXPECT_EQ(*back, c);
+  }
+  EXPECT_EQ(to_stored({KernelPath::sm80, 128, 64, 4, 2}),
+            (StoredConfig{"sm80", 128, 64, 4, 2}));
+}
+
+TEST(StoredConfig, RejectsBadPathAndNonPositiveFields) {
+  auto expect_error = [](const StoredConfig &s, llvm::StringRef needle) {
+    auto c = from_stored(s);
+    ASSERT_FALSE(bool(c)) << "accepted " << s.path;
+    std::string message = llvm::toString(c.takeError());
+    EXPECT_NE(message.find(needle.str()), std::string::npos) << message;
+  };
+  expect_error({"sm_80", 128, 64, 4, 2}, "sm_80");
+  expect_error({"", 128, 64, 4, 2}, "unknown kernel path");
+  expect_error({"SM80", 128, 64, 4, 2}, "SM80");
+  expect_error({"sm80", 0, 64, 4, 2}, "block_m=0");
+  expect_error({"sm80", 128, -64, 4, 2}, "block_n=-64");
+  expect_error({"sm80", 128, 64, 0, 2}, "warps=0");
+  expect_error({"sm80", 128, 64, 4, 0}, "stages=0");
+}
+
+}  // namespace
+}  // namespace flashjit
