@@ -24,10 +24,12 @@ int report_error(int code, llvm::Error error) {
 // errors name the flag and what it allows (cl::opt<int> would not).
 #define FLASHJIT_PROBLEM_FLAG(member, flag, initial, value, help)                          \
   member(flag, cl::init(initial), cl::desc(help), cl::value_desc(value), cl::cat(category), \
-         cl::sub(gen), cl::sub(compile), cl::sub(run))
+         problem_subs)
+#define FLASHJIT_CONFIG_FLAG(member, flag, initial, value, help) \
+  member(flag, cl::init(initial), cl::desc(help), cl::value_desc(value), cl::cat(category), config_subs)
 
-ProblemOptions::ProblemOptions(cl::OptionCategory &category, cl::SubCommand &gen,
-                               cl::SubCommand &compile, cl::SubCommand &run)
+ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem_subs,
+                               const Subs &config_subs)
     : FLASHJIT_PROBLEM_FLAG(dtype, "dtype", "bf16", "bf16|fp16", "Element type (default bf16)"),
       FLASHJIT_PROBLEM_FLAG(batch, "batch", "2", "B", "Batch size (default 2)"),
       FLASHJIT_PROBLEM_FLAG(heads, "heads", "16", "H", "Query heads (default 16)"),
@@ -39,17 +41,17 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, cl::SubCommand &gen
       FLASHJIT_PROBLEM_FLAG(hdim_v, "hdim-v", "", "DV", "Head dim of V (default --hdim)"),
       FLASHJIT_PROBLEM_FLAG(mask, "mask", "none", "none|causal|window:L,R",
                             "Mask, bottom-right aligned; -1 is an unbounded window side"),
-      causal("causal", cl::desc("Same as --mask causal"), cl::cat(category), cl::sub(gen),
-             cl::sub(compile), cl::sub(run)),
+      causal("causal", cl::desc("Same as --mask causal"), cl::cat(category), problem_subs),
       FLASHJIT_PROBLEM_FLAG(softcap, "softcap", "0", "X", "Logit softcap (0: off)"),
       FLASHJIT_PROBLEM_FLAG(scale, "scale", "0", "S", "Softmax scale (0: 1/sqrt(hdim))"),
-      FLASHJIT_PROBLEM_FLAG(path, "path", "sm80", "sm80|sm90", "Kernel family"),
-      FLASHJIT_PROBLEM_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
-      FLASHJIT_PROBLEM_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
-      FLASHJIT_PROBLEM_FLAG(warps, "warps", "0", "W", "Warps per CTA (0: heuristic)"),
-      FLASHJIT_PROBLEM_FLAG(stages, "stages", "0", "S", "K/V pipeline stages (0: heuristic)") {}
+      FLASHJIT_CONFIG_FLAG(path, "path", "sm80", "sm80|sm90", "Kernel family"),
+      FLASHJIT_CONFIG_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
+      FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
+      FLASHJIT_CONFIG_FLAG(warps, "warps", "0", "W", "Warps per CTA (0: heuristic)"),
+      FLASHJIT_CONFIG_FLAG(stages, "stages", "0", "S", "K/V pipeline stages (0: heuristic)") {}
 
 #undef FLASHJIT_PROBLEM_FLAG
+#undef FLASHJIT_CONFIG_FLAG
 
 ProblemFlagValues ProblemOptions::values() const {
   ProblemFlagValues v;
@@ -74,10 +76,20 @@ ProblemFlagValues ProblemOptions::values() const {
   return v;
 }
 
-CommonOptions::CommonOptions(cl::OptionCategory &category, cl::SubCommand &info,
-                             cl::SubCommand &gen, cl::SubCommand &compile, cl::SubCommand &run)
-    : json("json", cl::desc("Print machine-readable JSON"), cl::cat(category), cl::sub(info),
-           cl::sub(gen), cl::sub(compile), cl::sub(run)) {}
+std::string ProblemOptions::first_given() const {
+  const std::pair<const cl::Option *, const char *> flags[] = {
+      {&dtype, "--dtype"},     {&batch, "--batch"},       {&heads, "--heads"},
+      {&heads_kv, "--heads-kv"}, {&seqlen, "--seqlen"},   {&seqlen_q, "--seqlen-q"},
+      {&seqlen_k, "--seqlen-k"}, {&hdim, "--hdim"},       {&hdim_v, "--hdim-v"},
+      {&mask, "--mask"},       {&causal, "--causal"},     {&softcap, "--softcap"},
+      {&scale, "--scale"}};
+  for (const auto &[option, name] : flags)
+    if (option->getNumOccurrences()) return name;
+  return "";
+}
+
+CommonOptions::CommonOptions(cl::OptionCategory &category, const Subs &json_subs)
+    : json("json", cl::desc("Print machine-readable JSON"), cl::cat(category), json_subs) {}
 
 llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
                                               llvm::StringRef arch_flag, int &exit_code) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cli/problem_flags.h"
 #include "generator/kernel_spec.h"
@@ -18,13 +19,27 @@ enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2 };
 int report_error(int code, const llvm::Twine &message);
 int report_error(int code, llvm::Error error);
 
+// The subcommands an option belongs to, as one llvm::cl modifier: the
+// shared flags are declared once and given to every command that takes them.
+struct Subs {
+  std::vector<llvm::cl::SubCommand *> list;
+  template <class Opt>
+  void apply(Opt &option) const {
+    for (llvm::cl::SubCommand *sub : list) option.addSubCommand(*sub);
+  }
+};
+
 // Options live in main()'s frame rather than as globals: a cl::opt naming a
 // SubCommand must be constructed after it, which static initialisation
-// across files cannot promise.
+// across files cannot promise. The problem flags go to `problem_subs`, the
+// kernel-config flags (--path, --block-m, ...) only to `config_subs`: tune,
+// precompile and query choose the config themselves.
 struct ProblemOptions {
-  ProblemOptions(llvm::cl::OptionCategory &category, llvm::cl::SubCommand &gen,
-                 llvm::cl::SubCommand &compile, llvm::cl::SubCommand &run);
+  ProblemOptions(llvm::cl::OptionCategory &category, const Subs &problem_subs,
+                 const Subs &config_subs);
   ProblemFlagValues values() const;
+  // The first problem flag given on the command line ("--hdim"), or "".
+  std::string first_given() const;
 
   llvm::cl::opt<std::string> dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
       hdim_v, mask;
@@ -34,9 +49,7 @@ struct ProblemOptions {
 
 // Flags every subcommand takes.
 struct CommonOptions {
-  CommonOptions(llvm::cl::OptionCategory &category, llvm::cl::SubCommand &info,
-                llvm::cl::SubCommand &gen, llvm::cl::SubCommand &compile,
-                llvm::cl::SubCommand &run);
+  CommonOptions(llvm::cl::OptionCategory &category, const Subs &json_subs);
   llvm::cl::opt<bool> json;
 };
 

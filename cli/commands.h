@@ -9,9 +9,15 @@
 
 namespace flashjit::cli {
 
+// --db: the tuning database these commands read or write.
+struct DbPathOption {
+  DbPathOption(llvm::cl::OptionCategory &category, const Subs &subs);
+  llvm::cl::opt<std::string> db;
+};
+
 struct InfoCommand {
   llvm::cl::SubCommand sub{"info", "Show the GPU, driver, NVRTC, templates hash and database"};
-  int run(const CommonOptions &common) const;
+  int run(const CommonOptions &common, const DbPathOption &db) const;
 };
 
 struct GenCommand {
@@ -38,6 +44,46 @@ struct RunCommand {
   llvm::cl::opt<int> repeats;
   llvm::cl::opt<unsigned> seed;
   int run(const CommonOptions &common, const ProblemOptions &problem) const;
+};
+
+struct TuneCommand {
+  explicit TuneCommand(llvm::cl::OptionCategory &category);
+  llvm::cl::SubCommand sub{"tune", "Tune problem classes on the GPU(s) and store the winners"};
+  llvm::cl::opt<std::string> plan;
+  llvm::cl::opt<std::string> budget_s;
+  llvm::cl::opt<std::string> devices;
+  int run(const CommonOptions &common, const ProblemOptions &problem,
+          const DbPathOption &db) const;
+};
+
+struct PrecompileCommand {
+  explicit PrecompileCommand(llvm::cl::OptionCategory &category);
+  llvm::cl::SubCommand sub{"precompile",
+                           "Compile every candidate for a GPU into the cubin store (no GPU needed)"};
+  llvm::cl::opt<std::string> arch;
+  llvm::cl::opt<std::string> plan;
+  llvm::cl::opt<int> threads;
+  int run(const CommonOptions &common, const ProblemOptions &problem,
+          const DbPathOption &db) const;
+};
+
+struct QueryCommand {
+  explicit QueryCommand(llvm::cl::OptionCategory &category);
+  llvm::cl::SubCommand sub{"query", "Show the config a problem gets, and why"};
+  llvm::cl::opt<std::string> arch;
+  llvm::cl::opt<std::string> device_name;
+  int run(const CommonOptions &common, const ProblemOptions &problem,
+          const DbPathOption &db) const;
+};
+
+struct DbCommand {
+  explicit DbCommand(llvm::cl::OptionCategory &category);
+  llvm::cl::SubCommand sub{"db", "The tuning database: list | export FILE | import FILE | prune"};
+  llvm::cl::list<std::string> args;
+  llvm::cl::opt<bool> with_cubins;
+  llvm::cl::opt<bool> accept_cubins;
+  llvm::cl::opt<std::string> unused_days;
+  int run(const CommonOptions &common, const DbPathOption &db) const;
 };
 
 }  // namespace flashjit::cli

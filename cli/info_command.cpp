@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cli/commands.h"
+#include "cli/db_common.h"
 #include "generator/source.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
@@ -15,35 +16,41 @@ namespace flashjit::cli {
 
 namespace {
 
-// $FLASHJIT_DB, else $XDG_CACHE_HOME/flashjit/flashjit.db, else
-// ~/.cache/flashjit/flashjit.db (the XDG default).
-std::string database_path() {
-  if (const char *db = std::getenv("FLASHJIT_DB"); db && *db) return db;
-  llvm::SmallString<256> path;
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
-    path = xdg;
-  } else if (const char *home = std::getenv("HOME"); home && *home) {
-    path = home;
-    llvm::sys::path::append(path, ".cache");
-  } else {
-    path = ".cache";
+// The database's path and what is in it, without creating it: `info` only
+// looks.
+struct DatabaseState {
+  std::string path;
+  int64_t tunings = -1;  // -1: unknown
+  int64_t cubins = -1;
+  std::string note;  // why there are no counts
+};
+
+DatabaseState database_state(llvm::StringRef db_flag) {
+  DatabaseState state;
+  auto path = database_path(db_flag);
+  if (!path) {
+    llvm::consumeError(path.takeError());
+    state.path = "disabled";
+    state.note = std::string("FLASHJIT_DB=") + std::getenv("FLASHJIT_DB");
+    return state;
   }
-  llvm::sys::path::append(path, "flashjit", "flashjit.db");
-  return std::string(path);
-}
-
-std::string driver_version_text(int version) {
-  return llvm::formatv("{0}.{1}", version / 1000, version % 1000 / 10).str();
-}
-
-// The first line of an error: enough for a one-line status.
-std::string first_line(llvm::Error error) {
-  return llvm::StringRef(llvm::toString(std::move(error))).split('\n').first.str();
+  state.path = *path;
+  auto db = open_existing_database(state.path, state.note);
+  if (!db) return state;
+  auto tunings = db->list_tunings();
+  auto cubins = db->count_cubins();
+  if (!tunings) state.note = first_line(tunings.takeError());
+  if (!cubins) state.note = first_line(cubins.takeError());
+  if (tunings && cubins) {
+    state.tunings = int64_t(tunings->size());
+    state.cubins = *cubins;
+  }
+  return state;
 }
 
 }  // namespace
 
-int InfoCommand::run(const CommonOptions &common) const {
+int InfoCommand::run(const CommonOptions &common, const DbPathOption &db_option) const {
   llvm::json::Array gpus;
   std::string gpu_note;
   std::string driver_library;
@@ -90,16 +97,21 @@ int InfoCommand::run(const CommonOptions &common) const {
   } else {
     nvrtc_note = first_line(version.takeError());
   }
-  const std::string db = database_path();
+  const DatabaseState db = database_state(db_option.db);
 
   if (common.json) {
     llvm::json::Object o{{"gpus", std::move(gpus)},
                          {"templates_hash", templates_hash()},
-                         {"database", db},
+                         {"database", db.path},
                          {"version", FLASHJIT_VERSION}};
+    if (db.tunings >= 0) {
+      o["database_tunings"] = db.tunings;
+      o["database_cubins"] = db.cubins;
+    }
+    if (!db.note.empty()) o["database_note"] = db.note;
     if (!gpu_note.empty()) o["gpu_note"] = gpu_note;
     if (!driver_library.empty()) o["driver_library"] = driver_library;
-    if (driver_version) o["driver_version"] = driver_version_text(driver_version);
+    if (driver_version) o["driver_version"] = driver_text(driver_version);
     if (!nvrtc_version_text.empty()) o["nvrtc_version"] = nvrtc_version_text;
     if (!nvrtc_library.empty()) o["nvrtc_library"] = nvrtc_library;
     if (!nvrtc_note.empty()) o["nvrtc_note"] = nvrtc_note;
@@ -121,14 +133,18 @@ int InfoCommand::run(const CommonOptions &common) const {
         double(*g.getInteger("memory_bytes")) / (1024.0 * 1024 * 1024));
   }
   if (driver_version)
-    os << "Driver: " << driver_version_text(driver_version) << " (" << driver_library << ")\n";
+    os << "Driver: " << driver_text(driver_version) << " (" << driver_library << ")\n";
   if (!nvrtc_version_text.empty())
     os << "NVRTC: " << nvrtc_version_text << " ("
        << (nvrtc_library.empty() ? "path unknown" : nvrtc_library) << ")\n";
   else
     os << "NVRTC: none (" << nvrtc_note << ")\n";
   os << "Templates: " << templates_hash() << "\n";
-  os << "Database: " << db << "\n";
+  if (db.tunings >= 0)
+    os << llvm::formatv("Database: {0} ({1} tunings, {2} cubins)\n", db.path, db.tunings,
+                        db.cubins);
+  else
+    os << "Database: " << db.path << " (" << db.note << ")\n";
   return kExitOk;
 }
 

@@ -1,4 +1,4 @@
-// flashjit: generate, compile, run and inspect attention kernels.
+// flashjit: generate, compile, run, tune and inspect attention kernels.
 #include "cli/commands.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/raw_ostream.h"
@@ -34,9 +34,20 @@ int main(int argc, char **argv) {
   GenCommand gen(category);
   CompileCommand compile(category);
   RunCommand run(category);
-  ProblemOptions problem(category, gen.sub, compile.sub, run.sub);
-  CommonOptions common(category, info.sub, gen.sub, compile.sub, run.sub);
-  for (cl::SubCommand *sub : {&*cl::TopLevelSubCommand, &info.sub, &gen.sub, &compile.sub, &run.sub})
+  TuneCommand tune(category);
+  PrecompileCommand precompile(category);
+  QueryCommand query(category);
+  DbCommand db(category);
+  ProblemOptions problem(category,
+                         Subs{{&gen.sub, &compile.sub, &run.sub, &tune.sub, &precompile.sub,
+                               &query.sub}},
+                         Subs{{&gen.sub, &compile.sub, &run.sub}});
+  CommonOptions common(category, Subs{{&info.sub, &gen.sub, &compile.sub, &run.sub, &tune.sub,
+                                       &precompile.sub, &query.sub, &db.sub}});
+  DbPathOption db_path(category,
+                       Subs{{&info.sub, &tune.sub, &precompile.sub, &query.sub, &db.sub}});
+  for (cl::SubCommand *sub : {&*cl::TopLevelSubCommand, &info.sub, &gen.sub, &compile.sub,
+                              &run.sub, &tune.sub, &precompile.sub, &query.sub, &db.sub})
     cl::HideUnrelatedOptions(category, *sub);
 
   std::string errors;
@@ -47,10 +58,15 @@ int main(int argc, char **argv) {
     return kExitUsage;
   }
 
-  if (info.sub) return info.run(common);
+  if (info.sub) return info.run(common, db_path);
   if (gen.sub) return gen.run(common, problem);
   if (compile.sub) return compile.run(common, problem);
   if (run.sub) return run.run(common, problem);
+  if (tune.sub) return tune.run(common, problem, db_path);
+  if (precompile.sub) return precompile.run(common, problem, db_path);
+  if (query.sub) return query.run(common, problem, db_path);
+  if (db.sub) return db.run(common, db_path);
   return report_error(kExitUsage,
-                      "expected a subcommand: info, gen, compile or run (see flashjit --help)");
+                      "expected a subcommand: info, gen, compile, run, tune, precompile, query or "
+                      "db (see flashjit --help)");
 }

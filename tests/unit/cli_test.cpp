@@ -81,8 +81,8 @@ TEST(Cli, UnknownFlagsAndMissingSubcommandAreUsageErrors) {
   r = run_cli({});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "flashjit: error: expected a subcommand: info, gen, compile or run (see flashjit "
-            "--help)\n");
+            "flashjit: error: expected a subcommand: info, gen, compile, run, tune, precompile, "
+            "query or db (see flashjit --help)\n");
 }
 
 TEST(Cli, ConfigTheGeneratorRejectsIsAUsageError) {

@@ -1,0 +1,127 @@
+#include "cli/db_common.h"
+
+#include <cstdlib>
+
+#include "cli/problem_flags.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit::cli {
+
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+}  // namespace
+
+std::string first_line(llvm::Error e) {
+  return llvm::StringRef(llvm::toString(std::move(e))).split('\n').first.str();
+}
+
+llvm::Expected<std::string> database_path(llvm::StringRef db_flag) {
+  if (!db_flag.empty()) return db_flag.str();
+  // The library reads FLASHJIT_DB=off as "no database"; a command that
+  // exists to fill or read one needs an explicit file then.
+  if (const char *env = std::getenv("FLASHJIT_DB")) {
+    llvm::StringRef setting = llvm::StringRef(env).trim();
+    if (setting.equals_insensitive("off") || setting.equals_insensitive("none"))
+      return error(llvm::formatv("--db: needed, the database is disabled (FLASHJIT_DB={0})",
+                                 setting));
+  }
+  return TuningDb::default_path();
+}
+
+llvm::Expected<std::unique_ptr<TuningDb>> open_database(llvm::StringRef path) {
+  auto db = TuningDb::open(path);
+  if (!db) return error(llvm::formatv("database {0}: {1}", path, first_line(db.takeError())));
+  return db;
+}
+
+std::unique_ptr<TuningDb> open_existing_database(llvm::StringRef path, std::string &note) {
+  if (!llvm::sys::fs::exists(path)) {
+    note = llvm::formatv("no database at {0} yet", path).str();
+    return nullptr;
+  }
+  auto db = open_database(path);
+  if (!db) {
+    note = first_line(db.takeError());
+    return nullptr;
+  }
+  return std::move(*db);
+}
+
+llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::StringRef plan_file,
+                                           int &exit_code) {
+  exit_code = kExitUsage;
+  if (!plan_file.empty()) {
+    if (std::string given = problem.first_given(); !given.empty())
+      return error(llvm::formatv("--plan: the plan gives the problems; drop {0}", given));
+    return load_plan(plan_file);
+  }
+  auto parsed = parse_problem_flags(problem.values());
+  if (!parsed) return parsed.takeError();
+  TuningPlan plan;
+  plan.name = "command line";
+  plan.entries.push_back(PlanEntry{describe(parsed->problem), parsed->problem, 0});
+  exit_code = kExitOk;
+  return plan;
+}
+
+std::string config_text(const StoredConfig &c) {
+  return llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path, c.block_m, c.block_n, c.warps, c.stages)
+      .str();
+}
+
+llvm::json::Object stored_config_json(const StoredConfig &c) {
+  return llvm::json::Object{{"path", c.path},   {"block_m", c.block_m}, {"block_n", c.block_n},
+                            {"warps", c.warps}, {"stages", c.stages}};
+}
+
+std::string driver_text(int version) {
+  return llvm::formatv("{0}.{1}", version / 1000, version % 1000 / 10).str();
+}
+
+std::string device_text(const DeviceFingerprint &d) {
+  return llvm::formatv("{0} (cc {1}.{2}, {3} SMs, driver {4})", d.name, d.cc_major, d.cc_minor,
+                       d.sm_count, driver_text(d.driver_version))
+      .str();
+}
+
+llvm::json::Object device_json(const DeviceFingerprint &d) {
+  return llvm::json::Object{
+      {"name", d.name},
+      {"compute_capability", llvm::formatv("{0}.{1}", d.cc_major, d.cc_minor).str()},
+      {"sms", d.sm_count},
+      {"driver_version", driver_text(d.driver_version)}};
+}
+
+std::string class_text(const ProblemClassKey &k) {
+  std::string mask = k.mask;
+  if (k.mask == "window") mask = llvm::formatv("window({0},{1})", k.window_left, k.window_right);
+  return llvm::formatv("{0} {1} d={2}/{3} {4}{5} gqa={6} sq<=2^{7} sk<=2^{8} bh<=2^{9}", k.pass,
+                       k.dtype, k.head_dim_qk, k.head_dim_v, mask, k.softcap ? " softcap" : "",
+                       k.gqa_ratio, k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket)
+      .str();
+}
+
+llvm::json::Object class_json(const ProblemClassKey &k) {
+  llvm::json::Object o{{"pass", k.pass},
+                       {"dtype", k.dtype},
+                       {"head_dim_qk", k.head_dim_qk},
+                       {"head_dim_v", k.head_dim_v},
+                       {"mask", k.mask},
+                       {"softcap", k.softcap},
+                       {"gqa_ratio", k.gqa_ratio},
+                       {"seqlen_q_bucket", k.seqlen_q_bucket},
+                       {"seqlen_k_bucket", k.seqlen_k_bucket},
+                       {"batch_heads_bucket", k.batch_heads_bucket}};
+  if (k.mask == "window") {
+    o["window_left"] = k.window_left;
+    o["window_right"] = k.window_right;
+  }
+  return o;
+}
+
+}  // namespace flashjit::cli

@@ -1,0 +1,204 @@
+// `flashjit query`: the config a forward call of this problem would run, and
+// why: tuned (exact bucket), nearest (another bucket of the same class) or
+// heuristic. The device comes from the GPU; without one, from --arch and
+// --device-name matched against the database's tunings, so that a machine
+// with no GPU can inspect a database filled elsewhere.
+#include <cmath>
+
+#include "cli/commands.h"
+#include "cli/db_common.h"
+#include "cli/problem_flags.h"
+#include "generator/heuristic.h"
+#include "runtime/device.h"
+#include "runtime/kernel_source.h"
+#include "runtime/tuning_key.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+
+namespace flashjit::cli {
+
+QueryCommand::QueryCommand(cl::OptionCategory &category)
+    : arch("arch", cl::desc("Ask for this architecture's GPU instead of the one here"),
+           cl::value_desc("sm_90a|sm_80|..."), cl::cat(category), cl::sub(sub)),
+      device_name("device-name",
+                  cl::desc("Ask for the tunings of this GPU model (as `flashjit info` names it)"),
+                  cl::value_desc("NAME"), cl::cat(category), cl::sub(sub)) {}
+
+namespace {
+
+// A device that is not here, as the database knows it: the most recent
+// tuning of a GPU with this name and/or architecture gives SM count and
+// driver (both part of the key).
+DeviceInfo device_from_flags(const std::optional<TargetArch> &arch, llvm::StringRef name,
+                             TuningDb *db, std::string &note) {
+  DeviceInfo device;
+  device.name = name.str();
+  const TargetArch target = arch ? *arch : TargetArch::for_device(9, 0);
+  device.cc_major = target.major;
+  device.cc_minor = target.minor;
+  std::optional<TuningRecord> best;
+  if (db) {
+    auto tunings = db->list_tunings();
+    if (!tunings) {
+      note = first_line(tunings.takeError());
+    } else {
+      for (TuningRecord &r : *tunings) {
+        if (!name.empty() && r.device.name != name) continue;
+        if (arch && TargetArch::for_device(r.device.cc_major, r.device.cc_minor) != *arch)
+          continue;
+        if (!best || r.tuned_at > best->tuned_at) best = std::move(r);
+      }
+    }
+  }
+  if (best) {
+    device.name = best->device.name;
+    device.cc_major = best->device.cc_major;
+    device.cc_minor = best->device.cc_minor;
+    device.sm_count = best->device.sm_count;
+    device.driver_version = best->device.driver_version;
+  } else if (note.empty()) {
+    note = name.empty() && !arch ? "the heuristic's choice for sm_90a; pass --arch and "
+                                   "--device-name for the tunings of another machine"
+                                 : "no tunings of that GPU in the database";
+  }
+  // The architecture's opt-in limit: what the device would report.
+  device.max_smem_per_block_optin = max_smem_per_block(device.target());
+  return device;
+}
+
+llvm::json::Object measurements_json(const TuningRecord &r) {
+  llvm::json::Object o{{"tflops", r.tflops},
+                       {"median_ms", r.median_ms},
+                       {"min_ms", r.min_ms},
+                       {"max_ms", r.max_ms},
+                       {"heuristic_ms", r.heuristic_ms},
+                       {"heuristic_config", stored_config_json(r.heuristic_config)},
+                       {"occupancy", r.occupancy},
+                       {"registers", r.registers},
+                       {"smem_bytes", r.smem_bytes},
+                       {"spill_bytes", r.spill_bytes},
+                       {"candidates_tried", r.candidates_tried},
+                       {"candidates_failed", r.candidates_failed}};
+  if (r.heuristic_ms > 0 && r.median_ms > 0) o["gain"] = r.heuristic_ms / r.median_ms;
+  return o;
+}
+
+llvm::json::Object provenance_json(const TuningRecord &r) {
+  return llvm::json::Object{{"tuned_at", r.tuned_at},
+                            {"device", device_json(r.device)},
+                            {"nvrtc_version", r.software.nvrtc_version},
+                            {"templates_hash", r.software.templates_hash},
+                            {"flashjit_version", r.flashjit_version},
+                            {"shape", r.shape},
+                            {"class", class_json(r.problem)}};
+}
+
+void print_record(llvm::raw_ostream &os, const TuningRecord &r, bool nearest) {
+  os << llvm::formatv("measured   {0:f1} TFLOP/s, median {1:f3} ms (min {2:f3}, max {3:f3})\n",
+                      r.tflops, r.median_ms, r.min_ms, r.max_ms);
+  if (r.heuristic_ms > 0 && r.median_ms > 0)
+    os << llvm::formatv("gain       {0:f2}x over the heuristic ({1}, {2:f3} ms)\n",
+                        r.heuristic_ms / r.median_ms, config_text(r.heuristic_config),
+                        r.heuristic_ms);
+  os << llvm::formatv("resources  occupancy {0} CTAs/SM, {1} registers, {2} bytes smem, {3} "
+                      "bytes spills\n",
+                      r.occupancy, r.registers, r.smem_bytes, r.spill_bytes);
+  os << llvm::formatv("search     {0} candidates tried, {1} failed\n", r.candidates_tried,
+                      r.candidates_failed);
+  os << llvm::formatv("tuned      {0} on {1}\n", r.tuned_at, device_text(r.device));
+  os << llvm::formatv("software   NVRTC {0}, templates {1}, flashjit {2}\n",
+                      r.software.nvrtc_version, r.software.templates_hash, r.flashjit_version);
+  os << llvm::formatv("{0}  {1} ({2})\n", nearest ? "from      " : "shape     ", class_text(r.problem),
+                      r.shape);
+}
+
+}  // namespace
+
+int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem,
+                      const DbPathOption &db) const {
+  auto parsed = parse_problem_flags(problem.values());
+  if (!parsed) return report_error(kExitUsage, parsed.takeError());
+  std::optional<TargetArch> target;
+  if (!arch.empty()) {
+    auto t = TargetArch::parse(arch);
+    if (!t)
+      return report_error(kExitUsage, llvm::formatv("--arch: {0}", llvm::toString(t.takeError())));
+    target = *t;
+  }
+  auto path = database_path(db.db);
+  std::string db_note;
+  std::unique_ptr<TuningDb> database;
+  if (!path) {
+    // Switched off: what a forward call would get is then the heuristic.
+    db_note = first_line(path.takeError());
+  } else {
+    database = open_existing_database(*path, db_note);
+    if (!database && !db.db.empty() && llvm::StringRef(db_note).startswith("database "))
+      return report_error(kExitFailure, db_note);
+  }
+
+  // The GPU here answers unless the flags ask about another one.
+  std::string device_note;
+  std::optional<DeviceInfo> device;
+  auto here = query_device(0);
+  if (!here) {
+    device_note = "no GPU here (" + first_line(here.takeError()) + ")";
+  } else if ((!target || here->target() == *target) &&
+             (device_name.empty() || here->name == device_name)) {
+    device = std::move(*here);
+  }
+  if (!device) {
+    std::string lookup_note;
+    device = device_from_flags(target, device_name, database.get(), lookup_note);
+    device_note = device_note.empty() ? lookup_note
+                  : lookup_note.empty() ? device_note
+                                        : device_note + "; " + lookup_note;
+  }
+
+  auto chosen = choose_forward_config(parsed->problem, KernelConfig{}, *device, database.get());
+  if (!chosen) return report_error(kExitFailure, chosen.takeError());
+  std::string kernel_id;
+  if (auto spec = make_forward_spec(parsed->problem, chosen->config, device->target(),
+                                    device->max_smem_per_block_optin))
+    kernel_id = spec->id();
+  else
+    llvm::consumeError(spec.takeError());
+  std::vector<std::string> notes;
+  for (const std::string *n : {&device_note, &db_note, &chosen->note})
+    if (!n->empty()) notes.push_back(*n);
+  const bool nearest = chosen->source == ConfigSource::nearest;
+
+  if (common.json) {
+    llvm::json::Object o{{"source", to_string(chosen->source)},
+                         {"config", config_json(chosen->config)},
+                         {"kernel_id", kernel_id},
+                         {"arch", device->target().name()},
+                         {"problem", problem_json(parsed->problem)},
+                         {"class", class_json(problem_class_key(parsed->problem))}};
+    if (path) o["database"] = *path;
+    if (chosen->record) {
+      o["measurements"] = measurements_json(*chosen->record);
+      o["provenance"] = provenance_json(*chosen->record);
+    }
+    if (!notes.empty()) {
+      llvm::json::Array a;
+      for (const std::string &n : notes) a.push_back(n);
+      o["notes"] = std::move(a);
+    }
+    print_json(std::move(o));
+    return kExitOk;
+  }
+  llvm::raw_ostream &os = llvm::outs();
+  os << llvm::formatv("source     {0}\n", to_string(chosen->source));
+  os << llvm::formatv("config     {0}\n", config_text(to_stored(chosen->config)));
+  if (!kernel_id.empty()) os << llvm::formatv("kernel     {0}\n", kernel_id);
+  if (chosen->record) print_record(os, *chosen->record, nearest);
+  if (nearest)
+    os << llvm::formatv("asked      {0}\n", class_text(problem_class_key(parsed->problem)));
+  for (const std::string &n : notes) os << "note       " << n << "\n";
+  return kExitOk;
+}
+
+}  // namespace flashjit::cli

@@ -1,0 +1,275 @@
+// `flashjit tune`: every problem class of a plan (or of the flags) tuned on
+// one or several GPUs of this host, the winners stored in the database, and
+// a table of what won and by how much.
+//
+// Several GPUs: one worker thread per GPU pulls entries from a shared
+// counter and opens its own TuningDb connection (SQLite connections are not
+// shared across threads; WAL and the busy timeout let them write to one
+// file side by side).
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/db_common.h"
+#include "runtime/device.h"
+#include "tuner/tuner.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+
+namespace flashjit::cli {
+
+TuneCommand::TuneCommand(cl::OptionCategory &category)
+    : plan("plan", cl::desc("Tune every problem of a YAML plan (instead of problem flags)"),
+           cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
+      budget_s("budget-s", cl::desc("Soft limit per problem class in seconds (default 60)"),
+               cl::init("60"), cl::value_desc("N"), cl::cat(category), cl::sub(sub)),
+      devices("devices", cl::desc("GPUs to tune on, one worker each (default 0)"),
+              cl::init("0"), cl::value_desc("all|0,1,..."), cl::cat(category), cl::sub(sub)) {}
+
+namespace {
+
+llvm::Error usage(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+// "all" or a list of distinct ordinals; checked against the GPUs present
+// only after the flags, so that bad flags are usage errors on any machine.
+llvm::Expected<std::vector<int>> parse_devices(llvm::StringRef text, int count) {
+  constexpr const char *kExpected = "all or a list of GPU ordinals like 0,1";
+  if (text == "all") {
+    std::vector<int> all;
+    for (int i = 0; i < count; ++i) all.push_back(i);
+    return all;
+  }
+  std::vector<int> out;
+  std::set<int> seen;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  text.split(parts, ',');
+  for (llvm::StringRef part : parts) {
+    int ordinal = 0;
+    if (part.trim().getAsInteger(10, ordinal) || ordinal < 0 || !seen.insert(ordinal).second)
+      return usage(llvm::formatv("--devices: expected {0}, got {1}", kExpected, text));
+    if (ordinal >= count)
+      return usage(llvm::formatv("--devices: GPU {0} does not exist (this machine has {1})",
+                                 ordinal, count));
+    out.push_back(ordinal);
+  }
+  return out;
+}
+
+struct Row {
+  const PlanEntry *entry = nullptr;
+  bool done = false;
+  std::string error;  // empty: tuned
+  TuneOutcome outcome;
+  int device = 0;
+  double seconds = 0;
+};
+
+// A status line rewritten in place on a terminal; plain lines otherwise
+// (logs, CI), so that nothing depends on carriage returns.
+class Progress {
+ public:
+  Progress(size_t total) : total_(total), tty_(isatty(STDERR_FILENO)) {}
+
+  void update(int device, const std::string &name, const std::string &text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string line =
+        llvm::formatv("[{0}/{1}] GPU {2} {3}: {4}", done_, total_, device, name, text).str();
+    if (!tty_) {
+      llvm::errs() << line << "\n";
+      return;
+    }
+    // One terminal line: a bar, then as much of the message as fits.
+    constexpr int kWidth = 24;
+    const int filled = total_ ? int(kWidth * done_ / total_) : 0;
+    std::string shown;
+    shown.append(1, '[').append(filled, '#').append(kWidth - filled, '.').append("] ");
+    shown.append(line);
+    if (shown.size() > 118) shown.resize(115), shown.append("...");
+    llvm::errs() << "\r\033[K" << shown;
+    llvm::errs().flush();
+  }
+
+  void finished(const Row &row) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++done_;
+    if (tty_) llvm::errs() << "\r\033[K";
+    if (row.error.empty())
+      llvm::errs() << llvm::formatv("[{0}/{1}] GPU {2} {3}: {4}, {5:f1} TFLOP/s ({6:f1} s)\n",
+                                    done_, total_, row.device, row.entry->name,
+                                    config_text(row.outcome.record.config),
+                                    row.outcome.record.tflops, row.seconds);
+    else
+      llvm::errs() << llvm::formatv("[{0}/{1}] GPU {2} {3}: failed: {4}\n", done_, total_,
+                                    row.device, row.entry->name, row.error);
+    llvm::errs().flush();
+  }
+
+ private:
+  std::mutex mutex_;
+  size_t done_ = 0;
+  size_t total_;
+  bool tty_;
+};
+
+void worker(int device, const std::string &db_path, double budget_s, std::vector<Row> &rows,
+            std::atomic<size_t> &next, Progress &progress) {
+  auto db = open_database(db_path);
+  std::string db_error = db ? "" : first_line(db.takeError());
+  for (size_t i = next++; i < rows.size(); i = next++) {
+    Row &row = rows[i];
+    row.device = device;
+    const auto start = std::chrono::steady_clock::now();
+    if (!db_error.empty()) {
+      row.error = db_error;
+    } else {
+      TuneOptions options;
+      options.device = device;
+      options.budget_s = budget_s;
+      options.progress = [&](const std::string &text) {
+        progress.update(device, row.entry->name, text);
+      };
+      auto outcome = tune_forward(row.entry->problem, **db, options);
+      if (outcome)
+        row.outcome = std::move(*outcome);
+      else
+        row.error = first_line(outcome.takeError());
+    }
+    row.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    row.done = true;
+    progress.finished(row);
+  }
+}
+
+double gain_of(const TuningRecord &r) {
+  return r.heuristic_ms > 0 && r.median_ms > 0 ? r.heuristic_ms / r.median_ms : 0;
+}
+
+void print_table(const std::vector<Row> &rows) {
+  size_t width = 5;
+  for (const Row &row : rows) width = std::max(width, row.entry->name.size());
+  llvm::raw_ostream &os = llvm::outs();
+  auto padded = [&](std::string text) {
+    text.resize(width, ' ');
+    return text;
+  };
+  os << llvm::formatv("{0} {1,-18} {2,8} {3,6} {4,4} {5,8}\n", padded("shape"), "winner",
+                      "TFLOP/s", "gain", "GPU", "seconds");
+  for (const Row &row : rows) {
+    const std::string name = padded(row.entry->name);
+    if (!row.error.empty()) {
+      os << llvm::formatv("{0} {1,-18} {2,8} {3,6} {4,4} {5,8:f1}\n", name, "FAILED", "-", "-",
+                          row.device, row.seconds);
+      continue;
+    }
+    const TuningRecord &r = row.outcome.record;
+    const double gain = gain_of(r);
+    os << llvm::formatv("{0} {1,-18} {2,8:f1} {3,6} {4,4} {5,8:f1}\n", name,
+                        config_text(r.config), r.tflops,
+                        gain > 0 ? llvm::formatv("{0:f2}x", gain).str() : std::string("-"),
+                        row.device, row.seconds);
+  }
+  for (const Row &row : rows)
+    if (!row.error.empty()) os << "failed: " << row.entry->name << ": " << row.error << "\n";
+}
+
+llvm::json::Value rows_json(const std::vector<Row> &rows, const std::string &db_path) {
+  llvm::json::Array entries;
+  int failed = 0;
+  for (const Row &row : rows) {
+    llvm::json::Object o{{"name", row.entry->name},
+                         {"problem", problem_json(row.entry->problem)},
+                         {"device", row.device},
+                         {"seconds", std::round(row.seconds * 100) / 100}};
+    if (!row.error.empty()) {
+      ++failed;
+      o["error"] = row.error;
+    } else {
+      const TuningRecord &r = row.outcome.record;
+      o["config"] = stored_config_json(r.config);
+      o["heuristic_config"] = stored_config_json(r.heuristic_config);
+      o["tflops"] = r.tflops;
+      o["median_ms"] = r.median_ms;
+      o["heuristic_ms"] = r.heuristic_ms;
+      if (double gain = gain_of(r); gain > 0) o["gain"] = gain;
+      o["candidates_tried"] = r.candidates_tried;
+      o["candidates_failed"] = r.candidates_failed;
+      llvm::json::Array notes;
+      for (const std::string &note : row.outcome.notes) notes.push_back(note);
+      o["notes"] = std::move(notes);
+    }
+    entries.push_back(std::move(o));
+  }
+  return llvm::json::Object{
+      {"database", db_path}, {"entries", std::move(entries)}, {"failed", failed}};
+}
+
+}  // namespace
+
+int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
+                     const DbPathOption &db) const {
+  int code = kExitOk;
+  auto tuning_plan = plan_or_problem(problem, plan, code);
+  if (!tuning_plan) return report_error(code, tuning_plan.takeError());
+  double budget = 0;
+  if (llvm::StringRef(budget_s).getAsDouble(budget) || !std::isfinite(budget) || budget <= 0)
+    return report_error(kExitUsage, llvm::formatv("--budget-s: expected a positive number of "
+                                                  "seconds, got {0}",
+                                                  budget_s.empty() ? "''" : budget_s.getValue()));
+  auto path = database_path(db.db);
+  if (!path) return report_error(kExitUsage, path.takeError());
+  // Ordinals are checked against the GPUs present, so a list is validated
+  // for its form first: `--devices x` is a usage error anywhere.
+  if (auto form = parse_devices(devices, 1 << 20); !form)
+    return report_error(kExitUsage, form.takeError());
+
+  auto count = device_count();
+  if (!count || *count == 0) {
+    const std::string why = count ? "the driver reports no devices" : first_line(count.takeError());
+    return report_error(kExitFailure,
+                        llvm::formatv("tune needs a GPU ({0}); without one, `flashjit "
+                                      "precompile --arch sm_90a` fills the cubin store",
+                                      why));
+  }
+  auto ordinals = parse_devices(devices, *count);
+  if (!ordinals) return report_error(kExitUsage, ordinals.takeError());
+
+  // Open once here so that a bad path is one clear error before any thread
+  // starts (and the schema exists before several connections race to it).
+  if (auto first = open_database(*path); !first)
+    return report_error(kExitFailure, first.takeError());
+
+  std::vector<Row> rows(tuning_plan->entries.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].entry = &tuning_plan->entries[i];
+  std::atomic<size_t> next{0};
+  Progress progress(rows.size());
+  if (ordinals->size() == 1) {
+    worker(ordinals->front(), *path, budget, rows, next, progress);
+  } else {
+    std::vector<std::thread> threads;
+    for (int ordinal : *ordinals)
+      threads.emplace_back(worker, ordinal, std::cref(*path), budget, std::ref(rows),
+                           std::ref(next), std::ref(progress));
+    for (std::thread &t : threads) t.join();
+  }
+
+  if (common.json)
+    print_json(rows_json(rows, *path));
+  else
+    print_table(rows);
+  for (const Row &row : rows)
+    if (!row.error.empty()) return kExitFailure;
+  return kExitOk;
+}
+
+}  // namespace flashjit::cli

@@ -1,0 +1,347 @@
+// The tuning commands of the built `flashjit` binary, without a GPU: usage
+// errors with their exact messages, tune's clear refusal, precompile into a
+// temporary database, query (heuristic, tuned, nearest) from a database
+// filled "elsewhere", and db export/import between two databases.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cache/tuning_db.h"
+#include "gtest/gtest.h"
+#include "runtime/device.h"
+#include "runtime/tuning_key.h"
+#include "llvm/ADT/Optional.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+
+namespace flashjit {
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  return buffer ? (*buffer)->getBuffer().str() : std::string();
+}
+
+std::string cli_path() {
+  const char *env = std::getenv("FLASHJIT_CLI");
+  return env && *env ? env : FLASHJIT_CLI_PATH;
+}
+
+CliResult run_cli(std::vector<std::string> args) {
+  const std::string binary = cli_path();
+  llvm::SmallString<128> out_path, err_path;
+  llvm::sys::fs::createTemporaryFile("flashjit-cli", "out", out_path);
+  llvm::sys::fs::createTemporaryFile("flashjit-cli", "err", err_path);
+  std::vector<llvm::StringRef> argv = {binary};
+  for (const std::string &a : args) argv.push_back(a);
+  const llvm::Optional<llvm::StringRef> redirects[] = {llvm::StringRef(""), out_path.str(),
+                                                       err_path.str()};
+  CliResult r;
+  r.code = llvm::sys::ExecuteAndWait(binary, argv, llvm::None, redirects, 300);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  llvm::sys::fs::remove(out_path);
+  llvm::sys::fs::remove(err_path);
+  return r;
+}
+
+// A fresh folder per test, removed with everything in it.
+struct TempDir {
+  TempDir() { llvm::sys::fs::createUniqueDirectory("flashjit-cli-db", path); }
+  ~TempDir() { llvm::sys::fs::remove_directories(path); }
+  std::string file(llvm::StringRef name) const {
+    llvm::SmallString<128> p(path);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  }
+  llvm::SmallString<128> path;
+};
+
+llvm::json::Object parse_json(const std::string &text) {
+  auto value = llvm::json::parse(text);
+  if (!value) {
+    ADD_FAILURE() << llvm::toString(value.takeError()) << "\n" << text;
+    return {};
+  }
+  return std::move(*value->getAsObject());
+}
+
+// LLVM 14's Optional compares with nothing but another Optional.
+std::string S(llvm::Optional<llvm::StringRef> v) { return v ? v->str() : "<absent>"; }
+int64_t I(llvm::Optional<int64_t> v) { return v ? *v : -999; }
+double D(llvm::Optional<double> v) { return v ? *v : -999; }
+
+bool gpu_present() {
+  auto count = device_count();
+  if (!count) {
+    llvm::consumeError(count.takeError());
+    return false;
+  }
+  return *count > 0;
+}
+
+void write_file(const std::string &path, llvm::StringRef text) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  os << text;
+}
+
+TEST(CliTuning, UsageErrorsNameTheFlag) {
+  TempDir dir;
+  const std::string plan = dir.file("bad.yaml");
+  write_file(plan, "name: bad\ndefaults: {heads: 16}\nproblems:\n  - {seqlen: 1024, hdim: 100}\n");
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"tune", "--devices", "x"},
+       "--devices: expected all or a list of GPU ordinals like 0,1, got x"},
+      {{"tune", "--devices", "0,0"},
+       "--devices: expected all or a list of GPU ordinals like 0,1, got 0,0"},
+      {{"tune", "--budget-s", "0"}, "--budget-s: expected a positive number of seconds, got 0"},
+      {{"tune", "--plan", plan, "--hdim", "64"}, "--plan: the plan gives the problems; drop --hdim"},
+      {{"tune", "--hdim", "100"}, "--hdim: expected a multiple of 8 in [8, 256], got 100"},
+      {{"precompile", "--hdim", "64"},
+       "--arch: required: the GPU architecture to compile for, e.g. sm_90a"},
+      {{"precompile", "--arch", "sm_90a", "--plan", plan},
+       plan + ":4: key 'hdim': expected a multiple of 8 in [8, 256], got 100"},
+      {{"precompile", "--arch", "sm_90a", "--plan", dir.file("none.yaml")},
+       dir.file("none.yaml") + ": cannot read: No such file or directory"},
+      {{"query", "--heads", "16", "--heads-kv", "5"},
+       "--heads-kv: expected a divisor of --heads (16), got 5"},
+      {{"db"}, "db: expected list, export FILE, import FILE or prune"},
+      {{"db", "drop"}, "db: expected list, export FILE, import FILE or prune, got drop"},
+      {{"db", "export"}, "db export: expected a FILE"},
+      {{"db", "list", "x"}, "db list: unexpected argument 'x'"},
+      {{"db", "list", "--with-cubins"}, "--with-cubins: only for db export"},
+      {{"db", "prune", "--unused-days=x"}, "--unused-days: expected an integer >= 0, got x"},
+  };
+  for (const auto &[args, message] : cases) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << args[0] << " " << args[1];
+    EXPECT_EQ(r.err, "flashjit: error: " + message + "\n");
+    EXPECT_EQ(r.out, "");
+  }
+  // Config flags are not tune's: it searches the configs itself.
+  const CliResult r = run_cli({"tune", "--block-m", "64"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("flashjit: error: Unknown command line argument '--block-m'", 0), 0u)
+      << r.err;
+}
+
+TEST(CliTuning, TuneWithoutAGpuIsAClearRuntimeError) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present";
+  TempDir dir;
+  const CliResult r = run_cli({"tune", "--hdim", "64", "--db", dir.file("t.db")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.rfind("flashjit: error: tune needs a GPU (", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("); without one, `flashjit precompile --arch sm_90a` fills the cubin "
+                       "store\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// hdim 256 on sm_86 (99 KB of shared memory) leaves very few candidates: a
+// fast real precompile.
+TEST(CliTuning, PrecompileFillsTheCubinStoreOnce) {
+  TempDir dir;
+  const std::string db = dir.file("p.db");
+  const std::vector<std::string> problem = {"--hdim", "256", "--seqlen", "1024"};
+  std::vector<std::string> args = {"precompile", "--arch", "sm_86", "--db", db, "--json"};
+  args.insert(args.end(), problem.begin(), problem.end());
+  CliResult r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object first = parse_json(r.out);
+  const int64_t compiled = I(first.getInteger("compiled"));
+  EXPECT_GE(compiled, 1);
+  EXPECT_EQ(I(first.getInteger("failed")), 0);
+  EXPECT_NE(r.err.find("total: compiled "), std::string::npos) << r.err;
+
+  r = run_cli(args);  // everything is stored now: nothing compiles
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object second = parse_json(r.out);
+  EXPECT_EQ(I(second.getInteger("compiled")), 0);
+  EXPECT_EQ(I(second.getInteger("already_stored")), compiled);
+
+  r = run_cli({"db", "list", "--json", "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object list = parse_json(r.out);
+  ASSERT_NE(list.getArray("cubins"), nullptr);
+  EXPECT_EQ(int64_t(list.getArray("cubins")->size()), compiled);
+  EXPECT_EQ(list.getArray("tunings")->size(), 0u);
+
+  // Nothing is tuned: the heuristic's kernel, which precompile stored.
+  args = {"query", "--arch", "sm_86", "--device-name", "Test GPU 9000", "--json", "--db", db};
+  args.insert(args.end(), problem.begin(), problem.end());
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object query = parse_json(r.out);
+  EXPECT_EQ(S(query.getString("source")), "heuristic");
+  EXPECT_EQ(query.getObject("measurements"), nullptr);
+  const auto kernel_id = query.getString("kernel_id");
+  ASSERT_TRUE(kernel_id.hasValue());
+  EXPECT_FALSE(kernel_id->empty());
+  bool stored = false;
+  for (const llvm::json::Value &cubin : *list.getArray("cubins"))
+    stored |= S(cubin.getAsObject()->getString("kernel_id")) == *kernel_id;
+  EXPECT_TRUE(stored) << kernel_id->str();
+
+  r = run_cli({"info", "--db", db});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Database: " + db + " (0 tunings, " + std::to_string(compiled) + " cubins)"),
+            std::string::npos)
+      << r.out;
+}
+
+// A tuning as one from another machine: a GPU this host does not have.
+TuningRecord stored_tuning(const SoftwareFingerprint &software) {
+  Problem p;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 16;
+  p.seqlen_q = p.seqlen_k = 4096;
+  p.mask = MaskKind::causal;
+  TuningRecord r;
+  r.device = DeviceFingerprint{"Test GPU 9000", 9, 0, 132, 13000};
+  r.software = software;
+  r.problem = problem_class_key(p);
+  r.config = StoredConfig{"sm80", 128, 64, 4, 2};
+  r.heuristic_config = StoredConfig{"sm80", 128, 128, 8, 2};
+  r.shape = describe(p);
+  r.median_ms = 0.5;
+  r.min_ms = 0.49;
+  r.max_ms = 0.52;
+  r.heuristic_ms = 0.6;
+  r.tflops = 350;
+  r.occupancy = 1;
+  r.registers = 200;
+  r.smem_bytes = 49152;
+  r.candidates_tried = 20;
+  r.candidates_failed = 2;
+  r.tuned_at = "2026-11-29T12:00:00Z";
+  r.flashjit_version = FLASHJIT_VERSION;
+  return r;
+}
+
+TEST(CliTuning, QueryReadsTuningsOfAnotherMachine) {
+  auto software = software_fingerprint();
+  if (!software) GTEST_SKIP() << llvm::toString(software.takeError());
+  TempDir dir;
+  const std::string db_path = dir.file("q.db");
+  {
+    auto db = TuningDb::open(db_path);
+    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+    ASSERT_FALSE(bool((*db)->put_tuning(stored_tuning(*software))));
+  }
+  const std::vector<std::string> base = {"query", "--arch", "sm_90a", "--device-name",
+                                         "Test GPU 9000", "--json", "--db", db_path,
+                                         "--causal", "--heads", "16", "--batch", "2"};
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--seqlen", "4096"});
+  CliResult r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object o = parse_json(r.out);
+  EXPECT_EQ(S(o.getString("source")), "tuned") << r.out;
+  const llvm::json::Object *config = o.getObject("config");
+  ASSERT_NE(config, nullptr);
+  EXPECT_EQ(I(config->getInteger("block_m")), 128);
+  EXPECT_EQ(I(config->getInteger("block_n")), 64);
+  EXPECT_EQ(S(config->getString("path")), "sm80");
+  ASSERT_NE(o.getObject("measurements"), nullptr) << r.out;
+  EXPECT_EQ(D(o.getObject("measurements")->getNumber("tflops")), 350);
+  EXPECT_EQ(I(o.getObject("measurements")->getInteger("candidates_tried")), 20);
+  ASSERT_NE(o.getObject("provenance"), nullptr);
+  EXPECT_EQ(S(o.getObject("provenance")->getString("tuned_at")), "2026-11-29T12:00:00Z");
+  EXPECT_EQ(S(o.getObject("provenance")->getObject("device")->getString("name")), "Test GPU 9000");
+  EXPECT_EQ(S(o.getString("kernel_id")),
+            "fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a");
+
+  args = base;
+  args.insert(args.end(), {"--seqlen", "16384"});  // another bucket of the same class
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  o = parse_json(r.out);
+  EXPECT_EQ(S(o.getString("source")), "nearest") << r.out;
+  EXPECT_NE(o.getObject("provenance"), nullptr);
+
+  args = base;
+  args.insert(args.end(), {"--seqlen", "4096", "--hdim", "64"});  // another class
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(S(parse_json(r.out).getString("source")), "heuristic") << r.out;
+
+  args = base;
+  args.erase(args.begin() + 5);  // plain text
+  args.insert(args.end(), {"--seqlen", "4096"});
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("source     tuned\nconfig     sm80 128x64 w4 s2\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("gain       1.20x over the heuristic (sm80 128x128 w8 s2, 0.600 ms)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(CliTuning, ExportImportRoundTrip) {
+  auto software = software_fingerprint();
+  if (!software) GTEST_SKIP() << llvm::toString(software.takeError());
+  TempDir dir;
+  const std::string from = dir.file("from.db"), to = dir.file("to.db");
+  const std::string yaml = dir.file("tunings.yaml"), with_cubins = dir.file("all.yaml");
+  {
+    auto db = TuningDb::open(from);
+    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+    ASSERT_FALSE(bool((*db)->put_tuning(stored_tuning(*software))));
+    CubinRecord cubin;
+    cubin.key = std::string(64, 'a');
+    cubin.kernel_id = "fwd_test";
+    cubin.arch = "sm_90a";
+    cubin.nvrtc_version = software->nvrtc_version;
+    const llvm::StringRef bytes("\x7f" "ELF fake cubin");
+    cubin.bytes.assign(bytes.begin(), bytes.end());
+    ASSERT_FALSE(bool((*db)->put_cubin(cubin)));
+  }
+  CliResult r = run_cli({"db", "export", yaml, "--db", from});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "exported 1 tunings to " + yaml + "\n");
+  r = run_cli({"db", "export", with_cubins, "--with-cubins", "--db", from});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "exported 1 tunings and 1 cubins to " + with_cubins + "\n");
+
+  r = run_cli({"db", "import", yaml, "--db", to});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("tunings: 1 added, 0 replaced\ncubins: 0 added, 0 replaced\n", 0), 0u)
+      << r.out;
+  r = run_cli({"db", "import", yaml, "--db", to});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("tunings: 0 added, 1 replaced\n", 0), 0u) << r.out;
+
+  // Cubins are code: they come in only when asked for.
+  r = run_cli({"db", "import", with_cubins, "--db", to});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cubins: 0 added"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped: 0\n"), std::string::npos) << r.out;
+  r = run_cli({"db", "import", with_cubins, "--accept-cubins", "--db", to});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cubins: 1 added, 0 replaced\nskipped: 0\n"), std::string::npos) << r.out;
+
+  r = run_cli({"db", "list", "--json", "--db", to});
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object list = parse_json(r.out);
+  ASSERT_EQ(list.getArray("tunings")->size(), 1u);
+  const llvm::json::Object &t = *(*list.getArray("tunings"))[0].getAsObject();
+  EXPECT_EQ(S(t.getObject("device")->getString("name")), "Test GPU 9000");
+  EXPECT_EQ(I(t.getObject("config")->getInteger("block_n")), 64);
+  ASSERT_EQ(list.getArray("cubins")->size(), 1u);
+  EXPECT_EQ(S((*list.getArray("cubins"))[0].getAsObject()->getString("kernel_id")), "fwd_test");
+}
+
+}  // namespace
+}  // namespace flashjit
