@@ -10,6 +10,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/tensor_maps.h"
 #include "runtime/kernel_source.h"
 #include "runtime/tuning_key.h"
 #include "llvm/ADT/DenseMap.h"
@@ -264,6 +265,9 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   }
 
   FwdParams params = make_forward_params(problem, args);
+  if (plan->spec.config.path == KernelPath::sm90)  // + TMA tensor maps
+    return with_context(problem, launch_forward_sm90(*plan->kernel, plan->spec, problem, args,
+                                                     params, stream));
   void *kernel_args[] = {&params};
   return with_context(problem, plan->kernel->launch(forward_launch_geometry(plan->spec, problem),
                                                     stream, kernel_args));
