@@ -23,7 +23,8 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
                 " (fill it with default_backward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   auto traits = BwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                    config.block_n, config.warps, config.stages, max_smem_bytes);
+                                    config.block_n, config.warps, config.stages, max_smem_bytes,
+                                    config.deterministic);
   if (!traits) return traits.takeError();
   KernelSpec spec;
   spec.pass = Pass::backward;
@@ -59,7 +60,8 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
     if (!c.stages) c.stages = t.s;
     if (!fallback.is_complete()) fallback = c;
     auto traits = BwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m,
-                                      c.block_n, c.warps, c.stages, max_smem_bytes);
+                                      c.block_n, c.warps, c.stages, max_smem_bytes,
+                                      c.deterministic);
     if (traits) return c;
     llvm::consumeError(traits.takeError());
   }
@@ -75,6 +77,18 @@ LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &p
   g.grid.z = static_cast<unsigned>(problem.batch);
   g.block.x = static_cast<unsigned>(t.threads());
   g.dynamic_smem_bytes = t.smem_bytes();
+  return g;
+}
+
+LaunchGeometry backward_dq_geometry(const KernelSpec &spec, const Problem &problem) {
+  BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
+                  spec.config.warps, spec.config.stages, true};
+  LaunchGeometry g;
+  g.grid.x = static_cast<unsigned>((problem.seqlen_q + t.block_m - 1) / t.block_m);
+  g.grid.y = static_cast<unsigned>(problem.heads_q);
+  g.grid.z = static_cast<unsigned>(problem.batch);
+  g.block.x = static_cast<unsigned>(t.dq_threads());
+  g.dynamic_smem_bytes = t.dq_smem_bytes();
   return g;
 }
 

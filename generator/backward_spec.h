@@ -22,6 +22,8 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
 
 // The main kernel: one CTA per (key tile, KV head, batch).
 LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem);
+// The deterministic dQ kernel: one CTA per (query tile, head, batch).
+LaunchGeometry backward_dq_geometry(const KernelSpec &spec, const Problem &problem);
 // Preprocess and dQ conversion: one thread per query row.
 LaunchGeometry backward_rowwise_geometry(const Problem &problem);
 

@@ -17,6 +17,11 @@ int BwdSm80Traits::smem_bytes() const {
   return elements * 2;
 }
 
+int BwdSm80Traits::dq_smem_bytes() const {
+  const int smem_qk = round_up(head_dim_qk, 64), smem_v = round_up(head_dim_v, 64);
+  return (block_m * (smem_qk + smem_v) + stages * kDqBlockN * (smem_qk + smem_v)) * 2;
+}
+
 int BwdSm80Traits::accumulator_registers() const {
   const int kv = (block_n / warps_kv_m()) * (dim_qk() + dim_v()) / warps_kv_n() / 32;
   const int s = (block_n / warps_s_m()) * (block_m / warps_s_n()) / 32;  // S^T and dP^T
@@ -25,8 +30,8 @@ int BwdSm80Traits::accumulator_registers() const {
 
 llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_v, int block_m,
                                                  int block_n, int warps, int stages,
-                                                 int max_smem_bytes) {
-  BwdSm80Traits t{head_dim_qk, head_dim_v, block_m, block_n, warps, stages};
+                                                 int max_smem_bytes, bool deterministic) {
+  BwdSm80Traits t{head_dim_qk, head_dim_v, block_m, block_n, warps, stages, deterministic};
   std::vector<std::string> why;
   for (auto [name, d] : {std::pair{"head_dim_qk", head_dim_qk}, {"head_dim_v", head_dim_v}})
     if (d < 8 || d > 256 || d % 8)
@@ -57,6 +62,10 @@ llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_
     if (max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
       why.push_back(llvm::formatv("needs {0} bytes of shared memory, the device allows {1}",
                                   t.smem_bytes(), max_smem_bytes));
+    if (deterministic && max_smem_bytes > 0 && t.dq_smem_bytes() > max_smem_bytes)
+      why.push_back(llvm::formatv("the deterministic dQ kernel needs {0} bytes of shared "
+                                  "memory, the device allows {1}",
+                                  t.dq_smem_bytes(), max_smem_bytes));
   }
   if (!why.empty())
     return llvm::createStringError(

@@ -80,10 +80,11 @@ llvm::Error validate_problem(const Problem &p) {
 const char *to_string(Pass pass) { return pass == Pass::forward ? "fwd" : "bwd"; }
 
 std::string KernelSpec::id() const {
-  return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}_{10}",
+  return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}_{10}",
                        to_string(config.path), to_string(dtype), head_dim_qk, head_dim_v,
                        to_string(mask), softcap ? "softcap" : "nocap", config.block_m,
-                       config.block_n, config.warps, config.stages, arch.name(), to_string(pass))
+                       config.block_n, config.warps, config.stages, arch.name(), to_string(pass),
+                       config.deterministic ? "_det" : "")
       .str();
 }
 

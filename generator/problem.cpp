@@ -44,8 +44,9 @@ std::string describe(const Problem &p) {
 }
 
 std::string describe(const KernelConfig &c) {
-  return llvm::formatv("{0} block_m={1} block_n={2} warps={3} stages={4}", to_string(c.path),
-                       c.block_m, c.block_n, c.warps, c.stages)
+  return llvm::formatv("{0} block_m={1} block_n={2} warps={3} stages={4}{5}", to_string(c.path),
+                       c.block_m, c.block_n, c.warps, c.stages,
+                       c.deterministic ? " deterministic" : "")
       .str();
 }
 

@@ -99,7 +99,8 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
   GeneratedSource out;
   out.program_name = spec.id() + ".cu";
   out.entry = "flashjit_bwd_sm80";
-  out.entries = {out.entry, "flashjit_bwd_preprocess", "flashjit_bwd_convert_dq"};
+  out.entries = {out.entry, "flashjit_bwd_preprocess",
+                 c.deterministic ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq"};
   out.headers = embedded_templates();
   out.source = llvm::formatv(
       R"(// flashjit backward kernels {0}
@@ -116,16 +117,18 @@ constexpr int kBlockN = {5};
 constexpr int kWarps = {6};
 constexpr int kStages = {10};
 constexpr bool kSoftcap = {7};
+constexpr bool kDeterministic = {11};
 using Element = {8};
 using Mask = {9};
 }  // namespace cfg
 }  // namespace flashjit
 
 #include "bwd_sm80.cuh"
-)",
+{12})",
       spec.id(), templates_hash().substr(0, 16), spec.head_dim_qk, spec.head_dim_v, c.block_m,
       c.block_n, c.warps, spec.softcap ? "true" : "false", element_type(spec.dtype),
-      mask_policy(spec.mask), c.stages);
+      mask_policy(spec.mask), c.stages, c.deterministic ? "true" : "false",
+      c.deterministic ? "#include \"bwd_dq_sm80.cuh\"\n" : "");
   out.options = {"-std=c++17", "-default-device", "--extra-device-vectorization", "-lineinfo"};
   return out;
 }

@@ -37,7 +37,7 @@ struct GeneratedSource {
 
 GeneratedSource generate_forward(const KernelSpec &spec);
 // The backward program: flashjit_bwd_sm80 (entry), flashjit_bwd_preprocess,
-// flashjit_bwd_convert_dq.
+// and flashjit_bwd_convert_dq — or, deterministic, flashjit_bwd_dq.
 GeneratedSource generate_backward(const KernelSpec &spec);
 
 }  // namespace flashjit

@@ -74,6 +74,7 @@ std::string convert_config(const char *fn, const flashjit_config *c,
   out.config.block_n = c->block_n;
   out.config.warps = c->warps;
   out.config.stages = c->stages;
+  out.config.deterministic = c->deterministic != 0;
   return "";
 }
 

@@ -111,8 +111,15 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   auto main = backward_kernel(*spec, context->context, "flashjit_bwd_sm80",
                               main_geometry.dynamic_smem_bytes);
   if (!main) return with_context(problem, main.takeError());
-  auto convert = backward_kernel(*spec, context->context, "flashjit_bwd_convert_dq", 0);
-  if (!convert) return with_context(problem, convert.takeError());
+  // Deterministic: dQ from its own kernel, in a fixed order; else the
+  // accumulator the main kernel's atomics filled, converted.
+  const bool deterministic = spec->config.deterministic;
+  const LaunchGeometry last_geometry =
+      deterministic ? backward_dq_geometry(*spec, problem) : rowwise;
+  auto last = backward_kernel(*spec, context->context,
+                              deterministic ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq",
+                              last_geometry.dynamic_smem_bytes);
+  if (!last) return with_context(problem, last.takeError());
 
   BwdParams params = make_backward_params(problem, args);
   void *kernel_args[] = {&params};
@@ -120,7 +127,7 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
     return with_context(problem, std::move(e));
   if (llvm::Error e = main->launch(main_geometry, stream, kernel_args))
     return with_context(problem, std::move(e));
-  return with_context(problem, convert->launch(rowwise, stream, kernel_args));
+  return with_context(problem, last->launch(last_geometry, stream, kernel_args));
 }
 
 }  // namespace flashjit

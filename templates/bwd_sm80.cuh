@@ -5,6 +5,10 @@
 //                            accumulator zeroed (one thread per query row);
 //   flashjit_bwd_sm80        dK, dV and the dQ contributions (below);
 //   flashjit_bwd_convert_dq  dQ = softmax_scale * accumulator, to 16 bits.
+// With kDeterministic the main kernel leaves dQ alone and, instead of the
+// conversion, flashjit_bwd_dq computes it per query tile, looping over keys
+// with no atomics: bit-identical results run to run, for two more GEMMs
+// (S and dP are recomputed there).
 //
 // Tiling of the main kernel. One CTA per (kBlockN keys, KV head, batch). K
 // and V of its keys stay in shared memory; dK and dV accumulate in registers
@@ -30,7 +34,8 @@
 // applied once, to dK at the end and to dQ in the convert kernel.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
-// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host twin of the
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, kDeterministic, Element,
+// Mask). The host twin of the
 // derived constants is generator/bwd_sm80_traits.cpp.
 #pragma once
 
@@ -98,73 +103,6 @@ constexpr int kOffStats = kOffDS + kSmemP;  // LSE_log2[kStages][kBlockM], D[kSt
 constexpr int kSmemElements = kOffStats + 2 * kStages * kBlockM * 2;
 
 constexpr float kLog2e = 1.4426950408889634f;
-
-// cp.async of rows [0, kRows) x chunks [0, kChunks); rows at or past
-// rows_valid are zero-filled.
-template <int kRows, int kDim, int kChunks>
-__device__ __forceinline__ void load_tile(u32 tile, const u16 *gmem, i64 row_stride,
-                                          int rows_valid, int tid) {
-  constexpr int kTotal = kRows * kChunks;
-#pragma unroll
-  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-    const int idx = tid + i * kThreads;
-    if (kTotal % kThreads == 0 || idx < kTotal) {
-      const int row = idx / kChunks;
-      const int chunk = idx % kChunks;
-      const bool valid = row < rows_valid;
-      cp_async_16(tile + 2 * swizzle<kDim>(row, chunk),
-                  valid ? gmem + row * row_stride + chunk * 8 : gmem, valid);
-    }
-  }
-}
-
-// Zeroes chunks [kFirst, kEnd) of every row: head-dim padding the MMAs read.
-template <int kRows, int kDim, int kFirst, int kEnd>
-__device__ __forceinline__ void zero_padding(u32 tile, int tid) {
-  if constexpr (kEnd > kFirst) {
-    constexpr int kPer = kEnd - kFirst;
-    for (int idx = tid; idx < kRows * kPer; idx += kThreads)
-      st_shared_zero_16(tile + 2 * swizzle<kDim>(idx / kPer, kFirst + idx % kPer));
-  }
-}
-
-// Writes accumulator fragments (rows m0.., cols n0..) as 16-bit pairs into a
-// swizzled tile, scaled by `scale`.
-template <int kMT, int kNT, int kLd>
-__device__ __forceinline__ void store_fragments(u16 *tile, const float (&acc)[kMT][kNT][4],
-                                                int m0, int n0, int lane, float scale) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = m0 + mt * 16 + lane / 4 + h * 8;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int col = n0 + nt * 8 + (lane % 4) * 2;
-        *reinterpret_cast<u32 *>(tile + swizzle<kLd>(row, col / 8) + col % 8) =
-            Ops::pack(acc[mt][nt][h * 2] * scale, acc[mt][nt][h * 2 + 1] * scale);
-      }
-    }
-}
-
-// 16-byte coalesced copy of rows [0, rows_valid) x chunks [0, kChunks) of a
-// swizzled tile to global memory.
-template <int kRows, int kDim, int kChunks>
-__device__ __forceinline__ void store_tile(u16 *gmem, i64 row_stride, const u16 *tile,
-                                           int rows_valid, int tid) {
-  constexpr int kTotal = kRows * kChunks;
-#pragma unroll
-  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-    const int idx = tid + i * kThreads;
-    if (kTotal % kThreads == 0 || idx < kTotal) {
-      const int row = idx / kChunks;
-      const int chunk = idx % kChunks;
-      if (row < rows_valid)
-        *reinterpret_cast<U32x4 *>(gmem + row * row_stride + chunk * 8) =
-            *reinterpret_cast<const U32x4 *>(tile + swizzle<kDim>(row, chunk));
-    }
-  }
-}
 
 }  // namespace bwd_sm80
 }  // namespace flashjit
@@ -263,21 +201,21 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   const int iterations = m_blocks * p.heads_per_kv;
 
   // ---- K and V of this CTA's keys, padding, first query tile -------------
-  zero_padding<kBlockN, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr, tid);
-  zero_padding<kBlockN, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * kOffV, tid);
+  zero_chunks<kThreads, kBlockN, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr, tid);
+  zero_chunks<kThreads, kBlockN, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * kOffV, tid);
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    zero_padding<kBlockM, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr + 2 * (kOffQ + s * kSmemQ),
+    zero_chunks<kThreads, kBlockM, kSmemQK, kChunksQK, kDimQK / 8>(smem_addr + 2 * (kOffQ + s * kSmemQ),
                                                          tid);
-    zero_padding<kBlockM, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * (kOffDO + s * kSmemDO),
+    zero_chunks<kThreads, kBlockM, kSmemV, kChunksV, kDimV / 8>(smem_addr + 2 * (kOffDO + s * kSmemDO),
                                                       tid);
   }
-  load_tile<kBlockN, kSmemQK, kChunksQK>(
+  load_tile_rows<kThreads, kBlockN, kSmemQK, kChunksQK>(
       smem_addr,
       static_cast<const u16 *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
           n0 * p.k_row_stride,
       p.k_row_stride, seqlen_k - n0, tid);
-  load_tile<kBlockN, kSmemV, kChunksV>(
+  load_tile_rows<kThreads, kBlockN, kSmemV, kChunksV>(
       smem_addr + 2 * kOffV,
       static_cast<const u16 *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
           n0 * p.v_row_stride,
@@ -289,12 +227,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
     const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
     const int t = opaque(static_cast<int>(threadIdx.x));
-    load_tile<kBlockM, kSmemQK, kChunksQK>(
+    load_tile_rows<kThreads, kBlockM, kSmemQK, kChunksQK>(
         smem_addr + 2 * (kOffQ + stage * kSmemQ),
         static_cast<const u16 *>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
             m0 * p.q_row_stride,
         p.q_row_stride, seqlen_q - m0, t);
-    load_tile<kBlockM, kSmemV, kChunksV>(
+    load_tile_rows<kThreads, kBlockM, kSmemV, kChunksV>(
         smem_addr + 2 * (kOffDO + stage * kSmemDO),
         static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
             m0 * p.do_row_stride,
@@ -404,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
               }
           }
       }
-      store_fragments<kSMT, kSNT, kSmemM>(smem + kOffP, s, key0, query0, lane, 1.f);
+      store_fragments<Element, kSMT, kSNT, kSmemM>(smem + kOffP, s, key0, query0, lane, 1.f);
 
       float dp[kSMT][kSNT][4];
       zero(dp);
@@ -422,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
               ds *= 1.f - tanh_s[mt][nt][i] * tanh_s[mt][nt][i];
             dp[mt][nt][i] = ds;
           }
-      store_fragments<kSMT, kSNT, kSmemM>(smem + kOffDS, dp, key0, query0, lane, 1.f);
+      store_fragments<Element, kSMT, kSNT, kSmemM>(smem + kOffDS, dp, key0, query0, lane, 1.f);
     }
     __syncthreads();  // P^T and dS^T complete
 
@@ -437,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
     }
 
     // ---- (c) dQ_tile = dS K, added to the fp32 accumulator ------------------
-    {
+    if constexpr (!kDeterministic) {
       const int q0 = (warp % kWarpsQM) * kQMT * 16;
       const int d0 = (warp / kWarpsQM) * kQNT * 8;
       float dq[kQMT][kQNT][4];
@@ -472,14 +410,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   {
     const int d0 = (warp / kWarpsKM) * kKNTQK * 8;
     const int dv0 = (warp / kWarpsKM) * kKNTV * 8;
-    store_fragments<kKMT, kKNTQK, kSmemQK>(smem, acc_dk, kv_m0, d0, lane, p.softmax_scale);
-    store_fragments<kKMT, kKNTV, kSmemV>(smem + kOffV, acc_dv, kv_m0, dv0, lane, 1.f);
+    store_fragments<Element, kKMT, kKNTQK, kSmemQK>(smem, acc_dk, kv_m0, d0, lane, p.softmax_scale);
+    store_fragments<Element, kKMT, kKNTV, kSmemV>(smem + kOffV, acc_dv, kv_m0, dv0, lane, 1.f);
   }
   __syncthreads();
-  store_tile<kBlockN, kSmemQK, kChunksQK>(static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride +
+  store_tile<kThreads, kBlockN, kSmemQK, kChunksQK>(static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride +
                                               kv_head * p.dk_head_stride + n0 * p.dk_row_stride,
                                           p.dk_row_stride, smem, seqlen_k - n0, tid);
-  store_tile<kBlockN, kSmemV, kChunksV>(static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride +
+  store_tile<kThreads, kBlockN, kSmemV, kChunksV>(static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride +
                                             kv_head * p.dv_head_stride + n0 * p.dv_row_stride,
                                         p.dv_row_stride, smem + kOffV, seqlen_k - n0, tid);
 }

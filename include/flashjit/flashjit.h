@@ -56,6 +56,7 @@ typedef struct flashjit_backward_args {
 /* Kernel configuration; zero fields are filled by the heuristic. path: 0 = sm80. */
 typedef struct flashjit_config {
   int32_t path, block_m, block_n, warps, stages;
+  int32_t deterministic; /* backward: dQ without atomics, bit-identical runs */
 } flashjit_config;
 
 /* stream is a CUstream / cudaStream_t (NULL: the legacy default stream).

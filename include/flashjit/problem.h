@@ -44,6 +44,9 @@ struct KernelConfig {
   int block_n = 0;
   int warps = 0;
   int stages = 0;
+  // Backward only: compute dQ without atomics, in a fixed order, so that
+  // gradients are bit-identical run to run (two more GEMMs of work).
+  bool deterministic = false;
 
   bool is_complete() const { return block_m > 0 && block_n > 0 && warps > 0 && stages > 0; }
   bool operator==(const KernelConfig &) const = default;

@@ -82,4 +82,71 @@ __device__ __forceinline__ void zero(float (&acc)[kMT][kNT][4]) {
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
 }
 
+// cp.async of rows [0, kRows) x chunks [0, kChunks); rows at or past
+// rows_valid are zero-filled.
+template <int kThreads, int kRows, int kDim, int kChunks>
+__device__ __forceinline__ void load_tile_rows(u32 tile, const u16 *gmem, i64 row_stride,
+                                          int rows_valid, int tid) {
+  constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int row = idx / kChunks;
+      const int chunk = idx % kChunks;
+      const bool valid = row < rows_valid;
+      cp_async_16(tile + 2 * swizzle<kDim>(row, chunk),
+                  valid ? gmem + row * row_stride + chunk * 8 : gmem, valid);
+    }
+  }
+}
+
+// Zeroes chunks [kFirst, kEnd) of every row: head-dim padding the MMAs read.
+template <int kThreads, int kRows, int kDim, int kFirst, int kEnd>
+__device__ __forceinline__ void zero_chunks(u32 tile, int tid) {
+  if constexpr (kEnd > kFirst) {
+    constexpr int kPer = kEnd - kFirst;
+    for (int idx = tid; idx < kRows * kPer; idx += kThreads)
+      st_shared_zero_16(tile + 2 * swizzle<kDim>(idx / kPer, kFirst + idx % kPer));
+  }
+}
+
+// Writes accumulator fragments (rows m0.., cols n0..) as 16-bit pairs into a
+// swizzled tile, scaled by `scale`.
+template <typename Element, int kMT, int kNT, int kLd>
+__device__ __forceinline__ void store_fragments(u16 *tile, const float (&acc)[kMT][kNT][4],
+                                                int m0, int n0, int lane, float scale) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + mt * 16 + lane / 4 + h * 8;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int col = n0 + nt * 8 + (lane % 4) * 2;
+        *reinterpret_cast<u32 *>(tile + swizzle<kLd>(row, col / 8) + col % 8) =
+            ElementOps<Element>::pack(acc[mt][nt][h * 2] * scale, acc[mt][nt][h * 2 + 1] * scale);
+      }
+    }
+}
+
+// 16-byte coalesced copy of rows [0, rows_valid) x chunks [0, kChunks) of a
+// swizzled tile to global memory.
+template <int kThreads, int kRows, int kDim, int kChunks>
+__device__ __forceinline__ void store_tile(u16 *gmem, i64 row_stride, const u16 *tile,
+                                           int rows_valid, int tid) {
+  constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int row = idx / kChunks;
+      const int chunk = idx % kChunks;
+      if (row < rows_valid)
+        *reinterpret_cast<U32x4 *>(gmem + row * row_stride + chunk * 8) =
+            *reinterpret_cast<const U32x4 *>(tile + swizzle<kDim>(row, chunk));
+    }
+  }
+}
+
 }  // namespace flashjit

@@ -154,6 +154,21 @@ std::vector<Case> config_cases() {
           {p, {KernelPath::sm80, 64, 64, 8, 1}}};
 }
 
+KernelConfig deterministic(KernelConfig c = {}) {
+  c.deterministic = true;
+  return c;
+}
+
+// The deterministic mode: dQ from its own kernel, no atomics.
+std::vector<Case> deterministic_cases() {
+  return {{make_problem(DType::bf16, 2, 4, 2, 201, 259, 64, 64, MaskKind::causal), deterministic()},
+          {make_problem(DType::fp16, 1, 4, 4, 130, 130, 128, 128, MaskKind::window, 40, 8, 25.f),
+           deterministic()},
+          {make_problem(DType::bf16, 1, 2, 2, 97, 150, 256, 256, MaskKind::none), deterministic()},
+          {make_problem(DType::bf16, 1, 2, 2, 97, 150, 72, 72, MaskKind::causal),
+           deterministic({KernelPath::sm80, 64, 64, 8, 1})}};
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case> &info) {
   return "case" + std::to_string(info.index);
 }
@@ -164,6 +179,57 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, BackwardCorrectness, ::testing::ValuesIn(head
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Configs, BackwardCorrectness, ::testing::ValuesIn(config_cases()),
                          case_name);
+INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardCorrectness,
+                         ::testing::ValuesIn(deterministic_cases()), case_name);
+
+// Deterministic gradients are bit-identical over repeated runs (the default
+// mode's atomics may reorder the dQ sums; its dK and dV are always stable).
+TEST(BackwardDeterminism, DeterministicModeIsBitIdentical) {
+  FLASHJIT_REQUIRE_GPU();
+  const Problem p = make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 128, 128, MaskKind::causal);
+  auto q = upload_values(p.dtype, random_values(p.dtype, q_elements(p), 11));
+  auto k = upload_values(p.dtype, random_values(p.dtype, k_elements(p), 12));
+  auto v = upload_values(p.dtype, random_values(p.dtype, v_elements(p), 13));
+  auto dout = upload_values(p.dtype, random_values(p.dtype, o_elements(p), 14));
+  auto o = DeviceBuffer::allocate(o_elements(p) * 2);
+  auto lse = DeviceBuffer::allocate(lse_elements(p) * 4);
+  auto dq = DeviceBuffer::allocate(q_elements(p) * 2);
+  auto dk = DeviceBuffer::allocate(k_elements(p) * 2);
+  auto dv = DeviceBuffer::allocate(v_elements(p) * 2);
+  auto workspace = DeviceBuffer::allocate(backward_workspace_bytes(p));
+  FLASHJIT_ASSERT_OK(q.takeError());
+  FLASHJIT_ASSERT_OK(k.takeError());
+  FLASHJIT_ASSERT_OK(v.takeError());
+  FLASHJIT_ASSERT_OK(dout.takeError());
+  FLASHJIT_ASSERT_OK(o.takeError());
+  FLASHJIT_ASSERT_OK(lse.takeError());
+  FLASHJIT_ASSERT_OK(dq.takeError());
+  FLASHJIT_ASSERT_OK(dk.takeError());
+  FLASHJIT_ASSERT_OK(dv.takeError());
+  FLASHJIT_ASSERT_OK(workspace.takeError());
+  FLASHJIT_ASSERT_OK(launch_forward(
+      p,
+      ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(),
+                          static_cast<float *>(lse->data())),
+      nullptr, {}));
+  const BackwardArgs args = BackwardArgs::packed(
+      p, q->data(), k->data(), v->data(), o->data(), dout->data(),
+      static_cast<const float *>(lse->data()), dq->data(), dk->data(), dv->data(),
+      workspace->data(), workspace->size());
+  std::vector<uint16_t> first[3], again[3];
+  for (int run = 0; run < 4; ++run) {
+    FLASHJIT_ASSERT_OK(launch_backward(p, args, nullptr, deterministic()));
+    std::vector<uint16_t> *out = run == 0 ? first : again;
+    const DeviceBuffer *buffers[3] = {&*dq, &*dk, &*dv};
+    for (int t = 0; t < 3; ++t) {
+      out[t].resize(buffers[t]->size() / 2);
+      FLASHJIT_ASSERT_OK(buffers[t]->download(out[t].data(), buffers[t]->size()));
+    }
+    if (run > 0) {
+      for (int t = 0; t < 3; ++t) EXPECT_TRUE(first[t] == again[t]) << "tensor " << t << " run " << run;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace flashjit

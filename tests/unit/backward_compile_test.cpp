@@ -44,6 +44,15 @@ TEST(BackwardCompile, EveryHeadDimAndConfigCompiles) {
   p.head_dim_qk = 128;
   p.head_dim_v = 64;
   items.push_back({p, default_backward_config(p, kSm90a), kSm90a});
+  // Deterministic programs (dQ kernel instead of the conversion).
+  for (int d : {64, 136, 256}) {
+    Problem dp;
+    dp.head_dim_qk = dp.head_dim_v = d;
+    dp.mask = MaskKind::causal;
+    KernelConfig det;
+    det.deterministic = true;
+    items.push_back({dp, default_backward_config(dp, kSm90a, 0, det), kSm90a});
+  }
 
   std::vector<std::string> failures(items.size());
   {
@@ -77,6 +86,15 @@ TEST(BackwardSpec, ValidatesConfigs) {
   auto ok = make_backward_spec(p, default_backward_config(p, kSm90a), kSm90a);
   ASSERT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
   EXPECT_EQ(ok->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_sm_90a");
+  KernelConfig det = default_backward_config(p, kSm90a);
+  det.deterministic = true;
+  auto det_spec = make_backward_spec(p, det, kSm90a);
+  ASSERT_TRUE(bool(det_spec));
+  EXPECT_EQ(det_spec->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_det_sm_90a");
+  const GeneratedSource det_source = generate_backward(*det_spec);
+  EXPECT_EQ(det_source.entries.back(), "flashjit_bwd_dq");
+  EXPECT_NE(det_source.source.find("#include \"bwd_dq_sm80.cuh\""), std::string::npos);
+  EXPECT_NE(det_source.source.find("constexpr bool kDeterministic = true;"), std::string::npos);
   auto stages = make_backward_spec(p, {KernelPath::sm80, 64, 128, 8, 3}, kSm90a);
   ASSERT_FALSE(bool(stages));
   EXPECT_EQ(llvm::toString(stages.takeError()),
