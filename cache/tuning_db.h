@@ -103,6 +103,7 @@ struct ImportReport {
   int tunings_added = 0;
   int tunings_replaced = 0;
   int cubins_added = 0;
+  int cubins_replaced = 0;  // same key already stored (same content, by the key's definition)
   std::vector<std::string> skipped;  // one line each: what and why
 };
 
@@ -142,11 +143,22 @@ class TuningDb {
       const ProblemClassKey &problem);
   llvm::Expected<std::vector<TuningRecord>> list_tunings();
 
+  // Insert or replace by key. blob_sha256 is computed when empty; a given
+  // one that does not match the bytes is an error. created_at and
+  // last_used_at default to now when 0.
   llvm::Error put_cubin(const CubinRecord &record);
   // A row whose blob does not hash to its blob_sha256 is reported as absent
-  // (and the caller recompiles); a hit updates last_used_at.
-  llvm::Expected<std::optional<CubinRecord>> get_cubin(llvm::StringRef key);
+  // (and the caller recompiles); a hit updates last_used_at (at most once an
+  // hour, so that loading processes rarely write). When a row is refused,
+  // `refused` (if given) receives why, and refused_cubins() counts it.
+  llvm::Expected<std::optional<CubinRecord>> get_cubin(llvm::StringRef key,
+                                                       std::string *refused = nullptr);
   llvm::Expected<int64_t> count_cubins();
+  // Every cubin, ordered by key; `bytes` only when `with_bytes` (blob_sha256
+  // is always there, but not checked without the bytes).
+  llvm::Expected<std::vector<CubinRecord>> list_cubins(bool with_bytes = false);
+  // Rows get_cubin refused since this TuningDb was opened.
+  int64_t refused_cubins() const;
 
   // Removes tunings and cubins whose software differs from `current`, and
   // cubins unused for `unused_days` (0: keep).

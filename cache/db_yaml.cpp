@@ -1,0 +1,377 @@
+// TuningDb::export_yaml / import_yaml. yaml-cpp reports errors by throwing;
+// the exceptions are caught at the boundary of each function and become
+// llvm::Errors (or skipped-entry lines) like everything else here.
+#include <yaml-cpp/yaml.h>
+
+#include "cache/base64.h"
+#include "cache/tuning_db.h"
+#include "cache/tuning_db_impl.h"
+#include "cache/tuning_fields.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace flashjit {
+
+namespace {
+
+// Version of the export document's layout (not of the database schema).
+constexpr int kExportFormat = 1;
+
+using tuning_fields::Field;
+using tuning_fields::FieldRef;
+
+llvm::Error yaml_error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+// ---- writing ----------------------------------------------------------------
+
+void emit(YAML::Emitter &out, FieldRef ref) {
+  std::visit(
+      [&](auto *value) {
+        using T = std::remove_pointer_t<decltype(value)>;
+        // Quoted, so that a name like "yes", "~" or "" reads back as the
+        // same string rather than a bool or null.
+        if constexpr (std::is_same_v<T, std::string>)
+          out << YAML::DoubleQuoted << *value;
+        else
+          out << *value;
+      },
+      ref);
+}
+
+void emit_tuning(YAML::Emitter &out, const TuningRecord &record) {
+  out << YAML::BeginMap;
+  llvm::StringRef open_group;  // the nested mapping being written, if any
+  for (const Field &field : tuning_fields::fields()) {
+    if (open_group != field.group) {
+      if (!open_group.empty()) out << YAML::EndMap;
+      open_group = field.group;
+      if (!open_group.empty()) out << YAML::Key << field.group << YAML::Value << YAML::BeginMap;
+    }
+    out << YAML::Key << field.name << YAML::Value;
+    emit(out, tuning_fields::ref(field, record));
+  }
+  if (!open_group.empty()) out << YAML::EndMap;
+  out << YAML::EndMap;
+}
+
+void emit_cubin(YAML::Emitter &out, const CubinRecord &record) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "key" << YAML::Value << YAML::DoubleQuoted << record.key;
+  out << YAML::Key << "kernel_id" << YAML::Value << YAML::DoubleQuoted << record.kernel_id;
+  out << YAML::Key << "arch" << YAML::Value << YAML::DoubleQuoted << record.arch;
+  out << YAML::Key << "nvrtc_version" << YAML::Value << YAML::DoubleQuoted << record.nvrtc_version;
+  out << YAML::Key << "compile_ms" << YAML::Value << record.compile_ms;
+  out << YAML::Key << "created_at" << YAML::Value << record.created_at;
+  out << YAML::Key << "last_used_at" << YAML::Value << record.last_used_at;
+  out << YAML::Key << "blob_sha256" << YAML::Value << YAML::DoubleQuoted << record.blob_sha256;
+  out << YAML::Key << "blob" << YAML::Value << base64_encode(record.bytes);
+  out << YAML::EndMap;
+}
+
+// ---- reading ----------------------------------------------------------------
+// Each returns an empty string when `node` holds the type, else why not.
+
+std::string decode(const YAML::Node &node, std::string &out) {
+  if (!node.IsScalar()) return "is not a string";
+  out = node.Scalar();
+  return {};
+}
+
+template <typename Int>
+std::string decode_integer(const YAML::Node &node, Int &out) {
+  // Strictly decimal: yaml-cpp's own conversion also reads 010 as octal.
+  if (!node.IsScalar() || llvm::StringRef(node.Scalar()).getAsInteger(10, out))
+    return "'" + (node.IsScalar() ? node.Scalar() : std::string("(not a scalar)")) +
+           "' is not an integer";
+  return {};
+}
+std::string decode(const YAML::Node &node, int &out) { return decode_integer(node, out); }
+std::string decode(const YAML::Node &node, int64_t &out) { return decode_integer(node, out); }
+
+std::string decode(const YAML::Node &node, double &out) {
+  if (!YAML::convert<double>::decode(node, out))
+    return "'" + (node.IsScalar() ? node.Scalar() : std::string("(not a scalar)")) +
+           "' is not a number";
+  return {};
+}
+
+std::string decode(const YAML::Node &node, bool &out) {
+  if (!YAML::convert<bool>::decode(node, out))
+    return "'" + (node.IsScalar() ? node.Scalar() : std::string("(not a scalar)")) +
+           "' is not true or false";
+  return {};
+}
+
+// One entry of `tunings` or `cubins`: reads fields, and on the first bad one
+// records a skip line naming the entry, the key and why.
+class EntryReader {
+ public:
+  EntryReader(const char *list, size_t index, const YAML::Node &entry,
+              std::vector<std::string> &skipped)
+      : list_(list), index_(index), entry_(entry), skipped_(skipped) {}
+
+  bool ok() const { return ok_; }
+
+  bool skip(const std::string &what, const std::string &why) {
+    if (ok_)
+      skipped_.push_back(llvm::formatv("{0}[{1}] (line {2}): skipped: {3}: {4}", list_, index_,
+                                       entry_.Mark().line + 1, what, why));
+    ok_ = false;
+    return false;
+  }
+
+  // `group` may be empty (a top-level key). Absent and not required: the
+  // value keeps its default.
+  template <typename T>
+  bool read(llvm::StringRef group, llvm::StringRef name, bool required, bool non_empty, T &out) {
+    if (!ok_) return false;
+    std::string display = group.empty() ? name.str() : (group + "." + name).str();
+    // Lookups through const nodes: a non-const operator[] may add the key.
+    const YAML::Node parent = group.empty() ? entry_ : entry_[group.str()];
+    if (!group.empty()) {
+      if (!parent) return required ? skip(display, "missing") : true;
+      if (!parent.IsMap()) return skip(group.str(), "is not a mapping");
+    }
+    const YAML::Node node = parent[name.str()];
+    if (!node) return required ? skip(display, "missing") : true;
+    if (node.IsNull()) return skip(display, "has no value");
+    std::string why = decode(node, out);
+    if (!why.empty()) return skip(display, why);
+    if constexpr (std::is_same_v<T, std::string>)
+      if (non_empty && out.empty()) return skip(display, "is empty");
+    return true;
+  }
+
+ private:
+  const char *list_;
+  size_t index_;
+  const YAML::Node &entry_;
+  std::vector<std::string> &skipped_;
+  bool ok_ = true;
+};
+
+std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
+                                        std::vector<std::string> &skipped) {
+  EntryReader reader("tunings", index, entry, skipped);
+  if (!entry.IsMap()) {
+    reader.skip("entry", "is not a mapping");
+    return std::nullopt;
+  }
+  TuningRecord record;
+  for (const Field &field : tuning_fields::fields())
+    std::visit(
+        [&](auto *value) {
+          reader.read(field.group, field.name, field.required, field.non_empty, *value);
+        },
+        field.ref(record));
+  if (!reader.ok()) return std::nullopt;
+  return record;
+}
+
+std::optional<CubinRecord> read_cubin(size_t index, const YAML::Node &entry,
+                                      std::vector<std::string> &skipped) {
+  EntryReader reader("cubins", index, entry, skipped);
+  if (!entry.IsMap()) {
+    reader.skip("entry", "is not a mapping");
+    return std::nullopt;
+  }
+  CubinRecord record;
+  std::string blob;
+  reader.read("", "key", true, true, record.key);
+  reader.read("", "kernel_id", true, false, record.kernel_id);
+  reader.read("", "arch", true, true, record.arch);
+  reader.read("", "nvrtc_version", true, true, record.nvrtc_version);
+  reader.read("", "compile_ms", false, false, record.compile_ms);
+  reader.read("", "created_at", false, false, record.created_at);
+  reader.read("", "last_used_at", false, false, record.last_used_at);
+  reader.read("", "blob_sha256", true, true, record.blob_sha256);
+  reader.read("", "blob", true, false, blob);
+  if (!reader.ok()) return std::nullopt;
+
+  llvm::Expected<std::vector<char>> bytes = base64_decode(blob);
+  if (!bytes) {
+    reader.skip("blob", llvm::toString(bytes.takeError()));
+    return std::nullopt;
+  }
+  record.bytes = std::move(*bytes);
+  std::string actual = cache_detail::sha256_hex(record.bytes);
+  if (!llvm::StringRef(record.blob_sha256).equals_insensitive(actual)) {
+    reader.skip("blob", llvm::formatv("hashes to {0}, not blob_sha256 {1} (corrupted or edited)",
+                                      actual, record.blob_sha256));
+    return std::nullopt;
+  }
+  record.blob_sha256 = actual;
+  return record;
+}
+
+struct ParsedExport {
+  std::vector<TuningRecord> tunings;
+  std::vector<CubinRecord> cubins;
+  size_t cubin_entries = 0;
+};
+
+llvm::Expected<ParsedExport> parse_export(llvm::StringRef file, llvm::StringRef text,
+                                          bool accept_cubins, ImportReport &report) {
+  const YAML::Node root = YAML::Load(text.str());  // throws on malformed YAML
+  auto at = [&](const YAML::Node &node) {
+    return llvm::formatv("{0}:{1}", file, node.Mark().line + 1).str();
+  };
+  if (!root.IsMap() || !root["flashjit_db_export"])
+    return yaml_error(file + ": not a flashjit database export (no `flashjit_db_export` key at "
+                             "the top level)");
+  int format = 0;
+  if (!decode(root["flashjit_db_export"], format).empty() || format != kExportFormat)
+    return yaml_error(llvm::formatv("{0}: flashjit_db_export: format '{1}' is not supported "
+                                    "(this flashjit reads format {2})",
+                                    at(root["flashjit_db_export"]),
+                                    root["flashjit_db_export"].IsScalar()
+                                        ? root["flashjit_db_export"].Scalar()
+                                        : std::string("?"),
+                                    kExportFormat));
+  int schema = 0;
+  if (!root["schema_version"] || !decode(root["schema_version"], schema).empty())
+    return yaml_error(file + ": schema_version is missing or not an integer");
+  if (schema > TuningDb::kSchemaVersion)
+    return yaml_error(llvm::formatv("{0}: schema_version: {1} is newer than this flashjit's {2} "
+                                    "(exported by a newer flashjit)",
+                                    at(root["schema_version"]), schema, TuningDb::kSchemaVersion));
+
+  ParsedExport parsed;
+  for (const char *list : {"tunings", "cubins"}) {
+    const YAML::Node entries = root[list];
+    if (!entries || entries.IsNull()) continue;
+    if (!entries.IsSequence())
+      return yaml_error(llvm::formatv("{0}: {1}: is not a list", at(entries), list));
+    bool cubins = llvm::StringRef(list) == "cubins";
+    if (cubins && !accept_cubins) {
+      if (entries.size())
+        report.skipped.push_back(llvm::formatv(
+            "cubins: {0} {1} skipped: cubins are code: pass --accept-cubins to import them",
+            entries.size(), entries.size() == 1 ? "entry" : "entries"));
+      continue;
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (cubins) {
+        if (auto record = read_cubin(i, entries[i], report.skipped))
+          parsed.cubins.push_back(std::move(*record));
+      } else if (auto record = read_tuning(i, entries[i], report.skipped)) {
+        parsed.tunings.push_back(std::move(*record));
+      }
+    }
+  }
+  return parsed;
+}
+
+llvm::Error from_yaml_exception(llvm::StringRef file, const YAML::Exception &e) {
+  if (e.mark.is_null()) return yaml_error(file + ": " + e.msg);
+  return yaml_error(
+      llvm::formatv("{0}:{1}:{2}: {3}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+}
+
+llvm::Expected<ParsedExport> parse_export_caught(llvm::StringRef file, llvm::StringRef text,
+                                                 bool accept_cubins, ImportReport &report) {
+  try {
+    return parse_export(file, text, accept_cubins, report);
+  } catch (const YAML::Exception &e) {
+    return from_yaml_exception(file, e);
+  }
+}
+
+}  // namespace
+
+llvm::Error TuningDb::export_yaml(llvm::StringRef file, bool include_cubins) {
+  std::vector<TuningRecord> tunings;
+  std::vector<CubinRecord> cubins;
+  {
+    // One read transaction: tunings and cubins from the same snapshot.
+    std::lock_guard lock(impl_->mutex);
+    if (llvm::Error e = impl_->db.exec("BEGIN")) return e;
+    auto t = cache_detail::select_tunings(impl_->db);
+    auto c = include_cubins ? cache_detail::select_cubins(impl_->db, true)
+                            : llvm::Expected<std::vector<CubinRecord>>(std::vector<CubinRecord>());
+    llvm::consumeError(impl_->db.exec("COMMIT"));
+    if (!t) return t.takeError();
+    if (!c) return c.takeError();
+    tunings = std::move(*t);
+    cubins = std::move(*c);
+  }
+
+  std::string text;
+  try {
+    YAML::Emitter out;
+    out.SetDoublePrecision(17);  // doubles read back bit-exact
+    out << YAML::BeginMap;
+    out << YAML::Key << "flashjit_db_export" << YAML::Value << kExportFormat;
+    out << YAML::Key << "schema_version" << YAML::Value << kSchemaVersion;
+    out << YAML::Key << "tunings" << YAML::Value << YAML::BeginSeq;
+    for (const TuningRecord &record : tunings) emit_tuning(out, record);
+    out << YAML::EndSeq;
+    out << YAML::Key << "cubins" << YAML::Value << YAML::BeginSeq;
+    for (const CubinRecord &record : cubins) emit_cubin(out, record);
+    out << YAML::EndSeq << YAML::EndMap;
+    if (!out.good()) return yaml_error(file + ": writing YAML: " + out.GetLastError());
+    text = std::string(out.c_str(), out.size()) + "\n";
+  } catch (const YAML::Exception &e) {
+    return from_yaml_exception(file, e);
+  }
+
+  // Written beside the target and renamed over it, so a full disk or a
+  // crash never leaves half an export under the name asked for.
+  int fd = -1;
+  llvm::SmallString<256> temporary;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueFile(file + ".tmp-%%%%%%", fd, temporary))
+    return yaml_error(file + ": cannot write: " + ec.message());
+  {
+    llvm::raw_fd_ostream stream(fd, /*shouldClose=*/true);
+    stream << text;
+    stream.close();
+    if (stream.has_error()) {
+      std::error_code ec = stream.error();
+      stream.clear_error();
+      llvm::sys::fs::remove(temporary);
+      return yaml_error(file + ": cannot write: " + ec.message());
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temporary, file)) {
+    llvm::sys::fs::remove(temporary);
+    return yaml_error(file + ": cannot write: " + ec.message());
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<ImportReport> TuningDb::import_yaml(llvm::StringRef file, bool accept_cubins) {
+  auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/true);
+  if (!buffer) return yaml_error(file + ": cannot read: " + buffer.getError().message());
+
+  ImportReport report;
+  llvm::Expected<ParsedExport> parsed =
+      parse_export_caught(file, (*buffer)->getBuffer(), accept_cubins, report);
+  if (!parsed) return parsed.takeError();
+
+  // Everything valid lands in one transaction: an import is all or nothing
+  // (a failure part-way leaves the database as it was).
+  std::lock_guard lock(impl_->mutex);
+  llvm::Expected<sqlite::Transaction> transaction = sqlite::Transaction::begin(impl_->db);
+  if (!transaction) return transaction.takeError();
+  for (const TuningRecord &record : parsed->tunings) {
+    bool replaced = false;
+    if (llvm::Error e = cache_detail::upsert_tuning(impl_->db, record, &replaced))
+      return e;
+    ++(replaced ? report.tunings_replaced : report.tunings_added);
+  }
+  for (const CubinRecord &record : parsed->cubins) {
+    bool replaced = false;
+    if (llvm::Error e = cache_detail::upsert_cubin(impl_->db, record, &replaced))
+      return e;
+    ++(replaced ? report.cubins_replaced : report.cubins_added);
+  }
+  if (llvm::Error e = transaction->commit()) return e;
+  return report;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,51 @@
+// Every field of a TuningRecord, once: its column in `tunings`, its place in
+// the YAML export, and whether it is part of the key. The SQL statements, the
+// row reader and the YAML reader/writer are all generated from this list, so
+// a new field is one line here plus a migration that adds its column.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "cache/tuning_db.h"
+#include "llvm/ADT/ArrayRef.h"
+
+namespace flashjit::tuning_fields {
+
+using FieldRef = std::variant<std::string *, int *, int64_t *, double *, bool *>;
+
+enum class Role {
+  key,     // device, software and the problem class: equal in an exact lookup
+  bucket,  // part of the key, but find_nearest_tuning lets it differ
+  value,
+};
+
+struct Field {
+  const char *group;  // the YAML mapping it sits in; "" at the top level
+  const char *name;   // its key within the group
+  Role role;
+  bool required;   // an imported record without it is skipped
+  bool non_empty;  // a string that must not be empty to be meaningful
+  FieldRef (*ref)(TuningRecord &);
+
+  // "<group>_<name>", or the name alone at the top level.
+  std::string column() const;
+  // "<group>.<name>", for messages.
+  std::string display() const;
+  bool in_key() const { return role != Role::value; }
+};
+
+// In column order; groups are contiguous.
+llvm::ArrayRef<Field> fields();
+
+inline FieldRef ref(const Field &field, const TuningRecord &record) {
+  // The table's accessors are written once for the mutable record; reading
+  // through them does not write.
+  return field.ref(const_cast<TuningRecord &>(record));
+}
+
+// Comma-separated column names, in fields() order.
+std::string column_list();
+
+}  // namespace flashjit::tuning_fields

@@ -1,0 +1,449 @@
+// TuningDb: both stores' round trips, replace semantics, lookups, pruning,
+// the schema (versions, migrations, foreign files), default_path.
+#include "cache/tuning_db.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <thread>
+
+#include "cache/schema.h"
+#include "cache/sqlite.h"
+#include "tuning_db_test_util.h"
+
+namespace flashjit {
+namespace {
+
+using namespace testing_db;
+
+std::unique_ptr<TuningDb> open_ok(const std::string &path) {
+  auto db = TuningDb::open(path);
+  if (!db) {
+    ADD_FAILURE() << llvm::toString(db.takeError());
+    return nullptr;
+  }
+  return std::move(*db);
+}
+
+std::string open_error(const std::string &path) {
+  auto db = TuningDb::open(path);
+  if (db) return "(opened)";
+  return llvm::toString(db.takeError());
+}
+
+TEST(TuningDb, OpenCreatesFolderSchemaAndWal) {
+  TempDir dir;
+  std::string path = dir.file("a/b/flashjit.db");
+  auto db = open_ok(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(db->path(), path);
+  EXPECT_TRUE(llvm::sys::fs::exists(path));
+  auto version = db->schema_version();
+  ASSERT_TRUE(bool(version)) << llvm::toString(version.takeError());
+  EXPECT_EQ(*version, TuningDb::kSchemaVersion);
+
+  auto raw = sqlite::Connection::open(path, SQLITE_OPEN_READONLY, 1000);
+  ASSERT_TRUE(bool(raw));
+  EXPECT_EQ(*raw->query_text("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'application'"), "flashjit");
+  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "1");
+
+  // Reopening an existing database is not a migration.
+  db.reset();
+  EXPECT_TRUE(open_ok(path));
+}
+
+TEST(TuningDb, TuningRoundTripsEveryField) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  ASSERT_TRUE(db);
+  TuningRecord record = full_record();
+  ASSERT_FALSE(bool(db->put_tuning(record)));
+  auto found = db->find_tuning(record.device, record.software, record.problem);
+  ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
+  ASSERT_TRUE(found->has_value());
+  expect_same(**found, record);
+
+  // Survives a reopen (it was committed, not just cached).
+  db = open_ok(dir.file("db"));
+  auto listed = db->list_tunings();
+  ASSERT_TRUE(bool(listed));
+  ASSERT_EQ(listed->size(), 1u);
+  expect_same(listed->front(), record);
+}
+
+TEST(TuningDb, PutTuningReplacesTheRowOfItsKey) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  TuningRecord first = full_record();
+  ASSERT_FALSE(bool(db->put_tuning(first)));
+  TuningRecord second = first;
+  second.config = {"sm80", 64, 128, 4, 3};
+  second.median_ms = 0.5;
+  second.tuned_at = "2025-02-01T00:00:00Z";
+  ASSERT_FALSE(bool(db->put_tuning(second)));
+  auto listed = db->list_tunings();
+  ASSERT_TRUE(bool(listed));
+  ASSERT_EQ(listed->size(), 1u);
+  expect_same(listed->front(), second);
+}
+
+TEST(TuningDb, EveryKeyFieldMakesItsOwnRow) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  std::vector<std::function<void(TuningRecord &)>> changes = {
+      [](TuningRecord &r) { r.device.name = "NVIDIA A100"; },
+      [](TuningRecord &r) { r.device.cc_major = 8; },
+      [](TuningRecord &r) { r.device.cc_minor = 6; },
+      [](TuningRecord &r) { r.device.sm_count = 108; },
+      [](TuningRecord &r) { r.device.driver_version = 12080; },
+      [](TuningRecord &r) { r.software.nvrtc_version = "12.8"; },
+      [](TuningRecord &r) { r.software.templates_hash = "other"; },
+      [](TuningRecord &r) { r.problem.pass = "bwd"; },
+      [](TuningRecord &r) { r.problem.dtype = "fp16"; },
+      [](TuningRecord &r) { r.problem.head_dim_qk = 64; },
+      [](TuningRecord &r) { r.problem.head_dim_v = 64; },
+      [](TuningRecord &r) { r.problem.mask = "none"; },
+      [](TuningRecord &r) { r.problem.window_left = 1; },
+      [](TuningRecord &r) { r.problem.window_right = 1; },
+      [](TuningRecord &r) { r.problem.softcap = false; },
+      [](TuningRecord &r) { r.problem.gqa_ratio = 1; },
+      [](TuningRecord &r) { r.problem.seqlen_q_bucket = 1; },
+      [](TuningRecord &r) { r.problem.seqlen_k_bucket = 1; },
+      [](TuningRecord &r) { r.problem.batch_heads_bucket = 1; },
+  };
+  ASSERT_FALSE(bool(db->put_tuning(full_record())));
+  for (auto &change : changes) {
+    TuningRecord r = full_record();
+    change(r);
+    ASSERT_FALSE(bool(db->put_tuning(r)));
+    auto found = db->find_tuning(r.device, r.software, r.problem);
+    ASSERT_TRUE(found && found->has_value());
+    EXPECT_EQ((*found)->problem, r.problem);
+  }
+  EXPECT_EQ(db->list_tunings()->size(), changes.size() + 1);
+}
+
+TEST(TuningDb, StaleSoftwareIsIgnoredByLookupsButListed) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  TuningRecord old = full_record();
+  old.software = {"12.8", "templates-old"};
+  ASSERT_FALSE(bool(db->put_tuning(old)));
+  auto exact = db->find_tuning(old.device, software_a(), old.problem);
+  ASSERT_TRUE(bool(exact));
+  EXPECT_FALSE(exact->has_value());
+  auto nearest = db->find_nearest_tuning(old.device, software_a(), old.problem);
+  ASSERT_TRUE(bool(nearest));
+  EXPECT_FALSE(nearest->has_value());
+  EXPECT_EQ(db->list_tunings()->size(), 1u);
+}
+
+TEST(TuningDb, NearestPicksTheClosestBucketsThenTheLargerSeqlenK) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  auto put = [&](ProblemClassKey p, const std::string &tag) {
+    TuningRecord r = full_record();
+    r.problem = p;
+    r.shape = tag;
+    ASSERT_FALSE(bool(db->put_tuning(r)));
+  };
+  put(problem_class(10, 10, 5), "10/10/5");
+  put(problem_class(12, 12, 5), "12/12/5");
+  put(problem_class(10, 14, 5), "10/14/5");
+  put(problem_class(16, 16, 9), "16/16/9");
+  // Exact matches at distance 0 that must not count: other class, device,
+  // software.
+  ProblemClassKey other = problem_class(11, 11, 5);
+  other.dtype = "fp16";
+  put(other, "fp16");
+  TuningRecord other_device = full_record();
+  other_device.problem = problem_class(11, 11, 5);
+  other_device.device.sm_count = 100;
+  ASSERT_FALSE(bool(db->put_tuning(other_device)));
+  TuningRecord other_software = full_record();
+  other_software.problem = problem_class(11, 11, 5);
+  other_software.software.templates_hash = "stale";
+  ASSERT_FALSE(bool(db->put_tuning(other_software)));
+
+  auto nearest = [&](int q, int k, int bh) -> std::string {
+    auto found = db->find_nearest_tuning(h200(), software_a(), problem_class(q, k, bh));
+    if (!found) return "error: " + llvm::toString(found.takeError());
+    return found->has_value() ? (*found)->shape : "none";
+  };
+  EXPECT_EQ(nearest(10, 10, 5), "10/10/5");  // exact
+  EXPECT_EQ(nearest(10, 10, 4), "10/10/5");  // distance 1
+  EXPECT_EQ(nearest(11, 11, 5), "12/12/5");  // tie at 2 with 10/10/5: larger k
+  EXPECT_EQ(nearest(10, 12, 5), "10/14/5");  // three-way tie at 2: k=14 wins
+  EXPECT_EQ(nearest(15, 15, 8), "16/16/9");
+  EXPECT_EQ(nearest(1, 1, 1), "10/10/5");
+
+  ProblemClassKey untuned = problem_class(10, 10, 5);
+  untuned.head_dim_qk = 256;
+  auto none = db->find_nearest_tuning(h200(), software_a(), untuned);
+  ASSERT_TRUE(bool(none));
+  EXPECT_FALSE(none->has_value());
+}
+
+TEST(TuningDb, CubinRoundTripsAndTouchesLastUse) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  CubinRecord c = cubin("k1", 70000);
+  c.bytes[5] = 0;  // binary, not text
+  ASSERT_FALSE(bool(db->put_cubin(c)));
+  auto got = db->get_cubin("k1");
+  ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());
+  ASSERT_TRUE(got->has_value());
+  const CubinRecord &r = **got;
+  EXPECT_EQ(r.key, c.key);
+  EXPECT_EQ(r.kernel_id, c.kernel_id);
+  EXPECT_EQ(r.arch, c.arch);
+  EXPECT_EQ(r.nvrtc_version, c.nvrtc_version);
+  EXPECT_EQ(r.bytes, c.bytes);
+  EXPECT_EQ(r.blob_sha256.size(), 64u);
+  EXPECT_EQ(r.compile_ms, c.compile_ms);
+  EXPECT_EQ(r.created_at, c.created_at);
+  // Last used long ago: the hit refreshes it.
+  int64_t now = std::time(nullptr);
+  EXPECT_GE(r.last_used_at, now - 5);
+  auto again = db->get_cubin("k1");
+  EXPECT_GE((*again)->last_used_at, now - 5);
+
+  auto missing = db->get_cubin("nope");
+  ASSERT_TRUE(bool(missing));
+  EXPECT_FALSE(missing->has_value());
+  EXPECT_EQ(*db->count_cubins(), 1);
+  EXPECT_EQ(db->refused_cubins(), 0);
+}
+
+TEST(TuningDb, PutCubinFillsTimesAndReplaces) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  CubinRecord c = cubin("k1");
+  c.created_at = 0;
+  c.last_used_at = 0;
+  ASSERT_FALSE(bool(db->put_cubin(c)));
+  int64_t now = std::time(nullptr);
+  auto listed = db->list_cubins();
+  ASSERT_TRUE(bool(listed));
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_GE(listed->front().created_at, now - 5);
+  EXPECT_GE(listed->front().last_used_at, now - 5);
+  EXPECT_TRUE(listed->front().bytes.empty());  // not asked for
+
+  c.kernel_id = "renamed";
+  ASSERT_FALSE(bool(db->put_cubin(c)));
+  EXPECT_EQ(*db->count_cubins(), 1);
+  EXPECT_EQ((*db->get_cubin("k1"))->kernel_id, "renamed");
+
+  CubinRecord lying = cubin("k2");
+  lying.blob_sha256 = std::string(64, '0');
+  llvm::Error e = db->put_cubin(lying);
+  ASSERT_TRUE(bool(e));
+  EXPECT_NE(llvm::toString(std::move(e)).find("does not match"), std::string::npos);
+}
+
+TEST(TuningDb, CorruptedCubinIsRefused) {
+  TempDir dir;
+  std::string path = dir.file("db");
+  auto db = open_ok(path);
+  ASSERT_FALSE(bool(db->put_cubin(cubin("k1"))));
+  // Same size, other bytes: what a bad disk or a hand edit leaves.
+  raw_sql(path, "UPDATE cubins SET blob = CAST(zeroblob(1000) AS BLOB) WHERE key = 'k1'");
+  std::string why;
+  auto got = db->get_cubin("k1", &why);
+  ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());
+  EXPECT_FALSE(got->has_value());
+  EXPECT_NE(why.find("refused"), std::string::npos) << why;
+  EXPECT_EQ(db->refused_cubins(), 1);
+  // A fresh put replaces it.
+  ASSERT_FALSE(bool(db->put_cubin(cubin("k1"))));
+  EXPECT_TRUE((*db->get_cubin("k1")).has_value());
+}
+
+TEST(TuningDb, PruneRemovesStaleSoftwareAndUnusedCubins) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  TuningRecord current = full_record(0);
+  TuningRecord stale_nvrtc = full_record(1);
+  stale_nvrtc.software.nvrtc_version = "12.8";
+  TuningRecord stale_templates = full_record(2);
+  stale_templates.software.templates_hash = "old";
+  for (auto *r : {&current, &stale_nvrtc, &stale_templates}) ASSERT_FALSE(bool(db->put_tuning(*r)));
+
+  int64_t now = std::time(nullptr);
+  CubinRecord fresh = cubin("fresh");
+  fresh.last_used_at = now;
+  CubinRecord old_compiler = cubin("old_compiler", 10, "12.8");
+  old_compiler.last_used_at = now;
+  CubinRecord unused = cubin("unused");
+  unused.last_used_at = now - 40 * 86400;
+  for (auto *c : {&fresh, &old_compiler, &unused}) ASSERT_FALSE(bool(db->put_cubin(*c)));
+
+  auto report = db->prune(software_a());  // unused_days 0: keep unused ones
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(report->stale_tunings, 2);
+  EXPECT_EQ(report->stale_cubins, 1);
+  EXPECT_EQ(db->list_tunings()->size(), 1u);
+  EXPECT_EQ(*db->count_cubins(), 2);
+
+  report = db->prune(software_a(), 30);
+  ASSERT_TRUE(bool(report));
+  EXPECT_EQ(report->stale_tunings, 0);
+  EXPECT_EQ(report->stale_cubins, 1);
+  EXPECT_TRUE((*db->get_cubin("fresh")).has_value());
+  EXPECT_EQ(*db->count_cubins(), 1);
+}
+
+TEST(TuningDb, ThreadsShareOneDatabase) {
+  TempDir dir;
+  auto db = open_ok(dir.file("db"));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        EXPECT_FALSE(bool(db->put_cubin(cubin(numbered("t", t * 100 + i), 64))));
+        TuningRecord r = full_record(t * 100 + i);
+        EXPECT_FALSE(bool(db->put_tuning(r)));
+      }
+    });
+  for (auto &t : threads) t.join();
+  EXPECT_EQ(*db->count_cubins(), 100);
+  EXPECT_EQ(db->list_tunings()->size(), 100u);
+}
+
+TEST(TuningDb, DefaultPathFollowsTheEnvironment) {
+  auto saved = [](const char *name) -> std::optional<std::string> {
+    const char *v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  auto db = saved("FLASHJIT_DB"), xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
+  setenv("FLASHJIT_DB", "/x/my.db", 1);
+  EXPECT_EQ(TuningDb::default_path(), "/x/my.db");
+  unsetenv("FLASHJIT_DB");
+  setenv("XDG_CACHE_HOME", "/xdg", 1);
+  EXPECT_EQ(TuningDb::default_path(), "/xdg/flashjit/flashjit.db");
+  setenv("XDG_CACHE_HOME", "relative", 1);  // invalid per the XDG spec
+  setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(TuningDb::default_path(), "/home/u/.cache/flashjit/flashjit.db");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(TuningDb::default_path(), "/home/u/.cache/flashjit/flashjit.db");
+  auto restore = [](const char *name, const std::optional<std::string> &v) {
+    if (v)
+      setenv(name, v->c_str(), 1);
+    else
+      unsetenv(name);
+  };
+  restore("FLASHJIT_DB", db);
+  restore("XDG_CACHE_HOME", xdg);
+  restore("HOME", home);
+}
+
+// ---- schema -------------------------------------------------------------------
+
+TEST(TuningDbSchema, NotSqliteIsRefusedAndLeftUntouched) {
+  TempDir dir;
+  std::string path = dir.file("notes.txt");
+  std::string bytes(8192, 'x');
+  write_bytes(path, "these are my notes, not a database\n" + bytes);
+  std::string before = read_bytes(path);
+  std::string error = open_error(path);
+  EXPECT_NE(error.find("not usable as a flashjit database"), std::string::npos) << error;
+  EXPECT_NE(error.find("left untouched"), std::string::npos) << error;
+  EXPECT_EQ(read_bytes(path), before);
+}
+
+TEST(TuningDbSchema, AnotherApplicationsDatabaseIsRefusedAndLeftUntouched) {
+  TempDir dir;
+  std::string path = dir.file("other.db");
+  raw_sql(path, "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); "
+                "INSERT INTO users (name) VALUES ('ada')");
+  std::string before = read_bytes(path);
+  std::string error = open_error(path);
+  EXPECT_NE(error.find("another application"), std::string::npos) << error;
+  EXPECT_EQ(read_bytes(path), before);
+
+  // A `meta` table that names someone else.
+  std::string path2 = dir.file("other2.db");
+  raw_sql(path2, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); "
+                 "INSERT INTO meta VALUES ('application', 'not-flashjit')");
+  before = read_bytes(path2);
+  error = open_error(path2);
+  EXPECT_NE(error.find("not-flashjit"), std::string::npos) << error;
+  EXPECT_EQ(read_bytes(path2), before);
+}
+
+TEST(TuningDbSchema, NewerSchemaIsRefusedAndLeftUntouched) {
+  TempDir dir;
+  std::string path = dir.file("db");
+  ASSERT_TRUE(open_ok(path));
+  raw_sql(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+  std::string before = read_bytes(path);
+  std::string error = open_error(path);
+  EXPECT_NE(error.find("newer"), std::string::npos) << error;
+  EXPECT_EQ(read_bytes(path), before);
+}
+
+TEST(TuningDbSchema, AnEmptyFileBecomesADatabase) {
+  TempDir dir;
+  std::string path = dir.file("empty.db");
+  write_bytes(path, "");
+  auto db = open_ok(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(*db->schema_version(), 1);
+}
+
+TEST(TuningDbSchema, OlderVersionIsMigrated) {
+  TempDir dir;
+  std::string path = dir.file("v0.db");
+  // Version 0: a flashjit database from before the stores existed.
+  raw_sql(path, "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL); "
+                "INSERT INTO meta VALUES ('application', 'flashjit'), ('schema_version', '0')");
+  auto db = open_ok(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(*db->schema_version(), 1);
+  ASSERT_FALSE(bool(db->put_tuning(full_record())));
+  ASSERT_FALSE(bool(db->put_cubin(cubin("k"))));
+}
+
+TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
+  TempDir dir;
+  std::string path = dir.file("db");
+  ASSERT_TRUE(open_ok(path));
+  ASSERT_FALSE(bool(open_ok(path)->put_tuning(full_record())));
+
+  std::vector<schema::Migration> steps(schema::migrations().begin(), schema::migrations().end());
+  steps.push_back({2, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
+  {
+    auto raw = sqlite::Connection::open(path, SQLITE_OPEN_READWRITE, 1000);
+    ASSERT_TRUE(bool(raw));
+    auto found = schema::migrate(*raw, steps);
+    ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
+    EXPECT_EQ(*found, 1);  // only step 2 ran: step 1's CREATE TABLEs would fail
+    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+    EXPECT_EQ(*raw->query_text("SELECT power_watts FROM tunings"), "700.0");
+    // Running it again is a no-op.
+    auto again = schema::migrate(*raw, steps);
+    ASSERT_TRUE(bool(again));
+    EXPECT_EQ(*again, 2);
+  }
+  // And this flashjit, which knows version 1, now refuses the file.
+  EXPECT_NE(open_error(path).find("newer"), std::string::npos);
+}
+
+TEST(TuningDbSchema, SqliteErrorsNameTheStatement) {
+  TempDir dir;
+  auto raw = sqlite::Connection::open(dir.file("db"), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                      1000);
+  ASSERT_TRUE(bool(raw));
+  llvm::Error e = raw->exec("SELECT * FROM no_such_table");
+  ASSERT_TRUE(bool(e));
+  std::string text = llvm::toString(std::move(e));
+  EXPECT_NE(text.find("SELECT * FROM no_such_table"), std::string::npos) << text;
+  EXPECT_NE(text.find("no such table"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace flashjit

@@ -1,0 +1,235 @@
+// TuningDb's YAML export/import, and the base64 it carries cubins in.
+#include <gtest/gtest.h>
+
+#include "cache/base64.h"
+#include "cache/tuning_db.h"
+#include "tuning_db_test_util.h"
+
+namespace flashjit {
+namespace {
+
+using namespace testing_db;
+
+std::unique_ptr<TuningDb> open_ok(const std::string &path) {
+  auto db = TuningDb::open(path);
+  if (!db) {
+    ADD_FAILURE() << llvm::toString(db.takeError());
+    return nullptr;
+  }
+  return std::move(*db);
+}
+
+bool contains(const std::vector<std::string> &lines, std::initializer_list<const char *> parts) {
+  for (const std::string &line : lines) {
+    bool all = true;
+    for (const char *part : parts) all = all && line.find(part) != std::string::npos;
+    if (all) return true;
+  }
+  return false;
+}
+
+std::string joined(const std::vector<std::string> &lines) {
+  std::string out;
+  for (const std::string &line : lines) out += line + "\n";
+  return out;
+}
+
+TEST(TuningDbBase64, RoundTripsAndRejectsGarbage) {
+  for (std::string text : {"", "f", "fo", "foo", "foob", "fooba", "foobar"}) {
+    std::vector<char> bytes(text.begin(), text.end());
+    auto decoded = base64_decode(base64_encode(bytes));
+    ASSERT_TRUE(bool(decoded));
+    EXPECT_EQ(*decoded, bytes) << text;
+  }
+  EXPECT_EQ(base64_encode(std::vector<char>{'f', 'o', 'o', 'b'}), "Zm9vYg==");
+  std::vector<char> all;
+  for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
+  EXPECT_EQ(*base64_decode(base64_encode(all)), all);
+  EXPECT_EQ(*base64_decode("Zm9v\n YmFy\n"), (std::vector<char>{'f', 'o', 'o', 'b', 'a', 'r'}));
+  for (const char *bad : {"Zm9v!", "Z", "Zg=", "Zg==Zg==", "Zm9v===="}) {
+    auto decoded = base64_decode(bad);
+    EXPECT_FALSE(bool(decoded)) << bad;
+    if (!decoded) llvm::consumeError(decoded.takeError());
+  }
+}
+
+class TuningDbYaml : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    source = open_ok(dir.file("source.db"));
+    ASSERT_TRUE(source);
+    for (int n = 0; n < 3; ++n) ASSERT_FALSE(bool(source->put_tuning(full_record(n))));
+    ASSERT_FALSE(bool(source->put_cubin(cubin("k1", 5000))));
+    ASSERT_FALSE(bool(source->put_cubin(cubin("k2", 3))));
+  }
+
+  TempDir dir;
+  std::unique_ptr<TuningDb> source;
+};
+
+TEST_F(TuningDbYaml, ExportThenImportIntoAFreshDatabase) {
+  std::string file = dir.file("export.yaml");
+  ASSERT_FALSE(bool(source->export_yaml(file)));
+  EXPECT_EQ(read_bytes(file).find("blob:"), std::string::npos);  // no cubins asked for
+
+  auto target = open_ok(dir.file("target.db"));
+  auto report = target->import_yaml(file);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(report->tunings_added, 3);
+  EXPECT_EQ(report->tunings_replaced, 0);
+  EXPECT_EQ(report->cubins_added, 0);
+  EXPECT_TRUE(report->skipped.empty()) << joined(report->skipped);
+  auto before = source->list_tunings();
+  auto after = target->list_tunings();
+  ASSERT_EQ(after->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) expect_same((*after)[i], (*before)[i]);
+  EXPECT_EQ(*target->count_cubins(), 0);
+
+  llvm::Error unwritable = source->export_yaml(dir.file("no/such/folder/x.yaml"));
+  ASSERT_TRUE(bool(unwritable));
+  EXPECT_NE(llvm::toString(std::move(unwritable)).find("cannot write"), std::string::npos);
+
+  // Importing again replaces rather than duplicates.
+  report = target->import_yaml(file);
+  ASSERT_TRUE(bool(report));
+  EXPECT_EQ(report->tunings_added, 0);
+  EXPECT_EQ(report->tunings_replaced, 3);
+  EXPECT_EQ(target->list_tunings()->size(), 3u);
+}
+
+TEST_F(TuningDbYaml, CubinsTravelOnlyWhenExportedAndAccepted) {
+  std::string file = dir.file("with_cubins.yaml");
+  ASSERT_FALSE(bool(source->export_yaml(file, /*include_cubins=*/true)));
+
+  auto refusing = open_ok(dir.file("refusing.db"));
+  auto report = refusing->import_yaml(file);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(report->tunings_added, 3);
+  EXPECT_EQ(report->cubins_added, 0);
+  EXPECT_TRUE(contains(report->skipped, {"cubins", "--accept-cubins"})) << joined(report->skipped);
+  EXPECT_EQ(*refusing->count_cubins(), 0);
+
+  auto accepting = open_ok(dir.file("accepting.db"));
+  report = accepting->import_yaml(file, /*accept_cubins=*/true);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(report->cubins_added, 2);
+  EXPECT_TRUE(report->skipped.empty()) << joined(report->skipped);
+  for (const char *key : {"k1", "k2"}) {
+    auto original = source->get_cubin(key);
+    auto copy = accepting->get_cubin(key);
+    ASSERT_TRUE(copy && copy->has_value()) << key;
+    EXPECT_EQ((*copy)->bytes, (*original)->bytes);
+    EXPECT_EQ((*copy)->kernel_id, (*original)->kernel_id);
+    EXPECT_EQ((*copy)->blob_sha256, (*original)->blob_sha256);
+    EXPECT_EQ((*copy)->compile_ms, (*original)->compile_ms);
+    EXPECT_EQ((*copy)->created_at, (*original)->created_at);
+  }
+  report = accepting->import_yaml(file, true);
+  ASSERT_TRUE(bool(report));
+  EXPECT_EQ(report->cubins_replaced, 2);
+}
+
+TEST_F(TuningDbYaml, BadEntriesAreSkippedWithTheirIndexKeyAndReason) {
+  std::string file = dir.file("good.yaml");
+  ASSERT_FALSE(bool(source->export_yaml(file, true)));
+  std::string text = read_bytes(file);
+  // Break entry 1's dtype (remove the key) and entry 2's head_dim_qk (not a
+  // number), and one cubin's bytes (hash mismatch).
+  auto replace_nth = [&](const std::string &from, const std::string &to, int nth) {
+    size_t at = 0;
+    for (int i = 0; i <= nth; ++i) {
+      at = text.find(from, i ? at + 1 : 0);
+      ASSERT_NE(at, std::string::npos) << from;
+    }
+    text.replace(at, from.size(), to);
+  };
+  replace_nth("dtype: \"bf16\"", "dtipe: \"bf16\"", 1);
+  replace_nth("head_dim_qk: 128", "head_dim_qk: abc", 2);
+  replace_nth("blob: ", "blob: AAAA", 0);
+  write_bytes(file, text);
+
+  auto target = open_ok(dir.file("target.db"));
+  auto report = target->import_yaml(file, true);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(report->tunings_added, 1);
+  EXPECT_EQ(report->cubins_added, 1);
+  EXPECT_TRUE(contains(report->skipped, {"tunings[1]", "problem.dtype", "missing"}))
+      << joined(report->skipped);
+  EXPECT_TRUE(contains(report->skipped, {"tunings[2]", "problem.head_dim_qk", "'abc'"}))
+      << joined(report->skipped);
+  EXPECT_TRUE(contains(report->skipped, {"cubins[0]", "blob", "blob_sha256"}))
+      << joined(report->skipped);
+  EXPECT_EQ(report->skipped.size(), 3u) << joined(report->skipped);
+  // Never a partial row: only the intact entry landed.
+  ASSERT_EQ(target->list_tunings()->size(), 1u);
+  expect_same(target->list_tunings()->front(), full_record(0));
+}
+
+TEST_F(TuningDbYaml, HandWrittenEntriesKeepDefaultsForOptionalFields) {
+  std::string file = dir.file("hand.yaml");
+  write_bytes(file, R"(flashjit_db_export: 1
+schema_version: 1
+tunings:
+  - device: {name: NVIDIA H200, cc_major: 9, cc_minor: 0, sm_count: 132, driver_version: 13000}
+    software: {nvrtc_version: 13.0, templates_hash: abc}
+    problem: {pass: fwd, dtype: bf16, head_dim_qk: 128, head_dim_v: 128, mask: none,
+              window_left: -1, window_right: -1, softcap: false, gqa_ratio: 1,
+              seqlen_q_bucket: 12, seqlen_k_bucket: 12, batch_heads_bucket: 6}
+    config: {path: sm90, block_m: 128, block_n: 128, warps: 12, stages: 2}
+    median_ms: 0.5
+  - "not a mapping"
+  - device: {name: "", cc_major: 9, cc_minor: 0, sm_count: 132, driver_version: 13000}
+)");
+  auto target = open_ok(dir.file("target.db"));
+  auto report = target->import_yaml(file);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(report->tunings_added, 1);
+  EXPECT_TRUE(contains(report->skipped, {"tunings[1] (line 11)", "not a mapping"}))
+      << joined(report->skipped);
+  EXPECT_TRUE(contains(report->skipped, {"tunings[2] (line 12)", "device.name", "empty"}))
+      << joined(report->skipped);
+  auto found = target->find_tuning({"NVIDIA H200", 9, 0, 132, 13000}, {"13.0", "abc"},
+                                   target->list_tunings()->front().problem);
+  ASSERT_TRUE(found && found->has_value());
+  EXPECT_EQ((*found)->config.block_n, 128);
+  EXPECT_EQ((*found)->tflops, 0);
+  EXPECT_EQ((*found)->problem.window_left, -1);
+}
+
+TEST_F(TuningDbYaml, MalformedYamlNamesFileLineAndColumn) {
+  std::string file = dir.file("broken.yaml");
+  write_bytes(file, "flashjit_db_export: 1\nschema_version: 1\ntunings: [\n  {device: {name: x}\n");
+  auto target = open_ok(dir.file("target.db"));
+  auto report = target->import_yaml(file);
+  ASSERT_FALSE(bool(report));
+  std::string error = llvm::toString(report.takeError());
+  EXPECT_NE(error.find(file + ":"), std::string::npos) << error;
+  EXPECT_TRUE(error.find(":4:") != std::string::npos || error.find(":5:") != std::string::npos)
+      << error;
+}
+
+TEST_F(TuningDbYaml, WrongDocumentsAreErrors) {
+  auto target = open_ok(dir.file("target.db"));
+  auto error_of = [&](const std::string &text) {
+    std::string file = dir.file("doc.yaml");
+    write_bytes(file, text);
+    auto report = target->import_yaml(file);
+    if (report) return std::string("(imported)");
+    return llvm::toString(report.takeError());
+  };
+  EXPECT_NE(error_of("plans: []\n").find("not a flashjit database export"), std::string::npos);
+  EXPECT_NE(error_of("flashjit_db_export: 2\nschema_version: 1\n").find("format '2'"),
+            std::string::npos);
+  EXPECT_NE(error_of("flashjit_db_export: 1\nschema_version: 7\n").find("newer"),
+            std::string::npos);
+  EXPECT_NE(error_of("flashjit_db_export: 1\nschema_version: 1\ntunings: 3\n").find("not a list"),
+            std::string::npos);
+  auto missing = target->import_yaml(dir.file("absent.yaml"));
+  ASSERT_FALSE(bool(missing));
+  EXPECT_NE(llvm::toString(missing.takeError()).find("absent.yaml: cannot read"),
+            std::string::npos);
+  EXPECT_TRUE(target->list_tunings()->empty());
+}
+
+}  // namespace
+}  // namespace flashjit
