@@ -159,11 +159,11 @@ TEST(CApi, OutOfRangeEnums) {
   expect_contains(flashjit_last_error(), "problem.mask=-1");
 
   p = c_problem();
-  flashjit_config config = {5, 0, 0, 0, 0};
+  flashjit_config config = {5, 0, 0, 0, 0, 0};
   EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
   expect_contains(flashjit_last_error(), "config.path=5");
 
-  config = {0, 128, -64, 4, 2};
+  config = {0, 128, -64, 4, 2, 0};
   EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
   expect_contains(flashjit_last_error(), "config.block_n=-64");
 }
