@@ -121,8 +121,8 @@ class Progress {
   bool tty_;
 };
 
-void worker(int device, const std::string &db_path, double budget_s, std::vector<Row> &rows,
-            std::atomic<size_t> &next, Progress &progress) {
+void worker(int device, const std::string &db_path, double budget_s, int compile_threads,
+            std::vector<Row> &rows, std::atomic<size_t> &next, Progress &progress) {
   auto db = open_database(db_path);
   std::string db_error = db ? "" : first_line(db.takeError());
   for (size_t i = next++; i < rows.size(); i = next++) {
@@ -135,6 +135,7 @@ void worker(int device, const std::string &db_path, double budget_s, std::vector
       TuneOptions options;
       options.device = device;
       options.budget_s = budget_s;
+      options.compile_threads = compile_threads;
       options.progress = [&](const std::string &text) {
         progress.update(device, row.entry->name, text);
       };
@@ -254,11 +255,15 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
   std::atomic<size_t> next{0};
   Progress progress(rows.size());
   if (ordinals->size() == 1) {
-    worker(ordinals->front(), *path, budget, rows, next, progress);
+    worker(ordinals->front(), *path, budget, /*compile_threads=*/0, rows, next, progress);
   } else {
+    // The workers compile at the same time: the cores are shared, not
+    // multiplied, so a compile phase does not oversubscribe the host.
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int per_worker = std::max(1, cores / int(ordinals->size()));
     std::vector<std::thread> threads;
     for (int ordinal : *ordinals)
-      threads.emplace_back(worker, ordinal, std::cref(*path), budget, std::ref(rows),
+      threads.emplace_back(worker, ordinal, std::cref(*path), budget, per_worker, std::ref(rows),
                            std::ref(next), std::ref(progress));
     for (std::thread &t : threads) t.join();
   }
