@@ -8,6 +8,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/nvrtc_compiler.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -35,6 +36,10 @@ DatabaseState database_state(llvm::StringRef db_flag) {
     return state;
   }
   state.path = *path;
+  if (!llvm::sys::fs::exists(state.path)) {
+    state.note = "not created yet: tune or precompile creates it";
+    return state;
+  }
   auto db = open_existing_database(state.path, state.note);
   if (!db) return state;
   auto tunings = db->list_tunings();
