@@ -1,12 +1,18 @@
 """flashjit.attention against PyTorch SDPA's flash (FlashAttention-2) and cuDNN
-backends, in one process, forward pass.
+backends, in one process, forward and backward passes.
 
 FlashAttention's benchmark convention: 16k tokens (batch = 16384 // seqlen),
 hidden 2048 (heads = 2048 // head_dim), FLOPs 4*b*h*s^2*d, halved when causal.
 Median of CUDA-event timings after warm-up. Absolute numbers move between
 machines; the ratios ours/flash and ours/cudnn are the result.
 
-    FLASHJIT_LIB=build/libflashjit.so python3 bench/compare.py [--quick] [--json out.json]
+Backward (--pass bwd or both), as the anchors measure it: the time of forward +
+backward (torch.autograd.grad of the output with respect to q, k, v, a fixed
+random dout) minus the time of the forward in the same grad mode; backward
+FLOPs = 2.5 x forward FLOPs. Its table follows the forward's.
+
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/compare.py [--quick] [--pass fwd|bwd|both]
+                                                               [--json out.json]
 """
 import argparse
 import json
@@ -25,6 +31,8 @@ import flashjit  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 TABLE_HEADER = "=== flashjit vs SDPA (forward, TFLOP/s) ==="
+BWD_TABLE_HEADER = "=== flashjit vs SDPA (backward, TFLOP/s) ==="
+BWD_FLOPS_FACTOR = 2.5
 
 
 def time_ms(fn, warmup, repeats, min_sample_ms=1.0):
@@ -60,9 +68,18 @@ def short_error(e):
     return f"{type(e).__name__}: {text[:200]}"
 
 
-def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layout):
+def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layout, passes):
     b, h = max(1, tokens // s), hidden // d
     row = {"hdim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
+    if "fwd" in passes:
+        bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout)
+    if "bwd" in passes:
+        row["bwd"] = bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout)
+    torch.cuda.empty_cache()
+    return row
+
+
+def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
     torch.manual_seed(0)
     # [b, s, h, d] for flashjit; SDPA takes [b, h, s, d]: transposed views of
     # the same memory, as FlashAttention's own layout is used through SDPA.
@@ -110,7 +127,95 @@ def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layou
             row["ours/" + name] = row["ours"]["tflops"] / row[name]["tflops"]
     del q, k, v, qt, kt, vt, outs
     torch.cuda.empty_cache()
-    return row
+
+
+def time_backward(forward, leaves, dout, warmup, repeats, f):
+    """{"ms", "tflops", "fwd_ms", "fwd_bwd_ms"}: forward + backward minus forward,
+    both in grad mode (the forward saves what its backward needs)."""
+    def fwd():
+        return forward()
+
+    def fwd_bwd():
+        torch.autograd.grad(forward(), leaves, dout)
+
+    fwd_ms = time_ms(fwd, warmup, repeats)
+    fb_ms = time_ms(fwd_bwd, warmup, repeats)
+    ms = fb_ms - fwd_ms
+    if ms <= 0:
+        return {"error": f"forward+backward ({fb_ms:.3f} ms) not slower than forward ({fwd_ms:.3f} ms)"}
+    return {"ms": ms, "tflops": BWD_FLOPS_FACTOR * f / ms / 1e9, "fwd_ms": fwd_ms, "fwd_bwd_ms": fb_ms}
+
+
+def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
+    """The backward row: {"ours", "flash", "cudnn", "ours/flash", "ours/cudnn",
+    "max_abs_diff_vs_flash"} (the largest difference over dq, dk, dv)."""
+    out = {}
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+    f = flops(b, h, s, d, causal)
+    grads = {}
+
+    def ours():
+        return flashjit.attention(q, k, v, causal=causal)
+
+    try:
+        compiles = flashjit.compile_count()
+        t0 = time.perf_counter()
+        grads["ours"] = torch.autograd.grad(ours(), (q, k, v), dout)
+        torch.cuda.synchronize()
+        out["ours_first_call_ms"] = (time.perf_counter() - t0) * 1e3
+        out["ours_compiled"] = flashjit.compile_count() - compiles
+        out["ours"] = time_backward(ours, (q, k, v), dout, warmup, repeats, f)
+    except Exception as e:  # a failure is a result, not the end of the run
+        out["ours"] = {"error": short_error(e)}
+
+    # SDPA: bshd gives it transposed views of the same leaves (its gradients
+    # come back as [b, s, h, d]); bhsd gives it contiguous [b, h, s, d] leaves.
+    if sdpa_layout == "bhsd":
+        leaves = tuple(t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+        dout_t = dout.transpose(1, 2).contiguous()
+
+        def sdpa():
+            return F.scaled_dot_product_attention(*leaves, is_causal=causal)
+
+        def to_bshd(gs):
+            return [g.transpose(1, 2) for g in gs]
+    else:
+        leaves = (q, k, v)
+        dout_t = dout.transpose(1, 2)
+
+        def sdpa():
+            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                  v.transpose(1, 2), is_causal=causal)
+
+        def to_bshd(gs):
+            return list(gs)
+
+    for name, backend in BACKENDS.items():
+        try:
+            with sdpa_kernel([backend]):
+                g = to_bshd(torch.autograd.grad(sdpa(), leaves, dout_t))
+                if name == "flash" or "flash" not in grads:
+                    grads[name] = g
+                out[name] = time_backward(sdpa, leaves, dout_t, warmup, repeats, f)
+        except Exception as e:
+            out[name] = {"error": short_error(e)}
+
+    ref_name = "flash" if "flash" in grads else "cudnn"
+    if "ours" in grads and ref_name in grads:
+        out["max_abs_diff_vs_" + ref_name] = max(
+            (a.float() - r.float()).abs().max().item() for a, r in zip(grads["ours"], grads[ref_name]))
+    for name in ("flash", "cudnn"):
+        if "tflops" in out["ours"] and "tflops" in out[name]:
+            out["ours/" + name] = out["ours"]["tflops"] / out[name]["tflops"]
+    return out  # the tensors go with this frame; bench_shape empties the cache
+
+
+def bwd_view(r):
+    """A backward row shaped like a forward row, for the table and geomeans."""
+    return {**{k: r[k] for k in ("hdim", "causal", "seqlen", "batch", "heads")}, **r["bwd"]}
 
 
 def geomean(xs):
@@ -156,12 +261,27 @@ def print_summary(summary):
         print(f"geomean {key:7s}: ours/flash {fmt_r(g['ours/flash'])}   ours/cudnn {fmt_r(g['ours/cudnn'])}")
 
 
+def print_table(header, env, args, rows, tol):
+    print()
+    print(header)
+    print(f"{env['device']} | {args.dtype} | tokens {args.tokens} | hidden {args.hidden} | "
+          f"median of {args.repeats} after {args.warmup} warm-up")
+    print_header()
+    for r in rows:
+        print_row(r, tol)
+    summary = summarize(rows)
+    print_summary(summary)
+    return summary
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hdims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--masks", default="full,causal", help="comma list of full, causal")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--pass", dest="passes", default="both", choices=["fwd", "bwd", "both"],
+                    help="forward, backward (fwd+bwd minus fwd, 2.5x the FLOPs) or both (default)")
     ap.add_argument("--quick", action="store_true", help="a reduced grid: seqlens 1024,8192")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=30, help="timed runs per shape (median; >= 20)")
@@ -176,6 +296,7 @@ def main():
         ap.error("--repeats must be at least 20")
     if args.quick:
         args.seqlens = "1024,8192"
+    passes = ("fwd", "bwd") if args.passes == "both" else (args.passes,)
     hdims = [int(x) for x in args.hdims.split(",")]
     seqlens = [int(x) for x in args.seqlens.split(",")]
     masks = [m.strip() for m in args.masks.split(",")]
@@ -183,13 +304,15 @@ def main():
         ap.error("--masks takes full and/or causal")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     tol = 2e-2 if args.dtype == "bf16" else 5e-3
+    # Gradients of random inputs reach a few units: a looser sanity bound.
+    bwd_tol = 2.5e-1 if args.dtype == "bf16" else 5e-2
 
     torch.backends.cuda.matmul.allow_tf32 = False
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
            "flashjit": flashjit.version(), "dtype": args.dtype,
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "warmup": args.warmup, "repeats": args.repeats,
-           "sdpa_layout": args.sdpa_layout}
+           "sdpa_layout": args.sdpa_layout, "pass": args.passes}
     print(" | ".join(f"{k} {v}" for k, v in env.items()), flush=True)
     print_header()
     rows = []
@@ -197,29 +320,34 @@ def main():
         for mask in masks:
             for s in seqlens:
                 r = bench_shape(d, mask == "causal", s, dtype, args.warmup, args.repeats,
-                                args.tokens, args.hidden, args.sdpa_layout)
+                                args.tokens, args.hidden, args.sdpa_layout, passes)
                 rows.append(r)
-                print_row(r, tol)
-                for name in ("ours", "flash", "cudnn"):
-                    if "error" in r[name]:
-                        print(f"    {name}: {r[name]['error']}", flush=True)
-    summary = summarize(rows)
+                if "fwd" in passes:
+                    print_row(r, tol)
+                    for name in ("ours", "flash", "cudnn"):
+                        if "error" in r[name]:
+                            print(f"    {name}: {r[name]['error']}", flush=True)
+                if "bwd" in passes:
+                    print("bwd", end=" ")
+                    print_row(bwd_view(r), bwd_tol)
+                    for name in ("ours", "flash", "cudnn"):
+                        if "error" in r["bwd"][name]:
+                            print(f"    bwd {name}: {r['bwd'][name]['error']}", flush=True)
 
-    # The whole table again at the end, where a log's tail shows it.
-    print()
-    print(TABLE_HEADER)
-    print(f"{env['device']} | {args.dtype} | tokens {args.tokens} | hidden {args.hidden} | "
-          f"median of {args.repeats} after {args.warmup} warm-up")
-    print_header()
-    for r in rows:
-        print_row(r, tol)
-    print_summary(summary)
+    # The whole tables again at the end, where a log's tail shows them.
+    result = {"env": env, "rows": rows}
+    if "fwd" in passes:
+        result["geomean"] = print_table(TABLE_HEADER, env, args, rows, tol)
+    if "bwd" in passes:
+        result["geomean_bwd"] = print_table(BWD_TABLE_HEADER, env, args,
+                                            [bwd_view(r) for r in rows], bwd_tol)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as fh:
-            json.dump({"env": env, "rows": rows, "geomean": summary}, fh, indent=1)
+            json.dump(result, fh, indent=1)
         print(f"wrote {args.json}")
-    errors = sum("error" in r["ours"] for r in rows)
+    errors = sum("error" in r["ours"] for r in rows if "ours" in r)
+    errors += sum("error" in r["bwd"]["ours"] for r in rows if "bwd" in r)
     return 1 if errors else 0
 
 

@@ -4,7 +4,8 @@
 #   .device/bin/{flashjit,flashjit_gpu_tests,flashjit_unit_tests}, .device/lib/libflashjit.so
 # Runs every check in order, continuing past failures, logs each step to
 # $OUT/NN-step.log (a temporary folder when OUT is unset) and prints a summary
-# LAST: pass/fail per step, then the benchmark table.
+# LAST: pass/fail per step, then the first-call and memory lines and the
+# benchmark tables (forward, then backward).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out (names as in the summary)
 set -uo pipefail
@@ -87,6 +88,7 @@ step compile 120 "$BIN/flashjit" compile --hdim 128 --causal
 step run-check 300 run_shapes
 step python-tests 600 python_step python3 tests/python/test_attention.py
 step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"
+step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
 step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
 
 echo
@@ -100,6 +102,8 @@ for i in "${!names[@]}"; do
 done
 first_call=$(grep -hE '^(cold|warm) ' "$LOGDIR"/*-first-call.log 2>/dev/null)
 [ -n "$first_call" ] && printf '\nfirst call (bench/first_call.py):\n%s\n' "$first_call"
+memory=$(grep -h '^memory: ' "$LOGDIR"/*-memory.log 2>/dev/null)
+[ -n "$memory" ] && printf '\nforward + backward memory (bench/memory.py):\n%s\n' "$memory"
 table=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-compare.log 2>/dev/null)
 [ -n "$table" ] && printf '\n%s\n' "$table"
 echo

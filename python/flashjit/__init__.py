@@ -6,8 +6,15 @@
     out = flashjit.attention(q, k, v, causal=True)             # [2, 4096, 16, 128]
     out, lse = flashjit.attention(q, k, v, return_lse=True)    # lse: [2, 16, 4096] fp32
 
-The same contract as flash_attn.flash_attn_func (forward only for now). The
-binding is pure Python over the C API (include/flashjit/flashjit.h) through
+The same contract as flash_attn.flash_attn_func, differentiable: when grad
+mode is on and q, k or v requires grad, the call goes through a
+torch.autograd.Function whose backward runs flashjit_backward (recomputing the
+probabilities from the saved O and log-sum-exp; P is never stored):
+
+    q.requires_grad_(); out = flashjit.attention(q, k, v, causal=True)
+    out.backward(dout)                                          # q.grad, ...
+
+The binding is pure Python over the C API (include/flashjit/flashjit.h) through
 ctypes: no build step. libflashjit.so is found through $FLASHJIT_LIB (the file
 or its folder), else <repo>/build*/libflashjit.so, else <repo>/.device/lib.
 
@@ -15,8 +22,9 @@ The first call for a problem class (dtype, head dims, mask kind, softcap, GPU)
 compiles its kernel; later calls, for any batch, heads or sequence lengths,
 reuse it.
 
-Set FLASHJIT_POISON_OUTPUT=1 (read at import) to fill outputs with NaN before
-each launch, so that a kernel that leaves elements unwritten is caught.
+Set FLASHJIT_POISON_OUTPUT=1 (read at import) to fill outputs (and gradients,
+and the backward's workspace) with NaN before each launch, so that a kernel
+that leaves elements unwritten is caught.
 """
 import ctypes
 import math
@@ -28,9 +36,6 @@ from ._capi import LibraryNotFound
 __all__ = ["attention", "compile_count", "version", "LibraryNotFound"]
 
 _POISON_OUTPUT = os.environ.get("FLASHJIT_POISON_OUTPUT", "") not in ("", "0")
-
-_GRAD_ERROR = ("flashjit.attention: backward is not implemented yet (issue #5); call it under "
-               "torch.no_grad() or on tensors that do not require grad")
 
 
 def version():
@@ -97,31 +102,22 @@ def _mask(causal, window):
     return _capi.MASK_WINDOW, left, right
 
 
-def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
-              return_lse=False):
-    """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors.
+class _Call:
+    """What one attention() call needs besides the tensors: the validated
+    arguments and the library's problem (with the padded head dims)."""
+    __slots__ = ("problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty")
 
-    q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim];
-    v: [batch, seqlen_k, heads_kv, head_dim_v]. bf16 or fp16, all the same, on one
-    CUDA device; heads_q a multiple of heads_kv (GQA/MQA); head dims up to 256.
+    def __init__(self, problem, dim_qk, dim_v, pad_qk, pad_v, empty):
+        self.problem, self.dim_qk, self.dim_v = problem, dim_qk, dim_v
+        self.pad_qk, self.pad_v, self.empty = pad_qk, pad_v, empty
 
-    causal: mask aligned to the bottom-right corner (FlashAttention >= 2.1): query
-        row i sees key j <= i + seqlen_k - seqlen_q.
-    window: (left, right) sliding window, -1 unbounded; with causal=True it is
-        (left, 0).
-    softcap: > 0 applies softcap * tanh(scores / softcap) before the mask.
-    softmax_scale: default 1 / sqrt(head_dim).
-    return_lse: also return the log-sum-exp of the scaled scores, fp32
-        [batch, heads_q, seqlen_q].
 
-    Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
-    current CUDA stream of the tensors' device.
-    """
-    import torch
+def _check_rc(rc, what="flashjit.attention"):
+    if rc != 0:
+        raise RuntimeError(f"{what}: {_capi.last_error()}")
 
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(_GRAD_ERROR)
 
+def _validate(torch, q, k, v, causal, window, softcap, softmax_scale):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flashjit.attention: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -165,28 +161,36 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     scale = 1.0 / math.sqrt(dim_qk) if softmax_scale is None else float(softmax_scale)
 
     pad_qk, pad_v = -dim_qk % 8, -dim_v % 8
-    out = torch.empty((batch, seqlen_q, heads_q, dim_v + pad_v), dtype=q.dtype, device=q.device)
-    lse = (torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
-           if return_lse else None)
-    if out.numel() == 0 or seqlen_k == 0:
-        # No keys: like FlashAttention, O = 0 and LSE = +inf for every row.
-        out.zero_()
-        if lse is not None:
-            lse.fill_(float("inf"))
-        out = out[..., :dim_v]
-        return (out, lse) if return_lse else out
-
-    qp, kp, vp = _prepare(torch, q, pad_qk), _prepare(torch, k, pad_qk), _prepare(torch, v, pad_v)
-    if _POISON_OUTPUT:
-        out.fill_(float("nan"))
-        if lse is not None:
-            lse.fill_(float("nan"))
-
     problem = _capi.Problem(
         dtype=dtype, mask=mask, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
         seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim_qk=dim_qk + pad_qk,
         head_dim_v=dim_v + pad_v, window_left=window_left, window_right=window_right,
         softmax_scale=scale, softcap=softcap)
+    empty = batch * seqlen_q * heads_q == 0 or seqlen_k == 0
+    return _Call(problem, dim_qk, dim_v, pad_qk, pad_v, empty)
+
+
+def _forward(torch, q, k, v, call, want_lse):
+    """Runs the forward. Returns (out, lse, qp, kp, vp): out [b, sq, hq, dv + pad_v]
+    (padded; the caller slices), lse or None, and the (padded) inputs the kernel read."""
+    p = call.problem
+    out = torch.empty((p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), dtype=q.dtype, device=q.device)
+    lse = (torch.empty((p.batch, p.heads_q, p.seqlen_q), dtype=torch.float32, device=q.device)
+           if want_lse else None)
+    if call.empty:
+        # No keys: like FlashAttention, O = 0 and LSE = +inf for every row.
+        out.zero_()
+        if lse is not None:
+            lse.fill_(float("inf"))
+        return out, lse, q, k, v
+
+    qp, kp, vp = (_prepare(torch, q, call.pad_qk), _prepare(torch, k, call.pad_qk),
+                  _prepare(torch, v, call.pad_v))
+    if _POISON_OUTPUT:
+        out.fill_(float("nan"))
+        if lse is not None:
+            lse.fill_(float("nan"))
+
     args = _capi.ForwardArgs(
         qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), out.data_ptr(),
         lse.data_ptr() if lse is not None else None,
@@ -197,11 +201,145 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     # context of the current device): make that the tensors' device.
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        rc = lib.flashjit_forward(ctypes.byref(problem), ctypes.byref(args),
-                                  ctypes.c_void_p(stream), None)
-        if rc != 0:
-            raise RuntimeError(f"flashjit.attention: {_capi.last_error()}")
+        _check_rc(lib.flashjit_forward(ctypes.byref(p), ctypes.byref(args),
+                                       ctypes.c_void_p(stream), None))
+    return out, lse, qp, kp, vp
 
-    if pad_v:
-        out = out[..., :dim_v]
+
+def _grad_buffer(torch, like):
+    """An uninitialised gradient shaped like `like` (a kernel-ready input): its
+    layout when that is dense (torch.empty_like keeps it), else packed."""
+    g = torch.empty_like(like)
+    if not _kernel_ready(g):
+        g = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+    return g
+
+
+def _backward(torch, call, dout, qp, kp, vp, out, lse):
+    """dq, dk, dv of the padded problem (the caller slices)."""
+    lib = _capi.lib()
+    if not _capi.has_backward():
+        raise RuntimeError("flashjit.attention: the loaded libflashjit.so has no flashjit_backward "
+                           "(built before the backward pass); rebuild it")
+    p = call.problem
+    # Zeros in the extra columns of dO: D = rowsum(dO * O) and dP = dO V^T are
+    # unchanged, and the extra columns of dV come out 0 (dropped anyway).
+    dout = _prepare(torch, dout, call.pad_v)
+    dq, dk, dv = _grad_buffer(torch, qp), _grad_buffer(torch, kp), _grad_buffer(torch, vp)
+    nbytes = int(lib.flashjit_backward_workspace_bytes(ctypes.byref(p)))
+    if nbytes == 0:
+        raise RuntimeError(f"flashjit.attention backward: {_capi.last_error() or 'invalid sizes'}")
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=qp.device)
+    ws_ptr = workspace.data_ptr()
+    if ws_ptr % 16:  # the caching allocator gives 512-byte alignment; be sure anyway
+        workspace = torch.empty(nbytes + 16, dtype=torch.uint8, device=qp.device)
+        ws_ptr = workspace.data_ptr() + (-workspace.data_ptr() % 16)
+    if _POISON_OUTPUT:
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
+        workspace.fill_(0xFF)  # NaN as fp32: an accumulator that is not zeroed shows
+
+    args = _capi.BackwardArgs(
+        qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), out.data_ptr(), dout.data_ptr(),
+        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+        *_kernel_strides(qp), *_kernel_strides(kp), *_kernel_strides(vp),
+        *_kernel_strides(out), *_kernel_strides(dout),
+        *_kernel_strides(dq), *_kernel_strides(dk), *_kernel_strides(dv),
+        ws_ptr, nbytes)
+    with torch.cuda.device(qp.device):
+        stream = torch.cuda.current_stream(qp.device).cuda_stream
+        _check_rc(lib.flashjit_backward(ctypes.byref(p), ctypes.byref(args),
+                                        ctypes.c_void_p(stream), None),
+                  "flashjit.attention backward")
+    # The workspace and dout are freed when this returns: the caching
+    # allocator reuses their blocks only in stream order on this stream, after
+    # the kernels above.
+    return dq, dk, dv
+
+
+_function = None
+
+
+def _autograd_function(torch):
+    """The torch.autograd.Function, defined on first use (torch is imported lazily)."""
+    global _function
+    if _function is not None:
+        return _function
+    from torch.autograd.function import once_differentiable
+
+    class FlashAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, call):
+            # The LSE is always computed: the backward recomputes P from it.
+            out, lse, qp, kp, vp = _forward(torch, q, k, v, call, want_lse=True)
+            # Saved: the (padded) inputs the kernel read, O and the LSE; never P.
+            ctx.save_for_backward(qp, kp, vp, out, lse)
+            ctx.call = call
+            ctx.shapes = (q.shape, k.shape, v.shape)
+            ctx.mark_non_differentiable(lse)
+            if call.pad_v:
+                out = out[..., :call.dim_v]
+            return out, lse
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, dout, _dlse):
+            # The LSE is an output for the caller's information only: a
+            # gradient through it is not supported (as FlashAttention).
+            call = ctx.call
+            qp, kp, vp, out, lse = ctx.saved_tensors
+            if call.empty:
+                # No key for any row (or no row): O does not depend on q, k, v.
+                grads = [torch.zeros(s, dtype=dout.dtype, device=dout.device) for s in ctx.shapes]
+            else:
+                grads = list(_backward(torch, call, dout, qp, kp, vp, out, lse))
+                if call.pad_qk:
+                    grads[0] = grads[0][..., :call.dim_qk]
+                    grads[1] = grads[1][..., :call.dim_qk]
+                if call.pad_v:
+                    grads[2] = grads[2][..., :call.dim_v]
+            return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])),
+                    None)
+
+    _function = FlashAttention
+    return _function
+
+
+def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
+              return_lse=False):
+    """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
+    differentiable with respect to q, k and v.
+
+    q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim];
+    v: [batch, seqlen_k, heads_kv, head_dim_v]. bf16 or fp16, all the same, on one
+    CUDA device; heads_q a multiple of heads_kv (GQA/MQA); head dims up to 256.
+
+    causal: mask aligned to the bottom-right corner (FlashAttention >= 2.1): query
+        row i sees key j <= i + seqlen_k - seqlen_q.
+    window: (left, right) sliding window, -1 unbounded; with causal=True it is
+        (left, 0).
+    softcap: > 0 applies softcap * tanh(scores / softcap) before the mask.
+    softmax_scale: default 1 / sqrt(head_dim).
+    return_lse: also return the log-sum-exp of the scaled scores, fp32
+        [batch, heads_q, seqlen_q] (not differentiable).
+
+    Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
+    current CUDA stream of the tensors' device.
+
+    Gradients: when grad mode is on and q, k or v requires grad, out carries a
+    grad_fn whose backward runs flashjit's backward kernels from the saved q,
+    k, v, out and lse (P is never stored: memory stays O(seqlen)); dk and dv
+    of a KV head sum the query heads that share it. Otherwise no autograd
+    machinery is involved.
+    """
+    import torch
+
+    call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = _autograd_function(torch).apply(q, k, v, call)
+        return (out, lse) if return_lse else out
+
+    out, lse, _, _, _ = _forward(torch, q, k, v, call, want_lse=return_lse)
+    if call.pad_v:
+        out = out[..., :call.dim_v]
     return (out, lse) if return_lse else out

@@ -45,8 +45,30 @@ class ForwardArgs(ctypes.Structure):
     ]
 
 
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("dout", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("dq", ctypes.c_void_p),
+        ("dk", ctypes.c_void_p),
+        ("dv", ctypes.c_void_p),
+    ] + [
+        (f"{t}_stride_{d}", ctypes.c_int64)
+        for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+        for d in ("batch", "seq", "head")
+    ] + [
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_uint64),
+    ]
+
+
 class Config(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int32) for name in ("path", "block_m", "block_n", "warps", "stages")]
+    _fields_ = [(name, ctypes.c_int32)
+                for name in ("path", "block_m", "block_n", "warps", "stages", "deterministic")]
 
 
 class LibraryNotFound(ImportError):
@@ -83,6 +105,15 @@ def _declare(lib):
         ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
         ctypes.POINTER(Config)]
     lib.flashjit_forward.restype = ctypes.c_int
+    # A library older than the backward (issue #5) still serves the forward;
+    # has_backward() tells, and the backward raises a clear error without it.
+    if hasattr(lib, "flashjit_backward"):
+        lib.flashjit_backward.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.c_void_p,
+            ctypes.POINTER(Config)]
+        lib.flashjit_backward.restype = ctypes.c_int
+        lib.flashjit_backward_workspace_bytes.argtypes = [ctypes.POINTER(Problem)]
+        lib.flashjit_backward_workspace_bytes.restype = ctypes.c_uint64
     lib.flashjit_last_error.argtypes = []
     lib.flashjit_last_error.restype = ctypes.c_char_p
     lib.flashjit_version.argtypes = []
@@ -119,6 +150,11 @@ def lib():
         raise LibraryNotFound(
             "flashjit: could not load libflashjit.so (set FLASHJIT_LIB to the path of "
             "libflashjit.so): " + "; ".join(errors))
+
+
+def has_backward():
+    """Whether the loaded library exports flashjit_backward."""
+    return hasattr(lib(), "flashjit_backward")
 
 
 def last_error():

@@ -9,6 +9,12 @@ Criterion (FlashAttention's): max|out - ref| <= 2 * max|out_lowprec - ref| + 1e-
 ref is computed in fp32 from the same bf16/fp16 inputs and out_lowprec is the same
 reference computed in the input dtype. Outputs are poisoned with NaN before every
 launch (FLASHJIT_POISON_OUTPUT=1), so an element the kernel does not write fails.
+
+Gradients (test_grad_*): out.backward(dout) through flashjit.attention against autograd
+through the same reference, with DESIGN.md's gradient criterion for each of dq, dk, dv:
+max|g - g_ref| <= 3 * max|g_lowprec - g_ref| + 1e-5 (g_ref in fp32 from the same inputs,
+g_lowprec the reference run in the input dtype). Gradients and the backward's workspace
+are poisoned too. --full runs both dtypes for every head dim in test_grad_head_dims.
 """
 import math
 import os
@@ -84,11 +90,13 @@ def attention_ref(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_s
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
     ok = allowed_mask(sq, sk, causal, window, q.device)
-    scores = scores.masked_fill(~ok, float("-inf"))
-    lse = torch.logsumexp(scores.float(), dim=-1)
-    p = torch.softmax(scores, dim=-1)
-    # Rows that see no key: FlashAttention writes zeros.
-    p = p.masked_fill(~ok.any(dim=-1, keepdim=True), 0.0)
+    lse = torch.logsumexp(scores.float().masked_fill(~ok, float("-inf")), dim=-1)
+    # Rows that see no key: FlashAttention writes zeros (and their gradients
+    # are 0). They are left unmasked for the softmax, then zeroed, so that
+    # autograd through the reference meets no NaN (softmax of a row of -inf).
+    no_key = ~ok.any(dim=-1, keepdim=True)
+    p = torch.softmax(scores.masked_fill(~(ok | no_key), float("-inf")), dim=-1)
+    p = p.masked_fill(no_key, 0.0)
     out = torch.einsum("bhts,bshd->bthd", p, v)
     return out.to(dtype), lse
 
@@ -133,8 +141,72 @@ def check(q, k, v, label="", lse_check=True, **kw):
     return None
 
 
-def run_cases(cases):
-    """cases: (label, kwargs-for-make_inputs, kwargs-for-attention). Collects every failure."""
+# ---- gradients -----------------------------------------------------------------
+
+def make_dout(q, v, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b, sq, hq, _ = q.shape
+    return torch.randn(b, sq, hq, v.shape[3], device="cuda", dtype=q.dtype, generator=g)
+
+
+def grads_ref(q, k, v, dout, dtype, **kw):
+    """[dq, dk, dv] of sum(attention_ref(q, k, v) * dout) by autograd through the
+    reference, every op in `dtype`: fp32 is the reference, the input dtype the
+    low-precision baseline (it rounds at least everything the kernel rounds)."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    with torch.enable_grad():
+        out, _ = attention_ref(*leaves, upcast=False, **kw)
+        out.backward(dout.to(dtype))
+    return [t.grad for t in leaves]
+
+
+def check_grad(q, k, v, dout, label="", **kw):
+    """flashjit's gradients against the fp32 reference's, with the criterion
+    max|g - g_ref| <= 3 * max|g_lowprec - g_ref| + 1e-5 for each of dq, dk, dv.
+    Returns a failure message or None."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = flashjit.attention(*leaves, **kw)
+    if out.grad_fn is None:
+        return f"{label}: out has no grad_fn although q, k and v require grad"
+    out.backward(dout)
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        plain = flashjit.attention(q, k, v, **kw)
+    torch.cuda.synchronize()
+    if not torch.equal(out.detach(), plain):
+        return f"{label}: the forward under autograd differs from the plain forward"
+    ref = grads_ref(q, k, v, dout, torch.float32, **kw)
+    low = grads_ref(q, k, v, dout, q.dtype, **kw)
+    for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
+        g = leaf.grad
+        if g is None:
+            return f"{label}: {name} is None"
+        if g.shape != leaf.shape or g.dtype != leaf.dtype:
+            return (f"{label}: {name} {tuple(g.shape)} {g.dtype}, expected {tuple(leaf.shape)} "
+                    f"{leaf.dtype}")
+        nan = torch.isnan(g).sum().item()
+        if nan:
+            return f"{label}: {nan} of {g.numel()} elements of {name} are NaN (unwritten or wrong)"
+        if g.numel() == 0:
+            continue
+        err = (g.float() - r).abs().max().item()
+        base = (lo.float() - r).abs().max().item()
+        bound = 3 * base + 1e-5
+        if not err <= bound:
+            return (f"{label}: max|{name}-ref| {err:.3g} > {bound:.3g} (3 * low-precision error "
+                    f"{base:.3g} + 1e-5)")
+    return None
+
+
+def same_kernel_grads(a, b):
+    """Two runs of the backward on the same values (other layouts, streams):
+    equal up to the order of dQ's fp32 atomics, about an ulp of the dtype."""
+    return (a.float() - b.float()).abs().max().item() <= 1e-2 * max(1.0, b.float().abs().max().item())
+
+
+def run_cases(cases, grad=False):
+    """cases: (label, kwargs-for-make_inputs, kwargs-for-attention). Collects every
+    failure. grad=True checks the gradients (check_grad) instead of the forward."""
     _require_gpu()
     failures = []
     for label, shape, kw in cases:
@@ -142,7 +214,11 @@ def run_cases(cases):
             continue
         try:
             q, k, v = make_inputs(**shape)
-            msg = check(q, k, v, label=label, **kw)
+            if grad:
+                dout = make_dout(q, v, shape["seed"] + 7)
+                msg = check_grad(q, k, v, dout, label=label, **kw)
+            else:
+                msg = check(q, k, v, label=label, **kw)
         except Exception as e:  # one failing case must not hide the others
             msg = f"{label}: {type(e).__name__}: {e}"
         if msg:
@@ -357,21 +433,241 @@ def test_empty_inputs():
     assert bool((lse == float("inf")).all())
 
 
-def test_grad_error():
+def test_grad_head_dims():
+    """Every head dim 32..256 (multiples of 8): one case each, rotating through
+    full/causal/window x bf16/fp16; 64, 128, 256 and the irregular 40, 72, 200
+    with every mask in both dtypes (--full: every head dim so)."""
     _require_gpu()
-    q, k, v = make_inputs(b=1, sq=64, sk=64, hq=2, hkv=2, d=64, dv=64, dtype=torch.bfloat16)
+    masks = (dict(), dict(causal=True), dict(window=(48, 16)))
+    dtypes = (torch.bfloat16, torch.float16)
+    items = []
+    for i, d in enumerate(range(32, 257, 8)):
+        if _FULL or d in (40, 64, 72, 128, 200, 256):
+            combos = [(kw, dt) for kw in masks for dt in dtypes]
+        else:
+            combos = [(masks[i % 3], dtypes[(i // 3) % 2])]
+        for kw, dt in combos:
+            items.append((shape(b=1, sq=113, sk=203, hq=2, d=d, dtype=dt), kw))
+    run_cases(cases_of(items), grad=True)
+
+
+def test_grad_padded_head_dims():
+    """Head dims that are not multiples of 8: q, k, v and dout zero-padded,
+    the gradients sliced back."""
+    _require_gpu()
+    items = []
+    for d in (59, 111):
+        for dt in (torch.bfloat16, torch.float16):
+            for causal in (False, True):
+                items.append((shape(b=2, sq=113, hq=3, d=d, dtype=dt), dict(causal=causal)))
+            items.append((shape(b=1, sq=17, sk=113, hq=2, d=d, dtype=dt), dict(window=(32, 8))))
+    # distinct q/k and v head dims (the padded v: 59 -> 64)
+    items.append((shape(b=1, sq=113, hq=2, d=64, dv=59), dict(causal=True)))
+    items.append((shape(b=1, sq=113, hq=2, d=128, dv=59, dtype=torch.float16), dict(causal=True)))
+    run_cases(cases_of(items), grad=True)
+
+
+def test_grad_seqlens():
+    """Irregular and unequal sequence lengths; with causal and seqlen_q > seqlen_k
+    the first rows see no key (their dq is 0)."""
+    _require_gpu()
+    items = []
+    for d in (64, 128):
+        for causal in (False, True):
+            for sq, sk in ((17, 17), (113, 113), (1023, 1023), (17, 113), (113, 17),
+                           (113, 1023), (1023, 113), (1, 300)):
+                dt = torch.float16 if (sq + d) % 3 == 0 else torch.bfloat16
+                items.append((shape(b=2, sq=sq, sk=sk, hq=4, d=d, dtype=dt), dict(causal=causal)))
+    run_cases(cases_of(items), grad=True)
+
+
+def test_grad_gqa_mqa():
+    """dk and dv of a KV head sum the query heads that share it."""
+    _require_gpu()
+    items = []
+    for hq, hkv in ((8, 2), (8, 1), (6, 3)):
+        for causal in (False, True):
+            for dt in (torch.bfloat16, torch.float16):
+                items.append((shape(b=2, sq=257, sk=513, hq=hq, hkv=hkv, d=128, dtype=dt),
+                              dict(causal=causal)))
+    items.append((shape(b=1, sq=300, hq=8, hkv=2, d=64), dict(window=(64, 0))))
+    run_cases(cases_of(items), grad=True)
+
+
+def test_grad_windows():
+    _require_gpu()
+    items = []
+    for d in (64, 128):
+        for sq, sk in ((1023, 1023), (113, 1023), (1023, 113)):
+            for window in ((64, 16), (0, 0), (128, -1), (-1, 32)):
+                items.append((shape(b=1, sq=sq, sk=sk, hq=2, d=d), dict(window=window)))
+            items.append((shape(b=1, sq=sq, sk=sk, hq=2, d=d, dtype=torch.float16),
+                          dict(causal=True, window=(100, 7))))
+    run_cases(cases_of(items), grad=True)
+
+
+def test_grad_softcap_and_scale():
+    """softcap's derivative (1 - tanh^2) and a non-default scale."""
+    _require_gpu()
+    items = []
+    for causal in (False, True):
+        for dt in (torch.bfloat16, torch.float16):
+            items.append((shape(b=2, sq=1023, hq=2, d=128, dtype=dt), dict(causal=causal, softcap=30.0)))
+        items.append((shape(b=2, sq=113, sk=1023, hq=4, d=64), dict(causal=causal, softcap=5.0)))
+        items.append((shape(b=1, sq=200, hq=4, hkv=2, d=256), dict(causal=causal, softcap=20.0)))
+        items.append((shape(b=2, sq=513, hq=4, d=128), dict(causal=causal, softmax_scale=0.3)))
+    items.append((shape(b=1, sq=333, hq=2, d=111, dtype=torch.float16), dict(window=(50, 50), softcap=10.0)))
+    run_cases(cases_of(items), grad=True)
+
+
+def test_grad_strided_inputs_and_dout():
+    """Views as inputs (gradients flow back to their base) and a dout that is
+    not kernel-ready (transposed, sliced, broadcast)."""
+    _require_gpu()
+    b, s, h, d = 2, 333, 4, 128
+    failures = []
+    g = torch.Generator(device="cuda").manual_seed(3)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=g)
+
+    def compare(name, got, ref_grads):
+        for n, x, r in zip(("dq", "dk", "dv"), got, ref_grads):
+            if not same_kernel_grads(x, r):
+                err = (x.float() - r.float()).abs().max().item()
+                failures.append(f"{name}: {n} differs from the packed-input gradient by {err:.3g}")
+
+    # packed qkv [b, s, 3, h, d]: one leaf, three strided views
+    qkv = randn(b, s, 3, h, d).requires_grad_()
+    dout = randn(b, s, h, d)
+    out = flashjit.attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True)
+    out.backward(dout)
+    q, k, v = (qkv.detach()[:, :, i].contiguous() for i in range(3))
+    msg = check_grad(q, k, v, dout, label="packed qkv (reference)", causal=True)
+    if msg:
+        failures.append(msg)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    flashjit.attention(*leaves, causal=True).backward(dout)
+    compare("packed qkv", [qkv.grad[:, :, i] for i in range(3)], [t.grad for t in leaves])
+
+    # heads-major storage [b, h, s, d] seen as [b, s, h, d]
+    base = [randn(b, h, s, d).requires_grad_() for _ in range(3)]
+    out = flashjit.attention(*(t.transpose(1, 2) for t in base))
+    out.backward(dout)
+    leaves = [t.detach().transpose(1, 2).contiguous().requires_grad_() for t in base]
+    flashjit.attention(*leaves).backward(dout)
+    compare("transposed [b,h,s,d]", [t.grad.transpose(1, 2) for t in base], [t.grad for t in leaves])
+
+    # dout not kernel-ready: transposed storage, last-dim stride 2, broadcast (sum())
+    q, k, v = make_inputs(b=b, sq=s, sk=s, hq=h, hkv=h, d=d, dv=d, dtype=torch.bfloat16, seed=5)
+    douts = {"transposed dout": randn(b, h, s, d).transpose(1, 2),
+             "dout last-dim stride 2": randn(b, s, h, 2 * d)[..., ::2],
+             "misaligned dout": randn(b * s * h * d + 1)[1:].view(b, s, h, d)}
+    for name, dt in douts.items():
+        msg = check_grad(q, k, v, dt, label=name, causal=True)
+        if msg:
+            failures.append(msg)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    flashjit.attention(*leaves).float().sum().backward()  # dout: ones, expanded
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    flashjit.attention(*ref).backward(torch.ones_like(dout))
+    compare("broadcast dout", [t.grad for t in leaves], [t.grad for t in ref])
+    assert not failures, "\n".join(failures)
+
+
+def test_grad_only_some_inputs():
+    """Only the inputs that require grad get one; the others stay None."""
+    _require_gpu()
+    q, k, v = make_inputs(b=1, sq=200, sk=300, hq=4, hkv=2, d=64, dv=64, dtype=torch.bfloat16)
+    dout = make_dout(q, v, 1)
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    flashjit.attention(*full, causal=True).backward(dout)
+    for i in range(3):
+        leaves = [t.clone() for t in (q, k, v)]
+        leaves[i].requires_grad_()
+        flashjit.attention(*leaves, causal=True).backward(dout)
+        for j in range(3):
+            if j == i:
+                assert same_kernel_grads(leaves[j].grad, full[j].grad), f"input {j}: gradient differs"
+            else:
+                assert leaves[j].grad is None, f"input {j} got a gradient it did not ask for"
+
+
+def test_grad_return_lse_and_modes():
+    """return_lse under autograd (lse not differentiable); no autograd node
+    under no_grad, inference_mode or without requires_grad."""
+    _require_gpu()
+    q, k, v = make_inputs(b=2, sq=129, sk=257, hq=4, hkv=2, d=128, dv=128, dtype=torch.bfloat16)
+    plain, plain_lse = flashjit.attention(q, k, v, causal=True, return_lse=True)
+    assert plain.grad_fn is None and not plain.requires_grad
     qg = q.clone().requires_grad_()
-    try:
-        flashjit.attention(qg, k, v)
-    except NotImplementedError as e:
-        assert "backward is not implemented yet (issue #5)" in str(e)
-        assert "torch.no_grad()" in str(e)
-    else:
-        raise AssertionError("no error for an input that requires grad")
-    with torch.no_grad():
-        out = flashjit.attention(qg, k, v)
+    out, lse = flashjit.attention(qg, k, v, causal=True, return_lse=True)
+    assert out.requires_grad and out.grad_fn is not None
+    assert not lse.requires_grad, "lse must not be differentiable"
     torch.cuda.synchronize()
-    assert not out.requires_grad
+    assert torch.equal(out.detach(), plain) and torch.equal(lse, plain_lse)
+    out.backward(make_dout(q, v, 2))
+    assert qg.grad is not None and qg.grad.shape == q.shape
+    with torch.no_grad():
+        assert flashjit.attention(qg, k, v).grad_fn is None
+    with torch.inference_mode():
+        assert flashjit.attention(qg, k, v).grad_fn is None
+    # softcap/window through autograd keep the same contract
+    out = flashjit.attention(qg, k, v, window=(16, 16), softcap=5.0)
+    assert out.grad_fn is not None
+
+
+def test_grad_empty_inputs():
+    """No keys: out = 0, so every gradient is 0 (dk, dv empty). No rows: dq empty."""
+    _require_gpu()
+    q, k, v = make_inputs(b=2, sq=16, sk=0, hq=2, hkv=2, d=59, dv=59, dtype=torch.bfloat16)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flashjit.attention(*leaves)
+    out.backward(torch.ones_like(out))
+    assert out.shape == (2, 16, 2, 59) and bool((out == 0).all())
+    assert bool((leaves[0].grad == 0).all()) and leaves[0].grad.shape == q.shape
+    assert leaves[1].grad.shape == k.shape and leaves[2].grad.shape == v.shape
+    q, k, v = make_inputs(b=1, sq=0, sk=16, hq=2, hkv=2, d=64, dv=64, dtype=torch.bfloat16)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flashjit.attention(*leaves, causal=True)
+    out.backward(torch.ones_like(out))
+    assert leaves[0].grad.shape == q.shape and bool((leaves[1].grad == 0).all())
+
+
+def test_grad_streams():
+    """The backward runs on the stream autograd gives it (the forward's)."""
+    _require_gpu()
+    q, k, v = make_inputs(b=2, sq=1023, sk=1023, hq=4, hkv=4, d=64, dv=64, dtype=torch.bfloat16)
+    dout = make_dout(q, v, 3)
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    flashjit.attention(*ref, causal=True).backward(dout)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with torch.cuda.stream(side):
+        flashjit.attention(*leaves, causal=True).backward(dout)
+    side.synchronize()
+    torch.cuda.synchronize()
+    for r, x in zip(ref, leaves):
+        assert same_kernel_grads(x.grad, r.grad), "gradients on a side stream differ"
+
+
+def test_grad_one_compile_per_class():
+    """A backward of a class that ran already compiles nothing for new seqlens,
+    batch or heads."""
+    _require_gpu()
+    q, k, v = make_inputs(b=2, sq=1024, sk=1024, hq=4, hkv=4, d=128, dv=128, dtype=torch.bfloat16)
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    flashjit.attention(*leaves, causal=True).backward(make_dout(q, v, 4))
+    torch.cuda.synchronize()
+    before = flashjit.compile_count()
+    for s in (1000, 1100, 77):
+        q, k, v = make_inputs(b=1, sq=s, sk=s, hq=8, hkv=8, d=128, dv=128, dtype=torch.bfloat16)
+        leaves = [t.requires_grad_() for t in (q, k, v)]
+        flashjit.attention(*leaves, causal=True).backward(make_dout(q, v, 5))
+    torch.cuda.synchronize()
+    assert flashjit.compile_count() == before, (
+        f"compile_count went from {before} to {flashjit.compile_count()} for new seqlens")
 
 
 def test_validation_errors():
@@ -408,15 +704,18 @@ def test_version():
 _FILTER = None
 _STOP_FIRST = False
 _VERBOSE = False
+# Both dtypes for every head dim in test_grad_head_dims (--full, or FLASHJIT_TEST_FULL=1).
+_FULL = os.environ.get("FLASHJIT_TEST_FULL", "") not in ("", "0")
 
 
 def main(argv):
-    global _FILTER, _STOP_FIRST, _VERBOSE
+    global _FILTER, _STOP_FIRST, _VERBOSE, _FULL
     name_filter = argv[argv.index("-k") + 1] if "-k" in argv else None
     if "--case" in argv:
         _FILTER = argv[argv.index("--case") + 1]
     _STOP_FIRST = "-x" in argv
     _VERBOSE = "-v" in argv
+    _FULL = _FULL or "--full" in argv
     reason = _skip_reason()
     if reason:
         print(f"SKIP: {reason}")

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(_REPO, "python"))
 
 def check_layout(layout_binary, capi):
     mirrors = {"flashjit_problem": capi.Problem, "flashjit_forward_args": capi.ForwardArgs,
-               "flashjit_config": capi.Config}
+               "flashjit_backward_args": capi.BackwardArgs, "flashjit_config": capi.Config}
     seen = {name: set() for name in mirrors}
     errors = []
     for line in subprocess.run([layout_binary], check=True, capture_output=True,
@@ -63,6 +63,28 @@ def main(argv):
     print(f"refused call: rc={rc}: {message}")
     if rc == 0 or "null" not in message:
         errors.append(f"null pointers: rc={rc}, message {message!r} should name the null argument")
+
+    # The backward: the workspace size (O(seqlen): the fp32 dQ accumulator and
+    # D = rowsum(dO * O)), 0 for invalid sizes, and a refused call.
+    if not _capi.has_backward():
+        errors.append("the library does not export flashjit_backward")
+    else:
+        ws = _capi.lib().flashjit_backward_workspace_bytes(ctypes.byref(problem))
+        rows = problem.batch * problem.heads_q * problem.seqlen_q
+        if ws < rows * (problem.head_dim_qk + 1) * 4:
+            errors.append(f"workspace_bytes {ws} < {rows * (problem.head_dim_qk + 1) * 4}")
+        bad = _capi.Problem(dtype=_capi.BF16, mask=_capi.MASK_NONE, batch=0, heads_q=2,
+                            heads_kv=2, seqlen_q=16, seqlen_k=16, head_dim_qk=64, head_dim_v=64,
+                            window_left=-1, window_right=-1)
+        if _capi.lib().flashjit_backward_workspace_bytes(ctypes.byref(bad)) != 0:
+            errors.append("workspace_bytes of batch 0 is not 0")
+        bargs = _capi.BackwardArgs(workspace_bytes=ws)  # enough bytes, null pointers
+        rc = _capi.lib().flashjit_backward(ctypes.byref(problem), ctypes.byref(bargs), None, None)
+        message = _capi.last_error()
+        print(f"refused backward call: rc={rc}: {message}")
+        if rc == 0 or "null" not in message:
+            errors.append(f"backward, null pointers: rc={rc}, message {message!r} should name "
+                          f"the null argument")
 
     # A wrong FLASHJIT_LIB is an ImportError that names the variable.
     _capi._lib = None
