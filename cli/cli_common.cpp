@@ -44,7 +44,7 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       causal("causal", cl::desc("Same as --mask causal"), cl::cat(category), problem_subs),
       FLASHJIT_PROBLEM_FLAG(softcap, "softcap", "0", "X", "Logit softcap (0: off)"),
       FLASHJIT_PROBLEM_FLAG(scale, "scale", "0", "S", "Softmax scale (0: 1/sqrt(hdim))"),
-      FLASHJIT_CONFIG_FLAG(path, "path", "sm80", "sm80|sm90", "Kernel family"),
+      FLASHJIT_CONFIG_FLAG(path, "path", "auto", "auto|sm80|sm90", "Kernel family (auto: sm90 on Hopper where it serves the problem)"),
       FLASHJIT_CONFIG_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(warps, "warps", "0", "W", "Warps per CTA (0: heuristic)"),

@@ -133,8 +133,10 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     c.path = KernelPath::sm80;
   } else if (v.path == "sm90") {
     c.path = KernelPath::sm90;
+  } else if (v.path == "auto") {
+    c.path = KernelPath::automatic;
   } else {
-    return flag_error("path", "sm80 or sm90", v.path);
+    return flag_error("path", "auto, sm80 or sm90", v.path);
   }
   struct Field {
     const char *flag;

@@ -15,10 +15,10 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
   if (arch.sm() < 80)
     return fail(llvm::formatv("architecture {0} is not supported: flashjit needs sm_80 or newer",
                               arch.name()));
-  if (config.path != KernelPath::sm80)
+  if (config.path == KernelPath::sm90)
     return fail(llvm::formatv("backward kernel path {0} is not available: use sm80",
                               to_string(config.path)));
-  if (!config.is_complete())
+  if (!config.is_complete() || config.path == KernelPath::automatic)
     return fail("backward config is incomplete: " + describe(config) +
                 " (fill it with default_backward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);

@@ -48,17 +48,27 @@ void preferred(int d, int dv, Candidate out[4]) {
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,
                                     int max_smem_bytes, const KernelConfig &partial) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
-  // The sm90 family only when asked for (until GPU runs show it is correct
-  // and faster); a problem it cannot serve falls back to sm80 here, and
-  // sm90_fallback_reason says why.
-  if (partial.path == KernelPath::sm90 && sm90_fallback_reason(problem, arch).empty()) {
+  // sm90 where it serves the problem: asked for, or chosen automatically on
+  // sm_90a when the caller fixed no tile (tile sizes mean sm80's otherwise).
+  // Measured on the H200 (docs/PERF.md, 2026-11-29): 1.4-2.1x the sm80
+  // family at d = 64/128/256. A problem it cannot serve falls back to sm80
+  // here, and sm90_fallback_reason says why.
+  const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
+  const bool want_sm90 = partial.path == KernelPath::sm90 ||
+                         (partial.path == KernelPath::automatic && no_tiles);
+  if (want_sm90 && sm90_fallback_reason(problem, arch).empty()) {
     KernelConfig config = partial;
+    config.path = KernelPath::sm90;
     const KernelConfig first = FwdSm90Traits::default_config(problem.head_dim_qk);
     if (!config.block_m) config.block_m = first.block_m;
     if (!config.block_n) config.block_n = first.block_n;
     if (!config.warps) config.warps = first.warps;
     if (!config.stages) config.stages = first.stages;
-    return config;
+    auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                      config.block_n, config.warps, config.stages, max_smem_bytes);
+    if (traits) return config;
+    // Too big for this device's shared memory: the sm80 family below.
+    llvm::consumeError(traits.takeError());
   }
   Candidate list[4];
   preferred(problem.head_dim_qk, problem.head_dim_v, list);

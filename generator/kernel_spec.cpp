@@ -98,7 +98,7 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
     return problem_error(llvm::formatv(
         "kernel path sm90 needs an sm_90a target (wgmma, setmaxnreg, TMA), not {0}: use sm80",
         arch.name()));
-  if (!config.is_complete())
+  if (!config.is_complete() || config.path == KernelPath::automatic)
     return problem_error("kernel config is incomplete: " + describe(config) +
                          " (fill it with default_forward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);

@@ -29,7 +29,14 @@ const char *to_string(MaskKind mask) {
   return "?";
 }
 
-const char *to_string(KernelPath path) { return path == KernelPath::sm80 ? "sm80" : "sm90"; }
+const char *to_string(KernelPath path) {
+  switch (path) {
+    case KernelPath::sm80: return "sm80";
+    case KernelPath::sm90: return "sm90";
+    case KernelPath::automatic: return "auto";
+  }
+  return "?";
+}
 
 std::string describe(const Problem &p) {
   std::string mask = to_string(p.mask);

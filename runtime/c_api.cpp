@@ -59,9 +59,10 @@ std::string convert_problem(const char *fn, const flashjit_problem &p, flashjit:
 std::string convert_config(const char *fn, const flashjit_config *c,
                            flashjit::ForwardOptions &out) {
   if (!c) return "";
-  if (c->path != 0 && c->path != 1)
-    return llvm::formatv("{0}: config.path={1} is invalid: expected 0 (sm80) or 1 (sm90)", fn,
-                         c->path);
+  if (c->path < FLASHJIT_PATH_AUTO || c->path > FLASHJIT_PATH_SM90)
+    return llvm::formatv("{0}: config.path={1} is invalid: expected FLASHJIT_PATH_AUTO (0), "
+                         "FLASHJIT_PATH_SM80 (1) or FLASHJIT_PATH_SM90 (2)",
+                         fn, c->path);
   for (auto [name, value] : {std::pair{"block_m", c->block_m}, {"block_n", c->block_n},
                              {"warps", c->warps}, {"stages", c->stages}})
     if (value < 0)
@@ -69,7 +70,9 @@ std::string convert_config(const char *fn, const flashjit_config *c,
                            "to let the heuristic choose",
                            fn, name, value);
   out.use_config = true;
-  out.config.path = c->path == 0 ? flashjit::KernelPath::sm80 : flashjit::KernelPath::sm90;
+  out.config.path = c->path == FLASHJIT_PATH_SM80   ? flashjit::KernelPath::sm80
+                    : c->path == FLASHJIT_PATH_SM90 ? flashjit::KernelPath::sm90
+                                                    : flashjit::KernelPath::automatic;
   out.config.block_m = c->block_m;
   out.config.block_n = c->block_n;
   out.config.warps = c->warps;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "generator/fwd_sm80_traits.h"
+#include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -21,13 +22,18 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
     // The traits are the kernel's own resource model (shared memory, rows
     // per warp, accumulator registers): what they reject would fail to
     // compile, to launch, or would spill, so it is never worth an NVRTC run.
-    auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                      config.block_n, config.warps, config.stages,
-                                      max_smem_bytes);
-    if (traits) {
+    llvm::Error rejected =
+        config.path == KernelPath::sm90
+            ? FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                  config.block_n, config.warps, config.stages, max_smem_bytes)
+                  .takeError()
+            : FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                  config.block_n, config.warps, config.stages, max_smem_bytes)
+                  .takeError();
+    if (!rejected) {
       set.configs.push_back(config);
     } else {
-      set.pruned.push_back({config, llvm::toString(traits.takeError())});
+      set.pruned.push_back({config, llvm::toString(std::move(rejected))});
     }
   };
 
@@ -42,6 +48,12 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
       for (int warps : {4, 8})
         for (int stages : {2, 3})
           consider(KernelConfig{KernelPath::sm80, block_m, block_n, warps, stages});
+  // Both families on Hopper: the sm90 kernel's own tiles where it serves the
+  // problem (its fallback reason says why not otherwise).
+  if (sm90_fallback_reason(problem, arch).empty())
+    for (const KernelConfig &config :
+         FwdSm90Traits::search_space(problem.head_dim_qk, max_smem_bytes))
+      consider(config);
   return set;
 }
 

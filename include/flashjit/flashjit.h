@@ -12,6 +12,7 @@ extern "C" {
 
 enum flashjit_dtype { FLASHJIT_BF16 = 0, FLASHJIT_FP16 = 1 };
 enum flashjit_mask { FLASHJIT_MASK_NONE = 0, FLASHJIT_MASK_CAUSAL = 1, FLASHJIT_MASK_WINDOW = 2 };
+enum flashjit_path { FLASHJIT_PATH_AUTO = 0, FLASHJIT_PATH_SM80 = 1, FLASHJIT_PATH_SM90 = 2 };
 
 typedef struct flashjit_problem {
   int32_t dtype; /* enum flashjit_dtype */
@@ -53,7 +54,9 @@ typedef struct flashjit_backward_args {
   uint64_t workspace_bytes;
 } flashjit_backward_args;
 
-/* Kernel configuration; zero fields are filled by the heuristic. path: 0 = sm80. */
+/* Kernel configuration; zero fields are filled by the heuristic. path:
+ * FLASHJIT_PATH_AUTO lets flashjit choose the family (sm90 on Hopper where
+ * it serves the problem). */
 typedef struct flashjit_config {
   int32_t path, block_m, block_n, warps, stages;
   int32_t deterministic; /* backward: dQ without atomics, bit-identical runs */

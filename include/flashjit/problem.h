@@ -34,12 +34,13 @@ struct Problem {
   double forward_flops() const;
 };
 
-// Which kernel family runs the problem.
-enum class KernelPath : uint8_t { sm80, sm90 };
+// Which kernel family runs the problem. `automatic` lets flashjit choose:
+// sm90 (TMA + wgmma) on Hopper for the head dims it serves, else sm80.
+enum class KernelPath : uint8_t { sm80, sm90, automatic };
 
 // Tile and pipeline parameters. A zero field means "let the heuristic pick".
 struct KernelConfig {
-  KernelPath path = KernelPath::sm80;
+  KernelPath path = KernelPath::automatic;
   int block_m = 0;
   int block_n = 0;
   int warps = 0;

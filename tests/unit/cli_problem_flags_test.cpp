@@ -109,7 +109,7 @@ TEST(ProblemFlags, ErrorsNameTheFlagAndWhatIsAllowed) {
       {&ProblemFlagValues::scale, "abc",
        "--scale: expected a finite number >= 0 (0: 1/sqrt(hdim)), got abc"},
       {&ProblemFlagValues::path, "sm100",
-       "--path: expected sm80 or sm90, got sm100"},
+       "--path: expected auto, sm80 or sm90, got sm100"},
       {&ProblemFlagValues::warps, "-1",
        "--warps: expected 0 (heuristic) or a positive integer, got -1"},
   };

@@ -188,8 +188,16 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   p.head_dim_qk = p.head_dim_v = 256;
   EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial), FwdSm90Traits::default_config(256));
   EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "");
-  // The heuristic keeps choosing sm80 when no path is asked for.
-  EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
+  // With no path asked for, the heuristic takes sm90 on sm_90a where it
+  // serves the problem, sm80 elsewhere and when the caller fixed a tile.
+  EXPECT_EQ(default_forward_config(p, kSm90a), FwdSm90Traits::default_config(256));
+  EXPECT_EQ(default_forward_config(p, TargetArch{8, 0, false}).path, KernelPath::sm80);
+  KernelConfig tile;
+  tile.block_n = 32;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, tile).path, KernelPath::sm80);
+  KernelConfig sm80_only;
+  sm80_only.path = KernelPath::sm80;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, sm80_only).path, KernelPath::sm80);
 }
 
 TEST(FwdSm90Traits, SharedMemoryAndRejections) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "generator/fwd_sm80_traits.h"
+#include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "tuner/candidates.h"
 #include "tuner/search.h"
@@ -231,19 +232,30 @@ TEST(ForwardCandidates, HeuristicFirstEveryConfigValidNoDuplicates) {
     CandidateSet set = forward_candidates(p, kSm90a, smem);
     ASSERT_FALSE(set.configs.empty()) << d;
     EXPECT_EQ(set.configs.front(), default_forward_config(p, kSm90a, smem)) << d;
-    std::set<std::tuple<int, int, int, int>> seen;
+    std::set<std::tuple<int, int, int, int, int>> seen;
+    size_t sm90 = 0;
     for (const KernelConfig &c : set.configs) {
-      EXPECT_EQ(c.path, KernelPath::sm80);
       EXPECT_TRUE(c.is_complete());
-      EXPECT_TRUE(seen.insert({c.block_m, c.block_n, c.warps, c.stages}).second)
+      EXPECT_TRUE(seen.insert({int(c.path), c.block_m, c.block_n, c.warps, c.stages}).second)
           << "duplicate " << describe(c);
+      if (c.path == KernelPath::sm90) {
+        ++sm90;
+        EXPECT_TRUE(bool(FwdSm90Traits::make(d, d, c.block_m, c.block_n, c.warps, c.stages, smem)))
+            << describe(c);
+        continue;
+      }
+      EXPECT_EQ(c.path, KernelPath::sm80);
       auto traits = FwdSm80Traits::make(d, d, c.block_m, c.block_n, c.warps, c.stages, smem);
       EXPECT_TRUE(bool(traits)) << describe(c);
       if (!traits) llvm::consumeError(traits.takeError());
     }
-    // The whole grid is accounted for: 3 x 3 x 2 x 2 configs (the heuristic's
-    // is one of them for these head dims).
-    EXPECT_EQ(set.configs.size() + set.pruned.size(), 36u) << d;
+    // Both families on sm_90a where sm90 serves the head dim (64, 128, 256):
+    // the whole sm80 grid (3 x 3 x 2 x 2) plus sm90's search space.
+    const size_t sm90_space = sm90_fallback_reason(p, kSm90a).empty()
+                                  ? FwdSm90Traits::search_space(d, smem).size()
+                                  : 0;
+    EXPECT_EQ(sm90, sm90_space) << d;
+    EXPECT_EQ(set.configs.size() + set.pruned.size(), 36u + sm90_space) << d;
     for (const PrunedConfig &pruned : set.pruned) EXPECT_FALSE(pruned.reason.empty());
   }
 }
@@ -255,8 +267,11 @@ TEST(ForwardCandidates, SmallSharedMemoryPrunesBigTilesWithReasons) {
   CandidateSet small = forward_candidates(p, kSm90a, limit);
   EXPECT_LT(small.configs.size(), big.configs.size());
   for (const KernelConfig &c : small.configs) {
-    FwdSm80Traits t{128, 128, c.block_m, c.block_n, c.warps, c.stages};
-    EXPECT_LE(t.smem_bytes(), limit) << describe(c);
+    const int smem = c.path == KernelPath::sm90
+                         ? FwdSm90Traits{128, c.block_m, c.block_n, c.warps, c.stages}.smem_bytes()
+                         : FwdSm80Traits{128, 128, c.block_m, c.block_n, c.warps, c.stages}
+                               .smem_bytes();
+    EXPECT_LE(smem, limit) << describe(c);
   }
   int smem_reasons = 0;
   for (const PrunedConfig &pruned : small.pruned)
@@ -275,8 +290,11 @@ TEST(ForwardCandidates, SmallSharedMemoryPrunesBigTilesWithReasons) {
 
 TEST(ForwardCandidates, RegisterModelPrunesWideTilesAtLargeHeadDims) {
   CandidateSet set = forward_candidates(problem_with(256), kSm90a, 0);
-  for (const KernelConfig &c : set.configs)
-    EXPECT_EQ(c.block_m / (16 * c.warps), 1) << describe(c);  // 32 rows x 256 would spill
+  for (const KernelConfig &c : set.configs) {
+    if (c.path == KernelPath::sm80) {
+      EXPECT_EQ(c.block_m / (16 * c.warps), 1) << describe(c);  // 32 rows x 256 would spill
+    }
+  }
   bool accumulators = false;
   for (const PrunedConfig &pruned : set.pruned)
     accumulators |= pruned.reason.find("accumulators") != std::string::npos;
