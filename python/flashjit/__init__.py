@@ -201,9 +201,25 @@ def _forward(torch, q, k, v, call, want_lse):
     # context of the current device): make that the tensors' device.
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
+        config = _forward_config()
         _check_rc(lib.flashjit_forward(ctypes.byref(p), ctypes.byref(args),
-                                       ctypes.c_void_p(stream), None))
+                                       ctypes.c_void_p(stream),
+                                       ctypes.byref(config) if config is not None else None))
     return out, lse, qp, kp, vp
+
+
+_PATHS = {"auto": 0, "sm80": 1, "sm90": 2}
+
+
+def _forward_config():
+    """$FLASHJIT_KERNEL_PATH=auto|sm80|sm90 pins the forward kernel family
+    (benchmarks compare the two); unset, the library chooses."""
+    path = os.environ.get("FLASHJIT_KERNEL_PATH")
+    if not path:
+        return None
+    if path not in _PATHS:
+        raise ValueError(f"FLASHJIT_KERNEL_PATH={path!r}: expected one of {sorted(_PATHS)}")
+    return _capi.Config(_PATHS[path], 0, 0, 0, 0, 0)
 
 
 def _grad_buffer(torch, like):
