@@ -48,8 +48,11 @@ KernelConfig FwdSm90Traits::default_config(int head_dim) {
   c.path = KernelPath::sm90;
   c.block_m = kBlockM;
   c.warps = kWarps;
+  // Fastest of bench/sweep_configs.py --path sm90 on the H200 (docs/PERF.md,
+  // 2026-11-29): d=64 and 128 128x128 with 3 stages (d=128 8k: 677 TFLOP/s
+  // against 524 with 2 stages), d=256 128x80 with 2.
   c.block_n = head_dim == 256 ? 80 : 128;
-  c.stages = 2;
+  c.stages = head_dim == 256 ? 2 : 3;
   return c;
 }
 

@@ -162,7 +162,7 @@ TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
   EXPECT_EQ(s.entry, "flashjit_fwd_sm90");
   EXPECT_NE(s.source.find("#include \"fwd_sm90.cuh\""), std::string::npos);
   EXPECT_EQ(s.source.find("fwd_sm80.cuh"), std::string::npos);
-  EXPECT_NE(s.program_name.find("fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2"),
+  EXPECT_NE(s.program_name.find("fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s3"),
             std::string::npos)
       << s.program_name;
 }
