@@ -1,5 +1,7 @@
 #include "tuner/forward_bench.h"
 
+#include "runtime/tensor_maps.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -97,9 +99,9 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(const Problem &
     auto lb = DeviceBuffer::allocate(lse_n * sizeof(float));
     if (!lb) return lb.takeError();
     set.lse = std::move(*lb);
-    set.params = make_forward_params(
-        problem, ForwardArgs::packed(problem, set.q.data(), set.k.data(), set.v.data(),
-                                     set.o.data(), static_cast<float *>(set.lse.data())));
+    set.args = ForwardArgs::packed(problem, set.q.data(), set.k.data(), set.v.data(),
+                                   set.o.data(), static_cast<float *>(set.lse.data()));
+    set.params = make_forward_params(problem, set.args);
     bench->sets_.push_back(std::move(set));
   }
   if (llvm::Error e =
@@ -134,8 +136,11 @@ llvm::Error ForwardBench::events(size_t count) {
   return llvm::Error::success();
 }
 
-llvm::Error ForwardBench::launch(const LoadedKernel &kernel, const LaunchGeometry &geometry) {
+llvm::Error ForwardBench::launch(const LoadedKernel &kernel, const KernelSpec &spec,
+                                 const LaunchGeometry &geometry) {
   InputSet &set = sets_[next_++ % sets_.size()];
+  if (spec.config.path == KernelPath::sm90)
+    return launch_forward_sm90(kernel, spec, problem_, set.args, set.params, stream_);
   void *args[] = {&set.params};
   return kernel.launch(geometry, stream_, args);
 }
@@ -149,13 +154,13 @@ llvm::Error ForwardBench::failed(llvm::Error e) {
   return error(message);
 }
 
-llvm::Error ForwardBench::warm_up(const LoadedKernel &kernel, const LaunchGeometry &geometry,
-                                  double ms) {
-  auto t = time(kernel, geometry, 1);
+llvm::Error ForwardBench::warm_up(const LoadedKernel &kernel, const KernelSpec &spec,
+                                  const LaunchGeometry &geometry, double ms) {
+  auto t = time(kernel, spec, geometry, 1);
   if (!t) return t.takeError();
   const int launches = std::clamp(int(ms / std::max(t->median_ms, 1e-3)), 1, 10000);
   for (int i = 0; i < launches; ++i)
-    if (llvm::Error e = launch(kernel, geometry)) return failed(std::move(e));
+    if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream_), "cuStreamSynchronize"))
@@ -164,6 +169,7 @@ llvm::Error ForwardBench::warm_up(const LoadedKernel &kernel, const LaunchGeomet
 }
 
 llvm::Expected<Measurement> ForwardBench::time(const LoadedKernel &kernel,
+                                               const KernelSpec &spec,
                                                const LaunchGeometry &geometry, int repeats) {
   if (!broken_.empty()) return error("not measured: an earlier kernel broke the context: " + broken_);
   if (repeats < 1) return error("at least one timed repeat is needed");
@@ -174,10 +180,10 @@ llvm::Expected<Measurement> ForwardBench::time(const LoadedKernel &kernel,
 
   // Warm-up (first touch of the module, instruction cache), then one timed
   // launch to size the samples.
-  if (llvm::Error e = launch(kernel, geometry)) return failed(std::move(e));
+  if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
   if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[0], stream_), "cuEventRecord"))
     return failed(std::move(e));
-  if (llvm::Error e = launch(kernel, geometry)) return failed(std::move(e));
+  if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
   if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[1], stream_), "cuEventRecord"))
     return failed(std::move(e));
   if (llvm::Error e = cuda_check(cu.cuEventSynchronize(events_[1]), "cuEventSynchronize"))
@@ -195,7 +201,7 @@ llvm::Expected<Measurement> ForwardBench::time(const LoadedKernel &kernel,
     if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[i], stream_), "cuEventRecord"))
       return failed(std::move(e));
     for (int j = 0; j < per_sample; ++j)
-      if (llvm::Error e = launch(kernel, geometry)) return failed(std::move(e));
+      if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
   }
   if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[repeats], stream_), "cuEventRecord"))
     return failed(std::move(e));
@@ -267,7 +273,9 @@ llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
                                                static_cast<float *>(lse->data()));
   FwdParams params = make_forward_params(p, args);
   void *kernel_args[] = {&params};
-  if (llvm::Error e = kernel.launch(forward_launch_geometry(spec, p), stream, kernel_args))
+  if (llvm::Error e = spec.config.path == KernelPath::sm90
+                          ? launch_forward_sm90(kernel, spec, p, args, params, stream)
+                          : kernel.launch(forward_launch_geometry(spec, p), stream, kernel_args))
     return e;
   if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream), "cuStreamSynchronize"))
     return e;

@@ -41,11 +41,14 @@ class ForwardBench {
   // launches as last about kSampleMs (one for ~1 ms kernels): per-launch
   // median, min and max in ms. A sample of several launches keeps the
   // per-launch gap out of short kernels' times.
-  llvm::Expected<Measurement> time(const LoadedKernel &kernel, const LaunchGeometry &geometry,
-                                   int repeats);
+  // `spec` says which family's arguments the kernel takes (sm90 adds TMA
+  // tensor maps).
+  llvm::Expected<Measurement> time(const LoadedKernel &kernel, const KernelSpec &spec,
+                                   const LaunchGeometry &geometry, int repeats);
   // Runs `kernel` for about `ms` so that the GPU's clocks have ramped up
   // before the first candidate is timed.
-  llvm::Error warm_up(const LoadedKernel &kernel, const LaunchGeometry &geometry, double ms);
+  llvm::Error warm_up(const LoadedKernel &kernel, const KernelSpec &spec,
+                      const LaunchGeometry &geometry, double ms);
 
   // Non-empty once a fault (an illegal address, a trap) broke the context:
   // every later timing fails at once with this reason.
@@ -57,9 +60,11 @@ class ForwardBench {
   ForwardBench() = default;
   struct InputSet {
     DeviceBuffer q, k, v, o, lse;
+    ForwardArgs args;
     FwdParams params;
   };
-  llvm::Error launch(const LoadedKernel &kernel, const LaunchGeometry &geometry);
+  llvm::Error launch(const LoadedKernel &kernel, const KernelSpec &spec,
+                     const LaunchGeometry &geometry);
   llvm::Error events(size_t count);
   // Turns a CUDA failure into the candidate's error; marks the bench broken
   // when the context no longer works.

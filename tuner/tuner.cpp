@@ -176,7 +176,7 @@ llvm::Error Tune::measure(const DeviceInfo &device, TuneOutcome &outcome) {
     if (candidates_[i].runnable) runnable.push_back(int(i));
   {
     const Candidate &first = candidates_[runnable.front()];
-    if (llvm::Error e = bench_->warm_up(first.kernel, first.geometry, kWarmUpMs)) {
+    if (llvm::Error e = bench_->warm_up(first.kernel, *first.spec, first.geometry, kWarmUpMs)) {
       // The first candidate faulted while warming up: it scores infinity in
       // the halving below like any launch failure (or the bench is broken).
       llvm::consumeError(std::move(e));
@@ -198,7 +198,7 @@ llvm::Error Tune::measure(const DeviceInfo &device, TuneOutcome &outcome) {
   const Clock::time_point measure_start = Clock::now();
   auto timer = [&](int index, int repeats) -> llvm::Expected<Measurement> {
     const Candidate &c = candidates_[runnable[index]];
-    return bench_->time(c.kernel, c.geometry, repeats);
+    return bench_->time(c.kernel, *c.spec, c.geometry, repeats);
   };
   std::vector<CandidateScore> scores =
       successive_halving(int(runnable.size()), timer, halving);
