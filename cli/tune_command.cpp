@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/db_common.h"
 #include "runtime/device.h"
+#include "runtime/runtime_counters.h"
 #include "tuner/tuner.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -268,10 +269,17 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
     for (std::thread &t : threads) t.join();
   }
 
-  if (common.json)
-    print_json(rows_json(rows, *path));
-  else
+  // What this run had to compile: zero after `flashjit precompile` (or an
+  // earlier tune) filled the cubin store for this GPU's target.
+  const uint64_t compiles = runtime_counters().compiles.load();
+  if (common.json) {
+    llvm::json::Value value = rows_json(rows, *path);
+    if (auto *object = value.getAsObject()) (*object)["nvrtc_compiles"] = int64_t(compiles);
+    print_json(std::move(value));
+  } else {
     print_table(rows);
+    llvm::outs() << llvm::formatv("NVRTC compiles in this run: {0}\n", compiles);
+  }
   for (const Row &row : rows)
     if (!row.error.empty()) return kExitFailure;
   return kExitOk;

@@ -1,5 +1,7 @@
 #include "reference/gpu_reference.h"
 
+#include "runtime/kernel_source.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -52,7 +54,7 @@ llvm::Error check_supported(const Problem &p, const ForwardArgs &inputs) {
   return llvm::Error::success();
 }
 
-llvm::Expected<const LoadedKernel &> reference_kernel() {
+llvm::Expected<const LoadedKernel &> reference_kernel(TuningDb *store) {
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
   auto device = query_device(static_cast<int>(context->device));
@@ -60,8 +62,10 @@ llvm::Expected<const LoadedKernel &> reference_kernel() {
   const TargetArch arch = device->target();
   return KernelCache::process().get_or_build(
       "reference_attention_" + arch.name(), context->context,
-      [arch]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
-        auto cubin = compile_to_cubin(generate_reference_attention(), arch);
+      [arch, store]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
+        auto cubin = stored_cubin(generate_reference_attention(), arch,
+                                  "reference_attention_" + arch.name(),
+                                  store ? store : process_tuning_db());
         if (!cubin) return cubin.takeError();
         auto kernel = LoadedKernel::load(cubin->bytes, kEntry, kMaxDynamicSmem);
         if (!kernel) return kernel.takeError();
@@ -84,12 +88,12 @@ GeneratedSource generate_reference_attention() {
 
 llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs &inputs,
                                        float *out, float *lse, ReferencePrecision precision,
-                                       CUstream stream) {
+                                       CUstream stream, TuningDb *store) {
   if (auto error = check_supported(problem, inputs)) return error;
   if (!out)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "GPU reference: the output pointer is null");
-  auto kernel = reference_kernel();
+  auto kernel = reference_kernel(store);
   if (!kernel) return kernel.takeError();
 
   RefAttentionParams params{};
@@ -143,7 +147,7 @@ llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs
 llvm::Expected<AttentionOutputs> gpu_reference_attention(const Problem &problem,
                                                          const ForwardArgs &inputs,
                                                          ReferencePrecision precision,
-                                                         CUstream stream) {
+                                                         CUstream stream, TuningDb *store) {
   AttentionOutputs result;
   result.out.resize(o_elements(problem));
   result.lse.resize(lse_elements(problem));
@@ -153,7 +157,7 @@ llvm::Expected<AttentionOutputs> gpu_reference_attention(const Problem &problem,
   if (!lse) return lse.takeError();
   if (auto error = launch_reference_attention(problem, inputs, static_cast<float *>(out->data()),
                                               static_cast<float *>(lse->data()), precision,
-                                              stream))
+                                              stream, store))
     return error;
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();

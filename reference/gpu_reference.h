@@ -7,12 +7,17 @@
 #include <cuda.h>
 
 #include "flashjit/forward.h"
+#include "cache/tuning_db.h"
 #include "generator/source.h"
 #include "reference/cpu_attention.h"
 #include "llvm/Support/Error.h"
 
 namespace flashjit {
 
+// `store`: the cubin store to load the reference kernel from (and to put it
+// in when compiled); null: the process database. A tune on a GPU whose
+// store `flashjit precompile` filled compiles nothing, this included.
+//
 // The NVRTC program of the reference kernel: one for every shape and dtype
 // (all of them are run-time parameters).
 GeneratedSource generate_reference_attention();
@@ -24,13 +29,14 @@ GeneratedSource generate_reference_attention();
 // the current context (or the primary context of device 0).
 llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs &inputs,
                                        float *out, float *lse, ReferencePrecision precision,
-                                       CUstream stream);
+                                       CUstream stream, TuningDb *store = nullptr);
 
 // As above, into device memory it allocates; waits for the stream and
 // returns both outputs on the host.
 llvm::Expected<AttentionOutputs> gpu_reference_attention(const Problem &problem,
                                                          const ForwardArgs &inputs,
                                                          ReferencePrecision precision,
-                                                         CUstream stream = nullptr);
+                                                         CUstream stream = nullptr,
+                                                         TuningDb *store = nullptr);
 
 }  // namespace flashjit

@@ -192,7 +192,11 @@ llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
 }
 
 llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db) {
-  const GeneratedSource source = generate_forward(spec);
+  return stored_cubin(generate_forward(spec), spec.arch, spec.id(), db);
+}
+
+llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const TargetArch &arch,
+                                         llvm::StringRef kernel_id, TuningDb *db) {
   CubinSource out;
   out.entry = source.entry;
 
@@ -202,7 +206,7 @@ llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db) 
   std::string nvrtc;
   if (version) {
     nvrtc = std::move(*version);
-    out.key = cubin_key(source, spec.arch, nvrtc);
+    out.key = cubin_key(source, arch, nvrtc);
   } else {
     llvm::consumeError(version.takeError());
   }
@@ -218,7 +222,7 @@ llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db) 
     }
   }
 
-  auto cubin = compile_to_cubin(source, spec.arch);
+  auto cubin = compile_to_cubin(source, arch);
   if (!cubin) return cubin.takeError();
   out.bytes = std::move(cubin->bytes);
   out.compiled = true;
@@ -227,8 +231,8 @@ llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db) 
   if (db && !out.key.empty()) {
     CubinRecord record;
     record.key = out.key;
-    record.kernel_id = spec.id();
-    record.arch = spec.arch.name();
+    record.kernel_id = kernel_id.str();
+    record.arch = arch.name();
     record.nvrtc_version = nvrtc;
     record.bytes = out.bytes;
     // blob_sha256, created_at and last_used_at are left for the store to

@@ -14,6 +14,7 @@
 #include "cache/tuning_db.h"
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
+#include "generator/source.h"
 #include "runtime/device.h"
 #include "runtime/loaded_kernel.h"
 #include "llvm/Support/Error.h"
@@ -58,5 +59,9 @@ struct CubinSource {
   std::string key;
 };
 llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db);
+// The same for any generated program (the backward's, the GPU reference's):
+// `kernel_id` only labels the stored row.
+llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const TargetArch &arch,
+                                         llvm::StringRef kernel_id, TuningDb *db);
 
 }  // namespace flashjit

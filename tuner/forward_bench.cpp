@@ -247,7 +247,8 @@ Problem accuracy_problem(const Problem &problem) {
 
 llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
                                                     const KernelSpec &spec,
-                                                    const Problem &problem, CUstream stream) {
+                                                    const Problem &problem, CUstream stream,
+                                                    TuningDb *store) {
   const Problem p = accuracy_problem(problem);
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
@@ -286,9 +287,9 @@ llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
     return e;
   if (llvm::Error e = lse->download(lse_values.data(), lse_values.size() * sizeof(float)))
     return e;
-  auto exact = gpu_reference_attention(p, args, ReferencePrecision::exact, stream);
+  auto exact = gpu_reference_attention(p, args, ReferencePrecision::exact, stream, store);
   if (!exact) return exact.takeError();
-  auto element = gpu_reference_attention(p, args, ReferencePrecision::element, stream);
+  auto element = gpu_reference_attention(p, args, ReferencePrecision::element, stream, store);
   if (!element) return element.takeError();
   const std::vector<float> out = from_storage(p.dtype, o_bits);
   return check_forward_accuracy(out, exact->out, element->out, lse_values, exact->lse);

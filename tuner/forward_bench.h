@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashjit/forward.h"
+#include "cache/tuning_db.h"
 #include "generator/kernel_spec.h"
 #include "reference/accuracy.h"
 #include "runtime/device.h"
@@ -87,8 +88,10 @@ Problem accuracy_problem(const Problem &problem);
 // Launches `kernel` (compiled for `spec`) on random inputs of
 // accuracy_problem(problem), with NaN-poisoned outputs, and compares with
 // the GPU reference in exact and element precision (DESIGN.md's criterion).
+// The reference kernel's cubin comes from (or goes to) `store`.
 llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
                                                     const KernelSpec &spec,
-                                                    const Problem &problem, CUstream stream);
+                                                    const Problem &problem, CUstream stream,
+                                                    TuningDb *store = nullptr);
 
 }  // namespace flashjit

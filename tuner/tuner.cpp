@@ -1,5 +1,9 @@
 #include "tuner/tuner.h"
 
+#include "runtime/kernel_source.h"
+
+#include "reference/gpu_reference.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -240,7 +244,7 @@ llvm::Expected<int> Tune::pick_checked_winner(TuneOutcome &outcome) {
     if (attempts++ == kMaxAccuracyAttempts) break;
     Candidate &c = candidates_[i];
     say("checking " + c.outcome.id + " against the reference");
-    auto report = check_forward_kernel(c.kernel, *c.spec, problem_, bench_->stream());
+    auto report = check_forward_kernel(c.kernel, *c.spec, problem_, bench_->stream(), &db_);
     std::string why;
     if (!report)
       why = llvm::toString(report.takeError());
@@ -377,6 +381,18 @@ llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
     } else {
       ++outcome.compiled;
     }
+  }
+  // The tuner checks its winner against the GPU reference: store that
+  // kernel too, so a tune on this target compiles nothing at all.
+  auto reference = stored_cubin(generate_reference_attention(), arch,
+                                "reference_attention_" + arch.name(), &db);
+  if (!reference) {
+    ++outcome.failed;
+    outcome.failures.push_back("reference_attention: " + llvm::toString(reference.takeError()));
+  } else if (reference->compiled) {
+    ++outcome.compiled;
+  } else {
+    ++outcome.already_stored;
   }
   return outcome;
 }
