@@ -12,6 +12,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/tensor_maps.h"
 #include "runtime/kernel_source.h"
+#include "runtime/tensor_checks.h"
 #include "runtime/tuning_key.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
@@ -22,63 +23,6 @@ namespace {
 
 llvm::Error args_error(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
-}
-
-// The kernel moves rows with 16-byte vector loads and stores (8 elements of a
-// 16-bit type): every row start must be 16-byte aligned, so base pointers
-// must be and strides must be multiples of 8 elements.
-constexpr int kVectorBytes = 16;
-constexpr int kElementBytes = 2;
-constexpr int kVectorElements = kVectorBytes / kElementBytes;
-
-struct TensorCheck {
-  const char *name;
-  const void *data;
-  TensorStrides strides;
-  int64_t seqlen;
-  int64_t heads;
-};
-
-llvm::Error check_device_pointer(const CudaDriver &cu, const char *name, const void *ptr) {
-  CUdeviceptr device_ptr = 0;
-  CUresult r = cu.cuPointerGetAttribute(&device_ptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
-                                        reinterpret_cast<CUdeviceptr>(ptr));
-  if (r == CUDA_SUCCESS) return llvm::Error::success();
-  return args_error(llvm::formatv(
-      "argument {0} ({1}) is not memory the GPU can access ({2}): pass device memory "
-      "(cudaMalloc, a CUDA tensor); host memory must be copied to the device first",
-      name, ptr, llvm::toString(cuda_check(r, "cuPointerGetAttribute"))));
-}
-
-// Checks that need no driver, so they run (and are tested) anywhere.
-llvm::Error check_tensor_layout(const Problem &problem, const TensorCheck &t) {
-  if (!t.data) return args_error(llvm::formatv("argument {0} is null", t.name));
-  if (reinterpret_cast<uintptr_t>(t.data) % kVectorBytes)
-    return args_error(llvm::formatv(
-        "argument {0} ({1}) is not {2}-byte aligned: the kernel uses {2}-byte vector loads",
-        t.name, t.data, kVectorBytes));
-  struct Stride {
-    const char *what;
-    int64_t value;
-    int64_t extent;
-  };
-  for (Stride s : {Stride{"batch", t.strides.batch, problem.batch},
-                   Stride{"seq", t.strides.seq, t.seqlen},
-                   Stride{"head", t.strides.head, t.heads}}) {
-    if (s.value < 0)
-      return args_error(llvm::formatv(
-          "argument {0}: {1} stride {2} is negative; strides must be >= 0 (the last "
-          "dimension, head_dim, is assumed contiguous)",
-          t.name, s.what, s.value));
-    // A dimension of extent 1 is never stepped over, so its stride is free
-    // (PyTorch gives such dimensions arbitrary strides).
-    if (s.extent > 1 && s.value % kVectorElements)
-      return args_error(llvm::formatv(
-          "argument {0}: {1} stride {2} is not a multiple of {3} elements: the kernel uses "
-          "{4}-byte vector loads, so every row must start {4}-byte aligned",
-          t.name, s.what, s.value, kVectorElements, kVectorBytes));
-  }
-  return llvm::Error::success();
 }
 
 // The device of the current context, queried once per device: attribute
@@ -190,26 +134,15 @@ class PlanCache {
 
 llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &args) {
   const TensorCheck tensors[] = {
-      {"q", args.q, args.q_strides, problem.seqlen_q, problem.heads_q},
-      {"k", args.k, args.k_strides, problem.seqlen_k, problem.heads_kv},
-      {"v", args.v, args.v_strides, problem.seqlen_k, problem.heads_kv},
-      {"o", args.o, args.o_strides, problem.seqlen_q, problem.heads_q},
+      {"q", args.q, args.q_strides, problem.batch, problem.seqlen_q, problem.heads_q},
+      {"k", args.k, args.k_strides, problem.batch, problem.seqlen_k, problem.heads_kv},
+      {"v", args.v, args.v_strides, problem.batch, problem.seqlen_k, problem.heads_kv},
+      {"o", args.o, args.o_strides, problem.batch, problem.seqlen_q, problem.heads_q},
   };
-  // Layout first: those checks need no driver and catch the commonest
-  // mistakes (a null or misaligned pointer, a stride in bytes).
-  for (const TensorCheck &t : tensors)
-    if (llvm::Error e = check_tensor_layout(problem, t)) return e;
-  if (args.lse && reinterpret_cast<uintptr_t>(args.lse) % alignof(float))
-    return args_error(llvm::formatv("argument lse ({0}) is not 4-byte aligned",
-                                    static_cast<const void *>(args.lse)));
-
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
-  for (const TensorCheck &t : tensors)
-    if (llvm::Error e = check_device_pointer(*driver, t.name, t.data)) return e;
-  if (args.lse)
-    if (llvm::Error e = check_device_pointer(*driver, "lse", args.lse)) return e;
-  return llvm::Error::success();
+  // The LSE output is optional.
+  const PointerCheck lse[] = {{"lse", args.lse, alignof(float)}};
+  return check_tensors(tensors, args.lse ? llvm::ArrayRef<PointerCheck>(lse)
+                                         : llvm::ArrayRef<PointerCheck>());
 }
 
 llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
