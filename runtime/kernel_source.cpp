@@ -71,6 +71,7 @@ llvm::Expected<const SoftwareFingerprint &> process_software() {
 // when it agrees with every field the caller set.
 bool agrees_with_request(const KernelConfig &stored, const KernelConfig &requested) {
   auto agrees = [](int set, int value) { return set == 0 || set == value; };
+  if (requested.path != KernelPath::automatic && requested.path != stored.path) return false;
   return agrees(requested.block_m, stored.block_m) && agrees(requested.block_n, stored.block_n) &&
          agrees(requested.warps, stored.warps) && agrees(requested.stages, stored.stages);
 }

@@ -202,6 +202,13 @@ TEST_F(KernelSourceTest, PartialRequestIsARequirement) {
   EXPECT_EQ(differs.config, heuristic(problem(4096), partial));
   EXPECT_EQ(differs.config.block_m, 128);
   EXPECT_EQ(differs.config.stages, 3);
+
+  // A fixed family is a requirement too: an sm80 tuning does not serve a
+  // call pinned to sm90, and automatic takes whichever was tuned.
+  KernelConfig sm90_only;
+  sm90_only.path = KernelPath::sm90;
+  EXPECT_NE(choose(problem(4096), sm90_only).source, ConfigSource::tuned);
+  EXPECT_EQ(choose(problem(4096), KernelConfig{}).config, kTuned);
 }
 
 TEST_F(KernelSourceTest, ConfigThatNoLongerFitsTheDeviceFallsBack) {
