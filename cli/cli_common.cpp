@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "generator/backward_spec.h"
 #include "generator/heuristic.h"
 #include "runtime/device.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -48,7 +49,10 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       FLASHJIT_CONFIG_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(warps, "warps", "0", "W", "Warps per CTA (0: heuristic)"),
-      FLASHJIT_CONFIG_FLAG(stages, "stages", "0", "S", "K/V pipeline stages (0: heuristic)") {}
+      FLASHJIT_CONFIG_FLAG(stages, "stages", "0", "S", "K/V pipeline stages (0: heuristic)"),
+      FLASHJIT_CONFIG_FLAG(pass, "pass", "fwd", "fwd|bwd", "Which pass's kernels: forward or backward"),
+      deterministic("deterministic", cl::desc("Backward: dQ without atomics (bit-identical runs)"),
+                    cl::cat(category), config_subs) {}
 
 #undef FLASHJIT_PROBLEM_FLAG
 #undef FLASHJIT_CONFIG_FLAG
@@ -73,6 +77,8 @@ ProblemFlagValues ProblemOptions::values() const {
   v.block_n = block_n;
   v.warps = warps;
   v.stages = stages;
+  v.pass = pass;
+  v.deterministic = deterministic;
   return v;
 }
 
@@ -132,9 +138,12 @@ llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
                                     device->target().name(), arch.name())
                           .str();
 
+  const bool backward = parsed->pass == Pass::backward;
   const KernelConfig config =
-      default_forward_config(out.problem, arch, out.max_smem_bytes, parsed->config);
-  auto spec = make_forward_spec(out.problem, config, arch, out.max_smem_bytes);
+      backward ? default_backward_config(out.problem, arch, out.max_smem_bytes, parsed->config)
+               : default_forward_config(out.problem, arch, out.max_smem_bytes, parsed->config);
+  auto spec = backward ? make_backward_spec(out.problem, config, arch, out.max_smem_bytes)
+                       : make_forward_spec(out.problem, config, arch, out.max_smem_bytes);
   if (!spec) return spec.takeError();
   out.spec = std::move(*spec);
   exit_code = kExitOk;

@@ -44,7 +44,8 @@ struct ProblemOptions {
   llvm::cl::opt<std::string> dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
       hdim_v, mask;
   llvm::cl::opt<bool> causal;
-  llvm::cl::opt<std::string> softcap, scale, path, block_m, block_n, warps, stages;
+  llvm::cl::opt<std::string> softcap, scale, path, block_m, block_n, warps, stages, pass;
+  llvm::cl::opt<bool> deterministic;
 };
 
 // Flags every subcommand takes.

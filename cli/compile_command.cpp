@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/ptxas_report.h"
 #include "generator/source.h"
+#include "generator/backward_spec.h"
 #include "runtime/loaded_kernel.h"
 #include "runtime/nvrtc_compiler.h"
 #include "llvm/Support/FileSystem.h"
@@ -52,12 +53,16 @@ int CompileCommand::run(const CommonOptions &common, const ProblemOptions &probl
   int code = kExitOk;
   auto kernel = resolve_kernel(problem, arch, code);
   if (!kernel) return report_error(code, kernel.takeError());
-  GeneratedSource source = generate_forward(kernel->spec);
+  GeneratedSource source = kernel->spec.pass == Pass::backward ? generate_backward(kernel->spec)
+                                                                : generate_forward(kernel->spec);
   source.options.push_back("--ptxas-options=-v");
   auto cubin = compile_to_cubin(source, kernel->spec.arch);
   if (!cubin) return report_error(kExitFailure, cubin.takeError());
 
-  const LaunchGeometry geometry = forward_launch_geometry(kernel->spec, kernel->problem);
+  // The main kernel's resources (the backward's: flashjit_bwd_sm80).
+  const LaunchGeometry geometry = kernel->spec.pass == Pass::backward
+                                      ? backward_launch_geometry(kernel->spec, kernel->problem)
+                                      : forward_launch_geometry(kernel->spec, kernel->problem);
   Resources res;
   if (auto report = parse_ptxas_report(cubin->log, source.entry)) {
     res.registers = report->registers;

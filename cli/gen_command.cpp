@@ -18,7 +18,9 @@ int GenCommand::run(const CommonOptions &common, const ProblemOptions &problem) 
   int code = kExitOk;
   auto kernel = resolve_kernel(problem, arch, code);
   if (!kernel) return report_error(code, kernel.takeError());
-  const GeneratedSource source = generate_forward(kernel->spec);
+  const GeneratedSource source = kernel->spec.pass == Pass::backward
+                                     ? generate_backward(kernel->spec)
+                                     : generate_forward(kernel->spec);
   const std::string text = expanded ? source.expanded() : source.source;
   if (common.json) {
     llvm::json::Array options;

@@ -151,6 +151,17 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     f.value = static_cast<int>(*n);
   }
 
+  if (v.pass == "fwd") {
+    out.pass = Pass::forward;
+  } else if (v.pass == "bwd") {
+    out.pass = Pass::backward;
+  } else {
+    return flag_error("pass", "fwd or bwd", v.pass);
+  }
+  if (v.deterministic && out.pass != Pass::backward)
+    return flag_error("deterministic", "--pass bwd (it only changes the backward)", "--pass fwd");
+  c.deterministic = v.deterministic;
+
   if (auto error = validate_problem(p)) return error;
   return out;
 }

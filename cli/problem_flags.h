@@ -6,6 +6,7 @@
 #include <string>
 
 #include "flashjit/problem.h"
+#include "generator/kernel_spec.h"
 #include "llvm/Support/Error.h"
 
 namespace flashjit::cli {
@@ -30,11 +31,14 @@ struct ProblemFlagValues {
   std::string block_n = "0";
   std::string warps = "0";
   std::string stages = "0";
+  std::string pass = "fwd";
+  bool deterministic = false;  // --deterministic (backward only)
 };
 
 struct ParsedProblem {
   Problem problem;
   KernelConfig config;  // zero fields: the heuristic picks
+  Pass pass = Pass::forward;
 };
 
 // Fails with one line naming the flag, what it allows and what it got, e.g.

@@ -139,6 +139,10 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   int code = kExitOk;
   auto kernel = resolve_kernel(problem_options, "", code);
   if (!kernel) return report_error(code, kernel.takeError());
+  if (kernel->spec.pass == Pass::backward)
+    return report_error(kExitUsage,
+                        "--pass bwd: `run` times the forward only so far; time the backward with "
+                        "bench/compare.py --pass bwd (gen and compile take --pass bwd)");
   const Problem &p = kernel->problem;
   const KernelSpec &spec = kernel->spec;
 
