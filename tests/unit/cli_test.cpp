@@ -5,53 +5,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "cli_runner.h"
 #include "runtime/cuda_driver.h"
-#include "llvm/ADT/Optional.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Program.h"
 
 namespace flashjit {
 namespace {
 
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(llvm::StringRef path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  return buffer ? (*buffer)->getBuffer().str() : std::string();
-}
-
-// The binary under test: the build tree's, or $FLASHJIT_CLI where the tests
-// run from a carried bundle (scripts/device-check.sh).
-std::string cli_path() {
-  const char *env = std::getenv("FLASHJIT_CLI");
-  return env && *env ? env : FLASHJIT_CLI_PATH;
-}
-
-CliResult run_cli(std::vector<std::string> args) {
-  const std::string binary = cli_path();
-  llvm::SmallString<128> out_path, err_path;
-  llvm::sys::fs::createTemporaryFile("flashjit-cli", "out", out_path);
-  llvm::sys::fs::createTemporaryFile("flashjit-cli", "err", err_path);
-  std::vector<llvm::StringRef> argv = {binary};
-  for (const std::string &a : args) argv.push_back(a);
-  const llvm::Optional<llvm::StringRef> redirects[] = {llvm::StringRef(""), out_path.str(),
-                                                       err_path.str()};
-  CliResult r;
-  std::string message;
-  r.code = llvm::sys::ExecuteAndWait(binary, argv, llvm::None, redirects, 300, 0,
-                                     &message);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  llvm::sys::fs::remove(out_path);
-  llvm::sys::fs::remove(err_path);
-  return r;
-}
+using namespace testing_cli;
 
 TEST(Cli, BadProblemFlagsAreOneLineUsageErrors) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
