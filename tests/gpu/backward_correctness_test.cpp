@@ -18,6 +18,8 @@
 namespace flashjit {
 namespace {
 
+using testing::download_values;
+using testing::make_problem;
 using testing::random_values;
 using testing::upload_values;
 
@@ -26,31 +28,45 @@ struct Case {
   KernelConfig config{};  // zeros: the heuristic
 };
 
-Problem make_problem(DType dtype, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk,
-                     int d, int dv, MaskKind mask, int64_t left = -1, int64_t right = -1,
-                     float softcap = 0.f) {
-  Problem p;
-  p.dtype = dtype;
-  p.batch = b;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.head_dim_qk = d;
-  p.head_dim_v = dv;
-  p.mask = mask;
-  p.window_left = left;
-  p.window_right = right;
-  p.softcap = softcap;
-  return p;
-}
+// Everything one forward + backward run touches: the inputs (uploaded), O and
+// LSE (the forward writes them), the gradients and the workspace.
+struct BackwardBuffers {
+  DeviceBuffer q, k, v, dout, o, lse, dq, dk, dv, workspace;
 
-llvm::Expected<std::vector<float>> download_values(DType dtype, const DeviceBuffer &buffer,
-                                                   size_t n) {
-  std::vector<uint16_t> bits(n);
-  if (auto e = buffer.download(bits.data(), n * 2)) return e;
-  return from_storage(dtype, bits);
-}
+  static llvm::Expected<BackwardBuffers> allocate(const Problem &p, const std::vector<float> &q,
+                                                  const std::vector<float> &k,
+                                                  const std::vector<float> &v,
+                                                  const std::vector<float> &dout) {
+    BackwardBuffers b;
+    auto take = [](DeviceBuffer &into, llvm::Expected<DeviceBuffer> buffer) -> llvm::Error {
+      if (!buffer) return buffer.takeError();
+      into = std::move(*buffer);
+      return llvm::Error::success();
+    };
+    if (auto e = take(b.q, upload_values(p.dtype, q))) return e;
+    if (auto e = take(b.k, upload_values(p.dtype, k))) return e;
+    if (auto e = take(b.v, upload_values(p.dtype, v))) return e;
+    if (auto e = take(b.dout, upload_values(p.dtype, dout))) return e;
+    if (auto e = take(b.o, DeviceBuffer::allocate(o_elements(p) * 2))) return e;
+    if (auto e = take(b.lse, DeviceBuffer::allocate(lse_elements(p) * 4))) return e;
+    if (auto e = take(b.dq, DeviceBuffer::allocate(q_elements(p) * 2))) return e;
+    if (auto e = take(b.dk, DeviceBuffer::allocate(k_elements(p) * 2))) return e;
+    if (auto e = take(b.dv, DeviceBuffer::allocate(v_elements(p) * 2))) return e;
+    if (auto e = take(b.workspace, DeviceBuffer::allocate(backward_workspace_bytes(p))))
+      return e;
+    return b;
+  }
+
+  ForwardArgs forward_args(const Problem &p) const {
+    return ForwardArgs::packed(p, q.data(), k.data(), v.data(), o.data(),
+                               static_cast<float *>(lse.data()));
+  }
+  BackwardArgs backward_args(const Problem &p) const {
+    return BackwardArgs::packed(p, q.data(), k.data(), v.data(), o.data(), dout.data(),
+                                static_cast<const float *>(lse.data()), dq.data(), dk.data(),
+                                dv.data(), workspace.data(), workspace.size());
+  }
+};
 
 void run_case(const Case &c, uint64_t seed) {
   const Problem &p = c.problem;
@@ -59,42 +75,18 @@ void run_case(const Case &c, uint64_t seed) {
   std::vector<float> k = random_values(p.dtype, k_elements(p), seed + 1);
   std::vector<float> v = random_values(p.dtype, v_elements(p), seed + 2);
   std::vector<float> dout = random_values(p.dtype, o_elements(p), seed + 3);
-  auto dq_in = upload_values(p.dtype, q);
-  auto dk_in = upload_values(p.dtype, k);
-  auto dv_in = upload_values(p.dtype, v);
-  auto ddo = upload_values(p.dtype, dout);
-  auto o = DeviceBuffer::allocate(o_elements(p) * 2);
-  auto lse = DeviceBuffer::allocate(lse_elements(p) * 4);
-  auto dq = DeviceBuffer::allocate(q_elements(p) * 2);
-  auto dk = DeviceBuffer::allocate(k_elements(p) * 2);
-  auto dv = DeviceBuffer::allocate(v_elements(p) * 2);
-  auto workspace = DeviceBuffer::allocate(backward_workspace_bytes(p));
-  FLASHJIT_ASSERT_OK(dq_in.takeError());
-  FLASHJIT_ASSERT_OK(dk_in.takeError());
-  FLASHJIT_ASSERT_OK(dv_in.takeError());
-  FLASHJIT_ASSERT_OK(ddo.takeError());
-  FLASHJIT_ASSERT_OK(o.takeError());
-  FLASHJIT_ASSERT_OK(lse.takeError());
-  FLASHJIT_ASSERT_OK(dq.takeError());
-  FLASHJIT_ASSERT_OK(dk.takeError());
-  FLASHJIT_ASSERT_OK(dv.takeError());
-  FLASHJIT_ASSERT_OK(workspace.takeError());
+  auto buffers = BackwardBuffers::allocate(p, q, k, v, dout);
+  FLASHJIT_ASSERT_OK(buffers.takeError());
 
-  ForwardArgs fwd = ForwardArgs::packed(p, dq_in->data(), dk_in->data(), dv_in->data(), o->data(),
-                                        static_cast<float *>(lse->data()));
-  FLASHJIT_ASSERT_OK(launch_forward(p, fwd, nullptr, {}));
-  for (DeviceBuffer *poisoned : {&*dq, &*dk, &*dv, &*workspace})
+  FLASHJIT_ASSERT_OK(launch_forward(p, buffers->forward_args(p), nullptr, {}));
+  for (DeviceBuffer *poisoned : {&buffers->dq, &buffers->dk, &buffers->dv, &buffers->workspace})
     FLASHJIT_ASSERT_OK(poisoned->fill_bytes(0xff));
-  BackwardArgs bwd = BackwardArgs::packed(
-      p, dq_in->data(), dk_in->data(), dv_in->data(), o->data(), ddo->data(),
-      static_cast<const float *>(lse->data()), dq->data(), dk->data(), dv->data(),
-      workspace->data(), workspace->size());
-  FLASHJIT_ASSERT_OK(launch_backward(p, bwd, nullptr, c.config));
+  FLASHJIT_ASSERT_OK(launch_backward(p, buffers->backward_args(p), nullptr, c.config));
 
   AttentionGradients kernel;
-  auto gq = download_values(p.dtype, *dq, q_elements(p));
-  auto gk = download_values(p.dtype, *dk, k_elements(p));
-  auto gv = download_values(p.dtype, *dv, v_elements(p));
+  auto gq = download_values(p.dtype, buffers->dq, q_elements(p));
+  auto gk = download_values(p.dtype, buffers->dk, k_elements(p));
+  auto gv = download_values(p.dtype, buffers->dv, v_elements(p));
   FLASHJIT_ASSERT_OK(gq.takeError());
   FLASHJIT_ASSERT_OK(gk.takeError());
   FLASHJIT_ASSERT_OK(gv.takeError());
@@ -187,43 +179,21 @@ INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardCorrectness,
 TEST(BackwardDeterminism, DeterministicModeIsBitIdentical) {
   FLASHJIT_REQUIRE_GPU();
   const Problem p = make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 128, 128, MaskKind::causal);
-  auto q = upload_values(p.dtype, random_values(p.dtype, q_elements(p), 11));
-  auto k = upload_values(p.dtype, random_values(p.dtype, k_elements(p), 12));
-  auto v = upload_values(p.dtype, random_values(p.dtype, v_elements(p), 13));
-  auto dout = upload_values(p.dtype, random_values(p.dtype, o_elements(p), 14));
-  auto o = DeviceBuffer::allocate(o_elements(p) * 2);
-  auto lse = DeviceBuffer::allocate(lse_elements(p) * 4);
-  auto dq = DeviceBuffer::allocate(q_elements(p) * 2);
-  auto dk = DeviceBuffer::allocate(k_elements(p) * 2);
-  auto dv = DeviceBuffer::allocate(v_elements(p) * 2);
-  auto workspace = DeviceBuffer::allocate(backward_workspace_bytes(p));
-  FLASHJIT_ASSERT_OK(q.takeError());
-  FLASHJIT_ASSERT_OK(k.takeError());
-  FLASHJIT_ASSERT_OK(v.takeError());
-  FLASHJIT_ASSERT_OK(dout.takeError());
-  FLASHJIT_ASSERT_OK(o.takeError());
-  FLASHJIT_ASSERT_OK(lse.takeError());
-  FLASHJIT_ASSERT_OK(dq.takeError());
-  FLASHJIT_ASSERT_OK(dk.takeError());
-  FLASHJIT_ASSERT_OK(dv.takeError());
-  FLASHJIT_ASSERT_OK(workspace.takeError());
-  FLASHJIT_ASSERT_OK(launch_forward(
-      p,
-      ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(),
-                          static_cast<float *>(lse->data())),
-      nullptr, {}));
-  const BackwardArgs args = BackwardArgs::packed(
-      p, q->data(), k->data(), v->data(), o->data(), dout->data(),
-      static_cast<const float *>(lse->data()), dq->data(), dk->data(), dv->data(),
-      workspace->data(), workspace->size());
+  auto buffers = BackwardBuffers::allocate(p, random_values(p.dtype, q_elements(p), 11),
+                                           random_values(p.dtype, k_elements(p), 12),
+                                           random_values(p.dtype, v_elements(p), 13),
+                                           random_values(p.dtype, o_elements(p), 14));
+  FLASHJIT_ASSERT_OK(buffers.takeError());
+  FLASHJIT_ASSERT_OK(launch_forward(p, buffers->forward_args(p), nullptr, {}));
+  const BackwardArgs args = buffers->backward_args(p);
   std::vector<uint16_t> first[3], again[3];
   for (int run = 0; run < 4; ++run) {
     FLASHJIT_ASSERT_OK(launch_backward(p, args, nullptr, deterministic()));
     std::vector<uint16_t> *out = run == 0 ? first : again;
-    const DeviceBuffer *buffers[3] = {&*dq, &*dk, &*dv};
+    const DeviceBuffer *tensors[3] = {&buffers->dq, &buffers->dk, &buffers->dv};
     for (int t = 0; t < 3; ++t) {
-      out[t].resize(buffers[t]->size() / 2);
-      FLASHJIT_ASSERT_OK(buffers[t]->download(out[t].data(), buffers[t]->size()));
+      out[t].resize(tensors[t]->size() / 2);
+      FLASHJIT_ASSERT_OK(tensors[t]->download(out[t].data(), tensors[t]->size()));
     }
     if (run > 0) {
       for (int t = 0; t < 3; ++t) EXPECT_TRUE(first[t] == again[t]) << "tensor " << t << " run " << run;

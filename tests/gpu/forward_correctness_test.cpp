@@ -21,7 +21,9 @@
 namespace flashjit {
 namespace {
 
+using testing::make_problem;
 using testing::random_values;
+using testing::upload_bits;
 
 constexpr uint16_t kNaNBits = 0x7fff;     // NaN in bf16 and fp16
 constexpr uint16_t kCanaryBits = 0x7e7e;  // a NaN the kernel never writes
@@ -86,32 +88,6 @@ struct Case {
     return s;
   }
 };
-
-Problem make_problem(DType dtype, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk,
-                     int d, int dv, MaskKind mask, int64_t left = -1, int64_t right = -1,
-                     float softcap = 0.f) {
-  Problem p;
-  p.dtype = dtype;
-  p.batch = b;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.head_dim_qk = d;
-  p.head_dim_v = dv;
-  p.mask = mask;
-  p.window_left = left;
-  p.window_right = right;
-  p.softcap = softcap;
-  return p;
-}
-
-llvm::Expected<DeviceBuffer> upload_bits(const std::vector<uint16_t> &bits) {
-  auto buffer = DeviceBuffer::allocate(bits.size() * 2);
-  if (!buffer) return buffer.takeError();
-  if (auto e = buffer->upload(bits.data(), bits.size() * 2)) return e;
-  return std::move(*buffer);
-}
 
 void run_case(const Case &c, uint64_t seed) {
   SCOPED_TRACE(c.name());

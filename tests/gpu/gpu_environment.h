@@ -1,5 +1,5 @@
 // Shared by the GPU tests: why there is no GPU to test on (skip with that
-// reason), and random 16-bit tensors on the device.
+// reason), problems from their sizes, and random 16-bit tensors on the device.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -48,12 +48,44 @@ inline std::vector<float> random_values(DType dtype, size_t n, uint64_t seed) {
   return v;
 }
 
-inline llvm::Expected<DeviceBuffer> upload_values(DType dtype, const std::vector<float> &values) {
-  std::vector<uint16_t> bits = to_storage(dtype, values);
+// A problem from its sizes (window bounds and softcap only where they apply).
+inline Problem make_problem(DType dtype, int64_t b, int64_t hq, int64_t hkv, int64_t sq,
+                            int64_t sk, int d, int dv, MaskKind mask, int64_t left = -1,
+                            int64_t right = -1, float softcap = 0.f) {
+  Problem p;
+  p.dtype = dtype;
+  p.batch = b;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.seqlen_q = sq;
+  p.seqlen_k = sk;
+  p.head_dim_qk = d;
+  p.head_dim_v = dv;
+  p.mask = mask;
+  p.window_left = left;
+  p.window_right = right;
+  p.softcap = softcap;
+  return p;
+}
+
+// 16-bit elements, as stored, into a new device buffer.
+inline llvm::Expected<DeviceBuffer> upload_bits(const std::vector<uint16_t> &bits) {
   auto buffer = DeviceBuffer::allocate(bits.size() * sizeof(uint16_t));
   if (!buffer) return buffer.takeError();
   if (auto e = buffer->upload(bits.data(), bits.size() * sizeof(uint16_t))) return e;
   return std::move(*buffer);
+}
+
+inline llvm::Expected<DeviceBuffer> upload_values(DType dtype, const std::vector<float> &values) {
+  return upload_bits(to_storage(dtype, values));
+}
+
+// The first `n` 16-bit elements of `buffer`, as floats.
+inline llvm::Expected<std::vector<float>> download_values(DType dtype, const DeviceBuffer &buffer,
+                                                          size_t n) {
+  std::vector<uint16_t> bits(n);
+  if (auto e = buffer.download(bits.data(), n * sizeof(uint16_t))) return e;
+  return from_storage(dtype, bits);
 }
 
 }  // namespace flashjit::testing
