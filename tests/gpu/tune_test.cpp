@@ -13,28 +13,17 @@
 #include "runtime/tuning_key.h"
 #include "tuner/candidates.h"
 #include "tuner/tuner.h"
-#include "llvm/ADT/SmallString.h"
-#include "llvm/Support/FileSystem.h"
+#include "tests/temp_db_test.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/Path.h"
 
 namespace flashjit {
 namespace {
 
-class TuneTest : public ::testing::Test {
+class TuneTest : public testing::TempDbTest {
  protected:
   void SetUp() override {
     FLASHJIT_REQUIRE_GPU();
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-tune", dir_));
-    llvm::SmallString<128> path(dir_);
-    llvm::sys::path::append(path, "tuning.db");
-    auto db = TuningDb::open(path);
-    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
-    db_ = std::move(*db);
-  }
-  void TearDown() override {
-    db_.reset();
-    if (!dir_.empty()) llvm::sys::fs::remove_directories(dir_);
+    open_temp_db("flashjit-tune");
   }
 
   static Problem problem() {
@@ -53,9 +42,6 @@ class TuneTest : public ::testing::Test {
     o.progress = [](const std::string &line) { std::printf("  tune: %s\n", line.c_str()); };
     return o;
   }
-
-  llvm::SmallString<128> dir_;
-  std::unique_ptr<TuningDb> db_;
 };
 
 TEST_F(TuneTest, StoresAWinnerAtLeastAsFastAsTheHeuristic) {

@@ -14,10 +14,8 @@
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/runtime_counters.h"
 #include "runtime/tuning_key.h"
-#include "llvm/ADT/SmallString.h"
+#include "tests/temp_db_test.h"
 #include "llvm/ADT/ScopeExit.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
 
 namespace flashjit {
 namespace {
@@ -51,22 +49,13 @@ Problem problem(int64_t seqlen) {
 const KernelConfig kTuned{KernelPath::sm80, 64, 64, 4, 2};
 const KernelConfig kOtherBucket{KernelPath::sm80, 128, 32, 4, 2};
 
-class KernelSourceTest : public ::testing::Test {
+class KernelSourceTest : public testing::TempDbTest {
  protected:
   void SetUp() override {
     auto software = software_fingerprint();
     if (!software) GTEST_SKIP() << "no NVRTC: " << llvm::toString(software.takeError());
     software_ = *software;
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-kernel-source", dir_));
-    llvm::SmallString<128> path(dir_);
-    llvm::sys::path::append(path, "tuning.db");
-    auto db = TuningDb::open(path);
-    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
-    db_ = std::move(*db);
-  }
-  void TearDown() override {
-    db_.reset();
-    if (!dir_.empty()) llvm::sys::fs::remove_directories(dir_);
+    open_temp_db("flashjit-kernel-source");
   }
 
   void put(const Problem &p, const KernelConfig &config, const SoftwareFingerprint &software,
@@ -107,8 +96,6 @@ class KernelSourceTest : public ::testing::Test {
   }
 
   SoftwareFingerprint software_;
-  llvm::SmallString<128> dir_;
-  std::unique_ptr<TuningDb> db_;
 };
 
 TEST_F(KernelSourceTest, EmptyDatabaseGivesTheHeuristic) {

@@ -10,33 +10,20 @@
 #include "runtime/tuning_key.h"
 #include "tuner/candidates.h"
 #include "tuner/tuner.h"
-#include "llvm/ADT/SmallString.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
+#include "tests/temp_db_test.h"
 
 namespace flashjit {
 namespace {
 
-class PrecompileTest : public ::testing::Test {
+class PrecompileTest : public testing::TempDbTest {
  protected:
   void SetUp() override {
     auto version = nvrtc_version();
     if (!version) GTEST_SKIP() << "no NVRTC: " << llvm::toString(version.takeError());
     nvrtc_ = *version;
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-precompile", dir_));
-    llvm::SmallString<128> path(dir_);
-    llvm::sys::path::append(path, "tuning.db");
-    auto db = TuningDb::open(path);
-    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
-    db_ = std::move(*db);
-  }
-  void TearDown() override {
-    db_.reset();
-    if (!dir_.empty()) llvm::sys::fs::remove_directories(dir_);
+    open_temp_db("flashjit-precompile");
   }
 
-  llvm::SmallString<128> dir_;
-  std::unique_ptr<TuningDb> db_;
   std::string nvrtc_;
 };
 
