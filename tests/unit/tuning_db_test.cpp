@@ -18,15 +18,6 @@ namespace {
 
 using namespace testing_db;
 
-std::unique_ptr<TuningDb> open_ok(const std::string &path) {
-  auto db = TuningDb::open(path);
-  if (!db) {
-    ADD_FAILURE() << llvm::toString(db.takeError());
-    return nullptr;
-  }
-  return std::move(*db);
-}
-
 std::string open_error(const std::string &path) {
   auto db = TuningDb::open(path);
   if (db) return "(opened)";

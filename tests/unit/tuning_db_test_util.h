@@ -1,11 +1,13 @@
-// Shared by the tuning_db_*_test.cpp files: a temporary folder, records with
-// every field set to something other than its default, and exact comparison.
+// Shared by the tuning_db_*_test.cpp files: a temporary folder, opening a
+// database (a test failure on error), records with every field set to
+// something other than its default, and exact comparison.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -33,6 +35,15 @@ class TempDir {
  private:
   std::string path_;
 };
+
+inline std::unique_ptr<TuningDb> open_ok(const std::string &path) {
+  auto db = TuningDb::open(path);
+  if (!db) {
+    ADD_FAILURE() << llvm::toString(db.takeError());
+    return nullptr;
+  }
+  return std::move(*db);
+}
 
 inline std::string read_bytes(const std::string &path) {
   std::ifstream in(path, std::ios::binary);

@@ -10,15 +10,6 @@ namespace {
 
 using namespace testing_db;
 
-std::unique_ptr<TuningDb> open_ok(const std::string &path) {
-  auto db = TuningDb::open(path);
-  if (!db) {
-    ADD_FAILURE() << llvm::toString(db.takeError());
-    return nullptr;
-  }
-  return std::move(*db);
-}
-
 bool contains(const std::vector<std::string> &lines, std::initializer_list<const char *> parts) {
   for (const std::string &line : lines) {
     bool all = true;
