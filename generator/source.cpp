@@ -1,7 +1,11 @@
 #include "generator/source.h"
 
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "llvm/ADT/StringSet.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace flashjit {
@@ -45,6 +49,46 @@ void expand_into(llvm::StringRef text, llvm::raw_ostream &os, llvm::StringSet<> 
   }
 }
 
+// The generated translation unit: a header naming the kernel, the config as
+// constants in flashjit::cfg (kDeterministic only where `deterministic` is
+// set), then the kernel templates.
+std::string write_source(llvm::StringRef what, const KernelSpec &spec,
+                         std::optional<bool> deterministic,
+                         std::initializer_list<llvm::StringRef> kernel_headers) {
+  const KernelConfig &c = spec.config;
+  const char *softcap = spec.softcap ? "true" : "false";
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << "// flashjit " << what << " " << spec.id() << "\n"
+     << "// templates " << templates_hash().substr(0, 16) << "\n"
+     << "#include \"common/types.cuh\"\n"
+     << "#include \"common/mask.cuh\"\n"
+     << "\n"
+     << "namespace flashjit {\n"
+     << "namespace cfg {\n"
+     << "constexpr int kHeadDimQK = " << spec.head_dim_qk << ";\n"
+     << "constexpr int kHeadDimV = " << spec.head_dim_v << ";\n"
+     << "constexpr int kBlockM = " << c.block_m << ";\n"
+     << "constexpr int kBlockN = " << c.block_n << ";\n"
+     << "constexpr int kWarps = " << c.warps << ";\n"
+     << "constexpr int kStages = " << c.stages << ";\n"
+     << "constexpr bool kSoftcap = " << softcap << ";\n";
+  if (deterministic)
+    os << "constexpr bool kDeterministic = " << (*deterministic ? "true" : "false") << ";\n";
+  os << "using Element = " << element_type(spec.dtype) << ";\n"
+     << "using Mask = " << mask_policy(spec.mask) << ";\n"
+     << "}  // namespace cfg\n"
+     << "}  // namespace flashjit\n"
+     << "\n";
+  for (llvm::StringRef header : kernel_headers) os << "#include \"" << header << "\"\n";
+  return os.str();
+}
+
+// The architecture is added by the compiler stage, which knows the target.
+std::vector<std::string> compile_options() {
+  return {"-std=c++17", "-default-device", "--extra-device-vectorization", "-lineinfo"};
+}
+
 }  // namespace
 
 std::string GeneratedSource::expanded() const {
@@ -63,34 +107,9 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
   out.entry = sm90 ? "flashjit_fwd_sm90" : "flashjit_fwd_sm80";
   out.entries = {out.entry};
   out.headers = embedded_templates();
-  out.source = llvm::formatv(
-      R"(// flashjit forward kernel {0}
-// templates {1}
-#include "common/types.cuh"
-#include "common/mask.cuh"
-
-namespace flashjit {{
-namespace cfg {{
-constexpr int kHeadDimQK = {2};
-constexpr int kHeadDimV = {3};
-constexpr int kBlockM = {4};
-constexpr int kBlockN = {5};
-constexpr int kWarps = {6};
-constexpr int kStages = {7};
-constexpr bool kSoftcap = {8};
-using Element = {9};
-using Mask = {10};
-}  // namespace cfg
-}  // namespace flashjit
-
-#include "{11}"
-)",
-      spec.id(), templates_hash().substr(0, 16), spec.head_dim_qk, spec.head_dim_v, c.block_m,
-      c.block_n, c.warps, c.stages, spec.softcap ? "true" : "false", element_type(spec.dtype),
-      mask_policy(spec.mask), sm90 ? "fwd_sm90.cuh" : "fwd_sm80.cuh");
-  // The architecture is added by the compiler stage, which knows the target.
-  out.options = {"-std=c++17", "-default-device",
-                 "--extra-device-vectorization", "-lineinfo"};
+  out.source = write_source("forward kernel", spec, std::nullopt,
+                            {sm90 ? "fwd_sm90.cuh" : "fwd_sm80.cuh"});
+  out.options = compile_options();
   return out;
 }
 
@@ -102,34 +121,11 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
   out.entries = {out.entry, "flashjit_bwd_preprocess",
                  c.deterministic ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq"};
   out.headers = embedded_templates();
-  out.source = llvm::formatv(
-      R"(// flashjit backward kernels {0}
-// templates {1}
-#include "common/types.cuh"
-#include "common/mask.cuh"
-
-namespace flashjit {{
-namespace cfg {{
-constexpr int kHeadDimQK = {2};
-constexpr int kHeadDimV = {3};
-constexpr int kBlockM = {4};
-constexpr int kBlockN = {5};
-constexpr int kWarps = {6};
-constexpr int kStages = {10};
-constexpr bool kSoftcap = {7};
-constexpr bool kDeterministic = {11};
-using Element = {8};
-using Mask = {9};
-}  // namespace cfg
-}  // namespace flashjit
-
-#include "bwd_sm80.cuh"
-{12})",
-      spec.id(), templates_hash().substr(0, 16), spec.head_dim_qk, spec.head_dim_v, c.block_m,
-      c.block_n, c.warps, spec.softcap ? "true" : "false", element_type(spec.dtype),
-      mask_policy(spec.mask), c.stages, c.deterministic ? "true" : "false",
-      c.deterministic ? "#include \"bwd_dq_sm80.cuh\"\n" : "");
-  out.options = {"-std=c++17", "-default-device", "--extra-device-vectorization", "-lineinfo"};
+  if (c.deterministic)
+    out.source = write_source("backward kernels", spec, true, {"bwd_sm80.cuh", "bwd_dq_sm80.cuh"});
+  else
+    out.source = write_source("backward kernels", spec, false, {"bwd_sm80.cuh"});
+  out.options = compile_options();
   return out;
 }
 
