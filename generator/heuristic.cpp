@@ -16,15 +16,11 @@ int max_smem_per_block(const TargetArch &arch) {
 
 namespace {
 
-struct Candidate {
-  int block_m, block_n, warps, stages;
-};
-
 // First choices follow FlashAttention-2's hand-tuned sm80 tiles (its
 // flash_fwd_launch_template.h), which keep O and one S tile of a warp within
 // ~192 fp32 registers: 32 rows per warp up to d=160, 16 rows above. Later
 // entries are fallbacks for smaller shared memory (sm86/sm89: 99 KB).
-void preferred(int d, int dv, Candidate out[4]) {
+void preferred(int d, int dv, TileChoice out[4]) {
   int dmax = d > dv ? d : dv;
   if (dmax <= 64) {
     out[0] = {128, 128, 4, 2};
@@ -57,36 +53,42 @@ KernelConfig default_forward_config(const Problem &problem, const TargetArch &ar
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
   if (want_sm90 && sm90_fallback_reason(problem, arch).empty()) {
-    KernelConfig config = partial;
-    config.path = KernelPath::sm90;
     const KernelConfig first = FwdSm90Traits::default_config(problem.head_dim_qk);
-    if (!config.block_m) config.block_m = first.block_m;
-    if (!config.block_n) config.block_n = first.block_n;
-    if (!config.warps) config.warps = first.warps;
-    if (!config.stages) config.stages = first.stages;
-    auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                      config.block_n, config.warps, config.stages, max_smem_bytes);
-    if (traits) return config;
+    const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
+    TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
+      return FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
+                                 c.warps, c.stages, max_smem_bytes)
+          .takeError();
+    });
+    if (sm90.fits) return sm90.config;
     // Too big for this device's shared memory: the sm80 family below.
-    llvm::consumeError(traits.takeError());
   }
-  Candidate list[4];
+  TileChoice list[4];
   preferred(problem.head_dim_qk, problem.head_dim_v, list);
-  KernelConfig fallback;
-  for (const Candidate &c : list) {
+  // Nothing fits: the first choice, and validation says why.
+  return choose_tiles(partial, KernelPath::sm80, list, [&](const KernelConfig &c) {
+           return FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m,
+                                      c.block_n, c.warps, c.stages, max_smem_bytes)
+               .takeError();
+         }).config;
+}
+
+TileOutcome choose_tiles(const KernelConfig &partial, KernelPath path,
+                         llvm::ArrayRef<TileChoice> tiles,
+                         llvm::function_ref<llvm::Error(const KernelConfig &)> fits) {
+  TileOutcome fallback;
+  for (const TileChoice &t : tiles) {
     KernelConfig config = partial;
-    config.path = KernelPath::sm80;
-    if (!config.block_m) config.block_m = c.block_m;
-    if (!config.block_n) config.block_n = c.block_n;
-    if (!config.warps) config.warps = c.warps;
-    if (!config.stages) config.stages = c.stages;
-    if (!fallback.is_complete()) fallback = config;
-    auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                      config.block_n, config.warps, config.stages, max_smem_bytes);
-    if (traits) return config;
-    llvm::consumeError(traits.takeError());
+    config.path = path;
+    if (!config.block_m) config.block_m = t.block_m;
+    if (!config.block_n) config.block_n = t.block_n;
+    if (!config.warps) config.warps = t.warps;
+    if (!config.stages) config.stages = t.stages;
+    if (!fallback.config.is_complete()) fallback.config = config;
+    llvm::Error error = fits(config);
+    if (!error) return {config, true};
+    llvm::consumeError(std::move(error));
   }
-  // Nothing fits: return the first choice and let validation say why.
   return fallback;
 }
 

@@ -88,6 +88,20 @@ std::string KernelSpec::id() const {
       .str();
 }
 
+KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig &config,
+                           const TargetArch &arch) {
+  KernelSpec spec;
+  spec.pass = pass;
+  spec.dtype = problem.dtype;
+  spec.head_dim_qk = problem.head_dim_qk;
+  spec.head_dim_v = problem.head_dim_v;
+  spec.mask = normalized_mask(problem);
+  spec.softcap = problem.softcap != 0.f;
+  spec.config = config;
+  spec.arch = arch;
+  return spec;
+}
+
 llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const KernelConfig &config,
                                              const TargetArch &arch, int max_smem_bytes) {
   if (auto e = validate_problem(problem)) return e;
@@ -111,38 +125,31 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
                                       config.block_n, config.warps, config.stages, max_smem_bytes);
     if (!traits) return traits.takeError();
   }
-  KernelSpec spec;
-  spec.dtype = problem.dtype;
-  spec.head_dim_qk = problem.head_dim_qk;
-  spec.head_dim_v = problem.head_dim_v;
-  spec.mask = normalized_mask(problem);
-  spec.softcap = problem.softcap != 0.f;
-  spec.config = config;
-  spec.arch = arch;
-  return spec;
+  return kernel_spec_for(Pass::forward, problem, config, arch);
+}
+
+LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, int64_t batch,
+                                  int threads, int dynamic_smem_bytes) {
+  LaunchGeometry g;
+  g.grid.x = static_cast<unsigned>((rows + block_rows - 1) / block_rows);
+  g.grid.y = static_cast<unsigned>(heads);
+  g.grid.z = static_cast<unsigned>(batch);
+  g.block.x = static_cast<unsigned>(threads);
+  g.dynamic_smem_bytes = dynamic_smem_bytes;
+  return g;
 }
 
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
   if (spec.config.path == KernelPath::sm90) {
     FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
                     spec.config.warps, spec.config.stages};
-    LaunchGeometry g;
-    g.grid.x = static_cast<unsigned>((problem.seqlen_q + t.block_m - 1) / t.block_m);
-    g.grid.y = static_cast<unsigned>(problem.heads_q);
-    g.grid.z = static_cast<unsigned>(problem.batch);
-    g.block.x = static_cast<unsigned>(t.threads());
-    g.dynamic_smem_bytes = t.smem_bytes();
-    return g;
+    return row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q, problem.batch,
+                              t.threads(), t.smem_bytes());
   }
   FwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
                   spec.config.warps, spec.config.stages};
-  LaunchGeometry g;
-  g.grid.x = static_cast<unsigned>((problem.seqlen_q + t.block_m - 1) / t.block_m);
-  g.grid.y = static_cast<unsigned>(problem.heads_q);
-  g.grid.z = static_cast<unsigned>(problem.batch);
-  g.block.x = static_cast<unsigned>(t.threads());
-  g.dynamic_smem_bytes = t.smem_bytes();
-  return g;
+  return row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q, problem.batch,
+                            t.threads(), t.smem_bytes());
 }
 
 }  // namespace flashjit

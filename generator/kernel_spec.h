@@ -41,11 +41,21 @@ MaskKind normalized_mask(const Problem &problem);
 // Checks the problem itself (shapes, head dims, heads ratio, window, scales).
 llvm::Error validate_problem(const Problem &problem);
 
+// The spec of `pass` for `problem` with `config` on `arch`, unchecked (the
+// make_*_spec functions validate first).
+KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig &config,
+                           const TargetArch &arch);
+
 // Validates `config` (complete) for `problem` on `arch` and builds the spec.
 // `max_smem_bytes` is the device's opt-in shared memory per block (0: the
 // architecture's known limit).
 llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const KernelConfig &config,
                                              const TargetArch &arch, int max_smem_bytes = 0);
+
+// One CTA of `threads` threads per `block_rows` of `rows` (rounded up), per
+// head and per batch: grid (row tiles, heads, batch).
+LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, int64_t batch,
+                                  int threads, int dynamic_smem_bytes);
 
 // Grid (Q tiles, heads, batch), block and shared memory of a forward launch.
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem);
