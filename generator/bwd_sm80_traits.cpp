@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "llvm/ADT/StringExtras.h"
+#include "generator/config_error.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -60,21 +60,15 @@ llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_
                                   "warps or smaller tiles",
                                   t.accumulator_registers(), kMaxAccumulatorRegisters));
     if (max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
-      why.push_back(llvm::formatv("needs {0} bytes of shared memory, the device allows {1}",
-                                  t.smem_bytes(), max_smem_bytes));
+      why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
     if (deterministic && max_smem_bytes > 0 && t.dq_smem_bytes() > max_smem_bytes)
       why.push_back(llvm::formatv("the deterministic dQ kernel needs {0} bytes of shared "
                                   "memory, the device allows {1}",
                                   t.dq_smem_bytes(), max_smem_bytes));
   }
   if (!why.empty())
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        llvm::formatv("sm80 backward config (block_m={0} block_n={1} warps={2} stages={6}, d={3} "
-                      "dv={4}) is invalid: {5}",
-                      block_m, block_n, warps, head_dim_qk, head_dim_v, llvm::join(why, "; "),
-                      stages)
-            .str());
+    return invalid_config("sm80 backward", block_m, block_n, warps, stages, head_dim_qk, head_dim_v,
+                          why);
   return t;
 }
 

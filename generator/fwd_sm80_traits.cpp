@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "llvm/ADT/StringExtras.h"
+#include "generator/config_error.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -51,17 +51,11 @@ llvm::Expected<FwdSm80Traits> FwdSm80Traits::make(int head_dim_qk, int head_dim_
           t.accumulator_registers(), kMaxAccumulatorRegisters, block_m / warps, head_dim_v,
           block_n));
     if (max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
-      why.push_back(llvm::formatv("needs {0} bytes of shared memory, the device allows {1}",
-                                  t.smem_bytes(), max_smem_bytes));
+      why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
   }
   if (!why.empty())
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        llvm::formatv("sm80 forward config (block_m={0} block_n={1} warps={2} stages={3}, "
-                      "d={4} dv={5}) is invalid: {6}",
-                      block_m, block_n, warps, stages, head_dim_qk, head_dim_v,
-                      llvm::join(why, "; "))
-            .str());
+    return invalid_config("sm80 forward", block_m, block_n, warps, stages, head_dim_qk, head_dim_v,
+                          why);
   return t;
 }
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "flashjit/problem.h"
+#include "generator/config_error.h"
 #include "generator/target_arch.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -88,16 +88,10 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
   if (stages < 2 || stages > 4)
     why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
   if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
-    why.push_back(llvm::formatv("needs {0} bytes of shared memory, the device allows {1}",
-                                t.smem_bytes(), max_smem_bytes));
+    why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
   if (!why.empty())
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        llvm::formatv("sm90 forward config (block_m={0} block_n={1} warps={2} stages={3}, "
-                      "d={4} dv={5}) is invalid: {6}",
-                      block_m, block_n, warps, stages, head_dim_qk, head_dim_v,
-                      llvm::join(why, "; "))
-            .str());
+    return invalid_config("sm90 forward", block_m, block_n, warps, stages, head_dim_qk, head_dim_v,
+                          why);
   return t;
 }
 
