@@ -1,5 +1,8 @@
 #include "runtime/device.h"
 
+#include <map>
+#include <mutex>
+#include <string>
 
 #include "runtime/cuda_driver.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -15,11 +18,10 @@ llvm::Expected<int> device_count() {
   return count;
 }
 
-llvm::Expected<DeviceInfo> query_device(int ordinal) {
+llvm::Expected<DriverDevice> driver_device(int ordinal) {
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const CudaDriver &cu = *driver;
-
   CUdevice device = 0;
   if (CUresult r = cu.cuDeviceGet(&device, ordinal); r != CUDA_SUCCESS) {
     int count = 0;
@@ -31,6 +33,28 @@ llvm::Expected<DeviceInfo> query_device(int ordinal) {
                                     .str()),
         cuda_check(r, "cuDeviceGet"));
   }
+  return DriverDevice{&cu, device};
+}
+
+llvm::Expected<CUcontext> retained_primary_context(const CudaDriver &cu, CUdevice device) {
+  static std::mutex mutex;
+  static auto *contexts = new std::map<CUdevice, CUcontext>;
+  std::lock_guard lock(mutex);
+  auto it = contexts->find(device);
+  if (it != contexts->end()) return it->second;
+  CUcontext context = nullptr;
+  if (llvm::Error e = cuda_check(cu.cuDevicePrimaryCtxRetain(&context, device),
+                                 "cuDevicePrimaryCtxRetain"))
+    return e;
+  contexts->emplace(device, context);
+  return context;
+}
+
+llvm::Expected<DeviceInfo> query_device(int ordinal) {
+  auto found = driver_device(ordinal);
+  if (!found) return found.takeError();
+  const CudaDriver &cu = *found->driver;
+  const CUdevice device = found->device;
 
   DeviceInfo info;
   info.ordinal = ordinal;
@@ -85,21 +109,26 @@ llvm::Expected<ContextInfo> current_or_primary_context() {
     return info;
   }
 
-  // Retained once and never released: the primary context is shared with the
-  // CUDA runtime and PyTorch, and releasing it at exit would race their own
-  // teardown. The retain is process-wide; making it current is per thread.
+  // The retain (retained_primary_context) is process-wide, and so is its
+  // outcome here; making it current is per thread.
   struct Primary {
     CUcontext context = nullptr;
     CUdevice device = 0;
     std::string error;
   };
   static const Primary primary = [&cu] {
+    const char *unavailable =
+        "no current CUDA context and the primary context of device 0 is unavailable: ";
     Primary p;
-    CUresult r = cu.cuDeviceGet(&p.device, 0);
-    if (r == CUDA_SUCCESS) r = cu.cuDevicePrimaryCtxRetain(&p.context, p.device);
-    if (r != CUDA_SUCCESS)
-      p.error = "no current CUDA context and the primary context of device 0 is unavailable: " +
-                llvm::toString(cuda_check(r, "cuDevicePrimaryCtxRetain"));
+    if (CUresult r = cu.cuDeviceGet(&p.device, 0); r != CUDA_SUCCESS) {
+      p.error = unavailable + llvm::toString(cuda_check(r, "cuDevicePrimaryCtxRetain"));
+      return p;
+    }
+    auto context = retained_primary_context(cu, p.device);
+    if (context)
+      p.context = *context;
+    else
+      p.error = unavailable + llvm::toString(context.takeError());
     return p;
   }();
   if (!primary.error.empty())

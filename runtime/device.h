@@ -26,7 +26,23 @@ struct DeviceInfo {
   TargetArch target() const { return TargetArch::for_device(cc_major, cc_minor); }
 };
 
+struct CudaDriver;
+
 llvm::Expected<int> device_count();
+
+// The driver (loaded on first use) and device `ordinal` of it; the error says
+// how many devices this process sees.
+struct DriverDevice {
+  const CudaDriver *driver = nullptr;
+  CUdevice device = 0;
+};
+llvm::Expected<DriverDevice> driver_device(int ordinal);
+
+// The primary context of `device`, retained once per device and process and
+// never released: it is shared with the CUDA runtime and PyTorch, and
+// releasing it at exit would race their teardown. Not made current.
+llvm::Expected<CUcontext> retained_primary_context(const CudaDriver &cu, CUdevice device);
+
 llvm::Expected<DeviceInfo> query_device(int ordinal);
 
 // The caller's current context; where there is none, the primary context of

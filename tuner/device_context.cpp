@@ -1,49 +1,17 @@
 #include "tuner/device_context.h"
 
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "runtime/cuda_driver.h"
-#include "llvm/Support/FormatVariadic.h"
+#include "runtime/device.h"
 
 namespace flashjit {
-namespace {
-
-// Retained once per device and never released, as runtime/device.cpp does for
-// device 0: the primary context is shared with the CUDA runtime and PyTorch,
-// and releasing it at exit would race their teardown.
-llvm::Expected<CUcontext> retained_primary_context(const CudaDriver &cu, CUdevice device) {
-  static std::mutex mutex;
-  static auto *contexts = new std::map<CUdevice, CUcontext>;
-  std::lock_guard lock(mutex);
-  auto it = contexts->find(device);
-  if (it != contexts->end()) return it->second;
-  CUcontext context = nullptr;
-  if (llvm::Error e = cuda_check(cu.cuDevicePrimaryCtxRetain(&context, device),
-                                 "cuDevicePrimaryCtxRetain"))
-    return e;
-  contexts->emplace(device, context);
-  return context;
-}
-
-}  // namespace
 
 llvm::Expected<ScopedDeviceContext> ScopedDeviceContext::make(int ordinal) {
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
-  const CudaDriver &cu = *driver;
-
-  CUdevice device = 0;
-  if (CUresult r = cu.cuDeviceGet(&device, ordinal); r != CUDA_SUCCESS) {
-    int count = 0;
-    cu.cuDeviceGetCount(&count);
-    return llvm::joinErrors(
-        llvm::createStringError(
-            llvm::inconvertibleErrorCode(),
-            llvm::formatv("no CUDA device {0} (this process sees {1})", ordinal, count).str()),
-        cuda_check(r, "cuDeviceGet"));
-  }
+  auto found = driver_device(ordinal);
+  if (!found) return found.takeError();
+  const CudaDriver &cu = *found->driver;
+  const CUdevice device = found->device;
 
   ScopedDeviceContext scope;
   scope.device_ = device;
