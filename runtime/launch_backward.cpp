@@ -22,9 +22,7 @@ llvm::Error args_error(const llvm::Twine &message) {
 }
 
 llvm::Error with_context(const Problem &problem, llvm::Error error) {
-  if (!error) return error;
-  return args_error("flashjit backward (" + describe(problem) + "): " +
-                    llvm::toString(std::move(error)));
+  return with_call_context("backward", problem, std::move(error));
 }
 
 // One NVRTC compile serves the three kernels of a spec: the cubin is kept

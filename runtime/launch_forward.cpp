@@ -21,10 +21,6 @@
 namespace flashjit {
 namespace {
 
-llvm::Error args_error(const llvm::Twine &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
-}
-
 // The device of the current context, queried once per device: attribute
 // queries cost microseconds each, and this runs on every launch.
 llvm::Expected<DeviceInfo> cached_device_info(CUdevice device) {
@@ -53,9 +49,7 @@ Problem representative_problem(const KernelSpec &spec) {
 }
 
 llvm::Error with_context(const Problem &problem, llvm::Error error) {
-  if (!error) return error;
-  return args_error("flashjit forward (" + describe(problem) + "): " +
-                    llvm::toString(std::move(error)));
+  return with_call_context("forward", problem, std::move(error));
 }
 
 // What selects the kernel of a call: the compiled code's parameters, the

@@ -77,4 +77,10 @@ llvm::Error check_tensors(llvm::ArrayRef<TensorCheck> tensors,
   return llvm::Error::success();
 }
 
+llvm::Error with_call_context(const char *pass, const Problem &problem, llvm::Error error) {
+  if (!error) return error;
+  return args_error(llvm::Twine("flashjit ") + pass + " (" + describe(problem) +
+                    "): " + llvm::toString(std::move(error)));
+}
+
 }  // namespace flashjit

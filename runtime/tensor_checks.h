@@ -35,4 +35,8 @@ struct PointerCheck {
 };
 llvm::Error check_tensors(llvm::ArrayRef<TensorCheck> tensors, llvm::ArrayRef<PointerCheck> extra);
 
+// `error` (success passes through) prefixed with the call that failed:
+// "flashjit <pass> (<problem>): ...", `pass` e.g. "forward".
+llvm::Error with_call_context(const char *pass, const Problem &problem, llvm::Error error);
+
 }  // namespace flashjit
