@@ -121,7 +121,7 @@ llvm::Expected<ContextInfo> current_or_primary_context() {
         "no current CUDA context and the primary context of device 0 is unavailable: ";
     Primary p;
     if (CUresult r = cu.cuDeviceGet(&p.device, 0); r != CUDA_SUCCESS) {
-      p.error = unavailable + llvm::toString(cuda_check(r, "cuDevicePrimaryCtxRetain"));
+      p.error = unavailable + llvm::toString(cuda_check(r, "cuDeviceGet"));
       return p;
     }
     auto context = retained_primary_context(cu, p.device);
