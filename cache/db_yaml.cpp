@@ -169,6 +169,35 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
         },
         field.ref(record));
   if (!reader.ok()) return std::nullopt;
+  // Well-typed is not enough: a value flashjit never writes (a pass, dtype,
+  // mask or path it does not know, a tile size <= 0) is refused rather than
+  // stored as a row that can only mislead.
+  auto one_of = [&](const char *what, const std::string &value, const char *a, const char *b,
+                    const char *c = nullptr) {
+    if (value == a || value == b || (c && value == c)) return true;
+    return reader.skip(what, llvm::formatv("'{0}' is not {1}{2} or {3}", value, a,
+                                           c ? llvm::formatv(", {0}", b).str() : "",
+                                           c ? c : b));
+  };
+  auto head_dim = [&](const char *what, int d) {
+    return (d >= 8 && d <= 256 && d % 8 == 0) ||
+           reader.skip(what, llvm::formatv("{0} is not a multiple of 8 in [8, 256]", d));
+  };
+  auto positive = [&](const char *what, int n) {
+    return n > 0 || reader.skip(what, llvm::formatv("{0} is not a positive integer", n));
+  };
+  const bool valid = one_of("problem.pass", record.problem.pass, "fwd", "bwd") &&
+                     one_of("problem.dtype", record.problem.dtype, "bf16", "fp16") &&
+                     head_dim("problem.head_dim_qk", record.problem.head_dim_qk) &&
+                     head_dim("problem.head_dim_v", record.problem.head_dim_v) &&
+                     one_of("problem.mask", record.problem.mask, "none", "causal", "window") &&
+                     positive("problem.gqa_ratio", record.problem.gqa_ratio) &&
+                     one_of("config.path", record.config.path, "sm80", "sm90") &&
+                     positive("config.block_m", record.config.block_m) &&
+                     positive("config.block_n", record.config.block_n) &&
+                     positive("config.warps", record.config.warps) &&
+                     positive("config.stages", record.config.stages);
+  if (!valid) return std::nullopt;
   return record;
 }
 

@@ -18,9 +18,14 @@ llvm::Error flag_error(llvm::StringRef flag, llvm::StringRef expected, llvm::Str
 }
 
 // getAsInteger rejects signs, spaces and trailing junk alike.
+// `too_large`, when given, is what a well-formed value above `hi` is told
+// ("a positive integer" would be wrong for it).
 llvm::Expected<int64_t> parse_int(llvm::StringRef flag, llvm::StringRef text, int64_t lo,
-                                  int64_t hi, llvm::StringRef expected) {
+                                  int64_t hi, llvm::StringRef expected,
+                                  llvm::StringRef too_large = {}) {
   int64_t value = 0;
+  if (!text.getAsInteger(10, value) && value > hi && !too_large.empty())
+    return flag_error(flag, too_large, text);
   if (text.getAsInteger(10, value) || value < lo || value > hi)
     return flag_error(flag, expected, text);
   return value;
@@ -40,6 +45,9 @@ llvm::Expected<float> parse_float(llvm::StringRef flag, llvm::StringRef text,
 constexpr int64_t kMaxLength = int64_t(1) << 31;  // the kernels index rows with int
 constexpr const char *kPositive = "a positive integer";
 constexpr const char *kTileField = "0 (heuristic) or a positive integer";
+constexpr const char *kGridMax = "at most 65535 (a grid dimension)";
+constexpr const char *kLengthMax = "at most 2147483647 (rows are 32-bit)";
+constexpr const char *kTileMax = "at most 1024";
 
 llvm::Error parse_mask(const ProblemFlagValues &v, Problem &p) {
   llvm::StringRef text = v.mask;
@@ -79,10 +87,10 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     return flag_error("dtype", "bf16 or fp16", v.dtype);
   }
 
-  auto batch = parse_int("batch", v.batch, 1, 65535, kPositive);
+  auto batch = parse_int("batch", v.batch, 1, 65535, kPositive, kGridMax);
   if (!batch) return batch.takeError();
   p.batch = *batch;
-  auto heads = parse_int("heads", v.heads, 1, 65535, kPositive);
+  auto heads = parse_int("heads", v.heads, 1, 65535, kPositive, kGridMax);
   if (!heads) return heads.takeError();
   p.heads_q = *heads;
   p.heads_kv = p.heads_q;
@@ -94,16 +102,16 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     p.heads_kv = *heads_kv;
   }
 
-  auto seqlen = parse_int("seqlen", v.seqlen, 1, kMaxLength - 1, kPositive);
+  auto seqlen = parse_int("seqlen", v.seqlen, 1, kMaxLength - 1, kPositive, kLengthMax);
   if (!seqlen) return seqlen.takeError();
   p.seqlen_q = p.seqlen_k = *seqlen;
   if (!v.seqlen_q.empty()) {
-    auto n = parse_int("seqlen-q", v.seqlen_q, 1, kMaxLength - 1, kPositive);
+    auto n = parse_int("seqlen-q", v.seqlen_q, 1, kMaxLength - 1, kPositive, kLengthMax);
     if (!n) return n.takeError();
     p.seqlen_q = *n;
   }
   if (!v.seqlen_k.empty()) {
-    auto n = parse_int("seqlen-k", v.seqlen_k, 1, kMaxLength - 1, kPositive);
+    auto n = parse_int("seqlen-k", v.seqlen_k, 1, kMaxLength - 1, kPositive, kLengthMax);
     if (!n) return n.takeError();
     p.seqlen_k = *n;
   }
@@ -146,7 +154,7 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   for (const Field &f : {Field{"block-m", v.block_m, c.block_m},
                          Field{"block-n", v.block_n, c.block_n}, Field{"warps", v.warps, c.warps},
                          Field{"stages", v.stages, c.stages}}) {
-    auto n = parse_int(f.flag, f.text, 0, 1024, kTileField);
+    auto n = parse_int(f.flag, f.text, 0, 1024, kTileField, kTileMax);
     if (!n) return n.takeError();
     f.value = static_cast<int>(*n);
   }

@@ -1,7 +1,9 @@
 #include "generator/kernel_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
@@ -59,6 +61,21 @@ llvm::Error validate_problem(const Problem &p) {
           "{0}={1} is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
           "the Python binding does this for you)",
           name, d));
+  // Each side's rows times its largest per-row size (the backward's fp32 dQ
+  // accumulator and D: 4*(head_dim_qk+1) bytes) must fit 64-bit byte offsets.
+  const int64_t row_bytes = 4 * (int64_t(std::max(p.head_dim_qk, p.head_dim_v)) + 1);
+  for (auto [heads_name, heads, seqlen_name, seqlen] :
+       {std::tuple{"heads_q", p.heads_q, "seqlen_q", p.seqlen_q},
+        std::tuple{"heads_kv", p.heads_kv, "seqlen_k", p.seqlen_k}}) {
+    int64_t total = 0;
+    if (__builtin_mul_overflow(p.batch, heads, &total) ||
+        __builtin_mul_overflow(total, seqlen, &total) ||
+        __builtin_mul_overflow(total, row_bytes, &total))
+      return problem_error(llvm::formatv(
+          "batch*{0}*{1}={2}*{3}*{4} rows is too large: the tensors' byte offsets would "
+          "overflow 64 bits",
+          heads_name, seqlen_name, p.batch, heads, seqlen));
+  }
   if (p.mask != MaskKind::none && p.mask != MaskKind::causal && p.mask != MaskKind::window)
     return problem_error(llvm::formatv("mask={0} is not none, causal or window",
                                        static_cast<int>(p.mask)));

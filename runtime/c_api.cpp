@@ -180,6 +180,12 @@ uint64_t flashjit_backward_workspace_bytes(const flashjit_problem *p) {
   if (problem.batch < 1 || problem.heads_q < 1 || problem.seqlen_q < 1 ||
       problem.head_dim_qk < 1)
     return 0;
+  // Past 64 bits it would wrap to a small size (and validation rejects it).
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(uint64_t(problem.batch), uint64_t(problem.heads_q), &bytes) ||
+      __builtin_mul_overflow(bytes, uint64_t(problem.seqlen_q), &bytes) ||
+      __builtin_mul_overflow(bytes, uint64_t(problem.head_dim_qk + 1) * 4, &bytes))
+    return 0;
   return flashjit::backward_workspace_bytes(problem);
 }
 

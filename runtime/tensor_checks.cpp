@@ -1,5 +1,7 @@
 #include "runtime/tensor_checks.h"
 
+#include <limits>
+
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -54,6 +56,20 @@ llvm::Error check_tensor_layout(const TensorCheck &t) {
           "argument {0}: {1} stride {2} is not a multiple of {3} elements: the kernel uses "
           "{4}-byte vector loads, so every row must start {4}-byte aligned",
           t.name, s.what, s.value, kVectorElements, kVectorBytes));
+  }
+  // The last row's element offset (plus a row of up to 256 elements, 2 bytes
+  // each) must fit the kernels' 64-bit byte offsets.
+  int64_t last = 0;
+  for (Stride s : {Stride{"batch", t.strides.batch, t.batch}, Stride{"seq", t.strides.seq, t.seqlen},
+                   Stride{"head", t.strides.head, t.heads}}) {
+    int64_t step = 0;
+    if (s.extent > 1 && (__builtin_mul_overflow(s.value, s.extent - 1, &step) ||
+                         __builtin_add_overflow(last, step, &last) ||
+                         last > std::numeric_limits<int64_t>::max() / 2 - 256))
+      return args_error(llvm::formatv(
+          "argument {0}: strides (batch {1}, seq {2}, head {3}) over [batch={4}, seqlen={5}, "
+          "heads={6}] reach past 2^62 elements: byte offsets would overflow 64 bits",
+          t.name, t.strides.batch, t.strides.seq, t.strides.head, t.batch, t.seqlen, t.heads));
   }
   return llvm::Error::success();
 }

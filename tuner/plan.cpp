@@ -46,7 +46,7 @@ using Fields = std::map<std::string, Field>;
 
 std::string shown(const YAML::Node &node) {
   if (node.IsScalar()) return node.Scalar().empty() ? "''" : node.Scalar();
-  if (node.IsSequence()) return "a list";
+  if (node.IsSequence()) return node.size() ? "a list" : "an empty list";
   if (node.IsMap()) return "a mapping";
   return "nothing";
 }
@@ -86,12 +86,15 @@ const Field *lookup(const Fields &entry, const Fields &defaults, const std::stri
   return nullptr;
 }
 
+// `too_large`, when given, is what a well-formed value above `hi` is told.
 std::optional<PlanError> read_int(const Field &f, llvm::StringRef key, int64_t lo, int64_t hi,
-                                  llvm::StringRef expected, int64_t &value) {
+                                  llvm::StringRef expected, int64_t &value,
+                                  llvm::StringRef too_large = {}) {
   // getAsInteger rejects signs, spaces, fractions and trailing junk alike.
-  if (!f.value.IsScalar() || llvm::StringRef(f.value.Scalar()).getAsInteger(10, value) ||
-      value < lo || value > hi)
+  if (!f.value.IsScalar() || llvm::StringRef(f.value.Scalar()).getAsInteger(10, value))
     return key_error(f, key, expected);
+  if (value > hi && !too_large.empty()) return key_error(f, key, too_large);
+  if (value < lo || value > hi) return key_error(f, key, expected);
   return std::nullopt;
 }
 
@@ -131,12 +134,14 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
     }
   }
   constexpr const char *kPositive = "a positive integer";
+  constexpr const char *kGridMax = "at most 65535 (a grid dimension)";
+  constexpr const char *kLengthMax = "at most 2147483647 (rows are 32-bit)";
   p.batch = 1;
   if (const Field *f = get("batch"))
-    if (auto e = read_int(*f, "batch", 1, kMaxGrid, kPositive, p.batch)) return e;
+    if (auto e = read_int(*f, "batch", 1, kMaxGrid, kPositive, p.batch, kGridMax)) return e;
   const Field *heads = get("heads");
   if (!heads) return missing("'heads'");
-  if (auto e = read_int(*heads, "heads", 1, kMaxGrid, kPositive, p.heads_q)) return e;
+  if (auto e = read_int(*heads, "heads", 1, kMaxGrid, kPositive, p.heads_q, kGridMax)) return e;
   p.heads_kv = p.heads_q;
   if (const Field *f = get("heads_kv")) {
     const std::string expected = llvm::formatv("a divisor of heads ({0})", p.heads_q).str();
@@ -163,10 +168,10 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
     return "seqlen";
   };
   if (auto e = read_int(*seqlen_q, seqlen_key(seqlen_q, "seqlen_q"), 1, kMaxLength, kPositive,
-                        p.seqlen_q))
+                        p.seqlen_q, kLengthMax))
     return e;
   if (auto e = read_int(*seqlen_k, seqlen_key(seqlen_k, "seqlen_k"), 1, kMaxLength, kPositive,
-                        p.seqlen_k))
+                        p.seqlen_k, kLengthMax))
     return e;
 
   constexpr const char *kHeadDim = "a multiple of 8 in [8, 256]";
