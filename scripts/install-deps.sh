@@ -6,7 +6,13 @@
 # Each package is probed by a file it provides, not by its name: Debian 12
 # ships libtinfo.a in libncurses-dev (libtinfo-dev is a transitional name), and
 # a tool may come from elsewhere (a newer cmake in /usr/local).
+#
+# With --fuzz: also clang-14 and its runtime libraries (libFuzzer, ASan),
+# which the fuzz targets need (FLASHJIT_FUZZ; .ci/run).
 set -euo pipefail
+
+fuzz=0
+[ "${1:-}" = "--fuzz" ] && fuzz=1
 
 have_file() {  # any of the glob patterns exists
   local pattern
@@ -25,6 +31,11 @@ have_file /usr/include/yaml-cpp/yaml.h || missing+=(libyaml-cpp-dev)
 have_file /usr/include/gtest/gtest.h || missing+=(libgtest-dev)
 have_file /usr/include/zlib.h || missing+=(zlib1g-dev)
 have_file '/usr/lib/*/libtinfo.a' /usr/lib/libtinfo.a || missing+=(libtinfo-dev)
+if [ $fuzz -eq 1 ]; then
+  command -v clang++-14 >/dev/null || missing+=(clang-14)
+  have_file '/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a' \
+    || missing+=(libclang-rt-14-dev)
+fi
 
 # The CUDA headers (cuda.h, nvrtc.h) come with the CUDA toolkit, not Debian;
 # only the headers are needed to build (libcuda and libnvrtc are dlopen'ed).
