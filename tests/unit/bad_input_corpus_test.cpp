@@ -6,6 +6,8 @@
 // by anything refused. The number of cases is printed and must be >= 60.
 #include <gtest/gtest.h>
 
+#include "c_api_test_util.h"
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -309,22 +311,7 @@ TEST(BadInputCorpus, BackwardRejectsBadArguments) {
 
 // ---- (b) the C API -------------------------------------------------------------
 
-flashjit_problem c_problem() {
-  flashjit_problem p;
-  std::memset(&p, 0, sizeof(p));
-  p.dtype = FLASHJIT_FP16;
-  p.mask = FLASHJIT_MASK_NONE;
-  p.batch = 1;
-  p.heads_q = 4;
-  p.heads_kv = 4;
-  p.seqlen_q = 17;
-  p.seqlen_k = 17;
-  p.head_dim_qk = 64;
-  p.head_dim_v = 64;
-  p.window_left = -1;
-  p.window_right = -1;
-  return p;
-}
+flashjit_problem c_problem() { return testing_c_api::c_problem(FLASHJIT_FP16, FLASHJIT_MASK_NONE); }
 
 TEST(BadInputCorpus, CApiRejectsBadCallsWithLastError) {
   struct Case {

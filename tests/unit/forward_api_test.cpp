@@ -2,6 +2,8 @@
 // it runs before the driver is needed, so it is tested on the CPU.
 #include <gtest/gtest.h>
 
+#include "c_api_test_util.h"
+
 #include <cstring>
 #include <thread>
 
@@ -118,22 +120,7 @@ TEST(Version, MatchesTheCApi) {
   EXPECT_GT(std::strlen(version()), 0u);
 }
 
-flashjit_problem c_problem() {
-  flashjit_problem p;
-  std::memset(&p, 0, sizeof(p));
-  p.dtype = FLASHJIT_BF16;
-  p.mask = FLASHJIT_MASK_CAUSAL;
-  p.batch = 1;
-  p.heads_q = 4;
-  p.heads_kv = 4;
-  p.seqlen_q = 17;
-  p.seqlen_k = 17;
-  p.head_dim_qk = 64;
-  p.head_dim_v = 64;
-  p.window_left = -1;
-  p.window_right = -1;
-  return p;
-}
+flashjit_problem c_problem() { return testing_c_api::c_problem(FLASHJIT_BF16, FLASHJIT_MASK_CAUSAL); }
 
 TEST(CApi, NullProblem) {
   flashjit_forward_args args;
