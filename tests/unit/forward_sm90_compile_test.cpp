@@ -14,10 +14,10 @@
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/source.h"
-#include "runtime/nvrtc_compiler.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/ThreadPool.h"
+#include "runtime/nvrtc_compiler.h"
 
 namespace flashjit {
 namespace {
@@ -72,6 +72,65 @@ struct Compiled {
   cli::PtxasReport report;
 };
 
+// Compiles one case with ptxas's report and, where cuobjdump exists, checks
+// its SASS.
+Compiled compile_case(const Sm90Case &c, const std::string &cuobjdump) {
+  Compiled r;
+  auto spec = make_forward_spec(c.problem, c.config, kSm90a);
+  if (!spec) {
+    r.error = llvm::toString(spec.takeError());
+    return r;
+  }
+  r.id = spec->id();
+  GeneratedSource source = generate_forward(*spec);
+  source.options.push_back("--ptxas-options=-v");
+  auto cubin = compile_to_cubin(source, kSm90a);
+  if (!cubin) {
+    r.error = llvm::toString(cubin.takeError());
+    return r;
+  }
+  auto report = cli::parse_ptxas_report(cubin->log, source.entry);
+  if (!report) {
+    r.error = "no ptxas report in the log:\n" + cubin->log;
+    return r;
+  }
+  r.report = *report;
+  if (cubin->log.find("C7510") != std::string::npos ||
+      cubin->log.find("C7511") != std::string::npos ||
+      cubin->log.find("C7512") != std::string::npos ||
+      cubin->log.find("C7514") != std::string::npos ||
+      cubin->log.find("wgmma.mma_async instructions are serialized") != std::string::npos)
+    r.error = "ptxas serialised the wgmmas:\n" + cubin->log;
+  if (cuobjdump.empty()) return r;
+  llvm::SmallString<128> cubin_path, sass_path;
+  llvm::sys::fs::createTemporaryFile("flashjit_sm90", "cubin", cubin_path);
+  llvm::sys::fs::createTemporaryFile("flashjit_sm90", "sass", sass_path);
+  {
+    std::ofstream out(cubin_path.c_str(), std::ios::binary);
+    out.write(cubin->bytes.data(), static_cast<std::streamsize>(cubin->bytes.size()));
+  }
+  llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(sass_path),
+                                                 llvm::None};
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(cuobjdump, {cuobjdump, "-sass", cubin_path.str()}, llvm::None,
+                                     redirects, 0, 0, &err);
+  std::ifstream in(sass_path.c_str());
+  std::string sass((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  llvm::sys::fs::remove(cubin_path);
+  llvm::sys::fs::remove(sass_path);
+  if (rc != 0) {
+    r.sass_problem = "cuobjdump failed (" + std::to_string(rc) + "): " + err;
+    return r;
+  }
+  for (const char *needed : {"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG"})
+    if (sass.find(needed) == std::string::npos)
+      r.sass_problem += std::string("no ") + needed + " in the SASS; ";
+  for (const char *banned : {" LDL", " STL"})
+    if (sass.find(banned) != std::string::npos)
+      r.sass_problem += std::string("local memory (") + banned + ") in the SASS; ";
+  return r;
+}
+
 TEST(ForwardSm90Compile, EveryClaimedConfigCompilesWithoutSpills) {
   const std::vector<Sm90Case> cases = sm90_cases();
   ASSERT_GT(cases.size(), 40u);
@@ -80,63 +139,14 @@ TEST(ForwardSm90Compile, EveryClaimedConfigCompilesWithoutSpills) {
   {
     llvm::ThreadPool pool(llvm::hardware_concurrency());
     for (size_t i = 0; i < cases.size(); ++i)
-      pool.async([&, i] {
-        Compiled &r = results[i];
-        auto spec = make_forward_spec(cases[i].problem, cases[i].config, kSm90a);
-        if (!spec) {
-          r.error = llvm::toString(spec.takeError());
-          return;
-        }
-        r.id = spec->id();
-        GeneratedSource source = generate_forward(*spec);
-        source.options.push_back("--ptxas-options=-v");
-        auto cubin = compile_to_cubin(source, kSm90a);
-        if (!cubin) {
-          r.error = llvm::toString(cubin.takeError());
-          return;
-        }
-        auto report = cli::parse_ptxas_report(cubin->log, source.entry);
-        if (!report) {
-          r.error = "no ptxas report in the log:\n" + cubin->log;
-          return;
-        }
-        r.report = *report;
-        if (cubin->log.find("C7510") != std::string::npos ||
-            cubin->log.find("C7511") != std::string::npos ||
-            cubin->log.find("C7512") != std::string::npos ||
-            cubin->log.find("C7514") != std::string::npos ||
-            cubin->log.find("wgmma.mma_async instructions are serialized") != std::string::npos)
-          r.error = "ptxas serialised the wgmmas:\n" + cubin->log;
-        if (cuobjdump.empty()) return;
-        llvm::SmallString<128> cubin_path, sass_path;
-        llvm::sys::fs::createTemporaryFile("flashjit_sm90", "cubin", cubin_path);
-        llvm::sys::fs::createTemporaryFile("flashjit_sm90", "sass", sass_path);
-        {
-          std::ofstream out(cubin_path.c_str(), std::ios::binary);
-          out.write(cubin->bytes.data(), static_cast<std::streamsize>(cubin->bytes.size()));
-        }
-        llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(sass_path),
-                                                       llvm::None};
-        std::string err;
-        int rc = llvm::sys::ExecuteAndWait(cuobjdump, {cuobjdump, "-sass", cubin_path.str()},
-                                           llvm::None, redirects, 0, 0, &err);
-        std::ifstream in(sass_path.c_str());
-        std::string sass((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        llvm::sys::fs::remove(cubin_path);
-        llvm::sys::fs::remove(sass_path);
-        if (rc != 0) {
-          r.sass_problem = "cuobjdump failed (" + std::to_string(rc) + "): " + err;
-          return;
-        }
-        for (const char *needed : {"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG"})
-          if (sass.find(needed) == std::string::npos)
-            r.sass_problem += std::string("no ") + needed + " in the SASS; ";
-        for (const char *banned : {" LDL", " STL"})
-          if (sass.find(banned) != std::string::npos)
-            r.sass_problem += std::string("local memory (") + banned + ") in the SASS; ";
-      });
+      pool.async([&, i] { results[i] = compile_case(cases[i], cuobjdump); });
     pool.wait();
   }
+  // NVRTC 13.0 was seen to return an empty info log (no ptxas report) for a
+  // few of 16 concurrent compiles on the GPU machine; one at a time it has it.
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (results[i].error.starts_with("no ptxas report"))
+      results[i] = compile_case(cases[i], cuobjdump);
   for (size_t i = 0; i < cases.size(); ++i) {
     const Compiled &r = results[i];
     SCOPED_TRACE(describe(cases[i].problem) + " | " + describe(cases[i].config) + " " + r.id);
@@ -148,7 +158,8 @@ TEST(ForwardSm90Compile, EveryClaimedConfigCompilesWithoutSpills) {
   }
   if (cuobjdump.empty())
     GTEST_SKIP() << "compiled " << cases.size()
-                 << " sm90 configs without spills; SASS not checked: no cuobjdump on PATH or in "
+                 << " sm90 configs without spills; SASS not checked: no "
+                    "cuobjdump on PATH or in "
                     "$FLASHJIT_CUOBJDUMP";
 }
 
