@@ -186,7 +186,7 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
   auto positive = [&](const char *what, int n) {
     return n > 0 || reader.skip(what, llvm::formatv("{0} is not a positive integer", n));
   };
-  const bool valid = one_of("problem.pass", record.problem.pass, "fwd", "bwd") &&
+  const bool valid = one_of("problem.pass", record.problem.pass, "fwd", "bwd", "bwd-det") &&
                      one_of("problem.dtype", record.problem.dtype, "bf16", "fp16") &&
                      head_dim("problem.head_dim_qk", record.problem.head_dim_qk) &&
                      head_dim("problem.head_dim_v", record.problem.head_dim_v) &&

@@ -40,7 +40,7 @@ struct SoftwareFingerprint {
 // A problem class: what changes the compiled code, plus log2 buckets of the
 // sizes that change which config is fastest.
 struct ProblemClassKey {
-  std::string pass = "fwd";  // "fwd" | "bwd"
+  std::string pass = "fwd";  // "fwd" | "bwd" | "bwd-det" (deterministic backward)
   std::string dtype;         // "bf16" | "fp16"
   int head_dim_qk = 0;
   int head_dim_v = 0;

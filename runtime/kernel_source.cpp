@@ -81,11 +81,11 @@ void append_note(std::string &notes, const llvm::Twine &note) {
   notes += note.str();
 }
 
-// The stored config of `record` if it is still usable for `problem` on
-// `device`: it may predate a change of the traits' rules, or come from a
-// device with more shared memory, or be hand-edited.
-std::optional<KernelConfig> usable_config(const TuningRecord &record, const Problem &problem,
-                                          const KernelConfig &requested, const DeviceInfo &device,
+// The stored config of `record` if it is still usable for the call: it may
+// predate a change of the traits' rules, or come from a device with more
+// shared memory, or be hand-edited.
+std::optional<KernelConfig> usable_config(const TuningRecord &record,
+                                          const KernelConfig &requested, const PassRules &rules,
                                           llvm::StringRef what, std::string &notes) {
   auto config = from_stored(record.config);
   if (!config) {
@@ -93,16 +93,15 @@ std::optional<KernelConfig> usable_config(const TuningRecord &record, const Prob
                                      llvm::toString(config.takeError())));
     return std::nullopt;
   }
+  config->deterministic = requested.deterministic;
   if (!agrees_with_request(*config, requested)) {
     append_note(notes, llvm::formatv("{0} entry ({1}) differs from the requested config", what,
                                      describe(*config)));
     return std::nullopt;
   }
-  auto spec =
-      make_forward_spec(problem, *config, device.target(), device.max_smem_per_block_optin);
-  if (!spec) {
+  if (llvm::Error invalid = rules.validate(*config)) {
     append_note(notes, llvm::formatv("{0} entry ({1}) no longer validates: {2}", what,
-                                     describe(*config), llvm::toString(spec.takeError())));
+                                     describe(*config), llvm::toString(std::move(invalid))));
     return std::nullopt;
   }
   return *config;
@@ -130,9 +129,9 @@ TuningDb *process_tuning_db() { return process_db().db.get(); }
 
 std::string process_tuning_db_status() { return process_db().status; }
 
-llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
-                                                   const KernelConfig &requested,
-                                                   const DeviceInfo &device, TuningDb *db) {
+llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelConfig &requested,
+                                           const DeviceInfo &device, TuningDb *db,
+                                           const PassRules &rules) {
   ChosenConfig chosen;
   if (requested.is_complete()) {
     chosen.config = requested;
@@ -148,7 +147,7 @@ llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
       append_note(chosen.note, "tunings not consulted: " + llvm::toString(software.takeError()));
     } else {
       const DeviceFingerprint dev = device_fingerprint(device);
-      const ProblemClassKey key = problem_class_key(problem, "fwd");
+      const ProblemClassKey key = problem_class_key(problem, rules.class_pass);
       struct Lookup {
         ConfigSource source;
         const char *what;
@@ -170,7 +169,7 @@ llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
         // The nearest bucket may be this very class, already passed over.
         if (lookup.source == ConfigSource::nearest && (*record)->problem == key) continue;
         if (auto config =
-                usable_config(**record, problem, requested, device, lookup.what, chosen.note)) {
+                usable_config(**record, requested, rules, lookup.what, chosen.note)) {
           chosen.config = *config;
           chosen.source = lookup.source;
           chosen.record = std::move(**record);
@@ -180,10 +179,25 @@ llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
     }
   }
 
-  chosen.config = default_forward_config(problem, device.target(),
-                                         device.max_smem_per_block_optin, requested);
+  chosen.config = rules.heuristic(requested);
   chosen.source = ConfigSource::heuristic;
   return chosen;
+}
+
+llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
+                                                   const KernelConfig &requested,
+                                                   const DeviceInfo &device, TuningDb *db) {
+  PassRules rules;
+  rules.class_pass = class_pass(Pass::forward);
+  rules.validate = [&](const KernelConfig &config) {
+    return make_forward_spec(problem, config, device.target(), device.max_smem_per_block_optin)
+        .takeError();
+  };
+  rules.heuristic = [&](const KernelConfig &partial) {
+    return default_forward_config(problem, device.target(), device.max_smem_per_block_optin,
+                                  partial);
+  };
+  return choose_config(problem, requested, device, db, rules);
 }
 
 llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
@@ -194,6 +208,12 @@ llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
 
 llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db) {
   return stored_cubin(generate_forward(spec), spec.arch, spec.id(), db);
+}
+
+llvm::Expected<CubinSource> kernel_cubin(const KernelSpec &spec, TuningDb *db) {
+  if (spec.pass == Pass::backward)
+    return stored_cubin(generate_backward(spec), spec.arch, spec.id(), db);
+  return forward_cubin(spec, db);
 }
 
 llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const TargetArch &arch,

@@ -1,4 +1,4 @@
-// Where a forward call's config and cubin come from. Config: the caller's,
+// Where a call's config and cubin come from. Config: the caller's,
 // else the database's tuning for this device, software and problem class
 // (exact bucket, then the nearest), else the heuristic. Cubin: the process
 // cache, else the database's cubin store, else NVRTC (and the result is
@@ -6,6 +6,7 @@
 // file that cannot be opened) everything works from the heuristic and NVRTC.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,23 @@ struct ChosenConfig {
 TuningDb *process_tuning_db();
 std::string process_tuning_db_status();
 
+// What the choice needs to know of a pass (the forward, the backward and its
+// deterministic mode are classes of their own): the `pass` of its class key
+// (class_pass), whether a stored config still builds a valid spec on the
+// device (an error says why not), and its heuristic for what is left.
+struct PassRules {
+  const char *class_pass = "fwd";
+  std::function<llvm::Error(const KernelConfig &)> validate;
+  std::function<KernelConfig(const KernelConfig &requested)> heuristic;
+};
+
+// caller > tuned > nearest > heuristic for any pass. A stored config keeps
+// the requested `deterministic` (the class key already says which mode was
+// tuned).
+llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelConfig &requested,
+                                           const DeviceInfo &device, TuningDb *db,
+                                           const PassRules &rules);
+
 // Decides nothing itself: reads what the tuner stored, or asks the heuristic.
 llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
                                                    const KernelConfig &requested,
@@ -59,6 +77,9 @@ struct CubinSource {
   std::string key;
 };
 llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db);
+// The program of `spec`'s pass (the forward's, or the backward's three
+// kernels), the same way.
+llvm::Expected<CubinSource> kernel_cubin(const KernelSpec &spec, TuningDb *db);
 // The same for any generated program (the backward's, the GPU reference's):
 // `kernel_id` only labels the stored row.
 llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const TargetArch &arch,

@@ -62,6 +62,11 @@ ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass) 
   return key;
 }
 
+const char *class_pass(Pass pass, bool deterministic) {
+  if (pass == Pass::forward) return "fwd";
+  return deterministic ? "bwd-det" : "bwd";
+}
+
 DeviceFingerprint device_fingerprint(const DeviceInfo &device) {
   DeviceFingerprint fp;
   fp.name = device.name;

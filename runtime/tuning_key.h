@@ -17,6 +17,12 @@ namespace flashjit {
 int size_bucket(int64_t x);
 
 ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass = "fwd");
+
+// The `pass` field of a class key: "fwd", "bwd", or "bwd-det" for the
+// deterministic backward. The deterministic mode is the caller's choice,
+// never the tuner's (it trades speed for bit-identical gradients) and runs
+// another set of kernels, so it is tuned and looked up as a class of its own.
+const char *class_pass(Pass pass, bool deterministic = false);
 DeviceFingerprint device_fingerprint(const DeviceInfo &device);
 // The NVRTC version (loads libnvrtc) and the templates hash.
 llvm::Expected<SoftwareFingerprint> software_fingerprint();

@@ -664,7 +664,7 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        doc + "tunings:\n" + with(t, "templates_hash: \"abc\"", "templates_hash: ~"), false, "",
        "tunings[0] (line 4): skipped: software.templates_hash: has no value\n"},
       {"pass sideways", doc + "tunings:\n" + with(t, "pass: fwd", "pass: sideways"), false, "",
-       "tunings[0] (line 4): skipped: problem.pass: 'sideways' is not fwd or bwd\n"},
+       "tunings[0] (line 4): skipped: problem.pass: 'sideways' is not fwd, bwd or bwd-det\n"},
       {"dtype fp64", doc + "tunings:\n" + with(t, "dtype: bf16", "dtype: fp64"), false, "",
        "tunings[0] (line 4): skipped: problem.dtype: 'fp64' is not bf16 or fp16\n"},
       {"mask diagonal", doc + "tunings:\n" + with(t, "mask: none", "mask: diagonal"), false, "",
