@@ -18,7 +18,7 @@ std::vector<CubinResult> cubins_for(llvm::ArrayRef<KernelSpec> specs, TuningDb *
   for (size_t i = 0; i < specs.size(); ++i) {
     pool.async([&, i] {
       CubinResult &r = results[i];
-      auto cubin = forward_cubin(specs[i], db);
+      auto cubin = kernel_cubin(specs[i], db);
       if (cubin) {
         r.key = std::move(cubin->key);
         r.entry = std::move(cubin->entry);

@@ -1,4 +1,4 @@
-// Cubins for many kernel specs at once, through runtime's forward_cubin on
+// Cubins for many kernel specs at once (either pass), through runtime's kernel_cubin on
 // llvm::ThreadPool workers: those already in the database's cubin store are
 // read from it, the rest compiled with NVRTC in parallel (NVRTC is
 // thread-safe; TuningDb serialises its own handle) and stored.

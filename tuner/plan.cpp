@@ -3,6 +3,7 @@
 // errors, never ignored, and yaml-cpp's exceptions stop at this file.
 #include "tuner/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -21,9 +22,10 @@ namespace {
 
 // The keys a problem (or `defaults`) may set; `name` only in a problem, since
 // a shared name would make every entry's name the same.
-const char *const kProblemKeys[] = {"dtype",  "batch",  "heads", "heads_kv", "seqlen",
-                                    "seqlen_q", "seqlen_k", "hdim", "hdim_v", "mask",
-                                    "window", "softcap", "scale",  "name"};
+const char *const kProblemKeys[] = {"dtype",   "batch",   "heads",    "heads_kv", "seqlen",
+                                    "seqlen_q", "seqlen_k", "hdim",     "hdim_v",   "mask",
+                                    "window",  "softcap", "scale",    "pass",     "passes",
+                                    "deterministic", "name"};
 constexpr int64_t kMaxLength = (int64_t(1) << 31) - 1;  // the kernels index rows with int
 constexpr int64_t kMaxGrid = 65535;                     // batch and heads are grid dimensions
 
@@ -69,7 +71,8 @@ std::optional<PlanError> read_fields(const YAML::Node &map, bool allow_name, Fie
         return PlanError{line, "key 'name': names a single problem, not defaults"};
       return PlanError{line, llvm::formatv("unknown key '{0}' in {1} (expected one of dtype, "
                                            "batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, "
-                                           "hdim, hdim_v, mask, window, softcap, scale{2})",
+                                           "hdim, hdim_v, mask, window, softcap, scale, pass, "
+                                           "passes, deterministic{2})",
                                            shown(pair.first), where, allow_name ? ", name" : "")
                                  .str()};
     }
@@ -107,6 +110,65 @@ std::optional<PlanError> read_float(const Field &f, llvm::StringRef key, llvm::S
       parsed < 0 || parsed > 3.0e38)
     return key_error(f, key, expected);
   value = static_cast<float>(parsed);
+  return std::nullopt;
+}
+
+std::optional<PlanError> read_pass(const Field &f, llvm::StringRef key, Pass &pass) {
+  const std::string text = f.value.IsScalar() ? f.value.Scalar() : std::string();
+  if (text == "fwd") {
+    pass = Pass::forward;
+  } else if (text == "bwd") {
+    pass = Pass::backward;
+  } else {
+    return PlanError{f.line, llvm::formatv("key '{0}': expected fwd or bwd, got {1}", key,
+                                           shown(f.value))
+                                 .str()};
+  }
+  return std::nullopt;
+}
+
+// The passes an entry asks for, in order: `pass` or `passes` (the entry's
+// own over the defaults'; both in one mapping is a mistake), else the
+// forward alone; and whether the backward is the deterministic mode.
+std::optional<PlanError> read_passes(const Fields &entry, const Fields &defaults,
+                                     std::vector<Pass> &passes, bool &deterministic) {
+  for (const Fields *fields : {&entry, &defaults}) {
+    auto one = fields->find("pass"), many = fields->find("passes");
+    if (one != fields->end() && many != fields->end())
+      return PlanError{many->second.line, "key 'passes': give pass or passes, not both"};
+    if (one != fields->end()) {
+      Pass pass = Pass::forward;
+      if (auto e = read_pass(one->second, "pass", pass)) return e;
+      passes = {pass};
+      break;
+    }
+    if (many != fields->end()) {
+      const Field &f = many->second;
+      if (!f.value.IsSequence() || f.value.size() == 0)
+        return key_error(f, "passes", "a list of fwd and bwd, like [fwd, bwd]");
+      for (const YAML::Node &item : f.value) {
+        Pass pass = Pass::forward;
+        if (auto e = read_pass(Field{item, f.line}, "passes", pass)) return e;
+        if (std::find(passes.begin(), passes.end(), pass) != passes.end())
+          return PlanError{f.line, llvm::formatv("key 'passes': {0} given twice",
+                                                 to_string(pass))
+                                       .str()};
+        passes.push_back(pass);
+      }
+      break;
+    }
+  }
+  if (passes.empty()) passes = {Pass::forward};
+  deterministic = false;
+  if (const Field *f = lookup(entry, defaults, "deterministic")) {
+    const std::string text = f->value.IsScalar() ? f->value.Scalar() : std::string();
+    if (text != "true" && text != "false")
+      return key_error(*f, "deterministic", "true or false");
+    deterministic = text == "true";
+    if (deterministic && std::find(passes.begin(), passes.end(), Pass::backward) == passes.end())
+      return PlanError{f->line, "key 'deterministic': needs pass: bwd (it only changes the "
+                                "backward)"};
+  }
   return std::nullopt;
 }
 
@@ -290,7 +352,14 @@ std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file
     if (auto e = read_fields(item, /*allow_name=*/true, entry, "problem")) return e;
     PlanEntry out;
     if (auto e = make_entry(entry, defaults, line, out)) return e;
-    plan.entries.push_back(std::move(out));
+    std::vector<Pass> passes;
+    if (auto e = read_passes(entry, defaults, passes, out.deterministic)) return e;
+    const std::string name = out.name;
+    for (Pass pass : passes) {
+      out.pass = pass;
+      out.name = name + pass_suffix(pass, out.deterministic);
+      plan.entries.push_back(out);
+    }
   }
   return std::nullopt;
 }
@@ -301,6 +370,11 @@ llvm::Error plan_error(llvm::StringRef file, int line, const llvm::Twine &messag
 }
 
 }  // namespace
+
+std::string pass_suffix(Pass pass, bool deterministic) {
+  if (pass == Pass::forward) return "";
+  return deterministic ? " (bwd-det)" : " (bwd)";
+}
 
 llvm::Expected<TuningPlan> parse_plan(llvm::StringRef text, llvm::StringRef file) {
   TuningPlan plan;

@@ -9,23 +9,33 @@
 //
 // Keys: dtype, batch, heads, heads_kv, seqlen (or seqlen_q and seqlen_k),
 // hdim, hdim_v, mask (none | causal | window), window: [left, right],
-// softcap, scale, name. Errors name the file, line and key.
+// softcap, scale, name; and which passes to tune, each its own class:
+// pass: fwd | bwd, or passes: [fwd, bwd] (one entry per pass, in that
+// order; default fwd), deterministic: true (the backward's deterministic
+// mode instead of its default). Errors name the file, line and key.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "flashjit/problem.h"
+#include "generator/kernel_spec.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 namespace flashjit {
 
 struct PlanEntry {
-  std::string name;  // given, or describe(problem)
+  std::string name;  // given, or describe(problem); " (bwd)" appended for the backward
   Problem problem;
   int line = 0;  // in the plan file, for messages
+  Pass pass = Pass::forward;
+  bool deterministic = false;  // backward only
 };
+
+// " (bwd)", " (bwd-det)", or "" for the forward: what tells the entries of
+// one problem's passes apart in names and tables.
+std::string pass_suffix(Pass pass, bool deterministic);
 
 struct TuningPlan {
   std::string name;

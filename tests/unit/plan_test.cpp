@@ -1,6 +1,7 @@
 // Tuning plans: defaults and overrides, every error with its exact message
 // (file:line and the key), and every plan shipped in plans/ parses.
 #include <string>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "tuner/plan.h"
@@ -81,6 +82,60 @@ TEST(Plan, NameDefaultsToTheFileStemAndSeqlenQOverridesDefaultSeqlen) {
   EXPECT_EQ(plan->entries[1].problem.seqlen_k, 8);
 }
 
+// Each pass is its own class: `passes` makes one entry per pass, named
+// apart; `pass` in a problem overrides the defaults' `passes`.
+TEST(Plan, PassesMakeOneEntryPerPass) {
+  auto plan = parse_plan(R"(defaults: {heads: 16, hdim: 128, passes: [fwd, bwd]}
+problems:
+  - {seqlen: 1024, name: both}
+  - {seqlen: 2048, pass: bwd, name: bwd-only}
+  - {seqlen: 4096, pass: bwd, deterministic: true, name: det}
+  - {seqlen: 512, pass: fwd}
+)",
+                         "plans/p.yaml");
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->entries.size(), 5u);
+  const std::tuple<std::string, Pass, bool, int64_t, int> expected[] = {
+      {"both", Pass::forward, false, 1024, 3},
+      {"both (bwd)", Pass::backward, false, 1024, 3},
+      {"bwd-only (bwd)", Pass::backward, false, 2048, 4},
+      {"det (bwd-det)", Pass::backward, true, 4096, 5},
+      {"", Pass::forward, false, 512, 6}};
+  for (size_t i = 0; i < 5; ++i) {
+    const auto &[name, pass, deterministic, seqlen, line] = expected[i];
+    const PlanEntry &e = plan->entries[i];
+    if (!name.empty()) {
+      EXPECT_EQ(e.name, name) << i;
+    }
+    EXPECT_EQ(e.pass, pass) << i;
+    EXPECT_EQ(e.deterministic, deterministic) << i;
+    EXPECT_EQ(e.problem.seqlen_q, seqlen) << i;
+    EXPECT_EQ(e.line, line) << i;
+  }
+  EXPECT_EQ(plan->entries[4].name, describe(plan->entries[4].problem));
+}
+
+TEST(Plan, PassErrorsNameTheKey) {
+  const std::string head = "defaults: {heads: 16, hdim: 128}\nproblems:\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {head + "  - {seqlen: 8, pass: back}\n",
+       "plans/x.yaml:3: key 'pass': expected fwd or bwd, got back"},
+      {head + "  - {seqlen: 8, passes: [fwd, bwd, fwd]}\n",
+       "plans/x.yaml:3: key 'passes': fwd given twice"},
+      {head + "  - {seqlen: 8, passes: bwd}\n",
+       "plans/x.yaml:3: key 'passes': expected a list of fwd and bwd, like [fwd, bwd], got bwd"},
+      {head + "  - {seqlen: 8, passes: [fwd, x]}\n",
+       "plans/x.yaml:3: key 'passes': expected fwd or bwd, got x"},
+      {head + "  - {seqlen: 8, pass: bwd, passes: [bwd]}\n",
+       "plans/x.yaml:3: key 'passes': give pass or passes, not both"},
+      {head + "  - {seqlen: 8, deterministic: true}\n",
+       "plans/x.yaml:3: key 'deterministic': needs pass: bwd (it only changes the backward)"},
+      {head + "  - {seqlen: 8, pass: bwd, deterministic: yes please}\n",
+       "plans/x.yaml:3: key 'deterministic': expected true or false, got yes please"},
+  };
+  for (const auto &[text, message] : cases) EXPECT_EQ(error_of(text), message) << text;
+}
+
 TEST(Plan, ErrorsNameFileLineAndKey) {
   const std::string head = "name: x\ndefaults: {heads: 16, hdim: 128}\nproblems:\n";
   const std::pair<std::string, std::string> cases[] = {
@@ -88,10 +143,12 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
        "plans/x.yaml:5: key 'hdim': expected a multiple of 8 in [8, 256], got 100"},
       {head + "  - {seqlen: 1024, hdmi: 64}\n",
        "plans/x.yaml:4: unknown key 'hdmi' in problem (expected one of dtype, batch, heads, "
-       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, name)"},
+       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
+       "passes, deterministic, name)"},
       {"defaults: {heads: 16, hdim: 128, nmae: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: unknown key 'nmae' in defaults (expected one of dtype, batch, heads, "
-       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale)"},
+       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
+       "passes, deterministic)"},
       {"defaults: {heads: 16, hdim: 128, name: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: key 'name': names a single problem, not defaults"},
       {head + "  - {seqlen: 0}\n", "plans/x.yaml:4: key 'seqlen': expected a positive integer, got 0"},

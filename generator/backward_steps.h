@@ -1,0 +1,26 @@
+// The kernels one backward call launches, in order, with their geometry: the
+// sequence launch_backward enqueues, spelled once for whoever launches a
+// backward program's kernels itself (the tuner's bench and its accuracy
+// check launch each candidate's own loaded kernels, not the call's choice).
+#pragma once
+
+#include "flashjit/problem.h"
+#include "generator/kernel_spec.h"
+#include "generator/launch_geometry.h"
+#include "llvm/ADT/SmallVector.h"
+
+namespace flashjit {
+
+struct BackwardStep {
+  const char *entry;  // extern "C" name in the backward program
+  LaunchGeometry geometry;
+};
+
+// sm80: preprocess (D = rowsum(dO·O), dQ accumulator zeroed), the main
+// kernel, then the dQ conversion, or with `deterministic` the dQ kernel.
+// The dynamic shared memory of each step depends on `spec` alone, so a
+// problem of any size of the class gives the amounts to load the kernels
+// with.
+llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec, const Problem &problem);
+
+}  // namespace flashjit

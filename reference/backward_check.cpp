@@ -1,0 +1,126 @@
+#include "reference/backward_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "reference/cpu_attention.h"
+#include "reference/cpu_attention_backward.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device_buffer.h"
+
+namespace flashjit {
+namespace {
+
+// Normal(0, 1) values rounded to `dtype`: never zeros, which would hide
+// unwritten outputs and wrong indexing.
+std::vector<float> random_values(DType dtype, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float &x : v) x = round_to(dtype, dist(rng));
+  return v;
+}
+
+llvm::Expected<DeviceBuffer> upload(DType dtype, llvm::ArrayRef<float> values) {
+  const std::vector<uint16_t> bits = to_storage(dtype, values);
+  auto buffer = DeviceBuffer::allocate(bits.size() * sizeof(uint16_t));
+  if (!buffer) return buffer.takeError();
+  if (llvm::Error e = buffer->upload(bits.data(), bits.size() * sizeof(uint16_t))) return e;
+  return std::move(*buffer);
+}
+
+llvm::Expected<DeviceBuffer> allocate_poisoned(size_t bytes) {
+  auto buffer = DeviceBuffer::allocate(bytes);
+  if (!buffer) return buffer.takeError();
+  if (llvm::Error e = buffer->fill_bytes(0xFF)) return e;  // NaN in fp16, bf16 and fp32
+  return std::move(*buffer);
+}
+
+llvm::Expected<std::vector<float>> download(DType dtype, const DeviceBuffer &buffer, size_t n) {
+  std::vector<uint16_t> bits(n);
+  if (llvm::Error e = buffer.download(bits.data(), n * sizeof(uint16_t))) return e;
+  return from_storage(dtype, bits);
+}
+
+}  // namespace
+
+Problem backward_accuracy_problem(const Problem &problem) {
+  // 320 keys and queries with 8 query heads of d=256: about 1 GFLOP per
+  // float64 reference (two of them), a second or so on one core.
+  constexpr int64_t kMaxBatchHeads = 8;
+  Problem p = problem;
+  const int64_t longest = std::max(p.seqlen_q, p.seqlen_k);
+  if (longest > kBackwardCheckMaxSeqlen) {
+    auto scaled = [&](int64_t n) {
+      return std::max<int64_t>(1, n * kBackwardCheckMaxSeqlen / longest);
+    };
+    p.seqlen_q = scaled(p.seqlen_q);
+    p.seqlen_k = scaled(p.seqlen_k);
+  }
+  if (p.batch * p.heads_q > kMaxBatchHeads) {
+    // Two KV heads still exercise the head indexing; the ratio keeps the
+    // GQA mapping (dK, dV summed over a group) of the class.
+    const int64_t ratio = p.heads_kv > 0 ? std::max<int64_t>(1, p.heads_q / p.heads_kv) : 1;
+    p.batch = 1;
+    p.heads_kv = std::min<int64_t>(p.heads_kv, ratio >= kMaxBatchHeads / 2 ? 1 : 2);
+    p.heads_q = p.heads_kv * ratio;
+  }
+  return p;
+}
+
+llvm::Expected<GradientAccuracyReport> check_backward(const Problem &p, BackwardLauncher launch,
+                                                      CUstream stream, uint64_t seed) {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  const std::vector<float> q = random_values(p.dtype, q_elements(p), seed);
+  const std::vector<float> k = random_values(p.dtype, k_elements(p), seed + 1);
+  const std::vector<float> v = random_values(p.dtype, v_elements(p), seed + 2);
+  const std::vector<float> dout = random_values(p.dtype, o_elements(p), seed + 3);
+  // The forward a kernel would have run: O in element precision (the
+  // element-precision reference's D uses the same O), the exact LSE (the
+  // forward keeps it in fp32).
+  const std::vector<float> o = cpu_attention(p, q, k, v, ReferencePrecision::element).out;
+  const std::vector<float> lse = cpu_attention(p, q, k, v, ReferencePrecision::exact).lse;
+
+  auto qb = upload(p.dtype, q), kb = upload(p.dtype, k), vb = upload(p.dtype, v),
+       ob = upload(p.dtype, o), dob = upload(p.dtype, dout);
+  for (auto *b : {&qb, &kb, &vb, &ob, &dob})
+    if (!*b) return b->takeError();
+  auto lseb = DeviceBuffer::allocate(lse.size() * sizeof(float));
+  if (!lseb) return lseb.takeError();
+  if (llvm::Error e = lseb->upload(lse.data(), lse.size() * sizeof(float))) return e;
+  auto dq = allocate_poisoned(q_elements(p) * 2), dk = allocate_poisoned(k_elements(p) * 2),
+       dv = allocate_poisoned(v_elements(p) * 2),
+       workspace = allocate_poisoned(backward_workspace_bytes(p));
+  for (auto *b : {&dq, &dk, &dv, &workspace})
+    if (!*b) return b->takeError();
+  // Uploads and memsets run on the legacy stream, which a non-blocking
+  // `stream` does not wait for.
+  if (llvm::Error e = cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize")) return e;
+
+  const BackwardArgs args = BackwardArgs::packed(
+      p, qb->data(), kb->data(), vb->data(), ob->data(), dob->data(),
+      static_cast<const float *>(lseb->data()), dq->data(), dk->data(), dv->data(),
+      workspace->data(), workspace->size());
+  if (llvm::Error e = launch(p, args, stream)) return e;
+  if (llvm::Error e = cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize")) return e;
+
+  AttentionGradients kernel;
+  auto gq = download(p.dtype, *dq, q_elements(p));
+  if (!gq) return gq.takeError();
+  auto gk = download(p.dtype, *dk, k_elements(p));
+  if (!gk) return gk.takeError();
+  auto gv = download(p.dtype, *dv, v_elements(p));
+  if (!gv) return gv.takeError();
+  kernel.dq = std::move(*gq);
+  kernel.dk = std::move(*gk);
+  kernel.dv = std::move(*gv);
+  const AttentionGradients exact =
+      cpu_attention_backward(p, q, k, v, dout, ReferencePrecision::exact);
+  const AttentionGradients element =
+      cpu_attention_backward(p, q, k, v, dout, ReferencePrecision::element);
+  return check_gradient_accuracy(kernel, exact, element);
+}
+
+}  // namespace flashjit

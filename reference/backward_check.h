@@ -1,0 +1,38 @@
+// The backward kernels checked against float64 CPU gradients. There is no
+// GPU reference for the backward, and the CPU one is O(b·h·sq·sk·d) in
+// float64, so a large problem is checked on a small one of the same class:
+// one compiled program serves every size of a class (sizes are kernel
+// parameters), so the small problem runs the very code the large one does.
+#pragma once
+
+#include <cuda.h>
+
+#include "flashjit/backward.h"
+#include "reference/accuracy.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+// `problem` itself when it is small; else its seqlens scaled down together
+// to at most kMaxSeqlen (so sq < sk stays sq < sk, and the causal diagonal
+// keeps its offset's sign), batch 1, at most two KV heads with the GQA ratio
+// kept. Window bounds are kept: they are part of the class.
+Problem backward_accuracy_problem(const Problem &problem);
+inline constexpr int64_t kBackwardCheckMaxSeqlen = 320;
+
+// Enqueues the backward under test for `problem` with `args` on `stream`.
+using BackwardLauncher =
+    llvm::function_ref<llvm::Error(const Problem &problem, const BackwardArgs &args,
+                                   CUstream stream)>;
+
+// Random inputs and dO (rounded to the element type); O and LSE from the
+// CPU forward (O in element precision, as a kernel writes it; LSE exact);
+// dq, dk, dv and the workspace poisoned with NaN; `launch`; then DESIGN.md's
+// gradient criterion against cpu_attention_backward (factor 3). Runs
+// `problem` as given: pass backward_accuracy_problem(p) for a large one.
+llvm::Expected<GradientAccuracyReport> check_backward(const Problem &problem,
+                                                      BackwardLauncher launch, CUstream stream,
+                                                      uint64_t seed = 1);
+
+}  // namespace flashjit

@@ -1,0 +1,218 @@
+#include "tuner/backward_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "generator/backward_params.h"
+#include "generator/backward_steps.h"
+#include "reference/backward_check.h"
+#include "reference/cpu_attention.h"
+#include "runtime/cuda_driver.h"
+#include "tuner/device_context.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+// Roughly normal(0, 1) values in `dtype` (Irwin-Hall of four uniforms),
+// never all zeros; splitmix64 because a large problem's sets hold tens of
+// millions of elements, generated on every tune.
+std::vector<uint16_t> random_bits(DType dtype, size_t n, uint64_t seed) {
+  std::vector<uint16_t> out(n);
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float sum = 0;
+    for (int j = 0; j < 4; ++j) sum += float((z >> (16 * j)) & 0xFFFF) / 65536.f;
+    out[i] = float_to_bits(dtype, (sum - 2.f) * 1.7320508f);  // variance 4/12 -> 1
+  }
+  return out;
+}
+
+llvm::Expected<DeviceBuffer> upload(const void *host, size_t bytes) {
+  auto buffer = DeviceBuffer::allocate(bytes);
+  if (!buffer) return buffer.takeError();
+  if (llvm::Error e = buffer->upload(host, bytes)) return e;
+  return std::move(*buffer);
+}
+
+// A representative problem of `spec`'s class: the dynamic shared memory of
+// each step depends on the spec alone.
+Problem class_problem(const KernelSpec &spec) {
+  Problem p;
+  p.dtype = spec.dtype;
+  p.head_dim_qk = spec.head_dim_qk;
+  p.head_dim_v = spec.head_dim_v;
+  p.mask = spec.mask;
+  p.softcap = spec.softcap ? 1.f : 0.f;
+  return p;
+}
+
+}  // namespace
+
+llvm::Expected<BackwardKernels> BackwardKernels::load(const KernelSpec &spec,
+                                                      llvm::ArrayRef<char> cubin,
+                                                      const std::string &entry) {
+  BackwardKernels out;
+  out.spec = spec;
+  for (const BackwardStep &step : backward_steps(spec, class_problem(spec))) {
+    auto kernel = LoadedKernel::load(cubin, step.entry, step.geometry.dynamic_smem_bytes);
+    if (!kernel) return kernel.takeError();
+    out.kernels.push_back(std::move(*kernel));
+  }
+  // The program's entry is its main kernel: a mismatch means the steps and
+  // the generator disagree about what the program holds.
+  if (out.main().entry() != entry)
+    return error(llvm::formatv("backward program {0}: main kernel {1}, but the steps launch {2}",
+                               spec.id(), entry, out.main().entry()));
+  return out;
+}
+
+const LoadedKernel &BackwardKernels::main() const { return kernels[1]; }
+
+llvm::Error BackwardKernels::launch(const Problem &problem, BwdParams &params,
+                                    CUstream stream) const {
+  void *args[] = {&params};
+  const auto steps = backward_steps(spec, problem);
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (llvm::Error e = kernels[i].launch(steps[i].geometry, stream, args)) return e;
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(const Problem &problem,
+                                                                   const DeviceInfo &device) {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  const CudaDriver &cu = *driver;
+
+  std::unique_ptr<BackwardBench> bench(new BackwardBench);
+  bench->problem_ = problem;
+  const size_t q_n = q_elements(problem), k_n = k_elements(problem), v_n = v_elements(problem);
+  const size_t o_n = o_elements(problem), lse_n = lse_elements(problem);
+  const size_t workspace = backward_workspace_bytes(problem);
+  const size_t per_set = 2 * (2 * q_n + 2 * k_n + 2 * v_n + 2 * o_n) + 4 * lse_n + workspace;
+
+  size_t free_bytes = 0, total_bytes = 0;
+  if (llvm::Error e = cuda_check(cu.cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo"))
+    return e;
+  const size_t wanted = size_t(std::ceil(2.0 * device.l2_bytes / double(per_set)));
+  const size_t fit = free_bytes / 2 / per_set;
+  if (fit < 1)
+    return error(llvm::formatv("the backward's tensors need {0} MiB; device {1} has {2} MiB free",
+                               per_set >> 20, device.ordinal, free_bytes >> 20));
+  const size_t count = std::clamp<size_t>(wanted, 1, std::min<size_t>(fit, 32));
+
+  // One random array read at different offsets for every 16-bit input:
+  // what matters for L2 is the addresses, and generating is slow.
+  const std::vector<uint16_t> values =
+      random_bits(problem.dtype, std::max({q_n, k_n, v_n, o_n}) + 4, 1);
+  // Timing needs finite probabilities, not the forward's exact LSE: with
+  // unit-variance inputs the scores are about N(0, 1), so the log-sum-exp of
+  // a row is about log(seqlen_k) + 1/2, and exp(s - lse) stays in (0, 1].
+  const std::vector<float> lse(lse_n, float(std::log(double(problem.seqlen_k)) + 0.5));
+  for (size_t i = 0; i < count; ++i) {
+    InputSet set;
+    struct Upload {
+      DeviceBuffer *into;
+      const void *host;
+      size_t bytes;
+    };
+    const Upload uploads[] = {{&set.q, values.data(), q_n * 2},
+                              {&set.k, values.data() + 1, k_n * 2},
+                              {&set.v, values.data() + 2, v_n * 2},
+                              {&set.o, values.data() + 3, o_n * 2},
+                              {&set.dout, values.data() + 4, o_n * 2},
+                              {&set.lse, lse.data(), lse_n * 4}};
+    for (const Upload &u : uploads) {
+      auto buffer = upload(u.host, u.bytes);
+      if (!buffer) return buffer.takeError();
+      *u.into = std::move(*buffer);
+    }
+    const std::pair<DeviceBuffer *, size_t> outputs[] = {
+        {&set.dq, q_n * 2}, {&set.dk, k_n * 2}, {&set.dv, v_n * 2}, {&set.workspace, workspace}};
+    for (auto [into, bytes] : outputs) {
+      auto buffer = DeviceBuffer::allocate(bytes);
+      if (!buffer) return buffer.takeError();
+      *into = std::move(*buffer);
+    }
+    const BackwardArgs args = BackwardArgs::packed(
+        problem, set.q.data(), set.k.data(), set.v.data(), set.o.data(), set.dout.data(),
+        static_cast<const float *>(set.lse.data()), set.dq.data(), set.dk.data(), set.dv.data(),
+        set.workspace.data(), set.workspace.size());
+    set.params = make_backward_params(problem, args);
+    bench->sets_.push_back(std::move(set));
+  }
+  if (llvm::Error e =
+          cuda_check(cu.cuStreamCreate(&bench->stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"))
+    return e;
+  // Copies from pageable memory may still be in flight, and the timing
+  // stream does not wait for the legacy stream.
+  if (llvm::Error e = check_context_health()) return e;
+  return bench;
+}
+
+BackwardBench::~BackwardBench() {
+  auto driver = cuda_driver();
+  if (!driver) {
+    llvm::consumeError(driver.takeError());
+    return;
+  }
+  if (stream_) driver->cuStreamDestroy(stream_);
+}
+
+llvm::Error BackwardBench::launch(const BackwardKernels &kernels) {
+  InputSet &set = sets_[next_++ % sets_.size()];
+  return kernels.launch(problem_, set.params, stream_);
+}
+
+llvm::Error BackwardBench::failed(llvm::Error e) {
+  std::string message = llvm::toString(std::move(e));
+  if (llvm::Error health = check_context_health()) {
+    broken_ = message + " (then " + llvm::toString(std::move(health)) + ")";
+    return error(message + "; the CUDA context is unusable from here on, measuring stops");
+  }
+  return error(message);
+}
+
+llvm::Expected<Measurement> BackwardBench::time(const BackwardKernels &kernels, int repeats) {
+  if (!broken_.empty())
+    return error("not measured: an earlier kernel broke the context: " + broken_);
+  auto m = timer_.time(stream_, repeats, [&] { return launch(kernels); });
+  if (!m) return failed(m.takeError());
+  return *m;
+}
+
+llvm::Error BackwardBench::warm_up(const BackwardKernels &kernels, double ms) {
+  auto t = time(kernels, 1);
+  if (!t) return t.takeError();
+  const int launches = std::clamp(int(ms / std::max(t->median_ms, 1e-3)), 1, 10000);
+  for (int i = 0; i < launches; ++i)
+    if (llvm::Error e = launch(kernels)) return failed(std::move(e));
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream_), "cuStreamSynchronize"))
+    return failed(std::move(e));
+  return llvm::Error::success();
+}
+
+llvm::Expected<GradientAccuracyReport> check_backward_kernels(const BackwardKernels &kernels,
+                                                              const Problem &problem,
+                                                              CUstream stream) {
+  return check_backward(
+      backward_accuracy_problem(problem),
+      [&](const Problem &p, const BackwardArgs &args, CUstream s) {
+        BwdParams params = make_backward_params(p, args);
+        return kernels.launch(p, params, s);
+      },
+      stream);
+}
+
+}  // namespace flashjit
