@@ -50,9 +50,9 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(warps, "warps", "0", "W", "Warps per CTA (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(stages, "stages", "0", "S", "K/V pipeline stages (0: heuristic)"),
-      FLASHJIT_CONFIG_FLAG(pass, "pass", "fwd", "fwd|bwd", "Which pass's kernels: forward or backward"),
+      FLASHJIT_PROBLEM_FLAG(pass, "pass", "fwd", "fwd|bwd", "Which pass's kernels: forward or backward"),
       deterministic("deterministic", cl::desc("Backward: dQ without atomics (bit-identical runs)"),
-                    cl::cat(category), config_subs) {}
+                    cl::cat(category), problem_subs) {}
 
 #undef FLASHJIT_PROBLEM_FLAG
 #undef FLASHJIT_CONFIG_FLAG
@@ -88,7 +88,7 @@ std::string ProblemOptions::first_given() const {
       {&heads_kv, "--heads-kv"}, {&seqlen, "--seqlen"},   {&seqlen_q, "--seqlen-q"},
       {&seqlen_k, "--seqlen-k"}, {&hdim, "--hdim"},       {&hdim_v, "--hdim-v"},
       {&mask, "--mask"},       {&causal, "--causal"},     {&softcap, "--softcap"},
-      {&scale, "--scale"}};
+      {&scale, "--scale"},     {&pass, "--pass"},         {&deterministic, "--deterministic"}};
   for (const auto &[option, name] : flags)
     if (option->getNumOccurrences()) return name;
   return "";

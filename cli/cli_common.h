@@ -31,7 +31,8 @@ struct Subs {
 
 // Options live in main()'s frame rather than as globals: a cl::opt naming a
 // SubCommand must be constructed after it, which static initialisation
-// across files cannot promise. The problem flags go to `problem_subs`, the
+// across files cannot promise. The problem flags (with --pass and
+// --deterministic, which pick the class) go to `problem_subs`, the
 // kernel-config flags (--path, --block-m, ...) only to `config_subs`: tune,
 // precompile and query choose the config themselves.
 struct ProblemOptions {

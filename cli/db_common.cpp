@@ -64,7 +64,10 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
   if (!parsed) return parsed.takeError();
   TuningPlan plan;
   plan.name = "command line";
-  plan.entries.push_back(PlanEntry{describe(parsed->problem), parsed->problem, 0});
+  const bool deterministic = parsed->config.deterministic;
+  plan.entries.push_back(PlanEntry{describe(parsed->problem) +
+                                       pass_suffix(parsed->pass, deterministic),
+                                   parsed->problem, 0, parsed->pass, deterministic});
   exit_code = kExitOk;
   return plan;
 }

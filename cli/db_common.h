@@ -24,7 +24,7 @@ llvm::Expected<std::unique_ptr<TuningDb>> open_database(llvm::StringRef path);
 std::unique_ptr<TuningDb> open_existing_database(llvm::StringRef path, std::string &note);
 
 // The problems a command works on: the plan file, or one problem from the
-// flags. Both at once is a usage error, as are bad flags and plan errors;
+// flags (of the pass --pass and --deterministic say). Both at once is a usage error, as are bad flags and plan errors;
 // `exit_code` says which kind of failure it was.
 llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::StringRef plan_file,
                                            int &exit_code);

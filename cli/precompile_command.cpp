@@ -1,10 +1,13 @@
 // `flashjit precompile --arch sm_90a`: the heuristic config and every
-// candidate of each problem class compiled into the cubin store, with no
+// candidate of each problem class (forward, or backward with --pass bwd or a
+// plan's `passes`) compiled into the cubin store, with no
 // GPU, so that a fleet of that GPU starts warm (and a later tune compiles
 // nothing).
 #include "cli/commands.h"
 #include "cli/db_common.h"
 #include "generator/heuristic.h"
+#include "runtime/tuning_key.h"
+#include "tuner/tune_backward.h"
 #include "tuner/tuner.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -50,8 +53,13 @@ int PrecompileCommand::run(const CommonOptions &common, const ProblemOptions &pr
   llvm::json::Array entries;
   for (size_t i = 0; i < total; ++i) {
     const PlanEntry &entry = tuning_plan->entries[i];
-    auto outcome = precompile_forward(entry.problem, *target, max_smem, **database, threads);
-    llvm::json::Object o{{"name", entry.name}, {"problem", problem_json(entry.problem)}};
+    auto outcome = entry.pass == Pass::backward
+                       ? precompile_backward(entry.problem, entry.deterministic, *target,
+                                             max_smem, **database, threads)
+                       : precompile_forward(entry.problem, *target, max_smem, **database, threads);
+    llvm::json::Object o{{"name", entry.name},
+                         {"pass", class_pass(entry.pass, entry.deterministic)},
+                         {"problem", problem_json(entry.problem)}};
     if (!outcome) {
       ++entries_failed;
       const std::string why = first_line(outcome.takeError());

@@ -1,6 +1,6 @@
-// `flashjit query`: the config a forward call of this problem would run, and
-// why: tuned (exact bucket), nearest (another bucket of the same class) or
-// heuristic. The device comes from the GPU; without one, from --arch and
+// `flashjit query`: the config a forward call of this problem (or, with
+// --pass bwd, a backward call) would run, and why: tuned (exact bucket),
+// nearest (another bucket of the same class) or heuristic. The device comes from the GPU; without one, from --arch and
 // --device-name matched against the database's tunings, so that a machine
 // with no GPU can inspect a database filled elsewhere.
 #include <cmath>
@@ -8,8 +8,10 @@
 #include "cli/commands.h"
 #include "cli/db_common.h"
 #include "cli/problem_flags.h"
+#include "generator/backward_spec.h"
 #include "generator/heuristic.h"
 #include "runtime/device.h"
+#include "runtime/backward_source.h"
 #include "runtime/kernel_source.h"
 #include "runtime/tuning_key.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -157,14 +159,27 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
                                         : device_note + "; " + lookup_note;
   }
 
-  auto chosen = choose_forward_config(parsed->problem, KernelConfig{}, *device, database.get());
+  // Only the class flags (--pass, --deterministic) reach query: the config
+  // is what it reports.
+  const bool backward = parsed->pass == Pass::backward;
+  KernelConfig requested;
+  requested.deterministic = parsed->config.deterministic;
+  auto chosen =
+      backward ? choose_backward_config(parsed->problem, requested, *device, database.get())
+               : choose_forward_config(parsed->problem, requested, *device, database.get());
   if (!chosen) return report_error(kExitFailure, chosen.takeError());
   std::string kernel_id;
-  if (auto spec = make_forward_spec(parsed->problem, chosen->config, device->target(),
-                                    device->max_smem_per_block_optin))
+  const TargetArch target_arch = device->target();
+  const int max_smem = device->max_smem_per_block_optin;
+  if (auto spec = backward ? make_backward_spec(parsed->problem, chosen->config, target_arch,
+                                                max_smem)
+                           : make_forward_spec(parsed->problem, chosen->config, target_arch,
+                                               max_smem))
     kernel_id = spec->id();
   else
     llvm::consumeError(spec.takeError());
+  const ProblemClassKey asked =
+      problem_class_key(parsed->problem, class_pass(parsed->pass, requested.deterministic));
   std::vector<std::string> notes;
   for (const std::string *n : {&device_note, &db_note, &chosen->note})
     if (!n->empty()) notes.push_back(*n);
@@ -176,7 +191,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
                          {"kernel_id", kernel_id},
                          {"arch", device->target().name()},
                          {"problem", problem_json(parsed->problem)},
-                         {"class", class_json(problem_class_key(parsed->problem))}};
+                         {"class", class_json(asked)}};
     if (path) o["database"] = *path;
     if (chosen->record) {
       o["measurements"] = measurements_json(*chosen->record);
@@ -196,7 +211,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   if (!kernel_id.empty()) os << llvm::formatv("kernel     {0}\n", kernel_id);
   if (chosen->record) print_record(os, *chosen->record, nearest);
   if (nearest)
-    os << llvm::formatv("asked      {0}\n", class_text(problem_class_key(parsed->problem)));
+    os << llvm::formatv("asked      {0}\n", class_text(asked));
   for (const std::string &n : notes) os << "note       " << n << "\n";
   return kExitOk;
 }

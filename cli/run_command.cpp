@@ -1,11 +1,14 @@
 // `flashjit run`: the forward pass on the GPU with random inputs: check it
-// against the GPU reference (--check) and time it.
+// against the GPU reference (--check) and time it. The backward (--pass bwd)
+// is run_backward.cpp.
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/random_inputs.h"
+#include "cli/run_backward.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
 #include "runtime/cuda_driver.h"
@@ -30,40 +33,6 @@ RunCommand::RunCommand(cl::OptionCategory &category)
            cl::sub(sub)) {}
 
 namespace {
-
-// Standard normal values rounded to `dtype`, in 16-bit storage. SplitMix64 +
-// Box-Muller in independent chunks: deterministic for a seed whatever the
-// thread count, and fast enough for 8k-token tensors (100M+ elements).
-std::vector<uint16_t> random_normal(DType dtype, size_t n, uint64_t seed) {
-  std::vector<uint16_t> out(n);
-  constexpr size_t kChunk = size_t(1) << 20;
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  auto fill = [&](size_t chunk) {
-    uint64_t state = seed * 0x9E3779B97F4A7C15ull + chunk * 0xD1B54A32D192ED03ull + 1;
-    auto next = [&state]() {
-      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      return z ^ (z >> 31);
-    };
-    const size_t end = std::min(n, (chunk + 1) * kChunk);
-    for (size_t i = chunk * kChunk; i < end; i += 2) {
-      const double u1 = (double(next() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]: log is finite
-      const double u2 = double(next() >> 11) * 0x1.0p-53;
-      const double r = std::sqrt(-2.0 * std::log(u1));
-      out[i] = float_to_bits(dtype, float(r * std::cos(2 * M_PI * u2)));
-      if (i + 1 < end) out[i + 1] = float_to_bits(dtype, float(r * std::sin(2 * M_PI * u2)));
-    }
-  };
-  const size_t threads = std::max<size_t>(1, std::min<size_t>(chunks, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (size_t c = t; c < chunks; c += threads) fill(c);
-    });
-  for (std::thread &th : pool) th.join();
-  return out;
-}
 
 struct InputSet {
   DeviceBuffer q, k, v, o, lse;
@@ -139,10 +108,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   int code = kExitOk;
   auto kernel = resolve_kernel(problem_options, "", code);
   if (!kernel) return report_error(code, kernel.takeError());
-  if (kernel->spec.pass == Pass::backward)
-    return report_error(kExitUsage,
-                        "--pass bwd: `run` times the forward only so far; time the backward with "
-                        "bench/compare.py --pass bwd (gen and compile take --pass bwd)");
+  if (kernel->spec.pass == Pass::backward) return run_backward(*this, common, *kernel, *device);
   const Problem &p = kernel->problem;
   const KernelSpec &spec = kernel->spec;
 

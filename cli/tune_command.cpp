@@ -19,6 +19,8 @@
 #include "cli/db_common.h"
 #include "runtime/device.h"
 #include "runtime/runtime_counters.h"
+#include "runtime/tuning_key.h"
+#include "tuner/tune_backward.h"
 #include "tuner/tuner.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -140,7 +142,10 @@ void worker(int device, const std::string &db_path, double budget_s, int compile
       options.progress = [&](const std::string &text) {
         progress.update(device, row.entry->name, text);
       };
-      auto outcome = tune_forward(row.entry->problem, **db, options);
+      const PlanEntry &entry = *row.entry;
+      auto outcome = entry.pass == Pass::backward
+                         ? tune_backward(entry.problem, entry.deterministic, **db, options)
+                         : tune_forward(entry.problem, **db, options);
       if (outcome)
         row.outcome = std::move(*outcome);
       else
@@ -190,6 +195,7 @@ llvm::json::Value rows_json(const std::vector<Row> &rows, const std::string &db_
   int failed = 0;
   for (const Row &row : rows) {
     llvm::json::Object o{{"name", row.entry->name},
+                         {"pass", class_pass(row.entry->pass, row.entry->deterministic)},
                          {"problem", problem_json(row.entry->problem)},
                          {"device", row.device},
                          {"seconds", std::round(row.seconds * 100) / 100}};

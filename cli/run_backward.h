@@ -1,0 +1,17 @@
+// `flashjit run --pass bwd`: the backward on the GPU with random inputs (O and
+// LSE from the forward the library picks, as in training), timed as a
+// training step pays for it (preprocess + main + dQ kernels), and with
+// --check its gradients against float64 CPU gradients on a small problem of
+// the same class (there is no GPU reference for the backward).
+#pragma once
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "runtime/device.h"
+
+namespace flashjit::cli {
+
+int run_backward(const RunCommand &command, const CommonOptions &common,
+                 const ResolvedKernel &kernel, const DeviceInfo &device);
+
+}  // namespace flashjit::cli
