@@ -52,6 +52,8 @@ struct TuneCommand {
   llvm::cl::opt<std::string> plan;
   llvm::cl::opt<std::string> budget_s;
   llvm::cl::opt<std::string> devices;
+  llvm::cl::opt<bool> force;
+  llvm::cl::opt<std::string> candidate_timeout_s;
   int run(const CommonOptions &common, const ProblemOptions &problem,
           const DbPathOption &db) const;
 };
@@ -85,5 +87,10 @@ struct DbCommand {
   llvm::cl::opt<std::string> unused_days;
   int run(const CommonOptions &common, const DbPathOption &db) const;
 };
+
+// The tuner's hidden worker mode (`flashjit worker ...`, argv[1] == "worker"),
+// dispatched before the command line is parsed so that it stays out of
+// --help; see cli/worker_command.cpp.
+int run_worker(int argc, char **argv);
 
 }  // namespace flashjit::cli

@@ -29,6 +29,7 @@ void print_parse_errors(llvm::StringRef text) {
 }  // namespace
 
 int main(int argc, char **argv) {
+  if (argc > 1 && llvm::StringRef(argv[1]) == "worker") return run_worker(argc, argv);
   cl::OptionCategory category("flashjit options");
   InfoCommand info;
   GenCommand gen(category);

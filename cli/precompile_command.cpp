@@ -9,6 +9,7 @@
 #include "runtime/tuning_key.h"
 #include "tuner/tune_backward.h"
 #include "tuner/tuner.h"
+#include "tuner/worker_process.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -53,10 +54,13 @@ int PrecompileCommand::run(const CommonOptions &common, const ProblemOptions &pr
   llvm::json::Array entries;
   for (size_t i = 0; i < total; ++i) {
     const PlanEntry &entry = tuning_plan->entries[i];
+    // Forward candidates compile in worker processes: a compiler crash fails
+    // one candidate, not the run.
     auto outcome = entry.pass == Pass::backward
                        ? precompile_backward(entry.problem, entry.deterministic, *target,
                                              max_smem, **database, threads)
-                       : precompile_forward(entry.problem, *target, max_smem, **database, threads);
+                       : precompile_forward(entry.problem, *target, max_smem, **database, threads,
+                                            current_executable());
     llvm::json::Object o{{"name", entry.name},
                          {"pass", class_pass(entry.pass, entry.deterministic)},
                          {"problem", problem_json(entry.problem)}};

@@ -6,12 +6,20 @@
 // counter and opens its own TuningDb connection (SQLite connections are not
 // shared across threads; WAL and the busy timeout let them write to one
 // file side by side).
+//
+// Candidates are compiled and measured in worker processes of this binary
+// (`flashjit worker`, tuner/worker_process.h): a compiler crash, a GPU fault
+// or a hang fails one candidate, never the run. A class already tuned for
+// this GPU and software is skipped unless --force, so a tune that was
+// killed resumes where it stopped.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -22,6 +30,7 @@
 #include "runtime/tuning_key.h"
 #include "tuner/tune_backward.h"
 #include "tuner/tuner.h"
+#include "tuner/worker_process.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -35,7 +44,13 @@ TuneCommand::TuneCommand(cl::OptionCategory &category)
       budget_s("budget-s", cl::desc("Soft limit per problem class in seconds (default 60)"),
                cl::init("60"), cl::value_desc("N"), cl::cat(category), cl::sub(sub)),
       devices("devices", cl::desc("GPUs to tune on, one worker each (default 0)"),
-              cl::init("0"), cl::value_desc("all|0,1,..."), cl::cat(category), cl::sub(sub)) {}
+              cl::init("0"), cl::value_desc("all|0,1,..."), cl::cat(category), cl::sub(sub)),
+      force("force", cl::desc("Tune classes already tuned for this GPU and software again"),
+            cl::cat(category), cl::sub(sub)),
+      candidate_timeout_s("candidate-timeout-s",
+                          cl::desc("Kill a candidate's warm-up or timing after N seconds "
+                                   "(a hung kernel; default 60)"),
+                          cl::init("60"), cl::value_desc("N"), cl::cat(category), cl::sub(sub)) {}
 
 namespace {
 
@@ -71,6 +86,7 @@ llvm::Expected<std::vector<int>> parse_devices(llvm::StringRef text, int count) 
 struct Row {
   const PlanEntry *entry = nullptr;
   bool done = false;
+  bool skipped = false;  // already tuned; outcome.record is the stored row
   std::string error;  // empty: tuned
   TuneOutcome outcome;
   int device = 0;
@@ -106,7 +122,11 @@ class Progress {
     std::lock_guard<std::mutex> lock(mutex_);
     ++done_;
     if (tty_) llvm::errs() << "\r\033[K";
-    if (row.error.empty())
+    if (row.skipped)
+      llvm::errs() << llvm::formatv("[{0}/{1}] GPU {2} {3}: already tuned: {4} (skipped)\n", done_,
+                                    total_, row.device, row.entry->name,
+                                    config_text(row.outcome.record.config));
+    else if (row.error.empty())
       llvm::errs() << llvm::formatv("[{0}/{1}] GPU {2} {3}: {4}, {5:f1} TFLOP/s ({6:f1} s)\n",
                                     done_, total_, row.device, row.entry->name,
                                     config_text(row.outcome.record.config),
@@ -124,21 +144,57 @@ class Progress {
   bool tty_;
 };
 
-void worker(int device, const std::string &db_path, double budget_s, int compile_threads,
-            std::vector<Row> &rows, std::atomic<size_t> &next, Progress &progress) {
-  auto db = open_database(db_path);
+struct WorkerSettings {
+  std::string db_path;
+  double budget_s = 60;
+  int compile_threads = 0;
+  double candidate_timeout_s = 60;
+  bool force = false;
+};
+
+// The stored tuning of `problem`'s class for this device and software, if
+// any: a resumed tune skips it.
+std::optional<TuningRecord> already_tuned(TuningDb &db, const PlanEntry &entry, int device) {
+  auto info = query_device(device);
+  auto software = software_fingerprint();
+  if (!info || !software) {
+    if (!info) llvm::consumeError(info.takeError());
+    if (!software) llvm::consumeError(software.takeError());
+    return std::nullopt;  // the tune reports the same failure clearly
+  }
+  auto found = db.find_tuning(device_fingerprint(*info), *software,
+                              problem_class_key(entry.problem,
+                                                class_pass(entry.pass, entry.deterministic)));
+  if (!found) {
+    llvm::consumeError(found.takeError());
+    return std::nullopt;
+  }
+  return *found;
+}
+
+void worker(int device, const WorkerSettings &settings, std::vector<Row> &rows,
+            std::atomic<size_t> &next, Progress &progress) {
+  auto db = open_database(settings.db_path);
   std::string db_error = db ? "" : first_line(db.takeError());
   for (size_t i = next++; i < rows.size(); i = next++) {
     Row &row = rows[i];
     row.device = device;
     const auto start = std::chrono::steady_clock::now();
+    std::optional<TuningRecord> stored;
+    if (db_error.empty() && !settings.force)
+      stored = already_tuned(**db, *row.entry, device);
     if (!db_error.empty()) {
       row.error = db_error;
+    } else if (stored) {
+      row.skipped = true;
+      row.outcome.record = std::move(*stored);
     } else {
       TuneOptions options;
       options.device = device;
-      options.budget_s = budget_s;
-      options.compile_threads = compile_threads;
+      options.budget_s = settings.budget_s;
+      options.compile_threads = settings.compile_threads;
+      options.worker_binary = current_executable();
+      options.candidate_timeout_s = settings.candidate_timeout_s;
       options.progress = [&](const std::string &text) {
         progress.update(device, row.entry->name, text);
       };
@@ -179,6 +235,12 @@ void print_table(const std::vector<Row> &rows) {
                           row.device, row.seconds);
       continue;
     }
+    if (row.skipped) {
+      os << llvm::formatv("{0} {1,-18} {2,8:f1} {3,6} {4,4} {5,8}\n", name,
+                          config_text(row.outcome.record.config), row.outcome.record.tflops,
+                          "-", row.device, "skipped");
+      continue;
+    }
     const TuningRecord &r = row.outcome.record;
     const double gain = gain_of(r);
     os << llvm::formatv("{0} {1,-18} {2,8:f1} {3,6} {4,4} {5,8:f1}\n", name,
@@ -202,6 +264,10 @@ llvm::json::Value rows_json(const std::vector<Row> &rows, const std::string &db_
     if (!row.error.empty()) {
       ++failed;
       o["error"] = row.error;
+    } else if (row.skipped) {
+      o["skipped"] = true;
+      o["config"] = stored_config_json(row.outcome.record.config);
+      o["tflops"] = row.outcome.record.tflops;
     } else {
       const TuningRecord &r = row.outcome.record;
       o["config"] = stored_config_json(r.config);
@@ -234,6 +300,14 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
     return report_error(kExitUsage, llvm::formatv("--budget-s: expected a positive number of "
                                                   "seconds, got {0}",
                                                   budget_s.empty() ? "''" : budget_s.getValue()));
+  double timeout = 0;
+  if (llvm::StringRef(candidate_timeout_s).getAsDouble(timeout) || !std::isfinite(timeout) ||
+      timeout <= 0)
+    return report_error(kExitUsage,
+                        llvm::formatv("--candidate-timeout-s: expected a positive number of "
+                                      "seconds, got {0}",
+                                      candidate_timeout_s.empty() ? "''"
+                                                                  : candidate_timeout_s.getValue()));
   auto path = database_path(db.db);
   if (!path) return report_error(kExitUsage, path.takeError());
   // Ordinals are checked against the GPUs present, so a list is validated
@@ -261,17 +335,22 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
   for (size_t i = 0; i < rows.size(); ++i) rows[i].entry = &tuning_plan->entries[i];
   std::atomic<size_t> next{0};
   Progress progress(rows.size());
+  WorkerSettings settings;
+  settings.db_path = *path;
+  settings.budget_s = budget;
+  settings.candidate_timeout_s = timeout;
+  settings.force = force;
   if (ordinals->size() == 1) {
-    worker(ordinals->front(), *path, budget, /*compile_threads=*/0, rows, next, progress);
+    worker(ordinals->front(), settings, rows, next, progress);
   } else {
     // The workers compile at the same time: the cores are shared, not
     // multiplied, so a compile phase does not oversubscribe the host.
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-    const int per_worker = std::max(1, cores / int(ordinals->size()));
+    settings.compile_threads = std::max(1, cores / int(ordinals->size()));
     std::vector<std::thread> threads;
     for (int ordinal : *ordinals)
-      threads.emplace_back(worker, ordinal, std::cref(*path), budget, per_worker, std::ref(rows),
-                           std::ref(next), std::ref(progress));
+      threads.emplace_back(worker, ordinal, std::cref(settings), std::ref(rows), std::ref(next),
+                           std::ref(progress));
     for (std::thread &t : threads) t.join();
   }
 
@@ -284,6 +363,10 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
     print_json(std::move(value));
   } else {
     print_table(rows);
+    const auto skipped = std::count_if(rows.begin(), rows.end(), [](const Row &r) { return r.skipped; });
+    if (skipped)
+      llvm::outs() << llvm::formatv("skipped {0} {1} already tuned (use --force to retune)\n",
+                                    skipped, skipped == 1 ? "class" : "classes");
     llvm::outs() << llvm::formatv("NVRTC compiles in this run: {0}\n", compiles);
   }
   for (const Row &row : rows)

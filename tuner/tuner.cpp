@@ -17,11 +17,14 @@
 #include "runtime/loaded_kernel.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tuning_key.h"
+#include "tuner/candidate_runner.h"
 #include "tuner/candidates.h"
 #include "tuner/cubin_batch.h"
-#include "tuner/device_context.h"
 #include "tuner/forward_bench.h"
 #include "tuner/search.h"
+#include "tuner/worker_compile.h"
+#include "tuner/worker_process.h"
+#include "tuner/worker_runner.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -36,6 +39,8 @@ constexpr double kWarmUpMs = 50;
 // A winner that fails the accuracy check is replaced by the next one; more
 // failures than this mean the kernel family, not a config, is broken.
 constexpr int kMaxAccuracyAttempts = 4;
+// One candidate's compile in a precompile worker (TuneOptions::compile_timeout_s).
+constexpr double kPrecompileTimeoutS = 600;
 
 llvm::Error error(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
@@ -58,10 +63,28 @@ std::string iso8601_utc_now() {
 struct Candidate {
   CandidateOutcome outcome;
   std::optional<KernelSpec> spec;
-  LoadedKernel kernel;
+  LoadedCandidate loaded;
   LaunchGeometry geometry;
   bool runnable = false;
 };
+
+// The cubins of `specs` (candidates[i] is spec i's index in the tune): in
+// worker processes when `worker_binary` is set, else on threads of this one.
+std::vector<CubinResult> candidate_cubins(llvm::ArrayRef<KernelSpec> specs,
+                                          llvm::ArrayRef<int> candidates, TuningDb &db,
+                                          int threads, const std::string &worker_binary,
+                                          double timeout_s,
+                                          const std::function<void(const std::string &)> &progress) {
+  if (worker_binary.empty()) return cubins_for(specs, &db, threads, progress);
+  return cubins_in_workers(specs, candidates, worker_binary, db.path(), threads, timeout_s,
+                           progress);
+}
+
+llvm::Error workers_need_a_file(const TuningDb &db) {
+  if (db.path() != ":memory:") return llvm::Error::success();
+  return error("worker processes share cubins through the database file; an in-memory "
+               "database cannot be used with workers (set no worker binary, or use a file)");
+}
 
 class Tune {
  public:
@@ -74,20 +97,36 @@ class Tune {
     if (options_.progress) options_.progress(line.str());
   }
   llvm::Error compile_and_load(const DeviceInfo &device);
+  llvm::Expected<std::unique_ptr<CandidateRunner>> make_runner() const;
   llvm::Error measure(const DeviceInfo &device, TuneOutcome &outcome);
   llvm::Expected<int> pick_checked_winner(TuneOutcome &outcome);
 
   const Problem &problem_;
   TuningDb &db_;
   const TuneOptions &options_;
+  const std::string worker_binary_ = resolve_worker_binary(options_.worker_binary);
   const Clock::time_point start_ = Clock::now();
   std::vector<Candidate> candidates_;
   KernelConfig heuristic_config_;
   int heuristic_index_ = -1;  // 0 unless the heuristic's config was pruned
   std::vector<PrunedConfig> pruned_;
   std::vector<int> ranking_;  // candidate indices, best first (measured ones)
-  std::unique_ptr<ForwardBench> bench_;
+  std::unique_ptr<CandidateRunner> runner_;
 };
+
+llvm::Expected<std::unique_ptr<CandidateRunner>> Tune::make_runner() const {
+  if (worker_binary_.empty()) {
+    auto runner = InProcessRunner::make(problem_, options_.device, &db_);
+    if (!runner) return runner.takeError();
+    return std::unique_ptr<CandidateRunner>(std::move(*runner));
+  }
+  WorkerTimeouts timeouts;
+  timeouts.request_s = options_.candidate_timeout_s;
+  timeouts.compile_s = options_.compile_timeout_s;
+  auto runner = WorkerRunner::make(worker_binary_, db_.path(), problem_, options_.device, timeouts);
+  if (!runner) return runner.takeError();
+  return std::unique_ptr<CandidateRunner>(std::move(*runner));
+}
 
 llvm::Error Tune::compile_and_load(const DeviceInfo &device) {
   const TargetArch arch = device.target();
@@ -104,7 +143,7 @@ llvm::Error Tune::compile_and_load(const DeviceInfo &device) {
   }
 
   std::vector<KernelSpec> specs;
-  std::vector<int> spec_owner;
+  std::vector<int> spec_owner;  // spec -> candidate index
   candidates_.resize(set.configs.size());
   for (size_t i = 0; i < set.configs.size(); ++i) {
     Candidate &c = candidates_[i];
@@ -124,7 +163,11 @@ llvm::Error Tune::compile_and_load(const DeviceInfo &device) {
                     pruned_.size()));
 
   std::vector<CubinResult> cubins =
-      cubins_for(specs, &db_, options_.compile_threads, options_.progress);
+      candidate_cubins(specs, spec_owner, db_, options_.compile_threads, worker_binary_,
+                       options_.compile_timeout_s, options_.progress);
+  auto runner = make_runner();
+  if (!runner) return runner.takeError();
+  runner_ = std::move(*runner);
   int loaded = 0;
   for (size_t s = 0; s < specs.size(); ++s) {
     Candidate &c = candidates_[spec_owner[s]];
@@ -137,22 +180,16 @@ llvm::Error Tune::compile_and_load(const DeviceInfo &device) {
       continue;
     }
     c.geometry = forward_launch_geometry(*c.spec, problem_);
-    auto kernel = LoadedKernel::load(cubin.bytes, cubin.entry, c.geometry.dynamic_smem_bytes);
+    auto kernel = runner_->load(spec_owner[s], *c.spec, cubin);
     if (!kernel) {
       c.outcome.failure = "load: " + llvm::toString(kernel.takeError());
       continue;
     }
-    c.kernel = std::move(*kernel);
-    const KernelAttributes &a = c.kernel.attributes();
-    c.outcome.registers = a.registers;
-    c.outcome.spill_bytes = a.local_bytes;
-    auto occupancy = c.kernel.occupancy(int(c.geometry.block.x));
-    if (!occupancy) {
-      c.outcome.failure = "occupancy: " + llvm::toString(occupancy.takeError());
-      continue;
-    }
-    c.outcome.occupancy = *occupancy;
-    if (auto reason = reject_compiled(a.local_bytes, *occupancy)) {
+    c.loaded = *kernel;
+    c.outcome.registers = kernel->registers;
+    c.outcome.spill_bytes = kernel->spill_bytes;
+    c.outcome.occupancy = kernel->occupancy;
+    if (auto reason = reject_compiled(kernel->spill_bytes, kernel->occupancy)) {
       c.outcome.failure = "pruned after compiling: " + *reason;
       continue;
     }
@@ -170,17 +207,13 @@ llvm::Error Tune::compile_and_load(const DeviceInfo &device) {
 }
 
 llvm::Error Tune::measure(const DeviceInfo &device, TuneOutcome &outcome) {
-  auto bench = ForwardBench::make(problem_, device);
-  if (!bench) return bench.takeError();
-  bench_ = std::move(*bench);
-  outcome.input_sets = bench_->sets();
+  outcome.input_sets = runner_->input_sets();
 
   std::vector<int> runnable;  // halving index -> candidate index
   for (size_t i = 0; i < candidates_.size(); ++i)
     if (candidates_[i].runnable) runnable.push_back(int(i));
   {
-    const Candidate &first = candidates_[runnable.front()];
-    if (llvm::Error e = bench_->warm_up(first.kernel, *first.spec, first.geometry, kWarmUpMs)) {
+    if (llvm::Error e = runner_->warm_up(runnable.front(), kWarmUpMs)) {
       // The first candidate faulted while warming up: it scores infinity in
       // the halving below like any launch failure (or the bench is broken).
       llvm::consumeError(std::move(e));
@@ -201,8 +234,7 @@ llvm::Error Tune::measure(const DeviceInfo &device, TuneOutcome &outcome) {
 
   const Clock::time_point measure_start = Clock::now();
   auto timer = [&](int index, int repeats) -> llvm::Expected<Measurement> {
-    const Candidate &c = candidates_[runnable[index]];
-    return bench_->time(c.kernel, *c.spec, c.geometry, repeats);
+    return runner_->time(runnable[index], repeats);
   };
   std::vector<CandidateScore> scores =
       successive_halving(int(runnable.size()), timer, halving);
@@ -222,11 +254,11 @@ llvm::Error Tune::measure(const DeviceInfo &device, TuneOutcome &outcome) {
     }
     ranking_.push_back(i);
   }
-  if (!bench_->broken().empty())
+  if (!runner_->broken().empty())
     return error(llvm::formatv("tuning {0} on device {1} stopped: a candidate broke the CUDA "
                                "context ({2}); nothing was stored, and this process cannot use "
                                "the device any more",
-                               describe(problem_), device.ordinal, bench_->broken())
+                               describe(problem_), device.ordinal, runner_->broken())
                      .str());
   if (ranking_.empty()) return error("no candidate for " + describe(problem_) + " ran");
   if (halving.budget_ms > 0 && outcome.measure_s * 1000 > halving.budget_ms)
@@ -244,20 +276,15 @@ llvm::Expected<int> Tune::pick_checked_winner(TuneOutcome &outcome) {
     if (attempts++ == kMaxAccuracyAttempts) break;
     Candidate &c = candidates_[i];
     say("checking " + c.outcome.id + " against the reference");
-    auto report = check_forward_kernel(c.kernel, *c.spec, problem_, bench_->stream(), &db_);
-    std::string why;
-    if (!report)
-      why = llvm::toString(report.takeError());
-    else if (!report->passed)
-      why = report->describe();
-    else
-      return i;
+    auto report = runner_->check(i);
+    const std::string why = report ? *report : llvm::toString(report.takeError());
+    if (why.empty()) return i;
     c.outcome.failure = "accuracy check: " + why;
     outcome.notes.push_back(c.outcome.id + " was fastest but failed the accuracy check (" + why +
                             "); trying the next");
-    if (llvm::Error health = check_context_health())
+    if (!runner_->broken().empty())
       return error("the accuracy check of " + c.outcome.id + " broke the CUDA context: " +
-                   llvm::toString(std::move(health)) + "; nothing was stored");
+                   runner_->broken() + "; nothing was stored");
   }
   return error("no candidate for " + describe(problem_) + " passed the accuracy check: " +
                llvm::join(outcome.notes, "; "));
@@ -265,10 +292,10 @@ llvm::Expected<int> Tune::pick_checked_winner(TuneOutcome &outcome) {
 
 llvm::Expected<TuneOutcome> Tune::run() {
   if (llvm::Error e = validate_problem(problem_)) return e;
-  // First, so that it is destroyed last: every kernel and buffer below lives
-  // in this context and must be released while it is current.
-  auto scope = ScopedDeviceContext::make(options_.device);
-  if (!scope) return scope.takeError();
+  if (!worker_binary_.empty())
+    if (llvm::Error e = workers_need_a_file(db_)) return e;
+  // The CUDA context (in this process, or in the measuring worker) comes
+  // with the runner, after the compiles.
   auto device = query_device(options_.device);
   if (!device) return device.takeError();
   auto software = software_fingerprint();
@@ -285,6 +312,8 @@ llvm::Expected<TuneOutcome> Tune::run() {
   outcome.compile_s = seconds_since(compile_start);
   if (llvm::Error e = measure(*device, outcome)) return e;
   auto winner_index = pick_checked_winner(outcome);
+  if (const auto *workers = dynamic_cast<const WorkerRunner *>(runner_.get()))
+    outcome.measuring_workers = workers->workers_started();
   if (!winner_index) return winner_index.takeError();
   Candidate &winner = candidates_[*winner_index];
   winner.outcome.winner = true;
@@ -312,7 +341,7 @@ llvm::Expected<TuneOutcome> Tune::run() {
   }
   r.occupancy = winner.outcome.occupancy;
   r.registers = winner.outcome.registers;
-  r.smem_bytes = winner.geometry.dynamic_smem_bytes + winner.kernel.attributes().static_smem_bytes;
+  r.smem_bytes = winner.geometry.dynamic_smem_bytes + winner.loaded.static_smem_bytes;
   r.spill_bytes = winner.outcome.spill_bytes;
   r.candidates_tried = int(candidates_.size());
   r.candidates_failed = failed;
@@ -352,8 +381,12 @@ llvm::Expected<TuneOutcome> tune_forward(const Problem &problem, TuningDb &db,
 
 llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
                                                      const TargetArch &arch, int max_smem_bytes,
-                                                     TuningDb &db, int threads) {
+                                                     TuningDb &db, int threads,
+                                                     const std::string &worker_binary) {
   if (llvm::Error e = validate_problem(problem)) return e;
+  const std::string workers = resolve_worker_binary(worker_binary);
+  if (!workers.empty())
+    if (llvm::Error e = workers_need_a_file(db)) return e;
   // Without NVRTC every candidate would fail alike: one clear error instead.
   if (auto version = nvrtc_version(); !version) return version.takeError();
   // The heuristic's config is the first candidate, so a fleet that never
@@ -361,16 +394,19 @@ llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
   CandidateSet set = forward_candidates(problem, arch, max_smem_bytes);
   PrecompileOutcome outcome;
   std::vector<KernelSpec> specs;
-  for (const KernelConfig &config : set.configs) {
-    auto spec = make_forward_spec(problem, config, arch, max_smem_bytes);
+  std::vector<int> candidates;  // spec -> index in set.configs
+  for (size_t i = 0; i < set.configs.size(); ++i) {
+    auto spec = make_forward_spec(problem, set.configs[i], arch, max_smem_bytes);
     if (!spec) {
       ++outcome.failed;
-      outcome.failures.push_back(describe(config) + ": " + llvm::toString(spec.takeError()));
+      outcome.failures.push_back(describe(set.configs[i]) + ": " + llvm::toString(spec.takeError()));
       continue;
     }
     specs.push_back(std::move(*spec));
+    candidates.push_back(int(i));
   }
-  const std::vector<CubinResult> cubins = cubins_for(specs, &db, threads);
+  const std::vector<CubinResult> cubins =
+      candidate_cubins(specs, candidates, db, threads, workers, kPrecompileTimeoutS, {});
   for (size_t i = 0; i < specs.size(); ++i) {
     const CubinResult &r = cubins[i];
     if (!r.error.empty()) {

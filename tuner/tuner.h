@@ -42,6 +42,9 @@ struct TuneOutcome {
   double measure_s = 0;  // successive halving and the heuristic's timing
   int device = 0;
   int input_sets = 0;    // rotated so each run reads from HBM, not L2
+  // Measuring worker processes started: 1, plus one per candidate that
+  // killed its worker (GPU fault, hang); 0 when measured in this process.
+  int measuring_workers = 0;
   // What the caller should know that is not a field: budget cuts, a winner
   // that failed the accuracy check and was replaced.
   std::vector<std::string> notes;
@@ -54,6 +57,16 @@ struct TuneOptions {
   int final_repeats = 40;    // and the finalists (and the heuristic)
   int compile_threads = 0;   // 0: hardware concurrency
   bool check_winner = true;  // against the GPU reference
+  // Fault isolation: the `flashjit` binary whose hidden worker mode compiles
+  // and measures the candidates (tuner/worker_process.h), so that a compiler
+  // crash, a GPU fault or a hang fails one candidate, not the tune. Empty:
+  // $FLASHJIT_WORKER, else everything runs in this process (for library
+  // users without the binary; a GPU fault then ends the tune). The CLI
+  // passes itself. Workers need a database file (their cubins travel
+  // through its store).
+  std::string worker_binary;
+  double candidate_timeout_s = 60;  // a warm-up or timing in a worker: a hang is killed after this
+  double compile_timeout_s = 600;   // one candidate's compile in a worker
   // Progress lines ("compiled 12/20", "round 2: 6 left"), for the CLI.
   std::function<void(const std::string &)> progress;
 };
@@ -70,8 +83,11 @@ struct PrecompileOutcome {
   int failed = 0;
   std::vector<std::string> failures;
 };
+// `worker_binary` as TuneOptions::worker_binary: compiles in worker
+// processes, so that a compiler crash fails one candidate.
 llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
                                                      const TargetArch &arch, int max_smem_bytes,
-                                                     TuningDb &db, int threads = 0);
+                                                     TuningDb &db, int threads = 0,
+                                                     const std::string &worker_binary = {});
 
 }  // namespace flashjit

@@ -1,0 +1,58 @@
+#include "tuner/worker_compile.h"
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "tuner/worker_process.h"
+#include "tuner/worker_protocol.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Threading.h"
+
+namespace flashjit {
+
+std::vector<CubinResult> cubins_in_workers(
+    llvm::ArrayRef<KernelSpec> specs, llvm::ArrayRef<int> candidates, const std::string &binary,
+    const std::string &db_path, int threads, double timeout_s,
+    const std::function<void(const std::string &)> &progress) {
+  std::vector<CubinResult> results(specs.size());
+  if (specs.empty()) return results;
+  const size_t pool = std::min<size_t>(
+      specs.size(), llvm::hardware_concurrency(threads > 0 ? unsigned(threads) : 0).compute_thread_count());
+  std::atomic<size_t> next{0};
+  std::mutex progress_mutex;
+  size_t done = 0;
+  auto compile_loop = [&] {
+    WorkerProcess worker(binary, {"worker", "--db=" + db_path});
+    for (size_t i = next++; i < specs.size(); i = next++) {
+      CubinResult &r = results[i];
+      const int candidate = i < candidates.size() ? candidates[i] : int(i);
+      auto reply = worker.request(
+          llvm::json::Object{{"op", "compile"},
+                             {"candidate", candidate},
+                             {"spec", worker_protocol::spec_to_json(specs[i])}},
+          timeout_s, "compiling");
+      if (reply) {
+        count_worker_compiles(*reply);
+        r.key = reply->getString("cubin_key").getValueOr("").str();
+        r.entry = reply->getString("entry").getValueOr("").str();
+        r.from_store = reply->getBoolean("from_store").getValueOr(false);
+        r.compile_ms = reply->getNumber("compile_ms").getValueOr(0);
+      } else {
+        r.error = llvm::toString(reply.takeError());
+      }
+      std::lock_guard lock(progress_mutex);
+      ++done;
+      if (progress)
+        progress(llvm::formatv("{0} {1}/{2}", r.from_store ? "loaded" : "compiled", done,
+                               specs.size())
+                     .str());
+    }
+  };
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < pool; ++t) workers.emplace_back(compile_loop);
+  for (std::thread &t : workers) t.join();
+  return results;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,54 @@
+// What the tuner and its worker processes say to each other: one JSON object
+// per line each way. A request names its operation ("op") and, where it is
+// about a candidate, the candidate's index in the tune and its KernelSpec
+// (pass, dtype, head dims, mask, softcap, config, arch), so that a forward
+// or backward candidate is the same kind of request. A reply is
+// {"ok":true,...} or {"ok":false,"error":"...","fatal":bool}; fatal means
+// the worker's CUDA context is broken and it exits after replying.
+//
+//   op        request fields                 reply fields
+//   compile   candidate, spec                cubin_key, entry, from_store, compile_ms
+//   setup     pass, problem, device          input_sets
+//   load      candidate, spec                registers, spill_bytes, static_smem_bytes, occupancy
+//   warm_up   candidate, ms
+//   time      candidate, repeats             median_ms, min_ms, max_ms
+//   check     candidate                      passed, why
+//
+// Every reply also carries "compiles": the NVRTC compiles the worker made
+// for it, so that the tuner's count ("NVRTC compiles in this run") includes
+// them.
+#pragma once
+
+#include <string>
+
+#include "flashjit/problem.h"
+#include "generator/kernel_spec.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+namespace flashjit::worker_protocol {
+
+llvm::json::Object problem_to_json(const Problem &problem);
+llvm::Expected<Problem> problem_from_json(const llvm::json::Object &object);
+
+llvm::json::Object spec_to_json(const KernelSpec &spec);
+llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &object);
+
+// The named member of `object`, or an error naming it and what was expected.
+llvm::Expected<int64_t> integer_field(const llvm::json::Object &object, llvm::StringRef key);
+llvm::Expected<double> number_field(const llvm::json::Object &object, llvm::StringRef key);
+llvm::Expected<std::string> string_field(const llvm::json::Object &object, llvm::StringRef key);
+llvm::Expected<const llvm::json::Object &> object_field(const llvm::json::Object &object,
+                                                        llvm::StringRef key);
+
+llvm::json::Object error_reply(const std::string &message, bool fatal);
+
+}  // namespace flashjit::worker_protocol
+
+namespace flashjit {
+
+// Adds the NVRTC compiles a worker reports in `reply` to this process's
+// count (runtime_counters), so a tune's "NVRTC compiles" includes them.
+void count_worker_compiles(const llvm::json::Object &reply);
+
+}  // namespace flashjit
