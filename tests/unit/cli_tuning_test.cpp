@@ -73,6 +73,8 @@ TEST(CliTuning, UsageErrorsNameTheFlag) {
       {{"tune", "--devices", "0,0"},
        "--devices: expected all or a list of GPU ordinals like 0,1, got 0,0"},
       {{"tune", "--budget-s", "0"}, "--budget-s: expected a positive number of seconds, got 0"},
+      {{"tune", "--candidate-timeout-s", "-5"},
+       "--candidate-timeout-s: expected a positive number of seconds, got -5"},
       {{"tune", "--plan", plan, "--hdim", "64"}, "--plan: the plan gives the problems; drop --hdim"},
       {{"tune", "--hdim", "100"}, "--hdim: expected a multiple of 8 in [8, 256], got 100"},
       {{"precompile", "--hdim", "64"},
