@@ -6,11 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 
 #include "cache/tuning_db.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "tests/db_integrity.h"
 #include "tuning_db_test_util.h"
 
 namespace flashjit {
@@ -131,6 +134,98 @@ TEST(TuningDbConcurrency, ConcurrentFirstOpensCreateTheSchemaOnce) {
   auto db = TuningDb::open(path);
   ASSERT_TRUE(bool(db));
   EXPECT_EQ((*db)->list_tunings()->size(), 4u);
+}
+
+// Several tuners storing winners into one file at once (the CPU half of
+// "3 tune processes into one database"; tests/gpu/concurrency_test.cpp runs
+// real tunes): every row of every writer is there, and no writer failed,
+// "database is locked" included.
+TEST(TuningDbConcurrency, SeveralWritersLoseNoRows) {
+  constexpr int kWriters = 3;
+  constexpr int kEach = 60;
+  TempDir dir;
+  const std::string path = dir.file("writers.db");
+  ASSERT_TRUE(bool(TuningDb::open(path)));
+  std::vector<pid_t> children;
+  for (int w = 0; w < kWriters; ++w) {
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto db = TuningDb::open(path);
+      if (!db) fail("open: " + llvm::toString(db.takeError()));
+      for (int n = w * kEach; n < (w + 1) * kEach; ++n) {
+        if (llvm::Error e = (*db)->put_tuning(full_record(n)))
+          fail(llvm::formatv("put_tuning {0}: {1}", n, llvm::toString(std::move(e))).str());
+        if (llvm::Error e = (*db)->put_cubin(cubin(numbered("w", n), 4096)))
+          fail(llvm::formatv("put_cubin {0}: {1}", n, llvm::toString(std::move(e))).str());
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "writer " << pid << " failed (its message is on stderr)";
+  }
+  auto db = TuningDb::open(path);
+  ASSERT_TRUE(bool(db));
+  EXPECT_EQ((*db)->list_tunings()->size(), size_t(kWriters * kEach));
+  EXPECT_EQ(*(*db)->count_cubins(), kWriters * kEach);
+  EXPECT_EQ(testing::integrity_check(path), "ok");
+}
+
+// A process killed in the middle of its writes (SIGKILL: no destructor, no
+// rollback of its own) leaves a file SQLite finds consistent, where every
+// row is whole: each write is one transaction, and the WAL replays only
+// committed ones.
+TEST(TuningDbConcurrency, AWriterKilledMidwayLeavesAConsistentDatabase) {
+  TempDir dir;
+  const std::string path = dir.file("killed.db");
+  ASSERT_TRUE(bool(TuningDb::open(path)));
+  int progress[2];
+  ASSERT_EQ(pipe(progress), 0);
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(progress[0]);
+    auto db = TuningDb::open(path);
+    if (!db) fail("open: " + llvm::toString(db.takeError()));
+    for (int n = 0;; ++n) {  // until killed
+      if ((*db)->put_tuning(full_record(n % 1000))) fail("put_tuning");
+      if ((*db)->put_cubin(cubin(numbered("k", n), 64 * 1024))) fail("put_cubin");
+      char byte = 1;
+      if (write(progress[1], &byte, 1) != 1) fail("progress pipe");
+    }
+  }
+  close(progress[1]);
+  constexpr int kRowsBeforeKill = 40;
+  for (int i = 0; i < kRowsBeforeKill; ++i) {
+    char byte;
+    ASSERT_EQ(read(progress[0], &byte, 1), 1) << "the writer died before " << i << " rows";
+  }
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  close(progress[0]);
+
+  EXPECT_EQ(testing::integrity_check(path), "ok");
+  auto db = TuningDb::open(path);
+  ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+  auto cubins = (*db)->list_cubins(/*with_bytes=*/true);
+  ASSERT_TRUE(bool(cubins)) << llvm::toString(cubins.takeError());
+  EXPECT_GE(cubins->size(), size_t(kRowsBeforeKill));
+  for (const CubinRecord &c : *cubins) {
+    auto read_back = (*db)->get_cubin(c.key);
+    ASSERT_TRUE(bool(read_back)) << llvm::toString(read_back.takeError());
+    EXPECT_TRUE(read_back->has_value()) << c.key;  // present and its hash matches
+  }
+  EXPECT_EQ((*db)->refused_cubins(), 0);
+  EXPECT_GE((*db)->list_tunings()->size(), size_t(kRowsBeforeKill));
 }
 
 }  // namespace
