@@ -46,8 +46,6 @@ llvm::Expected<std::vector<float>> download(DType dtype, const DeviceBuffer &buf
 }  // namespace
 
 Problem backward_accuracy_problem(const Problem &problem) {
-  // 320 keys and queries with 8 query heads of d=256: about 1 GFLOP per
-  // float64 reference (two of them), a second or so on one core.
   constexpr int64_t kMaxBatchHeads = 8;
   Problem p = problem;
   const int64_t longest = std::max(p.seqlen_q, p.seqlen_k);

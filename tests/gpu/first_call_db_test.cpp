@@ -13,6 +13,7 @@
 
 #include "cache/tuning_db.h"
 #include "flashjit/forward.h"
+#include "child_process.h"
 #include "gpu_environment.h"
 #include "reference/accuracy.h"
 #include "runtime/kernel_source.h"
@@ -23,8 +24,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
-
-extern char **environ;
 
 namespace flashjit {
 namespace {
@@ -46,52 +45,9 @@ Problem child_problem() {
   return p;
 }
 
-// What a child reports, one "key=value" per token on its FIRST_CALL line.
-struct ChildReport {
-  int exit_code = -1;
-  std::string output;
-  llvm::StringMap<std::string> values;
-  std::string get(llvm::StringRef key) const { return values.lookup(key); }
-};
-
-ChildReport run_child(llvm::StringRef db_path, llvm::StringRef dir, llvm::StringRef name) {
-  ChildReport report;
-  const std::string self = llvm::sys::fs::getMainExecutable(nullptr, nullptr);
-  // The parent's environment, with the database and the child marker set.
-  std::vector<std::string> env;
-  for (char **e = environ; *e; ++e) {
-    llvm::StringRef entry(*e);
-    if (entry.startswith("FLASHJIT_DB=") || entry.startswith(std::string(kChildVar) + "="))
-      continue;
-    env.push_back(entry.str());
-  }
-  env.push_back("FLASHJIT_DB=" + db_path.str());
-  env.push_back(std::string(kChildVar) + "=1");
-  std::vector<llvm::StringRef> env_refs(env.begin(), env.end());
-
-  llvm::SmallString<128> out_path(dir);
-  llvm::sys::path::append(out_path, name + ".out");
-  const llvm::StringRef args[] = {self, kChildFilter};
-  const llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(out_path),
-                                                       llvm::StringRef(out_path)};
-  std::string error;
-  report.exit_code = llvm::sys::ExecuteAndWait(self, args, llvm::ArrayRef(env_refs), redirects,
-                                               /*SecondsToWait=*/300, 0, &error);
-  if (auto buffer = llvm::MemoryBuffer::getFile(out_path))
-    report.output = (*buffer)->getBuffer().str();
-  report.output += error;
-  llvm::SmallVector<llvm::StringRef, 16> lines;
-  llvm::StringRef(report.output).split(lines, '\n');
-  for (llvm::StringRef line : lines) {
-    if (!line.consume_front("FIRST_CALL ")) continue;
-    llvm::SmallVector<llvm::StringRef, 16> tokens;
-    line.split(tokens, ' ', -1, false);
-    for (llvm::StringRef token : tokens) {
-      auto [key, value] = token.split('=');
-      report.values[key] = value.str();
-    }
-  }
-  return report;
+testing::ChildReport run_child(llvm::StringRef db_path, llvm::StringRef dir,
+                              llvm::StringRef name) {
+  return testing::run_child(kChildFilter, kChildVar, "FIRST_CALL", db_path, dir, name);
 }
 
 TEST(FirstCallDb, FreshProcessLoadsTheStoredCubinAndCompilesNothing) {
@@ -103,7 +59,7 @@ TEST(FirstCallDb, FreshProcessLoadsTheStoredCubinAndCompilesNothing) {
   llvm::sys::path::append(db_path, "flashjit.db");
 
   // Cold: an empty database, so the kernel is compiled and its cubin stored.
-  ChildReport cold = run_child(db_path, dir, "cold");
+  testing::ChildReport cold = run_child(db_path, dir, "cold");
   ASSERT_EQ(cold.exit_code, 0) << cold.output;
   ASSERT_EQ(cold.get("compiles"), "1") << cold.output;
   EXPECT_EQ(cold.get("correct"), "1") << cold.output;
@@ -117,7 +73,7 @@ TEST(FirstCallDb, FreshProcessLoadsTheStoredCubinAndCompilesNothing) {
   }
 
   // Warm: a fresh process, the cubin in the database: no NVRTC at all.
-  ChildReport warm = run_child(db_path, dir, "warm");
+  testing::ChildReport warm = run_child(db_path, dir, "warm");
   ASSERT_EQ(warm.exit_code, 0) << warm.output;
   EXPECT_EQ(warm.get("compiles"), "0") << warm.output;
   EXPECT_EQ(warm.get("module_loads"), "1") << warm.output;
