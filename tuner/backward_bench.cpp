@@ -61,6 +61,12 @@ Problem class_problem(const KernelSpec &spec) {
 llvm::Expected<BackwardKernels> BackwardKernels::load(const KernelSpec &spec,
                                                       llvm::ArrayRef<char> cubin,
                                                       const std::string &entry) {
+  // The sm90 family's main kernel also takes TMA tensor maps, which
+  // launch() does not encode: refused here rather than launched wrongly.
+  if (spec.config.path != KernelPath::sm80)
+    return error(llvm::formatv("backward program {0}: the tuner launches sm80 backward programs "
+                               "only (the {1} family's kernels take tensor maps)",
+                               spec.id(), to_string(spec.config.path)));
   BackwardKernels out;
   out.spec = spec;
   for (const BackwardStep &step : backward_steps(spec, class_problem(spec))) {
