@@ -1,6 +1,7 @@
 #include "generator/backward_spec.h"
 
 #include "generator/bwd_sm80_traits.h"
+#include "generator/bwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -15,13 +16,20 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
   if (arch.sm() < 80)
     return fail(llvm::formatv("architecture {0} is not supported: flashjit needs sm_80 or newer",
                               arch.name()));
-  if (config.path == KernelPath::sm90)
-    return fail(llvm::formatv("backward kernel path {0} is not available: use sm80",
-                              to_string(config.path)));
   if (!config.is_complete() || config.path == KernelPath::automatic)
     return fail("backward config is incomplete: " + describe(config) +
                 " (fill it with default_backward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
+  if (config.path == KernelPath::sm90) {
+    if (std::string why = sm90_backward_fallback_reason(problem, arch, config.deterministic);
+        !why.empty())
+      return fail("backward kernel path sm90 is not available: " + why + "; use sm80");
+    auto traits = BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
+                                      config.block_n, config.warps, config.stages,
+                                      max_smem_bytes, config.deterministic);
+    if (!traits) return traits.takeError();
+    return kernel_spec_for(Pass::backward, problem, config, arch);
+  }
   auto traits = BwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                     config.block_n, config.warps, config.stages, max_smem_bytes,
                                     config.deterministic);
@@ -32,6 +40,18 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
 KernelConfig default_backward_config(const Problem &problem, const TargetArch &arch,
                                      int max_smem_bytes, const KernelConfig &partial) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
+  // sm90 where it serves the problem and was asked for.
+  if (partial.path == KernelPath::sm90 &&
+      sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()) {
+    const KernelConfig first = BwdSm90Traits::default_config(problem.head_dim_qk);
+    const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
+    TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
+      return BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
+                                 c.warps, c.stages, max_smem_bytes, c.deterministic)
+          .takeError();
+    });
+    if (sm90.fits) return sm90.config;
+  }
   const int d = std::max(problem.head_dim_qk, problem.head_dim_v);
   // FlashAttention-2's flash_bwd_launch_template.h choices for sm80, then
   // single-buffered Q/dO and smaller tiles for 163 KB and 99 KB parts.
@@ -48,6 +68,12 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
 }
 
 LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
+  if (spec.config.path == KernelPath::sm90) {
+    BwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n, spec.config.warps,
+                    spec.config.stages};
+    return row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv, problem.batch,
+                              t.threads(), t.smem_bytes());
+  }
   BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
                   spec.config.warps, spec.config.stages};
   return row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv, problem.batch,

@@ -117,11 +117,14 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
   const KernelConfig &c = spec.config;
   GeneratedSource out;
   out.program_name = spec.id() + ".cu";
-  out.entry = "flashjit_bwd_sm80";
+  const bool sm90 = c.path == KernelPath::sm90;
+  out.entry = sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80";
   out.entries = {out.entry, "flashjit_bwd_preprocess",
                  c.deterministic ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq"};
   out.headers = embedded_templates();
-  if (c.deterministic)
+  if (sm90)
+    out.source = write_source("backward kernels", spec, false, {"bwd_sm90.cuh"});
+  else if (c.deterministic)
     out.source = write_source("backward kernels", spec, true, {"bwd_sm80.cuh", "bwd_dq_sm80.cuh"});
   else
     out.source = write_source("backward kernels", spec, false, {"bwd_sm80.cuh"});

@@ -11,6 +11,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tensor_checks.h"
+#include "runtime/tensor_maps.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -106,7 +107,9 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   const LaunchGeometry rowwise = backward_rowwise_geometry(problem);
   auto preprocess = backward_kernel(*spec, context->context, "flashjit_bwd_preprocess", 0);
   if (!preprocess) return with_context(problem, preprocess.takeError());
-  auto main = backward_kernel(*spec, context->context, "flashjit_bwd_sm80",
+  const bool sm90 = spec->config.path == KernelPath::sm90;
+  auto main = backward_kernel(*spec, context->context,
+                              sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80",
                               main_geometry.dynamic_smem_bytes);
   if (!main) return with_context(problem, main.takeError());
   // Deterministic: dQ from its own kernel, in a fixed order; else the
@@ -121,9 +124,18 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
 
   BwdParams params = make_backward_params(problem, args);
   void *kernel_args[] = {&params};
+  // The sm90 kernel also takes TMA tensor maps of Q, K, V and dO, encoded
+  // before anything is enqueued so a map the driver refuses launches nothing.
+  BackwardTensorMaps maps{};
+  if (sm90) {
+    auto encoded = make_backward_tensor_maps(*spec, problem, args);
+    if (!encoded) return with_context(problem, encoded.takeError());
+    maps = *encoded;
+  }
+  void *sm90_args[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout};
   if (llvm::Error e = preprocess->launch(rowwise, stream, kernel_args))
     return with_context(problem, std::move(e));
-  if (llvm::Error e = main->launch(main_geometry, stream, kernel_args))
+  if (llvm::Error e = main->launch(main_geometry, stream, sm90 ? sm90_args : kernel_args))
     return with_context(problem, std::move(e));
   return with_context(problem, last->launch(last_geometry, stream, kernel_args));
 }

@@ -75,6 +75,27 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   return maps;
 }
 
+llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &spec,
+                                                             const Problem &p,
+                                                             const BackwardArgs &args) {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  const int block_m = spec.config.block_m, block_n = spec.config.block_n;
+  auto q = encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, p.seqlen_q, p.heads_q, p.batch,
+                  args.q_strides, block_m);
+  if (!q) return q.takeError();
+  auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch,
+                  args.k_strides, block_n);
+  if (!k) return k.takeError();
+  auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, p.seqlen_k, p.heads_kv, p.batch,
+                  args.v_strides, block_n);
+  if (!v) return v.takeError();
+  auto dout = encode(*driver, "dout", p.dtype, args.dout, spec.head_dim_v, p.seqlen_q, p.heads_q,
+                     p.batch, args.dout_strides, block_m);
+  if (!dout) return dout.takeError();
+  return BackwardTensorMaps{*q, *k, *v, *dout};
+}
+
 llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &spec,
                                 const Problem &problem, const ForwardArgs &args,
                                 FwdParams &params, CUstream stream) {

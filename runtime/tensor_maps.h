@@ -1,10 +1,11 @@
-// TMA tensor maps of the sm90 forward kernel's inputs, encoded on the host
-// with cuTensorMapEncodeTiled (through the dlopen'ed driver) and passed to the
-// kernel as __grid_constant__ parameters after FwdParams.
+// TMA tensor maps of the sm90 kernels' inputs, encoded on the host with
+// cuTensorMapEncodeTiled (through the dlopen'ed driver) and passed to the
+// kernels as __grid_constant__ parameters after FwdParams / BwdParams.
 #pragma once
 
 #include <cuda.h>
 
+#include "flashjit/backward.h"
 #include "flashjit/forward.h"
 #include "generator/kernel_spec.h"
 #include "runtime/loaded_kernel.h"
@@ -30,5 +31,15 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
 llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &spec,
                                 const Problem &problem, const ForwardArgs &args,
                                 FwdParams &params, CUstream stream);
+
+struct BackwardTensorMaps {
+  CUtensorMap q, k, v, dout;
+};
+
+// The sm90 backward's inputs, as make_forward_tensor_maps: Q and dO in boxes
+// of block_m rows, K and V of block_n.
+llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &spec,
+                                                             const Problem &problem,
+                                                             const BackwardArgs &args);
 
 }  // namespace flashjit

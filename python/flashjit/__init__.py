@@ -201,7 +201,7 @@ def _forward(torch, q, k, v, call, want_lse):
     # context of the current device): make that the tensors' device.
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        config = _forward_config()
+        config = _pinned_config("FLASHJIT_KERNEL_PATH")
         _check_rc(lib.flashjit_forward(ctypes.byref(p), ctypes.byref(args),
                                        ctypes.c_void_p(stream),
                                        ctypes.byref(config) if config is not None else None))
@@ -211,14 +211,15 @@ def _forward(torch, q, k, v, call, want_lse):
 _PATHS = {"auto": 0, "sm80": 1, "sm90": 2}
 
 
-def _forward_config():
-    """$FLASHJIT_KERNEL_PATH=auto|sm80|sm90 pins the forward kernel family
-    (benchmarks compare the two); unset, the library chooses."""
-    path = os.environ.get("FLASHJIT_KERNEL_PATH")
+def _pinned_config(variable):
+    """$FLASHJIT_KERNEL_PATH (forward) and $FLASHJIT_BACKWARD_PATH (backward)
+    = auto|sm80|sm90 pin a pass's kernel family (benchmarks compare the
+    families); unset, the library chooses."""
+    path = os.environ.get(variable)
     if not path:
         return None
     if path not in _PATHS:
-        raise ValueError(f"FLASHJIT_KERNEL_PATH={path!r}: expected one of {sorted(_PATHS)}")
+        raise ValueError(f"{variable}={path!r}: expected one of {sorted(_PATHS)}")
     return _capi.Config(_PATHS[path], 0, 0, 0, 0, 0)
 
 
@@ -264,8 +265,10 @@ def _backward(torch, call, dout, qp, kp, vp, out, lse):
         ws_ptr, nbytes)
     with torch.cuda.device(qp.device):
         stream = torch.cuda.current_stream(qp.device).cuda_stream
+        config = _pinned_config("FLASHJIT_BACKWARD_PATH")
         _check_rc(lib.flashjit_backward(ctypes.byref(p), ctypes.byref(args),
-                                        ctypes.c_void_p(stream), None),
+                                        ctypes.c_void_p(stream),
+                                        ctypes.byref(config) if config is not None else None),
                   "flashjit.attention backward")
     # The workspace and dout are freed when this returns: the caching
     # allocator reuses their blocks only in stream order on this stream, after

@@ -236,23 +236,6 @@ INSTANTIATE_TEST_SUITE_P(Large, ForwardCorrectness, ::testing::ValuesIn(large_ca
 // ---- the sm90 path (TMA + wgmma, templates/fwd_sm90.cuh) ---------------------
 // Runs only on a device whose target is sm_90a (Hopper); skips elsewhere.
 
-std::string sm90_skip_reason() {
-  std::string reason = testing::gpu_skip_reason();
-  if (!reason.empty()) return reason;
-  auto device = query_device(0);
-  if (!device) return llvm::toString(device.takeError());
-  const TargetArch arch = device->target();
-  if (!(arch.sm() == 90 && arch.arch_specific))
-    return "the sm90 kernel needs an sm_90a device, this is " + arch.name();
-  return "";
-}
-
-#define FLASHJIT_REQUIRE_SM90()                                    \
-  do {                                                             \
-    std::string reason_ = sm90_skip_reason();                      \
-    if (!reason_.empty()) GTEST_SKIP() << reason_;                 \
-  } while (0)
-
 KernelConfig sm90_path() {
   KernelConfig c;
   c.path = KernelPath::sm90;  // tiles from FwdSm90Traits::default_config

@@ -33,6 +33,25 @@ inline std::string gpu_skip_reason() {
     if (!reason_.empty()) GTEST_SKIP() << reason_;                           \
   } while (0)
 
+// Empty when device 0 is an sm_90a part (the sm90 kernels' target); else
+// why the sm90 tests skip.
+inline std::string sm90_skip_reason() {
+  std::string reason = gpu_skip_reason();
+  if (!reason.empty()) return reason;
+  auto device = query_device(0);
+  if (!device) return llvm::toString(device.takeError());
+  const TargetArch arch = device->target();
+  if (!(arch.sm() == 90 && arch.arch_specific))
+    return "the sm90 kernels need an sm_90a device, this is " + arch.name();
+  return "";
+}
+
+#define FLASHJIT_REQUIRE_SM90()                                              \
+  do {                                                                       \
+    std::string reason_ = ::flashjit::testing::sm90_skip_reason();           \
+    if (!reason_.empty()) GTEST_SKIP() << reason_;                           \
+  } while (0)
+
 #define FLASHJIT_ASSERT_OK(expr)                                             \
   do {                                                                       \
     if (llvm::Error err_ = (expr)) FAIL() << llvm::toString(std::move(err_)); \

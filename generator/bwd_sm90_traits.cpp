@@ -1,0 +1,83 @@
+#include "generator/bwd_sm90_traits.h"
+
+#include "flashjit/problem.h"
+#include "generator/config_error.h"
+#include "generator/target_arch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace flashjit {
+
+int BwdSm90Traits::smem_bytes() const {
+  const int kv = 2 * block_n * head_dim * 2;
+  const int q_do = 2 * stages * block_m * head_dim * 2;
+  const int ds = 2 * block_n * block_m * 2;
+  const int stats = stages * 2 * block_m * 4;
+  const int barriers = 8 * (1 + 2 * stages);
+  return kv + q_do + ds + stats + barriers + kSmemAlign;
+}
+
+std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
+                                              bool deterministic) {
+  if (deterministic)
+    return "the deterministic backward is the sm80 family's (dQ without atomics)";
+  if (head_dim_qk != head_dim_v)
+    return llvm::formatv(
+        "head_dim_qk={0} != head_dim_v={1}: the sm90 backward needs equal head dims", head_dim_qk,
+        head_dim_v);
+  if (head_dim_qk != 64 && head_dim_qk != 128)
+    return llvm::formatv("head_dim={0}: the sm90 backward serves head dims 64 and 128 (dK and dV "
+                         "of 64 keys stay in a warpgroup's registers)",
+                         head_dim_qk);
+  return "";
+}
+
+std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch,
+                                          bool deterministic) {
+  if (!(arch.sm() == 90 && arch.arch_specific))
+    return "the sm90 backward needs an sm_90a target (wgmma, setmaxnreg, TMA), not " + arch.name();
+  return BwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v,
+                                           deterministic);
+}
+
+KernelConfig BwdSm90Traits::default_config(int head_dim) {
+  return KernelConfig{KernelPath::sm90, block_m_for(head_dim), kBlockN, kWarps, 2};
+}
+
+std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
+  std::vector<KernelConfig> out;
+  for (int stages = 1; stages <= 3; ++stages) {
+    BwdSm90Traits t{head_dim, block_m_for(head_dim), kBlockN, kWarps, stages};
+    if (t.smem_bytes() <= max_smem_bytes)
+      out.push_back(KernelConfig{KernelPath::sm90, t.block_m, kBlockN, kWarps, stages});
+  }
+  return out;
+}
+
+llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_v, int block_m,
+                                                 int block_n, int warps, int stages,
+                                                 int max_smem_bytes, bool deterministic) {
+  BwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages};
+  std::vector<std::string> why;
+  const std::string dims = unsupported_reason(head_dim_qk, head_dim_v, deterministic);
+  if (!dims.empty()) why.push_back(dims);
+  if (dims.empty() && block_m != block_m_for(head_dim_qk))
+    why.push_back(llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
+                                "dK and dV of a warpgroup)",
+                                block_m, block_m_for(head_dim_qk), head_dim_qk));
+  if (block_n != kBlockN)
+    why.push_back(llvm::formatv("block_n={0} is not {1} (64 keys per consumer warpgroup, two)",
+                                block_n, kBlockN));
+  if (warps != kWarps)
+    why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",
+                                warps, kWarps));
+  if (stages < 1 || stages > 3)
+    why.push_back(llvm::formatv("stages={0} is not in [1, 3] (Q/dO buffers)", stages));
+  if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
+    why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
+  if (!why.empty())
+    return invalid_config("sm90 backward", block_m, block_n, warps, stages, head_dim_qk,
+                          head_dim_v, why);
+  return t;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,51 @@
+// Host twin of templates/bwd_sm90.cuh's derived constants: which head dims
+// and tiles the TMA + wgmma backward serves, its shared memory and launch
+// shape. A change to the kernel's layout must be mirrored here.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+struct Problem;
+struct KernelConfig;
+struct TargetArch;
+
+struct BwdSm90Traits {
+  int head_dim = 0;  // qk == v
+  int block_m = 0;   // query rows per tile of the inner loop
+  int block_n = 0;   // keys per CTA: 64 per consumer warpgroup
+  int warps = 0;
+  int stages = 0;    // Q/dO buffers
+
+  static constexpr int kBlockN = 128;
+  static constexpr int kWarps = 12;  // a producer and two consumer warpgroups
+  static constexpr int kSmemAlign = 1024;
+
+  int threads() const { return 32 * warps; }
+  // K, V; `stages` of Q, dO, LSE and D; two dS^T buffers; the mbarriers; slack
+  // to align the base.
+  int smem_bytes() const;
+
+  // Why the sm90 backward cannot serve this problem at all (empty: it can).
+  static std::string unsupported_reason(int head_dim_qk, int head_dim_v, bool deterministic);
+  // The query tile each head dim's registers allow: S^T and dP^T (block_m/2
+  // each) next to dK and dV (head_dim/2 each) within 240 per thread, with
+  // dQ split into 64-column parts: 128 at head dim 64, 64 at 128.
+  static int block_m_for(int head_dim) { return head_dim == 64 ? 128 : 64; }
+  static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
+                                            int block_n, int warps, int stages,
+                                            int max_smem_bytes, bool deterministic = false);
+  static KernelConfig default_config(int head_dim);
+  // Every config the kernel claims at `head_dim` within `max_smem_bytes`.
+  static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes);
+};
+
+// Why the sm90 backward cannot serve `problem` on `arch` (empty: it can).
+std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch,
+                                          bool deterministic);
+
+}  // namespace flashjit

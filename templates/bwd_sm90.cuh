@@ -1,0 +1,481 @@
+// FlashAttention-3 style backward for sm_90a (TMA + wgmma + warp specialisation).
+//
+// Three kernels, run in order on one stream: flashjit_bwd_preprocess and
+// flashjit_bwd_convert_dq (bwd_rowwise.cuh, shared with the sm80 family) and
+// flashjit_bwd_sm90 below, which computes dK, dV and adds dQ's
+// contributions to the fp32 accumulator.
+//
+// Tiling. One CTA per (kBlockN = 128 keys, KV head, batch). Two consumer
+// warpgroups each own 64 of the keys: their K and V rows stay in shared
+// memory and their dK and dV accumulate in registers across every query
+// head of the KV head's group (GQA sums there) and every query tile of
+// kBlockM rows that can see these keys (causal and window bounds skip the
+// rest). Per query tile, per consumer warpgroup, all on wgmma:
+//   S^T  = K_wg Q^T, dP^T = V_wg dO^T    SS, both operands K-major;
+//   P^T  = exp2(S^T * scale_log2 - LSE_log2[query]), dS^T = P^T (dP^T - D)
+//          in registers (times 1 - tanh^2 under softcap);
+//   dV  += P^T dO, dK += dS^T Q          RS: the accumulators of S^T and dP^T
+//          are the A fragments (as P in the forward), dO and Q read
+//          transposed (MN-major);
+//   dQ   = dS K                          SS with both operands MN-major: dS^T
+//          goes to shared memory; the warpgroups split dQ's tile (by query
+//          rows when kBlockM = 128, by head-dim halves when 64) and add it
+//          to the accumulator with vectorised fp32 reductions.
+// The keys-as-rows orientation puts the reductions of dV and dK (over
+// queries) inside the MMAs' K dimension, so nothing crosses warpgroups but
+// dS^T, once per tile.
+//
+// Warp roles. Warpgroup 0 is the producer (setmaxnreg.dec): its first warp
+// issues TMA loads of K and V once and of Q and dO per query tile (one
+// elected lane) and copies the tile's LSE (in base 2, +inf past seqlen_q so
+// P = 0 there) and D into shared memory (all lanes); its other warps exit.
+// Warpgroups 1 and 2 are the consumers (setmaxnreg.inc).
+//
+// Pipeline. kStages buffers of (Q, dO, LSE, D) on mbarriers:
+//   kv_full       K and V landed;
+//   full[s]       stage s's Q and dO landed (TMA transaction bytes) and its
+//                 LSE and D are written (32 producer-lane arrivals);
+//   empty[s]      every consumer warp has finished its MMAs reading stage s.
+// dS^T is double-buffered: one named barrier per tile (both warpgroups'
+// halves written) also proves that the buffer of two tiles back is free,
+// since each warpgroup waits for its dQ MMA before reaching the next one.
+// Rows past seqlen are zero-filled by TMA.
+//
+// The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host
+// twin of the derived constants is generator/bwd_sm90_traits.cpp.
+#pragma once
+
+#include "bwd_rowwise.cuh"
+#include "common/bwd_params.cuh"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/sm90.cuh"
+#include "common/sm90_wgmma.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+namespace bwd_sm90 {
+
+using namespace cfg;
+using Ops = ElementOps<Element>;
+
+constexpr int kHeadDim = kHeadDimQK;
+constexpr int kThreads = kWarps * 32;
+constexpr int kConsumerWarps = 8;
+constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) swizzle columns
+constexpr int kRowBytes = 128;
+
+// Tiles as 128-byte swizzled column blocks ([col block][row][128 B]).
+constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
+constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;
+constexpr int kQColBlockBytes = kBlockM * kRowBytes;
+constexpr int kQTileBytes = kColBlocks * kQColBlockBytes;  // one Q or dO tile
+// dS^T: keys as rows, queries as columns.
+constexpr int kDsColBlockBytes = kBlockN * kRowBytes;
+constexpr int kDsBytes = (kBlockM / 64) * kDsColBlockBytes;
+
+// Bytes, relative to the 1024-byte aligned base of dynamic shared memory.
+constexpr int kOffsetK = 0;
+constexpr int kOffsetV = kOffsetK + kKVTileBytes;
+constexpr int kOffsetQ = kOffsetV + kKVTileBytes;
+constexpr int kOffsetDO = kOffsetQ + kStages * kQTileBytes;
+constexpr int kOffsetDS = kOffsetDO + kStages * kQTileBytes;       // 2 buffers
+constexpr int kOffsetStats = kOffsetDS + 2 * kDsBytes;            // [stage][LSE | D][kBlockM]
+constexpr int kOffsetBarriers = kOffsetStats + kStages * 2 * kBlockM * 4;
+// kv_full, full[kStages], empty[kStages].
+constexpr int kSmemUsed = kOffsetBarriers + 8 * (1 + 2 * kStages);
+constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 bytes
+
+// Register budgets after setmaxnreg. The CTA's pool is what the launch
+// allocated, 168 per thread (65536 / 384, rounded down to a multiple of 8):
+// the consumers' increase must be covered by what the producer gives back,
+// or setmaxnreg.inc waits forever.
+constexpr int kLaunchRegisters = 168;
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+
+constexpr int kSRegisters = kBlockM / 2;    // S^T (and dP^T) accumulators per thread
+constexpr int kSTiles = kBlockM / 8;        // n8 column (query) tiles of S^T
+constexpr int kKVRegisters = kHeadDim / 2;  // dK (and dV) accumulators per thread
+constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S^T and dP^T
+constexpr int kPSteps = kBlockM / 16;       // k16 steps of dV and dK
+constexpr int kDQSteps = kBlockN / 16;      // k16 steps of dQ
+// dQ's tile (kBlockM x head dim) split over the two warpgroups: by query
+// rows when there are 128 of them, else by head-dim halves; either way each
+// warpgroup's part is 64 x kDQN.
+constexpr bool kDQSplitRows = kBlockM == 128;
+constexpr int kDQN = kDQSplitRows ? kHeadDim : kHeadDim / 2;
+constexpr int kDQRegisters = kDQN / 2;
+constexpr int kDQTiles = kDQN / 8;
+
+// Named barrier ids: 0 is __syncthreads; 1 the consumers' dS^T exchange.
+constexpr int kBarrierDs = 1;
+
+static_assert(kHeadDimQK == kHeadDimV, "sm90 backward: head_dim_qk == head_dim_v");
+static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward: head dims 64 and 128");
+static_assert(kBlockN == 128, "64 keys per consumer warpgroup, 2 of them");
+static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
+static_assert(kWarps == 12, "one producer warpgroup + two consumers");
+static_assert(kStages >= 1 && kStages <= 3, "1 to 3 Q/dO buffers");
+static_assert(!kDeterministic, "the deterministic backward is the sm80 family's");
+static_assert(kDQN % 64 == 0, "dQ parts are whole 64-column swizzle blocks of K");
+static_assert(2 * kKVRegisters + 2 * kSRegisters <= 200,
+              "dK, dV, S^T and dP^T must fit the consumers' registers");
+static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
+              "the consumers' setmaxnreg.inc would wait for registers nobody frees");
+static_assert(kSmemUsed + kSmemAlign <= 232448, "shared memory exceeds sm_90's 227 KB");
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// dst[0..1] += {a, b}: one vectorised reduction (sm_90) instead of two.
+__device__ __forceinline__ void red_add_v2(float *dst, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+}
+
+}  // namespace bwd_sm90
+}  // namespace flashjit
+
+extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
+    flashjit_bwd_sm90(const flashjit::BwdParams p,
+                      const __grid_constant__ flashjit::TmaDescriptor tma_q,
+                      const __grid_constant__ flashjit::TmaDescriptor tma_k,
+                      const __grid_constant__ flashjit::TmaDescriptor tma_v,
+                      const __grid_constant__ flashjit::TmaDescriptor tma_do) {
+  using namespace flashjit;
+  using namespace flashjit::bwd_sm90;
+  const float kInf = __int_as_float(0x7f800000);
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 smem = (smem_address(smem_raw) + kSmemAlign - 1) & ~u32(kSmemAlign - 1);
+  const u32 bar_base = smem + kOffsetBarriers;
+  const u32 kv_full = bar_base;
+  auto full = [&](int s) { return bar_base + 8 * (1 + s); };
+  auto empty = [&](int s) { return bar_base + 8 * (1 + kStages + s); };
+  // The stats are read through a generic pointer: the same bytes as `smem`.
+  float *const stats = reinterpret_cast<float *>(
+      smem_raw + (smem - smem_address(smem_raw)) + kOffsetStats);
+
+  const int tid = threadIdx.x;
+  const int warpgroup = tid / 128;
+  const int n_block = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int n0 = n_block * kBlockN;
+  const int seqlen_q = p.seqlen_q;
+  const int seqlen_k = p.seqlen_k;
+  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;  // bottom-right alignment
+
+  // Query rows that see any of these keys: [row_begin, row_end), as whole
+  // tiles: query tile `it` is head kv_head * heads_per_kv + it / m_blocks,
+  // rows of m-block m_block_begin + it % m_blocks. Each role derives it
+  // after its setmaxnreg: a value live across the register reallocation is
+  // spilled to local memory.
+  struct QueryTiles {
+    int m_block_begin, m_blocks, iterations;
+  };
+  auto query_tiles = [&]() {
+    i64 row_begin = 0, row_end = seqlen_q;
+    if constexpr (Mask::kHasRight) {
+      const i64 first = n0 - offset - p.window_right;
+      row_begin = first > 0 ? first : 0;
+    }
+    if constexpr (Mask::kHasLeft) {
+      const i64 last = n0 + kBlockN - 1 - offset + p.window_left + 1;
+      row_end = last < row_end ? last : row_end;
+    }
+    QueryTiles t;
+    t.m_block_begin = static_cast<int>(row_begin / kBlockM);
+    t.m_blocks = row_end > row_begin
+                     ? static_cast<int>((row_end + kBlockM - 1) / kBlockM) - t.m_block_begin
+                     : 0;
+    t.iterations = t.m_blocks * p.heads_per_kv;
+    return t;
+  };
+
+  if (tid == 0) {
+    mbarrier_init(kv_full, 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full(s), 1 + 32);  // the TMA arrival + the 32 lanes' stats
+      mbarrier_init(empty(s), kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  // ---- producer ----------------------------------------------------------------
+  if (warpgroup == 0) {
+    setmaxnreg_dec<kProducerRegisters>();
+    if (tid / 32 != 0) return;
+    const auto [m_block_begin, m_blocks, iterations] = query_tiles();
+    const int lane = tid;
+    const bool leader = elect_one();
+    if (leader && iterations > 0) {
+      tma_prefetch_descriptor(&tma_q);
+      tma_prefetch_descriptor(&tma_do);
+      mbarrier_arrive_expect_tx(kv_full, 2 * kKVTileBytes);
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb) {
+        tma_load_4d(smem + kOffsetK + cb * kKVColBlockBytes, &tma_k, kv_full, cb * 64, n0,
+                    kv_head, batch);
+        tma_load_4d(smem + kOffsetV + cb * kKVColBlockBytes, &tma_v, kv_full, cb * 64, n0,
+                    kv_head, batch);
+      }
+    }
+    for (int it = 0; it < iterations; ++it) {
+      const int stage = it % kStages;
+      const u32 round = static_cast<u32>(it / kStages);
+      // The first round passes at once (parity 1 of a fresh barrier is the
+      // phase before its first); later ones wait for the consumers' release.
+      mbarrier_wait(empty(stage), (round & 1) ^ 1);
+      const int head = kv_head * p.heads_per_kv + it / m_blocks;
+      const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+      if (leader) {
+        mbarrier_arrive_expect_tx(full(stage), 2 * kQTileBytes);
+        const u32 q_dst = smem + kOffsetQ + stage * kQTileBytes;
+        const u32 do_dst = smem + kOffsetDO + stage * kQTileBytes;
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb) {
+          tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * 64, m0, head, batch);
+          tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * 64, m0, head,
+                      batch);
+        }
+      }
+      float *const lse_log2 = stats + stage * 2 * kBlockM;
+      const i64 row0 = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0;
+      for (int r = lane; r < kBlockM; r += 32) {
+        const bool valid = m0 + r < seqlen_q;
+        lse_log2[r] = valid ? p.lse[row0 + r] * kLog2e : kInf;
+        lse_log2[kBlockM + r] = valid ? p.dsum[row0 + r] : 0.f;
+      }
+      mbarrier_arrive(full(stage));  // release: the stats are visible to the waiters
+    }
+    return;
+  }
+
+  // ---- consumers ---------------------------------------------------------------
+  setmaxnreg_inc<kConsumerRegisters>();
+  const auto [m_block_begin, m_blocks, iterations] = query_tiles();
+  const int cwg = warpgroup - 1;   // consumer warpgroup: keys 64*cwg..
+  const int ctid = tid % 128;
+  const int warp = ctid / 32;      // rows (keys) 16*warp.. of the warpgroup's 64
+  const int lane = tid % 32;
+  const int group = lane / 4;      // fragment row (and row + 8)
+  const int quad_lane = lane % 4;  // fragment column pair
+
+  // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
+  // K-major: this warpgroup's 64 rows of K and V (the A operands of S^T, dP^T).
+  const u64 k_rows_desc = smem_descriptor_sw128(smem + kOffsetK + cwg * 64 * kRowBytes, 16, 1024);
+  const u64 v_rows_desc = smem_descriptor_sw128(smem + kOffsetV + cwg * 64 * kRowBytes, 16, 1024);
+  // MN-major K for dQ = dS K: all 128 keys, this warpgroup's columns.
+  const u64 k_cols_desc = smem_descriptor_sw128(
+      smem + kOffsetK + (kDQSplitRows ? 0 : cwg * kKVColBlockBytes), kKVColBlockBytes, 1024);
+
+  float acc_dk[kKVRegisters], acc_dv[kKVRegisters];
+#pragma unroll
+  for (int i = 0; i < kKVRegisters; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+
+  if (iterations > 0) mbarrier_wait(kv_full, 0);
+  for (int it = 0; it < iterations; ++it) {
+    const int stage = it % kStages;
+    const int head = kv_head * p.heads_per_kv + it / m_blocks;
+    const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+    const u32 q_tile = smem + kOffsetQ + stage * kQTileBytes;
+    const u32 do_tile = smem + kOffsetDO + stage * kQTileBytes;
+    const u32 ds_tile = smem + kOffsetDS + (it % 2) * kDsBytes;
+    mbarrier_wait(full(stage), static_cast<u32>(it / kStages) & 1);
+
+    // ---- S^T = K Q^T and dP^T = V dO^T ------------------------------------
+    float acc_s[kSRegisters], acc_dp[kSRegisters];
+    {
+      const u64 q_desc = smem_descriptor_sw128(q_tile, 16, 1024);
+      const u64 do_desc = smem_descriptor_sw128(do_tile, 16, 1024);
+      wgmma_fence_operands(acc_s);
+      wgmma_fence_operands(acc_dp);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kQKSteps; ++ks) {
+        // k-step ks: column block ks/4, byte (ks%4)*32 within the 128-byte row.
+        const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
+        const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
+        Wgmma<Element, kBlockM>::ss(acc_s, k_rows_desc + (a_off >> 4), q_desc + (b_off >> 4),
+                                    ks > 0);
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int ks = 0; ks < kQKSteps; ++ks) {
+        const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
+        const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
+        Wgmma<Element, kBlockM>::ss(acc_dp, v_rows_desc + (a_off >> 4), do_desc + (b_off >> 4),
+                                    ks > 0);
+      }
+      wgmma_commit();
+      wgmma_fence_operands(acc_s);
+      wgmma_fence_operands(acc_dp);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc_s);
+    wgmma_fence_operands(acc_dp);
+
+    // ---- P^T (in acc_s) and dS^T = P^T (dP^T - D) (in acc_dp) -------------------
+    // acc[4*nt + 2*h + c] is key row (16*warp + group + 8h) of the warpgroup,
+    // query column 8nt + 2*quad_lane + c of the tile. Where an edge or the
+    // key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
+    // in tile coordinates; P = 0 elsewhere (and so dS = 0).
+    bool cut = n0 + kBlockN > seqlen_k;
+    if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > m0 + offset + p.window_right;
+    if constexpr (Mask::kHasLeft) cut |= n0 < m0 + kBlockM - 1 + offset - p.window_left;
+    int q_lo[2] = {-1, -1}, q_hi[2] = {kBlockM, kBlockM};
+    if (cut) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = n0 + cwg * 64 + warp * 16 + group + h * 8;
+        i64 lo = key < seqlen_k ? -1 : kBlockM;  // a key past the tail: none visible
+        i64 hi = kBlockM;
+        if constexpr (Mask::kHasRight) {
+          const i64 l = key - offset - p.window_right - m0;  // q >= key - offset - right
+          lo = l > lo ? l : lo;
+        }
+        if constexpr (Mask::kHasLeft) {
+          const i64 r = key - offset + p.window_left - m0;  // q <= key - offset + left
+          hi = r < hi ? r : hi;
+        }
+        q_lo[h] = static_cast<int>(lo < -1 ? -1 : lo > kBlockM ? kBlockM : lo);
+        q_hi[h] = static_cast<int>(hi < -1 ? -1 : hi > kBlockM ? kBlockM : hi);
+      }
+    }
+    const float *const lse_log2 = stats + stage * 2 * kBlockM;
+    const float *const dsum = lse_log2 + kBlockM;
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int q_local = nt * 8 + quad_lane * 2 + c;
+        const float lse = lse_log2[q_local], d = dsum[q_local];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = 4 * nt + 2 * h + c;
+          float s = acc_s[i];
+          if constexpr (kSoftcap) s = tanh_approx(s * p.score_scale);
+          float prob = exp2_approx(s * p.softmax_scale_log2 - lse);
+          if (q_local < q_lo[h] || q_local > q_hi[h]) prob = 0.f;
+          float ds = prob * (acc_dp[i] - d);
+          if constexpr (kSoftcap) ds *= 1.f - s * s;  // d tanh
+          acc_s[i] = prob;
+          acc_dp[i] = ds;
+        }
+      }
+
+    // ---- dV += P^T dO, dK += dS^T Q (A from registers) ---------------------------
+    // n8 tiles 2kk and 2kk+1 of S^T are exactly the A fragment of k-step kk.
+    u32 p_frag[kPSteps][4], ds_frag[kPSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        p_frag[kk][j] = Ops::pack(acc_s[8 * kk + 2 * j], acc_s[8 * kk + 2 * j + 1]);
+        ds_frag[kk][j] = Ops::pack(acc_dp[8 * kk + 2 * j], acc_dp[8 * kk + 2 * j + 1]);
+      }
+    {
+      // MN-major: k-step kk = query rows 16kk.. = two 8-row (1024-byte) groups on.
+      const u64 do_desc = smem_descriptor_sw128(do_tile, kQColBlockBytes, 1024);
+      const u64 q_desc = smem_descriptor_sw128(q_tile, kQColBlockBytes, 1024);
+      wgmma_fence_operands(acc_dv);
+      wgmma_fence_operands(acc_dk);
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        wgmma_fence_operands(p_frag[kk]);
+        wgmma_fence_operands(ds_frag[kk]);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk)
+        Wgmma<Element, kHeadDim>::rs_bt(acc_dv, p_frag[kk],
+                                        do_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk)
+        Wgmma<Element, kHeadDim>::rs_bt(acc_dk, ds_frag[kk], q_desc + ((kk * 16 * kRowBytes) >> 4),
+                                        1);
+      wgmma_commit();
+      wgmma_fence_operands(acc_dv);
+      wgmma_fence_operands(acc_dk);
+    }
+
+    // ---- dS^T to shared memory (16 bits, swizzled), while dV and dK run -------
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // ds_frag[kk][j]: n8 tile 2kk + j/2, row half j%2.
+        const int key = cwg * 64 + warp * 16 + group + (j % 2) * 8;
+        const int q = (2 * kk + j / 2) * 8 + quad_lane * 2;
+        const u32 addr = ds_tile + (q / 64) * kDsColBlockBytes + key * kRowBytes +
+                         ((((q % 64) / 8) ^ (key % 8)) << 4) + (q % 8) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ds_frag[kk][j]) : "memory");
+      }
+    fence_proxy_async();  // the generic-proxy stores, before wgmma (async proxy) reads them
+    named_barrier_sync(kBarrierDs, 2 * 128);
+
+    wgmma_wait<0>();  // dV, dK done: Q, dO and the stats of this stage are free
+    wgmma_fence_operands(acc_dv);
+    wgmma_fence_operands(acc_dk);
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      wgmma_fence_operands(p_frag[kk]);
+      wgmma_fence_operands(ds_frag[kk]);
+    }
+    if (lane == 0) mbarrier_arrive(empty(stage));
+
+    // ---- dQ part = dS K, reduced into the fp32 accumulator ------------------
+    {
+      float acc_dq[kDQRegisters];
+      const u64 ds_desc = smem_descriptor_sw128(
+          ds_tile + (kDQSplitRows ? cwg * kDsColBlockBytes : 0), kDsColBlockBytes, 1024);
+      wgmma_fence_operands(acc_dq);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kDQSteps; ++ks) {
+        // k-step ks = keys 16ks.. = rows of both dS^T and K.
+        const int off = (ks * 16 * kRowBytes) >> 4;
+        Wgmma<Element, kDQN>::ss_tt(acc_dq, ds_desc + off, k_cols_desc + off, ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_dq);
+      float *const accum =
+          p.dq_accum + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q * kHeadDim;
+      const int row0 = m0 + (kDQSplitRows ? cwg * 64 : 0) + warp * 16 + group;
+      const int col0 = (kDQSplitRows ? 0 : cwg * kDQN) + quad_lane * 2;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + h * 8;
+        if (row < seqlen_q) {
+          float *const dst = accum + static_cast<i64>(row) * kHeadDim + col0;
+#pragma unroll
+          for (int nt = 0; nt < kDQTiles; ++nt)
+            red_add_v2(dst + nt * 8, acc_dq[4 * nt + 2 * h], acc_dq[4 * nt + 2 * h + 1]);
+        }
+      }
+    }
+  }
+
+  // ---- epilogue: dK (scaled) and dV straight from the fragments ------------------
+  u16 *const dk = static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride;
+  u16 *const dv = static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = n0 + cwg * 64 + warp * 16 + group + h * 8;
+    if (key < seqlen_k) {
+#pragma unroll
+      for (int nt = 0; nt < kHeadDim / 8; ++nt) {
+        const int col = nt * 8 + quad_lane * 2;
+        *reinterpret_cast<u32 *>(dk + key * p.dk_row_stride + col) =
+            Ops::pack(acc_dk[4 * nt + 2 * h] * p.softmax_scale,
+                      acc_dk[4 * nt + 2 * h + 1] * p.softmax_scale);
+        *reinterpret_cast<u32 *>(dv + key * p.dv_row_stride + col) =
+            Ops::pack(acc_dv[4 * nt + 2 * h], acc_dv[4 * nt + 2 * h + 1]);
+      }
+    }
+  }
+}
