@@ -7,6 +7,7 @@
 #include "generator/backward_params.h"
 #include "generator/backward_spec.h"
 #include "generator/source.h"
+#include "runtime/backward_source.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_compiler.h"
@@ -37,10 +38,12 @@ llvm::Expected<std::shared_ptr<const Cubin>> backward_cubin(const KernelSpec &sp
     auto it = cubins->find(id);
     if (it != cubins->end()) return it->second;
   }
-  auto cubin = compile_to_cubin(generate_backward(spec), spec.arch);
-  if (!cubin) return cubin.takeError();
+  // From the database's cubin store when a tune or precompile put it there.
+  auto stored = kernel_cubin(spec, process_tuning_db());
+  if (!stored) return stored.takeError();
+  Cubin cubin{std::move(stored->bytes), "", stored->compile_ms, spec.arch};
   std::lock_guard lock(mutex);
-  return cubins->try_emplace(id, std::make_shared<const Cubin>(std::move(*cubin))).first->second;
+  return cubins->try_emplace(id, std::make_shared<const Cubin>(std::move(cubin))).first->second;
 }
 
 llvm::Expected<const LoadedKernel &> backward_kernel(const KernelSpec &spec, CUcontext context,
@@ -85,12 +88,8 @@ llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
                                                  const KernelConfig &config) {
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
-  auto device = query_device(static_cast<int>(context->device));
-  if (!device) return device.takeError();
-  const TargetArch arch = device->target();
-  KernelConfig complete =
-      default_backward_config(problem, arch, device->max_smem_per_block_optin, config);
-  return make_backward_spec(problem, complete, arch, device->max_smem_per_block_optin);
+  // caller > tuned > nearest > heuristic, as the forward (backward_source.h).
+  return backward_spec_for_call(problem, config, static_cast<int>(context->device));
 }
 
 llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CUstream stream,

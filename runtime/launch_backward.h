@@ -12,7 +12,8 @@ namespace flashjit {
 
 llvm::Error validate_backward_args(const Problem &problem, const BackwardArgs &args);
 
-// `config` completed by the backward heuristic for the current device.
+// `config` as the caller gave it if complete, else the database's tuning of
+// the current device and the class, else completed by the backward heuristic.
 llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
                                                  const KernelConfig &config);
 
