@@ -37,9 +37,12 @@ BWD_FLOPS_FACTOR = 2.5
 
 def time_ms(fn, warmup, repeats, min_sample_ms=1.0):
     """Median per-call time over `repeats` CUDA-event samples after `warmup`
-    calls. A sample is enough back-to-back calls to last about min_sample_ms,
-    so that the host's launch overhead (Python, ctypes, SDPA's dispatch) hides
-    behind the GPU's work instead of being timed as idle GPU time."""
+    calls. A sample is enough back-to-back calls to last about min_sample_ms
+    (at least 3). Before each sample the GPU is kept busy for ~1 ms
+    (torch.cuda._sleep) while the host enqueues the start event, the calls
+    and the end event: the sample then times the kernels alone, not the
+    host's launch latency (Python, ctypes, SDPA's dispatch) in front of the
+    first call, which an idle GPU would otherwise wait for and count."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -47,6 +50,7 @@ def time_ms(fn, warmup, repeats, min_sample_ms=1.0):
     def sample(calls):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
         for _ in range(calls):
             fn()
@@ -54,9 +58,13 @@ def time_ms(fn, warmup, repeats, min_sample_ms=1.0):
         torch.cuda.synchronize()
         return start.elapsed_time(end) / calls
 
-    calls = max(1, min(100, math.ceil(min_sample_ms / max(sample(1), 1e-3))))
+    calls = max(3, min(100, math.ceil(min_sample_ms / max(sample(1), 1e-3))))
     times = sorted(sample(calls) for _ in range(repeats))
     return times[len(times) // 2]
+
+
+# About 1 ms at H200 clocks: longer than the host takes to enqueue a sample.
+SLEEP_CYCLES = 2_000_000
 
 
 def flops(b, h, s, d, causal):

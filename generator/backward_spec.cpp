@@ -40,8 +40,14 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
 KernelConfig default_backward_config(const Problem &problem, const TargetArch &arch,
                                      int max_smem_bytes, const KernelConfig &partial) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
-  // sm90 where it serves the problem and was asked for.
-  if (partial.path == KernelPath::sm90 &&
+  // sm90 where it serves the problem: asked for, or chosen automatically on
+  // sm_90a when the caller fixed no tile (tile sizes mean sm80's otherwise).
+  // Measured on the H200 (docs/PERF.md, 2026-11-29): d=128 seqlen 8k 386
+  // TFLOP/s against the sm80 family's 158 (1.27x FlashAttention-2).
+  const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
+  const bool want_sm90 = partial.path == KernelPath::sm90 ||
+                         (partial.path == KernelPath::automatic && no_tiles);
+  if (want_sm90 &&
       sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()) {
     const KernelConfig first = BwdSm90Traits::default_config(problem.head_dim_qk);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};

@@ -9,8 +9,8 @@
 #   sanitize: memcheck  fwd-sm80        PASS (0 errors; 8 tests)
 # Exit 0 when every run that was not skipped passed.
 #   TOOLS="memcheck racecheck synccheck"   the tools to run (default: all three)
-#   FAMILIES="fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic reference"
-#                                          the families (default: all five); a
+#   FAMILIES="fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 reference"
+#                                          the families (default: all six); a
 #                                          device run is limited to 10 minutes,
 #                                          so a subset per call may be needed
 #   LIMIT_S=540                            per run
@@ -23,7 +23,7 @@ LOGDIR=${OUT:-$(mktemp -d /tmp/flashjit-sanitize.XXXXXX)}
 mkdir -p "$LOGDIR"
 LIMIT_S=${LIMIT_S:-540}
 TOOLS=${TOOLS:-memcheck racecheck synccheck}
-FAMILIES=${FAMILIES:-fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic reference}
+FAMILIES=${FAMILIES:-fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 reference}
 
 sanitizer=${COMPUTE_SANITIZER:-}
 if [ -z "$sanitizer" ]; then
@@ -47,6 +47,8 @@ filter_of() {
     fwd-sm90) echo 'Sm90Sanitizer.*' ;;                           # d = 64, 128, 256, causal GQA
     bwd-atomic) echo 'Configs/BackwardCorrectness.*' ;;           # fp32 atomics into dQ
     bwd-deterministic) echo 'Deterministic/BackwardCorrectness.*' ;;  # the dQ kernel, no atomics
+    # sm90 backward: d=64 full, causal, window; d=128 causal, window; softcap
+    bwd-sm90) echo 'Sm90/BackwardSm90Correctness.*/case2:Sm90/BackwardSm90Correctness.*/case9:Sm90/BackwardSm90Correctness.*/case16:Sm90/BackwardSm90Correctness.*/case26:Sm90/BackwardSm90Correctness.*/case32:Sm90/BackwardSm90Correctness.*/case36' ;;
     reference) echo 'GpuReference.MatchesTheCpuReferenceOnIrregularShapes:GpuReference.FullyMaskedRowsAreZeroWithInfiniteLse' ;;
     *) return 1 ;;
   esac

@@ -6,6 +6,7 @@
 
 #include "generator/backward_params.h"
 #include "generator/backward_steps.h"
+#include "runtime/tensor_maps.h"
 #include "reference/backward_check.h"
 #include "reference/cpu_attention.h"
 #include "runtime/cuda_driver.h"
@@ -61,12 +62,6 @@ Problem class_problem(const KernelSpec &spec) {
 llvm::Expected<BackwardKernels> BackwardKernels::load(const KernelSpec &spec,
                                                       llvm::ArrayRef<char> cubin,
                                                       const std::string &entry) {
-  // The sm90 family's main kernel also takes TMA tensor maps, which
-  // launch() does not encode: refused here rather than launched wrongly.
-  if (spec.config.path != KernelPath::sm80)
-    return error(llvm::formatv("backward program {0}: the tuner launches sm80 backward programs "
-                               "only (the {1} family's kernels take tensor maps)",
-                               spec.id(), to_string(spec.config.path)));
   BackwardKernels out;
   out.spec = spec;
   for (const BackwardStep &step : backward_steps(spec, class_problem(spec))) {
@@ -84,12 +79,24 @@ llvm::Expected<BackwardKernels> BackwardKernels::load(const KernelSpec &spec,
 
 const LoadedKernel &BackwardKernels::main() const { return kernels[1]; }
 
-llvm::Error BackwardKernels::launch(const Problem &problem, BwdParams &params,
+llvm::Error BackwardKernels::launch(const Problem &problem, const BackwardArgs &args,
                                     CUstream stream) const {
-  void *args[] = {&params};
+  BwdParams params = make_backward_params(problem, args);
+  void *plain[] = {&params};
+  // The sm90 family's main kernel also takes TMA tensor maps of Q, K, V, dO.
+  BackwardTensorMaps maps{};
+  const bool sm90 = spec.config.path == KernelPath::sm90;
+  if (sm90) {
+    auto encoded = make_backward_tensor_maps(spec, problem, args);
+    if (!encoded) return encoded.takeError();
+    maps = *encoded;
+  }
+  void *with_maps[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout};
   const auto steps = backward_steps(spec, problem);
-  for (size_t i = 0; i < steps.size(); ++i)
-    if (llvm::Error e = kernels[i].launch(steps[i].geometry, stream, args)) return e;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    void **kernel_args = sm90 && steps[i].entry == main().entry() ? with_maps : plain;
+    if (llvm::Error e = kernels[i].launch(steps[i].geometry, stream, kernel_args)) return e;
+  }
   return llvm::Error::success();
 }
 
@@ -153,7 +160,7 @@ llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(const Problem
         problem, set.q.data(), set.k.data(), set.v.data(), set.o.data(), set.dout.data(),
         static_cast<const float *>(set.lse.data()), set.dq.data(), set.dk.data(), set.dv.data(),
         set.workspace.data(), set.workspace.size());
-    set.params = make_backward_params(problem, args);
+    set.args = args;
     bench->sets_.push_back(std::move(set));
   }
   if (llvm::Error e =
@@ -176,7 +183,7 @@ BackwardBench::~BackwardBench() {
 
 llvm::Error BackwardBench::launch(const BackwardKernels &kernels) {
   InputSet &set = sets_[next_++ % sets_.size()];
-  return kernels.launch(problem_, set.params, stream_);
+  return kernels.launch(problem_, set.args, stream_);
 }
 
 llvm::Error BackwardBench::failed(llvm::Error e) {
@@ -215,8 +222,7 @@ llvm::Expected<GradientAccuracyReport> check_backward_kernels(const BackwardKern
   return check_backward(
       backward_accuracy_problem(problem),
       [&](const Problem &p, const BackwardArgs &args, CUstream s) {
-        BwdParams params = make_backward_params(p, args);
-        return kernels.launch(p, params, s);
+        return kernels.launch(p, args, s);
       },
       stream);
 }

@@ -37,8 +37,9 @@ struct BackwardKernels {
   // The one that parallelises over key tiles: its registers, spills and
   // occupancy are the candidate's.
   const LoadedKernel &main() const;
-  // Enqueues every step for `problem` with `params` on `stream`.
-  llvm::Error launch(const Problem &problem, BwdParams &params, CUstream stream) const;
+  // Enqueues every step for `problem` on `args`' tensors on `stream` (the
+  // sm90 main kernel with its tensor maps).
+  llvm::Error launch(const Problem &problem, const BackwardArgs &args, CUstream stream) const;
 };
 
 class BackwardBench {
@@ -69,7 +70,7 @@ class BackwardBench {
   BackwardBench() = default;
   struct InputSet {
     DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv, workspace;
-    BwdParams params;
+    BackwardArgs args;
   };
   llvm::Error launch(const BackwardKernels &kernels);
   llvm::Error failed(llvm::Error error);

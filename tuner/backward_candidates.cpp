@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "generator/backward_spec.h"
+#include "generator/bwd_sm90_traits.h"
 #include "generator/heuristic.h"
 
 namespace flashjit {
@@ -25,11 +26,19 @@ std::vector<KernelConfig> backward_sm80_configs(const Problem &, const TargetArc
   return configs;
 }
 
+std::vector<KernelConfig> backward_sm90_configs(const Problem &problem, const TargetArch &arch,
+                                                bool deterministic) {
+  // Nothing where the family cannot serve the class (not sm_90a, head dims
+  // other than 64/128, the deterministic mode): no candidates to prune.
+  if (!sm90_backward_fallback_reason(problem, arch, deterministic).empty()) return {};
+  return BwdSm90Traits::search_space(problem.head_dim_qk, max_smem_per_block(arch));
+}
+
 namespace {
 
 // One row per backward kernel family; a new family is one function and one
 // row (make_backward_spec says on which targets it builds).
-const BackwardFamilyConfigs kFamilies[] = {backward_sm80_configs};
+const BackwardFamilyConfigs kFamilies[] = {backward_sm80_configs, backward_sm90_configs};
 
 }  // namespace
 

@@ -20,6 +20,10 @@ using BackwardFamilyConfigs = std::vector<KernelConfig> (*)(const Problem &probl
 // x warps {4, 8} x stages {2, 1}.
 std::vector<KernelConfig> backward_sm80_configs(const Problem &problem, const TargetArch &arch,
                                                 bool deterministic);
+// sm90 (templates/bwd_sm90.cuh) on sm_90a for head dims 64 and 128, not
+// deterministic: its fixed tiles with 1 to 3 Q/dO stages.
+std::vector<KernelConfig> backward_sm90_configs(const Problem &problem, const TargetArch &arch,
+                                                bool deterministic);
 
 // The heuristic's config first (halving breaks ties by index, so a candidate
 // must be strictly faster to displace it), then every family's configs that
