@@ -11,7 +11,7 @@ int BwdSm90Traits::smem_bytes() const {
   const int kv = 2 * block_n * head_dim * 2;
   const int q_do = 2 * stages * block_m * head_dim * 2;
   const int ds = 2 * block_n * block_m * 2;
-  const int stats = stages * 2 * block_m * 4;
+  const int stats = 2 * 2 * 2 * block_m * 4;  // per consumer warpgroup, two buffers
   const int barriers = 8 * (1 + 2 * stages);
   return kv + q_do + ds + stats + barriers + kSmemAlign;
 }
@@ -39,17 +39,22 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
                                            deterministic);
 }
 
+// 64: at d=64 the 128-query tiles spill 44-84 bytes (ptxas -v); the
+// 64-query ones spill nothing and never wait for the other warpgroup.
+int BwdSm90Traits::default_block_m(int) { return 64; }
+
 KernelConfig BwdSm90Traits::default_config(int head_dim) {
-  return KernelConfig{KernelPath::sm90, block_m_for(head_dim), kBlockN, kWarps, 2};
+  return KernelConfig{KernelPath::sm90, default_block_m(head_dim), kBlockN, kWarps, 2};
 }
 
 std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
   std::vector<KernelConfig> out;
-  for (int stages = 1; stages <= 3; ++stages) {
-    BwdSm90Traits t{head_dim, block_m_for(head_dim), kBlockN, kWarps, stages};
-    if (t.smem_bytes() <= max_smem_bytes)
-      out.push_back(KernelConfig{KernelPath::sm90, t.block_m, kBlockN, kWarps, stages});
-  }
+  for (int block_m : {64, 128})
+    for (int stages = 1; stages <= 3; ++stages) {
+      BwdSm90Traits t{head_dim, block_m, kBlockN, kWarps, stages};
+      if (block_m_allowed(head_dim, block_m) && t.smem_bytes() <= max_smem_bytes)
+        out.push_back(KernelConfig{KernelPath::sm90, block_m, kBlockN, kWarps, stages});
+    }
   return out;
 }
 
@@ -60,10 +65,10 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
   std::vector<std::string> why;
   const std::string dims = unsupported_reason(head_dim_qk, head_dim_v, deterministic);
   if (!dims.empty()) why.push_back(dims);
-  if (dims.empty() && block_m != block_m_for(head_dim_qk))
+  if (dims.empty() && !block_m_allowed(head_dim_qk, block_m))
     why.push_back(llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
                                 "dK and dV of a warpgroup)",
-                                block_m, block_m_for(head_dim_qk), head_dim_qk));
+                                block_m, head_dim_qk == 64 ? "64 or 128" : "64", head_dim_qk));
   if (block_n != kBlockN)
     why.push_back(llvm::formatv("block_n={0} is not {1} (64 keys per consumer warpgroup, two)",
                                 block_n, kBlockN));

@@ -26,16 +26,20 @@ struct BwdSm90Traits {
   static constexpr int kSmemAlign = 1024;
 
   int threads() const { return 32 * warps; }
-  // K, V; `stages` of Q, dO, LSE and D; two dS^T buffers; the mbarriers; slack
-  // to align the base.
+  // K, V; `stages` of Q and dO; two dS^T buffers; two LSE/D buffers per
+  // consumer warpgroup; the mbarriers; slack to align the base.
   int smem_bytes() const;
 
   // Why the sm90 backward cannot serve this problem at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v, bool deterministic);
-  // The query tile each head dim's registers allow: S^T and dP^T (block_m/2
-  // each) next to dK and dV (head_dim/2 each) within 240 per thread, with
-  // dQ split into 64-column parts: 128 at head dim 64, 64 at 128.
-  static int block_m_for(int head_dim) { return head_dim == 64 ? 128 : 64; }
+  // The query tiles each head dim's registers allow: S^T and dP^T (block_m/2
+  // each) next to dK and dV (head_dim/2 each) within 240 per thread, and dQ
+  // in 64-column parts: 64 or 128 at head dim 64 (dQ over each warpgroup's
+  // own keys, or split by rows), 64 at 128 (split by columns).
+  static bool block_m_allowed(int head_dim, int block_m) {
+    return block_m == 64 || (block_m == 128 && head_dim == 64);
+  }
+  static int default_block_m(int head_dim);
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);

@@ -47,8 +47,9 @@ filter_of() {
     fwd-sm90) echo 'Sm90Sanitizer.*' ;;                           # d = 64, 128, 256, causal GQA
     bwd-atomic) echo 'Configs/BackwardCorrectness.*' ;;           # fp32 atomics into dQ
     bwd-deterministic) echo 'Deterministic/BackwardCorrectness.*' ;;  # the dQ kernel, no atomics
-    # sm90 backward: d=64 full, causal, window; d=128 causal, window; softcap
-    bwd-sm90) echo 'Sm90/BackwardSm90Correctness.*/case2:Sm90/BackwardSm90Correctness.*/case9:Sm90/BackwardSm90Correctness.*/case16:Sm90/BackwardSm90Correctness.*/case26:Sm90/BackwardSm90Correctness.*/case32:Sm90/BackwardSm90Correctness.*/case36' ;;
+    # sm90 backward: d=64 full, causal, window; d=128 causal, window; softcap;
+    # d=64 with 64-query tiles (dQ over own keys): full, causal, window
+    bwd-sm90) echo 'Sm90/BackwardSm90Correctness.*/case2:Sm90/BackwardSm90Correctness.*/case9:Sm90/BackwardSm90Correctness.*/case16:Sm90/BackwardSm90Correctness.*/case26:Sm90/BackwardSm90Correctness.*/case32:Sm90/BackwardSm90Correctness.*/case36:Sm90/BackwardSm90Correctness.*/case49:Sm90/BackwardSm90Correctness.*/case52:Sm90/BackwardSm90Correctness.*/case54' ;;
     reference) echo 'GpuReference.MatchesTheCpuReferenceOnIrregularShapes:GpuReference.FullyMaskedRowsAreZeroWithInfiniteLse' ;;
     *) return 1 ;;
   esac
@@ -79,7 +80,10 @@ for tool in $TOOLS; do
       "$BIN/flashjit_gpu_tests" --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1 || rc=$?
     seconds=$((SECONDS - start))
     tail -n 6 "$log" | cut -c1-200
-    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -n 1)
+    # memcheck and synccheck: "ERROR SUMMARY: N errors"; racecheck:
+    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+    errors=$(sed -n -e 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' \
+                    -e 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' "$log" | tail -n 1)
     hazards=$(sed -n 's/.*RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' "$log" | tail -n 1)
     ran=$(sed -n 's/^\[==========\] \([0-9]*\) tests\{0,1\} from.*ran.*/\1/p' "$log" | tail -n 1)
     # "[  SKIPPED ] 8 tests." (brief) or "..., listed below:" (full)

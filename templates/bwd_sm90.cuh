@@ -25,16 +25,16 @@
 // queries) inside the MMAs' K dimension, so nothing crosses warpgroups but
 // dS^T, once per tile.
 //
-// Warp roles. Warpgroup 0 is the producer (setmaxnreg.dec): its first warp
-// issues TMA loads of K and V once and of Q and dO per query tile (one
-// elected lane) and copies the tile's LSE (in base 2, +inf past seqlen_q so
-// P = 0 there) and D into shared memory (all lanes); its other warps exit.
-// Warpgroups 1 and 2 are the consumers (setmaxnreg.inc).
+// Warp roles. Warpgroup 0 is the producer (setmaxnreg.dec): one elected
+// lane issues TMA loads of K and V once and of Q and dO per query tile; the
+// rest of the warpgroup exits. Warpgroups 1 and 2 are the consumers
+// (setmaxnreg.inc); each stages the tile's LSE (in base 2, +inf past
+// seqlen_q so P = 0 there) and D through its own shared buffer, one row per
+// thread, on a named barrier of its own.
 //
-// Pipeline. kStages buffers of (Q, dO, LSE, D) on mbarriers:
+// Pipeline. kStages buffers of (Q, dO) on mbarriers:
 //   kv_full       K and V landed;
-//   full[s]       stage s's Q and dO landed (TMA transaction bytes) and its
-//                 LSE and D are written (32 producer-lane arrivals);
+//   full[s]       stage s's Q and dO landed (TMA transaction bytes);
 //   empty[s]      every consumer warp has finished its MMAs reading stage s.
 // dS^T is double-buffered: one named barrier per tile (both warpgroups'
 // halves written) also proves that the buffer of two tiles back is free,
@@ -81,8 +81,10 @@ constexpr int kOffsetV = kOffsetK + kKVTileBytes;
 constexpr int kOffsetQ = kOffsetV + kKVTileBytes;
 constexpr int kOffsetDO = kOffsetQ + kStages * kQTileBytes;
 constexpr int kOffsetDS = kOffsetDO + kStages * kQTileBytes;       // 2 buffers
-constexpr int kOffsetStats = kOffsetDS + 2 * kDsBytes;            // [stage][LSE | D][kBlockM]
-constexpr int kOffsetBarriers = kOffsetStats + kStages * 2 * kBlockM * 4;
+// Per consumer warpgroup, two buffers of [LSE_log2 | D][kBlockM] fp32.
+constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;
+constexpr int kOffsetStats = kOffsetDS + 2 * kDsBytes;
+constexpr int kOffsetBarriers = kOffsetStats + 2 * kStatsBytes;
 // kv_full, full[kStages], empty[kStages].
 constexpr int kSmemUsed = kOffsetBarriers + 8 * (1 + 2 * kStages);
 constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 bytes
@@ -92,25 +94,33 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 byt
 // the consumers' increase must be covered by what the producer gives back,
 // or setmaxnreg.inc waits forever.
 constexpr int kLaunchRegisters = 168;
-constexpr int kProducerRegisters = 40;
-constexpr int kConsumerRegisters = 232;
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
 
 constexpr int kSRegisters = kBlockM / 2;    // S^T (and dP^T) accumulators per thread
 constexpr int kSTiles = kBlockM / 8;        // n8 column (query) tiles of S^T
 constexpr int kKVRegisters = kHeadDim / 2;  // dK (and dV) accumulators per thread
 constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S^T and dP^T
 constexpr int kPSteps = kBlockM / 16;       // k16 steps of dV and dK
-constexpr int kDQSteps = kBlockN / 16;      // k16 steps of dQ
-// dQ's tile (kBlockM x head dim) split over the two warpgroups: by query
-// rows when there are 128 of them, else by head-dim halves; either way each
-// warpgroup's part is 64 x kDQN.
+// dQ's tile (kBlockM x head dim) over the two warpgroups, three ways:
+//   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;
+//   columns   (kBlockM = 64, head dim 128): each half the head dim, over
+//             all keys;
+//   own keys  (kBlockM = 64, head dim 64): each the whole tile over its own
+//             64 keys, both adding to the accumulator (twice the reductions,
+//             but no dS^T exchange: the warpgroups never wait for each other).
+// Each warpgroup's product is 64 x kDQN, whole 64-column blocks of K.
 constexpr bool kDQSplitRows = kBlockM == 128;
-constexpr int kDQN = kDQSplitRows ? kHeadDim : kHeadDim / 2;
+constexpr bool kDQOwnKeys = kBlockM == 64 && kHeadDim == 64;
+constexpr int kDQN = kDQSplitRows || kDQOwnKeys ? kHeadDim : kHeadDim / 2;
+constexpr int kDQSteps = (kDQOwnKeys ? 64 : kBlockN) / 16;  // k16 steps (keys) of dQ
 constexpr int kDQRegisters = kDQN / 2;
 constexpr int kDQTiles = kDQN / 8;
 
 // Named barrier ids: 0 is __syncthreads; 1 the consumers' dS^T exchange.
 constexpr int kBarrierDs = 1;
+// 2, 3: one per consumer warpgroup, its own copy of the tile's LSE and D.
+constexpr int kBarrierStats = 2;
 
 static_assert(kHeadDimQK == kHeadDimV, "sm90 backward: head_dim_qk == head_dim_v");
 static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward: head dims 64 and 128");
@@ -197,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     mbarrier_init(kv_full, 1);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full(s), 1 + 32);  // the TMA arrival + the 32 lanes' stats
+      mbarrier_init(full(s), 1);
       mbarrier_init(empty(s), kConsumerWarps);
     }
     fence_barrier_init();
@@ -209,9 +219,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     setmaxnreg_dec<kProducerRegisters>();
     if (tid / 32 != 0) return;
     const auto [m_block_begin, m_blocks, iterations] = query_tiles();
-    const int lane = tid;
     const bool leader = elect_one();
-    if (leader && iterations > 0) {
+    if (!leader) return;
+    if (iterations > 0) {
       tma_prefetch_descriptor(&tma_q);
       tma_prefetch_descriptor(&tma_do);
       mbarrier_arrive_expect_tx(kv_full, 2 * kKVTileBytes);
@@ -231,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       mbarrier_wait(empty(stage), (round & 1) ^ 1);
       const int head = kv_head * p.heads_per_kv + it / m_blocks;
       const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
-      if (leader) {
+      {
         mbarrier_arrive_expect_tx(full(stage), 2 * kQTileBytes);
         const u32 q_dst = smem + kOffsetQ + stage * kQTileBytes;
         const u32 do_dst = smem + kOffsetDO + stage * kQTileBytes;
@@ -242,14 +252,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
                       batch);
         }
       }
-      float *const lse_log2 = stats + stage * 2 * kBlockM;
-      const i64 row0 = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0;
-      for (int r = lane; r < kBlockM; r += 32) {
-        const bool valid = m0 + r < seqlen_q;
-        lse_log2[r] = valid ? p.lse[row0 + r] * kLog2e : kInf;
-        lse_log2[kBlockM + r] = valid ? p.dsum[row0 + r] : 0.f;
-      }
-      mbarrier_arrive(full(stage));  // release: the stats are visible to the waiters
     }
     return;
   }
@@ -270,7 +272,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   const u64 v_rows_desc = smem_descriptor_sw128(smem + kOffsetV + cwg * 64 * kRowBytes, 16, 1024);
   // MN-major K for dQ = dS K: all 128 keys, this warpgroup's columns.
   const u64 k_cols_desc = smem_descriptor_sw128(
-      smem + kOffsetK + (kDQSplitRows ? 0 : cwg * kKVColBlockBytes), kKVColBlockBytes, 1024);
+      smem + kOffsetK +
+          (kDQOwnKeys ? cwg * 64 * kRowBytes : kDQSplitRows ? 0 : cwg * kKVColBlockBytes),
+      kKVColBlockBytes, 1024);
 
   float acc_dk[kKVRegisters], acc_dv[kKVRegisters];
 #pragma unroll
@@ -314,6 +318,19 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
     }
+    // This tile's LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D,
+    // one row per thread, loaded while the GEMMs run, into the warpgroup's
+    // own buffer. Double-buffered: buffer it%2 was last read at tile it-2, and every
+    // thread of the warpgroup finished those reads before tile it-1's barrier,
+    // which this thread has passed.
+    float *const lse_log2 = stats + cwg * (kStatsBytes / 4) + (it % 2) * 2 * kBlockM;
+    if (ctid < kBlockM) {
+      const bool valid = m0 + ctid < seqlen_q;
+      const i64 row = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0 + ctid;
+      lse_log2[ctid] = valid ? p.lse[row] * kLog2e : kInf;
+      lse_log2[kBlockM + ctid] = valid ? p.dsum[row] : 0.f;
+    }
+    named_barrier_sync(kBarrierStats + cwg, 128);
     wgmma_wait<0>();
     wgmma_fence_operands(acc_s);
     wgmma_fence_operands(acc_dp);
@@ -345,7 +362,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         q_hi[h] = static_cast<int>(hi < -1 ? -1 : hi > kBlockM ? kBlockM : hi);
       }
     }
-    const float *const lse_log2 = stats + stage * 2 * kBlockM;
     const float *const dsum = lse_log2 + kBlockM;
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt)
@@ -415,9 +431,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ds_frag[kk][j]) : "memory");
       }
     fence_proxy_async();  // the generic-proxy stores, before wgmma (async proxy) reads them
-    named_barrier_sync(kBarrierDs, 2 * 128);
+    if constexpr (kDQOwnKeys)
+      named_barrier_sync(kBarrierStats + cwg, 128);  // this warpgroup's rows of dS^T
+    else
+      named_barrier_sync(kBarrierDs, 2 * 128);  // both warpgroups' rows
 
-    wgmma_wait<0>();  // dV, dK done: Q, dO and the stats of this stage are free
+    wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
     wgmma_fence_operands(acc_dv);
     wgmma_fence_operands(acc_dk);
 #pragma unroll
@@ -431,7 +450,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     {
       float acc_dq[kDQRegisters];
       const u64 ds_desc = smem_descriptor_sw128(
-          ds_tile + (kDQSplitRows ? cwg * kDsColBlockBytes : 0), kDsColBlockBytes, 1024);
+          ds_tile + (kDQSplitRows ? cwg * kDsColBlockBytes : kDQOwnKeys ? cwg * 64 * kRowBytes : 0),
+          kDsColBlockBytes, 1024);
       wgmma_fence_operands(acc_dq);
       wgmma_fence();
 #pragma unroll
@@ -446,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       float *const accum =
           p.dq_accum + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q * kHeadDim;
       const int row0 = m0 + (kDQSplitRows ? cwg * 64 : 0) + warp * 16 + group;
-      const int col0 = (kDQSplitRows ? 0 : cwg * kDQN) + quad_lane * 2;
+      const int col0 = (kDQSplitRows || kDQOwnKeys ? 0 : cwg * kDQN) + quad_lane * 2;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + h * 8;

@@ -188,6 +188,18 @@ std::vector<Case> sm90_cases() {
       cases.push_back({make_problem(DType::bf16, 1, 6, 2, 333, 333, d, d, MaskKind::none), c});
     }
   }
+  // d=64 with 64-query tiles: dQ over each warpgroup's own keys.
+  const KernelConfig own_keys{KernelPath::sm90, 64, 128, 12, 2};
+  for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
+    for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 203}, {300, 77}, {257, 513}}) {
+      const DType dtype = i++ % 2 ? DType::fp16 : DType::bf16;
+      cases.push_back({make_problem(dtype, 2, 4, 2, sq, sk, 64, 64, mask, 70, 9), own_keys});
+    }
+  cases.push_back(
+      {make_problem(DType::bf16, 1, 4, 4, 190, 190, 64, 64, MaskKind::causal, -1, -1, 30.f),
+       own_keys});
+  cases.push_back({make_problem(DType::bf16, 2, 8, 1, 1000, 1000, 64, 64, MaskKind::causal),
+                   own_keys});
   return cases;
 }
 
