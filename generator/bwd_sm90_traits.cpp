@@ -39,9 +39,11 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
                                            deterministic);
 }
 
-// 64: at d=64 the 128-query tiles spill 44-84 bytes (ptxas -v); the
-// 64-query ones spill nothing and never wait for the other warpgroup.
-int BwdSm90Traits::default_block_m(int) { return 64; }
+// d=64: 128-query tiles, though they spill 44-84 bytes (ptxas -v): on the
+// H200 at seqlen 8k they ran 318/264 TFLOP/s (full/causal) against 239/225
+// for 64-query tiles, whose dQ over each warpgroup's own keys doubles the
+// reductions (docs/PERF.md, 2026-11-29).
+int BwdSm90Traits::default_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
 
 KernelConfig BwdSm90Traits::default_config(int head_dim) {
   return KernelConfig{KernelPath::sm90, default_block_m(head_dim), kBlockN, kWarps, 2};

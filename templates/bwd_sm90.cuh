@@ -258,7 +258,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   // ---- consumers ---------------------------------------------------------------
   setmaxnreg_inc<kConsumerRegisters>();
-  const auto [m_block_begin, m_blocks, iterations] = query_tiles();
+  const QueryTiles tiles = query_tiles();
+  const int m_block_begin = tiles.m_block_begin, m_blocks = tiles.m_blocks;
+  const int iterations = tiles.iterations;
   const int cwg = warpgroup - 1;   // consumer warpgroup: keys 64*cwg..
   const int ctid = tid % 128;
   const int warp = ctid / 32;      // rows (keys) 16*warp.. of the warpgroup's 64
@@ -279,6 +281,23 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   float acc_dk[kKVRegisters], acc_dv[kKVRegisters];
 #pragma unroll
   for (int i = 0; i < kKVRegisters; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+
+  // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D of row `ctid`
+  // of query tile `it`, loaded one tile ahead: the L2 latency hides under a
+  // whole tile's work instead of stalling the store before the barrier.
+  auto load_stats = [&](int it, float &lse, float &d) {
+    lse = kInf;
+    d = 0.f;
+    const int head = kv_head * p.heads_per_kv + it / m_blocks;
+    const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+    if (ctid < kBlockM && m0 + ctid < seqlen_q) {
+      const i64 row = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0 + ctid;
+      lse = p.lse[row] * kLog2e;
+      d = p.dsum[row];
+    }
+  };
+  float next_lse, next_d;
+  if (iterations > 0) load_stats(0, next_lse, next_d);
 
   if (iterations > 0) mbarrier_wait(kv_full, 0);
   for (int it = 0; it < iterations; ++it) {
@@ -318,18 +337,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
     }
-    // This tile's LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D,
-    // one row per thread, loaded while the GEMMs run, into the warpgroup's
-    // own buffer. Double-buffered: buffer it%2 was last read at tile it-2, and every
-    // thread of the warpgroup finished those reads before tile it-1's barrier,
-    // which this thread has passed.
+    // This tile's LSE and D into the warpgroup's own buffer, and the next
+    // tile's loaded. Double-buffered: buffer it%2 was last read at tile it-2,
+    // and every thread of the warpgroup finished those reads before tile
+    // it-1's barrier, which this thread has passed.
     float *const lse_log2 = stats + cwg * (kStatsBytes / 4) + (it % 2) * 2 * kBlockM;
     if (ctid < kBlockM) {
-      const bool valid = m0 + ctid < seqlen_q;
-      const i64 row = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0 + ctid;
-      lse_log2[ctid] = valid ? p.lse[row] * kLog2e : kInf;
-      lse_log2[kBlockM + ctid] = valid ? p.dsum[row] : 0.f;
+      lse_log2[ctid] = next_lse;
+      lse_log2[kBlockM + ctid] = next_d;
     }
+    if (it + 1 < iterations) load_stats(it + 1, next_lse, next_d);
     named_barrier_sync(kBarrierStats + cwg, 128);
     wgmma_wait<0>();
     wgmma_fence_operands(acc_s);

@@ -90,10 +90,10 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     EXPECT_EQ(r.error, "");
     // Known spills (ptxas -v, 2026-11-29): up to 16 bytes in a few configs,
     // up to 128 with the softcap's tanh live next to the tiles, and up to
-    // 200 at d=64 with 128-query tiles (64-wide S^T and dP^T: the tuner's
-    // candidate, not the default). More means a change grew the tiles.
+    // 256 at d=64 with 128-query tiles (64-wide S^T and dP^T: measured
+    // faster than 64-query tiles all the same). More means a change grew the tiles.
     const bool wide = cases[j].problem.head_dim_qk == 64 && cases[j].config.block_m == 128;
-    const int allowed = wide ? 200 : cases[j].problem.softcap > 0 ? 128 : 16;
+    const int allowed = wide ? 256 : cases[j].problem.softcap > 0 ? 128 : 16;
     EXPECT_LE(r.report.spill_store_bytes, allowed);
     EXPECT_LE(r.report.spill_load_bytes, allowed);
   }
@@ -116,7 +116,7 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   EXPECT_NE(source.source.find("#include \"bwd_sm90.cuh\""), std::string::npos);
   p.head_dim_qk = p.head_dim_v = 64;
   EXPECT_EQ(default_backward_config(p, kSm90a, 0, KernelConfig{KernelPath::sm90}),
-            (KernelConfig{KernelPath::sm90, 64, 128, 12, 2}));
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
 
   // What it cannot serve: the sm80 family is the fallback of the heuristic,
   // and an explicit sm90 config is refused with the reason.
