@@ -92,8 +92,8 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 byt
 // Register budgets after setmaxnreg. The CTA's pool is what the launch
 // allocated, 168 per thread (65536 / 384, rounded down to a multiple of 8):
 // the consumers' increase must be covered by what the producer gives back,
-// or setmaxnreg.inc waits forever.
-constexpr int kLaunchRegisters = 168;
+// or setmaxnreg.inc waits forever (seen: 240/32 hung every launch).
+constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 

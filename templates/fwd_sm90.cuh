@@ -124,8 +124,12 @@ static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup +
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
               "block_n: multiple of 16 (P V k-steps) up to 256 (wgmma N, TMA box)");
 static_assert(kStages >= 2, "at least double buffering");
-static_assert(kConsumerWarpgroups * kConsumerRegisters * 128 + kProducerRegisters * 128 <= 65536,
-              "register budgets exceed the register file");
+// The CTA's register pool is what the launch allocated (65536 / kThreads per
+// thread, rounded down to a multiple of 8): the consumers' setmaxnreg.inc
+// must be covered by what the producer gives back, or it waits forever.
+static_assert(kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters <=
+                  (1 + kConsumerWarpgroups) * (65536 / kThreads / 8 * 8),
+              "the consumers' setmaxnreg.inc would wait for registers nobody frees");
 
 // Hides a value from loop-invariant code motion: per-row mask bounds derived
 // from it are recomputed on the (rare) cut tiles instead of being hoisted out
