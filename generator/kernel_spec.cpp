@@ -169,4 +169,14 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
                             t.threads(), t.smem_bytes());
 }
 
+Problem class_problem(const KernelSpec &spec) {
+  Problem p;
+  p.dtype = spec.dtype;
+  p.head_dim_qk = spec.head_dim_qk;
+  p.head_dim_v = spec.head_dim_v;
+  p.mask = spec.mask;
+  p.softcap = spec.softcap ? 1.f : 0.f;
+  return p;
+}
+
 }  // namespace flashjit

@@ -57,6 +57,11 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
 LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, int64_t batch,
                                   int threads, int dynamic_smem_bytes);
 
+// A problem of `spec`'s class (sizes 1): what depends on the spec alone
+// (dynamic shared memory, block size) through the functions that own launch
+// geometry.
+Problem class_problem(const KernelSpec &spec);
+
 // Grid (Q tiles, heads, batch), block and shared memory of a forward launch.
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem);
 

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "generator/backward_spec.h"
+#include "runtime/call_key.h"
 #include "runtime/tuning_key.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
@@ -11,48 +12,6 @@
 namespace flashjit {
 namespace {
 
-// What selects a backward call's spec: the device, the compiled code's
-// parameters, the request, and (when the config is left to flashjit) the
-// rest of the database's class, since a tuning may differ per bucket. Plain
-// integers, so building the key allocates nothing.
-struct CallKey {
-  int ordinal;
-  DType dtype;
-  MaskKind mask;  // normalised
-  bool softcap;
-  int head_dim_qk, head_dim_v;
-  KernelConfig requested;
-  // Zero (and -1 for the window) when `requested` is complete.
-  int64_t gqa_ratio = 0;
-  int64_t window_left = -1, window_right = -1;
-  int seqlen_q_bucket = 0, seqlen_k_bucket = 0, batch_heads_bucket = 0;
-  bool operator==(const CallKey &) const = default;
-
-  static CallKey make(int ordinal, const Problem &p, const KernelConfig &requested) {
-    CallKey k{ordinal, p.dtype, normalized_mask(p), p.softcap != 0, p.head_dim_qk,
-              p.head_dim_v, requested};
-    if (requested.is_complete()) return k;
-    k.gqa_ratio = p.heads_q / p.heads_kv;
-    if (k.mask == MaskKind::window) {
-      k.window_left = p.window_left;
-      k.window_right = p.window_right;
-    }
-    k.seqlen_q_bucket = size_bucket(p.seqlen_q);
-    k.seqlen_k_bucket = size_bucket(p.seqlen_k);
-    k.batch_heads_bucket = size_bucket(p.batch * p.heads_q);
-    return k;
-  }
-};
-
-struct CallKeyHash {
-  size_t operator()(const CallKey &k) const {
-    const KernelConfig &c = k.requested;
-    return llvm::hash_combine(k.ordinal, int(k.dtype), int(k.mask), k.softcap, k.head_dim_qk,
-                              k.head_dim_v, int(c.path), c.block_m, c.block_n, c.warps, c.stages,
-                              c.deterministic, k.gqa_ratio, k.window_left, k.window_right,
-                              k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket);
-  }
-};
 
 // Attribute queries cost microseconds each; a backward call needs only the
 // device's target and shared memory, the same for the whole process.
@@ -95,7 +54,7 @@ llvm::Expected<KernelSpec> backward_spec_for_call(const Problem &problem,
                                                   const KernelConfig &requested, int ordinal) {
   static std::mutex mutex;
   static auto *specs = new std::unordered_map<CallKey, KernelSpec, CallKeyHash>;
-  const CallKey key = CallKey::make(ordinal, problem, requested);
+  const CallKey key = CallKey::make(static_cast<uintptr_t>(ordinal), problem, requested);
   {
     std::lock_guard lock(mutex);
     if (auto it = specs->find(key); it != specs->end()) return it->second;

@@ -11,6 +11,7 @@
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/tensor_maps.h"
+#include "runtime/call_key.h"
 #include "runtime/kernel_source.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tuning_key.h"
@@ -36,67 +37,11 @@ llvm::Expected<DeviceInfo> cached_device_info(CUdevice device) {
   return *info;
 }
 
-// Dynamic shared memory depends on the spec alone; a problem of the spec's
-// class (any sizes) gives it through the one function that owns geometry.
-Problem representative_problem(const KernelSpec &spec) {
-  Problem p;
-  p.dtype = spec.dtype;
-  p.head_dim_qk = spec.head_dim_qk;
-  p.head_dim_v = spec.head_dim_v;
-  p.mask = spec.mask;
-  p.softcap = spec.softcap ? 1.f : 0.f;
-  return p;
-}
 
 llvm::Error with_context(const Problem &problem, llvm::Error error) {
   return with_call_context("forward", problem, std::move(error));
 }
 
-// What selects the kernel of a call: the compiled code's parameters, the
-// caller's requested config, the context, and, when the config is left to
-// flashjit, the rest of the tuning database's problem class (GQA ratio,
-// window bounds, size buckets), since a tuning may pick another config for
-// another bucket. Repeat calls skip the database, the heuristic, the spec, its
-// ID string and the kernel cache: one hash lookup. Plain integers, not
-// problem_class_key()'s strings, so building the key allocates nothing.
-struct PlanKey {
-  CUcontext context;
-  DType dtype;
-  MaskKind mask;  // normalised
-  bool softcap;
-  int head_dim_qk, head_dim_v;
-  KernelConfig requested;
-  // Zero (and -1 for the window) when `requested` is complete.
-  int64_t gqa_ratio = 0;
-  int64_t window_left = -1, window_right = -1;
-  int seqlen_q_bucket = 0, seqlen_k_bucket = 0, batch_heads_bucket = 0;
-  bool operator==(const PlanKey &) const = default;
-
-  static PlanKey make(CUcontext context, const Problem &problem, const KernelConfig &requested) {
-    PlanKey k{context,          problem.dtype,      normalized_mask(problem), problem.softcap != 0,
-              problem.head_dim_qk, problem.head_dim_v, requested};
-    if (requested.is_complete()) return k;  // the database is not consulted
-    k.gqa_ratio = problem.heads_q / problem.heads_kv;
-    if (k.mask == MaskKind::window) {
-      k.window_left = problem.window_left;
-      k.window_right = problem.window_right;
-    }
-    k.seqlen_q_bucket = size_bucket(problem.seqlen_q);
-    k.seqlen_k_bucket = size_bucket(problem.seqlen_k);
-    k.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);
-    return k;
-  }
-};
-
-struct PlanKeyHash {
-  size_t operator()(const PlanKey &k) const {
-    const KernelConfig &c = k.requested;
-    return llvm::hash_combine(k.context, int(k.dtype), int(k.mask), k.softcap, k.head_dim_qk,
-                              k.head_dim_v, int(c.path), c.block_m, c.block_n, c.warps, c.stages,
-                              k.gqa_ratio, k.window_left, k.window_right, k.seqlen_q_bucket,
-                              k.seqlen_k_bucket, k.batch_heads_bucket);
-  }
-};
 
 struct Plan {
   KernelSpec spec;
@@ -105,12 +50,12 @@ struct Plan {
 
 class PlanCache {
  public:
-  const Plan *find(const PlanKey &key) const {
+  const Plan *find(const CallKey &key) const {
     std::shared_lock lock(mutex_);
     auto it = plans_.find(key);
     return it == plans_.end() ? nullptr : &it->second;
   }
-  const Plan *insert(const PlanKey &key, Plan plan) {
+  const Plan *insert(const CallKey &key, Plan plan) {
     std::unique_lock lock(mutex_);
     return &plans_.try_emplace(key, std::move(plan)).first->second;
   }
@@ -121,7 +66,7 @@ class PlanCache {
 
  private:
   mutable std::shared_mutex mutex_;
-  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans_;  // nodes are stable
+  std::unordered_map<CallKey, Plan, CallKeyHash> plans_;  // nodes are stable
 };
 
 }  // namespace
@@ -166,7 +111,7 @@ llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec) 
         // compiled and stored for the next process.
         auto cubin = forward_cubin(spec, process_tuning_db());
         if (!cubin) return cubin.takeError();
-        const int smem = forward_launch_geometry(spec, representative_problem(spec))
+        const int smem = forward_launch_geometry(spec, class_problem(spec))
                              .dynamic_smem_bytes;
         auto kernel = LoadedKernel::load(cubin->bytes, cubin->entry, smem);
         if (!kernel) return kernel.takeError();
@@ -181,7 +126,7 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
     return with_context(problem, std::move(e));
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
-  const PlanKey key = PlanKey::make(context->context, problem, config);
+  const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), problem, config);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
     auto spec = resolve_forward_spec(problem, config);

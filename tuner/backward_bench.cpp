@@ -45,17 +45,6 @@ llvm::Expected<DeviceBuffer> upload(const void *host, size_t bytes) {
   return std::move(*buffer);
 }
 
-// A representative problem of `spec`'s class: the dynamic shared memory of
-// each step depends on the spec alone.
-Problem class_problem(const KernelSpec &spec) {
-  Problem p;
-  p.dtype = spec.dtype;
-  p.head_dim_qk = spec.head_dim_qk;
-  p.head_dim_v = spec.head_dim_v;
-  p.mask = spec.mask;
-  p.softcap = spec.softcap ? 1.f : 0.f;
-  return p;
-}
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/ptxas_report.h"
+#include "sm90_compile_check.h"
 #include "generator/backward_spec.h"
 #include "generator/bwd_sm90_traits.h"
 #include "generator/heuristic.h"
@@ -33,22 +34,9 @@ Compiled compile(const Problem &problem, const KernelConfig &config) {
     return r;
   }
   r.id = spec->id();
-  GeneratedSource source = generate_backward(*spec);
-  source.options.push_back("--ptxas-options=-v");
-  auto cubin = compile_to_cubin(source, kSm90a);
-  if (!cubin) {
-    r.error = llvm::toString(cubin.takeError());
-    return r;
-  }
-  auto report = cli::parse_ptxas_report(cubin->log, source.entry);
-  if (!report) {
-    r.error = "no ptxas report in the log:\n" + cubin->log;
-    return r;
-  }
-  r.report = *report;
-  for (const char *serialised : {"C7510", "C7511", "C7512", "C7514", "are serialized"})
-    if (cubin->log.find(serialised) != std::string::npos)
-      r.error = "ptxas serialised the wgmmas:\n" + cubin->log;
+  testing::Sm90Compiled c = testing::compile_sm90_with_report(generate_backward(*spec), kSm90a);
+  r.error = std::move(c.error);
+  r.report = c.report;
   return r;
 }
 

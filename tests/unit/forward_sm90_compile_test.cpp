@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cli/ptxas_report.h"
+#include "sm90_compile_check.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
@@ -82,25 +83,11 @@ Compiled compile_case(const Sm90Case &c, const std::string &cuobjdump) {
     return r;
   }
   r.id = spec->id();
-  GeneratedSource source = generate_forward(*spec);
-  source.options.push_back("--ptxas-options=-v");
-  auto cubin = compile_to_cubin(source, kSm90a);
-  if (!cubin) {
-    r.error = llvm::toString(cubin.takeError());
-    return r;
-  }
-  auto report = cli::parse_ptxas_report(cubin->log, source.entry);
-  if (!report) {
-    r.error = "no ptxas report in the log:\n" + cubin->log;
-    return r;
-  }
-  r.report = *report;
-  if (cubin->log.find("C7510") != std::string::npos ||
-      cubin->log.find("C7511") != std::string::npos ||
-      cubin->log.find("C7512") != std::string::npos ||
-      cubin->log.find("C7514") != std::string::npos ||
-      cubin->log.find("wgmma.mma_async instructions are serialized") != std::string::npos)
-    r.error = "ptxas serialised the wgmmas:\n" + cubin->log;
+  testing::Sm90Compiled compiled = testing::compile_sm90_with_report(generate_forward(*spec), kSm90a);
+  r.error = std::move(compiled.error);
+  r.report = compiled.report;
+  if (!compiled.cubin || !r.error.empty()) return r;
+  const Cubin *cubin = &*compiled.cubin;
   if (cuobjdump.empty()) return r;
   llvm::SmallString<128> cubin_path, sass_path;
   llvm::sys::fs::createTemporaryFile("flashjit_sm90", "cubin", cubin_path);
