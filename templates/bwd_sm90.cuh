@@ -317,23 +317,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
       wgmma_fence();
+      // One commit group of acc = A B^T, A this warpgroup's 64 rows of K or V
+      // and B the Q or dO tile, both K-major: k-step ks is column block
+      // ks/4, byte (ks%4)*32 within the 128-byte row.
+      auto issue = [&](float (&acc)[kSRegisters], u64 a_desc, u64 b_desc) {
 #pragma unroll
-      for (int ks = 0; ks < kQKSteps; ++ks) {
-        // k-step ks: column block ks/4, byte (ks%4)*32 within the 128-byte row.
-        const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
-        const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
-        Wgmma<Element, kBlockM>::ss(acc_s, k_rows_desc + (a_off >> 4), q_desc + (b_off >> 4),
-                                    ks > 0);
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int ks = 0; ks < kQKSteps; ++ks) {
-        const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
-        const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
-        Wgmma<Element, kBlockM>::ss(acc_dp, v_rows_desc + (a_off >> 4), do_desc + (b_off >> 4),
-                                    ks > 0);
-      }
-      wgmma_commit();
+        for (int ks = 0; ks < kQKSteps; ++ks) {
+          const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
+          const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
+          Wgmma<Element, kBlockM>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
+        }
+        wgmma_commit();
+      };
+      issue(acc_s, k_rows_desc, q_desc);
+      issue(acc_dp, v_rows_desc, do_desc);
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
     }
