@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/tuning_db.h"
+#include "cli_files.h"
 #include "cli_runner.h"
 #include "runtime/device.h"
 #include "runtime/tuning_key.h"
@@ -22,34 +23,6 @@ namespace {
 
 using namespace testing_cli;
 
-struct TempDir {
-  TempDir() { llvm::sys::fs::createUniqueDirectory("flashjit-cli-bwd", path); }
-  ~TempDir() { llvm::sys::fs::remove_directories(path); }
-  std::string file(llvm::StringRef name) const {
-    llvm::SmallString<128> p(path);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-  llvm::SmallString<128> path;
-};
-
-llvm::json::Object parse_json(const std::string &text) {
-  auto value = llvm::json::parse(text);
-  if (!value) {
-    ADD_FAILURE() << llvm::toString(value.takeError()) << "\n" << text;
-    return {};
-  }
-  return std::move(*value->getAsObject());
-}
-
-std::string S(llvm::Optional<llvm::StringRef> v) { return v ? v->str() : "<absent>"; }
-int64_t I(llvm::Optional<int64_t> v) { return v ? *v : -999; }
-
-void write_file(const std::string &path, llvm::StringRef text) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec);
-  os << text;
-}
 
 TEST(CliBackwardTuning, UsageErrorsNameTheFlag) {
   TempDir dir;
