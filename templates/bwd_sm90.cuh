@@ -19,11 +19,12 @@
 //          transposed (MN-major);
 //   dQ   = dS K                          SS with both operands MN-major: dS^T
 //          goes to shared memory; the warpgroups split dQ's tile (by query
-//          rows when kBlockM = 128, by head-dim halves when 64) and add it
-//          to the accumulator with vectorised fp32 reductions.
+//          rows when kBlockM = 128, by head-dim halves at d=128 with 64,
+//          or each over its own keys at d=64 with 64) and add it to the
+//          accumulator with vectorised fp32 reductions.
 // The keys-as-rows orientation puts the reductions of dV and dK (over
 // queries) inside the MMAs' K dimension, so nothing crosses warpgroups but
-// dS^T, once per tile.
+// dS^T, once per tile (not at all when each takes its own keys).
 //
 // Warp roles. Warpgroup 0 is the producer (setmaxnreg.dec): one elected
 // lane issues TMA loads of K and V once and of Q and dO per query tile; the
@@ -37,8 +38,9 @@
 //   full[s]       stage s's Q and dO landed (TMA transaction bytes);
 //   empty[s]      every consumer warp has finished its MMAs reading stage s.
 // dS^T is double-buffered: one named barrier per tile (both warpgroups'
-// halves written) also proves that the buffer of two tiles back is free,
-// since each warpgroup waits for its dQ MMA before reaching the next one.
+// halves written; only the warpgroup's own when it takes its own keys)
+// also proves that the buffer of two tiles back is free, since each
+// warpgroup waits for its dQ MMA before reaching the next one.
 // Rows past seqlen are zero-filled by TMA.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
