@@ -9,6 +9,8 @@
 #include "cli/db_common.h"
 #include "cli/problem_flags.h"
 #include "generator/backward_spec.h"
+#include "generator/bwd_sm90_traits.h"
+#include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "runtime/device.h"
 #include "runtime/backward_source.h"
@@ -180,8 +182,19 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
     llvm::consumeError(spec.takeError());
   const ProblemClassKey asked =
       problem_class_key(parsed->problem, class_pass(parsed->pass, requested.deterministic));
+  // On Hopper, why the sm80 family runs where the sm90 one does not serve
+  // the class (a head dim it lacks, the deterministic mode).
+  std::string family_note;
+  if (chosen->config.path == KernelPath::sm80 && target_arch.sm() == 90 &&
+      target_arch.arch_specific) {
+    const std::string why =
+        backward ? sm90_backward_fallback_reason(parsed->problem, target_arch,
+                                                 requested.deterministic)
+                 : sm90_fallback_reason(parsed->problem, target_arch);
+    if (!why.empty()) family_note = "sm80 family: " + why;
+  }
   std::vector<std::string> notes;
-  for (const std::string *n : {&device_note, &db_note, &chosen->note})
+  for (const std::string *n : {&family_note, &device_note, &db_note, &chosen->note})
     if (!n->empty()) notes.push_back(*n);
   const bool nearest = chosen->source == ConfigSource::nearest;
 

@@ -211,5 +211,43 @@ TEST(CliBackwardTuning, QueryReadsBackwardTuningsByMode) {
   EXPECT_EQ(S(parse_json(r.out).getString("source")), "nearest") << r.out;
 }
 
+// On Hopper, query says why a class runs the sm80 family: a head dim or a
+// mode the sm90 kernels do not serve.
+TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
+  TempDir dir;
+  const std::string db = dir.file("q.db");
+  struct Case {
+    std::vector<std::string> flags;
+    std::string kernel, note;
+  };
+  const Case cases[] = {
+      {{"--hdim", "96"},
+       "fwd_sm80_bf16_hdqk96_hdv96_none_nocap_bm128_bn64_w4_s2_sm_90a",
+       "sm80 family: head_dim=96: the sm90 kernel serves head dims 64, 128 and 256 (whole "
+       "64-element TMA/swizzle columns)"},
+      {{"--pass", "bwd", "--hdim", "256"},
+       "bwd_sm80_bf16_hdqk256_hdv256_none_nocap_bm64_bn64_w8_s2_sm_90a",
+       "sm80 family: head_dim=256: the sm90 backward serves head dims 64 and 128 (dK and dV of "
+       "64 keys stay in a warpgroup's registers)"},
+      {{"--pass", "bwd", "--deterministic"},
+       "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_det_sm_90a",
+       "sm80 family: the deterministic backward is the sm80 family's (dQ without atomics)"},
+      {{"--pass", "bwd"}, "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_sm_90a", ""},
+  };
+  for (const Case &c : cases) {
+    std::vector<std::string> args = {"query", "--arch", "sm_90a", "--db", db};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    CliResult r = run_cli(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("kernel     " + c.kernel + "\n"), std::string::npos) << r.out;
+    const size_t note = r.out.find("note       sm80 family: ");
+    if (c.note.empty()) {
+      EXPECT_EQ(note, std::string::npos) << r.out;
+    } else {
+      EXPECT_NE(r.out.find("note       " + c.note + "\n"), std::string::npos) << r.out;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashjit
