@@ -33,16 +33,7 @@ constexpr const char *kChildFilter = "--gtest_filter=FirstCallDbChild.Run";
 
 Problem child_problem() {
   // Small enough for the float64 CPU reference; sizes off every tile.
-  Problem p;
-  p.dtype = DType::bf16;
-  p.batch = 2;
-  p.heads_q = 4;
-  p.heads_kv = 2;
-  p.seqlen_q = 77;
-  p.seqlen_k = 133;
-  p.head_dim_qk = p.head_dim_v = 64;
-  p.mask = MaskKind::causal;
-  return p;
+  return testing::make_problem(DType::bf16, 2, 4, 2, 77, 133, 64, 64, MaskKind::causal);
 }
 
 testing::ChildReport run_child(llvm::StringRef db_path, llvm::StringRef dir,
