@@ -54,11 +54,11 @@ int PrecompileCommand::run(const CommonOptions &common, const ProblemOptions &pr
   llvm::json::Array entries;
   for (size_t i = 0; i < total; ++i) {
     const PlanEntry &entry = tuning_plan->entries[i];
-    // Forward candidates compile in worker processes: a compiler crash fails
-    // one candidate, not the run.
+    // Candidates of either pass compile in worker processes: a compiler
+    // crash fails one candidate, not the run.
     auto outcome = entry.pass == Pass::backward
                        ? precompile_backward(entry.problem, entry.deterministic, *target,
-                                             max_smem, **database, threads)
+                                             max_smem, **database, threads, current_executable())
                        : precompile_forward(entry.problem, *target, max_smem, **database, threads,
                                             current_executable());
     llvm::json::Object o{{"name", entry.name},

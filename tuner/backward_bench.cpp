@@ -45,25 +45,40 @@ llvm::Expected<DeviceBuffer> upload(const void *host, size_t bytes) {
   return std::move(*buffer);
 }
 
+// Each step's kernel from `cubin` (`stand_in` instead, when given), with the
+// step's shared memory.
+llvm::Expected<BackwardKernels> load_steps(const KernelSpec &spec, llvm::ArrayRef<char> cubin,
+                                           const std::string *stand_in) {
+  BackwardKernels out;
+  out.spec = spec;
+  for (const BackwardStep &step : backward_steps(spec, class_problem(spec))) {
+    auto kernel = LoadedKernel::load(cubin, stand_in ? *stand_in : std::string(step.entry),
+                                     step.geometry.dynamic_smem_bytes);
+    if (!kernel) return kernel.takeError();
+    out.kernels.push_back(std::move(*kernel));
+  }
+  return out;
+}
 
 }  // namespace
 
 llvm::Expected<BackwardKernels> BackwardKernels::load(const KernelSpec &spec,
                                                       llvm::ArrayRef<char> cubin,
                                                       const std::string &entry) {
-  BackwardKernels out;
-  out.spec = spec;
-  for (const BackwardStep &step : backward_steps(spec, class_problem(spec))) {
-    auto kernel = LoadedKernel::load(cubin, step.entry, step.geometry.dynamic_smem_bytes);
-    if (!kernel) return kernel.takeError();
-    out.kernels.push_back(std::move(*kernel));
-  }
+  auto out = load_steps(spec, cubin, nullptr);
+  if (!out) return out.takeError();
   // The program's entry is its main kernel: a mismatch means the steps and
   // the generator disagree about what the program holds.
-  if (out.main().entry() != entry)
+  if (out->main().entry() != entry)
     return error(llvm::formatv("backward program {0}: main kernel {1}, but the steps launch {2}",
-                               spec.id(), entry, out.main().entry()));
+                               spec.id(), entry, out->main().entry()));
   return out;
+}
+
+llvm::Expected<BackwardKernels> BackwardKernels::stand_in(const KernelSpec &spec,
+                                                          llvm::ArrayRef<char> cubin,
+                                                          const std::string &entry) {
+  return load_steps(spec, cubin, &entry);
 }
 
 const LoadedKernel &BackwardKernels::main() const { return kernels[1]; }

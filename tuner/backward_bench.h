@@ -34,6 +34,12 @@ struct BackwardKernels {
 
   static llvm::Expected<BackwardKernels> load(const KernelSpec &spec, llvm::ArrayRef<char> cubin,
                                               const std::string &entry);
+  // Kernel `entry` of `cubin` loaded once per step of `spec`'s program, with
+  // that step's shared memory, so that launch() runs it in place of each
+  // (the tuner's planted test faults, tuner/planted_faults.h).
+  static llvm::Expected<BackwardKernels> stand_in(const KernelSpec &spec,
+                                                  llvm::ArrayRef<char> cubin,
+                                                  const std::string &entry);
   // The one that parallelises over key tiles: its registers, spills and
   // occupancy are the candidate's.
   const LoadedKernel &main() const;

@@ -1,5 +1,6 @@
-// Tuning the backward as its own problem class: the same pipeline as
-// tune_forward (tuner.h) over the backward's search space
+// Tuning the backward as its own problem class: tune_forward's pipeline
+// (tuner/tune_class.h, in worker processes as the forward's when
+// TuneOptions::worker_binary names one) over the backward's search space
 // (backward_candidates), each candidate the whole backward program timed as
 // one call (BackwardBench), the winner checked against float64 CPU gradients
 // on a small problem of the class, stored under class_pass(backward,
@@ -20,9 +21,12 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
                                           TuningDb &db, const TuneOptions &options = {});
 
 // Without a GPU: the backward programs of the heuristic config and every
-// candidate compiled for `arch` into the cubin store.
+// candidate compiled for `arch` into the cubin store. `worker_binary` as
+// TuneOptions::worker_binary: compiles in worker processes, so that a
+// compiler crash fails one candidate.
 llvm::Expected<PrecompileOutcome> precompile_backward(const Problem &problem, bool deterministic,
                                                       const TargetArch &arch, int max_smem_bytes,
-                                                      TuningDb &db, int threads = 0);
+                                                      TuningDb &db, int threads = 0,
+                                                      const std::string &worker_binary = {});
 
 }  // namespace flashjit

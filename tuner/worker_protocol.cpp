@@ -38,6 +38,10 @@ llvm::Expected<std::string> string_field(const llvm::json::Object &object, llvm:
   return error("worker request: '" + key + "': expected a string");
 }
 
+llvm::Expected<Pass> pass_field(const llvm::json::Object &object, llvm::StringRef key) {
+  return enum_field<Pass>(object, key, 2);
+}
+
 llvm::Expected<const llvm::json::Object &> object_field(const llvm::json::Object &object,
                                                         llvm::StringRef key) {
   if (const llvm::json::Object *value = object.getObject(key)) return *value;
@@ -115,7 +119,7 @@ llvm::json::Object spec_to_json(const KernelSpec &s) {
 
 llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
   KernelSpec s;
-  auto pass = enum_field<Pass>(o, "pass", 2);
+  auto pass = pass_field(o, "pass");
   if (!pass) return pass.takeError();
   s.pass = *pass;
   auto dtype = enum_field<DType>(o, "dtype", 2);

@@ -2,14 +2,16 @@
 // per line each way. A request names its operation ("op") and, where it is
 // about a candidate, the candidate's index in the tune and its KernelSpec
 // (pass, dtype, head dims, mask, softcap, config, arch), so that a forward
-// or backward candidate is the same kind of request. A reply is
+// or backward candidate is the same kind of request; `setup` names the pass
+// the worker measures ("fwd" or "bwd"). A reply is
 // {"ok":true,...} or {"ok":false,"error":"...","fatal":bool}; fatal means
 // the worker's CUDA context is broken and it exits after replying.
 //
 //   op        request fields                 reply fields
 //   compile   candidate, spec                cubin_key, entry, from_store, compile_ms
 //   setup     pass, problem, device          input_sets
-//   load      candidate, spec                registers, spill_bytes, static_smem_bytes, occupancy
+//   load      candidate, spec                registers, spill_bytes, static_smem_bytes,
+//                                            dynamic_smem_bytes, occupancy, rejected
 //   warm_up   candidate, ms
 //   time      candidate, repeats             median_ms, min_ms, max_ms
 //   check     candidate                      passed, why
@@ -38,6 +40,8 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &object);
 llvm::Expected<int64_t> integer_field(const llvm::json::Object &object, llvm::StringRef key);
 llvm::Expected<double> number_field(const llvm::json::Object &object, llvm::StringRef key);
 llvm::Expected<std::string> string_field(const llvm::json::Object &object, llvm::StringRef key);
+// "fwd" or "bwd" (to_string(Pass)).
+llvm::Expected<Pass> pass_field(const llvm::json::Object &object, llvm::StringRef key);
 llvm::Expected<const llvm::json::Object &> object_field(const llvm::json::Object &object,
                                                         llvm::StringRef key);
 

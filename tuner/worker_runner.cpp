@@ -14,11 +14,12 @@ WorkerRunner::WorkerRunner(const std::string &binary, const std::string &db_path
 
 llvm::Expected<std::unique_ptr<WorkerRunner>> WorkerRunner::make(const std::string &binary,
                                                                  const std::string &db_path,
+                                                                 Pass pass,
                                                                  const Problem &problem,
                                                                  int device,
                                                                  const WorkerTimeouts &timeouts) {
   llvm::json::Object setup{{"op", "setup"},
-                           {"pass", "fwd"},
+                           {"pass", to_string(pass)},
                            {"problem", wp::problem_to_json(problem)},
                            {"device", device}};
   std::unique_ptr<WorkerRunner> runner(
@@ -58,7 +59,9 @@ llvm::Expected<LoadedCandidate> WorkerRunner::load(int index, const KernelSpec &
   out.registers = int(reply->getInteger("registers").getValueOr(0));
   out.spill_bytes = int(reply->getInteger("spill_bytes").getValueOr(0));
   out.static_smem_bytes = int(reply->getInteger("static_smem_bytes").getValueOr(0));
+  out.dynamic_smem_bytes = int(reply->getInteger("dynamic_smem_bytes").getValueOr(0));
   out.occupancy = int(reply->getInteger("occupancy").getValueOr(0));
+  out.rejected = reply->getString("rejected").getValueOr("").str();
   return out;
 }
 

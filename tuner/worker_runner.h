@@ -24,10 +24,11 @@ struct WorkerTimeouts {
 class WorkerRunner : public CandidateRunner {
  public:
   // Starts the first worker (`binary` worker --db `db_path`) and sets it up
-  // for `problem` on `device`: an error here is the tune's.
+  // for `pass` of `problem` on `device`: an error here is the tune's.
   static llvm::Expected<std::unique_ptr<WorkerRunner>> make(const std::string &binary,
                                                             const std::string &db_path,
-                                                            const Problem &problem, int device,
+                                                            Pass pass, const Problem &problem,
+                                                            int device,
                                                             const WorkerTimeouts &timeouts);
 
   llvm::Expected<LoadedCandidate> load(int index, const KernelSpec &spec,

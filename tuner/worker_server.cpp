@@ -95,9 +95,7 @@ llvm::Expected<Object> Server::compile(const Object &request) {
   }
   auto store = db();
   if (!store) return store.takeError();
-  auto cubin = spec->pass == Pass::forward
-                   ? forward_cubin(*spec, *store)
-                   : stored_cubin(generate_backward(*spec), spec->arch, spec->id(), *store);
+  auto cubin = kernel_cubin(*spec, *store);
   if (!cubin) return cubin.takeError();
   return Object{{"cubin_key", cubin->key},
                 {"entry", cubin->entry},
@@ -106,10 +104,8 @@ llvm::Expected<Object> Server::compile(const Object &request) {
 }
 
 llvm::Expected<Object> Server::setup(const Object &request) {
-  auto pass = wp::string_field(request, "pass");
+  auto pass = wp::pass_field(request, "pass");
   if (!pass) return pass.takeError();
-  if (*pass != "fwd")
-    return error("worker: measuring serves forward candidates only, got pass '" + *pass + "'");
   auto problem_json = wp::object_field(request, "problem");
   if (!problem_json) return problem_json.takeError();
   auto problem = wp::problem_from_json(*problem_json);
@@ -119,7 +115,7 @@ llvm::Expected<Object> Server::setup(const Object &request) {
   auto store = db();
   if (!store) return store.takeError();
   runner_.reset();  // its context scope ends before the next one starts
-  auto made = InProcessRunner::make(*problem, int(*device), *store);
+  auto made = InProcessRunner::make(*pass, *problem, int(*device), *store);
   if (!made) return made.takeError();
   runner_ = std::move(*made);
   return Object{{"input_sets", runner_->input_sets()}};
@@ -135,27 +131,26 @@ llvm::Expected<Object> Server::load(const Object &request) {
   auto spec = wp::spec_from_json(*spec_json);
   if (!spec) return spec.takeError();
 
-  std::vector<char> bytes;
-  std::string entry;
-  if (auto planted = planted_kernel_source(*plants_, *index)) {
-    auto cubin = compile_to_cubin(*planted, spec->arch);
-    if (!cubin) return cubin.takeError();
-    bytes = std::move(cubin->bytes);
-    entry = planted->entry;
-  } else {
+  auto loaded = [&]() -> llvm::Expected<LoadedCandidate> {
+    // A planted fault's kernel stands in for the candidate's program.
+    if (auto planted = planted_kernel_source(*plants_, *index)) {
+      auto cubin = compile_to_cubin(*planted, spec->arch);
+      if (!cubin) return cubin.takeError();
+      return (*run)->load_stand_in(*index, *spec, cubin->bytes, planted->entry);
+    }
     auto store = db();
     if (!store) return store.takeError();
-    auto cubin = forward_cubin(*spec, *store);
+    auto cubin = kernel_cubin(*spec, *store);
     if (!cubin) return cubin.takeError();
-    bytes = std::move(cubin->bytes);
-    entry = std::move(cubin->entry);
-  }
-  auto loaded = (*run)->load_cubin(*index, *spec, bytes, entry);
+    return (*run)->load_cubin(*index, *spec, cubin->bytes, cubin->entry);
+  }();
   if (!loaded) return loaded.takeError();
   return Object{{"registers", loaded->registers},
                 {"spill_bytes", loaded->spill_bytes},
                 {"static_smem_bytes", loaded->static_smem_bytes},
-                {"occupancy", loaded->occupancy}};
+                {"dynamic_smem_bytes", loaded->dynamic_smem_bytes},
+                {"occupancy", loaded->occupancy},
+                {"rejected", loaded->rejected}};
 }
 
 llvm::Expected<Object> Server::warm_up(const Object &request) {

@@ -1,0 +1,99 @@
+#include "tuner/backward_runner.h"
+
+#include <map>
+
+#include "generator/backward_steps.h"
+#include "tuner/backward_bench.h"
+#include "tuner/candidates.h"
+
+namespace flashjit {
+namespace {
+
+class BackwardRunner final : public InProcessRunner {
+ public:
+  BackwardRunner(ScopedDeviceContext scope, const Problem &problem, const DeviceInfo &device,
+                 std::unique_ptr<BackwardBench> bench)
+      : InProcessRunner(std::move(scope), problem, device, nullptr), bench_(std::move(bench)) {}
+
+  llvm::Expected<LoadedCandidate> load_cubin(int index, const KernelSpec &spec,
+                                             llvm::ArrayRef<char> cubin,
+                                             const std::string &entry) override {
+    return keep(index, BackwardKernels::load(spec, cubin, entry));
+  }
+  llvm::Expected<LoadedCandidate> load_stand_in(int index, const KernelSpec &spec,
+                                                llvm::ArrayRef<char> cubin,
+                                                const std::string &entry) override {
+    return keep(index, BackwardKernels::stand_in(spec, cubin, entry));
+  }
+  llvm::Error warm_up(int index, double ms) override;
+  llvm::Expected<Measurement> time(int index, int repeats) override;
+  int input_sets() const override { return bench_->sets(); }
+
+ private:
+  const std::string &bench_broken() const override { return bench_->broken(); }
+  llvm::Expected<std::string> run_check(int index) override;
+  // Describes the loaded program and keeps it as candidate `index`.
+  llvm::Expected<LoadedCandidate> keep(int index, llvm::Expected<BackwardKernels> kernels);
+
+  std::unique_ptr<BackwardBench> bench_;
+  std::map<int, BackwardKernels> programs_;
+};
+
+llvm::Expected<LoadedCandidate> BackwardRunner::keep(int index,
+                                                     llvm::Expected<BackwardKernels> kernels) {
+  if (!kernels) return kernels.takeError();
+  LoadedCandidate out;
+  const LoadedKernel &main = kernels->main();
+  out.registers = main.attributes().registers;
+  out.spill_bytes = main.attributes().local_bytes;
+  out.static_smem_bytes = main.attributes().static_smem_bytes;
+  out.dynamic_smem_bytes = main.dynamic_smem_bytes();
+  // Every kernel of the program must be worth running: the deterministic
+  // dQ kernel does a third of the work and could spill on its own.
+  const auto steps = backward_steps(kernels->spec, problem_);
+  for (size_t k = 0; k < steps.size() && out.rejected.empty(); ++k) {
+    const LoadedKernel &kernel = kernels->kernels[k];
+    auto occupancy = kernel.occupancy(int(steps[k].geometry.block.x));
+    if (!occupancy)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "occupancy of " + kernel.entry() + ": " + llvm::toString(occupancy.takeError()));
+    if (&kernel == &main) out.occupancy = *occupancy;
+    if (auto reason = reject_compiled(kernel.attributes().local_bytes, *occupancy))
+      out.rejected = kernel.entry() + " " + *reason;
+  }
+  programs_.insert_or_assign(index, std::move(*kernels));
+  return out;
+}
+
+llvm::Error BackwardRunner::warm_up(int index, double ms) {
+  auto c = find_loaded(programs_, index);
+  if (!c) return c.takeError();
+  return bench_->warm_up(**c, ms);
+}
+
+llvm::Expected<Measurement> BackwardRunner::time(int index, int repeats) {
+  auto c = find_loaded(programs_, index);
+  if (!c) return c.takeError();
+  return bench_->time(**c, repeats);
+}
+
+llvm::Expected<std::string> BackwardRunner::run_check(int index) {
+  auto c = find_loaded(programs_, index);
+  if (!c) return c.takeError();
+  auto report = check_backward_kernels(**c, problem_, bench_->stream());
+  if (!report) return report.takeError();
+  return report->passed() ? std::string() : report->describe();
+}
+
+}  // namespace
+
+llvm::Expected<std::unique_ptr<InProcessRunner>> make_backward_runner(ScopedDeviceContext scope,
+                                                                      const Problem &problem,
+                                                                      const DeviceInfo &device) {
+  auto bench = BackwardBench::make(problem, device);
+  if (!bench) return bench.takeError();
+  return std::make_unique<BackwardRunner>(std::move(scope), problem, device, std::move(*bench));
+}
+
+}  // namespace flashjit

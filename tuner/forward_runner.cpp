@@ -1,0 +1,101 @@
+#include "tuner/forward_runner.h"
+
+#include <map>
+
+#include "runtime/loaded_kernel.h"
+#include "tuner/candidates.h"
+#include "tuner/forward_bench.h"
+
+namespace flashjit {
+namespace {
+
+class ForwardRunner final : public InProcessRunner {
+ public:
+  ForwardRunner(ScopedDeviceContext scope, const Problem &problem, const DeviceInfo &device,
+                TuningDb *store, std::unique_ptr<ForwardBench> bench)
+      : InProcessRunner(std::move(scope), problem, device, store), bench_(std::move(bench)) {}
+
+  llvm::Expected<LoadedCandidate> load_cubin(int index, const KernelSpec &spec,
+                                             llvm::ArrayRef<char> cubin,
+                                             const std::string &entry) override;
+  // A forward program is one kernel: the stand-in is loaded in its place.
+  llvm::Expected<LoadedCandidate> load_stand_in(int index, const KernelSpec &spec,
+                                                llvm::ArrayRef<char> cubin,
+                                                const std::string &entry) override {
+    return load_cubin(index, spec, cubin, entry);
+  }
+  llvm::Error warm_up(int index, double ms) override;
+  llvm::Expected<Measurement> time(int index, int repeats) override;
+  int input_sets() const override { return bench_->sets(); }
+
+ private:
+  const std::string &bench_broken() const override { return bench_->broken(); }
+  llvm::Expected<std::string> run_check(int index) override;
+  struct Loaded {
+    KernelSpec spec;
+    LoadedKernel kernel;
+    LaunchGeometry geometry;
+  };
+
+  std::unique_ptr<ForwardBench> bench_;
+  std::map<int, Loaded> kernels_;
+};
+
+llvm::Expected<LoadedCandidate> ForwardRunner::load_cubin(int index, const KernelSpec &spec,
+                                                          llvm::ArrayRef<char> cubin,
+                                                          const std::string &entry) {
+  Loaded state;
+  state.spec = spec;
+  state.geometry = forward_launch_geometry(spec, problem_);
+  auto kernel = LoadedKernel::load(cubin, entry, state.geometry.dynamic_smem_bytes);
+  if (!kernel) return kernel.takeError();
+  state.kernel = std::move(*kernel);
+  LoadedCandidate out;
+  const KernelAttributes &a = state.kernel.attributes();
+  out.registers = a.registers;
+  out.spill_bytes = a.local_bytes;
+  out.static_smem_bytes = a.static_smem_bytes;
+  out.dynamic_smem_bytes = int(state.geometry.dynamic_smem_bytes);
+  auto occupancy = state.kernel.occupancy(int(state.geometry.block.x));
+  if (!occupancy)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "occupancy: " + llvm::toString(occupancy.takeError()));
+  out.occupancy = *occupancy;
+  if (auto reason = reject_compiled(out.spill_bytes, out.occupancy)) out.rejected = *reason;
+  kernels_[index] = std::move(state);
+  return out;
+}
+
+llvm::Error ForwardRunner::warm_up(int index, double ms) {
+  auto c = find_loaded(kernels_, index);
+  if (!c) return c.takeError();
+  return bench_->warm_up((*c)->kernel, (*c)->spec, (*c)->geometry, ms);
+}
+
+llvm::Expected<Measurement> ForwardRunner::time(int index, int repeats) {
+  auto c = find_loaded(kernels_, index);
+  if (!c) return c.takeError();
+  return bench_->time((*c)->kernel, (*c)->spec, (*c)->geometry, repeats);
+}
+
+llvm::Expected<std::string> ForwardRunner::run_check(int index) {
+  auto c = find_loaded(kernels_, index);
+  if (!c) return c.takeError();
+  auto report = check_forward_kernel((*c)->kernel, (*c)->spec, problem_, bench_->stream(), store_);
+  if (!report) return report.takeError();
+  return report->passed ? std::string() : report->describe();
+}
+
+}  // namespace
+
+llvm::Expected<std::unique_ptr<InProcessRunner>> make_forward_runner(ScopedDeviceContext scope,
+                                                                     const Problem &problem,
+                                                                     const DeviceInfo &device,
+                                                                     TuningDb *store) {
+  auto bench = ForwardBench::make(problem, device);
+  if (!bench) return bench.takeError();
+  return std::make_unique<ForwardRunner>(std::move(scope), problem, device, store,
+                                         std::move(*bench));
+}
+
+}  // namespace flashjit

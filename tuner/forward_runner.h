@@ -1,0 +1,19 @@
+// The forward's in-process runner: each candidate one kernel, timed by
+// ForwardBench on input sets rotated past L2, checked against the GPU
+// reference (tuner/forward_bench.h).
+#pragma once
+
+#include <memory>
+
+#include "tuner/candidate_runner.h"
+
+namespace flashjit {
+
+// Sets up the bench in `scope`'s context (current in this thread).
+// `store` (optional) holds the GPU reference's cubin.
+llvm::Expected<std::unique_ptr<InProcessRunner>> make_forward_runner(ScopedDeviceContext scope,
+                                                                     const Problem &problem,
+                                                                     const DeviceInfo &device,
+                                                                     TuningDb *store);
+
+}  // namespace flashjit

@@ -1,0 +1,50 @@
+// The pipeline that tune_forward (tuner.h) and tune_backward
+// (tune_backward.h) share: a pass's candidates -> their cubins (in a pool
+// of worker processes, or on threads of this one) -> loaded and pruned by
+// compiled attributes -> successive halving on the GPU -> the fastest that
+// passes its pass's accuracy check -> stored. Where the candidates run
+// (CandidateRunner: a measuring worker, or this process) and what they are
+// (PassSearch) are the only differences between the passes.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "cache/tuning_db.h"
+#include "flashjit/problem.h"
+#include "generator/kernel_spec.h"
+#include "generator/target_arch.h"
+#include "tuner/candidates.h"
+#include "tuner/tuner.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+// What differs between tuning one pass and another.
+struct PassSearch {
+  Pass pass = Pass::forward;
+  bool deterministic = false;  // the backward's dQ mode (its own class)
+  std::string what;            // the class in messages: "<problem>", "the <problem> backward"
+  std::string check_against;   // what the winner is checked against, for progress lines
+  double flops_factor = 1;     // a call's FLOPs over the forward's
+  // The search space (the heuristic's config first), the heuristic's config
+  // and a config's spec, for `arch` with `max_smem_bytes`.
+  std::function<CandidateSet(const TargetArch &, int)> candidates;
+  std::function<KernelConfig(const TargetArch &, int)> heuristic;
+  std::function<llvm::Expected<KernelSpec>(const KernelConfig &, const TargetArch &, int)> spec;
+};
+
+llvm::Expected<TuneOutcome> tune_class(const Problem &problem, const PassSearch &search,
+                                       TuningDb &db, const TuneOptions &options);
+
+// The compile half without a GPU: the candidates (the heuristic's config
+// first, so a fleet that never tunes still starts with its default
+// compiled) compiled for `arch` into `db`'s cubin store, in worker processes
+// when `worker_binary` (resolved as TuneOptions::worker_binary) names one.
+// No candidate at all is an error naming why the first was pruned.
+llvm::Expected<PrecompileOutcome> precompile_class(const Problem &problem, const PassSearch &search,
+                                                   const TargetArch &arch, int max_smem_bytes,
+                                                   TuningDb &db, int threads,
+                                                   const std::string &worker_binary);
+
+}  // namespace flashjit
