@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "cli_runner.h"
 #include "generator/backward_spec.h"
@@ -27,14 +29,24 @@ namespace {
 
 using testing_cli::cli_path;
 
-// Sets an environment variable for one test (the workers inherit it).
+// Sets an environment variable for one test (the workers inherit it), and
+// restores what it was.
 class ScopedEnv {
  public:
-  ScopedEnv(const char *name, const char *value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const char *name, const std::string &value) : name_(name) {
+    if (const char *old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
 
  private:
   const char *name_;
+  std::optional<std::string> old_;
 };
 
 class FaultIsolation : public testing::TempDbTest {
@@ -42,6 +54,16 @@ class FaultIsolation : public testing::TempDbTest {
   void SetUp() override {
     if (auto version = nvrtc_version(); !version)
       GTEST_SKIP() << "NVRTC is not available: " << llvm::toString(version.takeError());
+    // In the ASan build (.ci/run's build-asan) the workers are ASan binaries
+    // too, and ASan would catch the planted program's crash inside NVRTC (an
+    // allocation of ~2^64 bytes, then a memset through the null it gets) and
+    // exit with status 1. These workers let NVRTC fail as in production:
+    // the allocation returns null and the memset dies by SIGSEGV. This
+    // process keeps the options it started with.
+    const char *asan = std::getenv("ASAN_OPTIONS");
+    worker_asan_.emplace("ASAN_OPTIONS",
+                         std::string(asan ? asan : "") +
+                             ":allocator_may_return_null=1:handle_segv=0:replace_intrin=0");
     open_temp_db("flashjit-fault-isolation");
   }
   static Problem problem() {
@@ -52,6 +74,8 @@ class FaultIsolation : public testing::TempDbTest {
     p.head_dim_qk = p.head_dim_v = 64;
     return p;
   }
+
+  std::optional<ScopedEnv> worker_asan_;
 };
 
 using MakeSpec = llvm::Expected<KernelSpec> (*)(const Problem &, const KernelConfig &,
@@ -79,7 +103,7 @@ void expect_the_crash_fails_only_its_candidate(const std::vector<KernelSpec> &sp
                                                const std::vector<int> &candidates,
                                                TuningDb &db, const std::string &entry) {
   const std::string plant = "compile_crash:" + std::to_string(candidates[1]);
-  ScopedEnv env("FLASHJIT_TEST_PLANT", plant.c_str());
+  ScopedEnv env("FLASHJIT_TEST_PLANT", plant);
 
   const std::vector<CubinResult> cubins = cubins_in_workers(
       specs, candidates, cli_path(), db.path(), /*threads=*/1, /*timeout_s=*/300);
