@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cli/commands.h"
+#include "generator/warp_roles.h"
 #include "cli/ptxas_report.h"
 #include "generator/source.h"
 #include "generator/backward_spec.h"
@@ -91,6 +92,9 @@ int CompileCommand::run(const CommonOptions &common, const ProblemOptions &probl
     if (auto error = write_file(output, cubin->bytes)) return report_error(kExitFailure, std::move(error));
 
   const KernelSpec &spec = kernel->spec;
+  // The sm90 kernels' setmaxnreg budgets: what each warp role runs with
+  // after the launch's uniform allocation (`registers`).
+  const std::optional<WarpRoleRegisters> roles = warp_role_registers(spec);
   if (common.json) {
     llvm::json::Object o{{"id", spec.id()},
                          {"arch", spec.arch.name()},
@@ -109,6 +113,10 @@ int CompileCommand::run(const CommonOptions &common, const ProblemOptions &probl
       o["spill_load_bytes"] = res.spill_loads;
     }
     if (res.occupancy > 0) o["ctas_per_sm"] = res.occupancy;
+    if (roles)
+      o["warp_roles"] = llvm::json::Object{{"producer_registers", roles->producer},
+                                           {"consumer_registers", roles->consumer},
+                                           {"consumer_warpgroups", roles->consumer_warpgroups}};
     if (!output.empty()) o["output"] = output.getValue();
     print_json(std::move(o));
     return kExitOk;
@@ -119,6 +127,10 @@ int CompileCommand::run(const CommonOptions &common, const ProblemOptions &probl
   os << llvm::formatv("arch       {0}\n", spec.arch.name());
   os << llvm::formatv("config     {0} ({1} threads)\n", describe(spec.config), geometry.block.x);
   os << llvm::formatv("registers  {0}\n", res.registers);
+  if (roles)
+    os << llvm::formatv("roles      producer warpgroup {0} registers, {1} consumer warpgroups {2} "
+                        "each (setmaxnreg)\n",
+                        roles->producer, roles->consumer_warpgroups, roles->consumer);
   os << llvm::formatv("smem       {0} static + {1} dynamic = {2} bytes\n", res.static_smem,
                       geometry.dynamic_smem_bytes, res.static_smem + geometry.dynamic_smem_bytes);
   if (res.spill_stores >= 0)

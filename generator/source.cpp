@@ -1,5 +1,7 @@
 #include "generator/source.h"
 
+#include "generator/warp_roles.h"
+
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -75,6 +77,9 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
      << "constexpr bool kSoftcap = " << softcap << ";\n";
   if (deterministic)
     os << "constexpr bool kDeterministic = " << (*deterministic ? "true" : "false") << ";\n";
+  if (std::optional<WarpRoleRegisters> roles = warp_role_registers(spec))
+    os << "constexpr int kProducerRegisters = " << roles->producer << ";\n"
+       << "constexpr int kConsumerRegisters = " << roles->consumer << ";\n";
   os << "using Element = " << element_type(spec.dtype) << ";\n"
      << "using Mask = " << mask_policy(spec.mask) << ";\n"
      << "}  // namespace cfg\n"

@@ -44,8 +44,9 @@
 // Rows past seqlen are zero-filled by TMA.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
-// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host
-// twin of the derived constants is generator/bwd_sm90_traits.cpp.
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
+// kConsumerRegisters, Element, Mask). The host twin of the derived
+// constants is generator/bwd_sm90_traits.cpp.
 #pragma once
 
 #include "bwd_rowwise.cuh"
@@ -95,9 +96,9 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 byt
 // allocated, 168 per thread (65536 / 384, rounded down to a multiple of 8):
 // the consumers' increase must be covered by what the producer gives back,
 // or setmaxnreg.inc waits forever (seen: 240/32 hung every launch).
+// kProducerRegisters and kConsumerRegisters come from the prelude
+// (generator/warp_roles.cpp).
 constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
 
 constexpr int kSRegisters = kBlockM / 2;    // S^T (and dP^T) accumulators per thread
 constexpr int kSTiles = kBlockM / 8;        // n8 column (query) tiles of S^T

@@ -50,8 +50,9 @@
 // A row that sees no key writes O = 0 and LSE = +inf, as FlashAttention does.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
-// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host
-// twin of every derived constant below is generator/fwd_sm90_traits.cpp.
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
+// kConsumerRegisters, Element, Mask). The host twin of every derived
+// constant below is generator/fwd_sm90_traits.cpp.
 #pragma once
 
 #include "common/fwd_params.cuh"
@@ -91,12 +92,9 @@ constexpr int kSmemUsed = kOffsetBarriers + 8 * (1 + 3 * kStages);
 // both apply it to absolute shared addresses).
 constexpr int kSmemAlign = 1024;
 
-// Register budgets after setmaxnreg (2 x 128 x consumer + 128 x producer
-// <= 64K). FlashAttention-3's 24/240 split, except at head dim 256, whose
-// producer (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and
-// whose consumers, without intra-warpgroup overlap, need fewer than 232.
-constexpr int kProducerRegisters = kHeadDim == 256 ? 40 : 24;
-constexpr int kConsumerRegisters = kHeadDim == 256 ? 232 : 240;
+// Register budgets after setmaxnreg, kProducerRegisters and
+// kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
+// why they are what they are).
 
 constexpr int kSRegisters = kBlockN / 2;    // S accumulators per thread
 constexpr int kORegisters = kHeadDim / 2;   // O accumulators per thread

@@ -80,6 +80,38 @@ TEST(Cli, CompileReportsRegistersWithoutAGpu) {
   }
 }
 
+// The sm90 kernels' warp roles: the setmaxnreg budgets each runs with.
+TEST(Cli, CompileReportsRegistersPerWarpRole) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string roles;  // empty: no line
+  };
+  const Case cases[] = {
+      {{"--hdim", "128"},
+       "roles      producer warpgroup 24 registers, 2 consumer warpgroups 240 each (setmaxnreg)\n"},
+      {{"--hdim", "256"},
+       "roles      producer warpgroup 40 registers, 2 consumer warpgroups 232 each (setmaxnreg)\n"},
+      {{"--pass", "bwd", "--hdim", "64"},
+       "roles      producer warpgroup 24 registers, 2 consumer warpgroups 240 each (setmaxnreg)\n"},
+      {{"--hdim", "128", "--path", "sm80"}, ""},
+  };
+  for (const Case &c : cases) {
+    std::vector<std::string> args = {"compile", "--arch", "sm_90a"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const CliResult r = run_cli(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    if (c.roles.empty()) {
+      EXPECT_EQ(r.out.find("roles "), std::string::npos) << r.out;
+    } else {
+      EXPECT_NE(r.out.find(c.roles), std::string::npos) << r.out;
+    }
+  }
+  const CliResult json = run_cli({"compile", "--arch", "sm_90a", "--hdim", "64", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"producer_registers\": 24"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"consumer_registers\": 240"), std::string::npos) << json.out;
+}
+
 TEST(Cli, CompileWritesTheCubinAndJson) {
   llvm::SmallString<128> cubin;
   llvm::sys::fs::createTemporaryFile("flashjit-cli", "cubin", cubin);

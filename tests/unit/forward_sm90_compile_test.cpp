@@ -160,6 +160,11 @@ TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
   EXPECT_EQ(s.entry, "flashjit_fwd_sm90");
   EXPECT_NE(s.source.find("#include \"fwd_sm90.cuh\""), std::string::npos);
   EXPECT_EQ(s.source.find("fwd_sm80.cuh"), std::string::npos);
+  // The warp roles' register budgets come from the host (generator/warp_roles).
+  EXPECT_NE(s.source.find("constexpr int kProducerRegisters = 24;\n"
+                          "constexpr int kConsumerRegisters = 240;\n"),
+            std::string::npos)
+      << s.source;
   EXPECT_NE(s.program_name.find("fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s3"),
             std::string::npos)
       << s.program_name;
