@@ -103,18 +103,7 @@ __device__ __forceinline__ void load_tile(u32 tile, const u16 *gmem, i64 row_str
       }
     }
   } else {
-    constexpr int kTotal = kRows * kChunks;
-#pragma unroll
-    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      if (kTotal % kThreads == 0 || idx < kTotal) {
-        const int row = idx / kChunks;
-        const int chunk = idx % kChunks;
-        const bool valid = row < rows_valid;
-        cp_async_16(tile + 2 * swizzle<kDim>(row, chunk),
-                    valid ? gmem + row * row_stride + chunk * 8 : gmem, valid);
-      }
-    }
+    load_tile_rows<kThreads, kRows, kDim, kChunks>(tile, gmem, row_stride, rows_valid, tid);
   }
 }
 
