@@ -62,19 +62,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
   const int seqlen_k = p.seqlen_k;
   const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
 
-  i64 key_begin = 0, key_end = seqlen_k;
-  if constexpr (Mask::kHasRight) {
-    const i64 last = m0 + kBlockM - 1 + offset + p.window_right + 1;
-    key_end = last < key_end ? last : key_end;
-  }
-  if constexpr (Mask::kHasLeft) {
-    const i64 first = m0 + offset - p.window_left;
-    key_begin = first > 0 ? first : 0;
-  }
-  const int n_block_begin = static_cast<int>(key_begin / kDqBlockN);
-  const int num_tiles = key_end > key_begin
-                            ? static_cast<int>((key_end + kDqBlockN - 1) / kDqBlockN) - n_block_begin
-                            : 0;
+  const TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kDqBlockN);
+  const int n_block_begin = key_tiles.first;
+  const int num_tiles = key_tiles.count;
 
   const u16 *const k_base =
       static_cast<const u16 *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
@@ -170,27 +160,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
       for (int i = 0; i < 4; ++i)
         s[0][nt][i] = exp2_approx(s[0][nt][i] * p.softmax_scale_log2 - lse_log2[i / 2]);
 
-    bool cut = n0 + kDqBlockN > seqlen_k;
-    if constexpr (Mask::kHasRight) cut |= n0 + kDqBlockN - 1 > m0 + offset + p.window_right;
-    if constexpr (Mask::kHasLeft) cut |= n0 < m0 + kBlockM - 1 + offset - p.window_left;
-    if (cut) {
+    if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kDqBlockN, offset)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const i64 row = m0 + warp * 16 + lane / 4 + h * 8;
-        i64 hi = seqlen_k - 1, lo = 0;
-        if constexpr (Mask::kHasRight) {
-          const i64 r = row + offset + p.window_right;
-          hi = r < hi ? r : hi;
-        }
-        if constexpr (Mask::kHasLeft) {
-          const i64 l = row + offset - p.window_left;
-          lo = l > lo ? l : lo;
-        }
-        const i64 hi_tile = hi - n0, lo_tile = lo - n0;
-        const int hi_local =
-            static_cast<int>(hi_tile < -1 ? -1 : hi_tile > kDqBlockN ? kDqBlockN : hi_tile);
-        const int lo_local =
-            static_cast<int>(lo_tile < -1 ? -1 : lo_tile > kDqBlockN ? kDqBlockN : lo_tile);
+        int lo_local, hi_local;  // visible keys of this row, tile-local
+        visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kDqBlockN, offset, lo_local, hi_local);
 #pragma unroll
         for (int nt = 0; nt < kDqBlockN / 8; ++nt)
 #pragma unroll

@@ -132,20 +132,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   const int seqlen_k = p.seqlen_k;
   const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;  // bottom-right alignment
 
-  // Query rows that see any of these keys: [row_begin, row_end).
-  i64 row_begin = 0, row_end = seqlen_q;
-  if constexpr (Mask::kHasRight) {
-    const i64 first = n0 - offset - p.window_right;
-    row_begin = first > 0 ? first : 0;
-  }
-  if constexpr (Mask::kHasLeft) {
-    const i64 last = n0 + kBlockN - 1 - offset + p.window_left + 1;
-    row_end = last < row_end ? last : row_end;
-  }
-  const int m_block_begin = static_cast<int>(row_begin / kBlockM);
-  const int m_blocks =
-      row_end > row_begin ? static_cast<int>((row_end + kBlockM - 1) / kBlockM) - m_block_begin
-                          : 0;
+  // The query tiles that see any of these keys.
+  const TileSpan query_tiles = visible_query_tiles<Mask>(p, seqlen_q, n0, kBlockN, offset, kBlockM);
+  const int m_block_begin = query_tiles.first;
+  const int m_blocks = query_tiles.count;
   const int iterations = m_blocks * p.heads_per_kv;
 
   // ---- K and V of this CTA's keys, padding, first query tile -------------
@@ -248,9 +238,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
               s[mt][nt][i] = tanh_s[mt][nt][i];
             }
       }
-      bool cut = n0 + kBlockN > seqlen_k;
-      if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > m0 + offset + p.window_right;
-      if constexpr (Mask::kHasLeft) cut |= n0 < m0 + kBlockM - 1 + offset - p.window_left;
+      const bool cut = tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
       // P^T = exp2(S^T * scale_log2 - LSE_log2[query]).
 #pragma unroll
       for (int mt = 0; mt < kSMT; ++mt)
@@ -269,18 +257,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int key = n0 + key0 + mt * 16 + lane / 4 + h * 8;
-            i64 lo = key < seqlen_k ? -1 : kBlockM;  // a key past the tail: none visible
-            i64 hi = kBlockM;
-            if constexpr (Mask::kHasRight) {
-              const i64 l = key - offset - p.window_right - m0;  // q >= key - offset - right
-              lo = l > lo ? l : lo;
-            }
-            if constexpr (Mask::kHasLeft) {
-              const i64 r = key - offset + p.window_left - m0;  // q <= key - offset + left
-              hi = r < hi ? r : hi;
-            }
-            const int q_lo = static_cast<int>(lo < -1 ? -1 : lo > kBlockM ? kBlockM : lo);
-            const int q_hi = static_cast<int>(hi < -1 ? -1 : hi > kBlockM ? kBlockM : hi);
+            int q_lo, q_hi;  // the queries that see this key, tile-local
+            visible_queries_in_tile<Mask>(p, seqlen_k, key, m0, kBlockM, offset, q_lo, q_hi);
 #pragma unroll
             for (int nt = 0; nt < kSNT; ++nt)
 #pragma unroll

@@ -179,31 +179,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   const int seqlen_k = p.seqlen_k;
   const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;  // bottom-right alignment
 
-  // Query rows that see any of these keys: [row_begin, row_end), as whole
-  // tiles: query tile `it` is head kv_head * heads_per_kv + it / m_blocks,
-  // rows of m-block m_block_begin + it % m_blocks. Each role derives it
-  // after its setmaxnreg: a value live across the register reallocation is
-  // spilled to local memory.
+  // The query tiles that see any of these keys: tile `it` is head
+  // kv_head * heads_per_kv + it / m_blocks, rows of m-block
+  // m_block_begin + it % m_blocks. Each role derives them after its
+  // setmaxnreg: a value live across the register reallocation is spilled to
+  // local memory.
   struct QueryTiles {
     int m_block_begin, m_blocks, iterations;
   };
   auto query_tiles = [&]() {
-    i64 row_begin = 0, row_end = seqlen_q;
-    if constexpr (Mask::kHasRight) {
-      const i64 first = n0 - offset - p.window_right;
-      row_begin = first > 0 ? first : 0;
-    }
-    if constexpr (Mask::kHasLeft) {
-      const i64 last = n0 + kBlockN - 1 - offset + p.window_left + 1;
-      row_end = last < row_end ? last : row_end;
-    }
-    QueryTiles t;
-    t.m_block_begin = static_cast<int>(row_begin / kBlockM);
-    t.m_blocks = row_end > row_begin
-                     ? static_cast<int>((row_end + kBlockM - 1) / kBlockM) - t.m_block_begin
-                     : 0;
-    t.iterations = t.m_blocks * p.heads_per_kv;
-    return t;
+    const TileSpan span = visible_query_tiles<Mask>(p, seqlen_q, n0, kBlockN, offset, kBlockM);
+    return QueryTiles{span.first, span.count, span.count * p.heads_per_kv};
   };
 
   if (tid == 0) {
@@ -357,26 +343,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     // query column 8nt + 2*quad_lane + c of the tile. Where an edge or the
     // key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
     // in tile coordinates; P = 0 elsewhere (and so dS = 0).
-    bool cut = n0 + kBlockN > seqlen_k;
-    if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > m0 + offset + p.window_right;
-    if constexpr (Mask::kHasLeft) cut |= n0 < m0 + kBlockM - 1 + offset - p.window_left;
     int q_lo[2] = {-1, -1}, q_hi[2] = {kBlockM, kBlockM};
-    if (cut) {
+    if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int key = n0 + cwg * 64 + warp * 16 + group + h * 8;
-        i64 lo = key < seqlen_k ? -1 : kBlockM;  // a key past the tail: none visible
-        i64 hi = kBlockM;
-        if constexpr (Mask::kHasRight) {
-          const i64 l = key - offset - p.window_right - m0;  // q >= key - offset - right
-          lo = l > lo ? l : lo;
-        }
-        if constexpr (Mask::kHasLeft) {
-          const i64 r = key - offset + p.window_left - m0;  // q <= key - offset + left
-          hi = r < hi ? r : hi;
-        }
-        q_lo[h] = static_cast<int>(lo < -1 ? -1 : lo > kBlockM ? kBlockM : lo);
-        q_hi[h] = static_cast<int>(hi < -1 ? -1 : hi > kBlockM ? kBlockM : hi);
+        visible_queries_in_tile<Mask>(p, seqlen_k, key, m0, kBlockM, offset, q_lo[h], q_hi[h]);
       }
     }
     const float *const dsum = lse_log2 + kBlockM;

@@ -169,19 +169,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   // Bottom-right alignment: row i lines up with key i + offset.
   const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
 
-  // Keys visible to any row of this tile: [key_begin, key_end).
-  i64 key_begin = 0, key_end = seqlen_k;
-  if constexpr (Mask::kHasRight) {
-    const i64 last = m0 + kBlockM - 1 + offset + p.window_right + 1;
-    key_end = last < key_end ? last : key_end;
-  }
-  if constexpr (Mask::kHasLeft) {
-    const i64 first = m0 + offset - p.window_left;
-    key_begin = first > 0 ? first : 0;
-  }
-  const int n_block_begin = static_cast<int>(key_begin / kBlockN);
-  const int num_tiles =
-      key_end > key_begin ? static_cast<int>((key_end + kBlockN - 1) / kBlockN) - n_block_begin : 0;
+  // The K/V tiles any row of this tile sees.
+  const TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
+  const int n_block_begin = key_tiles.first;
+  const int num_tiles = key_tiles.count;
 
   const u16 *const q_base = static_cast<const u16 *>(p.q) + batch * p.q_batch_stride +
                             head * p.q_head_stride + static_cast<i64>(m0) * p.q_row_stride;
@@ -302,30 +293,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
     }
 
     // ---- mask: only tiles an edge cuts --------------------------------------
-    bool cut = n0 + kBlockN > seqlen_k;
-    if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > m0 + offset + p.window_right;
-    if constexpr (Mask::kHasLeft) cut |= n0 < m0 + kBlockM - 1 + offset - p.window_left;
-    if (cut) {
+    if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const i64 row = m0 + warp_row0 + mt * 16 + group + h * 8;
-          // Visible keys of this row, clamped to the tile's int range.
-          i64 hi = seqlen_k - 1;
-          if constexpr (Mask::kHasRight) {
-            const i64 r = row + offset + p.window_right;
-            hi = r < hi ? r : hi;
-          }
-          i64 lo = 0;
-          if constexpr (Mask::kHasLeft) {
-            const i64 l = row + offset - p.window_left;
-            lo = l > lo ? l : lo;
-          }
-          // Tile-local bounds, clamped to [-1, kBlockN] before narrowing.
-          const i64 hi_tile = hi - n0, lo_tile = lo - n0;
-          const int hi_local = static_cast<int>(hi_tile < -1 ? -1 : hi_tile > kBlockN ? kBlockN : hi_tile);
-          const int lo_local = static_cast<int>(lo_tile < -1 ? -1 : lo_tile > kBlockN ? kBlockN : lo_tile);
+          int lo_local, hi_local;  // visible keys of this row, tile-local
+          visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
 #pragma unroll
           for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll

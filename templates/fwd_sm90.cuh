@@ -182,20 +182,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // Bottom-right alignment: row i lines up with key i + offset.
   const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
 
-  // Keys visible to any row of this CTA: [key_begin, key_end). Producer and
-  // consumers derive the same tile range from it.
-  i64 key_begin = 0, key_end = seqlen_k;
-  if constexpr (Mask::kHasRight) {
-    const i64 last = m0 + kBlockM - 1 + offset + p.window_right + 1;
-    key_end = last < key_end ? last : key_end;
-  }
-  if constexpr (Mask::kHasLeft) {
-    const i64 first = m0 + offset - p.window_left;
-    key_begin = first > 0 ? first : 0;
-  }
-  const int n_block_begin = static_cast<int>(key_begin / kBlockN);
-  const int num_tiles =
-      key_end > key_begin ? static_cast<int>((key_end + kBlockN - 1) / kBlockN) - n_block_begin : 0;
+  // The K/V tiles any row of this CTA sees: producer and consumers walk the
+  // same ones.
+  const TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
+  const int n_block_begin = key_tiles.first;
+  const int num_tiles = key_tiles.count;
 
   if (tid == 0) {
     mbarrier_init(q_full, 1);
@@ -333,28 +324,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
     }
     // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's rows).
-    bool cut = n0 + kBlockN > seqlen_k;
-    if constexpr (Mask::kHasRight) cut |= n0 + kBlockN - 1 > wg_m0 + offset + p.window_right;
-    if constexpr (Mask::kHasLeft) cut |= n0 < wg_m0 + 63 + offset - p.window_left;
-    if (cut) {
+    if (tile_is_cut<Mask>(p, seqlen_k, wg_m0, 64, n0, kBlockN, offset)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lane_t = opaque(static_cast<int>(threadIdx.x));
         const i64 row = wg_m0 + ((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8;
-        i64 hi = seqlen_k - 1;
-        if constexpr (Mask::kHasRight) {
-          const i64 r = row + offset + p.window_right;
-          hi = r < hi ? r : hi;
-        }
-        i64 lo = 0;
-        if constexpr (Mask::kHasLeft) {
-          const i64 l = row + offset - p.window_left;
-          lo = l > lo ? l : lo;
-        }
-        // Tile-local bounds, clamped to [-1, kBlockN] before narrowing.
-        const i64 hi_tile = hi - n0, lo_tile = lo - n0;
-        const int hi_local = static_cast<int>(hi_tile < -1 ? -1 : hi_tile > kBlockN ? kBlockN : hi_tile);
-        const int lo_local = static_cast<int>(lo_tile < -1 ? -1 : lo_tile > kBlockN ? kBlockN : lo_tile);
+        int lo_local, hi_local;  // visible keys of this row, tile-local
+        visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
 #pragma unroll
         for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
