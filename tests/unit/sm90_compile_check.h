@@ -3,6 +3,7 @@
 // ptxas serialised), keeping the cubin for further checks (SASS).
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,13 @@ struct Sm90Compiled {
 inline Sm90Compiled compile_sm90_with_report(GeneratedSource source, const TargetArch &arch) {
   Sm90Compiled r;
   source.options.push_back("--ptxas-options=-v");
+  // ptxas's report reaches NVRTC's log only one compile at a time: on the GPU
+  // machine (16 threads, cuobjdump forked alongside) NVRTC 13.0 returned empty
+  // logs for some concurrent compiles, and kept doing so for those programs
+  // when they were retried afterwards. The cubins were fine; the report was
+  // lost. So reports are taken serially.
+  static std::mutex one_reported_compile_at_a_time;
+  std::lock_guard<std::mutex> lock(one_reported_compile_at_a_time);
   auto cubin = compile_to_cubin(source, arch);
   if (!cubin) {
     r.error = llvm::toString(cubin.takeError());
