@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "cli/ptxas_report.h"
-#include "sm90_compile_check.h"
 #include "generator/backward_spec.h"
 #include "generator/bwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "generator/source.h"
-#include "runtime/nvrtc_compiler.h"
 #include "llvm/Support/ThreadPool.h"
+#include "runtime/nvrtc_compiler.h"
+#include "sm90_compile_check.h"
 
 namespace flashjit {
 namespace {
@@ -34,7 +34,8 @@ Compiled compile(const Problem &problem, const KernelConfig &config) {
     return r;
   }
   r.id = spec->id();
-  testing::Sm90Compiled c = testing::compile_sm90_with_report(generate_backward(*spec), kSm90a);
+  testing::Sm90Compiled c = testing::compile_sm90_with_report(generate_backward(*spec), kSm90a,
+                                                              testing::find_cuobjdump());
   r.error = std::move(c.error);
   r.report = c.report;
   return r;

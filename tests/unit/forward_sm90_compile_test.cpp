@@ -11,7 +11,6 @@
 #include <optional>
 
 #include "cli/ptxas_report.h"
-#include "sm90_compile_check.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
@@ -20,6 +19,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/ThreadPool.h"
 #include "runtime/nvrtc_compiler.h"
+#include "sm90_compile_check.h"
 
 namespace flashjit {
 namespace {
@@ -62,13 +62,6 @@ std::vector<Sm90Case> sm90_cases() {
   return cases;
 }
 
-// cuobjdump from $FLASHJIT_CUOBJDUMP or PATH; empty when neither has it.
-std::string find_cuobjdump() {
-  if (const char *env = std::getenv("FLASHJIT_CUOBJDUMP"); env && *env) return env;
-  if (auto path = llvm::sys::findProgramByName("cuobjdump")) return *path;
-  return "";
-}
-
 struct Compiled {
   std::string id, error, sass_problem;
   cli::PtxasReport report;
@@ -76,7 +69,7 @@ struct Compiled {
 };
 
 // Compiles one case with ptxas's report.
-Compiled compile_case(const Sm90Case &c) {
+Compiled compile_case(const Sm90Case &c, const std::string &cuobjdump) {
   Compiled r;
   auto spec = make_forward_spec(c.problem, c.config, kSm90a);
   if (!spec) {
@@ -84,7 +77,8 @@ Compiled compile_case(const Sm90Case &c) {
     return r;
   }
   r.id = spec->id();
-  testing::Sm90Compiled compiled = testing::compile_sm90_with_report(generate_forward(*spec), kSm90a);
+  testing::Sm90Compiled compiled =
+      testing::compile_sm90_with_report(generate_forward(*spec), kSm90a, cuobjdump);
   r.error = std::move(compiled.error);
   r.report = compiled.report;
   if (r.error.empty()) r.cubin = std::move(compiled.cubin);
@@ -93,29 +87,14 @@ Compiled compile_case(const Sm90Case &c) {
 
 // What is wrong with a compiled case's SASS ("" when nothing is).
 std::string sass_problem(const Cubin &cubin, const std::string &cuobjdump) {
-  llvm::SmallString<128> cubin_path, sass_path;
-  llvm::sys::fs::createTemporaryFile("flashjit_sm90", "cubin", cubin_path);
-  llvm::sys::fs::createTemporaryFile("flashjit_sm90", "sass", sass_path);
-  {
-    std::ofstream out(cubin_path.c_str(), std::ios::binary);
-    out.write(cubin.bytes.data(), static_cast<std::streamsize>(cubin.bytes.size()));
-  }
-  llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(sass_path),
-                                                 llvm::None};
-  std::string err;
-  int rc = llvm::sys::ExecuteAndWait(cuobjdump, {cuobjdump, "-sass", cubin_path.str()}, llvm::None,
-                                     redirects, 0, 0, &err);
-  std::ifstream in(sass_path.c_str());
-  std::string sass((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  llvm::sys::fs::remove(cubin_path);
-  llvm::sys::fs::remove(sass_path);
-  if (rc != 0) return "cuobjdump failed (" + std::to_string(rc) + "): " + err;
+  auto sass = testing::cuobjdump_output(cubin, cuobjdump, "-sass");
+  if (!sass) return "cuobjdump -sass failed";
   std::string problem;
   for (const char *needed : {"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG"})
-    if (sass.find(needed) == std::string::npos)
+    if (sass->find(needed) == std::string::npos)
       problem += std::string("no ") + needed + " in the SASS; ";
   for (const char *banned : {" LDL", " STL"})
-    if (sass.find(banned) != std::string::npos)
+    if (sass->find(banned) != std::string::npos)
       problem += std::string("local memory (") + banned + ") in the SASS; ";
   return problem;
 }
@@ -123,19 +102,18 @@ std::string sass_problem(const Cubin &cubin, const std::string &cuobjdump) {
 TEST(ForwardSm90Compile, EveryClaimedConfigCompilesWithoutSpills) {
   const std::vector<Sm90Case> cases = sm90_cases();
   ASSERT_GT(cases.size(), 40u);
-  const std::string cuobjdump = find_cuobjdump();
+  const std::string cuobjdump = testing::find_cuobjdump();
   std::vector<Compiled> results(cases.size());
-  // Compiles first (their reports are taken one at a time, see
-  // sm90_compile_check.h), then the SASS checks, which fork cuobjdump.
   {
     llvm::ThreadPool pool(llvm::hardware_concurrency());
     for (size_t i = 0; i < cases.size(); ++i)
-      pool.async([&, i] { results[i] = compile_case(cases[i]); });
+      pool.async([&, i] { results[i] = compile_case(cases[i], cuobjdump); });
     pool.wait();
     if (!cuobjdump.empty()) {
       for (size_t i = 0; i < cases.size(); ++i)
         if (results[i].cubin)
-          pool.async([&, i] { results[i].sass_problem = sass_problem(*results[i].cubin, cuobjdump); });
+          pool.async(
+              [&, i] { results[i].sass_problem = sass_problem(*results[i].cubin, cuobjdump); });
       pool.wait();
     }
   }
@@ -224,4 +202,26 @@ TEST(FwdSm90Traits, SharedMemoryAndRejections) {
 }
 
 }  // namespace
+}  // namespace flashjit
+
+namespace flashjit {
+
+// The stand-in for ptxas's report agrees with it (registers, stack).
+TEST(ForwardSm90Compile, CuobjdumpResourcesAgreeWithPtxasReport) {
+  const std::string cuobjdump = testing::find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump on PATH or in $FLASHJIT_CUOBJDUMP";
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.mask = MaskKind::causal;
+  auto spec = make_forward_spec(p, FwdSm90Traits::default_config(128), kSm90a);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  testing::Sm90Compiled c = testing::compile_sm90_with_report(generate_forward(*spec), kSm90a, "");
+  ASSERT_EQ(c.error, "");
+  auto stand_in = testing::report_from_cuobjdump(*c.cubin, cuobjdump);
+  ASSERT_TRUE(stand_in.has_value());
+  EXPECT_EQ(stand_in->registers, c.report.registers);
+  EXPECT_EQ(stand_in->stack_frame_bytes, c.report.stack_frame_bytes);
+  EXPECT_EQ(stand_in->spill_store_bytes, 0);
+}
+
 }  // namespace flashjit
