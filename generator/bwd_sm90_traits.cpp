@@ -45,8 +45,13 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
 // reductions (docs/PERF.md, 2026-11-29).
 int BwdSm90Traits::default_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
 
+// One Q/dO stage: tuning the benchmark grid on the H200 (2026-11-30,
+// plans/grid.yaml, stages 1-3) chose 1 for all 12 classes of d=128 (1.02-1.09x
+// over 2) and for d=64 without a mask (1.01-1.02x); at d=64 causal 1 and 2
+// tied. A query tile's work is long enough that the producer's next load
+// hides under it, and a stage less leaves shared memory to L1.
 KernelConfig BwdSm90Traits::default_config(int head_dim) {
-  return KernelConfig{KernelPath::sm90, default_block_m(head_dim), kBlockN, kWarps, 2};
+  return KernelConfig{KernelPath::sm90, default_block_m(head_dim), kBlockN, kWarps, 1};
 }
 
 std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {

@@ -87,7 +87,7 @@ TEST(BackwardSpec, ValidatesConfigs) {
   // backward_sm90_compile_test.cpp); the deterministic mode is sm80's.
   auto ok = make_backward_spec(p, default_backward_config(p, kSm90a), kSm90a);
   ASSERT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
-  EXPECT_EQ(ok->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_sm_90a");
+  EXPECT_EQ(ok->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a");
   auto on_a100 = make_backward_spec(p, default_backward_config(p, kSm80), kSm80);
   ASSERT_TRUE(bool(on_a100)) << llvm::toString(on_a100.takeError());
   EXPECT_EQ(on_a100->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_sm_80");

@@ -89,10 +89,10 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   p.head_dim_qk = p.head_dim_v = 128;
   // Asked for by path: the family's tiles.
   const KernelConfig c = default_backward_config(p, kSm90a, 0, KernelConfig{KernelPath::sm90});
-  EXPECT_EQ(c, (KernelConfig{KernelPath::sm90, 64, 128, 12, 2}));
+  EXPECT_EQ(c, (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
   auto spec = make_backward_spec(p, c, kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
-  EXPECT_EQ(spec->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_sm_90a");
+  EXPECT_EQ(spec->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a");
   const GeneratedSource source = generate_backward(*spec);
   EXPECT_EQ(source.entry, "flashjit_bwd_sm90");
   EXPECT_EQ(source.entries,
@@ -101,7 +101,7 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   EXPECT_NE(source.source.find("#include \"bwd_sm90.cuh\""), std::string::npos);
   p.head_dim_qk = p.head_dim_v = 64;
   EXPECT_EQ(default_backward_config(p, kSm90a, 0, KernelConfig{KernelPath::sm90}),
-            (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
 
   // What it cannot serve: the sm80 family is the fallback of the heuristic,
   // and an explicit sm90 config is refused with the reason.

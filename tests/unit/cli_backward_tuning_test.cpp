@@ -232,7 +232,7 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       {{"--pass", "bwd", "--deterministic"},
        "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_det_sm_90a",
        "sm80 family: the deterministic backward is the sm80 family's (dQ without atomics)"},
-      {{"--pass", "bwd"}, "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_sm_90a", ""},
+      {{"--pass", "bwd"}, "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a", ""},
   };
   for (const Case &c : cases) {
     std::vector<std::string> args = {"query", "--arch", "sm_90a", "--db", db};
