@@ -2,8 +2,7 @@
 // one warm-up launch, one launch to size the samples, then `repeats`
 // samples of as many launches as last about kSampleMs each, all enqueued
 // before one synchronise (the GPU never idles inside a timed interval).
-// The same method as ForwardBench::time, with the launch as a callback so a
-// launch may be several kernels (the backward's three).
+// The launch is a callback: the forward's is one kernel, the backward's three.
 #pragma once
 
 #include <cuda.h>

@@ -119,21 +119,7 @@ ForwardBench::~ForwardBench() {
     llvm::consumeError(driver.takeError());
     return;
   }
-  for (CUevent e : events_) driver->cuEventDestroy(e);
   if (stream_) driver->cuStreamDestroy(stream_);
-}
-
-llvm::Error ForwardBench::events(size_t count) {
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
-  while (events_.size() < count) {
-    CUevent event = nullptr;
-    if (llvm::Error e =
-            cuda_check(driver->cuEventCreate(&event, CU_EVENT_DEFAULT), "cuEventCreate"))
-      return e;
-    events_.push_back(event);
-  }
-  return llvm::Error::success();
 }
 
 llvm::Error ForwardBench::launch(const LoadedKernel &kernel, const KernelSpec &spec,
@@ -172,56 +158,9 @@ llvm::Expected<Measurement> ForwardBench::time(const LoadedKernel &kernel,
                                                const KernelSpec &spec,
                                                const LaunchGeometry &geometry, int repeats) {
   if (!broken_.empty()) return error("not measured: an earlier kernel broke the context: " + broken_);
-  if (repeats < 1) return error("at least one timed repeat is needed");
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
-  const CudaDriver &cu = *driver;
-  if (llvm::Error e = events(size_t(repeats) + 1)) return e;
-
-  // Warm-up (first touch of the module, instruction cache), then one timed
-  // launch to size the samples.
-  if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
-  if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[0], stream_), "cuEventRecord"))
-    return failed(std::move(e));
-  if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
-  if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[1], stream_), "cuEventRecord"))
-    return failed(std::move(e));
-  if (llvm::Error e = cuda_check(cu.cuEventSynchronize(events_[1]), "cuEventSynchronize"))
-    return failed(std::move(e));
-  float estimate = 0;
-  if (llvm::Error e = cuda_check(cu.cuEventElapsedTime(&estimate, events_[0], events_[1]),
-                                 "cuEventElapsedTime"))
-    return failed(std::move(e));
-  const int per_sample =
-      std::clamp(int(std::ceil(kSampleMs / std::max(double(estimate), 1e-4))), 1, 64);
-
-  // Every sample enqueued before one synchronise: no host round trip
-  // between samples, so the GPU never idles inside a timed interval.
-  for (int i = 0; i < repeats; ++i) {
-    if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[i], stream_), "cuEventRecord"))
-      return failed(std::move(e));
-    for (int j = 0; j < per_sample; ++j)
-      if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
-  }
-  if (llvm::Error e = cuda_check(cu.cuEventRecord(events_[repeats], stream_), "cuEventRecord"))
-    return failed(std::move(e));
-  if (llvm::Error e = cuda_check(cu.cuEventSynchronize(events_[repeats]), "cuEventSynchronize"))
-    return failed(std::move(e));
-
-  std::vector<double> ms(repeats);
-  for (int i = 0; i < repeats; ++i) {
-    float elapsed = 0;
-    if (llvm::Error e = cuda_check(cu.cuEventElapsedTime(&elapsed, events_[i], events_[i + 1]),
-                                   "cuEventElapsedTime"))
-      return failed(std::move(e));
-    ms[i] = double(elapsed) / per_sample;
-  }
-  std::sort(ms.begin(), ms.end());
-  Measurement m;
-  m.min_ms = ms.front();
-  m.max_ms = ms.back();
-  m.median_ms = repeats % 2 ? ms[repeats / 2] : 0.5 * (ms[repeats / 2 - 1] + ms[repeats / 2]);
-  return m;
+  auto m = timer_.time(stream_, repeats, [&] { return launch(kernel, spec, geometry); });
+  if (!m) return failed(m.takeError());
+  return *m;
 }
 
 Problem accuracy_problem(const Problem &problem) {

@@ -18,6 +18,7 @@
 #include "runtime/device_buffer.h"
 #include "runtime/loaded_kernel.h"
 #include "templates/common/fwd_params.cuh"
+#include "tuner/event_timer.h"
 #include "tuner/search.h"
 #include "llvm/Support/Error.h"
 
@@ -38,10 +39,10 @@ class ForwardBench {
   size_t bytes_per_set() const { return bytes_per_set_; }
   CUstream stream() const { return stream_; }
 
-  // One warm-up launch, then `repeats` samples, each of as many back-to-back
-  // launches as last about kSampleMs (one for ~1 ms kernels): per-launch
-  // median, min and max in ms. A sample of several launches keeps the
-  // per-launch gap out of short kernels' times.
+  // EventTimer's method: one warm-up launch, then `repeats` samples, each of
+  // as many back-to-back launches as last about EventTimer::kSampleMs (one
+  // for ~1 ms kernels): per-launch median, min and max in ms. A sample of
+  // several launches keeps the per-launch gap out of short kernels' times.
   // `spec` says which family's arguments the kernel takes (sm90 adds TMA
   // tensor maps).
   llvm::Expected<Measurement> time(const LoadedKernel &kernel, const KernelSpec &spec,
@@ -55,8 +56,6 @@ class ForwardBench {
   // every later timing fails at once with this reason.
   const std::string &broken() const { return broken_; }
 
-  static constexpr double kSampleMs = 0.25;
-
  private:
   ForwardBench() = default;
   struct InputSet {
@@ -66,7 +65,6 @@ class ForwardBench {
   };
   llvm::Error launch(const LoadedKernel &kernel, const KernelSpec &spec,
                      const LaunchGeometry &geometry);
-  llvm::Error events(size_t count);
   // Turns a CUDA failure into the candidate's error; marks the bench broken
   // when the context no longer works.
   llvm::Error failed(llvm::Error error);
@@ -76,7 +74,7 @@ class ForwardBench {
   size_t bytes_per_set_ = 0;
   size_t next_ = 0;
   CUstream stream_ = nullptr;
-  std::vector<CUevent> events_;
+  EventTimer timer_;
   std::string broken_;
 };
 
