@@ -8,12 +8,19 @@
 
 namespace flashjit {
 
+void CompileProgress::finished(const CubinResult &r) {
+  std::lock_guard lock(mutex_);
+  ++done_;
+  if (progress_)
+    progress_(llvm::formatv("{0} {1}/{2}", r.from_store ? "loaded" : "compiled", done_, total_)
+                  .str());
+}
+
 std::vector<CubinResult> cubins_for(llvm::ArrayRef<KernelSpec> specs, TuningDb *db, int threads,
                                     const std::function<void(const std::string &)> &progress) {
   std::vector<CubinResult> results(specs.size());
   if (specs.empty()) return results;
-  std::mutex progress_mutex;
-  int done = 0;
+  CompileProgress counter(specs.size(), progress);
   llvm::ThreadPool pool(llvm::hardware_concurrency(threads > 0 ? unsigned(threads) : 0));
   for (size_t i = 0; i < specs.size(); ++i) {
     pool.async([&, i] {
@@ -28,12 +35,7 @@ std::vector<CubinResult> cubins_for(llvm::ArrayRef<KernelSpec> specs, TuningDb *
       } else {
         r.error = llvm::toString(cubin.takeError());
       }
-      std::lock_guard lock(progress_mutex);
-      ++done;
-      if (progress)
-        progress(llvm::formatv("{0} {1}/{2}", r.from_store ? "loaded" : "compiled", done,
-                               specs.size())
-                     .str());
+      counter.finished(r);
     });
   }
   pool.wait();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,21 @@ struct CubinResult {
   bool from_store = false;  // false: compiled now
   double compile_ms = 0;    // of this compile (0 when read from the store)
   std::string error;        // the NVRTC failure, with its log
+};
+
+// Counts finished compiles of a batch and tells `progress` (optional)
+// "compiled N/M" or "loaded N/M" (read from the store); thread-safe.
+class CompileProgress {
+ public:
+  CompileProgress(size_t total, const std::function<void(const std::string &)> &progress)
+      : total_(total), progress_(progress) {}
+  void finished(const CubinResult &r);
+
+ private:
+  std::mutex mutex_;
+  size_t done_ = 0;
+  const size_t total_;
+  const std::function<void(const std::string &)> &progress_;
 };
 
 // One result per spec, in order; a spec that does not compile gets its error

@@ -1,12 +1,10 @@
 #include "tuner/worker_compile.h"
 
 #include <atomic>
-#include <mutex>
 #include <thread>
 
 #include "tuner/worker_process.h"
 #include "tuner/worker_protocol.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Threading.h"
 
 namespace flashjit {
@@ -20,8 +18,7 @@ std::vector<CubinResult> cubins_in_workers(
   const size_t pool = std::min<size_t>(
       specs.size(), llvm::hardware_concurrency(threads > 0 ? unsigned(threads) : 0).compute_thread_count());
   std::atomic<size_t> next{0};
-  std::mutex progress_mutex;
-  size_t done = 0;
+  CompileProgress counter(specs.size(), progress);
   auto compile_loop = [&] {
     WorkerProcess worker(binary, {"worker", "--db=" + db_path});
     for (size_t i = next++; i < specs.size(); i = next++) {
@@ -41,12 +38,7 @@ std::vector<CubinResult> cubins_in_workers(
       } else {
         r.error = llvm::toString(reply.takeError());
       }
-      std::lock_guard lock(progress_mutex);
-      ++done;
-      if (progress)
-        progress(llvm::formatv("{0} {1}/{2}", r.from_store ? "loaded" : "compiled", done,
-                               specs.size())
-                     .str());
+      counter.finished(r);
     }
   };
   std::vector<std::thread> workers;
