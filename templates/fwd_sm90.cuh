@@ -129,24 +129,6 @@ static_assert(kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters <=
                   (1 + kConsumerWarpgroups) * (65536 / kThreads / 8 * 8),
               "the consumers' setmaxnreg.inc would wait for registers nobody frees");
 
-// Hides a value from loop-invariant code motion: per-row mask bounds derived
-// from it are recomputed on the (rare) cut tiles instead of being hoisted out
-// of the K/V loop into registers the accumulators need.
-__device__ __forceinline__ int opaque(int x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 }  // namespace fwd_sm90
 }  // namespace flashjit
 

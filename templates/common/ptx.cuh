@@ -1,5 +1,5 @@
-// Thin wrappers over the PTX the sm80 kernels use: shared-memory addresses,
-// cp.async, ldmatrix and the special-function unit.
+// Thin wrappers over the PTX every kernel uses: shared-memory addresses,
+// cp.async, ldmatrix, quad reductions and the special-function unit.
 #pragma once
 
 #include "common/types.cuh"
@@ -44,6 +44,30 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 smem_addr) {
 
 __device__ __forceinline__ void st_shared_zero_16(u32 smem_addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0));
+}
+
+// Hides a value from loop-invariant code motion, so per-thread offsets are
+// recomputed where they are used (per-thread offsets, per-row mask bounds on
+// the rare cut tiles) instead of held in registers across a loop whose
+// accumulators need them.
+__device__ __forceinline__ i64 opaque(i64 x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+// Max and sum over the four lanes that hold one row of an MMA fragment.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 __device__ __forceinline__ float exp2_approx(float x) {

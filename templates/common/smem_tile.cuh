@@ -16,18 +16,6 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kDim + (chunk & ~7) * 8 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
-// Hides a value from loop-invariant code motion, so per-thread offsets are
-// recomputed where they are used instead of held in registers across a loop
-// whose accumulators need them.
-__device__ __forceinline__ i64 opaque(i64 x) {
-  asm volatile("" : "+l"(x));
-  return x;
-}
-__device__ __forceinline__ int opaque(int x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
 // C[kMT m16 tiles][kNT n8 tiles] += A * B for one warp, both operands in
 // swizzled shared memory (byte addresses of the tiles' element 0):
 //   A is [m][k] (kATrans false) or [k][m] (true) with rows of kALd elements;
