@@ -12,23 +12,14 @@
 #include "runtime/kernel_source.h"
 #include "runtime/runtime_counters.h"
 #include "runtime/tuning_key.h"
+#include "tests/fake_devices.h"
 #include "tests/temp_db_test.h"
 #include "tuner/backward_candidates.h"
 
 namespace flashjit {
 namespace {
 
-DeviceInfo fake_a100() {
-  DeviceInfo d;
-  d.name = "Fake A100";
-  d.cc_major = 8;
-  d.cc_minor = 0;
-  d.sm_count = 108;
-  d.max_smem_per_block_optin = 163 * 1024;
-  d.max_smem_per_sm = 164 * 1024;
-  d.driver_version = 13000;
-  return d;
-}
+using testing::fake_a100;
 
 Problem problem(int64_t seqlen) {
   Problem p;

@@ -14,23 +14,14 @@
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/runtime_counters.h"
 #include "runtime/tuning_key.h"
+#include "tests/fake_devices.h"
 #include "tests/temp_db_test.h"
 #include "llvm/ADT/ScopeExit.h"
 
 namespace flashjit {
 namespace {
 
-DeviceInfo fake_h200() {
-  DeviceInfo d;
-  d.name = "Fake H200";
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.sm_count = 132;
-  d.max_smem_per_block_optin = 227 * 1024;
-  d.max_smem_per_sm = 228 * 1024;
-  d.driver_version = 13000;
-  return d;
-}
+using testing::fake_h200;
 
 Problem problem(int64_t seqlen) {
   Problem p;
