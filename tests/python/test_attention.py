@@ -19,41 +19,12 @@ are poisoned too. --full runs both dtypes for every head dim in test_grad_head_d
 import math
 import os
 import sys
-import tempfile
 import traceback
 import unittest
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(_REPO, "python"))
-os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")
-# A private tuning/cubin database: the tests see the heuristic configs and
-# never a stale entry of the user's.
-os.environ.setdefault("FLASHJIT_DB", os.path.join(tempfile.mkdtemp(prefix="flashjit-test-"), "test.db"))
-
-try:
-    import torch
-except ImportError:  # pragma: no cover - depends on the machine
-    torch = None
-
-import flashjit  # noqa: E402  (after sys.path)
-
-
-def _skip_reason():
-    if torch is None:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        flashjit.version()
-    except flashjit.LibraryNotFound as e:
-        return str(e)
-    return None
-
-
-def _require_gpu():
-    reason = _skip_reason()
-    if reason:
-        raise unittest.SkipTest(reason)  # pytest reports this as a skip too
+os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_env import flashjit, require_gpu as _require_gpu, skip_reason as _skip_reason, torch  # noqa: E402
 
 
 # ---- reference ---------------------------------------------------------------

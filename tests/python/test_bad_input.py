@@ -12,37 +12,10 @@ succeeds; test_attention.py's test_strided_inputs checks its result.
 """
 import os
 import sys
-import tempfile
 import unittest
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(_REPO, "python"))
-os.environ.setdefault("FLASHJIT_DB", os.path.join(tempfile.mkdtemp(prefix="flashjit-test-"), "test.db"))
-
-try:
-    import torch
-except ImportError:  # pragma: no cover - depends on the machine
-    torch = None
-
-import flashjit  # noqa: E402  (after sys.path)
-
-
-def _skip_reason():
-    if torch is None:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        flashjit.version()
-    except flashjit.LibraryNotFound as e:
-        return str(e)
-    return None
-
-
-def _require_gpu():
-    reason = _skip_reason()
-    if reason:
-        raise unittest.SkipTest(reason)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_env import flashjit, require_gpu as _require_gpu, skip_reason as _skip_reason, torch  # noqa: E402
 
 
 def _inputs(b=1, s=64, hq=4, hkv=4, d=64, dtype=None, device="cuda"):

@@ -1,0 +1,38 @@
+"""What the GPU-side Python tests share: the binding from this checkout's
+python/, a private tuning/cubin database (the tests see the heuristic configs
+and never a stale entry of the user's), torch when installed, and the reason
+to skip where torch, a CUDA device or the library is missing."""
+import os
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+os.environ.setdefault("FLASHJIT_DB", os.path.join(tempfile.mkdtemp(prefix="flashjit-test-"), "test.db"))
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+import flashjit  # noqa: E402  (after sys.path)
+
+
+def skip_reason():
+    """Why the GPU tests cannot run here, or None."""
+    if torch is None:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    try:
+        flashjit.version()
+    except flashjit.LibraryNotFound as e:
+        return str(e)
+    return None
+
+
+def require_gpu():
+    reason = skip_reason()
+    if reason:
+        raise unittest.SkipTest(reason)  # pytest reports this as a skip too
