@@ -6,27 +6,9 @@
 #include "generator/backward_spec.h"
 #include "runtime/call_key.h"
 #include "runtime/tuning_key.h"
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
 
 namespace flashjit {
-namespace {
-
-
-// Attribute queries cost microseconds each; a backward call needs only the
-// device's target and shared memory, the same for the whole process.
-llvm::Expected<DeviceInfo> cached_device(int ordinal) {
-  static std::mutex mutex;
-  static auto *devices = new llvm::DenseMap<int, DeviceInfo>;
-  std::lock_guard lock(mutex);
-  if (auto it = devices->find(ordinal); it != devices->end()) return it->second;
-  auto info = query_device(ordinal);
-  if (!info) return info.takeError();
-  devices->try_emplace(ordinal, *info);
-  return *info;
-}
-
-}  // namespace
 
 llvm::Expected<ChosenConfig> choose_backward_config(const Problem &problem,
                                                     const KernelConfig &requested,
@@ -59,7 +41,7 @@ llvm::Expected<KernelSpec> backward_spec_for_call(const Problem &problem,
     std::lock_guard lock(mutex);
     if (auto it = specs->find(key); it != specs->end()) return it->second;
   }
-  auto device = cached_device(ordinal);
+  auto device = cached_device_info(ordinal);
   if (!device) return device.takeError();
   auto chosen = choose_backward_config(problem, requested, *device, process_tuning_db());
   if (!chosen) return chosen.takeError();

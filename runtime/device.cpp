@@ -95,6 +95,17 @@ llvm::Expected<DeviceInfo> query_device(int ordinal) {
   return info;
 }
 
+llvm::Expected<DeviceInfo> cached_device_info(int ordinal) {
+  static std::mutex mutex;
+  static auto *infos = new std::map<int, DeviceInfo>;  // never destroyed: used until exit
+  std::lock_guard lock(mutex);
+  if (auto it = infos->find(ordinal); it != infos->end()) return it->second;
+  auto info = query_device(ordinal);
+  if (!info) return info.takeError();
+  infos->emplace(ordinal, *info);
+  return *info;
+}
+
 llvm::Expected<ContextInfo> current_or_primary_context() {
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();

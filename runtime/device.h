@@ -45,6 +45,10 @@ llvm::Expected<CUcontext> retained_primary_context(const CudaDriver &cu, CUdevic
 
 llvm::Expected<DeviceInfo> query_device(int ordinal);
 
+// query_device, once per device and process: attribute queries cost
+// microseconds each, and the launch paths ask on every call.
+llvm::Expected<DeviceInfo> cached_device_info(int ordinal);
+
 // The caller's current context; where there is none, the primary context of
 // device 0 (the one the CUDA runtime and PyTorch use), made current.
 struct ContextInfo {

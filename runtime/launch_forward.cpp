@@ -15,28 +15,11 @@
 #include "runtime/kernel_source.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tuning_key.h"
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
 namespace {
-
-// The device of the current context, queried once per device: attribute
-// queries cost microseconds each, and this runs on every launch.
-llvm::Expected<DeviceInfo> cached_device_info(CUdevice device) {
-  static std::mutex mutex;
-  static auto *infos = new llvm::DenseMap<int, DeviceInfo>;
-  std::lock_guard lock(mutex);
-  auto it = infos->find(int(device));
-  if (it != infos->end()) return it->second;
-  // cuCtxGetDevice's CUdevice is the device ordinal.
-  auto info = query_device(int(device));
-  if (!info) return info.takeError();
-  infos->try_emplace(int(device), *info);
-  return *info;
-}
-
 
 llvm::Error with_context(const Problem &problem, llvm::Error error) {
   return with_call_context("forward", problem, std::move(error));
@@ -88,7 +71,7 @@ llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
                                                 const KernelConfig &config) {
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
-  auto device = cached_device_info(context->device);
+  auto device = cached_device_info(int(context->device));  // a CUdevice is its ordinal
   if (!device) return device.takeError();
   // The caller's complete config, else the database's tuning, else the
   // heuristic; a stored config that no longer validates was already passed
