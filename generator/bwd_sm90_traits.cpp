@@ -10,8 +10,9 @@ namespace flashjit {
 int BwdSm90Traits::smem_bytes() const {
   const int kv = 2 * block_n * head_dim * 2;
   const int q_do = 2 * stages * block_m * head_dim * 2;
-  const int ds = 2 * block_n * block_m * 2;
-  const int stats = 2 * 2 * 2 * block_m * 4;  // per consumer warpgroup, two buffers
+  const int ds = (splits_head_dim() ? 2 : 1) * 2 * block_n * block_m * 2;
+  const int stat_rows = splits_head_dim() ? block_m / 2 : block_m;
+  const int stats = 2 * 2 * 2 * stat_rows * 4;  // per consumer warpgroup, two buffers
   const int barriers = 8 * (1 + 2 * stages);
   return kv + q_do + ds + stats + barriers + kSmemAlign;
 }
@@ -24,9 +25,9 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
     return llvm::formatv(
         "head_dim_qk={0} != head_dim_v={1}: the sm90 backward needs equal head dims", head_dim_qk,
         head_dim_v);
-  if (head_dim_qk != 64 && head_dim_qk != 128)
-    return llvm::formatv("head_dim={0}: the sm90 backward serves head dims 64 and 128 (dK and dV "
-                         "of 64 keys stay in a warpgroup's registers)",
+  if (head_dim_qk != 64 && head_dim_qk != 128 && head_dim_qk != 256)
+    return llvm::formatv("head_dim={0}: the sm90 backward serves head dims 64, 128 and 256 (whole "
+                         "128-byte swizzle columns of K and V, dK and dV in registers)",
                          head_dim_qk);
   return "";
 }
@@ -51,16 +52,17 @@ int BwdSm90Traits::default_block_m(int head_dim) { return head_dim == 64 ? 128 :
 // tied. A query tile's work is long enough that the producer's next load
 // hides under it, and a stage less leaves shared memory to L1.
 KernelConfig BwdSm90Traits::default_config(int head_dim) {
-  return KernelConfig{KernelPath::sm90, default_block_m(head_dim), kBlockN, kWarps, 1};
+  return KernelConfig{KernelPath::sm90, default_block_m(head_dim), block_n_for(head_dim), kWarps,
+                      1};
 }
 
 std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
   std::vector<KernelConfig> out;
   for (int block_m : {64, 128})
     for (int stages = 1; stages <= 3; ++stages) {
-      BwdSm90Traits t{head_dim, block_m, kBlockN, kWarps, stages};
+      BwdSm90Traits t{head_dim, block_m, block_n_for(head_dim), kWarps, stages};
       if (block_m_allowed(head_dim, block_m) && t.smem_bytes() <= max_smem_bytes)
-        out.push_back(KernelConfig{KernelPath::sm90, block_m, kBlockN, kWarps, stages});
+        out.push_back(KernelConfig{KernelPath::sm90, block_m, t.block_n, kWarps, stages});
     }
   return out;
 }
@@ -76,9 +78,12 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
     why.push_back(llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
                                 "dK and dV of a warpgroup)",
                                 block_m, head_dim_qk == 64 ? "64 or 128" : "64", head_dim_qk));
-  if (block_n != kBlockN)
-    why.push_back(llvm::formatv("block_n={0} is not {1} (64 keys per consumer warpgroup, two)",
-                                block_n, kBlockN));
+  if (dims.empty() && block_n != block_n_for(head_dim_qk))
+    why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
+                                block_n_for(head_dim_qk), head_dim_qk,
+                                head_dim_qk == 256
+                                    ? "64 keys shared by two consumer warpgroups"
+                                    : "64 keys per consumer warpgroup, two"));
   if (warps != kWarps)
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",
                                 warps, kWarps));

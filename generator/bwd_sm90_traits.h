@@ -17,25 +17,31 @@ struct TargetArch;
 struct BwdSm90Traits {
   int head_dim = 0;  // qk == v
   int block_m = 0;   // query rows per tile of the inner loop
-  int block_n = 0;   // keys per CTA: 64 per consumer warpgroup
+  int block_n = 0;   // keys per CTA: block_n_for(head_dim)
   int warps = 0;
   int stages = 0;    // Q/dO buffers
 
-  static constexpr int kBlockN = 128;
   static constexpr int kWarps = 12;  // a producer and two consumer warpgroups
   static constexpr int kSmemAlign = 1024;
 
   int threads() const { return 32 * warps; }
-  // K, V; `stages` of Q and dO; two dS^T buffers; two LSE/D buffers per
-  // consumer warpgroup; the mbarriers; slack to align the base.
+  // The two consumer warpgroups own 64 keys each (128 per CTA) or, at head
+  // dim 256, split the head dim of 64 shared keys (dK and dV of 64 keys x 256
+  // would take 256 registers per thread).
+  static int block_n_for(int head_dim) { return head_dim == 256 ? 64 : 128; }
+  bool splits_head_dim() const { return head_dim == 256; }
+  // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
+  // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
+  // the mbarriers; slack to align the base.
   int smem_bytes() const;
 
   // Why the sm90 backward cannot serve this problem at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v, bool deterministic);
   // The query tiles each head dim's registers allow: S^T and dP^T (block_m/2
-  // each) next to dK and dV (head_dim/2 each) within 240 per thread, and dQ
-  // in 64-column parts: 64 or 128 at head dim 64 (dQ over each warpgroup's
-  // own keys, or split by rows), 64 at 128 (split by columns).
+  // each) next to dK and dV (head_dim/2 each; a quarter at 256) within 240
+  // per thread, and dQ in 64-column parts: 64 or 128 at head dim 64 (dQ over
+  // each warpgroup's own keys, or split by rows), 64 at 128 and 256 (split by
+  // columns).
   static bool block_m_allowed(int head_dim, int block_m) {
     return block_m == 64 || (block_m == 128 && head_dim == 64);
   }

@@ -5,12 +5,20 @@
 // flashjit_bwd_sm90 below, which computes dK, dV and adds dQ's
 // contributions to the fp32 accumulator.
 //
-// Tiling. One CTA per (kBlockN = 128 keys, KV head, batch). Two consumer
-// warpgroups each own 64 of the keys: their K and V rows stay in shared
-// memory and their dK and dV accumulate in registers across every query
+// Tiling. One CTA per (kBlockN keys, KV head, batch). K and V rows stay in
+// shared memory and dK and dV accumulate in registers across every query
 // head of the KV head's group (GQA sums there) and every query tile of
 // kBlockM rows that can see these keys (causal and window bounds skip the
-// rest). Per query tile, per consumer warpgroup, all on wgmma:
+// rest). The two consumer warpgroups share the work one of two ways:
+//   own keys (head dims 64 and 128, kBlockN = 128): each owns 64 of the
+//     keys, their S^T and dP^T over the whole query tile and their dK and
+//     dV over the whole head dim;
+//   split head dim (256, kBlockN = 64): both take the same 64 keys; each
+//     computes S^T and dP^T for half the tile's queries, writes P^T and dS^T
+//     to shared memory, and accumulates dK and dV for half the head dim
+//     (64 + 64 registers, where whole rows would take 256) with both
+//     operands from shared memory (FlashAttention-3's d=256 split).
+// Per query tile, per consumer warpgroup, all on wgmma (own keys):
 //   S^T  = K_wg Q^T, dP^T = V_wg dO^T    SS, both operands K-major;
 //   P^T  = exp2(S^T * scale_log2 - LSE_log2[query]), dS^T = P^T (dP^T - D)
 //          in registers (times 1 - tanh^2 under softcap);
@@ -19,9 +27,12 @@
 //          transposed (MN-major);
 //   dQ   = dS K                          SS with both operands MN-major: dS^T
 //          goes to shared memory; the warpgroups split dQ's tile (by query
-//          rows when kBlockM = 128, by head-dim halves at d=128 with 64,
-//          or each over its own keys at d=64 with 64) and add it to the
-//          accumulator with vectorised fp32 reductions.
+//          rows when kBlockM = 128, by head-dim halves at d=128 and 256
+//          with 64, or each over its own keys at d=64 with 64) and add it
+//          to the accumulator with vectorised fp32 reductions.
+// Under the head-dim split, dV += P^T dO and dK += dS^T Q are SS instead
+// (P^T and dS^T K-major from shared memory, dO and Q MN-major), issued with
+// dQ's product once both warpgroups' halves are written.
 // The keys-as-rows orientation puts the reductions of dV and dK (over
 // queries) inside the MMAs' K dimension, so nothing crosses warpgroups but
 // dS^T, once per tile (not at all when each takes its own keys).
@@ -37,7 +48,7 @@
 //   kv_full       K and V landed;
 //   full[s]       stage s's Q and dO landed (TMA transaction bytes);
 //   empty[s]      every consumer warp has finished its MMAs reading stage s.
-// dS^T is double-buffered: one named barrier per tile (both warpgroups'
+// dS^T (and P^T) is double-buffered: one named barrier per tile (both warpgroups'
 // halves written; only the warpgroup's own when it takes its own keys)
 // also proves that the buffer of two tiles back is free, since each
 // warpgroup waits for its dQ MMA before reaching the next one.
@@ -69,6 +80,10 @@ constexpr int kConsumerWarps = 8;
 constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) swizzle columns
 constexpr int kRowBytes = 128;
 
+constexpr bool kSplitHeadDim = kHeadDim == 256;
+constexpr int kSN = kSplitHeadDim ? kBlockM / 2 : kBlockM;     // query columns of a warpgroup's S^T
+constexpr int kKVN = kSplitHeadDim ? kHeadDim / 2 : kHeadDim;  // its columns of dK and dV
+
 // Tiles as 128-byte swizzled column blocks ([col block][row][128 B]).
 constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
 constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;
@@ -77,6 +92,8 @@ constexpr int kQTileBytes = kColBlocks * kQColBlockBytes;  // one Q or dO tile
 // dS^T: keys as rows, queries as columns.
 constexpr int kDsColBlockBytes = kBlockN * kRowBytes;
 constexpr int kDsBytes = (kBlockM / 64) * kDsColBlockBytes;
+// Under the head-dim split, P^T follows dS^T in each buffer.
+constexpr int kDsBufferBytes = (kSplitHeadDim ? 2 : 1) * kDsBytes;
 
 // Bytes, relative to the 1024-byte aligned base of dynamic shared memory.
 constexpr int kOffsetK = 0;
@@ -84,9 +101,10 @@ constexpr int kOffsetV = kOffsetK + kKVTileBytes;
 constexpr int kOffsetQ = kOffsetV + kKVTileBytes;
 constexpr int kOffsetDO = kOffsetQ + kStages * kQTileBytes;
 constexpr int kOffsetDS = kOffsetDO + kStages * kQTileBytes;       // 2 buffers
-// Per consumer warpgroup, two buffers of [LSE_log2 | D][kBlockM] fp32.
-constexpr int kStatsBytes = 2 * 2 * kBlockM * 4;
-constexpr int kOffsetStats = kOffsetDS + 2 * kDsBytes;
+// Per consumer warpgroup, two buffers of [LSE_log2 | D][kSN] fp32: the
+// statistics of its S^T columns.
+constexpr int kStatsBytes = 2 * 2 * kSN * 4;
+constexpr int kOffsetStats = kOffsetDS + 2 * kDsBufferBytes;
 constexpr int kOffsetBarriers = kOffsetStats + 2 * kStatsBytes;
 // kv_full, full[kStages], empty[kStages].
 constexpr int kSmemUsed = kOffsetBarriers + 8 * (1 + 2 * kStages);
@@ -100,15 +118,16 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 byt
 // (generator/warp_roles.cpp).
 constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
 
-constexpr int kSRegisters = kBlockM / 2;    // S^T (and dP^T) accumulators per thread
-constexpr int kSTiles = kBlockM / 8;        // n8 column (query) tiles of S^T
-constexpr int kKVRegisters = kHeadDim / 2;  // dK (and dV) accumulators per thread
-constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S^T and dP^T
-constexpr int kPSteps = kBlockM / 16;       // k16 steps of dV and dK
+constexpr int kSRegisters = kSN / 2;    // S^T (and dP^T) accumulators per thread
+constexpr int kSTiles = kSN / 8;        // n8 column (query) tiles of S^T
+constexpr int kSSteps = kSN / 16;       // S^T's columns as k16 steps of dV and dK
+constexpr int kKVRegisters = kKVN / 2;  // dK (and dV) accumulators per thread
+constexpr int kQKSteps = kHeadDim / 16; // k16 steps of S^T and dP^T
+constexpr int kPSteps = kBlockM / 16;   // k16 steps of dV and dK
 // dQ's tile (kBlockM x head dim) over the two warpgroups, three ways:
 //   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;
-//   columns   (kBlockM = 64, head dim 128): each half the head dim, over
-//             all keys;
+//   columns   (kBlockM = 64, head dim 128 or 256): each half the head
+//             dim, over all keys;
 //   own keys  (kBlockM = 64, head dim 64): each the whole tile over its own
 //             64 keys, both adding to the accumulator (twice the reductions,
 //             but no dS^T exchange: the warpgroups never wait for each other).
@@ -126,9 +145,11 @@ constexpr int kBarrierDs = 1;
 constexpr int kBarrierStats = 2;
 
 static_assert(kHeadDimQK == kHeadDimV, "sm90 backward: head_dim_qk == head_dim_v");
-static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward: head dims 64 and 128");
-static_assert(kBlockN == 128, "64 keys per consumer warpgroup, 2 of them");
-static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
+static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+              "sm90 backward: head dims 64, 128 and 256");
+static_assert(kBlockN == (kSplitHeadDim ? 64 : 128),
+              "64 keys per consumer warpgroup, 2 of them; 64 shared under the head-dim split");
+static_assert(kBlockM == 64 || (kBlockM == 128 && !kSplitHeadDim), "query tiles of 64 or 128 rows");
 static_assert(kWarps == 12, "one producer warpgroup + two consumers");
 static_assert(kStages >= 1 && kStages <= 3, "1 to 3 Q/dO buffers");
 static_assert(!kDeterministic, "the deterministic backward is the sm80 family's");
@@ -250,43 +271,105 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   const QueryTiles tiles = query_tiles();
   const int m_block_begin = tiles.m_block_begin, m_blocks = tiles.m_blocks;
   const int iterations = tiles.iterations;
-  const int cwg = warpgroup - 1;   // consumer warpgroup: keys 64*cwg..
+  const int cwg = warpgroup - 1;   // consumer warpgroup
   const int ctid = tid % 128;
   const int warp = ctid / 32;      // rows (keys) 16*warp.. of the warpgroup's 64
   const int lane = tid % 32;
   const int group = lane / 4;      // fragment row (and row + 8)
   const int quad_lane = lane % 4;  // fragment column pair
+  // This warpgroup's first key (of the CTA's), first query column of S^T (of
+  // the tile's) and first column of dK and dV.
+  const int key0 = kSplitHeadDim ? 0 : cwg * 64;
+  const int query0 = kSplitHeadDim ? cwg * kSN : 0;
+  const int kv_col0 = kSplitHeadDim ? cwg * kKVN : 0;
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
   // K-major: this warpgroup's 64 rows of K and V (the A operands of S^T, dP^T).
-  const u64 k_rows_desc = smem_descriptor_sw128(smem + kOffsetK + cwg * 64 * kRowBytes, 16, 1024);
-  const u64 v_rows_desc = smem_descriptor_sw128(smem + kOffsetV + cwg * 64 * kRowBytes, 16, 1024);
-  // MN-major K for dQ = dS K: all 128 keys, this warpgroup's columns.
+  const u64 k_rows_desc = smem_descriptor_sw128(smem + kOffsetK + key0 * kRowBytes, 16, 1024);
+  const u64 v_rows_desc = smem_descriptor_sw128(smem + kOffsetV + key0 * kRowBytes, 16, 1024);
+  // MN-major K for dQ = dS K: all the CTA's keys (or the warpgroup's own),
+  // this warpgroup's columns.
   const u64 k_cols_desc = smem_descriptor_sw128(
       smem + kOffsetK +
-          (kDQOwnKeys ? cwg * 64 * kRowBytes : kDQSplitRows ? 0 : cwg * kKVColBlockBytes),
+          (kDQOwnKeys     ? cwg * 64 * kRowBytes
+           : kDQSplitRows ? 0
+                          : cwg * (kDQN / 64) * kKVColBlockBytes),
       kKVColBlockBytes, 1024);
 
   float acc_dk[kKVRegisters], acc_dv[kKVRegisters];
 #pragma unroll
   for (int i = 0; i < kKVRegisters; ++i) acc_dk[i] = acc_dv[i] = 0.f;
 
-  // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D of row `ctid`
-  // of query tile `it`, loaded one tile ahead: the L2 latency hides under a
-  // whole tile's work instead of stalling the store before the barrier.
+  // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D of query
+  // column `ctid` of this warpgroup's S^T in tile `it`, loaded one tile
+  // ahead: the L2 latency hides under a whole tile's work instead of
+  // stalling the store before the barrier.
   auto load_stats = [&](int it, float &lse, float &d) {
     lse = kInf;
     d = 0.f;
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
-    const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
-    if (ctid < kBlockM && m0 + ctid < seqlen_q) {
-      const i64 row = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0 + ctid;
+    const int q = (m_block_begin + it % m_blocks) * kBlockM + query0 + ctid;
+    if (ctid < kSN && q < seqlen_q) {
+      const i64 row = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + q;
       lse = p.lse[row] * kLog2e;
       d = p.dsum[row];
     }
   };
   float next_lse, next_d;
   if (iterations > 0) load_stats(0, next_lse, next_d);
+
+  // The transposed tile (16 bits, 128-byte swizzled, keys as rows) of this
+  // warpgroup's S^T-shaped fragments: dS^T for dQ, and P^T under the split.
+  auto store_transposed = [&](u32 tile, const u32 (&frag)[kSSteps][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kSSteps; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // frag[kk][j]: n8 tile 2kk + j/2, row half j%2.
+        const int key = key0 + warp * 16 + group + (j % 2) * 8;
+        const int q = query0 + (2 * kk + j / 2) * 8 + quad_lane * 2;
+        const u32 addr = tile + (q / 64) * kDsColBlockBytes + key * kRowBytes +
+                         ((((q % 64) / 8) ^ (key % 8)) << 4) + (q % 8) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(frag[kk][j]) : "memory");
+      }
+  };
+
+  // dQ's part = dS K (this warpgroup's rows or columns, see kDQN), issued as
+  // one commit group; reduce_dq adds it to the fp32 accumulator once waited.
+  // The accumulator is declared per tile: one live across the loop would
+  // hold its registers through everything else.
+  using DqAccumulator = float[kDQRegisters];
+  auto issue_dq = [&](DqAccumulator &acc_dq, u32 ds_tile) {
+    const u64 ds_desc = smem_descriptor_sw128(
+        ds_tile + (kDQSplitRows ? cwg * kDsColBlockBytes : kDQOwnKeys ? cwg * 64 * kRowBytes : 0),
+        kDsColBlockBytes, 1024);
+    wgmma_fence_operands(acc_dq);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kDQSteps; ++ks) {
+      // k-step ks = keys 16ks.. = rows of both dS^T and K.
+      const int off = (ks * 16 * kRowBytes) >> 4;
+      Wgmma<Element, kDQN>::ss_tt(acc_dq, ds_desc + off, k_cols_desc + off, ks > 0);
+    }
+    wgmma_commit();
+    wgmma_fence_operands(acc_dq);
+  };
+  auto reduce_dq = [&](const DqAccumulator &acc_dq, int head, int m0) {
+    float *const accum =
+        p.dq_accum + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q * kHeadDim;
+    const int row0 = m0 + (kDQSplitRows ? cwg * 64 : 0) + warp * 16 + group;
+    const int col0 = (kDQSplitRows || kDQOwnKeys ? 0 : cwg * kDQN) + quad_lane * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + h * 8;
+      if (row < seqlen_q) {
+        float *const dst = accum + static_cast<i64>(row) * kHeadDim + col0;
+#pragma unroll
+        for (int nt = 0; nt < kDQTiles; ++nt)
+          red_add_v2(dst + nt * 8, acc_dq[4 * nt + 2 * h], acc_dq[4 * nt + 2 * h + 1]);
+      }
+    }
+  };
 
   if (iterations > 0) mbarrier_wait(kv_full, 0);
   for (int it = 0; it < iterations; ++it) {
@@ -295,26 +378,26 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
     const u32 q_tile = smem + kOffsetQ + stage * kQTileBytes;
     const u32 do_tile = smem + kOffsetDO + stage * kQTileBytes;
-    const u32 ds_tile = smem + kOffsetDS + (it % 2) * kDsBytes;
+    const u32 ds_tile = smem + kOffsetDS + (it % 2) * kDsBufferBytes;
     mbarrier_wait(full(stage), static_cast<u32>(it / kStages) & 1);
 
     // ---- S^T = K Q^T and dP^T = V dO^T ------------------------------------
     float acc_s[kSRegisters], acc_dp[kSRegisters];
     {
-      const u64 q_desc = smem_descriptor_sw128(q_tile, 16, 1024);
-      const u64 do_desc = smem_descriptor_sw128(do_tile, 16, 1024);
+      const u64 q_desc = smem_descriptor_sw128(q_tile + query0 * kRowBytes, 16, 1024);
+      const u64 do_desc = smem_descriptor_sw128(do_tile + query0 * kRowBytes, 16, 1024);
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
       wgmma_fence();
       // One commit group of acc = A B^T, A this warpgroup's 64 rows of K or V
-      // and B the Q or dO tile, both K-major: k-step ks is column block
-      // ks/4, byte (ks%4)*32 within the 128-byte row.
+      // and B its kSN rows of the Q or dO tile, both K-major: k-step ks is
+      // column block ks/4, byte (ks%4)*32 within the 128-byte row.
       auto issue = [&](float (&acc)[kSRegisters], u64 a_desc, u64 b_desc) {
 #pragma unroll
         for (int ks = 0; ks < kQKSteps; ++ks) {
           const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
           const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
-          Wgmma<Element, kBlockM>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
+          Wgmma<Element, kSN>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
         }
         wgmma_commit();
       };
@@ -327,10 +410,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     // tile's loaded. Double-buffered: buffer it%2 was last read at tile it-2,
     // and every thread of the warpgroup finished those reads before tile
     // it-1's barrier, which this thread has passed.
-    float *const lse_log2 = stats + cwg * (kStatsBytes / 4) + (it % 2) * 2 * kBlockM;
-    if (ctid < kBlockM) {
+    float *const lse_log2 = stats + cwg * (kStatsBytes / 4) + (it % 2) * 2 * kSN;
+    if (ctid < kSN) {
       lse_log2[ctid] = next_lse;
-      lse_log2[kBlockM + ctid] = next_d;
+      lse_log2[kSN + ctid] = next_d;
     }
     if (it + 1 < iterations) load_stats(it + 1, next_lse, next_d);
     named_barrier_sync(kBarrierStats + cwg, 128);
@@ -340,24 +423,25 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
     // ---- P^T (in acc_s) and dS^T = P^T (dP^T - D) (in acc_dp) -------------------
     // acc[4*nt + 2*h + c] is key row (16*warp + group + 8h) of the warpgroup,
-    // query column 8nt + 2*quad_lane + c of the tile. Where an edge or the
+    // query column 8nt + 2*quad_lane + c of its S^T. Where an edge or the
     // key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
     // in tile coordinates; P = 0 elsewhere (and so dS = 0).
     int q_lo[2] = {-1, -1}, q_hi[2] = {kBlockM, kBlockM};
     if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int key = n0 + cwg * 64 + warp * 16 + group + h * 8;
+        const int key = n0 + key0 + warp * 16 + group + h * 8;
         visible_queries_in_tile<Mask>(p, seqlen_k, key, m0, kBlockM, offset, q_lo[h], q_hi[h]);
       }
     }
-    const float *const dsum = lse_log2 + kBlockM;
+    const float *const dsum = lse_log2 + kSN;
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int q_local = nt * 8 + quad_lane * 2 + c;
-        const float lse = lse_log2[q_local], d = dsum[q_local];
+        const int col = nt * 8 + quad_lane * 2 + c;
+        const int q_local = query0 + col;
+        const float lse = lse_log2[col], d = dsum[col];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int i = 4 * nt + 2 * h + c;
@@ -372,20 +456,58 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         }
       }
 
-    // ---- dV += P^T dO, dK += dS^T Q (A from registers) ---------------------------
     // n8 tiles 2kk and 2kk+1 of S^T are exactly the A fragment of k-step kk.
-    u32 p_frag[kPSteps][4], ds_frag[kPSteps][4];
+    u32 p_frag[kSSteps][4], ds_frag[kSSteps][4];
 #pragma unroll
-    for (int kk = 0; kk < kPSteps; ++kk)
+    for (int kk = 0; kk < kSSteps; ++kk)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         p_frag[kk][j] = Ops::pack(acc_s[8 * kk + 2 * j], acc_s[8 * kk + 2 * j + 1]);
         ds_frag[kk][j] = Ops::pack(acc_dp[8 * kk + 2 * j], acc_dp[8 * kk + 2 * j + 1]);
       }
-    {
-      // MN-major: k-step kk = query rows 16kk.. = two 8-row (1024-byte) groups on.
-      const u64 do_desc = smem_descriptor_sw128(do_tile, kQColBlockBytes, 1024);
-      const u64 q_desc = smem_descriptor_sw128(q_tile, kQColBlockBytes, 1024);
+    // MN-major dO and Q (B of dV and dK): k-step kk = query rows 16kk.. = two
+    // 8-row (1024-byte) groups on; this warpgroup's columns of them.
+    const u64 do_cols_desc = smem_descriptor_sw128(
+        do_tile + (kv_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
+    const u64 q_cols_desc = smem_descriptor_sw128(
+        q_tile + (kv_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
+
+    if constexpr (kSplitHeadDim) {
+      // ---- P^T and dS^T to shared memory: both warpgroups' query halves ------
+      store_transposed(ds_tile, ds_frag);
+      store_transposed(ds_tile + kDsBytes, p_frag);
+      fence_proxy_async();  // the generic-proxy stores, before wgmma (async proxy) reads them
+      named_barrier_sync(kBarrierDs, 2 * 128);
+
+      // ---- dV += P^T dO, dK += dS^T Q (SS), then dQ's part --------------------
+      const u64 p_desc = smem_descriptor_sw128(ds_tile + kDsBytes, 16, 1024);
+      const u64 ds_desc = smem_descriptor_sw128(ds_tile, 16, 1024);
+      wgmma_fence_operands(acc_dv);
+      wgmma_fence_operands(acc_dk);
+      wgmma_fence();
+      // K-major P^T and dS^T: k-step kk is byte 32kk of the 128-byte row.
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk)
+        Wgmma<Element, kKVN>::ss_bt(acc_dv, p_desc + ((kk * 32) >> 4),
+                                    do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk)
+        Wgmma<Element, kKVN>::ss_bt(acc_dk, ds_desc + ((kk * 32) >> 4),
+                                    q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+      wgmma_commit();
+      wgmma_fence_operands(acc_dv);
+      wgmma_fence_operands(acc_dk);
+      float acc_dq[kDQRegisters];
+      issue_dq(acc_dq, ds_tile);
+      wgmma_wait<1>();  // dV, dK done: Q and dO of this stage are free
+      wgmma_fence_operands(acc_dv);
+      wgmma_fence_operands(acc_dk);
+      if (lane == 0) mbarrier_arrive(empty(stage));
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_dq);
+      reduce_dq(acc_dq, head, m0);
+    } else {
+      // ---- dV += P^T dO, dK += dS^T Q (A from registers) -----------------------
       wgmma_fence_operands(acc_dv);
       wgmma_fence_operands(acc_dk);
 #pragma unroll
@@ -396,76 +518,40 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk)
-        Wgmma<Element, kHeadDim>::rs_bt(acc_dv, p_frag[kk],
-                                        do_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+        Wgmma<Element, kKVN>::rs_bt(acc_dv, p_frag[kk],
+                                    do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk)
-        Wgmma<Element, kHeadDim>::rs_bt(acc_dk, ds_frag[kk], q_desc + ((kk * 16 * kRowBytes) >> 4),
-                                        1);
+        Wgmma<Element, kKVN>::rs_bt(acc_dk, ds_frag[kk],
+                                    q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
       wgmma_commit();
       wgmma_fence_operands(acc_dv);
       wgmma_fence_operands(acc_dk);
-    }
 
-    // ---- dS^T to shared memory (16 bits, swizzled), while dV and dK run -------
+      // ---- dS^T to shared memory, while dV and dK run ----------------------------
+      store_transposed(ds_tile, ds_frag);
+      fence_proxy_async();  // the generic-proxy stores, before wgmma (async proxy) reads them
+      if constexpr (kDQOwnKeys)
+        named_barrier_sync(kBarrierStats + cwg, 128);  // this warpgroup's rows of dS^T
+      else
+        named_barrier_sync(kBarrierDs, 2 * 128);  // both warpgroups' rows
+
+      wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
+      wgmma_fence_operands(acc_dv);
+      wgmma_fence_operands(acc_dk);
 #pragma unroll
-    for (int kk = 0; kk < kPSteps; ++kk)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        // ds_frag[kk][j]: n8 tile 2kk + j/2, row half j%2.
-        const int key = cwg * 64 + warp * 16 + group + (j % 2) * 8;
-        const int q = (2 * kk + j / 2) * 8 + quad_lane * 2;
-        const u32 addr = ds_tile + (q / 64) * kDsColBlockBytes + key * kRowBytes +
-                         ((((q % 64) / 8) ^ (key % 8)) << 4) + (q % 8) * 2;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ds_frag[kk][j]) : "memory");
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        wgmma_fence_operands(p_frag[kk]);
+        wgmma_fence_operands(ds_frag[kk]);
       }
-    fence_proxy_async();  // the generic-proxy stores, before wgmma (async proxy) reads them
-    if constexpr (kDQOwnKeys)
-      named_barrier_sync(kBarrierStats + cwg, 128);  // this warpgroup's rows of dS^T
-    else
-      named_barrier_sync(kBarrierDs, 2 * 128);  // both warpgroups' rows
+      if (lane == 0) mbarrier_arrive(empty(stage));
 
-    wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
-    wgmma_fence_operands(acc_dv);
-    wgmma_fence_operands(acc_dk);
-#pragma unroll
-    for (int kk = 0; kk < kPSteps; ++kk) {
-      wgmma_fence_operands(p_frag[kk]);
-      wgmma_fence_operands(ds_frag[kk]);
-    }
-    if (lane == 0) mbarrier_arrive(empty(stage));
-
-    // ---- dQ part = dS K, reduced into the fp32 accumulator ------------------
-    {
+      // ---- dQ's part, reduced into the fp32 accumulator ----------------------
       float acc_dq[kDQRegisters];
-      const u64 ds_desc = smem_descriptor_sw128(
-          ds_tile + (kDQSplitRows ? cwg * kDsColBlockBytes : kDQOwnKeys ? cwg * 64 * kRowBytes : 0),
-          kDsColBlockBytes, 1024);
-      wgmma_fence_operands(acc_dq);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kDQSteps; ++ks) {
-        // k-step ks = keys 16ks.. = rows of both dS^T and K.
-        const int off = (ks * 16 * kRowBytes) >> 4;
-        Wgmma<Element, kDQN>::ss_tt(acc_dq, ds_desc + off, k_cols_desc + off, ks > 0);
-      }
-      wgmma_commit();
+      issue_dq(acc_dq, ds_tile);
       wgmma_wait<0>();
       wgmma_fence_operands(acc_dq);
-      float *const accum =
-          p.dq_accum + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q * kHeadDim;
-      const int row0 = m0 + (kDQSplitRows ? cwg * 64 : 0) + warp * 16 + group;
-      const int col0 = (kDQSplitRows || kDQOwnKeys ? 0 : cwg * kDQN) + quad_lane * 2;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + h * 8;
-        if (row < seqlen_q) {
-          float *const dst = accum + static_cast<i64>(row) * kHeadDim + col0;
-#pragma unroll
-          for (int nt = 0; nt < kDQTiles; ++nt)
-            red_add_v2(dst + nt * 8, acc_dq[4 * nt + 2 * h], acc_dq[4 * nt + 2 * h + 1]);
-        }
-      }
+      reduce_dq(acc_dq, head, m0);
     }
   }
 
@@ -474,11 +560,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   u16 *const dv = static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int key = n0 + cwg * 64 + warp * 16 + group + h * 8;
+    const int key = n0 + key0 + warp * 16 + group + h * 8;
     if (key < seqlen_k) {
 #pragma unroll
-      for (int nt = 0; nt < kHeadDim / 8; ++nt) {
-        const int col = nt * 8 + quad_lane * 2;
+      for (int nt = 0; nt < kKVN / 8; ++nt) {
+        const int col = kv_col0 + nt * 8 + quad_lane * 2;
         *reinterpret_cast<u32 *>(dk + key * p.dk_row_stride + col) =
             Ops::pack(acc_dk[4 * nt + 2 * h] * p.softmax_scale,
                       acc_dk[4 * nt + 2 * h + 1] * p.softmax_scale);

@@ -44,6 +44,18 @@ def emit(ctype, ptype, n):
         f"        : {outs(c)}\n"
         f"        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(scale_d));\n"
         f"  }}")
+    # SS, A K-major and B MN-major: A (M x K) with K contiguous, B (K x N)
+    # with N contiguous, as the backward's dV = P^T dO reads P^T and dO.
+    lines.append(
+        f"  static __device__ __forceinline__ void ss_bt(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
+        f"    asm volatile(\n"
+        f"        \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 2}, 0;\\n\"\n"
+        f"        \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} \"\n"
+        f"        \"{{{regs(0, c)}}}, \"\n"
+        f"        \"%{c}, %{c + 1}, p, 1, 1, 0, 1;\\n}}\\n\"\n"
+        f"        : {outs(c)}\n"
+        f"        : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d));\n"
+        f"  }}")
     # SS, both operands MN-major (transposed): A (M x K) with M contiguous,
     # B (K x N) with N contiguous, as the backward's dQ = dS K reads dS^T and K.
     lines.append(
@@ -71,6 +83,8 @@ def main():
 //   ss:    D (+)= A * B, A (M x K) and B (N x K) both K-major in shared memory.
 //   rs_bt: D (+)= A * B, A from registers (the m16n8k16 A fragment of the
 //          thread's warp rows), B (K x N) MN-major in shared memory.
+//   ss_bt: D (+)= A * B, A (M x K) K-major and B (K x N) MN-major in
+//          shared memory.
 //   ss_tt: D (+)= A * B, A (M x K) and B (K x N) both MN-major in shared
 //          memory.
 // scale_d = 0 ignores the accumulator's old value (D = A*B).

@@ -161,28 +161,29 @@ std::vector<Case> deterministic_cases() {
            deterministic({KernelPath::sm80, 64, 64, 8, 1})}};
 }
 
-// The sm90 family (TMA + wgmma), asked for by path: head dims 64 and 128,
-// every mask, both dtypes, tails on both sides, GQA, softcap, every stage
-// count of its search space. The GPU tests run on sm_90a only for these.
+// The sm90 family (TMA + wgmma), asked for by path: head dims 64, 128 and
+// 256 (the head-dim split), every mask, both dtypes, tails on both sides,
+// GQA, softcap, every stage count of its search space. The GPU tests run on
+// sm_90a only for these.
 std::vector<Case> sm90_cases() {
   std::vector<Case> cases;
   const KernelConfig sm90{KernelPath::sm90};
   const std::pair<int64_t, int64_t> lengths[] = {{1, 1}, {17, 17}, {113, 203}, {203, 113},
                                                  {300, 77}, {257, 513}};
   int i = 0;
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
       for (auto [sq, sk] : lengths) {
         const DType dtype = i++ % 2 ? DType::fp16 : DType::bf16;
         cases.push_back({make_problem(dtype, 2, 4, 2, sq, sk, d, d, mask, 70, 9), sm90});
       }
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     cases.push_back(
         {make_problem(DType::bf16, 1, 4, 4, 190, 190, d, d, MaskKind::causal, -1, -1, 30.f), sm90});
     cases.push_back(
         {make_problem(DType::fp16, 1, 2, 2, 150, 250, d, d, MaskKind::none, -1, -1, 20.f), sm90});
     cases.push_back({make_problem(DType::bf16, 2, 8, 1, 1000, 1000, d, d, MaskKind::causal), sm90});
-    for (int stages = 1; stages <= 3; ++stages) {
+    for (int stages = 1; stages <= (d == 256 ? 2 : 3); ++stages) {
       KernelConfig c = sm90;
       c.stages = stages;
       cases.push_back({make_problem(DType::bf16, 1, 6, 2, 333, 333, d, d, MaskKind::none), c});

@@ -110,7 +110,7 @@ TEST(BackwardSpec, ValidatesConfigs) {
   Problem wide;
   wide.head_dim_qk = wide.head_dim_v = 256;
   EXPECT_EQ(default_backward_config(wide, kSm80).stages, 1);
-  EXPECT_EQ(default_backward_config(wide, kSm90a).stages, 2);
+  EXPECT_EQ(default_backward_config(wide, kSm90a, 0, KernelConfig{KernelPath::sm80}).stages, 2);
   auto tiny = make_backward_spec(p, {KernelPath::sm80, 64, 32, 8, 2}, kSm90a);
   ASSERT_FALSE(bool(tiny));
   EXPECT_NE(llvm::toString(tiny.takeError()).find("block_n=32 leaves a warp less than 16 keys"),

@@ -225,10 +225,13 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
        "fwd_sm80_bf16_hdqk96_hdv96_none_nocap_bm128_bn64_w4_s2_sm_90a",
        "sm80 family: head_dim=96: the sm90 kernel serves head dims 64, 128 and 256 (whole "
        "64-element TMA/swizzle columns)"},
+      {{"--pass", "bwd", "--hdim", "192"},
+       "bwd_sm80_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w8_s2_sm_90a",
+       "sm80 family: head_dim=192: the sm90 backward serves head dims 64, 128 and 256 (whole "
+       "128-byte swizzle columns of K and V, dK and dV in registers)"},
       {{"--pass", "bwd", "--hdim", "256"},
-       "bwd_sm80_bf16_hdqk256_hdv256_none_nocap_bm64_bn64_w8_s2_sm_90a",
-       "sm80 family: head_dim=256: the sm90 backward serves head dims 64 and 128 (dK and dV of "
-       "64 keys stay in a warpgroup's registers)"},
+       "bwd_sm90_bf16_hdqk256_hdv256_none_nocap_bm64_bn64_w12_s1_sm_90a",
+       ""},
       {{"--pass", "bwd", "--deterministic"},
        "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_det_sm_90a",
        "sm80 family: the deterministic backward is the sm80 family's (dQ without atomics)"},
