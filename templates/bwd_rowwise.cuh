@@ -2,63 +2,107 @@
 //   flashjit_bwd_preprocess  D = rowsum(dO * O) in fp32, and the fp32 dQ
 //                            accumulator zeroed;
 //   flashjit_bwd_convert_dq  dQ = softmax_scale * accumulator, to 16 bits.
-// One thread per query row: both are bound by memory bandwidth, a few
-// microseconds next to the main kernel.
+// Both are bound by memory bandwidth and run once per backward whatever the
+// sequence length, so at short sequences they are a visible part of it: a
+// row is spread over a group of lanes, 16 bytes each, so a warp's accesses
+// cover whole rows (coalesced) rather than one 16-byte piece of 32 rows.
+// Grid (ceil(seqlen_q / 128), heads_q, batch), 128 threads: 128 rows per CTA,
+// 128 / kLanesPerRow of them at a time.
 #pragma once
 
 #include "common/bwd_params.cuh"
 #include "common/types.cuh"
 
-// D = rowsum(dO * O) per query row, and the row's dQ accumulator zeroed.
-// Grid (ceil(seqlen_q / 128), heads_q, batch), 128 threads: one row each.
-extern "C" __global__ void __launch_bounds__(128)
+namespace flashjit {
+namespace bwd_rowwise {
+
+constexpr int kThreads = 128;
+constexpr int kRowsPerCta = 128;
+
+// Lanes per row: one per 8 elements, rounded up to a power of two so that a
+// row's lanes are an aligned group of one warp (at most 32: head dim <= 256).
+constexpr int lanes_per_row(int head_dim) {
+  int lanes = 1;
+  while (lanes * 8 < head_dim) lanes *= 2;
+  return lanes;
+}
+
+}  // namespace bwd_rowwise
+}  // namespace flashjit
+
+// D = rowsum(dO * O) per query row, and the rows' dQ accumulator zeroed.
+extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
     flashjit_bwd_preprocess(const flashjit::BwdParams p) {
   using namespace flashjit;
+  using namespace flashjit::bwd_rowwise;
   using Ops = ElementOps<cfg::Element>;
-  const int row = blockIdx.x * 128 + threadIdx.x;
+  constexpr int kLanes = lanes_per_row(cfg::kHeadDimV);
+  constexpr int kRowsPerPass = kThreads / kLanes;
+  constexpr int kChunks = cfg::kHeadDimV / 8;  // 16-byte pieces of a row
+  static_assert(kLanes <= 32, "a row's lanes within one warp");
   const int head = blockIdx.y, batch = blockIdx.z;
-  if (row >= p.seqlen_q) return;
-  const u16 *o = static_cast<const u16 *>(p.o) + batch * p.o_batch_stride +
-                 head * p.o_head_stride + row * p.o_row_stride;
-  const u16 *dout = static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride +
-                    head * p.do_head_stride + row * p.do_row_stride;
-  float sum = 0.f;
+  const int row_begin = blockIdx.x * kRowsPerCta;
+  const int rows = min(kRowsPerCta, p.seqlen_q - row_begin);
+  const int chunk = threadIdx.x % kLanes;
+  const i64 first = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row_begin;
 #pragma unroll 4
-  for (int c = 0; c < cfg::kHeadDimV / 8; ++c) {
-    const U32x4 a = *reinterpret_cast<const U32x4 *>(o + c * 8);
-    const U32x4 b = *reinterpret_cast<const U32x4 *>(dout + c * 8);
-    const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+  for (int r = threadIdx.x / kLanes; r < kRowsPerCta; r += kRowsPerPass) {
+    float sum = 0.f;
+    if (r < rows && chunk < kChunks) {
+      const int row = row_begin + r;
+      const u16 *o = static_cast<const u16 *>(p.o) + batch * p.o_batch_stride +
+                     head * p.o_head_stride + row * p.o_row_stride + chunk * 8;
+      const u16 *dout = static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride +
+                        head * p.do_head_stride + row * p.do_row_stride + chunk * 8;
+      const U32x4 a = *reinterpret_cast<const U32x4 *>(o);
+      const U32x4 b = *reinterpret_cast<const U32x4 *>(dout);
+      const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      sum += Ops::to_float(static_cast<u16>(av[j] & 0xffff)) *
-                 Ops::to_float(static_cast<u16>(bv[j] & 0xffff)) +
-             Ops::to_float(static_cast<u16>(av[j] >> 16)) *
-                 Ops::to_float(static_cast<u16>(bv[j] >> 16));
+      for (int j = 0; j < 4; ++j)
+        sum += Ops::to_float(static_cast<u16>(av[j] & 0xffff)) *
+                   Ops::to_float(static_cast<u16>(bv[j] & 0xffff)) +
+               Ops::to_float(static_cast<u16>(av[j] >> 16)) *
+                   Ops::to_float(static_cast<u16>(bv[j] >> 16));
+    }
+    // Every lane takes part (the loop's trip count is the same for all).
+#pragma unroll
+    for (int offset = kLanes / 2; offset > 0; offset /= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (chunk == 0 && r < rows) p.dsum[first + r] = sum;
   }
-  const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row;
-  p.dsum[index] = sum;
-  U32x4 *accum = reinterpret_cast<U32x4 *>(p.dq_accum + index * cfg::kHeadDimQK);
-  for (int c = 0; c < cfg::kHeadDimQK / 4; ++c) accum[c] = U32x4{0, 0, 0, 0};
+  // The CTA's rows of the accumulator are one contiguous range.
+  if (rows > 0) {
+    U32x4 *const accum = reinterpret_cast<U32x4 *>(p.dq_accum + first * cfg::kHeadDimQK);
+    const int pieces = rows * cfg::kHeadDimQK / 4;
+    for (int i = threadIdx.x; i < pieces; i += kThreads) accum[i] = U32x4{0, 0, 0, 0};
+  }
 }
 
 // dQ = softmax_scale * accumulator, as 16 bits, into the strided dQ.
-// Grid (ceil(seqlen_q / 128), heads_q, batch), 128 threads: one row each.
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
     flashjit_bwd_convert_dq(const flashjit::BwdParams p) {
   using namespace flashjit;
+  using namespace flashjit::bwd_rowwise;
   using Ops = ElementOps<cfg::Element>;
-  const int row = blockIdx.x * 128 + threadIdx.x;
+  constexpr int kLanes = lanes_per_row(cfg::kHeadDimQK);
+  constexpr int kRowsPerPass = kThreads / kLanes;
+  constexpr int kChunks = cfg::kHeadDimQK / 8;
   const int head = blockIdx.y, batch = blockIdx.z;
-  if (row >= p.seqlen_q) return;
-  const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row;
-  const float *accum = p.dq_accum + index * cfg::kHeadDimQK;
-  u16 *dq = static_cast<u16 *>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride +
-            row * p.dq_row_stride;
-  for (int c = 0; c < cfg::kHeadDimQK / 8; ++c) {
-    float f[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = accum[c * 8 + j] * p.softmax_scale;
-    *reinterpret_cast<U32x4 *>(dq + c * 8) = U32x4{Ops::pack(f[0], f[1]), Ops::pack(f[2], f[3]),
-                                                   Ops::pack(f[4], f[5]), Ops::pack(f[6], f[7])};
+  const int row_begin = blockIdx.x * kRowsPerCta;
+  const int rows = min(kRowsPerCta, p.seqlen_q - row_begin);
+  const int chunk = threadIdx.x % kLanes;
+  const i64 first = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row_begin;
+  if (chunk >= kChunks) return;
+#pragma unroll 4
+  for (int r = threadIdx.x / kLanes; r < rows; r += kRowsPerPass) {
+    const float4 *const accum =
+        reinterpret_cast<const float4 *>(p.dq_accum + (first + r) * cfg::kHeadDimQK + chunk * 8);
+    const float4 lo = accum[0], hi = accum[1];
+    const float s = p.softmax_scale;
+    u16 *const dq = static_cast<u16 *>(p.dq) + batch * p.dq_batch_stride +
+                    head * p.dq_head_stride + (row_begin + r) * p.dq_row_stride + chunk * 8;
+    *reinterpret_cast<U32x4 *>(dq) =
+        U32x4{Ops::pack(lo.x * s, lo.y * s), Ops::pack(lo.z * s, lo.w * s),
+              Ops::pack(hi.x * s, hi.y * s), Ops::pack(hi.z * s, hi.w * s)};
   }
 }
