@@ -35,6 +35,7 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
   p.seqlen_k = static_cast<int>(problem.seqlen_k);
   p.heads_q = static_cast<int>(problem.heads_q);
   p.heads_per_kv = static_cast<int>(problem.heads_q / problem.heads_kv);
+  p.batch = static_cast<int>(problem.batch);
   switch (normalized_mask(problem)) {
     case MaskKind::none: p.window_left = p.window_right = kUnbounded; break;
     case MaskKind::causal: p.window_left = kUnbounded; p.window_right = 0; break;

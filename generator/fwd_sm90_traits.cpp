@@ -13,7 +13,7 @@ namespace flashjit {
 int FwdSm90Traits::smem_bytes() const {
   const int q = block_m * head_dim * 2;
   const int kv = 2 * stages * tile_bytes();
-  const int barriers = 8 * (1 + 3 * stages);
+  const int barriers = 8 * (2 + 3 * stages);
   return q + kv + barriers + kSmemAlign;
 }
 

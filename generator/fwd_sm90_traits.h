@@ -4,6 +4,7 @@
 // the kernel's layout must be mirrored here.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,20 @@ struct FwdSm90Traits {
 
   // Why the sm90 kernel cannot serve this head-dim pair at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
+  // Whether the kernel is persistent (one CTA per SM looping over work
+  // tiles) rather than one CTA per work tile: without a mask (equal-cost
+  // tiles) at head dims 64 and 128. templates/fwd_sm90.cuh says why.
+  static bool persistent(int head_dim, bool masked) { return !masked && head_dim < 256; }
+  // The grid: one CTA per SM where the kernel is persistent, and also for
+  // the others when a head has at most kShortQueryBlocks query blocks (every
+  // kernel loops over work tiles; with few query blocks the rotation's
+  // static balance is within a tile or so and saves the CTA launches: H200,
+  // causal 512, d=128 263 -> 278 TFLOP/s, d=256 283 -> 302; at 8k causal it
+  // lost 12% to imbalance).
+  static constexpr int kShortQueryBlocks = 8;
+  static bool persistent_grid(int head_dim, bool masked, int64_t query_blocks) {
+    return persistent(head_dim, masked) || query_blocks <= kShortQueryBlocks;
+  }
   // Every reason the config cannot be compiled or launched, in one message.
   static llvm::Expected<FwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,

@@ -156,12 +156,21 @@ LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, i
   return g;
 }
 
-LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
+LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
+                                       int sm_count) {
   if (spec.config.path == KernelPath::sm90) {
     FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
                     spec.config.warps, spec.config.stages};
-    return row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q, problem.batch,
-                              t.threads(), t.smem_bytes());
+    LaunchGeometry g = row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q,
+                                          problem.batch, t.threads(), t.smem_bytes());
+    // Work tiles in x; the kernel decodes (query block, head, batch) itself.
+    const int64_t work = int64_t(g.grid.x) * g.grid.y * g.grid.z;
+    const bool persistent =
+        sm_count > 0 &&
+        FwdSm90Traits::persistent_grid(t.head_dim, spec.mask != MaskKind::none, g.grid.x);
+    g.grid.x = static_cast<unsigned>(persistent ? std::min<int64_t>(work, sm_count) : work);
+    g.grid.y = g.grid.z = 1;
+    return g;
   }
   FwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
                   spec.config.warps, spec.config.stages};

@@ -63,6 +63,10 @@ LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, i
 Problem class_problem(const KernelSpec &spec);
 
 // Grid (Q tiles, heads, batch), block and shared memory of a forward launch.
-LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem);
+// Where FwdSm90Traits::persistent_grid, the sm90 kernel runs one CTA per SM
+// (`sm_count`; 0 when unknown gives one CTA per work tile), each looping over
+// work tiles; otherwise one CTA per work tile.
+LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
+                                       int sm_count = 0);
 
 }  // namespace flashjit

@@ -50,6 +50,7 @@ LoadedKernel &LoadedKernel::operator=(LoadedKernel &&other) noexcept {
   context_ = std::exchange(other.context_, nullptr);
   entry_ = std::move(other.entry_);
   dynamic_smem_bytes_ = std::exchange(other.dynamic_smem_bytes_, 0);
+  sm_count_ = std::exchange(other.sm_count_, 0);
   attributes_ = std::exchange(other.attributes_, {});
   return *this;
 }
@@ -94,6 +95,11 @@ llvm::Expected<LoadedKernel> LoadedKernel::load(llvm::ArrayRef<char> cubin,
     int *out;
   };
   KernelAttributes &a = kernel.attributes_;
+  if (llvm::Error e = cuda_check(cu.cuDeviceGetAttribute(&kernel.sm_count_,
+                                                         CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                                         context->device),
+                                 "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"))
+    return e;
   for (Attribute attr : {Attribute{CU_FUNC_ATTRIBUTE_NUM_REGS, &a.registers},
                          Attribute{CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &a.static_smem_bytes},
                          Attribute{CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, &a.local_bytes},

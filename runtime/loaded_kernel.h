@@ -41,6 +41,8 @@ class LoadedKernel {
   const std::string &entry() const { return entry_; }
   int dynamic_smem_bytes() const { return dynamic_smem_bytes_; }
   const KernelAttributes &attributes() const { return attributes_; }
+  // SMs of the device it is loaded on: the grid of a persistent kernel.
+  int sm_count() const { return sm_count_; }
   // Blocks of this kernel resident per SM with `threads` threads.
   llvm::Expected<int> occupancy(int threads) const;
 
@@ -55,6 +57,7 @@ class LoadedKernel {
   CUcontext context_ = nullptr;
   std::string entry_;
   int dynamic_smem_bytes_ = 0;
+  int sm_count_ = 0;
   KernelAttributes attributes_;
 };
 

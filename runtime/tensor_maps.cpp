@@ -102,7 +102,8 @@ llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &sp
   auto maps = make_forward_tensor_maps(spec, problem, args);
   if (!maps) return maps.takeError();
   void *kernel_args[] = {&params, &maps->q, &maps->k, &maps->v};
-  return kernel.launch(forward_launch_geometry(spec, problem), stream, kernel_args);
+  return kernel.launch(forward_launch_geometry(spec, problem, kernel.sm_count()), stream,
+                       kernel_args);
 }
 
 }  // namespace flashjit

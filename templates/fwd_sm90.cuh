@@ -1,21 +1,38 @@
 // FlashAttention-3 style forward for sm_90a (TMA + wgmma + warp specialisation).
 //
-// Tiling. One CTA per (kBlockM query rows, query head, batch); kBlockM is 64
-// rows per consumer warpgroup, two of them (kBlockM = 128). Each
+// Tiling. A work tile is (kBlockM query rows, query head, batch); kBlockM is
+// 64 rows per consumer warpgroup, two of them (kBlockM = 128). Each
 // consumer warpgroup owns 64 consecutive query rows and walks every visible
 // K/V tile of kBlockN keys itself, so softmax statistics never cross
 // warpgroups. Head dims 64, 128 and 256 (qk == v).
+//
+// Persistent (no mask, head dims 64 and 128). The grid is one CTA per SM
+// (at most one fits), and the CTAs take the work tiles in rounds of
+// gridDim.x: query blocks fastest, so the CTAs running at once share K/V
+// heads in L2. In round k, CTA c takes tile k * gridDim.x + (c + k) %
+// gridDim.x. The producer runs ahead across work tiles: the next Q and K/V
+// tiles load while the consumers finish the last P V and write O, which a
+// CTA per work tile left exposed (H200, 512 keys: d=64 296 -> 338 TFLOP/s,
+// d=128 420 -> 451). Otherwise (masks, d=256: O is staged in Q's space and
+// Q freed after the epilogue) the host picks the grid: one CTA per SM for
+// heads of few query blocks, else one CTA per work tile (the same loop, one
+// round), which the hardware's block scheduler balances: causal tiles
+// differ in cost up to the number of query blocks, and the static rotation
+// lost 12% at causal 8k (FwdSm90Traits::persistent_grid).
 //
 // Warp roles. Warpgroup 0 is the producer: it gives registers back
 // (setmaxnreg.dec) and one elected thread of its first warp issues every TMA
 // load; its other warps exit. Warpgroups 1.. are consumers (setmaxnreg.inc).
 //
-// Pipeline. Shared memory holds the Q tile (loaded once) and a ring of
-// kStages K tiles and kStages V tiles. Every tile is a set of 128-byte
+// Pipeline. Shared memory holds the Q tile (one per work tile) and a ring of
+// kStages K tiles and kStages V tiles, which runs on across work tiles. Every tile is a set of 128-byte
 // swizzled column blocks of 64 elements ([col block][row][128 B], the layout
 // TMA's SWIZZLE_128B writes and wgmma's 128-byte swizzle mode reads), so a
 // head dim of 128 is two TMA boxes per tile. Barriers (mbarriers):
 //   q_full           Q landed (TMA transaction bytes),
+//   q_empty          every consumer warp is done with Q (one arrival per
+//                    consumer warp): its last S when persistent, else its
+//                    epilogue's read-back of O staged in Q's space,
 //   k_full[s], v_full[s]   stage s's K / V landed (TMA transaction bytes),
 //   kv_empty[s]      every consumer warp is done with stage s (one arrival
 //                    per consumer warp), so the producer may refill it.
@@ -44,10 +61,13 @@
 // warpgroup 0 consumes the extra signal at the end, so no barrier is left
 // half-arrived.
 //
-// Epilogue. O / rowsum, converted to 16 bits, is staged through the
-// warpgroup's own Q space (free once its last S is computed) and written
-// with 16-byte stores; the fp32 log-sum-exp goes to lse[batch, head, row].
-// A row that sees no key writes O = 0 and LSE = +inf, as FlashAttention does.
+// Epilogue. O / rowsum, converted to 16 bits: persistent, straight from the
+// accumulator fragments to global memory (a quad's 16 contiguous bytes per
+// row and column tile), so Q's buffer is free for the next work tile as soon
+// as the last S is computed; otherwise staged through the warpgroup's own Q
+// space and written with 16-byte stores. The fp32 log-sum-exp goes to
+// lse[batch, head, row]. A row that sees no key writes O = 0 and LSE =
+// +inf, as FlashAttention does.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
 // kBlockM, kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
@@ -83,10 +103,10 @@ constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
 constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;  // one K or V tile
 constexpr int kOffsetK = kQBytes;
 constexpr int kOffsetV = kOffsetK + kStages * kKVTileBytes;
-// mbarriers after the tiles: q_full, k_full[kStages], v_full[kStages],
-// kv_empty[kStages], 8 bytes each.
+// mbarriers after the tiles: q_full, q_empty, k_full[kStages],
+// v_full[kStages], kv_empty[kStages], 8 bytes each.
 constexpr int kOffsetBarriers = kOffsetV + kStages * kKVTileBytes;
-constexpr int kSmemUsed = kOffsetBarriers + 8 * (1 + 3 * kStages);
+constexpr int kSmemUsed = kOffsetBarriers + 8 * (2 + 3 * kStages);
 // The host allocates kSmemUsed + kSmemAlign: the base is rounded up to the
 // 1024 bytes at which the 128-byte swizzle pattern repeats (TMA and wgmma
 // both apply it to absolute shared addresses).
@@ -108,6 +128,8 @@ constexpr bool kPingPong = kConsumerWarpgroups == 2;
 // 256 (O alone is 128 registers) that spilled (40-130 bytes, ptxas -v), so
 // the 256 kernel runs S, softmax, P V in sequence.
 constexpr bool kIntraOverlap = kHeadDim < 256;
+// Host twin: FwdSm90Traits::persistent.
+constexpr bool kPersistent = !Mask::kHasLeft && !Mask::kHasRight && kHeadDim < 256;
 // Named barrier ids: 0 is __syncthreads; 1..3 one per consumer warpgroup
 // (epilogue); 4, 5 the ping-pong turns.
 constexpr int kBarrierEpilogue = 1;
@@ -146,32 +168,42 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const u32 smem = (smem_address(smem_raw) + kSmemAlign - 1) & ~u32(kSmemAlign - 1);
   const u32 bar_base = smem + kOffsetBarriers;
   const u32 q_full = bar_base;
-  auto k_full = [&](int s) { return bar_base + 8 * (1 + s); };
-  auto v_full = [&](int s) { return bar_base + 8 * (1 + kStages + s); };
-  auto kv_empty = [&](int s) { return bar_base + 8 * (1 + 2 * kStages + s); };
+  const u32 q_empty = bar_base + 8;
+  auto k_full = [&](int s) { return bar_base + 8 * (2 + s); };
+  auto v_full = [&](int s) { return bar_base + 8 * (2 + kStages + s); };
+  auto kv_empty = [&](int s) { return bar_base + 8 * (2 + 2 * kStages + s); };
 
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
-
-  // Heaviest Q tiles (most visible keys under a causal mask) start first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int kv_head = head / p.heads_per_kv;
-  const int m0 = m_block * kBlockM;
   const int seqlen_q = p.seqlen_q;
   const int seqlen_k = p.seqlen_k;
   // Bottom-right alignment: row i lines up with key i + offset.
   const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
 
-  // The K/V tiles any row of this CTA sees: producer and consumers walk the
-  // same ones.
-  const TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
-  const int n_block_begin = key_tiles.first;
-  const int num_tiles = key_tiles.count;
+  // Work tile w: query block fastest and heaviest first (the most visible
+  // keys under a causal mask), then head, then batch.
+  const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+  const int num_work = m_blocks * p.heads_q * p.batch;
+  struct WorkTile {
+    int m0, head, batch;
+  };
+  // This CTA's work tile of round k (>= num_work: none left).
+  auto work_index = [&](int k) {
+    return k * static_cast<int>(gridDim.x) + (static_cast<int>(blockIdx.x) + k) % gridDim.x;
+  };
+  auto work_tile = [&](int w) {
+    const int hb = w / m_blocks;
+    return WorkTile{(m_blocks - 1 - w % m_blocks) * kBlockM, hb % p.heads_q, hb / p.heads_q};
+  };
+  // The K/V tiles any row of the work tile sees: producer and consumers walk
+  // the same ones.
+  auto key_tiles_of = [&](int m0) {
+    return visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
+  };
 
   if (tid == 0) {
     mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, kConsumerWarps);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(k_full(s), 1);
@@ -189,35 +221,49 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       tma_prefetch_descriptor(&tma_q);
       tma_prefetch_descriptor(&tma_k);
       tma_prefetch_descriptor(&tma_v);
-      if (num_tiles > 0) {
+      int kv_iter = 0;  // K/V tiles loaded so far, over all work tiles
+      for (int j = 0; work_index(j) < num_work; ++j) {
+        const WorkTile tile = work_tile(work_index(j));
+        const int kv_head = tile.head / p.heads_per_kv;
+        const TileSpan key_tiles = key_tiles_of(tile.m0);
+        auto load_kv = [&](int t) {
+          const int it = kv_iter + t;
+          const int stage = it % kStages;
+          const u32 round = static_cast<u32>(it / kStages);
+          // The first round passes at once (parity 1 of a fresh barrier is
+          // the phase before its first); later rounds wait for the
+          // consumers' release of the tile kStages back.
+          mbarrier_wait(kv_empty(stage), (round & 1) ^ 1);
+          const int n0 = (key_tiles.first + t) * kBlockN;
+          const u32 k_dst = smem + kOffsetK + stage * kKVTileBytes;
+          const u32 v_dst = smem + kOffsetV + stage * kKVTileBytes;
+          mbarrier_arrive_expect_tx(k_full(stage), kKVTileBytes);
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb)
+            tma_load_4d(k_dst + cb * kKVColBlockBytes, &tma_k, k_full(stage), cb * 64, n0,
+                        kv_head, tile.batch);
+          mbarrier_arrive_expect_tx(v_full(stage), kKVTileBytes);
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb)
+            tma_load_4d(v_dst + cb * kKVColBlockBytes, &tma_v, v_full(stage), cb * 64, n0,
+                        kv_head, tile.batch);
+        };
+        // The first K/V tile before Q: its stage frees while the consumers
+        // still work on the work tile before, Q's only after their epilogue.
+        if (key_tiles.count > 0) load_kv(0);
+        // Q of every work tile, even one that sees no key: the consumers wait
+        // for each. The first passes at once; later ones wait for every
+        // consumer warp to be done with the Q before.
+        mbarrier_wait(q_empty, (static_cast<u32>(j) & 1) ^ 1);
         mbarrier_arrive_expect_tx(q_full, kQBytes);
 #pragma unroll
         for (int wg = 0; wg < kConsumerWarpgroups; ++wg)
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb)
             tma_load_4d(smem + wg * kQWarpgroupBytes + cb * kQColBlockBytes, &tma_q, q_full,
-                        cb * 64, m0 + wg * 64, head, batch);
-      }
-      for (int t = 0; t < num_tiles; ++t) {
-        const int stage = t % kStages;
-        const u32 round = static_cast<u32>(t / kStages);
-        // The first round passes at once (parity 1 of a fresh barrier is
-        // the phase before its first); later rounds wait for the consumers'
-        // release of the tile kStages back.
-        mbarrier_wait(kv_empty(stage), (round & 1) ^ 1);
-        const int n0 = (n_block_begin + t) * kBlockN;
-        const u32 k_dst = smem + kOffsetK + stage * kKVTileBytes;
-        const u32 v_dst = smem + kOffsetV + stage * kKVTileBytes;
-        mbarrier_arrive_expect_tx(k_full(stage), kKVTileBytes);
-#pragma unroll
-        for (int cb = 0; cb < kColBlocks; ++cb)
-          tma_load_4d(k_dst + cb * kKVColBlockBytes, &tma_k, k_full(stage), cb * 64, n0, kv_head,
-                      batch);
-        mbarrier_arrive_expect_tx(v_full(stage), kKVTileBytes);
-#pragma unroll
-        for (int cb = 0; cb < kColBlocks; ++cb)
-          tma_load_4d(v_dst + cb * kKVColBlockBytes, &tma_v, v_full(stage), cb * 64, n0, kv_head,
-                      batch);
+                        cb * 64, tile.m0 + wg * 64, tile.head, tile.batch);
+        for (int t = 1; t < key_tiles.count; ++t) load_kv(t);
+        kv_iter += key_tiles.count;
       }
     }
     return;
@@ -239,19 +285,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const u64 v_desc0 = smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
 
   float acc_o[kORegisters];
-#pragma unroll
-  for (int i = 0; i < kORegisters; ++i) acc_o[i] = 0.f;
   // Per thread: rows `group` (h = 0) and `group + 8` (h = 1) of its warp.
-  float row_max[2] = {kNegInf, kNegInf};
-  float row_sum[2] = {0.f, 0.f};
-
+  float row_max[2], row_sum[2];
   const float scale_log2 = p.softmax_scale_log2;
-  const int wg_m0 = m0 + wg_row0;
+  int wg_m0 = 0;  // first query row of this warpgroup in the current work tile
 
   // Turn-taking between the two consumer warpgroups (ping-pong): a warpgroup
   // issues its GEMMs only in its turn and hands the turn over once they are
   // issued, so its softmax overlaps the other's GEMMs. Warpgroup 0 starts:
-  // warpgroup 1 signals it once up front.
+  // warpgroup 1 signals it once up front. Both walk the same K/V tiles of
+  // every work tile, so the turns stay paired across work tiles.
   auto take_turn = [&] {
     if constexpr (kPingPong) named_barrier_sync(kBarrierPingPong + cwg, 2 * 128);
   };
@@ -277,7 +320,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     wgmma_commit();
     wgmma_fence_operands(acc_s);
   };
-
   // Issues O += P V of the V tile in `stage` (one commit group).
   auto issue_pv = [&](u32 (&p_frag)[kPVSteps][4], int stage) {
     const u64 v_desc = v_desc0 + ((stage * kKVTileBytes) >> 4);
@@ -359,153 +401,210 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     }
   };
 
-  // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and then
-  // O += P(t) V(t) back to back, computes the softmax of S(t+1) while P V
-  // runs, and only then rescales O and replaces P.
-  if (num_tiles > 0 && !kIntraOverlap) {
-    // Without overlap (head dim 256: S(t+1), P(t) and O do not fit in the
-    // register budget together): S, softmax, then P V, one tile at a time.
-    // Each GEMM is issued in its own turn, so with ping-pong the turns
-    // alternate S0 S1 PV0 PV1 and one warpgroup's softmax runs under the
-    // other's GEMMs.
-    float acc_s[kSRegisters];
-    u32 p_frag[kPVSteps][4];
-    float correction[2];
-    mbarrier_wait(q_full, 0);
-    for (int t = 0; t < num_tiles; ++t) {
-      const int stage = t % kStages;
-      const u32 parity = static_cast<u32>(t / kStages) & 1;
-      mbarrier_wait(k_full(stage), parity);
+  // The K/V ring's stage and phase of K/V tile `it` (counted over all work tiles).
+  auto stage_of = [](int it) { return it % kStages; };
+  auto parity_of = [](int it) { return static_cast<u32>(it / kStages) & 1; };
+
+  int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
+  for (int j = 0; work_index(j) < num_work; ++j) {
+    const WorkTile tile = work_tile(work_index(j));
+    wg_m0 = tile.m0 + wg_row0;
+    const TileSpan key_tiles = key_tiles_of(tile.m0);
+    const int n_block_begin = key_tiles.first;
+    const int num_tiles = key_tiles.count;
+#pragma unroll
+    for (int i = 0; i < kORegisters; ++i) acc_o[i] = 0.f;
+    row_max[0] = row_max[1] = kNegInf;
+    row_sum[0] = row_sum[1] = 0.f;
+    mbarrier_wait(q_full, static_cast<u32>(j) & 1);
+
+    if (num_tiles > 0 && !kIntraOverlap) {
+      // Without overlap (head dim 256: S(t+1), P(t) and O do not fit in the
+      // register budget together): S, softmax, then P V, one tile at a time.
+      // Each GEMM is issued in its own turn, so with ping-pong the turns
+      // alternate S0 S1 PV0 PV1 and one warpgroup's softmax runs under the
+      // other's GEMMs.
+      float acc_s[kSRegisters];
+      u32 p_frag[kPVSteps][4];
+      float correction[2];
+      for (int t = 0; t < num_tiles; ++t) {
+        const int stage = stage_of(kv_iter + t);
+        const u32 parity = parity_of(kv_iter + t);
+        mbarrier_wait(k_full(stage), parity);
+        take_turn();
+        issue_s(acc_s, stage);
+        pass_turn();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_s);
+        softmax(acc_s, (n_block_begin + t) * kBlockN, correction);
+#pragma unroll
+        for (int nt = 0; nt < kOTiles; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            acc_o[4 * nt + 2 * h] *= correction[h];
+            acc_o[4 * nt + 2 * h + 1] *= correction[h];
+          }
+        to_p(acc_s, p_frag);
+        mbarrier_wait(v_full(stage), parity);
+        take_turn();
+        issue_pv(p_frag, stage);
+        pass_turn();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_o);
+        if (lane == 0) mbarrier_arrive(kv_empty(stage));
+      }
+    }
+    // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and then
+    // O += P(t) V(t) back to back, computes the softmax of S(t+1) while P V
+    // runs, and only then rescales O and replaces P.
+    if (num_tiles > 0 && kIntraOverlap) {
+      float acc_s[kSRegisters];
+      u32 p_frag[kPVSteps][4];
+      float correction[2];
+      mbarrier_wait(k_full(stage_of(kv_iter)), parity_of(kv_iter));
       take_turn();
-      issue_s(acc_s, stage);
+      issue_s(acc_s, stage_of(kv_iter));
       pass_turn();
       wgmma_wait<0>();
       wgmma_fence_operands(acc_s);
-      softmax(acc_s, (n_block_begin + t) * kBlockN, correction);
-#pragma unroll
-      for (int nt = 0; nt < kOTiles; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          acc_o[4 * nt + 2 * h] *= correction[h];
-          acc_o[4 * nt + 2 * h + 1] *= correction[h];
-        }
+      softmax(acc_s, n_block_begin * kBlockN, correction);  // O is still 0
       to_p(acc_s, p_frag);
-      mbarrier_wait(v_full(stage), parity);
-      take_turn();
-      issue_pv(p_frag, stage);
-      pass_turn();
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc_o);
-      if (lane == 0) mbarrier_arrive(kv_empty(stage));
+      // The last tile is peeled off: with a fixed number of commit groups per
+      // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
+      // asynchronous (a conditional S issue made it serialise them, C7514).
+      for (int t = 0; t + 1 < num_tiles; ++t) {
+        const int stage = stage_of(kv_iter + t);
+        const int next_stage = stage_of(kv_iter + t + 1);
+        mbarrier_wait(k_full(next_stage), parity_of(kv_iter + t + 1));
+        mbarrier_wait(v_full(stage), parity_of(kv_iter + t));
+        take_turn();
+        issue_s(acc_s, next_stage);
+        issue_pv(p_frag, stage);
+        pass_turn();
+        wgmma_wait<1>();  // S(t+1) done; P V may still run
+        wgmma_fence_operands(acc_s);
+        softmax(acc_s, (n_block_begin + t + 1) * kBlockN, correction);
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_o);
+        // Every warp releases the stage once its own MMAs have read it.
+        if (lane == 0) mbarrier_arrive(kv_empty(stage));
+#pragma unroll
+        for (int nt = 0; nt < kOTiles; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            acc_o[4 * nt + 2 * h] *= correction[h];
+            acc_o[4 * nt + 2 * h + 1] *= correction[h];
+          }
+        to_p(acc_s, p_frag);
+      }
+      // Every S of the work tile is done: the next Q may load under the last
+      // P V and the epilogue.
+      if (kPersistent && lane == 0) mbarrier_arrive(q_empty);
+      {
+        const int stage = stage_of(kv_iter + num_tiles - 1);
+        mbarrier_wait(v_full(stage), parity_of(kv_iter + num_tiles - 1));
+        take_turn();
+        issue_pv(p_frag, stage);
+        pass_turn();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_o);
+        if (lane == 0) mbarrier_arrive(kv_empty(stage));
+      }
+    } else if (kPersistent) {
+      if (lane == 0) mbarrier_arrive(q_empty);  // no K/V tile: Q was not read
     }
-  }
-  if (num_tiles > 0 && kIntraOverlap) {
-    float acc_s[kSRegisters];
-    u32 p_frag[kPVSteps][4];
-    float correction[2];
-    mbarrier_wait(q_full, 0);
-    mbarrier_wait(k_full(0), 0);
-    take_turn();
-    issue_s(acc_s, 0);
-    pass_turn();
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc_s);
-    softmax(acc_s, n_block_begin * kBlockN, correction);  // O is still 0
-    to_p(acc_s, p_frag);
-    // The last tile is peeled off: with a fixed number of commit groups per
-    // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
-    // asynchronous (a conditional S issue made it serialise them, C7514).
-    for (int t = 0; t + 1 < num_tiles; ++t) {
-      const int stage = t % kStages;
-      const int next_stage = (t + 1) % kStages;
-      mbarrier_wait(k_full(next_stage), static_cast<u32>((t + 1) / kStages) & 1);
-      mbarrier_wait(v_full(stage), static_cast<u32>(t / kStages) & 1);
-      take_turn();
-      issue_s(acc_s, next_stage);
-      issue_pv(p_frag, stage);
-      pass_turn();
-      wgmma_wait<1>();  // S(t+1) done; P V may still run
-      wgmma_fence_operands(acc_s);
-      softmax(acc_s, (n_block_begin + t + 1) * kBlockN, correction);
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc_o);
-      // Every warp releases the stage once its own MMAs have read it.
-      if (lane == 0) mbarrier_arrive(kv_empty(stage));
+    kv_iter += num_tiles;
+
+    // ---- epilogue ---------------------------------------------------------------
+    float *const lse_base =
+        p.lse ? p.lse + (static_cast<i64>(tile.batch) * p.heads_q + tile.head) * seqlen_q
+              : nullptr;
+    if constexpr (kPersistent) {
+      u16 *const o_base = static_cast<u16 *>(p.o) + tile.batch * p.o_batch_stride +
+                          tile.head * p.o_head_stride;
 #pragma unroll
-      for (int nt = 0; nt < kOTiles; ++nt)
+      for (int h = 0; h < 2; ++h) {
+        const float sum = quad_sum(row_sum[h]);
+        const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
+        const float inv = empty ? 0.f : 1.f / sum;
+        const int row = wg_m0 + warp * 16 + group + h * 8;
+        if (row < seqlen_q) {
+          u16 *const o_row = o_base + static_cast<i64>(row) * p.o_row_stride + quad_lane * 2;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          acc_o[4 * nt + 2 * h] *= correction[h];
-          acc_o[4 * nt + 2 * h + 1] *= correction[h];
+          for (int nt = 0; nt < kOTiles; ++nt)
+            *reinterpret_cast<u32 *>(o_row + nt * 8) =
+                Ops::pack(acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv);
+          if (lse_base && quad_lane == 0) {
+            // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
+            lse_base[row] =
+                empty ? kInf : (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
+          }
         }
-      to_p(acc_s, p_frag);
-    }
-    {
-      const int t = num_tiles - 1;
-      const int stage = t % kStages;
-      mbarrier_wait(v_full(stage), static_cast<u32>(t / kStages) & 1);
-      take_turn();
-      issue_pv(p_frag, stage);
-      pass_turn();
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc_o);
-      if (lane == 0) mbarrier_arrive(kv_empty(stage));
+      }
+    } else {
+      // The warpgroup's Q space (its last S is complete) becomes its O staging
+      // tile, in the same swizzled column-block layout; 16-byte stores from
+      // there. Q's buffer is released once every consumer warp has read its
+      // staged rows back. The per-thread offsets derive from an opaque thread
+      // index, so they are computed here, once per work tile, rather than
+      // hoisted out of the work loop into registers the main loop needs (at
+      // d=256 that spilled 348 bytes).
+      const int e_tid = opaque(static_cast<int>(threadIdx.x)) % 128;
+      const int e_warp = e_tid / 32, e_group = (e_tid % 32) / 4, e_quad_lane = e_tid % 4;
+      const u32 o_stage = smem + cwg * kQWarpgroupBytes;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float sum = quad_sum(row_sum[h]);
+        const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
+        const float inv = empty ? 0.f : 1.f / sum;
+        const int row = e_warp * 16 + e_group + h * 8;  // within the warpgroup
+#pragma unroll
+        for (int nt = 0; nt < kOTiles; ++nt) {
+          const u32 packed =
+              Ops::pack(acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv);
+          const int col = nt * 8 + e_quad_lane * 2;
+          const int chunk = (col % 64) / 8;
+          const u32 addr = o_stage + (col / 64) * kQColBlockBytes + row * kRowBytes +
+                           ((chunk ^ (row % 8)) << 4) + (col % 8) * 2;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
+        }
+        if (lse_base && e_quad_lane == 0 && wg_m0 + row < seqlen_q) {
+          // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
+          lse_base[wg_m0 + row] =
+              empty ? kInf : (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
+        }
+      }
+      named_barrier_sync(kBarrierEpilogue + cwg, 128);
+
+      u16 *const o_base = static_cast<u16 *>(p.o) + tile.batch * p.o_batch_stride +
+                          tile.head * p.o_head_stride + static_cast<i64>(wg_m0) * p.o_row_stride;
+      constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+      constexpr int kTotal = 64 * kChunks;
+      static_assert(kTotal % 128 == 0, "whole passes of the warpgroup");
+#pragma unroll
+      for (int i = 0; i < kTotal / 128; ++i) {
+        const int idx = e_tid + i * 128;
+        const int row = idx / kChunks;
+        const int chunk = idx % kChunks;
+        if (wg_m0 + row < seqlen_q) {
+          const u32 addr = o_stage + (chunk / 8) * kQColBlockBytes + row * kRowBytes +
+                           (((chunk % 8) ^ (row % 8)) << 4);
+          U32x4 v;
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(addr));
+          *reinterpret_cast<U32x4 *>(o_base + row * p.o_row_stride + chunk * 8) = v;
+        }
+      }
+      // This warp's reads of the staging tile are done (its stores have the
+      // values): the next Q may land there.
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(q_empty);
     }
   }
   if constexpr (kPingPong) {
     // Balance the turns: warpgroup 1's up-front signal leaves warpgroup 0 one
     // signal ahead; consuming it leaves no barrier half-arrived at exit.
     if (cwg == 0) named_barrier_sync(kBarrierPingPong + 0, 2 * 128);
-  }
-
-  // ---- epilogue -------------------------------------------------------------
-  // The warpgroup's Q space (its last S is complete) becomes its O staging
-  // tile, in the same swizzled column-block layout.
-  const u32 o_stage = smem + cwg * kQWarpgroupBytes;
-  float *const lse_base =
-      p.lse ? p.lse + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q : nullptr;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float sum = quad_sum(row_sum[h]);
-    const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
-    const float inv = empty ? 0.f : 1.f / sum;
-    const int row = warp * 16 + group + h * 8;  // within the warpgroup
-#pragma unroll
-    for (int nt = 0; nt < kOTiles; ++nt) {
-      const u32 packed = Ops::pack(acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv);
-      const int col = nt * 8 + quad_lane * 2;
-      const int chunk = (col % 64) / 8;
-      const u32 addr = o_stage + (col / 64) * kQColBlockBytes + row * kRowBytes +
-                       ((chunk ^ (row % 8)) << 4) + (col % 8) * 2;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
-    }
-    if (lse_base && quad_lane == 0 && wg_m0 + row < seqlen_q) {
-      // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
-      const float lse =
-          empty ? kInf : (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
-      lse_base[wg_m0 + row] = lse;
-    }
-  }
-  named_barrier_sync(kBarrierEpilogue + cwg, 128);
-
-  u16 *const o_base = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
-                      head * p.o_head_stride + static_cast<i64>(wg_m0) * p.o_row_stride;
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-  constexpr int kTotal = 64 * kChunks;
-  static_assert(kTotal % 128 == 0, "whole passes of the warpgroup");
-#pragma unroll
-  for (int i = 0; i < kTotal / 128; ++i) {
-    const int idx = ctid + i * 128;
-    const int row = idx / kChunks;
-    const int chunk = idx % kChunks;
-    if (wg_m0 + row < seqlen_q) {
-      const u32 addr = o_stage + (chunk / 8) * kQColBlockBytes + row * kRowBytes +
-                       (((chunk % 8) ^ (row % 8)) << 4);
-      U32x4 v;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(addr));
-      *reinterpret_cast<U32x4 *>(o_base + row * p.o_row_stride + chunk * 8) = v;
-    }
   }
 }

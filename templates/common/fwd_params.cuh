@@ -22,6 +22,7 @@ struct FwdParams {
   int seqlen_k;
   int heads_q;
   int heads_per_kv;  // heads_q / heads_kv
+  int batch;
 
   // Window bounds in keys, bottom-right aligned; a huge value when unbounded.
   int window_left;

@@ -186,12 +186,50 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   EXPECT_EQ(default_forward_config(p, kSm90a, 0, sm80_only).path, KernelPath::sm80);
 }
 
+// Persistent where every work tile costs the same (no mask, head dims 64 and
+// 128) or a head has few query blocks: one CTA per SM, at most one per work
+// tile; otherwise one CTA per work tile, in x (the kernel decodes query
+// block, head and batch).
+TEST(FwdSm90LaunchGeometry, PersistentWithoutMaskOrForShortSequences) {
+  auto geometry = [](int d, MaskKind mask, int64_t seqlen, int64_t heads, int64_t batch,
+                     int sm_count) {
+    Problem p;
+    p.head_dim_qk = p.head_dim_v = d;
+    p.mask = mask;
+    p.window_left = 100;
+    p.window_right = 3;
+    p.seqlen_q = p.seqlen_k = seqlen;
+    p.heads_q = p.heads_kv = heads;
+    p.batch = batch;
+    auto spec = make_forward_spec(p, default_forward_config(p, kSm90a), kSm90a);
+    EXPECT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+    EXPECT_EQ(spec->config.path, KernelPath::sm90);
+    return forward_launch_geometry(*spec, p, sm_count);
+  };
+  // 4 query blocks x 16 heads x 32 batch = 2048 work tiles.
+  LaunchGeometry g = geometry(128, MaskKind::none, 512, 16, 32, 132);
+  EXPECT_EQ(g.grid.x, 132u);
+  EXPECT_EQ(g.grid.y, 1u);
+  EXPECT_EQ(g.grid.z, 1u);
+  EXPECT_EQ(g.block.x, 384u);
+  EXPECT_EQ(geometry(64, MaskKind::none, 512, 16, 32, 132).grid.x, 132u);
+  EXPECT_EQ(geometry(128, MaskKind::none, 300, 1, 2, 132).grid.x, 6u);  // fewer tiles than SMs
+  EXPECT_EQ(geometry(128, MaskKind::none, 512, 16, 32, 0).grid.x, 2048u);  // SM count unknown
+  // The others: one CTA per SM only for heads of at most 8 query blocks.
+  EXPECT_EQ(geometry(128, MaskKind::causal, 1024, 16, 16, 132).grid.x, 132u);
+  EXPECT_EQ(geometry(128, MaskKind::causal, 1025, 16, 16, 132).grid.x, 9u * 16 * 16);
+  EXPECT_EQ(geometry(128, MaskKind::causal, 8192, 16, 2, 132).grid.x, 2048u);
+  EXPECT_EQ(geometry(128, MaskKind::window, 8192, 16, 2, 132).grid.x, 2048u);
+  EXPECT_EQ(geometry(256, MaskKind::none, 8192, 8, 2, 132).grid.x, 1024u);
+  EXPECT_EQ(geometry(256, MaskKind::none, 512, 16, 32, 132).grid.x, 132u);
+}
+
 TEST(FwdSm90Traits, SharedMemoryAndRejections) {
   auto t = FwdSm90Traits::make(128, 128, 128, 128, 12, 2, 232448);
   ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
   EXPECT_EQ(t->threads(), 384);
-  // Q 128x128, 2 x (K + V) 128x128, 7 barriers, 1024 alignment slack.
-  EXPECT_EQ(t->smem_bytes(), 32768 + 2 * 2 * 32768 + 56 + 1024);
+  // Q 128x128, 2 x (K + V) 128x128, 8 barriers, 1024 alignment slack.
+  EXPECT_EQ(t->smem_bytes(), 32768 + 2 * 2 * 32768 + 64 + 1024);
   auto big = FwdSm90Traits::make(256, 256, 128, 96, 12, 2, 232448);
   ASSERT_FALSE(bool(big));
   EXPECT_NE(llvm::toString(big.takeError()).find("the device allows 232448"), std::string::npos);
