@@ -390,6 +390,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     }
   };
 
+  // O *= the softmax's correction of each of the thread's two rows.
+  auto rescale_o = [&](const float (&correction)[2]) {
+#pragma unroll
+    for (int nt = 0; nt < kOTiles; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        acc_o[4 * nt + 2 * h] *= correction[h];
+        acc_o[4 * nt + 2 * h + 1] *= correction[h];
+      }
+  };
+
   // n8 tiles 2kk and 2kk+1 of S are exactly the A fragment of k-step kk.
   auto to_p = [&](const float (&acc_s)[kSRegisters], u32 (&p_frag)[kPVSteps][4]) {
 #pragma unroll
@@ -404,6 +415,18 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // The K/V ring's stage and phase of K/V tile `it` (counted over all work tiles).
   auto stage_of = [](int it) { return it % kStages; };
   auto parity_of = [](int it) { return static_cast<u32>(it / kStages) & 1; };
+  // O += P V of K/V tile `it` in this warpgroup's turn, waited for; then
+  // every warp releases the tile's stage.
+  auto pv_and_release = [&](u32 (&p_frag)[kPVSteps][4], int it) {
+    const int stage = stage_of(it);
+    mbarrier_wait(v_full(stage), parity_of(it));
+    take_turn();
+    issue_pv(p_frag, stage);
+    pass_turn();
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc_o);
+    if (lane == 0) mbarrier_arrive(kv_empty(stage));
+  };
 
   int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
   for (int j = 0; work_index(j) < num_work; ++j) {
@@ -429,29 +452,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       float correction[2];
       for (int t = 0; t < num_tiles; ++t) {
         const int stage = stage_of(kv_iter + t);
-        const u32 parity = parity_of(kv_iter + t);
-        mbarrier_wait(k_full(stage), parity);
+        mbarrier_wait(k_full(stage), parity_of(kv_iter + t));
         take_turn();
         issue_s(acc_s, stage);
         pass_turn();
         wgmma_wait<0>();
         wgmma_fence_operands(acc_s);
         softmax(acc_s, (n_block_begin + t) * kBlockN, correction);
-#pragma unroll
-        for (int nt = 0; nt < kOTiles; ++nt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            acc_o[4 * nt + 2 * h] *= correction[h];
-            acc_o[4 * nt + 2 * h + 1] *= correction[h];
-          }
+        rescale_o(correction);
         to_p(acc_s, p_frag);
-        mbarrier_wait(v_full(stage), parity);
-        take_turn();
-        issue_pv(p_frag, stage);
-        pass_turn();
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_o);
-        if (lane == 0) mbarrier_arrive(kv_empty(stage));
+        pv_and_release(p_frag, kv_iter + t);
       }
     }
     // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and then
@@ -488,28 +498,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         wgmma_fence_operands(acc_o);
         // Every warp releases the stage once its own MMAs have read it.
         if (lane == 0) mbarrier_arrive(kv_empty(stage));
-#pragma unroll
-        for (int nt = 0; nt < kOTiles; ++nt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            acc_o[4 * nt + 2 * h] *= correction[h];
-            acc_o[4 * nt + 2 * h + 1] *= correction[h];
-          }
+        rescale_o(correction);
         to_p(acc_s, p_frag);
       }
       // Every S of the work tile is done: the next Q may load under the last
       // P V and the epilogue.
       if (kPersistent && lane == 0) mbarrier_arrive(q_empty);
-      {
-        const int stage = stage_of(kv_iter + num_tiles - 1);
-        mbarrier_wait(v_full(stage), parity_of(kv_iter + num_tiles - 1));
-        take_turn();
-        issue_pv(p_frag, stage);
-        pass_turn();
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_o);
-        if (lane == 0) mbarrier_arrive(kv_empty(stage));
-      }
+      pv_and_release(p_frag, kv_iter + num_tiles - 1);
     } else if (kPersistent) {
       if (lane == 0) mbarrier_arrive(q_empty);  // no K/V tile: Q was not read
     }
