@@ -48,10 +48,10 @@
 //   kv_full       K and V landed;
 //   full[s]       stage s's Q and dO landed (TMA transaction bytes);
 //   empty[s]      every consumer warp has finished its MMAs reading stage s.
-// dS^T (and P^T) is double-buffered: one named barrier per tile (both warpgroups'
-// halves written; only the warpgroup's own when it takes its own keys)
-// also proves that the buffer of two tiles back is free, since each
-// warpgroup waits for its dQ MMA before reaching the next one.
+// dS^T (and P^T) is double-buffered: one named barrier per tile (both
+// warpgroups' halves written; only the warpgroup's own when it takes its
+// own keys) also proves that the buffer of two tiles back is free, since
+// each warpgroup waits for its MMAs reading it before reaching the next one.
 // Rows past seqlen are zero-filled by TMA.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
