@@ -76,6 +76,13 @@ llvm::Error validate_problem(const Problem &p) {
           "overflow 64 bits",
           heads_name, seqlen_name, p.batch, heads, seqlen));
   }
+  // The sm90 forward numbers its work tiles (128 query rows, head, batch) in
+  // one 32-bit index.
+  if (const int64_t tiles = p.batch * p.heads_q * ((p.seqlen_q + 127) / 128); tiles > kMaxInt)
+    return problem_error(llvm::formatv(
+        "batch*heads_q*ceil(seqlen_q/128)={0} query tiles exceed {1} (kernels number them in "
+        "32 bits)",
+        tiles, kMaxInt));
   if (p.mask != MaskKind::none && p.mask != MaskKind::causal && p.mask != MaskKind::window)
     return problem_error(llvm::formatv("mask={0} is not none, causal or window",
                                        static_cast<int>(p.mask)));

@@ -124,6 +124,13 @@ const std::vector<ProblemCase> &problem_cases() {
        },
        "batch*heads_kv*seqlen_k=65535*65535*2147483647 rows is too large: the tensors' byte "
        "offsets would overflow 64 bits"},
+      {"query tiles past 32 bits",
+       [](Problem &p) {
+         p.batch = p.heads_q = p.heads_kv = 65535;
+         p.seqlen_q = 1 << 20;
+       },
+       "batch*heads_q*ceil(seqlen_q/128)=35183298355200 query tiles exceed 2147483647 (kernels "
+       "number them in 32 bits)"},
       {"head_dim_qk 0", [](Problem &p) { p.head_dim_qk = 0; },
        "head_dim_qk=0 is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
        "the Python binding does this for you)"},
