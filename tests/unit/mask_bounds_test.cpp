@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #define __device__
 #define __forceinline__ inline
@@ -49,6 +50,34 @@ std::vector<Setup> setups() {
   return out;
 }
 
+// The first and last index b in [0, inner) with visible(a, b) for some a in
+// [begin, begin + block); {-1, -1} when there is none.
+template <class Visible>
+std::pair<long long, long long> visible_range(long long begin, int block, long long inner,
+                                              Visible visible) {
+  long long lo = -1, hi = -1;
+  for (long long a = begin; a < begin + block; ++a)
+    for (long long b = 0; b < inner; ++b)
+      if (visible(a, b)) {
+        if (lo < 0 || b < lo) lo = b;
+        hi = std::max(hi, b);
+      }
+  return {lo, hi};
+}
+
+// `span` is exactly the tiles of `block` from index range.first's to
+// range.second's (none for an empty range).
+void expect_tiles(const TileSpan &span, std::pair<long long, long long> range, int block,
+                  const std::string &where) {
+  const auto [lo, hi] = range;
+  if (lo < 0) {
+    EXPECT_EQ(span.count, 0) << where;
+    return;
+  }
+  EXPECT_EQ(span.first, lo / block) << where;
+  EXPECT_EQ(span.count, hi / block - lo / block + 1) << where;
+}
+
 // Each policy's bounds agree with brute force (a policy without a side
 // ignores that side, so it is checked with that side unbounded).
 template <class Mask>
@@ -61,41 +90,17 @@ void check_policy() {
     for (int block : {8, 16}) {
       // Key tiles seen by a query tile: from the first visible key's tile to
       // the last's (rows past seqlen_q count: the kernels walk whole tiles).
-      for (int m0 = 0; m0 < s.seqlen_q; m0 += block) {
-        long long lo = -1, hi = -1;
-        for (long long i = m0; i < m0 + block; ++i)
-          for (long long j = 0; j < s.seqlen_k; ++j)
-            if (s.visible(i, j)) {
-              if (lo < 0) lo = j;
-              lo = std::min(lo, j);
-              hi = std::max(hi, j);
-            }
-        const TileSpan span = visible_key_tiles<Mask>(s.p, s.seqlen_k, m0, block, offset, block);
-        if (lo < 0) {
-          EXPECT_EQ(span.count, 0) << "m0=" << m0;
-        } else {
-          EXPECT_EQ(span.first, lo / block) << "m0=" << m0;
-          EXPECT_EQ(span.count, hi / block - lo / block + 1) << "m0=" << m0;
-        }
-      }
+      for (int m0 = 0; m0 < s.seqlen_q; m0 += block)
+        expect_tiles(visible_key_tiles<Mask>(s.p, s.seqlen_k, m0, block, offset, block),
+                     visible_range(m0, block, s.seqlen_k,
+                                   [&](long long i, long long j) { return s.visible(i, j); }),
+                     block, "m0=" + std::to_string(m0));
       // Query tiles that see a key tile (queries inside seqlen_q).
-      for (int n0 = 0; n0 < s.seqlen_k; n0 += block) {
-        long long lo = -1, hi = -1;
-        for (long long j = n0; j < n0 + block; ++j)
-          for (long long i = 0; i < s.seqlen_q; ++i)
-            if (s.visible(i, j)) {
-              if (lo < 0) lo = i;
-              lo = std::min(lo, i);
-              hi = std::max(hi, i);
-            }
-        const TileSpan span = visible_query_tiles<Mask>(s.p, s.seqlen_q, n0, block, offset, block);
-        if (lo < 0) {
-          EXPECT_EQ(span.count, 0) << "n0=" << n0;
-        } else {
-          EXPECT_EQ(span.first, lo / block) << "n0=" << n0;
-          EXPECT_EQ(span.count, hi / block - lo / block + 1) << "n0=" << n0;
-        }
-      }
+      for (int n0 = 0; n0 < s.seqlen_k; n0 += block)
+        expect_tiles(visible_query_tiles<Mask>(s.p, s.seqlen_q, n0, block, offset, block),
+                     visible_range(n0, block, s.seqlen_q,
+                                   [&](long long j, long long i) { return s.visible(i, j); }),
+                     block, "n0=" + std::to_string(n0));
       // Per tile: cut exactly when an entry is hidden; each row's visible
       // keys and each key's visible queries as tile-local ranges.
       for (int m0 = 0; m0 < s.seqlen_q + block; m0 += block)
