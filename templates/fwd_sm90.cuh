@@ -201,6 +201,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     return visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
   };
 
+  // The K/V ring's stage and phase of K/V tile `it` (counted over all work
+  // tiles), for the producer and the consumers alike.
+  auto stage_of = [](int it) { return it % kStages; };
+  auto parity_of = [](int it) { return static_cast<u32>(it / kStages) & 1; };
+
   if (tid == 0) {
     mbarrier_init(q_full, 1);
     mbarrier_init(q_empty, kConsumerWarps);
@@ -227,13 +232,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         const int kv_head = tile.head / p.heads_per_kv;
         const TileSpan key_tiles = key_tiles_of(tile.m0);
         auto load_kv = [&](int t) {
-          const int it = kv_iter + t;
-          const int stage = it % kStages;
-          const u32 round = static_cast<u32>(it / kStages);
+          const int stage = stage_of(kv_iter + t);
           // The first round passes at once (parity 1 of a fresh barrier is
           // the phase before its first); later rounds wait for the
           // consumers' release of the tile kStages back.
-          mbarrier_wait(kv_empty(stage), (round & 1) ^ 1);
+          mbarrier_wait(kv_empty(stage), parity_of(kv_iter + t) ^ 1);
           const int n0 = (key_tiles.first + t) * kBlockN;
           const u32 k_dst = smem + kOffsetK + stage * kKVTileBytes;
           const u32 v_dst = smem + kOffsetV + stage * kKVTileBytes;
@@ -412,9 +415,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     }
   };
 
-  // The K/V ring's stage and phase of K/V tile `it` (counted over all work tiles).
-  auto stage_of = [](int it) { return it % kStages; };
-  auto parity_of = [](int it) { return static_cast<u32>(it / kStages) & 1; };
   // O += P V of K/V tile `it` in this warpgroup's turn, waited for; then
   // every warp releases the tile's stage.
   auto pv_and_release = [&](u32 (&p_frag)[kPVSteps][4], int it) {
