@@ -27,6 +27,23 @@ constexpr int lanes_per_row(int head_dim) {
   return lanes;
 }
 
+// The CTA's block of query rows: head, batch, first row and row count, and
+// the first row's index in [batch, head, row] order (of D and the
+// accumulator's rows).
+struct RowBlock {
+  int head, batch, row_begin, rows;
+  i64 first;
+};
+__device__ __forceinline__ RowBlock row_block(const BwdParams &p) {
+  RowBlock b;
+  b.head = blockIdx.y;
+  b.batch = blockIdx.z;
+  b.row_begin = blockIdx.x * kRowsPerCta;
+  b.rows = min(kRowsPerCta, p.seqlen_q - b.row_begin);
+  b.first = (static_cast<i64>(b.batch) * p.heads_q + b.head) * p.seqlen_q + b.row_begin;
+  return b;
+}
+
 }  // namespace bwd_rowwise
 }  // namespace flashjit
 
@@ -40,11 +57,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   constexpr int kRowsPerPass = kThreads / kLanes;
   constexpr int kChunks = cfg::kHeadDimV / 8;  // 16-byte pieces of a row
   static_assert(kLanes <= 32, "a row's lanes within one warp");
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int row_begin = blockIdx.x * kRowsPerCta;
-  const int rows = min(kRowsPerCta, p.seqlen_q - row_begin);
+  const auto [head, batch, row_begin, rows, first] = row_block(p);
   const int chunk = threadIdx.x % kLanes;
-  const i64 first = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row_begin;
 #pragma unroll 4
   for (int r = threadIdx.x / kLanes; r < kRowsPerCta; r += kRowsPerPass) {
     float sum = 0.f;
@@ -87,11 +101,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   constexpr int kLanes = lanes_per_row(cfg::kHeadDimQK);
   constexpr int kRowsPerPass = kThreads / kLanes;
   constexpr int kChunks = cfg::kHeadDimQK / 8;
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int row_begin = blockIdx.x * kRowsPerCta;
-  const int rows = min(kRowsPerCta, p.seqlen_q - row_begin);
+  const auto [head, batch, row_begin, rows, first] = row_block(p);
   const int chunk = threadIdx.x % kLanes;
-  const i64 first = (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row_begin;
   if (chunk >= kChunks) return;
 #pragma unroll 4
   for (int r = threadIdx.x / kLanes; r < rows; r += kRowsPerPass) {
