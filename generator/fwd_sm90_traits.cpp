@@ -10,12 +10,16 @@
 
 namespace flashjit {
 
-int FwdSm90Traits::smem_bytes() const {
-  const int q = block_m * head_dim * 2;
+int FwdSm90Traits::smem_bytes_with(int q_buffers) const {
+  const int q = q_buffers * block_m * head_dim * 2;
   const int kv = 2 * stages * tile_bytes();
-  const int barriers = 8 * (2 + 3 * stages);
+  const int barriers = 8 * (2 * q_buffers + 4 * stages);
   return q + kv + barriers + kSmemAlign;
 }
+
+int FwdSm90Traits::q_stages() const { return smem_bytes_with(2) <= kSmemBudget ? 2 : 1; }
+
+int FwdSm90Traits::smem_bytes() const { return smem_bytes_with(q_stages()); }
 
 std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (head_dim_qk != head_dim_v)
@@ -48,11 +52,14 @@ KernelConfig FwdSm90Traits::default_config(int head_dim) {
   c.path = KernelPath::sm90;
   c.block_m = kBlockM;
   c.warps = kWarps;
-  // Fastest of bench/sweep_configs.py --path sm90 on the H200 (docs/PERF.md,
-  // 2026-11-29): d=64 and 128 128x128 with 3 stages (d=128 8k: 677 TFLOP/s
-  // against 524 with 2 stages), d=256 128x80 with 2.
+  // Fastest on the H200 (docs/PERF.md, 2026-11-30, sixth session): d=64
+  // 128x128 with 3 stages (2 the same), d=128 128x128 with 2 stages, which
+  // leaves room for a second Q buffer (causal 512: 317 TFLOP/s against 277
+  // with 3 stages and one Q buffer; from 4k on the same), d=256 128x80 with
+  // 2 (block_n 48, the largest with two Q buffers: 438 against 492 at
+  // causal 2k).
   c.block_n = head_dim == 256 ? 80 : 128;
-  c.stages = head_dim == 256 ? 2 : 3;
+  c.stages = head_dim == 128 ? 2 : head_dim == 256 ? 2 : 3;
   return c;
 }
 

@@ -28,10 +28,14 @@ struct FwdSm90Traits {
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
   static constexpr int kWarps = 4 * (1 + kConsumerWarpgroups);  // + the producer warpgroup
   static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 bytes
+  static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
 
   int threads() const { return 32 * warps; }
   int tile_bytes() const { return block_n * head_dim * 2; }  // one K or V tile
-  // Q tile, kStages K and V tiles, the mbarriers, and slack to align the base.
+  // Q buffers: two where they fit in kSmemBudget (the next work tile's Q
+  // loads while this one's is still in use), else one.
+  int q_stages() const;
+  // Q buffers, kStages K and V tiles, the mbarriers, and slack to align the base.
   int smem_bytes() const;
 
   // Why the sm90 kernel cannot serve this head-dim pair at all (empty: it can).
@@ -63,6 +67,9 @@ struct FwdSm90Traits {
   // block_n from 48 to max_block_n in steps of 16, 2 to 4 stages. The compile
   // test builds each of them and checks for spills.
   static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes);
+
+ private:
+  int smem_bytes_with(int q_buffers) const;
 };
 
 // Why the sm90 family cannot serve `problem` on `arch` (empty: it can): the

@@ -24,18 +24,23 @@
 // (setmaxnreg.dec) and one elected thread of its first warp issues every TMA
 // load; its other warps exit. Warpgroups 1.. are consumers (setmaxnreg.inc).
 //
-// Pipeline. Shared memory holds the Q tile (one per work tile) and a ring of
-// kStages K tiles and kStages V tiles, which runs on across work tiles. Every tile is a set of 128-byte
-// swizzled column blocks of 64 elements ([col block][row][128 B], the layout
-// TMA's SWIZZLE_128B writes and wgmma's 128-byte swizzle mode reads), so a
-// head dim of 128 is two TMA boxes per tile. Barriers (mbarriers):
-//   q_full           Q landed (TMA transaction bytes),
-//   q_empty          every consumer warp is done with Q (one arrival per
-//                    consumer warp): its last S when persistent, else its
+// Pipeline. Shared memory holds kQStages Q tiles (two where they fit, so
+// the next work tile's Q loads while this one's is in use) and a ring of
+// kStages K tiles and kStages V tiles, which runs on across work tiles.
+// Every tile is a set of 128-byte swizzled column blocks of 64 elements
+// ([col block][row][128 B], the layout TMA's SWIZZLE_128B writes and wgmma's
+// 128-byte swizzle mode reads), so a head dim of 128 is two TMA boxes per
+// tile. Barriers (mbarriers):
+//   q_full[b]        Q buffer b landed (TMA transaction bytes),
+//   q_empty[b]       every consumer warp is done with Q buffer b (one arrival
+//                    per consumer warp): its last S when persistent, else its
 //                    epilogue's read-back of O staged in Q's space,
-//   k_full[s], v_full[s]   stage s's K / V landed (TMA transaction bytes),
-//   kv_empty[s]      every consumer warp is done with stage s (one arrival
-//                    per consumer warp), so the producer may refill it.
+//   k_full[s], v_full[s]    stage s's K / V landed (TMA transaction bytes),
+//   k_empty[s], v_empty[s]  every consumer warp is done with stage s's K (its
+//                    S is complete) / V (its P V is), so the producer may
+//                    refill it. K frees a P V earlier than V, which makes two
+//                    stages nearly as deep as three and leaves the shared
+//                    memory for the second Q buffer at d = 128.
 // Rows past seqlen are zero-filled by TMA; the mask handles the rest.
 //
 // Per K/V tile, per consumer warpgroup: S = Q K^T by wgmma with both operands
@@ -52,7 +57,11 @@
 // S(t+1) = Q K(t+1)^T and O += P(t) V(t) back to back, runs the softmax of
 // S(t+1) while P V is in flight (wgmma.wait_group 1), then rescales O and
 // replaces P. At head dim 256 the three register tiles do not fit (spills),
-// so that kernel runs S, softmax, P V in sequence.
+// so that kernel runs S, softmax, P V in sequence. Overlapping work tiles as
+// well (the next tile's first S issued with the last P V, its softmax under
+// that, then the epilogue) measured 2-15% slower on the H200: the epilogue
+// then sits between a warpgroup's turns and holds up the other's
+// (docs/experiments/fwd-sm90-cross-tile-overlap.diff).
 //
 // Ping-pong. Two named barriers pass a turn between the two consumer
 // warpgroups: a warpgroup issues its GEMMs only in its turn and hands the
@@ -101,16 +110,25 @@ constexpr int kQWarpgroupBytes = kColBlocks * kQColBlockBytes;
 constexpr int kQBytes = kConsumerWarpgroups * kQWarpgroupBytes;
 constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
 constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;  // one K or V tile
-constexpr int kOffsetK = kQBytes;
-constexpr int kOffsetV = kOffsetK + kStages * kKVTileBytes;
-// mbarriers after the tiles: q_full, q_empty, k_full[kStages],
-// v_full[kStages], kv_empty[kStages], 8 bytes each.
-constexpr int kOffsetBarriers = kOffsetV + kStages * kKVTileBytes;
-constexpr int kSmemUsed = kOffsetBarriers + 8 * (2 + 3 * kStages);
-// The host allocates kSmemUsed + kSmemAlign: the base is rounded up to the
-// 1024 bytes at which the 128-byte swizzle pattern repeats (TMA and wgmma
-// both apply it to absolute shared addresses).
+// The host allocates the used bytes + kSmemAlign: the base is rounded up to
+// the 1024 bytes at which the 128-byte swizzle pattern repeats (TMA and
+// wgmma both apply it to absolute shared addresses).
 constexpr int kSmemAlign = 1024;
+constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
+// mbarriers after the tiles, 8 bytes each: q_full[kQStages],
+// q_empty[kQStages], k_full[kStages], v_full[kStages], k_empty[kStages],
+// v_empty[kStages].
+constexpr int barrier_bytes(int q_stages) { return 8 * (2 * q_stages + 4 * kStages); }
+// Two Q buffers where they fit: the next work tile's Q loads while this
+// one's is still in use (its S, or O staged in it), so the next work tile's
+// first S need not wait for the load after the epilogue.
+constexpr int kQStages =
+    2 * kQBytes + 2 * kStages * kKVTileBytes + barrier_bytes(2) + kSmemAlign <= kSmemBudget ? 2
+                                                                                            : 1;
+constexpr int kOffsetK = kQStages * kQBytes;
+constexpr int kOffsetV = kOffsetK + kStages * kKVTileBytes;
+constexpr int kOffsetBarriers = kOffsetV + kStages * kKVTileBytes;
+constexpr int kSmemUsed = kOffsetBarriers + barrier_bytes(kQStages);
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
@@ -167,11 +185,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 smem = (smem_address(smem_raw) + kSmemAlign - 1) & ~u32(kSmemAlign - 1);
   const u32 bar_base = smem + kOffsetBarriers;
-  const u32 q_full = bar_base;
-  const u32 q_empty = bar_base + 8;
-  auto k_full = [&](int s) { return bar_base + 8 * (2 + s); };
-  auto v_full = [&](int s) { return bar_base + 8 * (2 + kStages + s); };
-  auto kv_empty = [&](int s) { return bar_base + 8 * (2 + 2 * kStages + s); };
+  auto q_full = [&](int b) { return bar_base + 8 * b; };
+  auto q_empty = [&](int b) { return bar_base + 8 * (kQStages + b); };
+  const u32 kv_bars = bar_base + 8 * 2 * kQStages;
+  auto k_full = [&](int s) { return kv_bars + 8 * s; };
+  auto v_full = [&](int s) { return kv_bars + 8 * (kStages + s); };
+  auto k_empty = [&](int s) { return kv_bars + 8 * (2 * kStages + s); };
+  auto v_empty = [&](int s) { return kv_bars + 8 * (3 * kStages + s); };
 
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
@@ -202,18 +222,25 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   };
 
   // The K/V ring's stage and phase of K/V tile `it` (counted over all work
-  // tiles), for the producer and the consumers alike.
+  // tiles), and the Q buffer and phase of work tile j (counted per CTA), for
+  // the producer and the consumers alike.
   auto stage_of = [](int it) { return it % kStages; };
   auto parity_of = [](int it) { return static_cast<u32>(it / kStages) & 1; };
+  auto q_buffer_of = [](int j) { return j % kQStages; };
+  auto q_parity_of = [](int j) { return static_cast<u32>(j / kQStages) & 1; };
 
   if (tid == 0) {
-    mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, kConsumerWarps);
+#pragma unroll
+    for (int b = 0; b < kQStages; ++b) {
+      mbarrier_init(q_full(b), 1);
+      mbarrier_init(q_empty(b), kConsumerWarps);
+    }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(k_full(s), 1);
       mbarrier_init(v_full(s), 1);
-      mbarrier_init(kv_empty(s), kConsumerWarps);
+      mbarrier_init(k_empty(s), kConsumerWarps);
+      mbarrier_init(v_empty(s), kConsumerWarps);
     }
     fence_barrier_init();
   }
@@ -231,41 +258,54 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         const WorkTile tile = work_tile(work_index(j));
         const int kv_head = tile.head / p.heads_per_kv;
         const TileSpan key_tiles = key_tiles_of(tile.m0);
-        auto load_kv = [&](int t) {
+        // K and V of tile t in their stage, each once the consumers have
+        // released what the stage held kStages tiles back (a fresh barrier's
+        // parity-1 wait passes at once: the phase before its first).
+        auto load_k = [&](int t) {
           const int stage = stage_of(kv_iter + t);
-          // The first round passes at once (parity 1 of a fresh barrier is
-          // the phase before its first); later rounds wait for the
-          // consumers' release of the tile kStages back.
-          mbarrier_wait(kv_empty(stage), parity_of(kv_iter + t) ^ 1);
-          const int n0 = (key_tiles.first + t) * kBlockN;
-          const u32 k_dst = smem + kOffsetK + stage * kKVTileBytes;
-          const u32 v_dst = smem + kOffsetV + stage * kKVTileBytes;
+          mbarrier_wait(k_empty(stage), parity_of(kv_iter + t) ^ 1);
+          const u32 dst = smem + kOffsetK + stage * kKVTileBytes;
           mbarrier_arrive_expect_tx(k_full(stage), kKVTileBytes);
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(k_dst + cb * kKVColBlockBytes, &tma_k, k_full(stage), cb * 64, n0,
-                        kv_head, tile.batch);
+            tma_load_4d(dst + cb * kKVColBlockBytes, &tma_k, k_full(stage), cb * 64,
+                        (key_tiles.first + t) * kBlockN, kv_head, tile.batch);
+        };
+        auto load_v = [&](int t) {
+          const int stage = stage_of(kv_iter + t);
+          mbarrier_wait(v_empty(stage), parity_of(kv_iter + t) ^ 1);
+          const u32 dst = smem + kOffsetV + stage * kKVTileBytes;
           mbarrier_arrive_expect_tx(v_full(stage), kKVTileBytes);
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(v_dst + cb * kKVColBlockBytes, &tma_v, v_full(stage), cb * 64, n0,
-                        kv_head, tile.batch);
+            tma_load_4d(dst + cb * kKVColBlockBytes, &tma_v, v_full(stage), cb * 64,
+                        (key_tiles.first + t) * kBlockN, kv_head, tile.batch);
         };
-        // The first K/V tile before Q: its stage frees while the consumers
-        // still work on the work tile before, Q's only after their epilogue.
-        if (key_tiles.count > 0) load_kv(0);
+        // The first K tile before Q: its stage frees while the consumers
+        // still work on the work tile before. With one Q buffer, whose
+        // release comes only after their epilogue (or their last S), the
+        // first V too; with two, Q's buffer is free already (the work tile
+        // before last released it) and the first S needs Q before the first
+        // P V needs V.
+        if (key_tiles.count > 0) load_k(0);
+        if (kQStages == 1 && key_tiles.count > 0) load_v(0);
         // Q of every work tile, even one that sees no key: the consumers wait
-        // for each. The first passes at once; later ones wait for every
-        // consumer warp to be done with the Q before.
-        mbarrier_wait(q_empty, (static_cast<u32>(j) & 1) ^ 1);
-        mbarrier_arrive_expect_tx(q_full, kQBytes);
+        // for each. Its buffer's first use passes at once; later ones wait for
+        // every consumer warp to be done with the Q kQStages work tiles back.
+        const int qb = q_buffer_of(j);
+        mbarrier_wait(q_empty(qb), q_parity_of(j) ^ 1);
+        mbarrier_arrive_expect_tx(q_full(qb), kQBytes);
 #pragma unroll
         for (int wg = 0; wg < kConsumerWarpgroups; ++wg)
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(smem + wg * kQWarpgroupBytes + cb * kQColBlockBytes, &tma_q, q_full,
-                        cb * 64, tile.m0 + wg * 64, tile.head, tile.batch);
-        for (int t = 1; t < key_tiles.count; ++t) load_kv(t);
+            tma_load_4d(smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes,
+                        &tma_q, q_full(qb), cb * 64, tile.m0 + wg * 64, tile.head, tile.batch);
+        if (kQStages == 2 && key_tiles.count > 0) load_v(0);
+        for (int t = 1; t < key_tiles.count; ++t) {
+          load_k(t);
+          load_v(t);
+        }
         kv_iter += key_tiles.count;
       }
     }
@@ -283,7 +323,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int wg_row0 = cwg * 64;       // first row of this warpgroup in the tile
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
-  const u64 q_desc = smem_descriptor_sw128(smem + cwg * kQWarpgroupBytes, 16, 1024);
+  const u64 q_desc0 = smem_descriptor_sw128(smem + cwg * kQWarpgroupBytes, 16, 1024);
+  auto q_desc_of = [&](int j) { return q_desc0 + ((q_buffer_of(j) * kQBytes) >> 4); };
   const u64 k_desc0 = smem_descriptor_sw128(smem + kOffsetK, 16, 1024);
   const u64 v_desc0 = smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
 
@@ -291,7 +332,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // Per thread: rows `group` (h = 0) and `group + 8` (h = 1) of its warp.
   float row_max[2], row_sum[2];
   const float scale_log2 = p.softmax_scale_log2;
-  int wg_m0 = 0;  // first query row of this warpgroup in the current work tile
 
   // Turn-taking between the two consumer warpgroups (ping-pong): a warpgroup
   // issues its GEMMs only in its turn and hands the turn over once they are
@@ -309,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   }
 
   // Issues S = Q K^T of the K tile in `stage` (one commit group).
-  auto issue_s = [&](float (&acc_s)[kSRegisters], int stage) {
+  auto issue_s = [&](float (&acc_s)[kSRegisters], u64 q_desc, int stage) {
     const u64 k_desc = k_desc0 + ((stage * kKVTileBytes) >> 4);
     wgmma_fence_operands(acc_s);
     wgmma_fence();
@@ -341,11 +381,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
   };
 
-  // Softcap, mask and online softmax of the S tile of keys [n0, n0 + kBlockN):
-  // S becomes unnormalised P in place; `correction` is the factor O must be
-  // scaled by (applied by the caller once the previous P V is complete).
-  // acc_s[4*nt + 2*h + c] is row (group + 8h), column 8nt + 2*quad_lane + c.
-  auto softmax = [&](float (&acc_s)[kSRegisters], int n0, float (&correction)[2]) {
+  // Softcap, mask and online softmax of the S tile of keys [n0, n0 + kBlockN)
+  // for the warpgroup's 64 query rows from wg_m0: S becomes unnormalised P in
+  // place; `correction` is the factor O must be scaled by (applied by the
+  // caller once the previous P V is complete). acc_s[4*nt + 2*h + c] is row
+  // (group + 8h), column 8nt + 2*quad_lane + c.
+  auto softmax = [&](float (&acc_s)[kSRegisters], int wg_m0, int n0, float (&correction)[2]) {
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
@@ -358,12 +399,19 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         const i64 row = wg_m0 + ((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8;
         int lo_local, hi_local;  // visible keys of this row, tile-local
         visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
+        // The bounds relative to the thread's first column, so each element
+        // compares a constant: one compare and one select per element. Without
+        // a left bound lo_local <= 0 (first visible key 0, n0 >= 0): only hi.
+        const int hi_t = hi_local - (lane_t % 4) * 2;
+        const int lo_t = lo_local - (lane_t % 4) * 2;
 #pragma unroll
         for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const int col = nt * 8 + (lane_t % 4) * 2 + c;
-            if (col > hi_local || col < lo_local) acc_s[4 * nt + 2 * h + c] = kNegInf;
+            const int col = nt * 8 + c;
+            bool masked = col > hi_t;
+            if constexpr (Mask::kHasLeft) masked = masked || col < lo_t;
+            if (masked) acc_s[4 * nt + 2 * h + c] = kNegInf;
           }
       }
     }
@@ -415,102 +463,64 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     }
   };
 
-  // O += P V of K/V tile `it` in this warpgroup's turn, waited for; then
-  // every warp releases the tile's stage.
-  auto pv_and_release = [&](u32 (&p_frag)[kPVSteps][4], int it) {
-    const int stage = stage_of(it);
-    mbarrier_wait(v_full(stage), parity_of(it));
+  // Every warp's release of K/V tile `it`'s K or V once its MMAs have read it.
+  auto release_k = [&](int it) {
+    if (lane == 0) mbarrier_arrive(k_empty(stage_of(it)));
+  };
+  auto release_v = [&](int it) {
+    if (lane == 0) mbarrier_arrive(v_empty(stage_of(it)));
+  };
+  // Every consumer warp's release of work tile j's Q buffer.
+  auto release_q = [&](int j) {
+    if (lane == 0) mbarrier_arrive(q_empty(q_buffer_of(j)));
+  };
+
+  // S = Q K^T of K/V tile `it` against work tile j's Q, in this warpgroup's
+  // turn, waited for; the K stage is released.
+  auto s_alone = [&](float (&acc_s)[kSRegisters], int j, int it) {
+    mbarrier_wait(k_full(stage_of(it)), parity_of(it));
     take_turn();
-    issue_pv(p_frag, stage);
+    issue_s(acc_s, q_desc_of(j), stage_of(it));
+    pass_turn();
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc_s);
+    release_k(it);
+  };
+  // O += P V of K/V tile `it` in this warpgroup's turn, waited for; the V
+  // stage is released.
+  auto pv_alone = [&](u32 (&p_frag)[kPVSteps][4], int it) {
+    mbarrier_wait(v_full(stage_of(it)), parity_of(it));
+    take_turn();
+    issue_pv(p_frag, stage_of(it));
     pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operands(acc_o);
-    if (lane == 0) mbarrier_arrive(kv_empty(stage));
+    release_v(it);
+  };
+  // One turn of S(it_s) = Q_j K(it_s)^T and O += P V(it_pv), issued back to
+  // back; returns once S is complete (the K stage released), P V may still
+  // run (finish_pv waits for it).
+  auto s_and_pv = [&](float (&acc_s)[kSRegisters], int j, int it_s, u32 (&p_frag)[kPVSteps][4],
+                      int it_pv) {
+    mbarrier_wait(k_full(stage_of(it_s)), parity_of(it_s));
+    mbarrier_wait(v_full(stage_of(it_pv)), parity_of(it_pv));
+    take_turn();
+    issue_s(acc_s, q_desc_of(j), stage_of(it_s));
+    issue_pv(p_frag, stage_of(it_pv));
+    pass_turn();
+    wgmma_wait<1>();
+    wgmma_fence_operands(acc_s);
+    release_k(it_s);
+  };
+  auto finish_pv = [&](int it_pv) {
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc_o);
+    release_v(it_pv);
   };
 
-  int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
-  for (int j = 0; work_index(j) < num_work; ++j) {
-    const WorkTile tile = work_tile(work_index(j));
-    wg_m0 = tile.m0 + wg_row0;
-    const TileSpan key_tiles = key_tiles_of(tile.m0);
-    const int n_block_begin = key_tiles.first;
-    const int num_tiles = key_tiles.count;
-#pragma unroll
-    for (int i = 0; i < kORegisters; ++i) acc_o[i] = 0.f;
-    row_max[0] = row_max[1] = kNegInf;
-    row_sum[0] = row_sum[1] = 0.f;
-    mbarrier_wait(q_full, static_cast<u32>(j) & 1);
-
-    if (num_tiles > 0 && !kIntraOverlap) {
-      // Without overlap (head dim 256: S(t+1), P(t) and O do not fit in the
-      // register budget together): S, softmax, then P V, one tile at a time.
-      // Each GEMM is issued in its own turn, so with ping-pong the turns
-      // alternate S0 S1 PV0 PV1 and one warpgroup's softmax runs under the
-      // other's GEMMs.
-      float acc_s[kSRegisters];
-      u32 p_frag[kPVSteps][4];
-      float correction[2];
-      for (int t = 0; t < num_tiles; ++t) {
-        const int stage = stage_of(kv_iter + t);
-        mbarrier_wait(k_full(stage), parity_of(kv_iter + t));
-        take_turn();
-        issue_s(acc_s, stage);
-        pass_turn();
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_s);
-        softmax(acc_s, (n_block_begin + t) * kBlockN, correction);
-        rescale_o(correction);
-        to_p(acc_s, p_frag);
-        pv_and_release(p_frag, kv_iter + t);
-      }
-    }
-    // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and then
-    // O += P(t) V(t) back to back, computes the softmax of S(t+1) while P V
-    // runs, and only then rescales O and replaces P.
-    if (num_tiles > 0 && kIntraOverlap) {
-      float acc_s[kSRegisters];
-      u32 p_frag[kPVSteps][4];
-      float correction[2];
-      mbarrier_wait(k_full(stage_of(kv_iter)), parity_of(kv_iter));
-      take_turn();
-      issue_s(acc_s, stage_of(kv_iter));
-      pass_turn();
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc_s);
-      softmax(acc_s, n_block_begin * kBlockN, correction);  // O is still 0
-      to_p(acc_s, p_frag);
-      // The last tile is peeled off: with a fixed number of commit groups per
-      // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
-      // asynchronous (a conditional S issue made it serialise them, C7514).
-      for (int t = 0; t + 1 < num_tiles; ++t) {
-        const int stage = stage_of(kv_iter + t);
-        const int next_stage = stage_of(kv_iter + t + 1);
-        mbarrier_wait(k_full(next_stage), parity_of(kv_iter + t + 1));
-        mbarrier_wait(v_full(stage), parity_of(kv_iter + t));
-        take_turn();
-        issue_s(acc_s, next_stage);
-        issue_pv(p_frag, stage);
-        pass_turn();
-        wgmma_wait<1>();  // S(t+1) done; P V may still run
-        wgmma_fence_operands(acc_s);
-        softmax(acc_s, (n_block_begin + t + 1) * kBlockN, correction);
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_o);
-        // Every warp releases the stage once its own MMAs have read it.
-        if (lane == 0) mbarrier_arrive(kv_empty(stage));
-        rescale_o(correction);
-        to_p(acc_s, p_frag);
-      }
-      // Every S of the work tile is done: the next Q may load under the last
-      // P V and the epilogue.
-      if (kPersistent && lane == 0) mbarrier_arrive(q_empty);
-      pv_and_release(p_frag, kv_iter + num_tiles - 1);
-    } else if (kPersistent) {
-      if (lane == 0) mbarrier_arrive(q_empty);  // no K/V tile: Q was not read
-    }
-    kv_iter += num_tiles;
-
-    // ---- epilogue ---------------------------------------------------------------
+  // O / rowsum of work tile j (this warpgroup's rows from wg_m0) to global
+  // memory, and the log-sum-exp.
+  auto write_o = [&](const WorkTile &tile, int j, int wg_m0) {
     float *const lse_base =
         p.lse ? p.lse + (static_cast<i64>(tile.batch) * p.heads_q + tile.head) * seqlen_q
               : nullptr;
@@ -546,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // d=256 that spilled 348 bytes).
       const int e_tid = opaque(static_cast<int>(threadIdx.x)) % 128;
       const int e_warp = e_tid / 32, e_group = (e_tid % 32) / 4, e_quad_lane = e_tid % 4;
-      const u32 o_stage = smem + cwg * kQWarpgroupBytes;
+      const u32 o_stage = smem + q_buffer_of(j) * kQBytes + cwg * kQWarpgroupBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float sum = quad_sum(row_sum[h]);
@@ -594,8 +604,69 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // This warp's reads of the staging tile are done (its stores have the
       // values): the next Q may land there.
       __syncwarp();
-      if (lane == 0) mbarrier_arrive(q_empty);
+      release_q(j);
     }
+  };
+
+  auto reset_o = [&] {
+#pragma unroll
+    for (int i = 0; i < kORegisters; ++i) acc_o[i] = 0.f;
+  };
+
+  float acc_s[kSRegisters];
+  u32 p_frag[kPVSteps][4];
+  float correction[2];
+  int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
+  for (int j = 0; work_index(j) < num_work; ++j) {
+    const WorkTile tile = work_tile(work_index(j));
+    const int wg_m0 = tile.m0 + wg_row0;
+    const TileSpan key_tiles = key_tiles_of(tile.m0);
+    const int num_tiles = key_tiles.count;
+    auto n0_of = [&](int t) { return (key_tiles.first + t) * kBlockN; };
+    reset_o();
+    row_max[0] = row_max[1] = kNegInf;
+    row_sum[0] = row_sum[1] = 0.f;
+    mbarrier_wait(q_full(q_buffer_of(j)), q_parity_of(j));
+
+    if (num_tiles == 0) {
+      if (kPersistent) release_q(j);  // no key visible: Q was not read
+    } else if (!kIntraOverlap) {
+      // Without overlap (head dim 256: S(t+1), P(t) and O do not fit in the
+      // register budget together): S, softmax, then P V, one tile at a time.
+      // Each GEMM is issued in its own turn, so with ping-pong the turns
+      // alternate S0 S1 PV0 PV1 and one warpgroup's softmax runs under the
+      // other's GEMMs.
+      for (int t = 0; t < num_tiles; ++t) {
+        s_alone(acc_s, j, kv_iter + t);
+        softmax(acc_s, wg_m0, n0_of(t), correction);
+        rescale_o(correction);
+        to_p(acc_s, p_frag);
+        pv_alone(p_frag, kv_iter + t);
+      }
+    } else {
+      // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and
+      // then O += P(t) V(t) back to back, computes the softmax of S(t+1)
+      // while P V runs, and only then rescales O and replaces P.
+      s_alone(acc_s, j, kv_iter);
+      softmax(acc_s, wg_m0, n0_of(0), correction);  // O is still 0
+      to_p(acc_s, p_frag);
+      // The last tile is peeled off: with a fixed number of commit groups per
+      // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
+      // asynchronous (a conditional S issue made it serialise them, C7514).
+      for (int t = 0; t + 1 < num_tiles; ++t) {
+        s_and_pv(acc_s, j, kv_iter + t + 1, p_frag, kv_iter + t);
+        softmax(acc_s, wg_m0, n0_of(t + 1), correction);
+        finish_pv(kv_iter + t);
+        rescale_o(correction);
+        to_p(acc_s, p_frag);
+      }
+      // Every S of the work tile is done: the next Q may load under the last
+      // P V and the epilogue.
+      if (kPersistent) release_q(j);
+      pv_alone(p_frag, kv_iter + num_tiles - 1);
+    }
+    kv_iter += num_tiles;
+    write_o(tile, j, wg_m0);  // no key visible: O = 0, LSE = +inf
   }
   if constexpr (kPingPong) {
     // Balance the turns: warpgroup 1's up-front signal leaves warpgroup 0 one

@@ -148,7 +148,7 @@ TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
                           "constexpr int kConsumerRegisters = 240;\n"),
             std::string::npos)
       << s.source;
-  EXPECT_NE(s.program_name.find("fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s3"),
+  EXPECT_NE(s.program_name.find("fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2"),
             std::string::npos)
       << s.program_name;
 }
@@ -228,8 +228,19 @@ TEST(FwdSm90Traits, SharedMemoryAndRejections) {
   auto t = FwdSm90Traits::make(128, 128, 128, 128, 12, 2, 232448);
   ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
   EXPECT_EQ(t->threads(), 384);
-  // Q 128x128, 2 x (K + V) 128x128, 8 barriers, 1024 alignment slack.
-  EXPECT_EQ(t->smem_bytes(), 32768 + 2 * 2 * 32768 + 64 + 1024);
+  // Two Q buffers 128x128, 2 x (K + V) 128x128, 2 x 2 Q + 4 x 2 K/V
+  // barriers, 1024 alignment slack.
+  EXPECT_EQ(t->q_stages(), 2);
+  EXPECT_EQ(t->smem_bytes(), 2 * 32768 + 2 * 2 * 32768 + 12 * 8 + 1024);
+  // Three stages leave room for one Q buffer only.
+  auto deep = FwdSm90Traits::make(128, 128, 128, 128, 12, 3, 232448);
+  ASSERT_TRUE(bool(deep)) << llvm::toString(deep.takeError());
+  EXPECT_EQ(deep->q_stages(), 1);
+  EXPECT_EQ(deep->smem_bytes(), 32768 + 3 * 2 * 32768 + 14 * 8 + 1024);
+  // Head dim 256 at block_n 48: two Q buffers of 128x256 fit.
+  auto wide = FwdSm90Traits::make(256, 256, 128, 48, 12, 2, 232448);
+  ASSERT_TRUE(bool(wide)) << llvm::toString(wide.takeError());
+  EXPECT_EQ(wide->q_stages(), 2);
   auto big = FwdSm90Traits::make(256, 256, 128, 96, 12, 2, 232448);
   ASSERT_FALSE(bool(big));
   EXPECT_NE(llvm::toString(big.takeError()).find("the device allows 232448"), std::string::npos);
