@@ -40,19 +40,20 @@ struct FwdSm90Traits {
 
   // Why the sm90 kernel cannot serve this head-dim pair at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
-  // Whether the kernel is persistent (one CTA per SM looping over work
-  // tiles) rather than one CTA per work tile: without a mask (equal-cost
-  // tiles) at head dims 64 and 128. templates/fwd_sm90.cuh says why.
-  static bool persistent(int head_dim, bool masked) { return !masked && head_dim < 256; }
-  // The grid: one CTA per SM where the kernel is persistent, and also for
-  // the others when a head has at most kShortQueryBlocks query blocks (every
-  // kernel loops over work tiles; with few query blocks the rotation's
-  // static balance is within a tile or so and saves the CTA launches: H200,
-  // causal 512, d=128 263 -> 278 TFLOP/s, d=256 283 -> 302; at 8k causal it
-  // lost 12% to imbalance).
-  static constexpr int kShortQueryBlocks = 8;
-  static bool persistent_grid(int head_dim, bool masked, int64_t query_blocks) {
-    return persistent(head_dim, masked) || query_blocks <= kShortQueryBlocks;
+  // The grid: one CTA per SM (each looping over work tiles) rather than one
+  // CTA per work tile. Without a mask every work tile costs the same. Under
+  // a mask the tiles of a head cost from 1 to `query_blocks` K/V tiles, and
+  // the kernel's rotation (round k, CTA c: tile k * SMs + (c + k) % SMs,
+  // heaviest query block first) walks each CTA through those costs one step
+  // per round: with at least about as many rounds as query blocks every CTA
+  // sees the whole range and the static assignment balances; with fewer the
+  // hardware's block scheduler does better. H200, TFLOP/s, one CTA per SM
+  // against one per work tile: causal 2048 d=64 (31 rounds, 16 blocks) 336
+  // -> 368, d=128 (15.5 rounds) 496 -> 521, d=256 (7.75 rounds) 507 -> 480;
+  // causal 8192 d=128 (15.5 rounds, 64 blocks) lost 12%.
+  static bool persistent_grid(bool masked, int64_t query_blocks, int64_t work_tiles,
+                              int sm_count) {
+    return !masked || work_tiles >= (query_blocks - 1) * sm_count;
   }
   // Every reason the config cannot be compiled or launched, in one message.
   static llvm::Expected<FwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,

@@ -174,7 +174,7 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
     const int64_t work = int64_t(g.grid.x) * g.grid.y * g.grid.z;
     const bool persistent =
         sm_count > 0 &&
-        FwdSm90Traits::persistent_grid(t.head_dim, spec.mask != MaskKind::none, g.grid.x);
+        FwdSm90Traits::persistent_grid(spec.mask != MaskKind::none, g.grid.x, work, sm_count);
     g.grid.x = static_cast<unsigned>(persistent ? std::min<int64_t>(work, sm_count) : work);
     g.grid.y = g.grid.z = 1;
     return g;

@@ -12,10 +12,11 @@
 // The producer runs ahead across work tiles: the next Q and K/V tiles load
 // while the consumers finish the last P V and write O. The host picks the
 // grid (FwdSm90Traits::persistent_grid): one CTA per SM (at most one fits)
-// without a mask at head dims 64 and 128, and for heads of few query
-// blocks; else one CTA per work tile (one round each), which the hardware's
-// block scheduler balances: causal tiles differ in cost up to the number of
-// query blocks, and the static rotation lost 12% at causal 8k.
+// without a mask, and under a mask when there are about as many rounds as
+// query blocks (the rotation then walks every CTA through the whole range
+// of tile costs); else one CTA per work tile (one round each), which the
+// hardware's block scheduler balances: causal tiles differ in cost up to
+// the number of query blocks, and the static rotation lost 12% at causal 8k.
 //
 // Warp roles. Warpgroup 0 is the producer: it gives registers back
 // (setmaxnreg.dec) and one elected thread of its first warp issues every TMA

@@ -186,11 +186,11 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   EXPECT_EQ(default_forward_config(p, kSm90a, 0, sm80_only).path, KernelPath::sm80);
 }
 
-// Persistent where every work tile costs the same (no mask, head dims 64 and
-// 128) or a head has few query blocks: one CTA per SM, at most one per work
-// tile; otherwise one CTA per work tile, in x (the kernel decodes query
-// block, head and batch).
-TEST(FwdSm90LaunchGeometry, PersistentWithoutMaskOrForShortSequences) {
+// One CTA per SM (at most one per work tile) where every work tile costs the
+// same (no mask) or the rotation has enough rounds to balance masked tiles;
+// otherwise one CTA per work tile, in x (the kernel decodes query block,
+// head and batch).
+TEST(FwdSm90LaunchGeometry, PersistentWithoutMaskOrWhenRoundsCoverQueryBlocks) {
   auto geometry = [](int d, MaskKind mask, int64_t seqlen, int64_t heads, int64_t batch,
                      int sm_count) {
     Problem p;
@@ -215,13 +215,24 @@ TEST(FwdSm90LaunchGeometry, PersistentWithoutMaskOrForShortSequences) {
   EXPECT_EQ(geometry(64, MaskKind::none, 512, 16, 32, 132).grid.x, 132u);
   EXPECT_EQ(geometry(128, MaskKind::none, 300, 1, 2, 132).grid.x, 6u);  // fewer tiles than SMs
   EXPECT_EQ(geometry(128, MaskKind::none, 512, 16, 32, 0).grid.x, 2048u);  // SM count unknown
-  // The others: one CTA per SM only for heads of at most 8 query blocks.
+  EXPECT_EQ(geometry(256, MaskKind::none, 8192, 8, 2, 132).grid.x, 132u);
+  EXPECT_EQ(geometry(256, MaskKind::none, 512, 16, 32, 132).grid.x, 132u);
+  // Masked: one CTA per SM once the rounds (work tiles / SMs) reach the
+  // query blocks less one. 8 blocks x 16 heads x 16 batch = 2048 tiles,
+  // 15.5 rounds.
   EXPECT_EQ(geometry(128, MaskKind::causal, 1024, 16, 16, 132).grid.x, 132u);
-  EXPECT_EQ(geometry(128, MaskKind::causal, 1025, 16, 16, 132).grid.x, 9u * 16 * 16);
+  // 16 blocks, 2048 tiles: 15.5 rounds >= 15.
+  EXPECT_EQ(geometry(128, MaskKind::causal, 2048, 16, 8, 132).grid.x, 132u);
+  // 17 blocks x 16 x 8 = 2176 tiles: 16.5 rounds >= 16.
+  EXPECT_EQ(geometry(128, MaskKind::causal, 2049, 16, 8, 132).grid.x, 132u);
+  // 16 blocks x 8 heads x 8 = 1024 tiles: 7.75 rounds < 15.
+  EXPECT_EQ(geometry(256, MaskKind::causal, 2048, 8, 8, 132).grid.x, 1024u);
+  // 64 blocks, 2048 tiles: 15.5 rounds < 63.
   EXPECT_EQ(geometry(128, MaskKind::causal, 8192, 16, 2, 132).grid.x, 2048u);
   EXPECT_EQ(geometry(128, MaskKind::window, 8192, 16, 2, 132).grid.x, 2048u);
-  EXPECT_EQ(geometry(256, MaskKind::none, 8192, 8, 2, 132).grid.x, 1024u);
-  EXPECT_EQ(geometry(256, MaskKind::none, 512, 16, 32, 132).grid.x, 132u);
+  // Exactly at the bound: 4 blocks x 99 x 4 = 1584 tiles = 3 x 528 SMs.
+  EXPECT_EQ(geometry(128, MaskKind::causal, 512, 99, 4, 528).grid.x, 528u);
+  EXPECT_EQ(geometry(128, MaskKind::causal, 512, 99, 4, 529).grid.x, 1584u);
 }
 
 TEST(FwdSm90Traits, SharedMemoryAndRejections) {
