@@ -295,13 +295,19 @@ TEST_P(ForwardCorrectnessSm90, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sm90, ForwardCorrectnessSm90, ::testing::ValuesIn(sm90_cases()), case_name);
 
-// One small causal GQA shape per head dim, for compute-sanitizer (memcheck,
-// racecheck, synccheck): --gtest_filter='Sm90Sanitizer*'.
+// Small shapes for compute-sanitizer (memcheck, racecheck, synccheck):
+// --gtest_filter='Sm90Sanitizer*'. One causal GQA shape per head dim, and
+// shapes of more work tiles (2 query blocks x 34 heads x 2) than an H200 has
+// SMs, so CTAs of the persistent grid run several work tiles: the second Q
+// buffer, the K/V ring running on across work tiles.
 TEST(Sm90Sanitizer, SmallShapes) {
   FLASHJIT_REQUIRE_SM90();
   for (int d : {64, 128, 256})
     run_case({make_problem(DType::bf16, 1, 2, 1, 150, 200, d, d, MaskKind::causal), sm90_path()},
              99);
+  for (int d : {64, 128})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+      run_case({make_problem(DType::bf16, 2, 34, 17, 150, 200, d, d, mask), sm90_path()}, 98);
 }
 
 // The same inputs give bit-identical outputs run after run: a moving result
