@@ -38,39 +38,58 @@ std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch)
   return FwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v);
 }
 
-int FwdSm90Traits::max_block_n(int head_dim) {
+int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
   // d=64 at block_n 192 and d=128 at 144..176 spilled 64-280 bytes; d=256
   // (no intra-warpgroup overlap) fits 96 in registers but only 80 in shared
-  // memory with two stages.
+  // memory with two stages. Three consumer warpgroups at d=64 (160 registers
+  // each): 128 spilled 4-152 bytes under a mask or softcap, 112 none.
+  if (block_m == 192) return 112;
   return head_dim == 64 ? 128 : head_dim == 128 ? 128 : 96;
 }
 
-KernelConfig FwdSm90Traits::default_config(int head_dim) {
+KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q) {
   // FlashAttention-3 uses 192x128 (d=64), 128x176 (d=128) and 128x80 (d=256);
-  // here block_m is fixed at 128 and block_n is capped by max_block_n.
+  // here block_n is capped by max_block_n. Fastest on the H200 (docs/PERF.md,
+  // 2026-11-30, sixth session):
+  // - d=64 beyond 1024 queries: 192x112 with 3 stages, three consumer
+  //   warpgroups taking turns (8k full 452.7 -> 527.5 TFLOP/s, causal 423.7
+  //   -> 480.9; 2048 full 432.0 -> 464.2, causal 365.3 -> 385.1). At 512 it
+  //   lost (358.8 -> 347.1, causal 239.9 -> 208.0): 192-row tiles over 512
+  //   or 1024 rows compute 11-12% padding rows (3 and 6 tiles), over 2048
+  //   3%.
+  // - d=64 up to 1024 queries: 128x128 with 3 stages (2 the same).
+  // - d=128: 128x128 with 2 stages, which leaves room for a second Q buffer
+  //   (causal 512: 317 against 277 with 3 stages and one Q buffer; from 4k
+  //   on the same).
+  // - d=256: 128x80 with 2 (block_n 48, the largest with two Q buffers: 438
+  //   against 492 at causal 2k).
   KernelConfig c;
   c.path = KernelPath::sm90;
-  c.block_m = kBlockM;
-  c.warps = kWarps;
-  // Fastest on the H200 (docs/PERF.md, 2026-11-30, sixth session): d=64
-  // 128x128 with 3 stages (2 the same), d=128 128x128 with 2 stages, which
-  // leaves room for a second Q buffer (causal 512: 317 TFLOP/s against 277
-  // with 3 stages and one Q buffer; from 4k on the same), d=256 128x80 with
-  // 2 (block_n 48, the largest with two Q buffers: 438 against 492 at
-  // causal 2k).
-  c.block_n = head_dim == 256 ? 80 : 128;
-  c.stages = head_dim == 128 ? 2 : head_dim == 256 ? 2 : 3;
+  if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
+    c.block_m = 192;
+    c.block_n = 112;
+    c.stages = 3;
+  } else {
+    c.block_m = kBlockM;
+    c.block_n = head_dim == 256 ? 80 : 128;
+    c.stages = head_dim == 128 ? 2 : head_dim == 256 ? 2 : 3;
+  }
+  c.warps = warps_for(c.block_m);
   return c;
 }
 
 std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
   std::vector<KernelConfig> out;
-  for (int block_n = 48; block_n <= max_block_n(head_dim); block_n += 16)
-    for (int stages = 2; stages <= 4; ++stages) {
-      FwdSm90Traits t{head_dim, kBlockM, block_n, kWarps, stages};
-      if (t.smem_bytes() <= max_smem_bytes)
-        out.push_back(KernelConfig{KernelPath::sm90, kBlockM, block_n, kWarps, stages});
-    }
+  for (int block_m : {128, 192}) {
+    if (!block_m_allowed(head_dim, block_m)) continue;
+    const int warps = warps_for(block_m);
+    for (int block_n = 48; block_n <= max_block_n(head_dim, block_m); block_n += 16)
+      for (int stages = 2; stages <= 4; ++stages) {
+        FwdSm90Traits t{head_dim, block_m, block_n, warps, stages};
+        if (t.smem_bytes() <= max_smem_bytes)
+          out.push_back(KernelConfig{KernelPath::sm90, block_m, block_n, warps, stages});
+      }
+  }
   return out;
 }
 
@@ -81,17 +100,20 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
   std::vector<std::string> why;
   std::string dims = unsupported_reason(head_dim_qk, head_dim_v);
   if (!dims.empty()) why.push_back(dims);
-  if (block_m != kBlockM)
-    why.push_back(llvm::formatv("block_m={0} is not {1} (64 rows per consumer warpgroup, two)",
-                                block_m, kBlockM));
-  if (warps != kWarps)
-    why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",
-                                warps, kWarps));
+  if (!block_m_allowed(head_dim_qk, block_m))
+    why.push_back(llvm::formatv("block_m={0} is not 128 (two consumer warpgroups of 64 rows) "
+                                "or, at head dim 64, 192 (three)",
+                                block_m));
+  else if (warps != warps_for(block_m))
+    why.push_back(llvm::formatv("warps={0} is not {1} (one producer and {2} consumer warpgroups "
+                                "at block_m={3})",
+                                warps, warps_for(block_m), block_m / 64, block_m));
   if (block_n < 16 || block_n % 16 || block_n > 256)
     why.push_back(llvm::formatv("block_n={0} is not a multiple of 16 in [16, 256]", block_n));
-  else if (dims.empty() && block_n > max_block_n(head_dim_qk))
-    why.push_back(llvm::formatv("block_n={0} exceeds {1} at head dim {2} (the kernel spills)",
-                                block_n, max_block_n(head_dim_qk), head_dim_qk));
+  else if (dims.empty() && block_n > max_block_n(head_dim_qk, block_m))
+    why.push_back(llvm::formatv("block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel "
+                                "spills)",
+                                block_n, max_block_n(head_dim_qk, block_m), head_dim_qk, block_m));
   if (stages < 2 || stages > 4)
     why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
   if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)

@@ -24,9 +24,14 @@ struct FwdSm90Traits {
   int warps = 0;
   int stages = 0;
 
-  static constexpr int kConsumerWarpgroups = 2;  // 64 query rows each
-  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
-  static constexpr int kWarps = 4 * (1 + kConsumerWarpgroups);  // + the producer warpgroup
+  // 64 query rows per consumer warpgroup: two (block_m 128) at every head
+  // dim, three (block_m 192) at head dim 64, whose short GEMMs leave a
+  // warpgroup's softmax two others' turns to hide under.
+  static constexpr int kBlockM = 128;
+  static bool block_m_allowed(int head_dim, int block_m) {
+    return block_m == 128 || (block_m == 192 && head_dim == 64);
+  }
+  static int warps_for(int block_m) { return 4 * (1 + block_m / 64); }  // + the producer
   static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 bytes
   static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
 
@@ -59,11 +64,16 @@ struct FwdSm90Traits {
   static llvm::Expected<FwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes);
-  // The largest block_n per head dim whose kernel compiled without spills
-  // (ptxas -v): S, P and O of a consumer warpgroup share its 240 registers.
-  static int max_block_n(int head_dim);
-  // FlashAttention-3's tiles where they fit, a starting point for the tuner.
-  static KernelConfig default_config(int head_dim);
+  // The largest block_n per head dim and block_m whose kernel compiled
+  // without spills (ptxas -v): S, P and O of a consumer warpgroup share its
+  // 240 registers (160 with three consumer warpgroups).
+  static int max_block_n(int head_dim, int block_m);
+  // The heuristic's config for `seqlen_q` queries (0: unknown, taken as
+  // short): measured on the H200, a starting point for the tuner. Its
+  // seqlen rule follows the tuning database's size buckets (ceil(log2)), so
+  // a whole bucket gets one config.
+  static constexpr int64_t kThreeWarpgroupsAbove = 1024;
+  static KernelConfig default_config(int head_dim, int64_t seqlen_q);
   // Every config the kernel claims at `head_dim` within `max_smem_bytes`:
   // block_n from 48 to max_block_n in steps of 16, 2 to 4 stages. The compile
   // test builds each of them and checks for spills.

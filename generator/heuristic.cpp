@@ -53,9 +53,14 @@ KernelConfig default_forward_config(const Problem &problem, const TargetArch &ar
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
   if (want_sm90 && sm90_fallback_reason(problem, arch).empty()) {
-    const KernelConfig first = FwdSm90Traits::default_config(problem.head_dim_qk);
-    const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
-    TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
+    // The seqlen's choice first, then the 128-row tile every head dim has
+    // (a caller's partial config, e.g. block_n 128 at d=64, may rule out
+    // three consumer warpgroups).
+    const KernelConfig first = FwdSm90Traits::default_config(problem.head_dim_qk, problem.seqlen_q);
+    const KernelConfig second = FwdSm90Traits::default_config(problem.head_dim_qk, 0);
+    const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
+                                {second.block_m, second.block_n, second.warps, second.stages}};
+    TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tiles, [&](const KernelConfig &c) {
       return FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
                                  c.warps, c.stages, max_smem_bytes)
           .takeError();

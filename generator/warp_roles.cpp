@@ -5,7 +5,7 @@ namespace flashjit {
 std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   if (spec.config.path != KernelPath::sm90) return std::nullopt;
   // The CTA's pool is what the launch allocated (168 per thread at 384
-  // threads): producer + 2 x consumer must stay within 3 x 168, or the
+  // threads, 128 at 512): producer + consumers must stay within it, or the
   // consumers' setmaxnreg.inc waits forever (the kernels static_assert it).
   if (spec.pass == Pass::backward) {
     // FlashAttention-3's 24/240 split: 232/40 spilled the consumers at d=64.
@@ -15,6 +15,9 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and whose
   // consumers, without intra-warpgroup overlap, need fewer than 232.
   if (spec.head_dim_qk == 256) return WarpRoleRegisters{40, 232, 2};
+  // Three consumer warpgroups (block_m 192, 512 threads, a pool of 4 x 128):
+  // FlashAttention-3's 32/160, which fills it exactly.
+  if (spec.config.block_m == 192) return WarpRoleRegisters{32, 160, 3};
   return WarpRoleRegisters{24, 240, 2};
 }
 

@@ -1,7 +1,9 @@
 // FlashAttention-3 style forward for sm_90a (TMA + wgmma + warp specialisation).
 //
 // Tiling. A work tile is (kBlockM query rows, query head, batch); kBlockM is
-// 64 rows per consumer warpgroup, two of them (kBlockM = 128). Each
+// 64 rows per consumer warpgroup: two of them (kBlockM = 128), or three
+// (192) at head dim 64, whose short GEMMs leave a warpgroup's softmax only
+// one other warpgroup's turn to hide under when there are two. Each
 // consumer warpgroup owns 64 consecutive query rows and walks every visible
 // K/V tile of kBlockN keys itself, so softmax statistics never cross
 // warpgroups. Head dims 64, 128 and 256 (qk == v).
@@ -60,12 +62,12 @@
 // then sits between a warpgroup's turns and holds up the other's
 // (docs/experiments/fwd-sm90-cross-tile-overlap.diff).
 //
-// Ping-pong. Two named barriers pass a turn between the two consumer
-// warpgroups: a warpgroup issues its GEMMs only in its turn and hands the
-// turn on once they are issued, so one's softmax runs under the other's
-// GEMMs. Warpgroup 1 signals once up front (warpgroup 0 goes first) and
-// warpgroup 0 consumes the extra signal at the end, so no barrier is left
-// half-arrived.
+// Ping-pong (round robin with three). One named barrier per consumer
+// warpgroup passes a turn from each to the next: a warpgroup issues its
+// GEMMs only in its turn and hands the turn on once they are issued, so one's
+// softmax runs under the others' GEMMs. The last warpgroup signals the first
+// once up front (warpgroup 0 goes first) and warpgroup 0 consumes the extra
+// signal at the end, so no barrier is left half-arrived.
 //
 // Epilogue. O / rowsum, converted to 16 bits, goes straight from the
 // accumulator fragments to global memory: a 4x4 transpose across each quad
@@ -141,19 +143,19 @@ constexpr int kOTiles = kHeadDim / 8;       // n8 column tiles of O
 constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
 constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S = Q K^T
 
-constexpr bool kPingPong = kConsumerWarpgroups == 2;
+constexpr bool kPingPong = kConsumerWarpgroups >= 2;
 // Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: at head dim
 // 256 (O alone is 128 registers) that spilled (40-130 bytes, ptxas -v), so
 // the 256 kernel runs S, softmax, P V in sequence.
 constexpr bool kIntraOverlap = kHeadDim < 256;
-// Named barrier ids: 0 is __syncthreads; 1, 2 the ping-pong turns.
+// Named barrier ids: 0 is __syncthreads; 1.. the turns, one per consumer
+// warpgroup.
 constexpr int kBarrierPingPong = 1;
 
 static_assert(kHeadDimQK == kHeadDimV, "sm90 path: head_dim_qk == head_dim_v");
 static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
               "sm90 path: head dims 64, 128, 256");
-// Three consumer warpgroups (block_m 192) spilled at their 160-register share.
-static_assert(kBlockM == 128, "64 rows per consumer warpgroup, 2 of them");
+static_assert(kBlockM == 128 || kBlockM == 192, "64 rows per consumer warpgroup, 2 or 3 of them");
 static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup + consumers");
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
               "block_n: multiple of 16 (P V k-steps) up to 256 (wgmma N, TMA box)");
@@ -329,19 +331,22 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   float row_max[2], row_sum[2];
   const float scale_log2 = p.softmax_scale_log2;
 
-  // Turn-taking between the two consumer warpgroups (ping-pong): a warpgroup
-  // issues its GEMMs only in its turn and hands the turn over once they are
-  // issued, so its softmax overlaps the other's GEMMs. Warpgroup 0 starts:
-  // warpgroup 1 signals it once up front. Both walk the same K/V tiles of
-  // every work tile, so the turns stay paired across work tiles.
+  // Turn-taking between the consumer warpgroups (ping-pong, round robin with
+  // three): a warpgroup issues its GEMMs only in its turn and hands the turn
+  // to the next once they are issued, so its softmax overlaps the others'
+  // GEMMs. Warpgroup 0 starts: the last signals it once up front. All walk
+  // the same K/V tiles of every work tile, so the turns stay in step across
+  // work tiles. A warpgroup cannot signal the next twice before it has
+  // taken that signal: its own next turn waits for the whole round.
   auto take_turn = [&] {
     if constexpr (kPingPong) named_barrier_sync(kBarrierPingPong + cwg, 2 * 128);
   };
   auto pass_turn = [&] {
-    if constexpr (kPingPong) named_barrier_arrive(kBarrierPingPong + (1 - cwg), 2 * 128);
+    if constexpr (kPingPong)
+      named_barrier_arrive(kBarrierPingPong + (cwg + 1) % kConsumerWarpgroups, 2 * 128);
   };
   if constexpr (kPingPong) {
-    if (cwg == 1) named_barrier_arrive(kBarrierPingPong + 0, 2 * 128);
+    if (cwg == kConsumerWarpgroups - 1) named_barrier_arrive(kBarrierPingPong + 0, 2 * 128);
   }
 
   // Issues S = Q K^T of the K tile in `stage` (one commit group).
@@ -624,8 +629,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     write_o(tile, wg_m0);  // no key visible: O = 0, LSE = +inf
   }
   if constexpr (kPingPong) {
-    // Balance the turns: warpgroup 1's up-front signal leaves warpgroup 0 one
-    // signal ahead; consuming it leaves no barrier half-arrived at exit.
+    // Balance the turns: the last warpgroup's up-front signal leaves
+    // warpgroup 0 one signal ahead; consuming it leaves no barrier
+    // half-arrived at exit.
     if (cwg == 0) named_barrier_sync(kBarrierPingPong + 0, 2 * 128);
   }
 }

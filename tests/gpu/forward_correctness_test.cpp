@@ -270,6 +270,12 @@ std::vector<Case> sm90_cases() {
   cases.push_back({make_problem(DType::fp16, 2, 4, 4, 333, 333, 128, 128, MaskKind::none), sm90_path(), true});
   cases.push_back({make_problem(DType::bf16, 2, 2, 2, 200, 300, 256, 256, MaskKind::causal), sm90_path(), true});
   cases.push_back({make_problem(DType::bf16, 1, 2, 2, 300, 100, 128, 128, MaskKind::causal), sm90_path()});
+  // Three consumer warpgroups (block_m 192, d=64): windows, GQA, softcap,
+  // fp16, rows that see no key.
+  const KernelConfig three_wg{KernelPath::sm90, 192, 112, 16, 3};
+  cases.push_back({make_problem(DType::fp16, 1, 8, 2, 517, 517, 64, 64, MaskKind::window, 100, 0), three_wg});
+  cases.push_back({make_problem(DType::bf16, 2, 6, 3, 111, 333, 64, 64, MaskKind::none, -1, -1, 30.f), three_wg});
+  cases.push_back({make_problem(DType::bf16, 1, 2, 2, 300, 100, 64, 64, MaskKind::causal), three_wg});
   // Every config of the search space (block_n, stages), on a causal problem
   // long enough to wrap the stage ring several times.
   for (int d : {64, 128, 256})
@@ -308,6 +314,12 @@ TEST(Sm90Sanitizer, SmallShapes) {
   for (int d : {64, 128})
     for (MaskKind mask : {MaskKind::none, MaskKind::causal})
       run_case({make_problem(DType::bf16, 2, 34, 17, 150, 200, d, d, mask), sm90_path()}, 98);
+  // Three consumer warpgroups taking turns round robin (1 query block of 192
+  // x 34 heads x 2 = 68 work tiles; 3 x 34 x 2 = 204 at 400 rows).
+  for (int64_t seqlen_q : {150, 400})
+    run_case({make_problem(DType::bf16, 2, 34, 17, seqlen_q, 200, 64, 64, MaskKind::causal),
+              KernelConfig{KernelPath::sm90, 192, 112, 16, 3}},
+             97);
 }
 
 // The same inputs give bit-identical outputs run after run: a moving result

@@ -93,6 +93,11 @@ TEST(Cli, CompileReportsRegistersPerWarpRole) {
        "roles      producer warpgroup 40 registers, 2 consumer warpgroups 232 each (setmaxnreg)\n"},
       {{"--pass", "bwd", "--hdim", "64"},
        "roles      producer warpgroup 24 registers, 2 consumer warpgroups 240 each (setmaxnreg)\n"},
+      // d=64 beyond 1024 queries: three consumer warpgroups (block_m 192).
+      {{"--hdim", "64", "--seqlen", "1025"},
+       "roles      producer warpgroup 32 registers, 3 consumer warpgroups 160 each (setmaxnreg)\n"},
+      {{"--hdim", "64", "--seqlen", "1024"},
+       "roles      producer warpgroup 24 registers, 2 consumer warpgroups 240 each (setmaxnreg)\n"},
       {{"--hdim", "128", "--path", "sm80"}, ""},
   };
   for (const Case &c : cases) {
@@ -106,10 +111,11 @@ TEST(Cli, CompileReportsRegistersPerWarpRole) {
       EXPECT_NE(r.out.find(c.roles), std::string::npos) << r.out;
     }
   }
-  const CliResult json = run_cli({"compile", "--arch", "sm_90a", "--hdim", "64", "--json"});
+  const CliResult json =
+      run_cli({"compile", "--arch", "sm_90a", "--hdim", "64", "--seqlen", "4096", "--json"});
   ASSERT_EQ(json.code, 0) << json.err;
-  EXPECT_NE(json.out.find("\"producer_registers\": 24"), std::string::npos) << json.out;
-  EXPECT_NE(json.out.find("\"consumer_registers\": 240"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"producer_registers\": 32"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"consumer_registers\": 160"), std::string::npos) << json.out;
 }
 
 TEST(Cli, CompileWritesTheCubinAndJson) {

@@ -15,6 +15,7 @@
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/source.h"
+#include "generator/warp_roles.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/ThreadPool.h"
@@ -45,7 +46,7 @@ std::vector<Sm90Case> sm90_cases() {
           p.window_right = 0;
           p.dtype = dtype;
           p.softcap = softcap;
-          cases.push_back({p, FwdSm90Traits::default_config(d)});
+          cases.push_back({p, FwdSm90Traits::default_config(d, 0)});
         }
   // Every tile of the search space, with the register-hungriest variant
   // (sliding window + softcap: both mask bounds and the tanh).
@@ -137,7 +138,7 @@ TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
   Problem p;
   p.head_dim_qk = p.head_dim_v = 128;
   p.mask = MaskKind::causal;
-  auto spec = make_forward_spec(p, FwdSm90Traits::default_config(128), kSm90a);
+  auto spec = make_forward_spec(p, FwdSm90Traits::default_config(128, 0), kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
   GeneratedSource s = generate_forward(*spec);
   EXPECT_EQ(s.entry, "flashjit_fwd_sm90");
@@ -156,7 +157,7 @@ TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
 TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   Problem p;
   p.head_dim_qk = p.head_dim_v = 128;
-  const KernelConfig c = FwdSm90Traits::default_config(128);
+  const KernelConfig c = FwdSm90Traits::default_config(128, 0);
   EXPECT_TRUE(bool(make_forward_spec(p, c, kSm90a)));
   for (TargetArch arch : {TargetArch{8, 0, false}, TargetArch{9, 0, false}}) {
     auto spec = make_forward_spec(p, c, arch);
@@ -172,11 +173,11 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial).path, KernelPath::sm80);
   EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("64, 128 and 256"), std::string::npos);
   p.head_dim_qk = p.head_dim_v = 256;
-  EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial), FwdSm90Traits::default_config(256));
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial), FwdSm90Traits::default_config(256, 0));
   EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "");
   // With no path asked for, the heuristic takes sm90 on sm_90a where it
   // serves the problem, sm80 elsewhere and when the caller fixed a tile.
-  EXPECT_EQ(default_forward_config(p, kSm90a), FwdSm90Traits::default_config(256));
+  EXPECT_EQ(default_forward_config(p, kSm90a), FwdSm90Traits::default_config(256, 0));
   EXPECT_EQ(default_forward_config(p, TargetArch{8, 0, false}).path, KernelPath::sm80);
   KernelConfig tile;
   tile.block_n = 32;
@@ -261,6 +262,67 @@ TEST(FwdSm90Traits, SharedMemoryAndRejections) {
   for (int d : {64, 128, 256}) EXPECT_FALSE(FwdSm90Traits::search_space(d, 232448).empty());
 }
 
+// Three consumer warpgroups (block_m 192, 16 warps) at head dim 64 only,
+// block_n up to 112, with FlashAttention-3's 32/160 register split.
+TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
+  auto t = FwdSm90Traits::make(64, 64, 192, 112, 16, 3, 232448);
+  ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
+  EXPECT_EQ(t->threads(), 512);
+  EXPECT_EQ(t->q_stages(), 2);
+  // Two Q buffers 192x64, 3 x (K + V) 112x64, 2 x 2 Q + 4 x 3 K/V barriers.
+  EXPECT_EQ(t->smem_bytes(), 2 * 24576 + 3 * 2 * 14336 + 16 * 8 + 1024);
+  auto wide_tile = FwdSm90Traits::make(64, 64, 192, 128, 16, 2, 232448);
+  ASSERT_FALSE(bool(wide_tile));
+  EXPECT_NE(llvm::toString(wide_tile.takeError()).find("block_n=128 exceeds 112 at head dim 64, "
+                                                       "block_m 192"),
+            std::string::npos);
+  auto at_128 = FwdSm90Traits::make(128, 128, 192, 64, 16, 2, 232448);
+  ASSERT_FALSE(bool(at_128));
+  EXPECT_NE(llvm::toString(at_128.takeError()).find("block_m=192 is not 128"), std::string::npos);
+  auto warps = FwdSm90Traits::make(64, 64, 192, 64, 12, 2, 232448);
+  ASSERT_FALSE(bool(warps));
+  EXPECT_NE(llvm::toString(warps.takeError())
+                .find("warps=12 is not 16 (one producer and 3 consumer warpgroups"),
+            std::string::npos);
+  int with_192 = 0;
+  for (const KernelConfig &c : FwdSm90Traits::search_space(64, 232448))
+    if (c.block_m == 192) {
+      ++with_192;
+      EXPECT_EQ(c.warps, 16);
+      EXPECT_LE(c.block_n, 112);
+    }
+  EXPECT_EQ(with_192, 5 * 3);  // block_n 48..112 x stages 2..4
+  for (int d : {128, 256})
+    for (const KernelConfig &c : FwdSm90Traits::search_space(d, 232448))
+      EXPECT_EQ(c.block_m, 128) << d;
+
+  // The heuristic takes them beyond 1024 queries (a whole size bucket,
+  // ceil(log2)), where 192-row tiles pad little.
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 64;
+  p.seqlen_q = p.seqlen_k = 1024;
+  EXPECT_EQ(default_forward_config(p, kSm90a), (KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
+  p.seqlen_q = 1025;
+  EXPECT_EQ(default_forward_config(p, kSm90a), (KernelConfig{KernelPath::sm90, 192, 112, 16, 3}));
+  // A caller's block_n 128 rules them out: the 128-row tile, still sm90.
+  KernelConfig wide_n;
+  wide_n.block_n = 128;
+  wide_n.path = KernelPath::sm90;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, wide_n),
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.seqlen_q = p.seqlen_k = 8192;
+  EXPECT_EQ(default_forward_config(p, kSm90a), (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
+  p.head_dim_qk = p.head_dim_v = 64;
+  auto spec = make_forward_spec(p, KernelConfig{KernelPath::sm90, 192, 112, 16, 3}, kSm90a);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  std::optional<WarpRoleRegisters> roles = warp_role_registers(*spec);
+  ASSERT_TRUE(roles.has_value());
+  EXPECT_EQ(roles->producer, 32);
+  EXPECT_EQ(roles->consumer, 160);
+  EXPECT_EQ(roles->consumer_warpgroups, 3);
+}
+
 }  // namespace
 }  // namespace flashjit
 
@@ -273,7 +335,7 @@ TEST(ForwardSm90Compile, CuobjdumpResourcesAgreeWithPtxasReport) {
   Problem p;
   p.head_dim_qk = p.head_dim_v = 128;
   p.mask = MaskKind::causal;
-  auto spec = make_forward_spec(p, FwdSm90Traits::default_config(128), kSm90a);
+  auto spec = make_forward_spec(p, FwdSm90Traits::default_config(128, 0), kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
   testing::Sm90Compiled c = testing::compile_sm90_with_report(generate_forward(*spec), kSm90a, "");
   if (c.error.starts_with("no ptxas report"))

@@ -141,7 +141,7 @@ TEST(KernelSpec, RejectsImpossibleConfigsWithEveryReason) {
             "sm80");
   EXPECT_EQ(spec_error(base_problem(), sm90),
             "sm90 forward config (block_m=128 block_n=64 warps=4 stages=2, d=128 dv=128) is "
-            "invalid: warps=4 is not 12 (one producer and two consumer warpgroups)");
+            "invalid: warps=4 is not 12 (one producer and 2 consumer warpgroups at block_m=128)");
   Problem d96 = base_problem();
   d96.head_dim_qk = d96.head_dim_v = 96;
   sm90.warps = 12;
