@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <string>
 
 #include "cli/ptxas_report.h"
 #include "generator/fwd_sm90_traits.h"
@@ -236,54 +237,49 @@ TEST(FwdSm90LaunchGeometry, PersistentWithoutMaskOrWhenRoundsCoverQueryBlocks) {
   EXPECT_EQ(geometry(128, MaskKind::causal, 512, 99, 4, 529).grid.x, 1584u);
 }
 
-TEST(FwdSm90Traits, SharedMemoryAndRejections) {
-  auto t = FwdSm90Traits::make(128, 128, 128, 128, 12, 2, 232448);
+// A config the traits accept, with its threads, Q buffers and shared memory.
+void expect_layout(int d, int block_m, int block_n, int warps, int stages, int threads,
+                   int q_stages, int smem_bytes) {
+  SCOPED_TRACE(::testing::Message() << "d=" << d << " " << block_m << "x" << block_n << " w"
+                                  << warps << " s" << stages);
+  auto t = FwdSm90Traits::make(d, d, block_m, block_n, warps, stages, 232448);
   ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
-  EXPECT_EQ(t->threads(), 384);
+  EXPECT_EQ(t->threads(), threads);
+  EXPECT_EQ(t->q_stages(), q_stages);
+  EXPECT_EQ(t->smem_bytes(), smem_bytes);
+}
+
+// A config the traits refuse, saying `why`.
+void expect_rejected(int d, int block_m, int block_n, int warps, int stages,
+                     const std::string &why) {
+  auto t = FwdSm90Traits::make(d, d, block_m, block_n, warps, stages, 232448);
+  ASSERT_FALSE(bool(t));
+  const std::string message = llvm::toString(t.takeError());
+  EXPECT_NE(message.find(why), std::string::npos) << message;
+}
+
+TEST(FwdSm90Traits, SharedMemoryAndRejections) {
   // Two Q buffers 128x128, 2 x (K + V) 128x128, 2 x 2 Q + 4 x 2 K/V
   // barriers, 1024 alignment slack.
-  EXPECT_EQ(t->q_stages(), 2);
-  EXPECT_EQ(t->smem_bytes(), 2 * 32768 + 2 * 2 * 32768 + 12 * 8 + 1024);
+  expect_layout(128, 128, 128, 12, 2, 384, 2, 2 * 32768 + 2 * 2 * 32768 + 12 * 8 + 1024);
   // Three stages leave room for one Q buffer only.
-  auto deep = FwdSm90Traits::make(128, 128, 128, 128, 12, 3, 232448);
-  ASSERT_TRUE(bool(deep)) << llvm::toString(deep.takeError());
-  EXPECT_EQ(deep->q_stages(), 1);
-  EXPECT_EQ(deep->smem_bytes(), 32768 + 3 * 2 * 32768 + 14 * 8 + 1024);
+  expect_layout(128, 128, 128, 12, 3, 384, 1, 32768 + 3 * 2 * 32768 + 14 * 8 + 1024);
   // Head dim 256 at block_n 48: two Q buffers of 128x256 fit.
-  auto wide = FwdSm90Traits::make(256, 256, 128, 48, 12, 2, 232448);
-  ASSERT_TRUE(bool(wide)) << llvm::toString(wide.takeError());
-  EXPECT_EQ(wide->q_stages(), 2);
-  auto big = FwdSm90Traits::make(256, 256, 128, 96, 12, 2, 232448);
-  ASSERT_FALSE(bool(big));
-  EXPECT_NE(llvm::toString(big.takeError()).find("the device allows 232448"), std::string::npos);
-  auto spills = FwdSm90Traits::make(128, 128, 128, 176, 12, 2, 232448);
-  ASSERT_FALSE(bool(spills));
-  EXPECT_NE(llvm::toString(spills.takeError()).find("exceeds 128"), std::string::npos);
+  expect_layout(256, 128, 48, 12, 2, 384, 2, 2 * 65536 + 2 * 2 * 24576 + 12 * 8 + 1024);
+  expect_rejected(256, 128, 96, 12, 2, "the device allows 232448");
+  expect_rejected(128, 128, 176, 12, 2, "exceeds 128");
   for (int d : {64, 128, 256}) EXPECT_FALSE(FwdSm90Traits::search_space(d, 232448).empty());
 }
 
 // Three consumer warpgroups (block_m 192, 16 warps) at head dim 64 only,
 // block_n up to 112, with FlashAttention-3's 32/160 register split.
 TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
-  auto t = FwdSm90Traits::make(64, 64, 192, 112, 16, 3, 232448);
-  ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
-  EXPECT_EQ(t->threads(), 512);
-  EXPECT_EQ(t->q_stages(), 2);
   // Two Q buffers 192x64, 3 x (K + V) 112x64, 2 x 2 Q + 4 x 3 K/V barriers.
-  EXPECT_EQ(t->smem_bytes(), 2 * 24576 + 3 * 2 * 14336 + 16 * 8 + 1024);
-  auto wide_tile = FwdSm90Traits::make(64, 64, 192, 128, 16, 2, 232448);
-  ASSERT_FALSE(bool(wide_tile));
-  EXPECT_NE(llvm::toString(wide_tile.takeError()).find("block_n=128 exceeds 112 at head dim 64, "
-                                                       "block_m 192"),
-            std::string::npos);
-  auto at_128 = FwdSm90Traits::make(128, 128, 192, 64, 16, 2, 232448);
-  ASSERT_FALSE(bool(at_128));
-  EXPECT_NE(llvm::toString(at_128.takeError()).find("block_m=192 is not 128"), std::string::npos);
-  auto warps = FwdSm90Traits::make(64, 64, 192, 64, 12, 2, 232448);
-  ASSERT_FALSE(bool(warps));
-  EXPECT_NE(llvm::toString(warps.takeError())
-                .find("warps=12 is not 16 (one producer and 3 consumer warpgroups"),
-            std::string::npos);
+  expect_layout(64, 192, 112, 16, 3, 512, 2, 2 * 24576 + 3 * 2 * 14336 + 16 * 8 + 1024);
+  expect_rejected(64, 192, 128, 16, 2, "block_n=128 exceeds 112 at head dim 64, block_m 192");
+  expect_rejected(128, 192, 64, 16, 2, "block_m=192 is not 128");
+  expect_rejected(64, 192, 64, 12, 2,
+                  "warps=12 is not 16 (one producer and 3 consumer warpgroups");
   int with_192 = 0;
   for (const KernelConfig &c : FwdSm90Traits::search_space(64, 232448))
     if (c.block_m == 192) {
