@@ -7,7 +7,8 @@ config's TFLOP/s with the best first. Evidence for the heuristic's defaults
                                    [--path sm80|sm90|both]
 
 `--path sm90` times the Hopper kernel's tiles (block_m 128, 12 warps: one
-producer and two consumer warpgroups; FwdSm90Traits::search_space), `both`
+producer and two consumer warpgroups; at d=64 also block_m 192, 16 warps:
+three; FwdSm90Traits::search_space), `both`
 puts both families in one ranking.
 """
 import argparse
@@ -27,7 +28,8 @@ CONFIGS_SM80 = {
 # that compiled without spills, stages as shared memory allows.
 CONFIGS_SM90 = {
     64: ["128,128,12,2", "128,128,12,3", "128,128,12,4", "128,112,12,2", "128,96,12,2",
-         "128,80,12,3", "128,64,12,2", "128,64,12,4"],
+         "128,80,12,3", "128,64,12,2", "128,64,12,4",
+         "192,112,16,2", "192,112,16,3", "192,96,16,3", "192,80,16,4"],
     128: ["128,128,12,2", "128,128,12,3", "128,112,12,2", "128,96,12,2", "128,96,12,3",
           "128,80,12,2", "128,64,12,2", "128,64,12,3"],
     256: ["128,80,12,2", "128,64,12,2", "128,48,12,2", "128,48,12,3"],
