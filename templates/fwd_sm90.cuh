@@ -256,29 +256,22 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         const WorkTile tile = work_tile(work_index(j));
         const int kv_head = tile.head / p.heads_per_kv;
         const TileSpan key_tiles = key_tiles_of(tile.m0);
-        // K and V of tile t in their stage, each once the consumers have
-        // released what the stage held kStages tiles back (a fresh barrier's
-        // parity-1 wait passes at once: the phase before its first).
-        auto load_k = [&](int t) {
+        // K (or V) of tile t in its stage, once the consumers have released
+        // what the stage held kStages tiles back (a fresh barrier's parity-1
+        // wait passes at once: the phase before its first).
+        auto load_kv = [&](int t, bool v) {
           const int stage = stage_of(kv_iter + t);
-          mbarrier_wait(k_empty(stage), parity_of(kv_iter + t) ^ 1);
-          const u32 dst = smem + kOffsetK + stage * kKVTileBytes;
-          mbarrier_arrive_expect_tx(k_full(stage), kKVTileBytes);
+          mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
+          const u32 full = v ? v_full(stage) : k_full(stage);
+          const u32 dst = smem + (v ? kOffsetV : kOffsetK) + stage * kKVTileBytes;
+          mbarrier_arrive_expect_tx(full, kKVTileBytes);
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(dst + cb * kKVColBlockBytes, &tma_k, k_full(stage), cb * 64,
+            tma_load_4d(dst + cb * kKVColBlockBytes, v ? &tma_v : &tma_k, full, cb * 64,
                         (key_tiles.first + t) * kBlockN, kv_head, tile.batch);
         };
-        auto load_v = [&](int t) {
-          const int stage = stage_of(kv_iter + t);
-          mbarrier_wait(v_empty(stage), parity_of(kv_iter + t) ^ 1);
-          const u32 dst = smem + kOffsetV + stage * kKVTileBytes;
-          mbarrier_arrive_expect_tx(v_full(stage), kKVTileBytes);
-#pragma unroll
-          for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(dst + cb * kKVColBlockBytes, &tma_v, v_full(stage), cb * 64,
-                        (key_tiles.first + t) * kBlockN, kv_head, tile.batch);
-        };
+        auto load_k = [&](int t) { load_kv(t, false); };
+        auto load_v = [&](int t) { load_kv(t, true); };
         // The first K tile before Q: its stage frees while the consumers
         // still work on the work tile before. With one Q buffer, whose
         // release comes only after their epilogue (or their last S), the
