@@ -10,6 +10,7 @@
 #include "cache/tuning_db.h"
 #include "cli_files.h"
 #include "cli_runner.h"
+#include "foreign_tuning.h"
 #include "runtime/device.h"
 #include "runtime/tuning_key.h"
 #include "llvm/ADT/SmallString.h"
@@ -124,26 +125,9 @@ TuningRecord backward_tuning(const SoftwareFingerprint &software, const char *pa
   p.seqlen_q = p.seqlen_k = 4096;
   p.head_dim_qk = p.head_dim_v = 128;
   p.mask = MaskKind::causal;
-  TuningRecord r;
-  r.device = DeviceFingerprint{"Test GPU 9000", 9, 0, 132, 13000};
-  r.software = software;
-  r.problem = problem_class_key(p, pass);
-  r.config = config;
-  r.heuristic_config = StoredConfig{"sm80", 64, 128, 8, 2};
-  r.shape = describe(p);
-  r.median_ms = 2.0;
-  r.min_ms = 1.9;
-  r.max_ms = 2.2;
-  r.heuristic_ms = 2.5;
-  r.tflops = 300;
-  r.occupancy = 1;
-  r.registers = 255;
-  r.smem_bytes = 98304;
-  r.candidates_tried = 14;
-  r.candidates_failed = 1;
-  r.tuned_at = "2026-11-29T12:00:00Z";
-  r.flashjit_version = FLASHJIT_VERSION;
-  return r;
+  return testing::foreign_tuning(software, p, pass,
+                                 {config, StoredConfig{"sm80", 64, 128, 8, 2}, 2.0, 1.9, 2.2, 2.5,
+                                  300, 255, 98304, 14, 1});
 }
 
 TEST(CliBackwardTuning, QueryReadsBackwardTuningsByMode) {

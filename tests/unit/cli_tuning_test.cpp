@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "cli_files.h"
 #include "cli_runner.h"
+#include "foreign_tuning.h"
 #include "runtime/device.h"
 #include "runtime/tuning_key.h"
 #include "llvm/ADT/Optional.h"
@@ -147,26 +148,10 @@ TuningRecord stored_tuning(const SoftwareFingerprint &software) {
   p.heads_q = p.heads_kv = 16;
   p.seqlen_q = p.seqlen_k = 4096;
   p.mask = MaskKind::causal;
-  TuningRecord r;
-  r.device = DeviceFingerprint{"Test GPU 9000", 9, 0, 132, 13000};
-  r.software = software;
-  r.problem = problem_class_key(p);
-  r.config = StoredConfig{"sm80", 128, 64, 4, 2};
-  r.heuristic_config = StoredConfig{"sm80", 128, 128, 8, 2};
-  r.shape = describe(p);
-  r.median_ms = 0.5;
-  r.min_ms = 0.49;
-  r.max_ms = 0.52;
-  r.heuristic_ms = 0.6;
-  r.tflops = 350;
-  r.occupancy = 1;
-  r.registers = 200;
-  r.smem_bytes = 49152;
-  r.candidates_tried = 20;
-  r.candidates_failed = 2;
-  r.tuned_at = "2026-11-29T12:00:00Z";
-  r.flashjit_version = FLASHJIT_VERSION;
-  return r;
+  return testing::foreign_tuning(software, p, "fwd",
+                                 {StoredConfig{"sm80", 128, 64, 4, 2},
+                                  StoredConfig{"sm80", 128, 128, 8, 2}, 0.5, 0.49, 0.52, 0.6, 350,
+                                  200, 49152, 20, 2});
 }
 
 TEST(CliTuning, QueryReadsTuningsOfAnotherMachine) {
