@@ -22,17 +22,24 @@ def outs(count):
 def emit(ctype, ptype, n):
     c = n // 2  # accumulators per thread
     lines = [f"template <>\nstruct Wgmma<{ctype}, {n}> {{"]
-    # SS: A and B from shared memory, both K-major (no transpose).
+    # SS: A and B from shared memory; each K-major (0) or MN-major (1,
+    # transposed), as immediates ("n" operands) of one instruction.
     lines.append(
-        f"  static __device__ __forceinline__ void ss(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
+        f"  template <int kTransA, int kTransB>\n"
+        f"  static __device__ __forceinline__ void ss_t(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
         f"    asm volatile(\n"
         f"        \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 2}, 0;\\n\"\n"
         f"        \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} \"\n"
         f"        \"{{{regs(0, c)}}}, \"\n"
-        f"        \"%{c}, %{c + 1}, p, 1, 1, 0, 0;\\n}}\\n\"\n"
+        f"        \"%{c}, %{c + 1}, p, 1, 1, %{c + 3}, %{c + 4};\\n}}\\n\"\n"
         f"        : {outs(c)}\n"
-        f"        : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d));\n"
+        f"        : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d), \"n\"(kTransA), \"n\"(kTransB));\n"
         f"  }}")
+    for name, ta, tb in (("ss", 0, 0), ("ss_bt", 0, 1), ("ss_tt", 1, 1)):
+        lines.append(
+            f"  static __device__ __forceinline__ void {name}(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
+            f"    ss_t<{ta}, {tb}>(d, desc_a, desc_b, scale_d);\n"
+            f"  }}")
     # RS: A from registers, B from shared memory MN-major (transposed).
     lines.append(
         f"  static __device__ __forceinline__ void rs_bt(float (&d)[{c}], const u32 (&a)[4], u64 desc_b, int scale_d) {{\n"
@@ -43,30 +50,6 @@ def emit(ctype, ptype, n):
         f"        \"{{%{c}, %{c + 1}, %{c + 2}, %{c + 3}}}, %{c + 4}, p, 1, 1, 1;\\n}}\\n\"\n"
         f"        : {outs(c)}\n"
         f"        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(scale_d));\n"
-        f"  }}")
-    # SS, A K-major and B MN-major: A (M x K) with K contiguous, B (K x N)
-    # with N contiguous, as the backward's dV = P^T dO reads P^T and dO.
-    lines.append(
-        f"  static __device__ __forceinline__ void ss_bt(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
-        f"    asm volatile(\n"
-        f"        \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 2}, 0;\\n\"\n"
-        f"        \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} \"\n"
-        f"        \"{{{regs(0, c)}}}, \"\n"
-        f"        \"%{c}, %{c + 1}, p, 1, 1, 0, 1;\\n}}\\n\"\n"
-        f"        : {outs(c)}\n"
-        f"        : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d));\n"
-        f"  }}")
-    # SS, both operands MN-major (transposed): A (M x K) with M contiguous,
-    # B (K x N) with N contiguous, as the backward's dQ = dS K reads dS^T and K.
-    lines.append(
-        f"  static __device__ __forceinline__ void ss_tt(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
-        f"    asm volatile(\n"
-        f"        \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 2}, 0;\\n\"\n"
-        f"        \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} \"\n"
-        f"        \"{{{regs(0, c)}}}, \"\n"
-        f"        \"%{c}, %{c + 1}, p, 1, 1, 1, 1;\\n}}\\n\"\n"
-        f"        : {outs(c)}\n"
-        f"        : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d));\n"
         f"  }}")
     lines.append("};\n")
     return "\n".join(lines)
@@ -80,13 +63,13 @@ def main():
 // accumulator d[i] holds row 16w + l/4 + 8*((i/2)%2), column
 // 8*(i/4) + 2*(l%4) + i%2: the m16n8 C fragment of mma.sync, repeated over
 // N/8 column tiles.
-//   ss:    D (+)= A * B, A (M x K) and B (N x K) both K-major in shared memory.
+//   ss_t<kTransA, kTransB>: D (+)= A * B, A (M x K) and B in shared memory,
+//          each K-major (0) or MN-major (1); named cases below.
+//   ss:    A and B (N x K) both K-major.
 //   rs_bt: D (+)= A * B, A from registers (the m16n8k16 A fragment of the
 //          thread's warp rows), B (K x N) MN-major in shared memory.
-//   ss_bt: D (+)= A * B, A (M x K) K-major and B (K x N) MN-major in
-//          shared memory.
-//   ss_tt: D (+)= A * B, A (M x K) and B (K x N) both MN-major in shared
-//          memory.
+//   ss_bt: A (M x K) K-major and B (K x N) MN-major.
+//   ss_tt: A (M x K) and B (K x N) both MN-major.
 // scale_d = 0 ignores the accumulator's old value (D = A*B).
 // Callers fence the accumulator registers (wgmma_fence_operands) around the
 // asynchronous instruction so the compiler does not move them.
