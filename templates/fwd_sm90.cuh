@@ -117,20 +117,22 @@ constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;  // one K or V tile
 // wgmma both apply it to absolute shared addresses).
 constexpr int kSmemAlign = 1024;
 constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
-// mbarriers after the tiles, 8 bytes each: q_full[kQStages],
-// q_empty[kQStages], k_full[kStages], v_full[kStages], k_empty[kStages],
-// v_empty[kStages].
-constexpr int barrier_bytes(int q_stages) { return 8 * (2 * q_stages + 4 * kStages); }
+// The layout with `q_stages` Q buffers: the Q tiles, kStages K tiles,
+// kStages V tiles, then the mbarriers, 8 bytes each: q_full[q_stages],
+// q_empty[q_stages], k_full[kStages], v_full[kStages], k_empty[kStages],
+// v_empty[kStages]. Host twin: FwdSm90Traits::smem_bytes_with.
+constexpr int smem_used(int q_stages) {
+  return q_stages * kQBytes + 2 * kStages * kKVTileBytes + 8 * (2 * q_stages + 4 * kStages);
+}
 // Two Q buffers where they fit: the next work tile's Q loads while this
-// one's is still in use (its S, or O staged in it), so the next work tile's
-// first S need not wait for the load after the epilogue.
-constexpr int kQStages =
-    2 * kQBytes + 2 * kStages * kKVTileBytes + barrier_bytes(2) + kSmemAlign <= kSmemBudget ? 2
-                                                                                            : 1;
+// one's is still in use (until its last S), so the next work tile's first S
+// need not wait for that load.
+constexpr int kQStages = smem_used(2) + kSmemAlign <= kSmemBudget ? 2 : 1;
 constexpr int kOffsetK = kQStages * kQBytes;
 constexpr int kOffsetV = kOffsetK + kStages * kKVTileBytes;
 constexpr int kOffsetBarriers = kOffsetV + kStages * kKVTileBytes;
-constexpr int kSmemUsed = kOffsetBarriers + barrier_bytes(kQStages);
+static_assert(smem_used(kQStages) + kSmemAlign <= kSmemBudget,
+              "shared memory exceeds sm_90's 227 KB");
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
