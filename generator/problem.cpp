@@ -38,6 +38,15 @@ const char *to_string(KernelPath path) {
   return "?";
 }
 
+const char *to_string(GqaPacking packing) {
+  switch (packing) {
+    case GqaPacking::automatic: return "auto";
+    case GqaPacking::on: return "on";
+    case GqaPacking::off: return "off";
+  }
+  return "?";
+}
+
 std::string describe(const Problem &p) {
   std::string mask = to_string(p.mask);
   if (p.mask == MaskKind::window)
@@ -51,9 +60,14 @@ std::string describe(const Problem &p) {
 }
 
 std::string describe(const KernelConfig &c) {
-  return llvm::formatv("{0} block_m={1} block_n={2} warps={3} stages={4}{5}", to_string(c.path),
+  // The forward's decode fields only where they change the kernel, so the
+  // common case reads as before.
+  std::string decode;
+  if (c.splits > 1) decode += llvm::formatv(" splits={0}", c.splits).str();
+  if (c.pack_gqa == GqaPacking::on) decode += " pack_gqa";
+  return llvm::formatv("{0} block_m={1} block_n={2} warps={3} stages={4}{5}{6}", to_string(c.path),
                        c.block_m, c.block_n, c.warps, c.stages,
-                       c.deterministic ? " deterministic" : "")
+                       c.deterministic ? " deterministic" : "", decode)
       .str();
 }
 

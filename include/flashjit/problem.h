@@ -38,6 +38,12 @@ struct Problem {
 // sm90 (TMA + wgmma) on Hopper for the head dims it serves, else sm80.
 enum class KernelPath : uint8_t { sm80, sm90, automatic };
 
+// Whether the query heads that share a KV head are packed into the rows of
+// one tile (FlashAttention-3's pack_gqa), so each K/V tile is read once per
+// group instead of once per query head: what decode needs. `automatic` lets
+// the heuristic decide from the problem's shape.
+enum class GqaPacking : uint8_t { automatic, on, off };
+
 // Tile and pipeline parameters. A zero field means "let the heuristic pick".
 struct KernelConfig {
   KernelPath path = KernelPath::automatic;
@@ -48,6 +54,12 @@ struct KernelConfig {
   // Backward only: compute dQ without atomics, in a fixed order, so that
   // gradients are bit-identical run to run (two more GEMMs of work).
   bool deterministic = false;
+  // Forward: the key range of every work tile is split over this many CTAs
+  // whose partial results a combine kernel merges by their log-sum-exps
+  // (flash-decoding). 0: the heuristic picks per call from the SMs, the work
+  // tiles and the key length; 1: off.
+  int splits = 0;
+  GqaPacking pack_gqa = GqaPacking::automatic;
 
   bool is_complete() const { return block_m > 0 && block_n > 0 && warps > 0 && stages > 0; }
   bool operator==(const KernelConfig &) const = default;
@@ -56,6 +68,7 @@ struct KernelConfig {
 const char *to_string(DType dtype);
 const char *to_string(MaskKind mask);
 const char *to_string(KernelPath path);
+const char *to_string(GqaPacking packing);  // "auto" | "on" | "off"
 // "bf16 b=2 hq=16 hkv=16 sq=8192 sk=8192 d=128 dv=128 causal"
 std::string describe(const Problem &problem);
 std::string describe(const KernelConfig &config);
