@@ -10,17 +10,6 @@
 
 namespace flashjit {
 
-int FwdSm90Traits::smem_bytes_with(int q_buffers) const {
-  const int q = q_buffers * block_m * head_dim * 2;
-  const int kv = 2 * stages * tile_bytes();
-  const int barriers = 8 * (2 * q_buffers + 4 * stages);
-  return q + kv + barriers + kSmemAlign;
-}
-
-int FwdSm90Traits::q_stages() const { return smem_bytes_with(2) <= kSmemBudget ? 2 : 1; }
-
-int FwdSm90Traits::smem_bytes() const { return smem_bytes_with(q_stages()); }
-
 std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (head_dim_qk != head_dim_v)
     return llvm::formatv("head_dim_qk={0} != head_dim_v={1}: the sm90 kernel needs equal head dims",
@@ -47,7 +36,8 @@ int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
   return head_dim == 64 ? 128 : head_dim == 128 ? 128 : 96;
 }
 
-KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q) {
+KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
+                                           int64_t rows_per_query) {
   // FlashAttention-3 uses 192x128 (d=64), 128x176 (d=128) and 128x80 (d=256);
   // here block_n is capped by max_block_n. Fastest on the H200 (docs/PERF.md,
   // 2026-11-30, sixth session):
@@ -63,9 +53,16 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q) {
   //   on the same).
   // - d=256: 128x80 with 2 (block_n 48, the largest with two Q buffers: 438
   //   against 492 at causal 2k).
+  // - decode (seqlen_q times the packed heads within 64 rows): one consumer
+  //   warpgroup, the deepest K/V ring that fits beside two Q buffers; the
+  //   kernel is bound by reading K and V, not by its GEMMs.
   KernelConfig c;
   c.path = KernelPath::sm90;
-  if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
+  if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {
+    c.block_m = 64;
+    c.block_n = head_dim == 256 ? 80 : 128;
+    c.stages = head_dim == 64 ? 4 : head_dim == 128 ? 3 : 2;
+  } else if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
     c.block_m = 192;
     c.block_n = 112;
     c.stages = 3;
@@ -80,11 +77,14 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q) {
 
 std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
   std::vector<KernelConfig> out;
-  for (int block_m : {128, 192}) {
+  for (int block_m : {64, 128, 192}) {
     if (!block_m_allowed(head_dim, block_m)) continue;
     const int warps = warps_for(block_m);
     for (int block_n = 48; block_n <= max_block_n(head_dim, block_m); block_n += 16)
       for (int stages = 2; stages <= 4; ++stages) {
+        // One consumer warpgroup is decode's tile, bound by reading K/V:
+        // only its two widest K/V tiles.
+        if (block_m == 64 && block_n < max_block_n(head_dim, block_m) - 16) continue;
         FwdSm90Traits t{head_dim, block_m, block_n, warps, stages};
         if (t.smem_bytes() <= max_smem_bytes)
           out.push_back(KernelConfig{KernelPath::sm90, block_m, block_n, warps, stages});
@@ -101,8 +101,8 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
   std::string dims = unsupported_reason(head_dim_qk, head_dim_v);
   if (!dims.empty()) why.push_back(dims);
   if (!block_m_allowed(head_dim_qk, block_m))
-    why.push_back(llvm::formatv("block_m={0} is not 128 (two consumer warpgroups of 64 rows) "
-                                "or, at head dim 64, 192 (three)",
+    why.push_back(llvm::formatv("block_m={0} is not 64 or 128 (one or two consumer warpgroups "
+                                "of 64 rows) or, at head dim 64, 192 (three)",
                                 block_m));
   else if (warps != warps_for(block_m))
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and {2} consumer warpgroups "

@@ -10,6 +10,7 @@
 
 #include "generator/launch_geometry.h"
 #include "llvm/Support/Error.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 
 namespace flashjit {
 
@@ -23,25 +24,30 @@ struct FwdSm90Traits {
   int block_n = 0;
   int warps = 0;
   int stages = 0;
+  int pack_gqa = 1;  // query heads packed into a tile's rows (1: none)
 
   // 64 query rows per consumer warpgroup: two (block_m 128) at every head
   // dim, three (block_m 192) at head dim 64, whose short GEMMs leave a
-  // warpgroup's softmax two others' turns to hide under.
+  // warpgroup's softmax two others' turns to hide under, and one (block_m
+  // 64) for decode, where a 128-row tile would compute mostly padding rows
+  // and the kernel must stay bound by reading K and V.
   static constexpr int kBlockM = 128;
   static bool block_m_allowed(int head_dim, int block_m) {
-    return block_m == 128 || (block_m == 192 && head_dim == 64);
+    return block_m == 64 || block_m == 128 || (block_m == 192 && head_dim == 64);
   }
   static int warps_for(int block_m) { return 4 * (1 + block_m / 64); }  // + the producer
-  static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle repeats every 1024 bytes
-  static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
+  static constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
+  static constexpr int kSmemBudget = FwdSm90Layout::kSmemBudget;
 
+  // The layout arithmetic, compiled from the header the kernel uses.
+  FwdSm90Layout layout() const { return {head_dim, block_m, block_n, stages, pack_gqa}; }
   int threads() const { return 32 * warps; }
-  int tile_bytes() const { return block_n * head_dim * 2; }  // one K or V tile
+  int tile_bytes() const { return layout().kv_tile_bytes(); }  // one K or V tile
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q
   // loads while this one's is still in use), else one.
-  int q_stages() const;
+  int q_stages() const { return layout().q_stages(); }
   // Q buffers, kStages K and V tiles, the mbarriers, and slack to align the base.
-  int smem_bytes() const;
+  int smem_bytes() const { return layout().smem_bytes(); }
 
   // Why the sm90 kernel cannot serve this head-dim pair at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
@@ -72,15 +78,15 @@ struct FwdSm90Traits {
   // short): measured on the H200, a starting point for the tuner. Its
   // seqlen rule follows the tuning database's size buckets (ceil(log2)), so
   // a whole bucket gets one config.
+  // `rows_per_query` is the query heads packed into a tile's rows (1: none):
+  // when seqlen_q of them fit one warpgroup's 64 rows (decode), one consumer
+  // warpgroup.
   static constexpr int64_t kThreeWarpgroupsAbove = 1024;
-  static KernelConfig default_config(int head_dim, int64_t seqlen_q);
+  static KernelConfig default_config(int head_dim, int64_t seqlen_q, int64_t rows_per_query = 1);
   // Every config the kernel claims at `head_dim` within `max_smem_bytes`:
   // block_n from 48 to max_block_n in steps of 16, 2 to 4 stages. The compile
   // test builds each of them and checks for spills.
   static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes);
-
- private:
-  int smem_bytes_with(int q_buffers) const;
 };
 
 // Why the sm90 family cannot serve `problem` on `arch` (empty: it can): the

@@ -3,6 +3,9 @@
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace flashjit {
 
 int max_smem_per_block(const TargetArch &arch) {
@@ -41,8 +44,79 @@ void preferred(int d, int dv, TileChoice out[4]) {
 
 }  // namespace
 
+namespace {
+
+constexpr int kDefaultSmCount = 132;  // H100 SXM, H200
+constexpr int kMaxPackedHeads = 64;   // one warpgroup's rows
+constexpr int kMaxHeuristicSplits = 128;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The family and tiles (defined below): FlashAttention-3's and -2's choices.
+KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arch,
+                                   int max_smem_bytes, const KernelConfig &partial);
+
+// Work tiles of `config` for `problem`, before splitting: query blocks x
+// heads (KV heads when packed) x batch.
+int64_t forward_work_tiles(const Problem &problem, const KernelConfig &config) {
+  const bool packed = config.pack_gqa == GqaPacking::on;
+  const int64_t ratio = problem.heads_q / problem.heads_kv;
+  const int64_t heads = packed ? problem.heads_kv : problem.heads_q;
+  int64_t rows_per_tile = config.block_m;
+  if (config.path == KernelPath::sm90 && packed)
+    rows_per_tile = config.block_m / 64 * (64 / ratio);  // positions per tile
+  return ceil_div(problem.seqlen_q, std::max<int64_t>(rows_per_tile, 1)) * heads * problem.batch;
+}
+
+}  // namespace
+
+bool pack_gqa_pays(const Problem &problem) {
+  const int64_t ratio = problem.heads_q / problem.heads_kv;
+  if (ratio < 2 || ratio > kMaxPackedHeads) return false;
+  // Filled rows per 64-row warpgroup tile, unpacked against packed.
+  auto efficiency = [](int64_t rows) { return double(rows) / (ceil_div(rows, 64) * 64); };
+  return efficiency(problem.seqlen_q * ratio) > efficiency(problem.seqlen_q) / 0.9;
+}
+
+int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count) {
+  if (config.path != KernelPath::sm90 || config.block_n <= 0 || config.block_m <= 0) return 1;
+  if (sm_count <= 0) sm_count = kDefaultSmCount;
+  const int64_t work = forward_work_tiles(problem, config);
+  if (work * 10 >= int64_t(sm_count) * 8) return 1;  // ~80% of the SMs busy already
+  const int64_t max_splits =
+      std::min<int64_t>(ceil_div(problem.seqlen_k, config.block_n), kMaxHeuristicSplits);
+  auto efficiency = [&](int64_t splits) {
+    const int64_t units = work * splits;
+    return double(units) / (ceil_div(units, sm_count) * sm_count);
+  };
+  double best = 0;
+  for (int64_t s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));
+  for (int64_t s = 1; s <= max_splits; ++s)
+    if (efficiency(s) >= 0.85 * best) return static_cast<int>(s);
+  return 1;
+}
+
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,
-                                    int max_smem_bytes, const KernelConfig &partial) {
+                                    int max_smem_bytes, const KernelConfig &partial,
+                                    int sm_count) {
+  // The tiles, then the decode fields from the tiles.
+  return with_decode_fields(problem,
+                            default_forward_tiles(problem, arch, max_smem_bytes, partial),
+                            sm_count);
+}
+
+KernelConfig with_decode_fields(const Problem &problem, KernelConfig config, int sm_count) {
+  if (config.pack_gqa == GqaPacking::automatic)
+    config.pack_gqa = config.path == KernelPath::sm90 && pack_gqa_pays(problem) ? GqaPacking::on
+                                                                                : GqaPacking::off;
+  if (config.splits == 0) config.splits = forward_splits_heuristic(problem, config, sm_count);
+  return config;
+}
+
+namespace {
+
+KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arch,
+                                   int max_smem_bytes, const KernelConfig &partial) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   // sm90 where it serves the problem: asked for, or chosen automatically on
   // sm_90a when the caller fixed no tile (tile sizes mean sm80's otherwise).
@@ -56,7 +130,11 @@ KernelConfig default_forward_config(const Problem &problem, const TargetArch &ar
     // The seqlen's choice first, then the 128-row tile every head dim has
     // (a caller's partial config, e.g. block_n 128 at d=64, may rule out
     // three consumer warpgroups).
-    const KernelConfig first = FwdSm90Traits::default_config(problem.head_dim_qk, problem.seqlen_q);
+    // Packed heads count as rows (decode takes one consumer warpgroup).
+    const bool pack = partial.pack_gqa == GqaPacking::on ||
+                      (partial.pack_gqa == GqaPacking::automatic && pack_gqa_pays(problem));
+    const KernelConfig first = FwdSm90Traits::default_config(
+        problem.head_dim_qk, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1);
     const KernelConfig second = FwdSm90Traits::default_config(problem.head_dim_qk, 0);
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};
@@ -77,6 +155,8 @@ KernelConfig default_forward_config(const Problem &problem, const TargetArch &ar
                .takeError();
          }).config;
 }
+
+}  // namespace
 
 TileOutcome choose_tiles(const KernelConfig &partial, KernelPath path,
                          llvm::ArrayRef<TileChoice> tiles,

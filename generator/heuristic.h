@@ -10,9 +10,29 @@
 namespace flashjit {
 
 // A complete config for `problem` on `arch` that fits `max_smem_bytes`
-// (0: the architecture's limit). Fields already set in `partial` are kept.
+// (0: the architecture's limit). Fields already set in `partial` are kept;
+// splits and pack_gqa come out concrete (>= 1; on or off). `sm_count` is the
+// device's (0: unknown, taken as an H100/H200's 132).
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,
-                                    int max_smem_bytes = 0, const KernelConfig &partial = {});
+                                    int max_smem_bytes = 0, const KernelConfig &partial = {},
+                                    int sm_count = 0);
+
+// `config` (tiles set) with its pack_gqa and splits filled where they are
+// left to the heuristic (automatic, 0), from pack_gqa_pays and
+// forward_splits_heuristic.
+KernelConfig with_decode_fields(const Problem &problem, KernelConfig config, int sm_count);
+
+// Whether packing the GQA group's query heads into a tile's rows pays:
+// FlashAttention-3's rule, when it fills the query tiles by more than 1/0.9
+// (few query positions: decode), and the group fits a warpgroup's 64 rows.
+bool pack_gqa_pays(const Problem &problem);
+
+// The split count for `problem` under `config` (its tiles and packing) on a
+// GPU of `sm_count` SMs (0: 132), FlashAttention-3's num_splits_heuristic:
+// none when the work tiles fill about 80% of the SMs; otherwise the
+// smallest count whose wave efficiency is within 85% of the best, at most
+// one split per key tile. 1 for the sm80 family.
+int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count);
 
 // Tile sizes a heuristic tries, in order.
 struct TileChoice {

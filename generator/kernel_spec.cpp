@@ -18,6 +18,47 @@ llvm::Error problem_error(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
 }
 
+constexpr int kMaxSplits = 256;
+// A warpgroup's 64 rows hold whole groups of packed heads.
+constexpr int64_t kMaxPackedHeads = 64;
+
+// splits and pack_gqa: in range, and asked only of the family that has them.
+llvm::Error validate_decode_fields(const Problem &problem, const KernelConfig &config) {
+  if (config.splits < 0 || config.splits > kMaxSplits)
+    return problem_error(llvm::formatv(
+        "splits={0} is out of range: expected 0 (heuristic), 1 (off) or up to {1}", config.splits,
+        kMaxSplits));
+  if (config.pack_gqa != GqaPacking::automatic && config.pack_gqa != GqaPacking::on &&
+      config.pack_gqa != GqaPacking::off)
+    return problem_error(llvm::formatv("pack_gqa={0} is not auto, on or off",
+                                       static_cast<int>(config.pack_gqa)));
+  if (config.path == KernelPath::sm80 && config.splits > 1)
+    return problem_error(llvm::formatv(
+        "splits={0}: split-KV is implemented in the sm90 family only; use splits=1 (or 0) with "
+        "the sm80 family",
+        config.splits));
+  if (config.pack_gqa == GqaPacking::on) {
+    if (config.path == KernelPath::sm80)
+      return problem_error("pack_gqa=on: GQA packing is implemented in the sm90 family only; "
+                           "use pack_gqa=off (or auto) with the sm80 family");
+    const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
+    if (ratio > kMaxPackedHeads)
+      return problem_error(llvm::formatv(
+          "pack_gqa=on with heads_q/heads_kv={0}: at most {1} query heads pack into a tile's "
+          "64-row warpgroup; use pack_gqa=off",
+          ratio, kMaxPackedHeads));
+  }
+  if (config.splits > 1) {
+    const int64_t tiles = forward_key_tiles(problem, config.block_n);
+    if (config.block_n > 0 && config.splits > tiles)
+      return problem_error(llvm::formatv(
+          "splits={0} exceeds the {1} key tiles of block_n={2} keys (seqlen_k={3}): each split "
+          "needs at least one; use splits <= {1}",
+          config.splits, tiles, config.block_n, problem.seqlen_k));
+  }
+  return llvm::Error::success();
+}
+
 }  // namespace
 
 MaskKind normalized_mask(const Problem &p) {
@@ -104,11 +145,14 @@ llvm::Error validate_problem(const Problem &p) {
 const char *to_string(Pass pass) { return pass == Pass::forward ? "fwd" : "bwd"; }
 
 std::string KernelSpec::id() const {
-  return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}_{10}",
+  std::string decode;
+  if (pack_gqa > 1) decode += llvm::formatv("_gqa{0}", pack_gqa).str();
+  if (split_kv) decode += "_split";
+  return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}{13}_{10}",
                        to_string(config.path), to_string(dtype), head_dim_qk, head_dim_v,
                        to_string(mask), softcap ? "softcap" : "nocap", config.block_m,
                        config.block_n, config.warps, config.stages, arch.name(), to_string(pass),
-                       config.deterministic ? "_det" : "")
+                       config.deterministic ? "_det" : "", decode)
       .str();
 }
 
@@ -123,6 +167,11 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   spec.softcap = problem.softcap != 0.f;
   spec.config = config;
   spec.arch = arch;
+  if (pass == Pass::forward) {
+    const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
+    spec.pack_gqa = config.pack_gqa == GqaPacking::on ? static_cast<int>(ratio) : 1;
+    spec.split_kv = config.splits > 1;
+  }
   return spec;
 }
 
@@ -140,6 +189,7 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
     return problem_error("kernel config is incomplete: " + describe(config) +
                          " (fill it with default_forward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
+  if (llvm::Error e = validate_decode_fields(problem, config)) return e;
   if (config.path == KernelPath::sm90) {
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages, max_smem_bytes);
@@ -164,17 +214,23 @@ LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, i
 }
 
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
-                                       int sm_count) {
+                                       int sm_count, int num_splits) {
   if (spec.config.path == KernelPath::sm90) {
-    FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
-                    spec.config.warps, spec.config.stages};
-    LaunchGeometry g = row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q,
+    const FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
+                          spec.config.warps, spec.config.stages, spec.pack_gqa};
+    const FwdSm90Layout layout = t.layout();
+    // Packed: the work tiles' rows are positions x the group's heads, and
+    // there is one per KV head.
+    const int64_t heads = spec.pack_gqa > 1 ? problem.heads_q / spec.pack_gqa : problem.heads_q;
+    LaunchGeometry g = row_tiled_geometry(problem.seqlen_q, layout.q_rows_per_tile(), heads,
                                           problem.batch, t.threads(), t.smem_bytes());
-    // Work tiles in x; the kernel decodes (query block, head, batch) itself.
-    const int64_t work = int64_t(g.grid.x) * g.grid.y * g.grid.z;
+    const int64_t query_blocks = g.grid.x;
+    // Work tiles in x; the kernel decodes (query block, split, head, batch)
+    // itself.
+    const int64_t work = query_blocks * std::max(num_splits, 1) * g.grid.y * g.grid.z;
     const bool persistent =
         sm_count > 0 &&
-        FwdSm90Traits::persistent_grid(spec.mask != MaskKind::none, g.grid.x, work, sm_count);
+        FwdSm90Traits::persistent_grid(spec.mask != MaskKind::none, query_blocks, work, sm_count);
     g.grid.x = static_cast<unsigned>(persistent ? std::min<int64_t>(work, sm_count) : work);
     g.grid.y = g.grid.z = 1;
     return g;
@@ -183,6 +239,40 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
                   spec.config.warps, spec.config.stages};
   return row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q, problem.batch,
                             t.threads(), t.smem_bytes());
+}
+
+LaunchGeometry forward_combine_geometry(const Problem &problem) {
+  // fwd_combine.cuh: 8 warps per CTA, one row each.
+  constexpr int kRowsPerBlock = 8;
+  const int64_t rows = problem.batch * problem.heads_q * problem.seqlen_q;
+  LaunchGeometry g;
+  g.grid.x = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  g.block.x = 32 * kRowsPerBlock;
+  g.dynamic_smem_bytes = 0;
+  return g;
+}
+
+int64_t forward_key_tiles(const Problem &problem, int block_n) {
+  if (block_n <= 0) return 0;
+  // Masks leave some query blocks fewer: their surplus splits write empty
+  // partials, which weigh nothing in the combine.
+  return (problem.seqlen_k + block_n - 1) / block_n;
+}
+
+int forward_num_splits(const KernelSpec &spec, const Problem &problem, int requested,
+                       int sm_count) {
+  if (!spec.split_kv) return 1;
+  const int64_t tiles = forward_key_tiles(problem, spec.config.block_n);
+  int64_t splits =
+      requested > 0 ? requested : forward_splits_heuristic(problem, spec.config, sm_count);
+  splits = std::min<int64_t>(splits, tiles);
+  return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
+uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits) {
+  if (num_splits <= 1) return 0;
+  const uint64_t rows = uint64_t(problem.batch) * problem.heads_q * problem.seqlen_q;
+  return uint64_t(num_splits) * rows * (uint64_t(problem.head_dim_v) + 1) * sizeof(float);
 }
 
 Problem class_problem(const KernelSpec &spec) {

@@ -26,10 +26,17 @@ struct KernelSpec {
   bool softcap = false;
   KernelConfig config;  // complete
   TargetArch arch;
+  // Forward only, derived from the config and the problem: the query heads
+  // packed into one tile's rows (the GQA ratio under pack_gqa on; 1: none),
+  // and whether the kernel can split the key range (config.splits > 1; the
+  // count itself is a launch parameter) and carries the combine kernel.
+  int pack_gqa = 1;
+  bool split_kv = false;
 
   // Readable and unique: every parameter appears in it, e.g.
   // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
-  // (the pass first: bwd_... for the backward kernels)
+  // (the pass first: bwd_... for the backward kernels; _gqa4 and _split
+  // before the arch where the forward packs GQA heads or splits the keys)
   std::string id() const;
   bool operator==(const KernelSpec &) const = default;
 };
@@ -65,8 +72,26 @@ Problem class_problem(const KernelSpec &spec);
 // Grid (Q tiles, heads, batch), block and shared memory of a forward launch.
 // Where FwdSm90Traits::persistent_grid, the sm90 kernel runs one CTA per SM
 // (`sm_count`; 0 when unknown gives one CTA per work tile), each looping over
-// work tiles; otherwise one CTA per work tile.
+// work tiles (query blocks x `num_splits` x heads x batch); otherwise one CTA
+// per work tile.
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
-                                       int sm_count = 0);
+                                       int sm_count = 0, int num_splits = 1);
+
+// The split-KV combine kernel's launch: one warp per output row.
+LaunchGeometry forward_combine_geometry(const Problem &problem);
+
+// The key tiles of `block_n` keys the longest work tile of `problem` visits
+// (a split count above it leaves splits with nothing to do).
+int64_t forward_key_tiles(const Problem &problem, int block_n);
+
+// The split count a launch of `spec` uses for `problem`: `requested` (the
+// caller's or the tuning's; 0 lets forward_splits_heuristic pick) clamped to
+// [1, key tiles]; 1 where the kernel cannot split.
+int forward_num_splits(const KernelSpec &spec, const Problem &problem, int requested,
+                       int sm_count);
+
+// Bytes of the split-KV workspace a launch with `num_splits` needs: the fp32
+// partial O and log-sum-exp of every split and row (0 for one split).
+uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits);
 
 }  // namespace flashjit

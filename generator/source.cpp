@@ -77,6 +77,9 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
      << "constexpr bool kSoftcap = " << softcap << ";\n";
   if (deterministic)
     os << "constexpr bool kDeterministic = " << (*deterministic ? "true" : "false") << ";\n";
+  if (spec.pass == Pass::forward)
+    os << "constexpr int kPackGqa = " << spec.pack_gqa << ";\n"
+       << "constexpr bool kSplitKv = " << (spec.split_kv ? "true" : "false") << ";\n";
   if (std::optional<WarpRoleRegisters> roles = warp_role_registers(spec))
     os << "constexpr int kProducerRegisters = " << roles->producer << ";\n"
        << "constexpr int kConsumerRegisters = " << roles->consumer << ";\n";
@@ -112,8 +115,14 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
   out.entry = sm90 ? "flashjit_fwd_sm90" : "flashjit_fwd_sm80";
   out.entries = {out.entry};
   out.headers = embedded_templates();
-  out.source = write_source("forward kernel", spec, std::nullopt,
-                            {sm90 ? "fwd_sm90.cuh" : "fwd_sm80.cuh"});
+  const char *kernel = sm90 ? "fwd_sm90.cuh" : "fwd_sm80.cuh";
+  if (spec.split_kv) {
+    // The combine kernel merges the splits' partials (generator/kernel_spec.h).
+    out.entries.push_back("flashjit_fwd_combine");
+    out.source = write_source("forward kernels", spec, std::nullopt, {kernel, "fwd_combine.cuh"});
+  } else {
+    out.source = write_source("forward kernel", spec, std::nullopt, {kernel});
+  }
   out.options = compile_options();
   return out;
 }

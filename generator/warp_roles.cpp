@@ -18,6 +18,9 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // Three consumer warpgroups (block_m 192, 512 threads, a pool of 4 x 128):
   // FlashAttention-3's 32/160, which fills it exactly.
   if (spec.config.block_m == 192) return WarpRoleRegisters{32, 160, 3};
+  // One consumer warpgroup (block_m 64, 256 threads, a pool of 2 x 256):
+  // the same budget as two, which the register tiles were sized for.
+  if (spec.config.block_m == 64) return WarpRoleRegisters{24, 240, 1};
   return WarpRoleRegisters{24, 240, 2};
 }
 

@@ -195,9 +195,17 @@ llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
   };
   rules.heuristic = [&](const KernelConfig &partial) {
     return default_forward_config(problem, device.target(), device.max_smem_per_block_optin,
-                                  partial);
+                                  partial, device.sm_count);
   };
-  return choose_config(problem, requested, device, db, rules);
+  auto chosen = choose_config(problem, requested, device, db, rules);
+  if (!chosen) return chosen.takeError();
+  // The caller's split count and packing win over a tuning's; what is left
+  // to the heuristic (a caller's complete tiles say nothing of them) is
+  // filled from the problem's shape.
+  if (requested.splits) chosen->config.splits = requested.splits;
+  if (requested.pack_gqa != GqaPacking::automatic) chosen->config.pack_gqa = requested.pack_gqa;
+  chosen->config = with_decode_fields(problem, chosen->config, device.sm_count);
+  return chosen;
 }
 
 llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,

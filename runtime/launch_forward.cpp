@@ -28,7 +28,11 @@ llvm::Error with_context(const Problem &problem, llvm::Error error) {
 
 struct Plan {
   KernelSpec spec;
-  const LoadedKernel *kernel;
+  ForwardKernels kernels;
+  // The split count asked of every call: the caller's or the tuning's; 0
+  // leaves it to the heuristic per call (the batch, heads and lengths of one
+  // call class still differ).
+  int splits = 0;
 };
 
 class PlanCache {
@@ -73,6 +77,8 @@ llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
   if (!context) return context.takeError();
   auto device = cached_device_info(int(context->device));  // a CUdevice is its ordinal
   if (!device) return device.takeError();
+  // (launch_forward resolves the same way, keeping where the config came
+  // from for the split count.)
   // The caller's complete config, else the database's tuning, else the
   // heuristic; a stored config that no longer validates was already passed
   // over, so an error here is the caller's config or the problem.
@@ -83,23 +89,80 @@ llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
 }
 
 llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec) {
+  auto kernels = get_forward_kernels(spec);
+  if (!kernels) return kernels.takeError();
+  return *kernels->main;
+}
+
+llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
   // The ID names every parameter of the compiled code, the architecture
-  // included (cubins are arch-specific); the cache adds the context.
-  return KernelCache::process().get_or_build(
-      spec.id(), context->context,
-      [&spec]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
-        // From the database's cubin store when there (no NVRTC run), else
-        // compiled and stored for the next process.
-        auto cubin = forward_cubin(spec, process_tuning_db());
-        if (!cubin) return cubin.takeError();
-        const int smem = forward_launch_geometry(spec, class_problem(spec))
-                             .dynamic_smem_bytes;
-        auto kernel = LoadedKernel::load(cubin->bytes, cubin->entry, smem);
-        if (!kernel) return kernel.takeError();
-        return std::make_unique<LoadedKernel>(std::move(*kernel));
-      });
+  // included (cubins are arch-specific); the cache adds the context. Each
+  // entry of the program is loaded under its own key.
+  auto load = [&](const std::string &key, int smem, bool combine) {
+    return KernelCache::process().get_or_build(
+        key, context->context, [&]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
+          // From the database's cubin store when there (no NVRTC run), else
+          // compiled and stored for the next process.
+          auto cubin = forward_cubin(spec, process_tuning_db());
+          if (!cubin) return cubin.takeError();
+          auto kernel = LoadedKernel::load(cubin->bytes,
+                                           combine ? "flashjit_fwd_combine" : cubin->entry, smem);
+          if (!kernel) return kernel.takeError();
+          return std::make_unique<LoadedKernel>(std::move(*kernel));
+        });
+  };
+  ForwardKernels out;
+  auto main = load(spec.id(), forward_launch_geometry(spec, class_problem(spec)).dynamic_smem_bytes,
+                   false);
+  if (!main) return main.takeError();
+  out.main = &*main;
+  if (spec.split_kv) {
+    auto combine = load(spec.id() + "#combine", 0, true);
+    if (!combine) return combine.takeError();
+    out.combine = &*combine;
+  }
+  return out;
+}
+
+llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spec,
+                            const Problem &problem, const ForwardArgs &args, FwdParams params,
+                            int num_splits, CUstream stream) {
+  auto launch_main = [&]() -> llvm::Error {
+    if (spec.config.path == KernelPath::sm90)  // + TMA tensor maps
+      return launch_forward_sm90(*kernels.main, spec, problem, args, params, stream);
+    void *kernel_args[] = {&params};
+    return kernels.main->launch(forward_launch_geometry(spec, problem), stream, kernel_args);
+  };
+  params.num_splits = 1;
+  if (num_splits <= 1 || !kernels.combine) return launch_main();
+
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  const uint64_t bytes = forward_split_workspace_bytes(problem, num_splits);
+  CUdeviceptr workspace = 0;
+  if (llvm::Error e = cuda_check(driver->cuMemAllocAsync(&workspace, bytes, stream),
+                                 "cuMemAllocAsync (split-KV workspace)"))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("the split-KV workspace of {0} bytes ({1} splits) could not be allocated: "
+                      "{2}; pass splits=1 to run without one",
+                      bytes, num_splits, llvm::toString(std::move(e)))
+            .str());
+  const uint64_t rows = uint64_t(problem.batch) * problem.heads_q * problem.seqlen_q;
+  params.num_splits = num_splits;
+  params.o_partial = reinterpret_cast<float *>(workspace);
+  params.lse_partial = params.o_partial + uint64_t(num_splits) * rows * problem.head_dim_v;
+  llvm::Error error = launch_main();
+  if (!error) {
+    void *combine_args[] = {&params};
+    error = kernels.combine->launch(forward_combine_geometry(problem), stream, combine_args);
+  }
+  // Freed in stream order after the kernels that use it, launched or not.
+  if (llvm::Error e = cuda_check(driver->cuMemFreeAsync(workspace, stream), "cuMemFreeAsync"))
+    error = llvm::joinErrors(std::move(error), std::move(e));
+  return error;
 }
 
 llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,
@@ -112,20 +175,39 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), problem, config);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
-    auto spec = resolve_forward_spec(problem, config);
+    auto device = cached_device_info(int(context->device));  // a CUdevice is its ordinal
+    if (!device) return with_context(problem, device.takeError());
+    auto chosen = choose_forward_config(problem, config, *device, process_tuning_db());
+    if (!chosen) return with_context(problem, chosen.takeError());
+    auto spec = make_forward_spec(problem, chosen->config, device->target(),
+                                  device->max_smem_per_block_optin);
     if (!spec) return with_context(problem, spec.takeError());
-    auto kernel = get_forward_kernel(*spec);
-    if (!kernel) return with_context(problem, kernel.takeError());
-    plan = PlanCache::process().insert(key, Plan{*spec, &*kernel});
+    auto kernels = get_forward_kernels(*spec);
+    if (!kernels) return with_context(problem, kernels.takeError());
+    const bool fixed = config.splits > 0 || chosen->source == ConfigSource::tuned ||
+                       chosen->source == ConfigSource::nearest;
+    plan = PlanCache::process().insert(
+        key, Plan{*spec, *kernels, fixed ? spec->config.splits : 0});
   }
-
-  FwdParams params = make_forward_params(problem, args);
-  if (plan->spec.config.path == KernelPath::sm90)  // + TMA tensor maps
-    return with_context(problem, launch_forward_sm90(*plan->kernel, plan->spec, problem, args,
-                                                     params, stream));
-  void *kernel_args[] = {&params};
-  return with_context(problem, plan->kernel->launch(forward_launch_geometry(plan->spec, problem),
-                                                    stream, kernel_args));
+  // An explicit split count this call's keys cannot serve is an error; a
+  // tuning's or the heuristic's is clamped to the key tiles.
+  if (config.splits > 1 && plan->spec.split_kv) {
+    const int64_t tiles = forward_key_tiles(problem, plan->spec.config.block_n);
+    if (config.splits > tiles)
+      return with_context(
+          problem, llvm::createStringError(
+                       llvm::inconvertibleErrorCode(),
+                       llvm::formatv("splits={0} exceeds the {1} key tiles of block_n={2} keys "
+                                     "(seqlen_k={3}): use splits <= {1}",
+                                     config.splits, tiles, plan->spec.config.block_n,
+                                     problem.seqlen_k)
+                           .str()));
+  }
+  const int num_splits =
+      forward_num_splits(plan->spec, problem, plan->splits, plan->kernels.main->sm_count());
+  return with_context(problem, enqueue_forward(plan->kernels, plan->spec, problem, args,
+                                               make_forward_params(problem, args), num_splits,
+                                               stream));
 }
 
 }  // namespace flashjit

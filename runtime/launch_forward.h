@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include "flashjit/forward.h"
+#include "templates/common/fwd_params.cuh"
 #include "generator/kernel_spec.h"
 #include "runtime/loaded_kernel.h"
 #include "llvm/Support/Error.h"
@@ -24,6 +25,23 @@ llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem, const Ke
 // else from the process database's cubin store, else compiled now (and
 // stored).
 llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec);
+
+// The loaded kernels of a forward spec: its main kernel, and the split-KV
+// combine kernel where the spec splits the keys (else null).
+struct ForwardKernels {
+  const LoadedKernel *main = nullptr;
+  const LoadedKernel *combine = nullptr;
+};
+llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec);
+
+// Enqueues `spec`'s kernels on `stream` with `num_splits` (forward_num_splits):
+// with more than one, the split-KV workspace is allocated stream-ordered
+// (cuMemAllocAsync from the device's default memory pool) and freed after
+// the combine kernel, so concurrent streams never share it and CUDA graph
+// capture records the allocation. `params` comes from make_forward_params.
+llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spec,
+                            const Problem &problem, const ForwardArgs &args, FwdParams params,
+                            int num_splits, CUstream stream);
 
 // Validates everything, then launches. Never launches on bad input.
 llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,

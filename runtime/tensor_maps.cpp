@@ -52,6 +52,43 @@ llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType
   return map;
 }
 
+// Q with packed GQA (fwd_sm90.cuh, kPackGqa): a 5-d view [batch][seq][kv
+// head][head in group][dim] whose box is [positions][the group's `ratio`
+// heads][64 columns], so one box fills a warpgroup's rows head fastest.
+llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, const void *data,
+                                            int head_dim, const Problem &p,
+                                            const TensorStrides &strides, int ratio) {
+  CUtensorMap map;
+  const int64_t heads_kv = p.heads_q / ratio;
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(ratio),
+                              static_cast<cuuint64_t>(heads_kv),
+                              static_cast<cuuint64_t>(p.seqlen_q),
+                              static_cast<cuuint64_t>(p.batch)};
+  const cuuint64_t byte_strides[4] = {tma_stride(strides.head, ratio, head_dim),
+                                      tma_stride(strides.head * ratio, heads_kv, head_dim),
+                                      tma_stride(strides.seq, p.seqlen_q, head_dim),
+                                      tma_stride(strides.batch, p.batch, head_dim)};
+  const cuuint32_t box[5] = {kBoxColumns, static_cast<cuuint32_t>(ratio), 1,
+                             static_cast<cuuint32_t>(kQBoxRows / ratio), 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  CUresult r = cu.cuTensorMapEncodeTiled(
+      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      5, const_cast<void *>(data), dims, byte_strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled"))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("TMA tensor map of q packed by {0} heads (address {1}, dims d={2} "
+                      "group={0} kv_heads={3} seq={4} batch={5}, byte strides {6} {7} {8} {9}): "
+                      "{10}",
+                      ratio, data, head_dim, heads_kv, p.seqlen_q, p.batch, byte_strides[0],
+                      byte_strides[1], byte_strides[2], byte_strides[3],
+                      llvm::toString(std::move(e)))
+            .str());
+  return map;
+}
+
 }  // namespace
 
 llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spec,
@@ -60,8 +97,11 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   ForwardTensorMaps maps;
-  auto q = encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, p.seqlen_q, p.heads_q, p.batch,
-                  args.q_strides, kQBoxRows);
+  auto q = spec.pack_gqa > 1
+               ? encode_packed_q(*driver, p.dtype, args.q, spec.head_dim_qk, p, args.q_strides,
+                                 spec.pack_gqa)
+               : encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, p.seqlen_q, p.heads_q,
+                        p.batch, args.q_strides, kQBoxRows);
   if (!q) return q.takeError();
   auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch,
                   args.k_strides, spec.config.block_n);
@@ -102,8 +142,9 @@ llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &sp
   auto maps = make_forward_tensor_maps(spec, problem, args);
   if (!maps) return maps.takeError();
   void *kernel_args[] = {&params, &maps->q, &maps->k, &maps->v};
-  return kernel.launch(forward_launch_geometry(spec, problem, kernel.sm_count()), stream,
-                       kernel_args);
+  return kernel.launch(
+      forward_launch_geometry(spec, problem, kernel.sm_count(), params.num_splits), stream,
+      kernel_args);
 }
 
 }  // namespace flashjit

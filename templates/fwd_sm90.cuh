@@ -87,6 +87,8 @@
 #pragma once
 
 #include "common/fwd_params.cuh"
+#include "common/fwd_scheduler.cuh"
+#include "common/fwd_sm90_layout.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/sm90.cuh"
@@ -100,39 +102,41 @@ using namespace cfg;
 using Ops = ElementOps<Element>;
 
 constexpr int kHeadDim = kHeadDimQK;
-constexpr int kConsumerWarpgroups = kBlockM / 64;
+// The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
+constexpr FwdSm90Layout kLayout{kHeadDim, kBlockM, kBlockN, kStages, kPackGqa};
+constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
-constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) swizzle columns
-constexpr int kRowBytes = 128;
+constexpr int kColBlocks = kLayout.col_blocks();  // 64-element (128-byte) swizzle columns
+constexpr int kRowBytes = FwdSm90Layout::kRowBytes;
+// Packed GQA (kPackGqa > 1): a warpgroup's rows are kQRowsPerWg positions
+// times the kPackGqa query heads of one KV head, head fastest.
+constexpr int kPack = kPackGqa;
+constexpr int kQRowsPerWg = kLayout.q_rows_per_warpgroup();
+constexpr int kLoadedRowsPerWg = kLayout.loaded_rows_per_warpgroup();
+constexpr int kQRowsPerTile = kLayout.q_rows_per_tile();
 
 // Bytes, relative to the 1024-byte aligned base of dynamic shared memory.
-constexpr int kQColBlockBytes = 64 * kRowBytes;              // one warpgroup's rows
-constexpr int kQWarpgroupBytes = kColBlocks * kQColBlockBytes;
-constexpr int kQBytes = kConsumerWarpgroups * kQWarpgroupBytes;
-constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
-constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;  // one K or V tile
+constexpr int kQColBlockBytes = kLayout.q_col_block_bytes();  // one warpgroup's rows
+constexpr int kQWarpgroupBytes = kLayout.q_warpgroup_bytes();
+constexpr int kQBytes = kLayout.q_bytes();
+constexpr int kQLoadedBytes = kLayout.q_loaded_bytes();  // what TMA writes per Q buffer
+constexpr int kKVColBlockBytes = kLayout.kv_col_block_bytes();
+constexpr int kKVTileBytes = kLayout.kv_tile_bytes();  // one K or V tile
 // The host allocates the used bytes + kSmemAlign: the base is rounded up to
 // the 1024 bytes at which the 128-byte swizzle pattern repeats (TMA and
-// wgmma both apply it to absolute shared addresses).
-constexpr int kSmemAlign = 1024;
-constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
-// The layout with `q_stages` Q buffers: the Q tiles, kStages K tiles,
-// kStages V tiles, then the mbarriers, 8 bytes each: q_full[q_stages],
-// q_empty[q_stages], k_full[kStages], v_full[kStages], k_empty[kStages],
-// v_empty[kStages]. Host twin: FwdSm90Traits::smem_bytes_with.
-constexpr int smem_used(int q_stages) {
-  return q_stages * kQBytes + 2 * kStages * kKVTileBytes + 8 * (2 * q_stages + 4 * kStages);
-}
-// Two Q buffers where they fit: the next work tile's Q loads while this
-// one's is still in use (until its last S), so the next work tile's first S
-// need not wait for that load.
-constexpr int kQStages = smem_used(2) + kSmemAlign <= kSmemBudget ? 2 : 1;
-constexpr int kOffsetK = kQStages * kQBytes;
-constexpr int kOffsetV = kOffsetK + kStages * kKVTileBytes;
-constexpr int kOffsetBarriers = kOffsetV + kStages * kKVTileBytes;
-static_assert(smem_used(kQStages) + kSmemAlign <= kSmemBudget,
+// wgmma both apply it to absolute shared addresses). Two Q buffers where
+// they fit: the next work tile's Q loads while this one's is still in use
+// (until its last S), so the next work tile's first S need not wait for it.
+constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
+constexpr int kQStages = kLayout.q_stages();
+constexpr int kOffsetK = kLayout.offset_k();
+constexpr int kOffsetV = kLayout.offset_v();
+constexpr int kOffsetBarriers = kLayout.offset_barriers();
+static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
+
+using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
@@ -157,7 +161,9 @@ constexpr int kBarrierPingPong = 1;
 static_assert(kHeadDimQK == kHeadDimV, "sm90 path: head_dim_qk == head_dim_v");
 static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
               "sm90 path: head dims 64, 128, 256");
-static_assert(kBlockM == 128 || kBlockM == 192, "64 rows per consumer warpgroup, 2 or 3 of them");
+static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
+              "64 rows per consumer warpgroup, 1 to 3 of them");
+static_assert(kPack >= 1 && kPack <= 64, "packed GQA: 1 to 64 query heads per tile row group");
 static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup + consumers");
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
               "block_n: multiple of 16 (P V k-steps) up to 256 (wgmma N, TMA box)");
@@ -200,25 +206,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // Bottom-right alignment: row i lines up with key i + offset.
   const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
 
-  // Work tile w: query block fastest and heaviest first (the most visible
-  // keys under a causal mask), then head, then batch.
-  const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
-  const int num_work = m_blocks * p.heads_q * p.batch;
-  struct WorkTile {
-    int m0, head, batch;
-  };
-  // This CTA's work tile of round k (>= num_work: none left).
-  auto work_index = [&](int k) {
-    return k * static_cast<int>(gridDim.x) + (static_cast<int>(blockIdx.x) + k) % gridDim.x;
-  };
-  auto work_tile = [&](int w) {
-    const int hb = w / m_blocks;
-    return WorkTile{(m_blocks - 1 - w % m_blocks) * kBlockM, hb % p.heads_q, hb / p.heads_q};
-  };
-  // The K/V tiles any row of the work tile sees: producer and consumers walk
-  // the same ones.
-  auto key_tiles_of = [&](int m0) {
-    return visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
+  const Scheduler sched(p);
+  // The K/V tiles any row of the work tile sees (this split's share of
+  // them): producer and consumers walk the same ones.
+  auto key_tiles_of = [&](const WorkTile &tile) {
+    return sched.key_tiles<Mask>(p, tile, offset, kBlockN);
   };
 
   // The K/V ring's stage and phase of K/V tile `it` (counted over all work
@@ -254,10 +246,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       tma_prefetch_descriptor(&tma_k);
       tma_prefetch_descriptor(&tma_v);
       int kv_iter = 0;  // K/V tiles loaded so far, over all work tiles
-      for (int j = 0; work_index(j) < num_work; ++j) {
-        const WorkTile tile = work_tile(work_index(j));
-        const int kv_head = tile.head / p.heads_per_kv;
-        const TileSpan key_tiles = key_tiles_of(tile.m0);
+      for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
+        const WorkTile tile = sched.tile(sched.work_index(j));
+        const int kv_head = sched.kv_head(p, tile);
+        const TileSpan key_tiles = key_tiles_of(tile);
         // K (or V) of tile t in its stage, once the consumers have released
         // what the stage held kStages tiles back (a fresh barrier's parity-1
         // wait passes at once: the phase before its first).
@@ -287,13 +279,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         // every consumer warp to be done with the Q kQStages work tiles back.
         const int qb = q_buffer_of(j);
         mbarrier_wait(q_empty(qb), q_parity_of(j) ^ 1);
-        mbarrier_arrive_expect_tx(q_full(qb), kQBytes);
+        mbarrier_arrive_expect_tx(q_full(qb), kQLoadedBytes);
 #pragma unroll
         for (int wg = 0; wg < kConsumerWarpgroups; ++wg)
 #pragma unroll
-          for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes,
-                        &tma_q, q_full(qb), cb * 64, tile.m0 + wg * 64, tile.head, tile.batch);
+          for (int cb = 0; cb < kColBlocks; ++cb) {
+            const u32 dst = smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes;
+            const int q0 = tile.q0 + wg * kQRowsPerWg;
+            // Packed: the box is [positions][the group's heads][64 columns]
+            // of a [batch][seq][kv head][head in group][dim] view of Q.
+            if constexpr (kPack > 1)
+              tma_load_5d(dst, &tma_q, q_full(qb), cb * 64, 0, tile.head, q0, tile.batch);
+            else
+              tma_load_4d(dst, &tma_q, q_full(qb), cb * 64, q0, tile.head, tile.batch);
+          }
         if (kQStages == 2 && key_tiles.count > 0) load_v(0);
         for (int t = 1; t < key_tiles.count; ++t) {
           load_k(t);
@@ -313,7 +312,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int lane = tid % 32;
   const int group = lane / 4;         // fragment row (and row + 8)
   const int quad_lane = lane % 4;     // fragment column pair
-  const int wg_row0 = cwg * 64;       // first row of this warpgroup in the tile
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
   const u64 q_desc0 = smem_descriptor_sw128(smem + cwg * kQWarpgroupBytes, 16, 1024);
@@ -388,11 +386,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
     }
     // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's rows).
-    if (tile_is_cut<Mask>(p, seqlen_k, wg_m0, 64, n0, kBlockN, offset)) {
+    if (tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lane_t = opaque(static_cast<int>(threadIdx.x));
-        const i64 row = wg_m0 + ((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8;
+        // The row's query position (packed rows: head fastest).
+        const i64 row = wg_m0 + (((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8) / kPack;
         int lo_local, hi_local;  // visible keys of this row, tile-local
         visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
         // The bounds relative to the thread's first column, so each element
@@ -514,22 +513,44 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     release_v(it_pv);
   };
 
-  // O / rowsum of the work tile (this warpgroup's rows from wg_m0) to global
-  // memory, and the log-sum-exp.
+  // O / rowsum of the work tile (this warpgroup's rows, from query position
+  // wg_m0) to global memory, and the log-sum-exp; with split-KV (more than
+  // one split), this split's partial O in fp32 and its log-sum-exp to the
+  // workspace instead, for the combine kernel.
   auto write_o = [&](const WorkTile &tile, int wg_m0) {
-    float *const lse_base =
-        p.lse ? p.lse + (static_cast<i64>(tile.batch) * p.heads_q + tile.head) * seqlen_q
-              : nullptr;
-    u16 *const o_base =
-        static_cast<u16 *>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride;
+    const bool partial = kSplitKv && p.num_splits > 1;
     const bool odd = quad_lane & 1, high = quad_lane & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(row_sum[h]);
       const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
       const float inv = empty ? 0.f : 1.f / sum;
-      const int row = wg_m0 + warp * 16 + group + h * 8;
-      u16 *const o_row = o_base + static_cast<i64>(row) * p.o_row_stride + quad_lane * 8;
+      // The row's query position and head (packed rows: head fastest).
+      const int local = warp * 16 + group + h * 8;
+      const int row = wg_m0 + local / kPack;
+      const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
+      const bool stored = (kLoadedRowsPerWg == 64 || local < kLoadedRowsPerWg) && row < seqlen_q;
+      // Row (batch, head, row) of [batch, heads_q, seqlen_q]: the LSE's index.
+      const i64 lse_row = (static_cast<i64>(tile.batch) * p.heads_q + head) * seqlen_q + row;
+      // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
+      const float lse = (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
+      if (kSplitKv && partial) {
+        // [split][batch][head][row]: the split's slice of every row.
+        const i64 slice = static_cast<i64>(tile.split) * p.batch * p.heads_q * seqlen_q;
+        float *const o_row = p.o_partial + (slice + lse_row) * kHeadDim + quad_lane * 2;
+        if (stored) {
+#pragma unroll
+          for (int nt = 0; nt < kOTiles; ++nt)
+            *reinterpret_cast<F32x2 *>(o_row + nt * 8) =
+                F32x2{acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv};
+          // A split that saw no key weighs nothing in the combine.
+          if (quad_lane == 0) p.lse_partial[slice + lse_row] = empty ? kNegInf : lse;
+        }
+        continue;
+      }
+      u16 *const o_row = static_cast<u16 *>(p.o) + tile.batch * p.o_batch_stride +
+                         static_cast<i64>(row) * p.o_row_stride + head * p.o_head_stride +
+                         quad_lane * 8;
 #pragma unroll
       for (int b = 0; b < kOTiles / 4; ++b) {
         // Column tiles 4b..4b+3 of the row: lane q holds 4 bytes of each. A
@@ -551,14 +572,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         y = __shfl_xor_sync(0xffffffffu, y, 2);
         if (high) v[0] = x, v[1] = y;
         else v[2] = x, v[3] = y;
-        if (row < seqlen_q)
-          *reinterpret_cast<U32x4 *>(o_row + b * 32) = U32x4{v[0], v[1], v[2], v[3]};
+        if (stored) *reinterpret_cast<U32x4 *>(o_row + b * 32) = U32x4{v[0], v[1], v[2], v[3]};
       }
-      if (lse_base && quad_lane == 0 && row < seqlen_q) {
-        // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
-        lse_base[row] =
-            empty ? kInf : (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
-      }
+      if (p.lse && quad_lane == 0 && stored) p.lse[lse_row] = empty ? kInf : lse;
     }
   };
 
@@ -571,10 +587,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   u32 p_frag[kPVSteps][4];
   float correction[2];
   int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
-  for (int j = 0; work_index(j) < num_work; ++j) {
-    const WorkTile tile = work_tile(work_index(j));
-    const int wg_m0 = tile.m0 + wg_row0;
-    const TileSpan key_tiles = key_tiles_of(tile.m0);
+  for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
+    const WorkTile tile = sched.tile(sched.work_index(j));
+    const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
+    const TileSpan key_tiles = key_tiles_of(tile);
     const int num_tiles = key_tiles.count;
     auto n0_of = [&](int t) { return (key_tiles.first + t) * kBlockN; };
     reset_o();

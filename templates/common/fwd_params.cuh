@@ -32,6 +32,15 @@ struct FwdParams {
   // softmax then runs in base 2 with `softmax_scale_log2`.
   float score_scale;
   float softmax_scale_log2;
+
+  // Split-KV (kernels compiled with kSplitKv): the key range of each query
+  // block is cut into num_splits shares whose partial O (fp32, normalised by
+  // its own row sum) and log-sum-exp go to the workspace, laid out
+  // [split][batch][heads_q][seqlen_q] (x head_dim_v for O), for
+  // flashjit_fwd_combine to merge. num_splits == 1 writes O and lse directly.
+  float *o_partial;
+  float *lse_partial;
+  int num_splits;
 };
 
 }  // namespace flashjit

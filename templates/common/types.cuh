@@ -12,6 +12,15 @@ using i64 = long long;
 struct alignas(16) U32x4 {
   u32 x, y, z, w;
 };
+struct alignas(8) U32x2 {
+  u32 x, y;
+};
+struct alignas(16) F32x4 {
+  float x, y, z, w;
+};
+struct alignas(8) F32x2 {
+  float x, y;
+};
 
 struct bf16 {
   u16 bits;

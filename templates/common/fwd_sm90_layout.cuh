@@ -1,0 +1,62 @@
+// The sm90 forward's layout arithmetic: rows per tile, shared memory per
+// stage, the Q buffers and the whole footprint. Plain constexpr C++ with no
+// CUDA and no includes, so the kernel (templates/fwd_sm90.cuh) and its host
+// twin (generator/fwd_sm90_traits.cpp, which prunes configs before any
+// compile and sizes the launch) compile the same code and cannot disagree.
+#pragma once
+
+namespace flashjit {
+
+struct FwdSm90Layout {
+  int head_dim;   // qk == v: 64, 128 or 256
+  int block_m;    // 64 rows per consumer warpgroup: 64, 128 or 192
+  int block_n;    // keys per K/V tile
+  int stages;     // K/V ring depth
+  int pack_gqa;   // query heads packed into a tile's rows (1: none)
+
+  static constexpr int kSmemAlign = 1024;         // the 128-byte swizzle repeats every 1024 B
+  static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
+  static constexpr int kRowBytes = 128;           // one 64-element swizzle row
+  static constexpr int kWarpgroupRows = 64;       // rows of one consumer warpgroup's wgmma
+
+  constexpr int consumer_warpgroups() const { return block_m / kWarpgroupRows; }
+  constexpr int warps() const { return 4 * (1 + consumer_warpgroups()); }  // + the producer
+  constexpr int col_blocks() const { return head_dim / 64; }
+
+  // Packed GQA: a warpgroup's 64 rows are (query position, head in group)
+  // pairs, head fastest, so a tile holds whole groups of kPack heads of
+  // 64 / kPack positions (a TMA box of [positions][heads][64 columns]); rows
+  // past the last whole group are never loaded nor stored.
+  constexpr int q_rows_per_warpgroup() const { return kWarpgroupRows / pack_gqa; }
+  constexpr int loaded_rows_per_warpgroup() const { return q_rows_per_warpgroup() * pack_gqa; }
+  constexpr int q_rows_per_tile() const { return q_rows_per_warpgroup() * consumer_warpgroups(); }
+
+  // Bytes of one Q buffer (every consumer warpgroup's 64 rows), and what TMA
+  // writes into it (the transaction count of its barrier).
+  constexpr int q_col_block_bytes() const { return kWarpgroupRows * kRowBytes; }
+  constexpr int q_warpgroup_bytes() const { return col_blocks() * q_col_block_bytes(); }
+  constexpr int q_bytes() const { return consumer_warpgroups() * q_warpgroup_bytes(); }
+  constexpr int q_loaded_bytes() const {
+    return consumer_warpgroups() * col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
+  }
+  constexpr int kv_col_block_bytes() const { return block_n * kRowBytes; }
+  constexpr int kv_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }
+
+  // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
+  // `stages` V tiles, then the mbarriers, 8 bytes each: q_full[q_buffers],
+  // q_empty[q_buffers], k_full, v_full, k_empty, v_empty [stages each].
+  constexpr int smem_used(int q_buffers) const {
+    return q_buffers * q_bytes() + 2 * stages * kv_tile_bytes() + 8 * (2 * q_buffers + 4 * stages);
+  }
+  // Two Q buffers where they fit: the next work tile's Q loads while this
+  // one's is still in use (until its last S).
+  constexpr int q_stages() const { return smem_used(2) + kSmemAlign <= kSmemBudget ? 2 : 1; }
+  constexpr int offset_k() const { return q_stages() * q_bytes(); }
+  constexpr int offset_v() const { return offset_k() + stages * kv_tile_bytes(); }
+  constexpr int offset_barriers() const { return offset_v() + stages * kv_tile_bytes(); }
+  // The dynamic shared memory to launch with: the base is rounded up to
+  // kSmemAlign inside the kernel.
+  constexpr int smem_bytes() const { return smem_used(q_stages()) + kSmemAlign; }
+};
+
+}  // namespace flashjit

@@ -1,0 +1,89 @@
+// Split-KV combine: merges the partial results of the num_splits CTAs that
+// each attended to a share of a row's keys (fwd_sm90.cuh / fwd_sm80.cuh with
+// kSplitKv) into O and the log-sum-exp, exactly:
+//   lse = log(sum_i exp(lse_i)),   O = sum_i exp(lse_i - lse) * O_i,
+// where O_i is split i's output normalised by its own row sum and lse_i its
+// log-sum-exp (-inf for a split that saw no key). A row no split saw writes
+// O = 0 and LSE = +inf, as the unsplit kernels do.
+//
+// Layout of the workspace (fp32, contiguous): o_partial[split][batch]
+// [head][query][kHeadDimV], then lse_partial[split][batch][head][query].
+//
+// One warp per row: each lane holds one split's LSE (a loop beyond 32
+// splits) for the max and the sum, then accumulates 4 columns per 128 of the
+// row with 16-byte loads; the row's splits are read in order, so the result
+// is deterministic. The arithmetic is split_merge.cuh's, which the host
+// tests hold against float64. The traffic is num_splits * kHeadDimV * 4 bytes per row
+// against the main kernel's whole key range, so a simple kernel suffices.
+#pragma once
+
+#include "common/fwd_params.cuh"
+#include "common/split_merge.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+namespace fwd_combine {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kThreads = 32 * kWarpsPerBlock;
+static_assert(cfg::kHeadDimV % 4 == 0, "head_dim_v: whole float4 column groups");
+
+}  // namespace fwd_combine
+}  // namespace flashjit
+
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
+    flashjit_fwd_combine(const flashjit::FwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::fwd_combine;
+  using Ops = ElementOps<cfg::Element>;
+  constexpr int kDim = cfg::kHeadDimV;
+  const float kNegInf = __int_as_float(0xff800000);
+
+  const int lane = threadIdx.x % 32;
+  const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
+  const i64 row = static_cast<i64>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int splits = p.num_splits;
+  const float *lse_split = p.lse_partial + row;
+
+  // Max and sum of exponentials over the splits (split_merge.cuh).
+  float m = kNegInf;
+  for (int s = lane; s < splits; s += 32) m = fmaxf(m, lse_split[s * rows]);
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+  float sum = 0.f;
+  for (int s = lane; s < splits; s += 32) sum += split_merge::sum_term(lse_split[s * rows], m);
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  const bool empty = m == kNegInf;  // no split saw a key
+  const float lse = split_merge::merged_lse(m, sum);
+
+  const int q = static_cast<int>(row % p.seqlen_q);
+  const i64 bh = row / p.seqlen_q;
+  const int head = static_cast<int>(bh % p.heads_q);
+  const int batch = static_cast<int>(bh / p.heads_q);
+  u16 *const o_row = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
+                     static_cast<i64>(q) * p.o_row_stride + head * p.o_head_stride;
+  const float *const o_split = p.o_partial + row * kDim;
+#pragma unroll
+  for (int c0 = 0; c0 < kDim; c0 += 128) {
+    const int c = c0 + lane * 4;
+    if (kDim % 128 == 0 || c < kDim) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      if (!empty)
+        for (int s = 0; s < splits; ++s) {
+          const float w = split_merge::weight(lse_split[s * rows], lse);
+          if (w > 0.f) {
+            const F32x4 v = *reinterpret_cast<const F32x4 *>(o_split + s * rows * kDim + c);
+            acc[0] += w * v.x;
+            acc[1] += w * v.y;
+            acc[2] += w * v.z;
+            acc[3] += w * v.w;
+          }
+        }
+      *reinterpret_cast<U32x2 *>(o_row + c) =
+          U32x2{Ops::pack(acc[0], acc[1]), Ops::pack(acc[2], acc[3])};
+    }
+  }
+  if (p.lse && lane == 0) p.lse[row] = lse;
+}
