@@ -14,6 +14,9 @@ namespace {
 
 thread_local std::string g_last_error;
 
+// The most CTAs one work tile's key range may be split over (flashjit.h).
+constexpr int32_t kMaxSplits = 256;
+
 int fail(std::string message) {
   g_last_error = std::move(message);
   return 1;
@@ -69,6 +72,14 @@ std::string convert_config(const char *fn, const flashjit_config *c,
       return llvm::formatv("{0}: config.{1}={2} is invalid: expected a positive value, or 0 "
                            "to let the heuristic choose",
                            fn, name, value);
+  if (c->splits < 0 || c->splits > kMaxSplits)
+    return llvm::formatv("{0}: config.splits={1} is invalid: expected 0 (the heuristic "
+                         "chooses), 1 (off) or up to {2} splits of the key range",
+                         fn, c->splits, kMaxSplits);
+  if (c->pack_gqa < FLASHJIT_PACK_GQA_AUTO || c->pack_gqa > FLASHJIT_PACK_GQA_OFF)
+    return llvm::formatv("{0}: config.pack_gqa={1} is invalid: expected FLASHJIT_PACK_GQA_AUTO "
+                         "(0), FLASHJIT_PACK_GQA_ON (1) or FLASHJIT_PACK_GQA_OFF (2)",
+                         fn, c->pack_gqa);
   out.use_config = true;
   out.config.path = c->path == FLASHJIT_PATH_SM80   ? flashjit::KernelPath::sm80
                     : c->path == FLASHJIT_PATH_SM90 ? flashjit::KernelPath::sm90
@@ -78,6 +89,10 @@ std::string convert_config(const char *fn, const flashjit_config *c,
   out.config.warps = c->warps;
   out.config.stages = c->stages;
   out.config.deterministic = c->deterministic != 0;
+  out.config.splits = c->splits;
+  out.config.pack_gqa = c->pack_gqa == FLASHJIT_PACK_GQA_ON    ? flashjit::GqaPacking::on
+                        : c->pack_gqa == FLASHJIT_PACK_GQA_OFF ? flashjit::GqaPacking::off
+                                                               : flashjit::GqaPacking::automatic;
   return "";
 }
 

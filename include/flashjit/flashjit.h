@@ -13,6 +13,11 @@ extern "C" {
 enum flashjit_dtype { FLASHJIT_BF16 = 0, FLASHJIT_FP16 = 1 };
 enum flashjit_mask { FLASHJIT_MASK_NONE = 0, FLASHJIT_MASK_CAUSAL = 1, FLASHJIT_MASK_WINDOW = 2 };
 enum flashjit_path { FLASHJIT_PATH_AUTO = 0, FLASHJIT_PATH_SM80 = 1, FLASHJIT_PATH_SM90 = 2 };
+enum flashjit_pack_gqa {
+  FLASHJIT_PACK_GQA_AUTO = 0,
+  FLASHJIT_PACK_GQA_ON = 1,
+  FLASHJIT_PACK_GQA_OFF = 2
+};
 
 typedef struct flashjit_problem {
   int32_t dtype; /* enum flashjit_dtype */
@@ -56,10 +61,15 @@ typedef struct flashjit_backward_args {
 
 /* Kernel configuration; zero fields are filled by the heuristic. path:
  * FLASHJIT_PATH_AUTO lets flashjit choose the family (sm90 on Hopper where
- * it serves the problem). */
+ * it serves the problem). Fields are only ever appended, so a zeroed struct
+ * of an older header keeps its meaning. */
 typedef struct flashjit_config {
   int32_t path, block_m, block_n, warps, stages;
   int32_t deterministic; /* backward: dQ without atomics, bit-identical runs */
+  /* forward: split each work tile's key range over this many CTAs (0: the
+   * heuristic picks per call, 1: off; at most 256) */
+  int32_t splits;
+  int32_t pack_gqa; /* forward: enum flashjit_pack_gqa, query heads of a KV head in one tile */
 } flashjit_config;
 
 /* stream is a CUstream / cudaStream_t (NULL: the legacy default stream).

@@ -11,6 +11,9 @@ import threading
 # enum flashjit_dtype / enum flashjit_mask
 BF16, FP16 = 0, 1
 MASK_NONE, MASK_CAUSAL, MASK_WINDOW = 0, 1, 2
+# enum flashjit_path / enum flashjit_pack_gqa
+PATH_AUTO, PATH_SM80, PATH_SM90 = 0, 1, 2
+PACK_GQA_AUTO, PACK_GQA_ON, PACK_GQA_OFF = 0, 1, 2
 
 
 class Problem(ctypes.Structure):
@@ -68,7 +71,8 @@ class BackwardArgs(ctypes.Structure):
 
 class Config(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int32)
-                for name in ("path", "block_m", "block_n", "warps", "stages", "deterministic")]
+                for name in ("path", "block_m", "block_n", "warps", "stages", "deterministic",
+                             "splits", "pack_gqa")]
 
 
 class LibraryNotFound(ImportError):

@@ -87,5 +87,7 @@ int main(void) {
   FIELD(flashjit_config, warps)
   FIELD(flashjit_config, stages)
   FIELD(flashjit_config, deterministic)
+  FIELD(flashjit_config, splits)
+  FIELD(flashjit_config, pack_gqa)
   return 0;
 }

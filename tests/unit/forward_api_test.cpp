@@ -146,13 +146,56 @@ TEST(CApi, OutOfRangeEnums) {
   expect_contains(flashjit_last_error(), "problem.mask=-1");
 
   p = c_problem();
-  flashjit_config config = {5, 0, 0, 0, 0, 0};
+  flashjit_config config = {5, 0, 0, 0, 0, 0, 0, FLASHJIT_PACK_GQA_AUTO};
   EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
   expect_contains(flashjit_last_error(), "config.path=5");
 
-  config = {0, 128, -64, 4, 2, 0};
+  config = {0, 128, -64, 4, 2, 0, 0, FLASHJIT_PACK_GQA_AUTO};
   EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
   expect_contains(flashjit_last_error(), "config.block_n=-64");
+
+  config = {0, 0, 0, 0, 0, 0, 0, 3};
+  EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
+  expect_contains(flashjit_last_error(), "config.pack_gqa=3");
+}
+
+// splits and pack_gqa were appended to flashjit_config: a zeroed struct
+// means "heuristic" for both, as it did before they existed.
+TEST(CApi, SplitsAndPackGqaAreValidated) {
+  flashjit_forward_args args;
+  std::memset(&args, 0, sizeof(args));
+  flashjit_problem p = c_problem();
+  flashjit_config config;
+  std::memset(&config, 0, sizeof(config));
+  EXPECT_EQ(config.splits, 0);
+  EXPECT_EQ(config.pack_gqa, FLASHJIT_PACK_GQA_AUTO);
+
+  for (int32_t splits : {-1, 257, INT32_MIN}) {
+    config.splits = splits;
+    EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
+    EXPECT_EQ(std::string(flashjit_last_error()),
+              "flashjit_forward: config.splits=" + std::to_string(splits) +
+                  " is invalid: expected 0 (the heuristic chooses), 1 (off) or up to 256 "
+                  "splits of the key range");
+  }
+  config.splits = 0;
+  for (int32_t pack : {-1, 3}) {
+    config.pack_gqa = pack;
+    EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
+    EXPECT_EQ(std::string(flashjit_last_error()),
+              "flashjit_forward: config.pack_gqa=" + std::to_string(pack) +
+                  " is invalid: expected FLASHJIT_PACK_GQA_AUTO (0), FLASHJIT_PACK_GQA_ON (1) or "
+                  "FLASHJIT_PACK_GQA_OFF (2)");
+  }
+  // Valid values get past the C API's checks to the library's (null q).
+  for (auto [splits, pack] : {std::pair{0, FLASHJIT_PACK_GQA_AUTO}, {1, FLASHJIT_PACK_GQA_OFF},
+                              {256, FLASHJIT_PACK_GQA_ON}}) {
+    config.splits = splits;
+    config.pack_gqa = pack;
+    EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
+    EXPECT_NE(std::string(flashjit_last_error()).rfind("flashjit_forward: config.", 0), 0u)
+        << flashjit_last_error();
+  }
 }
 
 TEST(CApi, ErrorsFromTheLibraryPassThrough) {
