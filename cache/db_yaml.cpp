@@ -18,6 +18,8 @@ namespace {
 
 // Version of the export document's layout (not of the database schema).
 constexpr int kExportFormat = 1;
+// The most splits of a key range a config asks for (flashjit_config.splits).
+constexpr int kMaxSplits = 256;
 
 using tuning_fields::Field;
 using tuning_fields::FieldRef;
@@ -186,6 +188,10 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
   auto positive = [&](const char *what, int n) {
     return n > 0 || reader.skip(what, llvm::formatv("{0} is not a positive integer", n));
   };
+  auto splits = [&](const char *what, int n) {
+    return (n >= 0 && n <= kMaxSplits) ||
+           reader.skip(what, llvm::formatv("{0} is not in [0, {1}]", n, kMaxSplits));
+  };
   const bool valid = one_of("problem.pass", record.problem.pass, "fwd", "bwd", "bwd-det") &&
                      one_of("problem.dtype", record.problem.dtype, "bf16", "fp16") &&
                      head_dim("problem.head_dim_qk", record.problem.head_dim_qk) &&
@@ -196,7 +202,9 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
                      positive("config.block_m", record.config.block_m) &&
                      positive("config.block_n", record.config.block_n) &&
                      positive("config.warps", record.config.warps) &&
-                     positive("config.stages", record.config.stages);
+                     positive("config.stages", record.config.stages) &&
+                     splits("config.splits", record.config.splits) &&
+                     one_of("config.pack_gqa", record.config.pack_gqa, "auto", "on", "off");
   if (!valid) return std::nullopt;
   return record;
 }

@@ -90,8 +90,19 @@ CREATE TABLE cubins (
 CREATE INDEX cubins_by_last_use ON cubins (last_used_at);
 )sql";
 
+// Version 2: the forward's split-KV count and GQA packing, in the tuned
+// config and the heuristic's. Rows written before ran neither: 1 split and
+// no packing (StoredConfig's defaults). Frozen, as version 1.
+constexpr const char *kSchemaV2 = R"sql(
+ALTER TABLE tunings ADD COLUMN config_splits INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE tunings ADD COLUMN config_pack_gqa TEXT NOT NULL DEFAULT 'off';
+ALTER TABLE tunings ADD COLUMN heuristic_config_splits INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE tunings ADD COLUMN heuristic_config_pack_gqa TEXT NOT NULL DEFAULT 'off';
+)sql";
+
 const Migration kMigrations[] = {
     {1, kSchemaV1},
+    {2, kSchemaV2},
 };
 
 llvm::Error refuse(const sqlite::Connection &db, const llvm::Twine &why) {

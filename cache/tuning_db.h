@@ -61,6 +61,11 @@ struct StoredConfig {
   int block_n = 0;
   int warps = 0;
   int stages = 0;
+  // The forward's split-KV count and GQA packing ("auto" | "on" | "off";
+  // KernelConfig's). The defaults are what every kernel ran before they
+  // existed: rows of schema 1 and exports without them read back so.
+  int splits = 1;
+  std::string pack_gqa = "off";
   bool operator==(const StoredConfig &) const = default;
 };
 
@@ -114,7 +119,8 @@ struct PruneReport {
 
 class TuningDb {
  public:
-  static constexpr int kSchemaVersion = 1;
+  // 2: the configs' splits and pack_gqa.
+  static constexpr int kSchemaVersion = 2;
 
   // Opens (creating the file, its folder and the schema when absent) and
   // migrates older schemas. A file that is not a flashjit database, or one

@@ -34,6 +34,10 @@ const Field kFields[] = {
     FIELD("config", "block_n", value, true, false, config.block_n),
     FIELD("config", "warps", value, true, false, config.warps),
     FIELD("config", "stages", value, true, false, config.stages),
+    // Schema 2. Not required: an export of schema 1 has neither (the
+    // defaults are what its kernels ran).
+    FIELD("config", "splits", value, false, false, config.splits),
+    FIELD("config", "pack_gqa", value, false, true, config.pack_gqa),
     // Measurements and provenance: an export from a hand-edited file may
     // lack them; the row is still a usable config.
     FIELD("", "shape", value, false, false, shape),
@@ -56,6 +60,8 @@ const Field kFields[] = {
     FIELD("heuristic_config", "block_n", value, false, false, heuristic_config.block_n),
     FIELD("heuristic_config", "warps", value, false, false, heuristic_config.warps),
     FIELD("heuristic_config", "stages", value, false, false, heuristic_config.stages),
+    FIELD("heuristic_config", "splits", value, false, false, heuristic_config.splits),
+    FIELD("heuristic_config", "pack_gqa", value, false, false, heuristic_config.pack_gqa),
 };
 
 #undef FIELD

@@ -36,7 +36,8 @@ struct Field {
   bool in_key() const { return role != Role::value; }
 };
 
-// In column order; groups are contiguous.
+// In YAML order, groups contiguous (columns added by a migration come last in
+// the table, but every statement names its columns).
 llvm::ArrayRef<Field> fields();
 
 inline FieldRef ref(const Field &field, const TuningRecord &record) {

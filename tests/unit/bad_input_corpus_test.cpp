@@ -339,11 +339,14 @@ TEST(BadInputCorpus, CApiRejectsBadCallsWithLastError) {
   auto forward_with = [&](flashjit_problem p, const flashjit_config *config = nullptr) {
     return [p, config] { return flashjit_forward(&p, &fargs, nullptr, config); };
   };
-  static const flashjit_config bad_path = {3, 0, 0, 0, 0, 0};
-  static const flashjit_config negative_path = {-1, 0, 0, 0, 0, 0};
-  static const flashjit_config negative_block_m = {0, -128, 0, 0, 0, 0};
-  static const flashjit_config negative_warps = {1, 64, 64, -4, 2, 0};
-  static const flashjit_config negative_stages = {0, 0, 0, 0, -2, 1};
+  static const flashjit_config bad_path = {3, 0, 0, 0, 0, 0, 0, 0};
+  static const flashjit_config negative_path = {-1, 0, 0, 0, 0, 0, 0, 0};
+  static const flashjit_config negative_block_m = {0, -128, 0, 0, 0, 0, 0, 0};
+  static const flashjit_config negative_warps = {1, 64, 64, -4, 2, 0, 0, 0};
+  static const flashjit_config negative_stages = {0, 0, 0, 0, -2, 1, 0, 0};
+  static const flashjit_config too_many_splits = {0, 0, 0, 0, 0, 0, 257, 0};
+  static const flashjit_config negative_splits = {0, 0, 0, 0, 0, 1, -2, 0};
+  static const flashjit_config bad_pack_gqa = {0, 0, 0, 0, 0, 0, 0, 7};
   const Case cases[] = {
       {"backward: NULL problem", [] { return flashjit_backward(nullptr, &bargs, nullptr, nullptr); },
        "flashjit_backward: problem is NULL"},
@@ -385,6 +388,19 @@ TEST(BadInputCorpus, CApiRejectsBadCallsWithLastError) {
        },
        "flashjit_backward: config.stages=-2 is invalid: expected a positive value, or 0 to let "
        "the heuristic choose"},
+      {"splits 257", forward_with(c_problem(), &too_many_splits),
+       "flashjit_forward: config.splits=257 is invalid: expected 0 (the heuristic chooses), 1 "
+       "(off) or up to 256 splits of the key range"},
+      {"splits -2 (backward)",
+       [] {
+         flashjit_problem p = c_problem();
+         return flashjit_backward(&p, &bargs, nullptr, &negative_splits);
+       },
+       "flashjit_backward: config.splits=-2 is invalid: expected 0 (the heuristic chooses), 1 "
+       "(off) or up to 256 splits of the key range"},
+      {"pack_gqa 7", forward_with(c_problem(), &bad_pack_gqa),
+       "flashjit_forward: config.pack_gqa=7 is invalid: expected FLASHJIT_PACK_GQA_AUTO (0), "
+       "FLASHJIT_PACK_GQA_ON (1) or FLASHJIT_PACK_GQA_OFF (2)"},
       {"zero heads_kv passes through",
        forward_with(problem_with([](flashjit_problem &p) { p.heads_kv = 0; })),
        "flashjit forward (fp16 b=1 hq=4 hkv=0 sq=17 sk=17 d=64 dv=64 none): heads_kv=0 is out "
@@ -648,8 +664,8 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        "{file}: schema_version is missing or not an integer", ""},
       {"schema_version x", "flashjit_db_export: 1\nschema_version: x\n", false,
        "{file}: schema_version is missing or not an integer", ""},
-      {"newer schema", "flashjit_db_export: 1\nschema_version: 2\ntunings:\n" + t, false,
-       "{file}:2: schema_version: 2 is newer than this flashjit's 1 (exported by a newer "
+      {"newer schema", "flashjit_db_export: 1\nschema_version: 3\ntunings:\n" + t, false,
+       "{file}:2: schema_version: 3 is newer than this flashjit's 2 (exported by a newer "
        "flashjit)",
        ""},
       {"cubins not a list", doc + "cubins: {a: 1}\n", true, "{file}:3: cubins: is not a list", ""},
@@ -685,6 +701,15 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        "tunings[0] (line 4): skipped: config.block_m: -128 is not a positive integer\n"},
       {"warps 0", doc + "tunings:\n" + with(t, "warps: 12", "warps: 0"), false, "",
        "tunings[0] (line 4): skipped: config.warps: 0 is not a positive integer\n"},
+      {"splits 300", doc + "tunings:\n" + with(t, "stages: 2}", "stages: 2, splits: 300}"), false,
+       "", "tunings[0] (line 4): skipped: config.splits: 300 is not in [0, 256]\n"},
+      {"splits many", doc + "tunings:\n" + with(t, "stages: 2}", "stages: 2, splits: many}"),
+       false, "", "tunings[0] (line 4): skipped: config.splits: 'many' is not an integer\n"},
+      {"pack_gqa yes", doc + "tunings:\n" + with(t, "stages: 2}", "stages: 2, pack_gqa: yes}"),
+       false, "", "tunings[0] (line 4): skipped: config.pack_gqa: 'yes' is not auto, on or off\n"},
+      {"pack_gqa empty",
+       doc + "tunings:\n" + with(t, "stages: 2}", "stages: 2, pack_gqa: \"\"}"), false, "",
+       "tunings[0] (line 4): skipped: config.pack_gqa: is empty\n"},
       {"cubins without the flag", doc + "cubins:\n" + cubin_entry(blob, real_sha) +
                                       cubin_entry(blob, real_sha),
        false, "", "cubins: 2 entries skipped: cubins are code: pass --accept-cubins to import them\n"},
@@ -792,7 +817,7 @@ TEST(BadInputCorpus, NonFlashjitFilesAreRefusedAndLeftByteIdentical) {
          raw_sql(f, "CREATE TABLE meta (key TEXT, value TEXT); "
                     "INSERT INTO meta VALUES ('application', 'flashjit'), ('schema_version', '9')");
        },
-       "it has schema version 9, newer than this flashjit's 1 (written by a newer flashjit: "
+       "it has schema version 9, newer than this flashjit's 2 (written by a newer flashjit: "
        "upgrade to use it)"},
   };
   int n = 0;

@@ -39,7 +39,7 @@ TEST(TuningDb, OpenCreatesFolderSchemaAndWal) {
   ASSERT_TRUE(bool(raw));
   EXPECT_EQ(*raw->query_text("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'application'"), "flashjit");
-  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "1");
+  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
 
   // Reopening an existing database is not a migration.
   db.reset();
@@ -383,7 +383,7 @@ TEST(TuningDbSchema, AnEmptyFileBecomesADatabase) {
   write_bytes(path, "");
   auto db = open_ok(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(*db->schema_version(), 1);
+  EXPECT_EQ(*db->schema_version(), TuningDb::kSchemaVersion);
 }
 
 TEST(TuningDbSchema, OlderVersionIsMigrated) {
@@ -394,9 +394,110 @@ TEST(TuningDbSchema, OlderVersionIsMigrated) {
                 "INSERT INTO meta VALUES ('application', 'flashjit'), ('schema_version', '0')");
   auto db = open_ok(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(*db->schema_version(), 1);
+  EXPECT_EQ(*db->schema_version(), TuningDb::kSchemaVersion);
   ASSERT_FALSE(bool(db->put_tuning(full_record())));
   ASSERT_FALSE(bool(db->put_cubin(cubin("k"))));
+}
+
+// Version 1 as flashjit wrote it before splits and pack_gqa (the CREATE
+// statements are schema.cpp's frozen kSchemaV1, repeated here so that the
+// test does not lean on the code it checks), with one row: a new flashjit
+// migrates the file and reads that tuning back as what it ran, one split
+// and no GQA packing.
+constexpr const char *kVersion1Database = R"sql(
+CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('application', 'flashjit'), ('schema_version', '1');
+CREATE TABLE tunings (
+  id INTEGER PRIMARY KEY,
+  device_name TEXT NOT NULL, device_cc_major INTEGER NOT NULL, device_cc_minor INTEGER NOT NULL,
+  device_sm_count INTEGER NOT NULL, device_driver_version INTEGER NOT NULL,
+  software_nvrtc_version TEXT NOT NULL, software_templates_hash TEXT NOT NULL,
+  problem_pass TEXT NOT NULL, problem_dtype TEXT NOT NULL, problem_head_dim_qk INTEGER NOT NULL,
+  problem_head_dim_v INTEGER NOT NULL, problem_mask TEXT NOT NULL,
+  problem_window_left INTEGER NOT NULL, problem_window_right INTEGER NOT NULL,
+  problem_softcap INTEGER NOT NULL, problem_gqa_ratio INTEGER NOT NULL,
+  problem_seqlen_q_bucket INTEGER NOT NULL, problem_seqlen_k_bucket INTEGER NOT NULL,
+  problem_batch_heads_bucket INTEGER NOT NULL,
+  config_path TEXT NOT NULL, config_block_m INTEGER NOT NULL, config_block_n INTEGER NOT NULL,
+  config_warps INTEGER NOT NULL, config_stages INTEGER NOT NULL,
+  shape TEXT NOT NULL, median_ms REAL NOT NULL, min_ms REAL NOT NULL, max_ms REAL NOT NULL,
+  tflops REAL NOT NULL, heuristic_ms REAL NOT NULL, occupancy REAL NOT NULL,
+  registers INTEGER NOT NULL, smem_bytes INTEGER NOT NULL, spill_bytes INTEGER NOT NULL,
+  candidates_tried INTEGER NOT NULL, candidates_failed INTEGER NOT NULL,
+  tuned_at TEXT NOT NULL, flashjit_version TEXT NOT NULL, cubin_key TEXT NOT NULL,
+  heuristic_config_path TEXT NOT NULL, heuristic_config_block_m INTEGER NOT NULL,
+  heuristic_config_block_n INTEGER NOT NULL, heuristic_config_warps INTEGER NOT NULL,
+  heuristic_config_stages INTEGER NOT NULL,
+  UNIQUE (device_name, device_cc_major, device_cc_minor, device_sm_count,
+          device_driver_version, software_nvrtc_version, software_templates_hash,
+          problem_pass, problem_dtype, problem_head_dim_qk, problem_head_dim_v,
+          problem_mask, problem_window_left, problem_window_right, problem_softcap,
+          problem_gqa_ratio, problem_seqlen_q_bucket, problem_seqlen_k_bucket,
+          problem_batch_heads_bucket)
+);
+CREATE TABLE cubins (
+  key TEXT PRIMARY KEY NOT NULL, kernel_id TEXT NOT NULL, arch TEXT NOT NULL,
+  nvrtc_version TEXT NOT NULL, size INTEGER NOT NULL, blob BLOB NOT NULL,
+  blob_sha256 TEXT NOT NULL, compile_ms REAL NOT NULL, created_at INTEGER NOT NULL,
+  last_used_at INTEGER NOT NULL
+);
+CREATE INDEX cubins_by_last_use ON cubins (last_used_at);
+INSERT INTO tunings VALUES (
+  1, 'NVIDIA H200', 9, 0, 132, 13000, '13.0', 'templates-aaaa',
+  'fwd', 'bf16', 128, 128, 'causal', -1, 0, 0, 4, 13, 13, 6,
+  'sm90', 128, 128, 12, 2,
+  'b=2 h=32/8 sq=8192 sk=8192 d=128', 1.25, 1.2, 1.3, 612.5, 1.5, 1.0,
+  168, 196608, 0, 24, 3, '2025-01-02T03:04:05Z', '0.1.0', 'cubin-v1',
+  'sm80', 128, 64, 4, 2);
+)sql";
+
+TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
+  TempDir dir;
+  const std::string path = dir.file("v1.db");
+  raw_sql(path, kVersion1Database);
+  auto db = open_ok(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(*db->schema_version(), 2);
+
+  const ProblemClassKey key = problem_class(13, 13, 6);
+  auto found = db->find_tuning(h200(), software_a(), key);
+  ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
+  ASSERT_TRUE(found->has_value());
+  const TuningRecord &r = **found;
+  EXPECT_EQ(r.problem, key);
+  EXPECT_EQ(r.config, (StoredConfig{"sm90", 128, 128, 12, 2, 1, "off"}));
+  EXPECT_EQ(r.config.splits, 1);
+  EXPECT_EQ(r.config.pack_gqa, "off");
+  EXPECT_EQ(r.heuristic_config, (StoredConfig{"sm80", 128, 64, 4, 2, 1, "off"}));
+  EXPECT_EQ(r.median_ms, 1.25);
+  EXPECT_EQ(r.cubin_key, "cubin-v1");
+
+  // The migrated file takes new rows with both fields, next to the old one.
+  TuningRecord fresh = full_record();
+  ASSERT_FALSE(bool(db->put_tuning(fresh)));
+  auto listed = db->list_tunings();
+  ASSERT_TRUE(bool(listed)) << llvm::toString(listed.takeError());
+  ASSERT_EQ(listed->size(), 2u);
+  int matched = 0;
+  for (const TuningRecord &row : *listed) {
+    if (row.cubin_key == fresh.cubin_key) {
+      expect_same(row, fresh);
+      ++matched;
+    } else {
+      EXPECT_EQ(row.config.splits, 1);
+      EXPECT_EQ(row.config.pack_gqa, "off");
+      ++matched;
+    }
+  }
+  EXPECT_EQ(matched, 2);
+
+  // Reopened: version 2 already, nothing to migrate, the rows as they were.
+  db.reset();
+  db = open_ok(path);
+  ASSERT_TRUE(db);
+  auto again = db->find_tuning(h200(), software_a(), key);
+  ASSERT_TRUE(bool(again) && again->has_value());
+  EXPECT_EQ((*again)->config, (StoredConfig{"sm90", 128, 128, 12, 2, 1, "off"}));
 }
 
 TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
@@ -406,21 +507,21 @@ TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
   ASSERT_FALSE(bool(open_ok(path)->put_tuning(full_record())));
 
   std::vector<schema::Migration> steps(schema::migrations().begin(), schema::migrations().end());
-  steps.push_back({2, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
+  steps.push_back({3, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
   {
     auto raw = sqlite::Connection::open(path, SQLITE_OPEN_READWRITE, 1000);
     ASSERT_TRUE(bool(raw));
     auto found = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
-    EXPECT_EQ(*found, 1);  // only step 2 ran: step 1's CREATE TABLEs would fail
-    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+    EXPECT_EQ(*found, 2);  // only step 3 ran: steps 1 and 2 would fail a second time
+    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
     EXPECT_EQ(*raw->query_text("SELECT power_watts FROM tunings"), "700.0");
     // Running it again is a no-op.
     auto again = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(again));
-    EXPECT_EQ(*again, 2);
+    EXPECT_EQ(*again, 3);
   }
-  // And this flashjit, which knows version 1, now refuses the file.
+  // And this flashjit, which knows version 2, now refuses the file.
   EXPECT_NE(open_error(path).find("newer"), std::string::npos);
 }
 

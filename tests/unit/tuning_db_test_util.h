@@ -107,14 +107,14 @@ inline TuningRecord full_record(int n = 0) {
   r.problem.window_right = 16;
   r.problem.mask = "window";
   r.problem.softcap = true;
-  r.config = {"sm90", 128, 176, 12, 2};
+  r.config = {"sm90", 128, 176, 12, 2, 3, "on"};
   r.shape = n % 2 ? "null" : "b=2 h=32/8 sq=8192 sk=16384 d=128";
   r.median_ms = 1.0 / 3 + n;
   r.min_ms = 0.1 + n;
   r.max_ms = 2.5e-7 + n;
   r.tflops = 612.25 + n;
   r.heuristic_ms = 1.75 + n;
-  r.heuristic_config = {"sm80", 64, 64, 4, 3};
+  r.heuristic_config = {"sm80", 64, 64, 4, 3, 2, "auto"};
   r.occupancy = 1.5;
   r.registers = 168 + n;
   r.smem_bytes = 196608;

@@ -185,6 +185,32 @@ tunings:
   EXPECT_EQ((*found)->config.block_n, 128);
   EXPECT_EQ((*found)->tflops, 0);
   EXPECT_EQ((*found)->problem.window_left, -1);
+  // A schema-1 entry has neither decode field: what its kernel ran.
+  EXPECT_EQ((*found)->config.splits, 1);
+  EXPECT_EQ((*found)->config.pack_gqa, "off");
+  EXPECT_EQ((*found)->heuristic_config.splits, 1);
+  EXPECT_EQ((*found)->heuristic_config.pack_gqa, "off");
+}
+
+TEST_F(TuningDbYaml, SplitsAndPackGqaTravelInTheConfigs) {
+  std::string file = dir.file("export.yaml");
+  ASSERT_FALSE(bool(source->export_yaml(file)));
+  const std::string text = read_bytes(file);
+  EXPECT_NE(text.find("schema_version: 2\n"), std::string::npos) << text;
+  // full_record: config splits 3, pack_gqa on; the heuristic's 2 and auto.
+  EXPECT_NE(text.find("stages: 2\n      splits: 3\n      pack_gqa: \"on\"\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("stages: 3\n      splits: 2\n      pack_gqa: \"auto\"\n"),
+            std::string::npos)
+      << text;
+
+  auto target = open_ok(dir.file("target.db"));
+  auto report = target->import_yaml(file);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(report->tunings_added, 3);
+  const TuningRecord r = target->list_tunings()->front();
+  EXPECT_EQ(r.config, (StoredConfig{"sm90", 128, 176, 12, 2, 3, "on"}));
+  EXPECT_EQ(r.heuristic_config, (StoredConfig{"sm80", 64, 64, 4, 3, 2, "auto"}));
 }
 
 TEST_F(TuningDbYaml, MalformedYamlNamesFileLineAndColumn) {
