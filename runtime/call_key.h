@@ -2,7 +2,9 @@
 // code's parameters, the caller's requested config, where it runs (a context
 // or a device), and, when the config is left to flashjit, the rest of the
 // tuning database's problem class (GQA ratio, window bounds, size buckets),
-// since a tuning may pick another config for another bucket. Repeat calls
+// since a tuning may pick another config for another bucket. A complete
+// config that leaves splits or pack_gqa to the heuristic still keys on the
+// GQA ratio and the buckets: their heuristic reads the problem's sizes. Repeat calls
 // then skip the database, the heuristic, the spec and its ID string: one
 // hash lookup. Plain integers, not problem_class_key()'s strings, so
 // building the key allocates nothing.
@@ -24,7 +26,9 @@ struct CallKey {
   bool softcap;
   int head_dim_qk, head_dim_v;
   KernelConfig requested;
-  // Zero (and -1 for the window) when `requested` is complete.
+  // Zero (and -1 for the window) when `requested` is complete; the window
+  // stays -1 when only splits or pack_gqa are open (the database is not
+  // consulted then either).
   int64_t gqa_ratio = 0;
   int64_t window_left = -1, window_right = -1;
   int seqlen_q_bucket = 0, seqlen_k_bucket = 0, batch_heads_bucket = 0;
@@ -33,15 +37,18 @@ struct CallKey {
   static CallKey make(uintptr_t owner, const Problem &p, const KernelConfig &requested) {
     CallKey k{owner,         p.dtype,      normalized_mask(p), p.softcap != 0,
               p.head_dim_qk, p.head_dim_v, requested};
-    if (requested.is_complete()) return k;  // the database is not consulted
+    const bool sized_heuristic =
+        requested.splits == 0 || requested.pack_gqa == GqaPacking::automatic;
+    if (requested.is_complete() && !sized_heuristic) return k;  // nothing left to choose
     k.gqa_ratio = p.heads_q / p.heads_kv;
+    k.seqlen_q_bucket = size_bucket(p.seqlen_q);
+    k.seqlen_k_bucket = size_bucket(p.seqlen_k);
+    k.batch_heads_bucket = size_bucket(p.batch * p.heads_q);
+    if (requested.is_complete()) return k;  // the database is not consulted
     if (k.mask == MaskKind::window) {
       k.window_left = p.window_left;
       k.window_right = p.window_right;
     }
-    k.seqlen_q_bucket = size_bucket(p.seqlen_q);
-    k.seqlen_k_bucket = size_bucket(p.seqlen_k);
-    k.batch_heads_bucket = size_bucket(p.batch * p.heads_q);
     return k;
   }
 };
@@ -51,7 +58,7 @@ struct CallKeyHash {
     const KernelConfig &c = k.requested;
     return llvm::hash_combine(k.owner, int(k.dtype), int(k.mask), k.softcap, k.head_dim_qk,
                               k.head_dim_v, int(c.path), c.block_m, c.block_n, c.warps, c.stages,
-                              c.deterministic, k.gqa_ratio, k.window_left, k.window_right,
+                              c.deterministic, c.splits, int(c.pack_gqa), k.gqa_ratio, k.window_left, k.window_right,
                               k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket);
   }
 };

@@ -13,6 +13,9 @@
 namespace flashjit {
 namespace {
 
+// flashjit_config.splits' bound (flashjit.h).
+constexpr int kMaxStoredSplits = 256;
+
 llvm::Error key_error(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
 }
@@ -119,6 +122,8 @@ StoredConfig to_stored(const KernelConfig &config) {
   s.block_n = config.block_n;
   s.warps = config.warps;
   s.stages = config.stages;
+  s.splits = config.splits;
+  s.pack_gqa = to_string(config.pack_gqa);
   return s;
 }
 
@@ -147,6 +152,21 @@ llvm::Expected<KernelConfig> from_stored(const StoredConfig &stored) {
   config.block_n = stored.block_n;
   config.warps = stored.warps;
   config.stages = stored.stages;
+  // 0 and "auto" are KernelConfig's "the heuristic picks per call": what a
+  // tuning of a config that leaves them open stores.
+  if (stored.splits < 0 || stored.splits > kMaxStoredSplits)
+    return key_error(llvm::formatv("stored config has splits={0}: expected 0 to {1}",
+                                   stored.splits, kMaxStoredSplits));
+  config.splits = stored.splits;
+  bool known_packing = false;
+  for (GqaPacking packing : {GqaPacking::automatic, GqaPacking::on, GqaPacking::off})
+    if (stored.pack_gqa == to_string(packing)) {
+      config.pack_gqa = packing;
+      known_packing = true;
+    }
+  if (!known_packing)
+    return key_error(llvm::formatv("stored config has pack_gqa '{0}' (expected auto, on or off)",
+                                   stored.pack_gqa));
   return config;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/source.h"
+#include "runtime/call_key.h"
 #include "runtime/tuning_key.h"
 
 namespace flashjit {
@@ -191,8 +192,29 @@ TEST(StoredConfig, RoundTrips) {
     ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
     EXPECT_EQ(*back, c);
   }
+  // Left to the heuristic, splits and pack_gqa are stored as such.
   EXPECT_EQ(to_stored({KernelPath::sm80, 128, 64, 4, 2}),
-            (StoredConfig{"sm80", 128, 64, 4, 2}));
+            (StoredConfig{"sm80", 128, 64, 4, 2, 0, "auto"}));
+}
+
+TEST(StoredConfig, SplitsAndPackGqaRoundTrip) {
+  KernelConfig c{KernelPath::sm90, 128, 112, 12, 2};
+  for (int splits : {0, 1, 7, 256})
+    for (GqaPacking packing : {GqaPacking::automatic, GqaPacking::on, GqaPacking::off}) {
+      c.splits = splits;
+      c.pack_gqa = packing;
+      const StoredConfig s = to_stored(c);
+      EXPECT_EQ(s.splits, splits);
+      EXPECT_EQ(s.pack_gqa, to_string(packing));
+      auto back = from_stored(s);
+      ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+      EXPECT_EQ(*back, c) << describe(c);
+    }
+  // A row of schema 1 (StoredConfig's defaults): one split, no packing.
+  auto old = from_stored(StoredConfig{"sm90", 128, 128, 12, 2});
+  ASSERT_TRUE(bool(old)) << llvm::toString(old.takeError());
+  EXPECT_EQ(old->splits, 1);
+  EXPECT_EQ(old->pack_gqa, GqaPacking::off);
 }
 
 TEST(StoredConfig, RejectsBadPathAndNonPositiveFields) {
@@ -209,6 +231,85 @@ TEST(StoredConfig, RejectsBadPathAndNonPositiveFields) {
   expect_error({"sm80", 128, -64, 4, 2}, "block_n=-64");
   expect_error({"sm80", 128, 64, 0, 2}, "warps=0");
   expect_error({"sm80", 128, 64, 4, 0}, "stages=0");
+  expect_error({"sm80", 128, 64, 4, 2, -1, "off"}, "splits=-1: expected 0 to 256");
+  expect_error({"sm80", 128, 64, 4, 2, 257, "off"}, "splits=257");
+  expect_error({"sm80", 128, 64, 4, 2, 1, "yes"}, "pack_gqa 'yes' (expected auto, on or off)");
+  expect_error({"sm80", 128, 64, 4, 2, 1, ""}, "pack_gqa ''");
+}
+
+// ---- call keys ------------------------------------------------------------------
+
+Problem gqa_problem(int64_t seqlen_q, int64_t seqlen_k) {
+  Problem p = base_problem();
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.mask = MaskKind::window;
+  p.window_left = 128;
+  p.window_right = 0;
+  return p;
+}
+
+TEST(CallKey, ACompleteConfigThatFixesEverythingIgnoresTheSizes) {
+  KernelConfig c{KernelPath::sm90, 128, 128, 12, 2};
+  c.splits = 1;
+  c.pack_gqa = GqaPacking::off;
+  const CallKey a = CallKey::make(1, gqa_problem(1, 8192), c);
+  EXPECT_EQ(a.gqa_ratio, 0);
+  EXPECT_EQ(a.seqlen_q_bucket, 0);
+  EXPECT_EQ(a.seqlen_k_bucket, 0);
+  EXPECT_EQ(a.batch_heads_bucket, 0);
+  EXPECT_EQ(a.window_left, -1);
+  // Other sizes, the same kernel: one entry.
+  const CallKey b = CallKey::make(1, gqa_problem(4096, 512), c);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(CallKeyHash{}(a), CallKeyHash{}(b));
+}
+
+// splits = 0 or pack_gqa = auto: the heuristic picks them from the sizes
+// (decode: few queries, long keys, the GQA ratio), so the key has them.
+TEST(CallKey, SplitsOrPackingLeftToTheHeuristicKeyOnTheSizes) {
+  for (auto [splits, packing] : {std::pair{0, GqaPacking::off}, {1, GqaPacking::automatic},
+                                 {0, GqaPacking::automatic}}) {
+    KernelConfig c{KernelPath::sm90, 128, 128, 12, 2};
+    c.splits = splits;
+    c.pack_gqa = packing;
+    const CallKey decode = CallKey::make(1, gqa_problem(1, 8192), c);
+    EXPECT_EQ(decode.gqa_ratio, 4);
+    EXPECT_EQ(decode.seqlen_q_bucket, 0);
+    EXPECT_EQ(decode.seqlen_k_bucket, 13);
+    EXPECT_EQ(decode.batch_heads_bucket, 6);  // 2 x 32
+    // The database is not consulted for a complete config: no window.
+    EXPECT_EQ(decode.window_left, -1);
+    EXPECT_EQ(decode.window_right, -1);
+    const CallKey prefill = CallKey::make(1, gqa_problem(4096, 8192), c);
+    EXPECT_EQ(prefill.seqlen_q_bucket, 12);
+    EXPECT_FALSE(decode == prefill) << describe(c);
+    EXPECT_EQ(decode, CallKey::make(1, gqa_problem(1, 5000), c)) << describe(c);  // same buckets
+  }
+  // An incomplete config still keys on everything, window included.
+  const CallKey partial = CallKey::make(1, gqa_problem(1, 8192), KernelConfig{});
+  EXPECT_EQ(partial.gqa_ratio, 4);
+  EXPECT_EQ(partial.window_left, 128);
+  EXPECT_EQ(partial.window_right, 0);
+}
+
+TEST(CallKey, SplitsAndPackGqaAreInTheKeyAndItsHash) {
+  KernelConfig c{KernelPath::sm90, 128, 128, 12, 2};
+  c.splits = 1;
+  c.pack_gqa = GqaPacking::off;
+  const Problem p = gqa_problem(1, 8192);
+  const CallKey base = CallKey::make(1, p, c);
+  KernelConfig more_splits = c;
+  more_splits.splits = 4;
+  KernelConfig packed = c;
+  packed.pack_gqa = GqaPacking::on;
+  for (const KernelConfig &other : {more_splits, packed}) {
+    const CallKey k = CallKey::make(1, p, other);
+    EXPECT_FALSE(k == base) << describe(other);
+    EXPECT_NE(CallKeyHash{}(k), CallKeyHash{}(base)) << describe(other);
+  }
 }
 
 }  // namespace
