@@ -50,6 +50,10 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(warps, "warps", "0", "W", "Warps per CTA (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(stages, "stages", "0", "S", "K/V pipeline stages (0: heuristic)"),
+      FLASHJIT_CONFIG_FLAG(splits, "splits", "0", "N",
+                           "Forward: split each tile's keys over N CTAs (0: heuristic, 1: off; at most 256)"),
+      FLASHJIT_CONFIG_FLAG(pack_gqa, "pack-gqa", "auto", "auto|on|off",
+                           "Forward: pack the query heads of a KV head into one tile (auto: heuristic)"),
       FLASHJIT_PROBLEM_FLAG(pass, "pass", "fwd", "fwd|bwd", "Which pass's kernels: forward or backward"),
       deterministic("deterministic", cl::desc("Backward: dQ without atomics (bit-identical runs)"),
                     cl::cat(category), problem_subs) {}
@@ -77,6 +81,8 @@ ProblemFlagValues ProblemOptions::values() const {
   v.block_n = block_n;
   v.warps = warps;
   v.stages = stages;
+  v.splits = splits;
+  v.pack_gqa = pack_gqa;
   v.pass = pass;
   v.deterministic = deterministic;
   return v;
@@ -171,7 +177,8 @@ llvm::json::Object problem_json(const Problem &p) {
 llvm::json::Object config_json(const KernelConfig &c) {
   return llvm::json::Object{{"path", to_string(c.path)}, {"block_m", c.block_m},
                             {"block_n", c.block_n},      {"warps", c.warps},
-                            {"stages", c.stages}};
+                            {"stages", c.stages},        {"splits", c.splits},
+                            {"pack_gqa", to_string(c.pack_gqa)}};
 }
 
 }  // namespace flashjit::cli

@@ -45,7 +45,8 @@ struct ProblemOptions {
   llvm::cl::opt<std::string> dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
       hdim_v, mask;
   llvm::cl::opt<bool> causal;
-  llvm::cl::opt<std::string> softcap, scale, path, block_m, block_n, warps, stages, pass;
+  llvm::cl::opt<std::string> softcap, scale, path, block_m, block_n, warps, stages, splits,
+      pack_gqa, pass;
   llvm::cl::opt<bool> deterministic;
 };
 

@@ -73,13 +73,18 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
 }
 
 std::string config_text(const StoredConfig &c) {
-  return llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path, c.block_m, c.block_n, c.warps, c.stages)
-      .str();
+  std::string text =
+      llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path, c.block_m, c.block_n, c.warps, c.stages).str();
+  // As describe(KernelConfig): only where they change the kernel.
+  if (c.splits > 1) text += llvm::formatv(" splits={0}", c.splits).str();
+  if (c.pack_gqa == "on") text += " pack_gqa";
+  return text;
 }
 
 llvm::json::Object stored_config_json(const StoredConfig &c) {
-  return llvm::json::Object{{"path", c.path},   {"block_m", c.block_m}, {"block_n", c.block_n},
-                            {"warps", c.warps}, {"stages", c.stages}};
+  return llvm::json::Object{{"path", c.path},     {"block_m", c.block_m}, {"block_n", c.block_n},
+                            {"warps", c.warps},   {"stages", c.stages},   {"splits", c.splits},
+                            {"pack_gqa", c.pack_gqa}};
 }
 
 std::string driver_text(int version) {

@@ -29,7 +29,8 @@ std::unique_ptr<TuningDb> open_existing_database(llvm::StringRef path, std::stri
 llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::StringRef plan_file,
                                            int &exit_code);
 
-// "sm80 128x64 w4 s2": short enough for a table column.
+// "sm80 128x64 w4 s2" (" splits=4", " pack_gqa" where set): short enough for
+// a table column.
 std::string config_text(const StoredConfig &config);
 llvm::json::Object stored_config_json(const StoredConfig &config);
 // "NVIDIA H200 (cc 9.0, 132 SMs, driver 13.0)"

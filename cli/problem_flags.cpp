@@ -48,6 +48,8 @@ constexpr const char *kTileField = "0 (heuristic) or a positive integer";
 constexpr const char *kGridMax = "at most 65535 (a grid dimension)";
 constexpr const char *kLengthMax = "at most 2147483647 (rows are 32-bit)";
 constexpr const char *kTileMax = "at most 1024";
+constexpr int64_t kMaxSplits = 256;  // flashjit_config.splits' bound (flashjit.h)
+constexpr const char *kSplits = "0 (heuristic), 1 (off) or a number of splits up to 256";
 
 llvm::Error parse_mask(const ProblemFlagValues &v, Problem &p) {
   llvm::StringRef text = v.mask;
@@ -159,6 +161,19 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     f.value = static_cast<int>(*n);
   }
 
+  auto splits = parse_int("splits", v.splits, 0, kMaxSplits, kSplits);
+  if (!splits) return splits.takeError();
+  c.splits = static_cast<int>(*splits);
+  if (v.pack_gqa == "auto") {
+    c.pack_gqa = GqaPacking::automatic;
+  } else if (v.pack_gqa == "on") {
+    c.pack_gqa = GqaPacking::on;
+  } else if (v.pack_gqa == "off") {
+    c.pack_gqa = GqaPacking::off;
+  } else {
+    return flag_error("pack-gqa", "auto, on or off", v.pack_gqa);
+  }
+
   if (v.pass == "fwd") {
     out.pass = Pass::forward;
   } else if (v.pass == "bwd") {
@@ -168,6 +183,13 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   }
   if (v.deterministic && out.pass != Pass::backward)
     return flag_error("deterministic", "--pass bwd (it only changes the backward)", "--pass fwd");
+  // The backward has neither knob; taking one silently would time or check
+  // something other than what was asked for.
+  if (out.pass == Pass::backward && c.splits != 0)
+    return flag_error("splits", "0 with --pass bwd (it only changes the forward)", v.splits);
+  if (out.pass == Pass::backward && c.pack_gqa != GqaPacking::automatic)
+    return flag_error("pack-gqa", "auto with --pass bwd (it only changes the forward)",
+                      v.pack_gqa);
   c.deterministic = v.deterministic;
 
   if (auto error = validate_problem(p)) return error;

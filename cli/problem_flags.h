@@ -31,6 +31,8 @@ struct ProblemFlagValues {
   std::string block_n = "0";
   std::string warps = "0";
   std::string stages = "0";
+  std::string splits = "0";      // --splits (forward only)
+  std::string pack_gqa = "auto";  // --pack-gqa auto|on|off (forward only)
   std::string pass = "fwd";
   bool deterministic = false;  // --deterministic (backward only)
 };

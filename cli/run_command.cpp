@@ -139,6 +139,10 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   });
   if (!timing) return report_error(kExitFailure, timing.takeError());
   const double tflops = p.forward_flops() / (timing->median_ms * 1e-3) / 1e12;
+  // K and V read once, 2 bytes an element: what bounds decode (few queries,
+  // long keys), where FLOP/s say little.
+  const double kv_bytes = double(k_elements(p) + v_elements(p)) * 2;
+  const double gbps = kv_bytes / (timing->median_ms * 1e-3) / 1e9;
 
   if (common.json) {
     llvm::json::Object o{{"id", spec.id()},
@@ -150,7 +154,8 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
                          {"max_ms", timing->max_ms},
                          {"repeats", repeats.getValue()},
                          {"input_sets", int64_t(sets.size())},
-                         {"tflops", tflops}};
+                         {"tflops", tflops},
+                         {"gbps", gbps}};
     if (accuracy)
       o["check"] = llvm::json::Object{{"passed", accuracy->passed},
                                       {"max_err", accuracy->max_err},
@@ -169,7 +174,8 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     if (accuracy) os << llvm::formatv("check    {0}\n", accuracy->describe());
     os << llvm::formatv("time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input sets)\n",
                         timing->median_ms, timing->min_ms, timing->max_ms, repeats.getValue(), sets.size());
-    os << llvm::formatv("perf     {0:f1} TFLOP/s\n", tflops);
+    os << llvm::formatv("perf     {0:f1} TFLOP/s, {1:f1} GB/s (K and V read once)\n", tflops,
+                        gbps);
   }
   return accuracy && !accuracy->passed ? kExitFailure : kExitOk;
 }

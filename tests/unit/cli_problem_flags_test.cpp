@@ -2,6 +2,8 @@
 #include "cli/problem_flags.h"
 #include "gtest/gtest.h"
 
+#include <tuple>
+
 namespace flashjit::cli {
 namespace {
 
@@ -63,6 +65,36 @@ TEST(ProblemFlags, ParsesEveryFlag) {
   EXPECT_EQ(parsed->config.block_n, 0);
 }
 
+TEST(ProblemFlags, SplitsAndPackGqa) {
+  auto parsed = parse_problem_flags({});
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->config.splits, 0);  // the heuristic's
+  EXPECT_EQ(parsed->config.pack_gqa, GqaPacking::automatic);
+
+  for (auto [splits, packing, want_splits, want_packing] :
+       {std::tuple{"1", "off", 1, GqaPacking::off}, {"256", "on", 256, GqaPacking::on},
+        {"0", "auto", 0, GqaPacking::automatic}, {"7", "on", 7, GqaPacking::on}}) {
+    ProblemFlagValues v;
+    v.splits = std::string(splits);
+    v.pack_gqa = std::string(packing);
+    parsed = parse_problem_flags(v);
+    ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+    EXPECT_EQ(parsed->config.splits, want_splits) << splits;
+    EXPECT_EQ(parsed->config.pack_gqa, want_packing) << packing;
+  }
+
+  // Forward only: the backward refuses them, but takes their defaults.
+  ProblemFlagValues v;
+  v.pass = std::string("bwd");
+  EXPECT_EQ(error_of(v), "");
+  v.splits = std::string("1");
+  EXPECT_EQ(error_of(v), "--splits: expected 0 with --pass bwd (it only changes the forward), got 1");
+  v.splits = std::string("0");
+  v.pack_gqa = std::string("off");
+  EXPECT_EQ(error_of(v),
+            "--pack-gqa: expected auto with --pass bwd (it only changes the forward), got off");
+}
+
 TEST(ProblemFlags, CausalFlagAndMask) {
   ProblemFlagValues v;
   v.causal = true;
@@ -112,6 +144,16 @@ TEST(ProblemFlags, ErrorsNameTheFlagAndWhatIsAllowed) {
        "--path: expected auto, sm80 or sm90, got sm100"},
       {&ProblemFlagValues::warps, "-1",
        "--warps: expected 0 (heuristic) or a positive integer, got -1"},
+      {&ProblemFlagValues::splits, "257",
+       "--splits: expected 0 (heuristic), 1 (off) or a number of splits up to 256, got 257"},
+      {&ProblemFlagValues::splits, "-2",
+       "--splits: expected 0 (heuristic), 1 (off) or a number of splits up to 256, got -2"},
+      {&ProblemFlagValues::splits, "four",
+       "--splits: expected 0 (heuristic), 1 (off) or a number of splits up to 256, got four"},
+      {&ProblemFlagValues::splits, "",
+       "--splits: expected 0 (heuristic), 1 (off) or a number of splits up to 256, got ''"},
+      {&ProblemFlagValues::pack_gqa, "true", "--pack-gqa: expected auto, on or off, got true"},
+      {&ProblemFlagValues::pack_gqa, "ON", "--pack-gqa: expected auto, on or off, got ON"},
   };
   for (const Case &c : cases) {
     ProblemFlagValues v;

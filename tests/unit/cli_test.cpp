@@ -2,6 +2,7 @@
 // codes for bad flags, and the subcommands that need no GPU.
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -26,6 +27,16 @@ TEST(Cli, BadProblemFlagsAreOneLineUsageErrors) {
        "--mask: expected none, causal or window:LEFT,RIGHT (-1: unbounded), got diagonal"},
       {{"gen", "--dtype", "fp32"}, "--dtype: expected bf16 or fp16, got fp32"},
       {{"run", "--repeats", "0"}, "--repeats: expected an integer >= 1, got 0"},
+      {{"gen", "--splits", "257"},
+       "--splits: expected 0 (heuristic), 1 (off) or a number of splits up to 256, got 257"},
+      {{"run", "--splits", "-1"},
+       "--splits: expected 0 (heuristic), 1 (off) or a number of splits up to 256, got -1"},
+      {{"compile", "--arch", "sm_90a", "--pack-gqa", "yes"},
+       "--pack-gqa: expected auto, on or off, got yes"},
+      {{"gen", "--pass", "bwd", "--splits", "2"},
+       "--splits: expected 0 with --pass bwd (it only changes the forward), got 2"},
+      {{"gen", "--pass", "bwd", "--pack-gqa", "on"},
+       "--pack-gqa: expected auto with --pass bwd (it only changes the forward), got on"},
   };
   for (const auto &[args, message] : cases) {
     const CliResult r = run_cli(args);
@@ -53,6 +64,20 @@ TEST(Cli, ConfigTheGeneratorRejectsIsAUsageError) {
   EXPECT_EQ(r.err.rfind("flashjit: error: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find("block_m=7"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// The flags reach the generator, which names the field it refuses.
+TEST(Cli, SplitsAndPackingTheFamilyLacksAreUsageErrors) {
+  for (const auto &[flag, value, field] :
+       {std::tuple{"--splits", "4", "splits=4"}, {"--pack-gqa", "on", "pack_gqa=on"}}) {
+    const CliResult r =
+        run_cli({"gen", "--arch", "sm_80", "--heads", "32", "--heads-kv", "8", flag, value});
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_EQ(r.err.rfind("flashjit: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(field), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("sm90 family only"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
 }
 
 TEST(Cli, GenPrintsThePrelude) {

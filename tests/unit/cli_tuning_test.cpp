@@ -178,7 +178,11 @@ TEST(CliTuning, QueryReadsTuningsOfAnotherMachine) {
   EXPECT_EQ(I(config->getInteger("block_m")), 128);
   EXPECT_EQ(I(config->getInteger("block_n")), 64);
   EXPECT_EQ(S(config->getString("path")), "sm80");
+  // A stored config without the decode fields ran neither.
+  EXPECT_EQ(I(config->getInteger("splits")), 1);
+  EXPECT_EQ(S(config->getString("pack_gqa")), "off");
   ASSERT_NE(o.getObject("measurements"), nullptr) << r.out;
+  EXPECT_EQ(I(o.getObject("measurements")->getObject("heuristic_config")->getInteger("splits")), 1);
   EXPECT_EQ(D(o.getObject("measurements")->getNumber("tflops")), 350);
   EXPECT_EQ(I(o.getObject("measurements")->getInteger("candidates_tried")), 20);
   ASSERT_NE(o.getObject("provenance"), nullptr);
@@ -211,6 +215,65 @@ TEST(CliTuning, QueryReadsTuningsOfAnotherMachine) {
   EXPECT_NE(r.out.find("gain       1.20x over the heuristic (sm80 128x128 w8 s2, 0.600 ms)"),
             std::string::npos)
       << r.out;
+}
+
+// A decode tuning (sm90, split keys, packed heads) as query prints it: the
+// JSON config's splits and pack_gqa, and the text line naming both.
+TEST(CliTuning, QueryReportsSplitsAndPackGqa) {
+  auto software = software_fingerprint();
+  if (!software) GTEST_SKIP() << llvm::toString(software.takeError());
+  TempDir dir;
+  const std::string db_path = dir.file("decode.db");
+  Problem p;
+  p.batch = 4;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.seqlen_q = 1;
+  p.seqlen_k = 8192;
+  {
+    auto db = TuningDb::open(db_path);
+    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+    ASSERT_FALSE(bool((*db)->put_tuning(testing::foreign_tuning(
+        *software, p, "fwd",
+        {StoredConfig{"sm90", 128, 128, 12, 2, 8, "on"}, StoredConfig{"sm90", 128, 128, 12, 2, 4, "on"},
+         0.02, 0.019, 0.021, 0.03, 2, 128, 200000, 30, 0}))));
+  }
+  std::vector<std::string> args = {"query", "--arch", "sm_90a", "--device-name", "Test GPU 9000",
+                                   "--json", "--db", db_path, "--batch", "4", "--heads", "32",
+                                   "--heads-kv", "8", "--seqlen-q", "1", "--seqlen-k", "8192"};
+  CliResult r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object o = parse_json(r.out);
+  EXPECT_EQ(S(o.getString("source")), "tuned") << r.out;
+  const llvm::json::Object *config = o.getObject("config");
+  ASSERT_NE(config, nullptr) << r.out;
+  EXPECT_EQ(I(config->getInteger("splits")), 8);
+  EXPECT_EQ(S(config->getString("pack_gqa")), "on");
+  const llvm::json::Object *heuristic =
+      o.getObject("measurements") ? o.getObject("measurements")->getObject("heuristic_config")
+                                  : nullptr;
+  ASSERT_NE(heuristic, nullptr) << r.out;
+  EXPECT_EQ(I(heuristic->getInteger("splits")), 4);
+  EXPECT_EQ(S(heuristic->getString("pack_gqa")), "on");
+
+  args.erase(args.begin() + 5);  // plain text
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("config     sm90 128x128 w12 s2 splits=8 pack_gqa\n"), std::string::npos)
+      << r.out;
+
+  // Not tuned (another class): the heuristic's, with both fields concrete.
+  args = {"query", "--arch", "sm_90a", "--json", "--db", db_path, "--batch", "4", "--heads",
+          "32", "--heads-kv", "8", "--seqlen-q", "1", "--seqlen-k", "8192", "--hdim", "64"};
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  o = parse_json(r.out);
+  EXPECT_EQ(S(o.getString("source")), "heuristic") << r.out;
+  config = o.getObject("config");
+  ASSERT_NE(config, nullptr) << r.out;
+  EXPECT_GE(I(config->getInteger("splits")), 1) << r.out;
+  const std::string packing = S(config->getString("pack_gqa"));
+  EXPECT_TRUE(packing == "on" || packing == "off") << r.out;
 }
 
 TEST(CliTuning, ExportImportRoundTrip) {
