@@ -13,7 +13,12 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
                                 int max_smem_bytes) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   CandidateSet set;
-  auto consider = [&](const KernelConfig &config) {
+  auto consider = [&](const KernelConfig &tiles) {
+    // splits and pack_gqa as the heuristic fills them for these tiles (the
+    // heuristic's own config comes out so): a candidate is then what its
+    // kernel runs, a tuning stores that, and tiles the heuristic also chose
+    // are one candidate, not two compiling the same kernel.
+    const KernelConfig config = with_decode_fields(problem, tiles, /*sm_count=*/0);
     auto seen = [&](const KernelConfig &c) { return c == config; };
     if (std::any_of(set.configs.begin(), set.configs.end(), seen)) return;
     if (std::any_of(set.pruned.begin(), set.pruned.end(),

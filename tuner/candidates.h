@@ -25,7 +25,8 @@ struct CandidateSet {
 // sm80 family: block_m {64, 128, 256} x block_n {32, 64, 128} x warps
 // {4, 8} x stages {2, 3}, filtered by FwdSm80Traits; on sm_90a, also the
 // sm90 family's search space where it serves the problem. The heuristic's
-// config is always first.
+// config is always first. Every candidate's splits and pack_gqa are concrete,
+// filled for its tiles as the heuristic fills its own (with_decode_fields).
 CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
                                 int max_smem_bytes);
 

@@ -113,7 +113,13 @@ llvm::json::Object spec_to_json(const KernelSpec &s) {
                                     {"block_n", s.config.block_n},
                                     {"warps", s.config.warps},
                                     {"stages", s.config.stages},
-                                    {"deterministic", s.config.deterministic}}},
+                                    {"deterministic", s.config.deterministic},
+                                    {"splits", s.config.splits},
+                                    {"pack_gqa", to_string(s.config.pack_gqa)}}},
+      // Derived from the config and the problem, which the worker does not
+      // have: the kernel's packed heads and whether it splits the keys.
+      {"pack_gqa", s.pack_gqa},
+      {"split_kv", s.split_kv},
       {"arch", s.arch.name()}};
 }
 
@@ -145,12 +151,23 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
   };
   for (const IntField &f :
        {IntField{"block_m", &s.config.block_m}, IntField{"block_n", &s.config.block_n},
-        IntField{"warps", &s.config.warps}, IntField{"stages", &s.config.stages}}) {
+        IntField{"warps", &s.config.warps}, IntField{"stages", &s.config.stages},
+        IntField{"splits", &s.config.splits}}) {
     auto value = integer_field(*config, f.key);
     if (!value) return value.takeError();
     *f.out = int(*value);
   }
   s.config.deterministic = config->getBoolean("deterministic").getValueOr(false);
+  auto pack_gqa = enum_field<GqaPacking>(*config, "pack_gqa", 3);
+  if (!pack_gqa) return pack_gqa.takeError();
+  s.config.pack_gqa = *pack_gqa;
+  auto packed_heads = integer_field(o, "pack_gqa");
+  if (!packed_heads) return packed_heads.takeError();
+  s.pack_gqa = int(*packed_heads);
+  if (auto split = o.getBoolean("split_kv"))
+    s.split_kv = *split;
+  else
+    return error("worker request: 'split_kv': expected true or false");
   auto arch_text = string_field(o, "arch");
   if (!arch_text) return arch_text.takeError();
   auto arch = TargetArch::parse(*arch_text);

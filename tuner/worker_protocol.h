@@ -1,7 +1,8 @@
 // What the tuner and its worker processes say to each other: one JSON object
 // per line each way. A request names its operation ("op") and, where it is
 // about a candidate, the candidate's index in the tune and its KernelSpec
-// (pass, dtype, head dims, mask, softcap, config, arch), so that a forward
+// (pass, dtype, head dims, mask, softcap, config, the forward's packed heads
+// and split_kv, arch), so that a forward
 // or backward candidate is the same kind of request; `setup` names the pass
 // the worker measures ("fwd" or "bwd"). A reply is
 // {"ok":true,...} or {"ok":false,"error":"...","fatal":bool}; fatal means

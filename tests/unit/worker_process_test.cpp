@@ -164,6 +164,42 @@ TEST(WorkerProtocol, ProblemsAndSpecsSurviveTheRoundTrip) {
   EXPECT_EQ(spec->id(), s.id());
 }
 
+// A forward candidate's split-KV count and GQA packing reach the worker that
+// compiles and measures it: each value of each, not only the defaults.
+TEST(WorkerProtocol, SplitsAndPackGqaSurviveTheRoundTrip) {
+  KernelSpec s;
+  s.pass = Pass::forward;
+  s.config = KernelConfig{KernelPath::sm90, 128, 112, 12, 2};
+  s.arch = TargetArch{9, 0, true};
+  for (int splits : {0, 1, 3, 256})
+    for (GqaPacking packing : {GqaPacking::automatic, GqaPacking::on, GqaPacking::off}) {
+      s.config.splits = splits;
+      s.config.pack_gqa = packing;
+      const Object o = worker_protocol::spec_to_json(s);
+      EXPECT_EQ(o.getObject("config")->getInteger("splits").getValueOr(-1), splits);
+      EXPECT_EQ(o.getObject("config")->getString("pack_gqa").getValueOr("").str(),
+                to_string(packing));
+      auto spec = worker_protocol::spec_from_json(o);
+      ASSERT_TRUE(bool(spec)) << message(spec.takeError());
+      EXPECT_EQ(spec->config.splits, splits);
+      EXPECT_EQ(spec->config.pack_gqa, packing);
+      EXPECT_EQ(*spec, s) << describe(s.config);
+    }
+  // The spec's derived fields: the kernel the worker compiles packs 8 heads
+  // and splits the keys, as the tuner's spec said.
+  s.config.splits = 4;
+  s.config.pack_gqa = GqaPacking::on;
+  s.pack_gqa = 8;
+  s.split_kv = true;
+  auto spec = worker_protocol::spec_from_json(worker_protocol::spec_to_json(s));
+  ASSERT_TRUE(bool(spec)) << message(spec.takeError());
+  EXPECT_EQ(spec->pack_gqa, 8);
+  EXPECT_TRUE(spec->split_kv);
+  EXPECT_EQ(*spec, s);
+  EXPECT_EQ(spec->id(), s.id());
+  EXPECT_NE(spec->id().find("_gqa8_split_"), std::string::npos) << spec->id();
+}
+
 TEST(WorkerProtocol, BadRequestsNameTheField) {
   Object o = worker_protocol::problem_to_json(Problem{});
   o["dtype"] = "fp8";
@@ -175,6 +211,24 @@ TEST(WorkerProtocol, BadRequestsNameTheField) {
   auto missing = worker_protocol::problem_from_json(o);
   ASSERT_FALSE(bool(missing));
   EXPECT_EQ(message(missing.takeError()), "worker request: 'seqlen_k': expected an integer");
+
+  KernelSpec s;
+  s.config = KernelConfig{KernelPath::sm80, 128, 64, 4, 2};
+  Object spec = worker_protocol::spec_to_json(s);
+  spec.getObject("config")->erase("splits");
+  auto no_splits = worker_protocol::spec_from_json(spec);
+  ASSERT_FALSE(bool(no_splits));
+  EXPECT_EQ(message(no_splits.takeError()), "worker request: 'splits': expected an integer");
+  spec = worker_protocol::spec_to_json(s);
+  (*spec.getObject("config"))["pack_gqa"] = "yes";
+  auto bad_packing = worker_protocol::spec_from_json(spec);
+  ASSERT_FALSE(bool(bad_packing));
+  EXPECT_EQ(message(bad_packing.takeError()), "worker request: 'pack_gqa': unknown value 'yes'");
+  spec = worker_protocol::spec_to_json(s);
+  spec.erase("split_kv");
+  auto no_split_kv = worker_protocol::spec_from_json(spec);
+  ASSERT_FALSE(bool(no_split_kv));
+  EXPECT_EQ(message(no_split_kv.takeError()), "worker request: 'split_kv': expected true or false");
 }
 
 TEST(PlantedFaults, ParsesEachKindAndRefusesTypos) {
