@@ -5,6 +5,7 @@
     k, v = torch.randn_like(q), torch.randn_like(q)
     out = flashjit.attention(q, k, v, causal=True)             # [2, 4096, 16, 128]
     out, lse = flashjit.attention(q, k, v, return_lse=True)    # lse: [2, 16, 4096] fp32
+    out = flashjit.attention(q, k, v, num_splits=4, pack_gqa=True)  # decode knobs
 
 The same contract as flash_attn.flash_attn_func, differentiable: when grad
 mode is on and q, k or v requires grad, the call goes through a
@@ -102,14 +103,37 @@ def _mask(causal, window):
     return _capi.MASK_WINDOW, left, right
 
 
+_MAX_SPLITS = 256  # flashjit.h: flashjit_config.splits
+
+
+def _forward_knobs(num_splits, pack_gqa):
+    """num_splits and pack_gqa of attention(), checked, as the values of
+    flashjit_config's splits and pack_gqa fields."""
+    # bool is an int to Python; num_splits=True is a mistake, not 1.
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise TypeError(f"flashjit.attention: num_splits must be an int (0: the library chooses, "
+                        f"1: off), got {type(num_splits).__name__}")
+    if not 0 <= num_splits <= _MAX_SPLITS:
+        raise ValueError(f"flashjit.attention: num_splits must be in [0, {_MAX_SPLITS}] "
+                         f"(0: the library chooses, 1: off), got {num_splits}")
+    if pack_gqa is None:
+        return num_splits, _capi.PACK_GQA_AUTO
+    if not isinstance(pack_gqa, bool):
+        raise TypeError(f"flashjit.attention: pack_gqa must be None (the library chooses), True "
+                        f"or False, got {pack_gqa!r}")
+    return num_splits, _capi.PACK_GQA_ON if pack_gqa else _capi.PACK_GQA_OFF
+
+
 class _Call:
     """What one attention() call needs besides the tensors: the validated
     arguments and the library's problem (with the padded head dims)."""
-    __slots__ = ("problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty")
+    __slots__ = ("problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty", "splits", "pack_gqa")
 
-    def __init__(self, problem, dim_qk, dim_v, pad_qk, pad_v, empty):
+    def __init__(self, problem, dim_qk, dim_v, pad_qk, pad_v, empty, splits=0,
+                 pack_gqa=_capi.PACK_GQA_AUTO):
         self.problem, self.dim_qk, self.dim_v = problem, dim_qk, dim_v
         self.pad_qk, self.pad_v, self.empty = pad_qk, pad_v, empty
+        self.splits, self.pack_gqa = splits, pack_gqa
 
 
 def _check_rc(rc, what="flashjit.attention"):
@@ -117,7 +141,8 @@ def _check_rc(rc, what="flashjit.attention"):
         raise RuntimeError(f"{what}: {_capi.last_error()}")
 
 
-def _validate(torch, q, k, v, causal, window, softcap, softmax_scale):
+def _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits=0,
+              pack_gqa=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flashjit.attention: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -157,6 +182,7 @@ def _validate(torch, q, k, v, causal, window, softcap, softmax_scale):
     softcap = float(softcap)
     if softcap < 0:
         raise ValueError(f"flashjit.attention: softcap must be >= 0 (0: off), got {softcap}")
+    splits, pack = _forward_knobs(num_splits, pack_gqa)
     # From the original head dim: padding must not change the result.
     scale = 1.0 / math.sqrt(dim_qk) if softmax_scale is None else float(softmax_scale)
 
@@ -167,7 +193,7 @@ def _validate(torch, q, k, v, causal, window, softcap, softmax_scale):
         head_dim_v=dim_v + pad_v, window_left=window_left, window_right=window_right,
         softmax_scale=scale, softcap=softcap)
     empty = batch * seqlen_q * heads_q == 0 or seqlen_k == 0
-    return _Call(problem, dim_qk, dim_v, pad_qk, pad_v, empty)
+    return _Call(problem, dim_qk, dim_v, pad_qk, pad_v, empty, splits, pack)
 
 
 def _forward(torch, q, k, v, call, want_lse):
@@ -201,7 +227,7 @@ def _forward(torch, q, k, v, call, want_lse):
     # context of the current device): make that the tensors' device.
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        config = _pinned_config("FLASHJIT_KERNEL_PATH")
+        config = _forward_config(call.splits, call.pack_gqa)
         _check_rc(lib.flashjit_forward(ctypes.byref(p), ctypes.byref(args),
                                        ctypes.c_void_p(stream),
                                        ctypes.byref(config) if config is not None else None))
@@ -220,7 +246,20 @@ def _pinned_config(variable):
         return None
     if path not in _PATHS:
         raise ValueError(f"{variable}={path!r}: expected one of {sorted(_PATHS)}")
-    return _capi.Config(_PATHS[path], 0, 0, 0, 0, 0)
+    return _capi.Config(path=_PATHS[path])
+
+
+def _forward_config(splits, pack_gqa):
+    """The forward's flashjit_config: $FLASHJIT_KERNEL_PATH's family and the
+    call's split-KV and GQA-packing choices; None (the library chooses
+    everything) when none of them is set."""
+    config = _pinned_config("FLASHJIT_KERNEL_PATH")
+    if splits == 0 and pack_gqa == _capi.PACK_GQA_AUTO:
+        return config
+    if config is None:
+        config = _capi.Config()
+    config.splits, config.pack_gqa = splits, pack_gqa
+    return config
 
 
 def _grad_buffer(torch, like):
@@ -325,7 +364,7 @@ def _autograd_function(torch):
 
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
-              return_lse=False):
+              return_lse=False, num_splits=0, pack_gqa=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -341,6 +380,17 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     softmax_scale: default 1 / sqrt(head_dim).
     return_lse: also return the log-sum-exp of the scaled scores, fp32
         [batch, heads_q, seqlen_q] (not differentiable).
+    num_splits: the forward's split-KV count, as flash_attn_with_kvcache's:
+        each work tile's key range is split over this many CTAs and the
+        partial results are merged (flash-decoding: for few queries and
+        long keys). 0 lets the library choose per call (the tuned or
+        heuristic config), 1 turns splitting off; at most 256.
+    pack_gqa: whether the query heads that share a KV head are packed into
+        one tile's rows, so each K/V tile is read once per group: True,
+        False, or None to let the library choose. Has an effect with GQA/MQA.
+    num_splits and pack_gqa set the forward's kernel only; the backward
+    ignores them. The result is the same attention either way (up to
+    floating-point rounding).
 
     Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
     current CUDA stream of the tensors' device.
@@ -353,7 +403,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     """
     import torch
 
-    call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale)
+    call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = _autograd_function(torch).apply(q, k, v, call)
         return (out, lse) if return_lse else out

@@ -74,6 +74,18 @@ def _cases():
          lambda: flashjit.attention(q, k, v, window=(5,))),
         ("negative softcap", ValueError, P + "softcap must be >= 0 (0: off), got -1.0",
          lambda: flashjit.attention(q, k, v, softcap=-1)),
+        ("num_splits -1", ValueError,
+         P + "num_splits must be in [0, 256] (0: the library chooses, 1: off), got -1",
+         lambda: flashjit.attention(q, k, v, num_splits=-1)),
+        ("num_splits 257", ValueError,
+         P + "num_splits must be in [0, 256] (0: the library chooses, 1: off), got 257",
+         lambda: flashjit.attention(q, k, v, num_splits=257)),
+        ("num_splits 2.0", TypeError,
+         P + "num_splits must be an int (0: the library chooses, 1: off), got float",
+         lambda: flashjit.attention(q, k, v, num_splits=2.0)),
+        ("pack_gqa 'on'", TypeError,
+         P + "pack_gqa must be None (the library chooses), True or False, got 'on'",
+         lambda: flashjit.attention(q, k, v, pack_gqa="on")),
     ]
     if torch.cuda.device_count() > 1:
         other = [t.to("cuda:1") for t in (k, v)]

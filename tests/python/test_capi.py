@@ -41,6 +41,45 @@ def check_layout(layout_binary, capi):
     return errors
 
 
+def check_forward_knobs(flashjit):
+    """attention()'s num_splits and pack_gqa as flashjit_config fields (no torch
+    needed: the checks and the config come before any tensor is touched)."""
+    errors = []
+    os.environ.pop("FLASHJIT_KERNEL_PATH", None)
+    capi = flashjit._capi
+    expected = {(0, None): (0, capi.PACK_GQA_AUTO), (1, False): (1, capi.PACK_GQA_OFF),
+                (4, True): (4, capi.PACK_GQA_ON), (256, None): (256, capi.PACK_GQA_AUTO)}
+    for (splits, pack), want in expected.items():
+        got = flashjit._forward_knobs(splits, pack)
+        if got != want:
+            errors.append(f"_forward_knobs({splits}, {pack}) = {got}, expected {want}")
+    # The defaults pass no config at all, as before the knobs existed.
+    if flashjit._forward_config(0, capi.PACK_GQA_AUTO) is not None:
+        errors.append("_forward_config of the defaults is not None")
+    config = flashjit._forward_config(4, capi.PACK_GQA_ON)
+    got = (config.path, config.block_m, config.splits, config.pack_gqa)
+    if got != (capi.PATH_AUTO, 0, 4, capi.PACK_GQA_ON):
+        errors.append(f"_forward_config(4, on) = {got}")
+    os.environ["FLASHJIT_KERNEL_PATH"] = "sm80"
+    config = flashjit._forward_config(0, capi.PACK_GQA_OFF)
+    if (config.path, config.splits, config.pack_gqa) != (capi.PATH_SM80, 0, capi.PACK_GQA_OFF):
+        errors.append("_forward_config drops $FLASHJIT_KERNEL_PATH")
+    del os.environ["FLASHJIT_KERNEL_PATH"]
+    bad = [(-1, None, ValueError, "num_splits must be in [0, 256]"),
+           (257, None, ValueError, "got 257"),
+           (True, None, TypeError, "num_splits must be an int"),
+           (2.0, None, TypeError, "got float"),
+           (0, 1, TypeError, "pack_gqa must be None (the library chooses), True or False, got 1")]
+    for splits, pack, exc, needle in bad:
+        try:
+            flashjit._forward_knobs(splits, pack)
+            errors.append(f"_forward_knobs({splits!r}, {pack!r}) accepted")
+        except exc as e:
+            if needle not in str(e):
+                errors.append(f"_forward_knobs({splits!r}, {pack!r}): {e!r} lacks {needle!r}")
+    return errors
+
+
 def main(argv):
     layout_binary, library = argv[1], argv[2]
     os.environ["FLASHJIT_LIB"] = library
@@ -63,6 +102,18 @@ def main(argv):
     print(f"refused call: rc={rc}: {message}")
     if rc == 0 or "null" not in message:
         errors.append(f"null pointers: rc={rc}, message {message!r} should name the null argument")
+
+    # The config's splits and pack_gqa: refused by the library when out of
+    # range (before the null pointers), and what attention()'s num_splits and
+    # pack_gqa become.
+    for field, value in (("splits", 257), ("splits", -1), ("pack_gqa", 3)):
+        config = _capi.Config(**{field: value})
+        rc = _capi.lib().flashjit_forward(ctypes.byref(problem), ctypes.byref(args), None,
+                                          ctypes.byref(config))
+        message = _capi.last_error()
+        if rc == 0 or f"config.{field}={value} is invalid" not in message:
+            errors.append(f"config.{field}={value}: rc={rc}, message {message!r}")
+    errors += check_forward_knobs(flashjit)
 
     # The backward: the workspace size (O(seqlen): the fp32 dQ accumulator and
     # D = rowsum(dO * O)), 0 for invalid sizes, and a refused call.
