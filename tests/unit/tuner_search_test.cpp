@@ -6,10 +6,12 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
+#include "generator/kernel_spec.h"
 #include "tuner/candidates.h"
 #include "tuner/search.h"
 
@@ -260,6 +262,47 @@ TEST(ForwardCandidates, HeuristicFirstEveryConfigValidNoDuplicates) {
   }
 }
 
+// A decode problem: every candidate's splits and pack_gqa are concrete, as
+// the heuristic fills them for its tiles, so the heuristic's tiles are one
+// candidate and what a tuning stores is what its kernel ran.
+TEST(ForwardCandidates, DecodeFieldsAreTheHeuristicsForEachTile) {
+  Problem p = problem_with(128, MaskKind::none);
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.seqlen_q = 1;
+  p.seqlen_k = 8192;
+  const int smem = max_smem_per_block(kSm90a);
+  const CandidateSet set = forward_candidates(p, kSm90a, smem);
+  ASSERT_FALSE(set.configs.empty());
+  EXPECT_EQ(set.configs.front(), default_forward_config(p, kSm90a, smem));
+  std::set<std::tuple<int, int, int, int, int>> tiles;
+  int split = 0, packed = 0;
+  for (const KernelConfig &c : set.configs) {
+    EXPECT_TRUE(tiles.insert({int(c.path), c.block_m, c.block_n, c.warps, c.stages}).second)
+        << "the same tiles twice: " << describe(c);
+    EXPECT_GE(c.splits, 1) << describe(c);
+    EXPECT_NE(c.pack_gqa, GqaPacking::automatic) << describe(c);
+    KernelConfig tiles_only = c;
+    tiles_only.splits = 0;
+    tiles_only.pack_gqa = GqaPacking::automatic;
+    EXPECT_EQ(c, with_decode_fields(p, tiles_only, 0)) << describe(c);
+    if (c.path == KernelPath::sm80) {
+      EXPECT_EQ(c.splits, 1) << describe(c);
+      EXPECT_EQ(c.pack_gqa, GqaPacking::off) << describe(c);
+    }
+    split += c.splits > 1;
+    packed += c.pack_gqa == GqaPacking::on;
+    // Each compiles to its own kernel: the spec carries what the config says.
+    auto spec = make_forward_spec(p, c, kSm90a, smem);
+    ASSERT_TRUE(bool(spec)) << describe(c) << ": " << llvm::toString(spec.takeError());
+    EXPECT_EQ(spec->split_kv, c.splits > 1) << describe(c);
+    EXPECT_EQ(spec->pack_gqa, c.pack_gqa == GqaPacking::on ? 4 : 1) << describe(c);
+  }
+  // 16 work tiles (2 x 8 KV heads) on 132 SMs: sm90 candidates split and pack.
+  EXPECT_GT(split, 0);
+  EXPECT_GT(packed, 0);
+}
+
 TEST(ForwardCandidates, SmallSharedMemoryPrunesBigTilesWithReasons) {
   const Problem p = problem_with(128);
   const int limit = 99 * 1024;
@@ -279,8 +322,11 @@ TEST(ForwardCandidates, SmallSharedMemoryPrunesBigTilesWithReasons) {
   EXPECT_GT(smem_reasons, 0);
   // e.g. 256 x 128 x 8 warps x 3 stages needs 160 KB + 64 KB.
   bool found = false;
+  KernelConfig big_tile{KernelPath::sm80, 256, 128, 8, 3};
+  big_tile.splits = 1;  // the sm80 family has neither
+  big_tile.pack_gqa = GqaPacking::off;
   for (const PrunedConfig &pruned : small.pruned)
-    if (pruned.config == KernelConfig{KernelPath::sm80, 256, 128, 8, 3}) {
+    if (pruned.config == big_tile) {
       found = true;
       EXPECT_NE(pruned.reason.find("shared memory"), std::string::npos) << pruned.reason;
     }
