@@ -59,9 +59,13 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   KernelConfig c;
   c.path = KernelPath::sm90;
   if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {
+    // H200, Llama-3-8B decode (32/8 heads, d=128), GB/s (`flashjit run`),
+    // block_n 128 x 3 stages against 64 x 2: 1x8k 1545 -> 1667, 8x8k 3459
+    // -> 3674, 64x4k 4053 -> 4188, 1x128k 3619 -> 3998 (docs/PERF.md). d=64
+    // and 256 keep the K/V tile bytes of d=128's 128 x 3 (not measured).
     c.block_m = 64;
-    c.block_n = head_dim == 256 ? 80 : 128;
-    c.stages = head_dim == 64 ? 4 : head_dim == 128 ? 3 : 2;
+    c.block_n = head_dim == 64 ? 128 : head_dim == 128 ? 64 : 80;
+    c.stages = head_dim == 64 ? 3 : 2;
   } else if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
     c.block_m = 192;
     c.block_n = 112;

@@ -81,13 +81,15 @@ bool pack_gqa_pays(const Problem &problem) {
 int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count) {
   if (config.path != KernelPath::sm90 || config.block_n <= 0 || config.block_m <= 0) return 1;
   if (sm_count <= 0) sm_count = kDefaultSmCount;
+  // The slots work tiles fill: one CTA an SM (every sm90 forward config).
+  const int64_t slots = sm_count;
   const int64_t work = forward_work_tiles(problem, config);
-  if (work * 10 >= int64_t(sm_count) * 8) return 1;  // ~80% of the SMs busy already
+  if (work * 10 >= slots * 8) return 1;  // ~80% of the SMs busy already
   const int64_t max_splits =
       std::min<int64_t>(ceil_div(problem.seqlen_k, config.block_n), kMaxHeuristicSplits);
   auto efficiency = [&](int64_t splits) {
     const int64_t units = work * splits;
-    return double(units) / (ceil_div(units, sm_count) * sm_count);
+    return double(units) / (ceil_div(units, slots) * slots);
   };
   double best = 0;
   for (int64_t s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));

@@ -11,6 +11,12 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
     // FlashAttention-3's 24/240 split: 232/40 spilled the consumers at d=64.
     return WarpRoleRegisters{24, 240, 2};
   }
+  // One consumer warpgroup (block_m 64, 256 threads, a pool of 2 x 256):
+  // the budgets of two, which the register tiles were sized for. Two such
+  // CTAs an SM (launch bounds of 2, 24/232 from a pool of 2 x 128) measured
+  // slower on the H200 (docs/PERF.md), so one.
+  if (spec.config.block_m == 64)
+    return spec.head_dim_qk == 256 ? WarpRoleRegisters{40, 232, 1} : WarpRoleRegisters{24, 240, 1};
   // FlashAttention-3's 24/240 split, except at head dim 256, whose producer
   // (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and whose
   // consumers, without intra-warpgroup overlap, need fewer than 232.
@@ -18,9 +24,6 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // Three consumer warpgroups (block_m 192, 512 threads, a pool of 4 x 128):
   // FlashAttention-3's 32/160, which fills it exactly.
   if (spec.config.block_m == 192) return WarpRoleRegisters{32, 160, 3};
-  // One consumer warpgroup (block_m 64, 256 threads, a pool of 2 x 256):
-  // the same budget as two, which the register tiles were sized for.
-  if (spec.config.block_m == 64) return WarpRoleRegisters{24, 240, 1};
   return WarpRoleRegisters{24, 240, 2};
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/launch_forward.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "runtime/kernel_source.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tuning_key.h"
+#include "runtime/workspace_pool.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -118,6 +120,10 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
                    false);
   if (!main) return main.takeError();
   out.main = &*main;
+  const int threads = forward_launch_geometry(spec, class_problem(spec)).block.x;
+  auto per_sm = out.main->occupancy(threads);
+  if (!per_sm) return per_sm.takeError();
+  out.resident_ctas = out.main->sm_count() * std::max(*per_sm, 1);
   if (spec.split_kv) {
     auto combine = load(spec.id() + "#combine", 0, true);
     if (!combine) return combine.takeError();
@@ -131,25 +137,26 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
                             int num_splits, CUstream stream) {
   auto launch_main = [&]() -> llvm::Error {
     if (spec.config.path == KernelPath::sm90)  // + TMA tensor maps
-      return launch_forward_sm90(*kernels.main, spec, problem, args, params, stream);
+      return launch_forward_sm90(*kernels.main, spec, problem, args, params, stream,
+                                 kernels.resident_ctas);
     void *kernel_args[] = {&params};
     return kernels.main->launch(forward_launch_geometry(spec, problem), stream, kernel_args);
   };
   params.num_splits = 1;
   if (num_splits <= 1 || !kernels.combine) return launch_main();
 
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
+  auto context = current_or_primary_context();
+  if (!context) return context.takeError();
   const uint64_t bytes = forward_split_workspace_bytes(problem, num_splits);
-  CUdeviceptr workspace = 0;
-  if (llvm::Error e = cuda_check(driver->cuMemAllocAsync(&workspace, bytes, stream),
-                                 "cuMemAllocAsync (split-KV workspace)"))
+  auto allocated = allocate_workspace(context->device, bytes, stream);
+  if (!allocated)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         llvm::formatv("the split-KV workspace of {0} bytes ({1} splits) could not be allocated: "
                       "{2}; pass splits=1 to run without one",
-                      bytes, num_splits, llvm::toString(std::move(e)))
+                      bytes, num_splits, llvm::toString(allocated.takeError()))
             .str());
+  const CUdeviceptr workspace = *allocated;
   const uint64_t rows = uint64_t(problem.batch) * problem.heads_q * problem.seqlen_q;
   params.num_splits = num_splits;
   params.o_partial = reinterpret_cast<float *>(workspace);
@@ -157,10 +164,11 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   llvm::Error error = launch_main();
   if (!error) {
     void *combine_args[] = {&params};
-    error = kernels.combine->launch(forward_combine_geometry(problem), stream, combine_args);
+    error = kernels.combine->launch(forward_combine_geometry(problem), stream, combine_args,
+                                   /*dependent=*/true);
   }
   // Freed in stream order after the kernels that use it, launched or not.
-  if (llvm::Error e = cuda_check(driver->cuMemFreeAsync(workspace, stream), "cuMemFreeAsync"))
+  if (llvm::Error e = free_workspace(workspace, stream))
     error = llvm::joinErrors(std::move(error), std::move(e));
   return error;
 }

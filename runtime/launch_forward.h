@@ -31,14 +31,17 @@ llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec);
 struct ForwardKernels {
   const LoadedKernel *main = nullptr;
   const LoadedKernel *combine = nullptr;
+  // CTAs of the main kernel resident at once on the device: a persistent
+  // grid's size, and the slots split counts are chosen for (decode tiles
+  // small enough for two CTAs an SM get twice the SMs).
+  int resident_ctas = 0;
 };
 llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec);
 
 // Enqueues `spec`'s kernels on `stream` with `num_splits` (forward_num_splits):
 // with more than one, the split-KV workspace is allocated stream-ordered
-// (cuMemAllocAsync from the device's default memory pool) and freed after
-// the combine kernel, so concurrent streams never share it and CUDA graph
-// capture records the allocation. `params` comes from make_forward_params.
+// from flashjit's own pool (runtime/workspace_pool.h) and freed after the
+// combine kernel: the caller provides none. `params` comes from make_forward_params.
 llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spec,
                             const Problem &problem, const ForwardArgs &args, FwdParams params,
                             int num_splits, CUstream stream);

@@ -150,8 +150,8 @@ llvm::Expected<int> LoadedKernel::occupancy(int threads) const {
   return blocks;
 }
 
-llvm::Error LoadedKernel::launch(const LaunchGeometry &geometry, CUstream stream,
-                                 void **params) const {
+llvm::Error LoadedKernel::launch(const LaunchGeometry &geometry, CUstream stream, void **params,
+                                 bool dependent) const {
   if (!function_) return error("launch of an unloaded kernel");
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
@@ -177,9 +177,31 @@ llvm::Error LoadedKernel::launch(const LaunchGeometry &geometry, CUstream stream
                                attributes_.max_threads_per_block, smem_limit)
                      .str());
 
-  CUresult r = driver->cuLaunchKernel(function_, g.x, g.y, g.z, b.x, b.y, b.z,
-                                      unsigned(geometry.dynamic_smem_bytes), stream, params,
-                                      nullptr);
+  CUresult r;
+  if (dependent) {
+    // Programmatic dependent launch: this grid may be scheduled once every
+    // CTA of the one before on the stream has run griddepcontrol.
+    // launch_dependents; it waits for that grid's completion and memory in
+    // griddepcontrol.wait, so its launch overlaps the other's tail.
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = g.x;
+    config.gridDimY = g.y;
+    config.gridDimZ = g.z;
+    config.blockDimX = b.x;
+    config.blockDimY = b.y;
+    config.blockDimZ = b.z;
+    config.sharedMemBytes = unsigned(geometry.dynamic_smem_bytes);
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    r = driver->cuLaunchKernelEx(&config, function_, params, nullptr);
+  } else {
+    r = driver->cuLaunchKernel(function_, g.x, g.y, g.z, b.x, b.y, b.z,
+                               unsigned(geometry.dynamic_smem_bytes), stream, params, nullptr);
+  }
   if (r != CUDA_SUCCESS)
     return cuda_check(r, ("cuLaunchKernel(" + entry_ + ", " + describe(geometry) + ")").c_str());
   runtime_counters().launches.fetch_add(1, std::memory_order_relaxed);

@@ -48,8 +48,11 @@ class LoadedKernel {
 
   // Launches with `geometry` (its dynamic shared memory must not exceed the
   // limit set at load, or 48 KB when none was). The error names the entry and
-  // the geometry. Counts in runtime_stats().launches.
-  llvm::Error launch(const LaunchGeometry &geometry, CUstream stream, void **params) const;
+  // the geometry. Counts in runtime_stats().launches. `dependent`: a
+  // programmatic dependent launch (the kernel runs griddepcontrol.wait
+  // before it reads what the kernel before it on the stream wrote).
+  llvm::Error launch(const LaunchGeometry &geometry, CUstream stream, void **params,
+                     bool dependent = false) const;
 
  private:
   CUmodule module_ = nullptr;

@@ -138,12 +138,14 @@ llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &s
 
 llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &spec,
                                 const Problem &problem, const ForwardArgs &args,
-                                FwdParams &params, CUstream stream) {
+                                FwdParams &params, CUstream stream, int resident_ctas) {
   auto maps = make_forward_tensor_maps(spec, problem, args);
   if (!maps) return maps.takeError();
   void *kernel_args[] = {&params, &maps->q, &maps->k, &maps->v};
   return kernel.launch(
-      forward_launch_geometry(spec, problem, kernel.sm_count(), params.num_splits), stream,
+      forward_launch_geometry(spec, problem, resident_ctas > 0 ? resident_ctas : kernel.sm_count(),
+                              params.num_splits),
+      stream,
       kernel_args);
 }
 

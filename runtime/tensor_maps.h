@@ -27,10 +27,12 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
                                                            const Problem &problem,
                                                            const ForwardArgs &args);
 
-// Launches the sm90 kernel: FwdParams, then the three tensor maps.
+// Launches the sm90 kernel: FwdParams, then the three tensor maps. A
+// persistent grid has `resident_ctas` CTAs (the SMs times the CTAs that fit
+// on one; 0: one per SM).
 llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &spec,
                                 const Problem &problem, const ForwardArgs &args,
-                                FwdParams &params, CUstream stream);
+                                FwdParams &params, CUstream stream, int resident_ctas = 0);
 
 struct BackwardTensorMaps {
   CUtensorMap q, k, v, dout;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "common/fwd_params.cuh"
+#include "common/ptx.cuh"
 #include "common/split_merge.cuh"
 #include "common/types.cuh"
 
@@ -39,6 +40,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   constexpr int kDim = cfg::kHeadDimV;
   const float kNegInf = __int_as_float(0xff800000);
 
+  // Launched as a programmatic dependent of the main kernel: the launch
+  // overlapped its tail; its partials are complete and visible past here.
+  grid_dependency_wait();
   const int lane = threadIdx.x % 32;
   const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
   const i64 row = static_cast<i64>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -46,7 +50,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   const int splits = p.num_splits;
   const float *lse_split = p.lse_partial + row;
 
-  // Max and sum of exponentials over the splits (split_merge.cuh).
+  // Max and sum of exponentials over the splits (split_merge.cuh); lane i
+  // keeps split i's LSE (and i + 32's, ...: a loop beyond 32 splits).
   float m = kNegInf;
   for (int s = lane; s < splits; s += 32) m = fmaxf(m, lse_split[s * rows]);
 #pragma unroll
@@ -55,7 +60,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   for (int s = lane; s < splits; s += 32) sum += split_merge::sum_term(lse_split[s * rows], m);
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  const bool empty = m == kNegInf;  // no split saw a key
   const float lse = split_merge::merged_lse(m, sum);
 
   const int q = static_cast<int>(row % p.seqlen_q);
@@ -65,25 +69,39 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   u16 *const o_row = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
                      static_cast<i64>(q) * p.o_row_stride + head * p.o_head_stride;
   const float *const o_split = p.o_partial + row * kDim;
+  constexpr int kColumnGroups = (kDim + 127) / 128;  // 4 columns per lane per 128
+  float acc[kColumnGroups][4] = {};
+  // 32 splits at a time: lane j's weight is broadcast, and the partial rows
+  // are loaded unconditionally (an empty split's is zeros) and unrolled, so
+  // the loads are independent: the kernel is one or two round trips to
+  // memory, not one per split (a dependent chain took 11 us for 15 splits).
+  for (int base = 0; base < splits; base += 32) {
+    const int s_mine = base + lane;
+    const float w_mine = s_mine < splits ? split_merge::weight(lse_split[s_mine * rows], lse) : 0.f;
+    const int count = splits - base < 32 ? splits - base : 32;
+#pragma unroll 8
+    for (int j = 0; j < count; ++j) {
+      const float w = __shfl_sync(0xffffffffu, w_mine, j);
+      const float *const o_s = o_split + (base + j) * rows * kDim;
 #pragma unroll
-  for (int c0 = 0; c0 < kDim; c0 += 128) {
-    const int c = c0 + lane * 4;
-    if (kDim % 128 == 0 || c < kDim) {
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      if (!empty)
-        for (int s = 0; s < splits; ++s) {
-          const float w = split_merge::weight(lse_split[s * rows], lse);
-          if (w > 0.f) {
-            const F32x4 v = *reinterpret_cast<const F32x4 *>(o_split + s * rows * kDim + c);
-            acc[0] += w * v.x;
-            acc[1] += w * v.y;
-            acc[2] += w * v.z;
-            acc[3] += w * v.w;
-          }
+      for (int g = 0; g < kColumnGroups; ++g) {
+        const int c = g * 128 + lane * 4;
+        if (kDim % 128 == 0 || c < kDim) {
+          const F32x4 v = *reinterpret_cast<const F32x4 *>(o_s + c);
+          acc[g][0] += w * v.x;
+          acc[g][1] += w * v.y;
+          acc[g][2] += w * v.z;
+          acc[g][3] += w * v.w;
         }
-      *reinterpret_cast<U32x2 *>(o_row + c) =
-          U32x2{Ops::pack(acc[0], acc[1]), Ops::pack(acc[2], acc[3])};
+      }
     }
+  }
+#pragma unroll
+  for (int g = 0; g < kColumnGroups; ++g) {
+    const int c = g * 128 + lane * 4;
+    if (kDim % 128 == 0 || c < kDim)
+      *reinterpret_cast<U32x2 *>(o_row + c) =
+          U32x2{Ops::pack(acc[g][0], acc[g][1]), Ops::pack(acc[g][2], acc[g][3])};
   }
   if (p.lse && lane == 0) p.lse[row] = lse;
 }

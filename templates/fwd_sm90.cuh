@@ -199,6 +199,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   auto k_empty = [&](int s) { return kv_bars + 8 * (2 * kStages + s); };
   auto v_empty = [&](int s) { return kv_bars + 8 * (3 * kStages + s); };
 
+  // The combine kernel (split-KV) may be scheduled now: it waits for this
+  // grid to complete before it reads the partials.
+  if constexpr (kSplitKv) grid_dependents_launch();
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
   const int seqlen_q = p.seqlen_q;

@@ -57,6 +57,7 @@ struct FwdSm90Layout {
   // The dynamic shared memory to launch with: the base is rounded up to
   // kSmemAlign inside the kernel.
   constexpr int smem_bytes() const { return smem_used(q_stages()) + kSmemAlign; }
+
 };
 
 }  // namespace flashjit

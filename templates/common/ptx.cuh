@@ -82,4 +82,19 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return y;
 }
 
+// Programmatic dependent launch (sm_90 on; no-ops before). A grid lets the
+// next one on its stream be scheduled once each of its CTAs has called
+// launch_dependents (or exited); the next one's wait returns when this grid
+// has completed and its memory is visible.
+__device__ __forceinline__ void grid_dependents_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 }  // namespace flashjit

@@ -174,11 +174,18 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial).path, KernelPath::sm80);
   EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("64, 128 and 256"), std::string::npos);
   p.head_dim_qk = p.head_dim_v = 256;
-  EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial), FwdSm90Traits::default_config(256, 0));
+  // A training shape (enough work tiles: no split, nothing to pack).
+  p.batch = 8;
+  p.heads_q = p.heads_kv = 16;
+  p.seqlen_q = p.seqlen_k = 1024;
+  KernelConfig training = FwdSm90Traits::default_config(256, 0);
+  training.splits = 1;
+  training.pack_gqa = GqaPacking::off;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial), training);
   EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "");
   // With no path asked for, the heuristic takes sm90 on sm_90a where it
   // serves the problem, sm80 elsewhere and when the caller fixed a tile.
-  EXPECT_EQ(default_forward_config(p, kSm90a), FwdSm90Traits::default_config(256, 0));
+  EXPECT_EQ(default_forward_config(p, kSm90a), training);
   EXPECT_EQ(default_forward_config(p, TargetArch{8, 0, false}).path, KernelPath::sm80);
   KernelConfig tile;
   tile.block_n = 32;

@@ -1,0 +1,197 @@
+"""Decode: one query token per sequence against a long KV cache, flashjit
+against PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends in one
+process.
+
+Llama-3-8B's attention shape by default: 32 query heads, 8 KV heads, head dim
+128, bf16. GB/s = bytes of K and V read (batch * seqlen_k * heads_kv *
+head_dim * 2 tensors * 2 bytes) / time, against HBM's 4.8 TB/s. Two times:
+kernel time (back-to-back calls with the GPU kept busy, as compare.py) and
+call latency (one call on an idle GPU, from the Python call to the end of
+the kernel). SDPA gets the KV heads as they are with enable_gqa=True where
+the backend accepts it, else K and V repeated to the query heads (its
+bytes are still counted as the cache's: what a caller has to read).
+
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/decode.py [--quick] [--json out.json]
+        [--rows 1x8192,8x8192] [--splits N] [--pack on|off|auto]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+import flashjit  # noqa: E402
+from compare import short_error  # noqa: E402
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+TABLE_HEADER = "=== flashjit vs SDPA (decode, GB/s of K/V) ==="
+# The issue's table: batch x KV length.
+ROWS = [(1, 8192), (8, 8192), (64, 4096), (256, 1024), (16, 32768), (1, 131072)]
+HBM_GBS = 4800.0
+
+
+def time_ms(fn, warmup, repeats, calls=50):
+    """Median per-call kernel time over `repeats` samples of `calls`
+    back-to-back calls, the GPU kept busy (torch.cuda._sleep) for longer than
+    the host takes to enqueue them all: decode kernels take ~10 us, less than
+    a Python call costs the host, so compare.py's fixed ~1 ms of sleep would
+    time the host. The sleep covers twice the measured enqueue time."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host_s = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    # torch.cuda._sleep spins cycles; ~2 GHz on an H200.
+    sleep_cycles = int(max(2 * host_s, 1e-3) * 2e9)
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(sleep_cycles)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def latency_ms(fn, repeats=20):
+    """Median wall time of one call on an idle GPU, Python call to kernel end."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def bench_row(b, sk, hq, hkv, d, dtype, warmup, repeats, splits, pack):
+    torch.manual_seed(0)
+    q = torch.randn(b, 1, hq, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+    kv_bytes = 2 * b * sk * hkv * d * q.element_size()
+    row = {"batch": b, "seqlen_k": sk, "heads_q": hq, "heads_kv": hkv, "hdim": d,
+           "kv_bytes": kv_bytes}
+    outs = {}
+
+    def ours():
+        return flashjit.attention(q, k, v, num_splits=splits, pack_gqa=pack)
+
+    try:
+        outs["ours"] = ours()
+        ms = time_ms(ours, warmup, repeats)
+        row["ours"] = {"ms": ms, "gbs": kv_bytes / ms / 1e6, "latency_ms": latency_ms(ours)}
+    except Exception as e:  # a failure is a result, not the end of the run
+        row["ours"] = {"error": short_error(e)}
+
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    for name, backend in BACKENDS.items():
+        for gqa in (True, False):
+            if gqa:
+                def sdpa():
+                    return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+            else:
+                rep = hq // hkv
+                ke, ve = (t.repeat_interleave(rep, dim=1) for t in (kt, vt))
+
+                def sdpa():
+                    return F.scaled_dot_product_attention(qt, ke, ve)
+            try:
+                with sdpa_kernel([backend]):
+                    outs[name] = sdpa().transpose(1, 2)
+                    ms = time_ms(sdpa, warmup, repeats)
+                    lat = latency_ms(sdpa)
+                row[name] = {"ms": ms, "gbs": kv_bytes / ms / 1e6, "latency_ms": lat,
+                             "gqa": gqa}
+                break
+            except Exception as e:
+                row[name] = {"error": short_error(e)}
+        torch.cuda.empty_cache()
+
+    ref = outs.get("cudnn", outs.get("flash"))
+    if ref is not None and "ours" in outs:
+        row["max_abs_diff"] = float((outs["ours"].float() - ref.float()).abs().max())
+    return row
+
+
+def fmt(r, key="gbs"):
+    return f"{r[key]:7.0f}" if key in r else "    err"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="three rows, fewer repeats")
+    ap.add_argument("--rows", default="", help="BxS,BxS,... (default: the issue's table)")
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--heads-kv", type=int, default=8)
+    ap.add_argument("--hdim", type=int, default=128)
+    ap.add_argument("--splits", type=int, default=0, help="0: flashjit's heuristic")
+    ap.add_argument("--pack", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    rows = ROWS
+    if args.rows:
+        rows = [tuple(int(x) for x in r.split("x")) for r in args.rows.split(",")]
+    elif args.quick:
+        rows = [ROWS[0], ROWS[2], ROWS[5]]
+    pack = {"auto": None, "on": True, "off": False}[args.pack]
+    warmup, repeats = (3, 10) if args.quick else (5, 20)
+
+    results = []
+    for b, sk in rows:
+        results.append(bench_row(b, sk, args.heads, args.heads_kv, args.hdim, torch.bfloat16,
+                                 warmup, repeats, args.splits, pack))
+        r = results[-1]
+        print(json.dumps(r), flush=True)
+
+    print()
+    print(TABLE_HEADER)
+    print(f"bf16, {args.heads}/{args.heads_kv} heads, d={args.hdim}, 1 query; kernel time "
+          f"(GPU kept busy), GB/s of K+V; latency: one call on an idle GPU (us)")
+    print("| batch x KV | flashjit | FA2 | cuDNN | x cuDNN | x FA2 | % HBM | lat ours | lat cuDNN |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    ratios = []
+    for r in results:
+        o, f, c = r["ours"], r["flash"], r["cudnn"]
+        xc = o["gbs"] / c["gbs"] if "gbs" in o and "gbs" in c else float("nan")
+        xf = o["gbs"] / f["gbs"] if "gbs" in o and "gbs" in f else float("nan")
+        if xc == xc:
+            ratios.append(xc)
+        hbm = 100 * o["gbs"] / HBM_GBS if "gbs" in o else float("nan")
+        lo = o.get("latency_ms", float("nan")) * 1e3
+        lc = c.get("latency_ms", float("nan")) * 1e3
+        print(f"| {r['batch']} x {r['seqlen_k']} | {fmt(o)} | {fmt(f)} | {fmt(c)} | {xc:.2f} | "
+              f"{xf:.2f} | {hbm:.0f} | {lo:.0f} | {lc:.0f} |")
+    if ratios:
+        geo = 1.0
+        for x in ratios:
+            geo *= x
+        geo **= 1 / len(ratios)
+        print(f"geometric mean x cuDNN: {geo:.3f} over {len(ratios)} rows")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
