@@ -44,8 +44,7 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
       p.window_right = window_bound(problem.window_right);
       break;
   }
-  p.num_splits = 1;  // the launch sets the split-KV workspace and counts
-  p.num_partials = 1;
+  p.num_splits = 1;  // the launch sets the split-KV workspace and count
   float scale = problem.effective_scale();
   if (problem.softcap != 0.f) {
     // softcap * tanh(scale * s / softcap): the kernel applies score_scale

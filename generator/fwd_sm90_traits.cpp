@@ -53,18 +53,19 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   on the same).
   // - d=256: 128x80 with 2 (block_n 48, the largest with two Q buffers: 438
   //   against 492 at causal 2k).
-  // - decode (seqlen_q times the packed heads within 64 rows): 64 rows that
-  //   two consumer warpgroups share, each walking half the keys (its own
-  //   split-KV partial), and a deep K/V ring: the kernel must stay bound by
-  //   reading K and V.
+  // - decode (seqlen_q times the packed heads within 64 rows): one consumer
+  //   warpgroup, the deepest K/V ring that fits beside two Q buffers; the
+  //   kernel is bound by reading K and V, not by its GEMMs.
   KernelConfig c;
   c.path = KernelPath::sm90;
   if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {
+    // H200, Llama-3-8B decode (32/8 heads, d=128), GB/s (`flashjit run`),
+    // block_n 128 x 3 stages against 64 x 2: 1x8k 1545 -> 1667, 8x8k 3459
+    // -> 3674, 64x4k 4053 -> 4188, 1x128k 3619 -> 3998 (docs/PERF.md). d=64
+    // and 256 keep the K/V tile bytes of d=128's 128 x 3 (not measured).
     c.block_m = 64;
-    c.block_n = head_dim == 256 ? 80 : 128;
-    c.stages = head_dim == 64 ? 4 : head_dim == 128 ? 3 : 2;
-    c.warps = kKeySplitWarps;
-    return c;
+    c.block_n = head_dim == 64 ? 128 : head_dim == 128 ? 64 : 80;
+    c.stages = head_dim == 64 ? 3 : 2;
   } else if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
     c.block_m = 192;
     c.block_n = 112;
@@ -82,19 +83,16 @@ std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem
   std::vector<KernelConfig> out;
   for (int block_m : {64, 128, 192}) {
     if (!block_m_allowed(head_dim, block_m)) continue;
-    for (int warps : {warps_for(block_m), kKeySplitWarps}) {
-      if (!warps_allowed(block_m, warps) || (warps == kKeySplitWarps && block_m != 64)) continue;
-      for (int block_n = 48; block_n <= max_block_n(head_dim, block_m); block_n += 16)
-        for (int stages = 2; stages <= 4; ++stages) {
-          // 64 rows are decode's tile, bound by reading K/V: only block_n
-          // 64 and the widest.
-          if (block_m == 64 && block_n != 64 && block_n != max_block_n(head_dim, block_m))
-            continue;
-          FwdSm90Traits t{head_dim, block_m, block_n, warps, stages};
-          if (t.smem_bytes() <= max_smem_bytes)
-            out.push_back(KernelConfig{KernelPath::sm90, block_m, block_n, warps, stages});
-        }
-    }
+    const int warps = warps_for(block_m);
+    for (int block_n = 48; block_n <= max_block_n(head_dim, block_m); block_n += 16)
+      for (int stages = 2; stages <= 4; ++stages) {
+        // One consumer warpgroup is decode's tile, bound by reading K/V:
+        // only its two widest K/V tiles.
+        if (block_m == 64 && block_n < max_block_n(head_dim, block_m) - 16) continue;
+        FwdSm90Traits t{head_dim, block_m, block_n, warps, stages};
+        if (t.smem_bytes() <= max_smem_bytes)
+          out.push_back(KernelConfig{KernelPath::sm90, block_m, block_n, warps, stages});
+      }
   }
   return out;
 }
@@ -110,12 +108,10 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
     why.push_back(llvm::formatv("block_m={0} is not 64 or 128 (one or two consumer warpgroups "
                                 "of 64 rows) or, at head dim 64, 192 (three)",
                                 block_m));
-  else if (!warps_allowed(block_m, warps))
+  else if (warps != warps_for(block_m))
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and {2} consumer warpgroups "
-                                "at block_m={3}){4}",
-                                warps, warps_for(block_m), block_m / 64, block_m,
-                                block_m == 64 ? " or 12 (two consumer warpgroups splitting the keys)"
-                                              : ""));
+                                "at block_m={3})",
+                                warps, warps_for(block_m), block_m / 64, block_m));
   if (block_n < 16 || block_n % 16 || block_n > 256)
     why.push_back(llvm::formatv("block_n={0} is not a multiple of 16 in [16, 256]", block_n));
   else if (dims.empty() && block_n > max_block_n(head_dim_qk, block_m))

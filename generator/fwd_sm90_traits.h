@@ -36,25 +36,11 @@ struct FwdSm90Traits {
     return block_m == 64 || block_m == 128 || (block_m == 192 && head_dim == 64);
   }
   static int warps_for(int block_m) { return 4 * (1 + block_m / 64); }  // + the producer
-  // Two consumer warpgroups that share block_m 64's rows and split their
-  // keys (each its own split-KV partial): the decode tile, whose one
-  // warpgroup alone could not keep up with HBM (its dependent wgmma chains
-  // cost ~0.6 us a K/V tile; H200, docs/PERF.md).
-  static constexpr int kKeySplitWarps = 12;
-  static bool warps_allowed(int block_m, int warps) {
-    return warps == warps_for(block_m) || (block_m == 64 && warps == kKeySplitWarps);
-  }
-  // Consumer warpgroups per 64-row group: 2 where they split the keys.
-  static int key_groups_for(int block_m, int warps) {
-    return block_m == 64 && warps == kKeySplitWarps ? 2 : 1;
-  }
   static constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
   static constexpr int kSmemBudget = FwdSm90Layout::kSmemBudget;
 
   // The layout arithmetic, compiled from the header the kernel uses.
-  FwdSm90Layout layout() const {
-    return {head_dim, block_m, block_n, stages, pack_gqa, key_groups_for(block_m, warps)};
-  }
+  FwdSm90Layout layout() const { return {head_dim, block_m, block_n, stages, pack_gqa}; }
   int threads() const { return 32 * warps; }
   int tile_bytes() const { return layout().kv_tile_bytes(); }  // one K or V tile
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q

@@ -170,10 +170,7 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   if (pass == Pass::forward) {
     const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
     spec.pack_gqa = config.pack_gqa == GqaPacking::on ? static_cast<int>(ratio) : 1;
-    // Warpgroups splitting the keys write partials for the combine too.
-    spec.split_kv = config.splits > 1 || (config.path == KernelPath::sm90 &&
-                                          FwdSm90Traits::key_groups_for(config.block_m,
-                                                                        config.warps) > 1);
+    spec.split_kv = config.splits > 1;
   }
   return spec;
 }
@@ -220,7 +217,7 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
                                        int sm_count, int num_splits) {
   if (spec.config.path == KernelPath::sm90) {
     const FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
-                          spec.config.warps,   spec.config.stages,  spec.pack_gqa};
+                          spec.config.warps, spec.config.stages, spec.pack_gqa};
     const FwdSm90Layout layout = t.layout();
     // Packed: the work tiles' rows are positions x the group's heads, and
     // there is one per KV head.
@@ -272,15 +269,10 @@ int forward_num_splits(const KernelSpec &spec, const Problem &problem, int reque
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
-int forward_partials_per_split(const KernelSpec &spec) {
-  if (spec.config.path != KernelPath::sm90) return 1;
-  return FwdSm90Traits::key_groups_for(spec.config.block_m, spec.config.warps);
-}
-
-uint64_t forward_split_workspace_bytes(const Problem &problem, int partials) {
-  if (partials <= 1) return 0;
+uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits) {
+  if (num_splits <= 1) return 0;
   const uint64_t rows = uint64_t(problem.batch) * problem.heads_q * problem.seqlen_q;
-  return uint64_t(partials) * rows * (uint64_t(problem.head_dim_v) + 1) * sizeof(float);
+  return uint64_t(num_splits) * rows * (uint64_t(problem.head_dim_v) + 1) * sizeof(float);
 }
 
 Problem class_problem(const KernelSpec &spec) {

@@ -90,13 +90,8 @@ int64_t forward_key_tiles(const Problem &problem, int block_n);
 int forward_num_splits(const KernelSpec &spec, const Problem &problem, int requested,
                        int sm_count);
 
-// Partials each split writes: 2 where two consumer warpgroups split a
-// tile's keys (FwdSm90Traits::key_groups_for), else 1.
-int forward_partials_per_split(const KernelSpec &spec);
-
-// Bytes of the split-KV workspace for `partials` partials per row (splits x
-// partials per split): the fp32 partial O and log-sum-exp of every partial
-// and row (0 for one).
-uint64_t forward_split_workspace_bytes(const Problem &problem, int partials);
+// Bytes of the split-KV workspace a launch with `num_splits` needs: the fp32
+// partial O and log-sum-exp of every split and row (0 for one split).
+uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits);
 
 }  // namespace flashjit

@@ -15,11 +15,8 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // the budgets of two, which the register tiles were sized for. Two such
   // CTAs an SM (launch bounds of 2, 24/232 from a pool of 2 x 128) measured
   // slower on the H200 (docs/PERF.md), so one.
-  // Two splitting the keys of 64 rows (384 threads): as two of 128 rows.
-  const int consumers = spec.config.warps / 4 - 1;
   if (spec.config.block_m == 64)
-    return spec.head_dim_qk == 256 ? WarpRoleRegisters{40, 232, consumers}
-                                   : WarpRoleRegisters{24, 240, consumers};
+    return spec.head_dim_qk == 256 ? WarpRoleRegisters{40, 232, 1} : WarpRoleRegisters{24, 240, 1};
   // FlashAttention-3's 24/240 split, except at head dim 256, whose producer
   // (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and whose
   // consumers, without intra-warpgroup overlap, need fewer than 232.

@@ -142,27 +142,25 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
     void *kernel_args[] = {&params};
     return kernels.main->launch(forward_launch_geometry(spec, problem), stream, kernel_args);
   };
-  params.num_splits = std::max(num_splits, 1);
-  const int partials = params.num_splits * forward_partials_per_split(spec);
-  params.num_partials = partials;
-  if (partials <= 1 || !kernels.combine) return launch_main();
+  params.num_splits = 1;
+  if (num_splits <= 1 || !kernels.combine) return launch_main();
 
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
-  const uint64_t bytes = forward_split_workspace_bytes(problem, partials);
+  const uint64_t bytes = forward_split_workspace_bytes(problem, num_splits);
   auto allocated = allocate_workspace(context->device, bytes, stream);
   if (!allocated)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        llvm::formatv("the split-KV workspace of {0} bytes ({1} partials of every row) could not "
-                      "be allocated: {2}; pass splits=1 (and a config without key-splitting "
-                      "warpgroups) to run without one",
-                      bytes, partials, llvm::toString(allocated.takeError()))
+        llvm::formatv("the split-KV workspace of {0} bytes ({1} splits) could not be allocated: "
+                      "{2}; pass splits=1 to run without one",
+                      bytes, num_splits, llvm::toString(allocated.takeError()))
             .str());
   const CUdeviceptr workspace = *allocated;
   const uint64_t rows = uint64_t(problem.batch) * problem.heads_q * problem.seqlen_q;
+  params.num_splits = num_splits;
   params.o_partial = reinterpret_cast<float *>(workspace);
-  params.lse_partial = params.o_partial + uint64_t(partials) * rows * problem.head_dim_v;
+  params.lse_partial = params.o_partial + uint64_t(num_splits) * rows * problem.head_dim_v;
   llvm::Error error = launch_main();
   if (!error) {
     void *combine_args[] = {&params};

@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
   const i64 row = static_cast<i64>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
-  const int splits = p.num_partials;
+  const int splits = p.num_splits;
   const float *lse_split = p.lse_partial + row;
 
   // Max and sum of exponentials over the splits (split_merge.cuh); lane i

@@ -103,11 +103,7 @@ using Ops = ElementOps<Element>;
 
 constexpr int kHeadDim = kHeadDimQK;
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
-// Consumer warpgroups that share each 64-row group and split its keys:
-// two at block_m 64 with 12 warps (decode), else one.
-constexpr int kKeyGroups = (kWarps / 4 - 1) / (kBlockM / 64);
-constexpr FwdSm90Layout kLayout{kHeadDim, kBlockM, kBlockN, kStages, kPackGqa, kKeyGroups};
-constexpr int kRowGroups = kLayout.row_groups();
+constexpr FwdSm90Layout kLayout{kHeadDim, kBlockM, kBlockN, kStages, kPackGqa};
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
@@ -153,10 +149,7 @@ constexpr int kOTiles = kHeadDim / 8;       // n8 column tiles of O
 constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
 constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S = Q K^T
 
-// Turns only between warpgroups of different rows: ones that split the keys
-// walk different tile counts (an odd count leaves one a tile more), and
-// read different stages anyway.
-constexpr bool kPingPong = kRowGroups >= 2;
+constexpr bool kPingPong = kConsumerWarpgroups >= 2;
 // Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: at head dim
 // 256 (O alone is 128 registers) that spilled (40-130 bytes, ptxas -v), so
 // the 256 kernel runs S, softmax, P V in sequence.
@@ -172,8 +165,6 @@ static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
               "64 rows per consumer warpgroup, 1 to 3 of them");
 static_assert(kPack >= 1 && kPack <= 64, "packed GQA: 1 to 64 query heads per tile row group");
 static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup + consumers");
-static_assert(kKeyGroups == 1 || (kKeyGroups == 2 && kRowGroups == 1 && kSplitKv),
-              "two warpgroups split the keys of one 64-row group, each writing a split partial");
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
               "block_n: multiple of 16 (P V k-steps) up to 256 (wgmma N, TMA box)");
 static_assert(kStages >= 2, "at least double buffering");
@@ -224,19 +215,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   auto key_tiles_of = [&](const WorkTile &tile) {
     return sched.key_tiles<Mask>(p, tile, offset, kBlockN);
   };
-  // Key groups: key group g takes the g-th contiguous share of a work
-  // tile's key tiles (the first has the extra one of an odd count), and the
-  // ring holds them interleaved, slot 2i + g for its i-th: both start at
-  // once, and the slot of a tile needs no count of the other's.
-  auto key_share = [](const TileSpan &span, int g) {
-    const int first_share = (span.count + kKeyGroups - 1) / kKeyGroups;
-    return g == 0 ? TileSpan{span.first, first_share}
-                  : TileSpan{span.first + first_share, span.count - first_share};
-  };
-  // The key tile the ring's slot t (of a work tile's) holds.
-  auto key_tile_of_slot = [&](const TileSpan &span, int t) {
-    return key_share(span, t % kKeyGroups).first + t / kKeyGroups;
-  };
 
   // The K/V ring's stage and phase of K/V tile `it` (counted over all work
   // tiles), and the Q buffer and phase of work tile j (counted per CTA), for
@@ -256,9 +234,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(k_full(s), 1);
       mbarrier_init(v_full(s), 1);
-      // A stage is read by one warpgroup of each row group.
-      mbarrier_init(k_empty(s), 4 * kRowGroups);
-      mbarrier_init(v_empty(s), 4 * kRowGroups);
+      mbarrier_init(k_empty(s), kConsumerWarps);
+      mbarrier_init(v_empty(s), kConsumerWarps);
     }
     fence_barrier_init();
   }
@@ -288,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb)
             tma_load_4d(dst + cb * kKVColBlockBytes, v ? &tma_v : &tma_k, full, cb * 64,
-                        key_tile_of_slot(key_tiles, t) * kBlockN, kv_head, tile.batch);
+                        (key_tiles.first + t) * kBlockN, kv_head, tile.batch);
         };
         auto load_k = [&](int t) { load_kv(t, false); };
         auto load_v = [&](int t) { load_kv(t, true); };
@@ -307,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         mbarrier_wait(q_empty(qb), q_parity_of(j) ^ 1);
         mbarrier_arrive_expect_tx(q_full(qb), kQLoadedBytes);
 #pragma unroll
-        for (int wg = 0; wg < kRowGroups; ++wg)
+        for (int wg = 0; wg < kConsumerWarpgroups; ++wg)
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb) {
             const u32 dst = smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes;
@@ -333,8 +310,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // ---- consumers ---------------------------------------------------------------
   setmaxnreg_inc<kConsumerRegisters>();
   const int cwg = warpgroup - 1;      // consumer warpgroup index
-  const int row_group = cwg / kKeyGroups;  // its 64 rows of the tile
-  const int key_group = cwg % kKeyGroups;  // its share of the keys
   const int ctid = tid % 128;         // thread within it
   const int warp = ctid / 32;         // warp within it: rows 16*warp..
   const int lane = tid % 32;
@@ -342,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int quad_lane = lane % 4;     // fragment column pair
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
-  const u64 q_desc0 = smem_descriptor_sw128(smem + row_group * kQWarpgroupBytes, 16, 1024);
+  const u64 q_desc0 = smem_descriptor_sw128(smem + cwg * kQWarpgroupBytes, 16, 1024);
   auto q_desc_of = [&](int j) { return q_desc0 + ((q_buffer_of(j) * kQBytes) >> 4); };
   const u64 k_desc0 = smem_descriptor_sw128(smem + kOffsetK, 16, 1024);
   const u64 v_desc0 = smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
@@ -546,8 +521,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // one split), this split's partial O in fp32 and its log-sum-exp to the
   // workspace instead, for the combine kernel.
   auto write_o = [&](const WorkTile &tile, int wg_m0) {
-    // More than one partial per row: splits, or warpgroups splitting keys.
-    const bool partial = kSplitKv && p.num_partials > 1;
+    const bool partial = kSplitKv && p.num_splits > 1;
     const bool odd = quad_lane & 1, high = quad_lane & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -564,10 +538,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
       const float lse = (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
       if (kSplitKv && partial) {
-        // [partial][batch][head][row]: the partial's slice of every row; a
-        // split's key groups write consecutive partials.
-        const i64 slice =
-            static_cast<i64>(tile.split * kKeyGroups + key_group) * p.batch * p.heads_q * seqlen_q;
+        // [split][batch][head][row]: the split's slice of every row.
+        const i64 slice = static_cast<i64>(tile.split) * p.batch * p.heads_q * seqlen_q;
         float *const o_row = p.o_partial + (slice + lse_row) * kHeadDim + quad_lane * 2;
         if (stored) {
 #pragma unroll
@@ -620,14 +592,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
   for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
     const WorkTile tile = sched.tile(sched.work_index(j));
-    const int wg_m0 = tile.q0 + row_group * kQRowsPerWg;  // the warpgroup's first position
-    const TileSpan all_tiles = key_tiles_of(tile);
-    // This warpgroup's key tiles, and their ring slots: its t-th is the
-    // work tile's slot kKeyGroups * t + key_group.
-    const TileSpan key_tiles = key_share(all_tiles, key_group);
+    const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
+    const TileSpan key_tiles = key_tiles_of(tile);
     const int num_tiles = key_tiles.count;
     auto n0_of = [&](int t) { return (key_tiles.first + t) * kBlockN; };
-    auto it_of = [&](int t) { return kv_iter + kKeyGroups * t + key_group; };
     reset_o();
     row_max[0] = row_max[1] = kNegInf;
     row_sum[0] = row_sum[1] = 0.f;
@@ -642,36 +610,36 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // alternate S0 S1 PV0 PV1 and one warpgroup's softmax runs under the
       // other's GEMMs.
       for (int t = 0; t < num_tiles; ++t) {
-        s_alone(acc_s, j, it_of(t));
+        s_alone(acc_s, j, kv_iter + t);
         softmax(acc_s, wg_m0, n0_of(t), correction);
         rescale_o(correction);
         to_p(acc_s, p_frag);
         if (t + 1 == num_tiles) release_q(j);  // its last S is done
-        pv_alone(p_frag, it_of(t));
+        pv_alone(p_frag, kv_iter + t);
       }
     } else {
       // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and
       // then O += P(t) V(t) back to back, computes the softmax of S(t+1)
       // while P V runs, and only then rescales O and replaces P.
-      s_alone(acc_s, j, it_of(0));
+      s_alone(acc_s, j, kv_iter);
       softmax(acc_s, wg_m0, n0_of(0), correction);  // O is still 0
       to_p(acc_s, p_frag);
       // The last tile is peeled off: with a fixed number of commit groups per
       // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
       // asynchronous (a conditional S issue made it serialise them, C7514).
       for (int t = 0; t + 1 < num_tiles; ++t) {
-        s_and_pv(acc_s, j, it_of(t + 1), p_frag, it_of(t));
+        s_and_pv(acc_s, j, kv_iter + t + 1, p_frag, kv_iter + t);
         softmax(acc_s, wg_m0, n0_of(t + 1), correction);
-        finish_pv(it_of(t));
+        finish_pv(kv_iter + t);
         rescale_o(correction);
         to_p(acc_s, p_frag);
       }
       // Every S of the work tile is done: the next Q may load under the last
       // P V and the epilogue.
       release_q(j);
-      pv_alone(p_frag, it_of(num_tiles - 1));
+      pv_alone(p_frag, kv_iter + num_tiles - 1);
     }
-    kv_iter += all_tiles.count;
+    kv_iter += num_tiles;
     write_o(tile, wg_m0);  // no key visible: O = 0, LSE = +inf
   }
   if constexpr (kPingPong) {

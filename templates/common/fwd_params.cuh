@@ -34,16 +34,13 @@ struct FwdParams {
   float softmax_scale_log2;
 
   // Split-KV (kernels compiled with kSplitKv): the key range of each query
-  // block is cut into num_splits shares (work tiles), each of whose key
-  // groups (warpgroups splitting its keys, fwd_sm90.cuh) writes a partial O
-  // (fp32, normalised by its own row sum) and log-sum-exp to the workspace,
-  // laid out [partial][batch][heads_q][seqlen_q] (x head_dim_v for O), for
-  // flashjit_fwd_combine to merge num_partials of them. num_partials == 1
-  // writes O and lse directly.
+  // block is cut into num_splits shares whose partial O (fp32, normalised by
+  // its own row sum) and log-sum-exp go to the workspace, laid out
+  // [split][batch][heads_q][seqlen_q] (x head_dim_v for O), for
+  // flashjit_fwd_combine to merge. num_splits == 1 writes O and lse directly.
   float *o_partial;
   float *lse_partial;
   int num_splits;
-  int num_partials;
 };
 
 }  // namespace flashjit

@@ -13,18 +13,13 @@ struct FwdSm90Layout {
   int block_n;    // keys per K/V tile
   int stages;     // K/V ring depth
   int pack_gqa;   // query heads packed into a tile's rows (1: none)
-  // Consumer warpgroups that share each 64-row group and split its keys
-  // (decode: block_m 64 with two, each walking half the key tiles and
-  // writing its own split-KV partial); 1: a warpgroup owns its rows.
-  int key_groups = 1;
 
   static constexpr int kSmemAlign = 1024;         // the 128-byte swizzle repeats every 1024 B
   static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
   static constexpr int kRowBytes = 128;           // one 64-element swizzle row
   static constexpr int kWarpgroupRows = 64;       // rows of one consumer warpgroup's wgmma
 
-  constexpr int row_groups() const { return block_m / kWarpgroupRows; }
-  constexpr int consumer_warpgroups() const { return row_groups() * key_groups; }
+  constexpr int consumer_warpgroups() const { return block_m / kWarpgroupRows; }
   constexpr int warps() const { return 4 * (1 + consumer_warpgroups()); }  // + the producer
   constexpr int col_blocks() const { return head_dim / 64; }
 
@@ -34,15 +29,15 @@ struct FwdSm90Layout {
   // past the last whole group are never loaded nor stored.
   constexpr int q_rows_per_warpgroup() const { return kWarpgroupRows / pack_gqa; }
   constexpr int loaded_rows_per_warpgroup() const { return q_rows_per_warpgroup() * pack_gqa; }
-  constexpr int q_rows_per_tile() const { return q_rows_per_warpgroup() * row_groups(); }
+  constexpr int q_rows_per_tile() const { return q_rows_per_warpgroup() * consumer_warpgroups(); }
 
-  // Bytes of one Q buffer (every row group's 64 rows), and what TMA writes
-  // into it (the transaction count of its barrier).
+  // Bytes of one Q buffer (every consumer warpgroup's 64 rows), and what TMA
+  // writes into it (the transaction count of its barrier).
   constexpr int q_col_block_bytes() const { return kWarpgroupRows * kRowBytes; }
   constexpr int q_warpgroup_bytes() const { return col_blocks() * q_col_block_bytes(); }
-  constexpr int q_bytes() const { return row_groups() * q_warpgroup_bytes(); }
+  constexpr int q_bytes() const { return consumer_warpgroups() * q_warpgroup_bytes(); }
   constexpr int q_loaded_bytes() const {
-    return row_groups() * col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
+    return consumer_warpgroups() * col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
   }
   constexpr int kv_col_block_bytes() const { return block_n * kRowBytes; }
   constexpr int kv_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }

@@ -49,9 +49,9 @@ TEST(DecodeHeuristic, LlamaDecodePacksSplitsAndTakesOneWarpgroup) {
   const KernelConfig c = default_forward_config(p, kSm90a, 0, {}, 132);
   EXPECT_EQ(c.path, KernelPath::sm90);
   EXPECT_EQ(c.block_m, 64);
-  EXPECT_EQ(c.block_n, 128);
-  EXPECT_EQ(c.stages, 3);
-  EXPECT_EQ(c.warps, 12);  // two consumer warpgroups splitting the keys
+  EXPECT_EQ(c.block_n, 64);
+  EXPECT_EQ(c.stages, 2);
+  EXPECT_EQ(c.warps, 8);
   EXPECT_EQ(c.pack_gqa, GqaPacking::on);
   // The smallest count within 85% of the best wave efficiency: 8 x 14 = 112
   // of 132 SMs (0.848) misses it, 8 x 15 = 120 (0.909) makes it.
@@ -130,10 +130,9 @@ TEST(DecodeValidation, ExplainsEveryRefusal) {
             "64-row warpgroup; use pack_gqa=off");
   EXPECT_EQ(error_of(make_forward_spec(decode_problem(1, 64, 1, 1, 1000), packed, kSm90a)), "");
 
-  // block_m 64 is one consumer warpgroup (8 warps) or two splitting the
-  // keys (12).
-  KernelConfig wrong_warps{KernelPath::sm90, 64, 128, 16, 3};
-  EXPECT_NE(error_of(make_forward_spec(p, wrong_warps, kSm90a)).find("warps=16 is not 8"),
+  // block_m 64 is one consumer warpgroup: 8 warps.
+  KernelConfig wrong_warps{KernelPath::sm90, 64, 128, 12, 3};
+  EXPECT_NE(error_of(make_forward_spec(p, wrong_warps, kSm90a)).find("warps=12 is not 8"),
             std::string::npos);
 }
 
@@ -180,36 +179,6 @@ TEST(DecodeLayout, GridCountsSplitsAndPackedHeads) {
   // The combine kernel: one warp per row, 8 per CTA.
   EXPECT_EQ(forward_combine_geometry(p).grid.x, (2u * 32 * 3 + 7) / 8);
   EXPECT_EQ(forward_combine_geometry(p).block.x, 256u);
-}
-
-TEST(DecodeLayout, KeySplittingWarpgroupsShareTheRowsAndWritePartials) {
-  const Problem p = decode_problem(1, 32, 8, 1, 4096);
-  KernelConfig c{KernelPath::sm90, 64, 128, 12, 3};
-  c.pack_gqa = GqaPacking::on;
-  c.splits = 1;
-  auto spec = make_forward_spec(p, c, kSm90a);
-  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
-  // Two partials a row even unsplit: the combine kernel comes along.
-  EXPECT_TRUE(spec->split_kv);
-  EXPECT_EQ(forward_partials_per_split(*spec), 2);
-  EXPECT_EQ(generate_forward(*spec).entries,
-            (std::vector<std::string>{"flashjit_fwd_sm90", "flashjit_fwd_combine"}));
-  // One Q tile of 64 rows for the two; three warpgroups of threads.
-  const FwdSm90Traits t{128, 64, 128, 12, 3, 4};
-  EXPECT_EQ(t.layout().key_groups, 2);
-  EXPECT_EQ(t.layout().q_bytes(), 16384);
-  EXPECT_EQ(t.layout().q_rows_per_tile(), 16);
-  EXPECT_EQ(t.threads(), 384);
-  EXPECT_EQ(forward_launch_geometry(*spec, p, 132, 1).block.x, 384u);
-  // Only 64 rows split their keys.
-  EXPECT_NE(error_of(make_forward_spec(decode_problem(1, 32, 8, 200, 4096),
-                                       {KernelPath::sm90, 128, 128, 8, 3}, kSm90a))
-                .find("warps=8 is not 12"),
-            std::string::npos);
-  c.warps = 16;
-  EXPECT_NE(error_of(make_forward_spec(p, c, kSm90a))
-                .find("or 12 (two consumer warpgroups splitting the keys)"),
-            std::string::npos);
 }
 
 TEST(DecodeSource, PreludeAndEntriesNameThePartsUsed) {
@@ -320,7 +289,6 @@ TEST(DecodeCompile, SplitAndPackedKernelsCompileWithoutSpills) {
     float softcap;
     int block_m, block_n, stages, splits;
     GqaPacking pack;
-    int warps = 0;  // 0: one consumer warpgroup per 64 rows
   };
   const Variant variants[] = {
       {64, 32, 8, MaskKind::none, 0.f, 64, 128, 4, 4, GqaPacking::on},
@@ -329,10 +297,6 @@ TEST(DecodeCompile, SplitAndPackedKernelsCompileWithoutSpills) {
       {256, 32, 2, MaskKind::causal, 30.f, 64, 80, 2, 4, GqaPacking::on},   // 16 a group
       {128, 64, 1, MaskKind::none, 0.f, 64, 128, 3, 2, GqaPacking::on},     // 64 a group
       {128, 16, 16, MaskKind::causal, 0.f, 128, 128, 2, 3, GqaPacking::off},
-      // Two warpgroups splitting the keys of 64 rows.
-      {128, 32, 8, MaskKind::window, 30.f, 64, 128, 3, 1, GqaPacking::on, 12},
-      {64, 32, 8, MaskKind::causal, 0.f, 64, 128, 4, 3, GqaPacking::on, 12},
-      {256, 32, 8, MaskKind::none, 30.f, 64, 80, 2, 2, GqaPacking::on, 12},
       {64, 32, 4, MaskKind::window, 0.f, 192, 112, 3, 2, GqaPacking::on},
       {256, 8, 8, MaskKind::none, 0.f, 128, 80, 2, 2, GqaPacking::off},
   };
@@ -350,7 +314,7 @@ TEST(DecodeCompile, SplitAndPackedKernelsCompileWithoutSpills) {
         p.window_right = 0;
         p.softcap = v.softcap;
         KernelConfig c{KernelPath::sm90, v.block_m, v.block_n,
-                       v.warps ? v.warps : FwdSm90Traits::warps_for(v.block_m), v.stages};
+                       FwdSm90Traits::warps_for(v.block_m), v.stages};
         c.splits = v.splits;
         c.pack_gqa = v.pack;
         auto spec = make_forward_spec(p, c, kSm90a);

@@ -38,15 +38,6 @@ Problem problem(int64_t seqlen) {
 // Valid for d=128 and none of them the heuristic's choice, so a test sees
 // which one was picked.
 const KernelConfig kTuned{KernelPath::sm80, 64, 64, 4, 2};
-
-// A config as a forward call resolves it: the decode fields the caller and
-// a tuning of the sm80 family leave to the heuristic are filled (no split,
-// no packing: the sm80 family has neither).
-KernelConfig resolved(KernelConfig c) {
-  if (c.splits == 0) c.splits = 1;
-  if (c.pack_gqa == GqaPacking::automatic) c.pack_gqa = GqaPacking::off;
-  return c;
-}
 const KernelConfig kOtherBucket{KernelPath::sm80, 128, 32, 4, 2};
 
 class KernelSourceTest : public testing::TempDbTest {
@@ -116,7 +107,7 @@ TEST_F(KernelSourceTest, CompleteCallerConfigWinsOverTheDatabase) {
   const KernelConfig mine{KernelPath::sm80, 128, 32, 4, 3};
   ChosenConfig c = choose(problem(4096), mine);
   EXPECT_EQ(c.source, ConfigSource::caller);
-  EXPECT_EQ(c.config, resolved(mine));
+  EXPECT_EQ(c.config, mine);
 }
 
 TEST_F(KernelSourceTest, ExactTuningWinsOverNearest) {
@@ -124,7 +115,7 @@ TEST_F(KernelSourceTest, ExactTuningWinsOverNearest) {
   put(problem(4096), kTuned);
   ChosenConfig c = choose(problem(3000));  // bucket 12, as 4096
   EXPECT_EQ(c.source, ConfigSource::tuned);
-  EXPECT_EQ(c.config, resolved(kTuned));
+  EXPECT_EQ(c.config, kTuned);
   ASSERT_TRUE(c.record.has_value());
   EXPECT_EQ(c.record->problem, problem_class_key(problem(4096)));
   EXPECT_EQ(c.record->tflops, 100);
@@ -135,7 +126,7 @@ TEST_F(KernelSourceTest, NearestWhenOnlyAnotherBucketIsTuned) {
   put(problem(16384), kOtherBucket);
   ChosenConfig c = choose(problem(4096));
   EXPECT_EQ(c.source, ConfigSource::nearest);
-  EXPECT_EQ(c.config, resolved(kOtherBucket));
+  EXPECT_EQ(c.config, kOtherBucket);
   ASSERT_TRUE(c.record.has_value());
   EXPECT_EQ(c.record->problem.seqlen_q_bucket, 14);
 
@@ -181,7 +172,7 @@ TEST_F(KernelSourceTest, PartialRequestIsARequirement) {
   put(problem(4096), kTuned);  // block_m=64
   ChosenConfig agrees = choose(problem(4096), {KernelPath::sm80, 64, 0, 0, 0});
   EXPECT_EQ(agrees.source, ConfigSource::tuned);
-  EXPECT_EQ(agrees.config, resolved(kTuned));
+  EXPECT_EQ(agrees.config, kTuned);
 
   const KernelConfig partial{KernelPath::sm80, 128, 0, 0, 3};
   ChosenConfig differs = choose(problem(4096), partial);
@@ -195,7 +186,7 @@ TEST_F(KernelSourceTest, PartialRequestIsARequirement) {
   KernelConfig sm90_only;
   sm90_only.path = KernelPath::sm90;
   EXPECT_NE(choose(problem(4096), sm90_only).source, ConfigSource::tuned);
-  EXPECT_EQ(choose(problem(4096), KernelConfig{}).config, resolved(kTuned));
+  EXPECT_EQ(choose(problem(4096), KernelConfig{}).config, kTuned);
 }
 
 TEST_F(KernelSourceTest, ConfigThatNoLongerFitsTheDeviceFallsBack) {
