@@ -53,16 +53,18 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   on the same).
   // - d=256: 128x80 with 2 (block_n 48, the largest with two Q buffers: 438
   //   against 492 at causal 2k).
-  // - decode (seqlen_q times the packed heads within 64 rows): one consumer
-  //   warpgroup, the deepest K/V ring that fits beside two Q buffers; the
-  //   kernel is bound by reading K and V, not by its GEMMs.
+  // - decode (seqlen_q times the packed heads within 64 rows): 64 rows, one
+  //   consumer warpgroup; the kernel must stay bound by reading K and V.
   KernelConfig c;
   c.path = KernelPath::sm90;
   if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {
-    // H200, Llama-3-8B decode (32/8 heads, d=128), GB/s (`flashjit run`),
-    // block_n 128 x 3 stages against 64 x 2: 1x8k 1545 -> 1667, 8x8k 3459
-    // -> 3674, 64x4k 4053 -> 4188, 1x128k 3619 -> 3998 (docs/PERF.md). d=64
-    // and 256 keep the K/V tile bytes of d=128's 128 x 3 (not measured).
+    // H200, Llama-3-8B decode (32/8 heads, d=128), GB/s (`flashjit run`;
+    // docs/PERF.md): one consumer warpgroup with block_n 64 x 2 stages
+    // against 128 x 3: 1x8k 1667 / 1545, 64x4k 4188 / 4053, 1x128k 3998 /
+    // 3619; against two warpgroups splitting the keys (64 x 4 stages;
+    // docs/experiments/fwd-sm90-key-splitting-warpgroups.diff):
+    // 1x8k 1650 / 1426, 64x4k 4159 / 3931, 16x32k 4327 / 4082, 1x128k
+    // 4056 / 3588. d=64 and 256 keep d=128's K/V tile bytes (not measured).
     c.block_m = 64;
     c.block_n = head_dim == 64 ? 128 : head_dim == 128 ? 64 : 80;
     c.stages = head_dim == 64 ? 3 : 2;
