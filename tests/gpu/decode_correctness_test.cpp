@@ -80,6 +80,19 @@ std::vector<DecodeCase> decode_cases() {
   // MQA with 64 heads on one KV head: a warpgroup holds one position.
   add(make_problem(DType::bf16, 1, 64, 1, 2, 1500, 128, 128, MaskKind::causal), 5,
       GqaPacking::on);
+  // Explicit decode tiles (one consumer warpgroup), split and not, across
+  // work tiles of more than one CTA round.
+  for (int splits : {1, 4}) {
+    KernelConfig c{KernelPath::sm90, 64, 128, 8, 3};
+    c.splits = splits;
+    c.pack_gqa = GqaPacking::on;
+    cases.push_back({{make_problem(DType::bf16, 2, 32, 8, 3, 3000, 128, 128, MaskKind::causal), c},
+                     splits > 1, 4});
+    c.block_n = 64;
+    c.stages = 2;
+    cases.push_back({{make_problem(DType::fp16, 40, 32, 8, 1, 777, 128, 128, MaskKind::none), c},
+                     splits > 1, 4});
+  }
   // Long keys: the fp32 GPU reference; the heuristic's split count.
   add(make_problem(DType::bf16, 1, 32, 8, 1, 131072, 128, 128, MaskKind::none), 0,
       GqaPacking::automatic);

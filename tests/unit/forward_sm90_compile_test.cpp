@@ -284,7 +284,7 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
   // Two Q buffers 192x64, 3 x (K + V) 112x64, 2 x 2 Q + 4 x 3 K/V barriers.
   expect_layout(64, 192, 112, 16, 3, 512, 2, 2 * 24576 + 3 * 2 * 14336 + 16 * 8 + 1024);
   expect_rejected(64, 192, 128, 16, 2, "block_n=128 exceeds 112 at head dim 64, block_m 192");
-  expect_rejected(128, 192, 64, 16, 2, "block_m=192 is not 128");
+  expect_rejected(128, 192, 64, 16, 2, "block_m=192 is not 64 or 128");
   expect_rejected(64, 192, 64, 12, 2,
                   "warps=12 is not 16 (one producer and 3 consumer warpgroups");
   int with_192 = 0;
@@ -297,25 +297,36 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
   EXPECT_EQ(with_192, 5 * 3);  // block_n 48..112 x stages 2..4
   for (int d : {128, 256})
     for (const KernelConfig &c : FwdSm90Traits::search_space(d, 232448))
-      EXPECT_EQ(c.block_m, 128) << d;
+      EXPECT_NE(c.block_m, 192) << d;
 
   // The heuristic takes them beyond 1024 queries (a whole size bucket,
-  // ceil(log2)), where 192-row tiles pad little.
+  // ceil(log2)), where 192-row tiles pad little; on problems of enough
+  // work tiles that nothing splits (nor packs: no GQA).
+  auto unsplit = [](KernelConfig c) {
+    c.splits = 1;
+    c.pack_gqa = GqaPacking::off;
+    return c;
+  };
   Problem p;
+  p.batch = 8;
+  p.heads_q = p.heads_kv = 16;
   p.head_dim_qk = p.head_dim_v = 64;
   p.seqlen_q = p.seqlen_k = 1024;
-  EXPECT_EQ(default_forward_config(p, kSm90a), (KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
   p.seqlen_q = 1025;
-  EXPECT_EQ(default_forward_config(p, kSm90a), (KernelConfig{KernelPath::sm90, 192, 112, 16, 3}));
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 112, 16, 3}));
   // A caller's block_n 128 rules them out: the 128-row tile, still sm90.
   KernelConfig wide_n;
   wide_n.block_n = 128;
   wide_n.path = KernelPath::sm90;
   EXPECT_EQ(default_forward_config(p, kSm90a, 0, wide_n),
-            (KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
+            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
   p.head_dim_qk = p.head_dim_v = 128;
   p.seqlen_q = p.seqlen_k = 8192;
-  EXPECT_EQ(default_forward_config(p, kSm90a), (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
   p.head_dim_qk = p.head_dim_v = 64;
   auto spec = make_forward_spec(p, KernelConfig{KernelPath::sm90, 192, 112, 16, 3}, kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
