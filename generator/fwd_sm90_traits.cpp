@@ -88,9 +88,9 @@ std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem
     const int warps = warps_for(block_m);
     for (int block_n = 48; block_n <= max_block_n(head_dim, block_m); block_n += 16)
       for (int stages = 2; stages <= 4; ++stages) {
-        // One consumer warpgroup is decode's tile, bound by reading K/V:
-        // only its two widest K/V tiles.
-        if (block_m == 64 && block_n < max_block_n(head_dim, block_m) - 16) continue;
+        // 64 rows are decode's tile, bound by reading K/V: only block_n 64
+        // (the heuristic's at d=128) and the widest.
+        if (block_m == 64 && block_n != 64 && block_n != max_block_n(head_dim, block_m)) continue;
         FwdSm90Traits t{head_dim, block_m, block_n, warps, stages};
         if (t.smem_bytes() <= max_smem_bytes)
           out.push_back(KernelConfig{KernelPath::sm90, block_m, block_n, warps, stages});

@@ -1,10 +1,13 @@
 #include "tuner/candidates.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
+#include "generator/kernel_spec.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -13,32 +16,50 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
                                 int max_smem_bytes) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   CandidateSet set;
-  auto consider = [&](const KernelConfig &tiles) {
-    // splits and pack_gqa as the heuristic fills them for these tiles (the
-    // heuristic's own config comes out so): a candidate is then what its
-    // kernel runs, a tuning stores that, and tiles the heuristic also chose
-    // are one candidate, not two compiling the same kernel.
-    const KernelConfig config = with_decode_fields(problem, tiles, /*sm_count=*/0);
+  auto add = [&](const KernelConfig &config) {
     auto seen = [&](const KernelConfig &c) { return c == config; };
     if (std::any_of(set.configs.begin(), set.configs.end(), seen)) return;
     if (std::any_of(set.pruned.begin(), set.pruned.end(),
                     [&](const PrunedConfig &p) { return p.config == config; }))
       return;
-    // The traits are the kernel's own resource model (shared memory, rows
-    // per warp, accumulator registers): what they reject would fail to
-    // compile, to launch, or would spill, so it is never worth an NVRTC run.
-    llvm::Error rejected =
-        config.path == KernelPath::sm90
-            ? FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                  config.block_n, config.warps, config.stages, max_smem_bytes)
-                  .takeError()
-            : FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                  config.block_n, config.warps, config.stages, max_smem_bytes)
-                  .takeError();
+    // The spec's validation is the kernel's own resource model (the traits:
+    // shared memory, rows per warp, accumulator registers) and the decode
+    // fields' rules: what it rejects would fail to compile, to launch, or
+    // would spill, so it is never worth an NVRTC run.
+    llvm::Error rejected = make_forward_spec(problem, config, arch, max_smem_bytes).takeError();
     if (!rejected) {
       set.configs.push_back(config);
     } else {
       set.pruned.push_back({config, llvm::toString(std::move(rejected))});
+    }
+  };
+
+  // Every candidate's splits and pack_gqa are concrete: a candidate is then
+  // what its kernel runs, a tuning stores that, and tiles the heuristic also
+  // chose are one candidate, not two compiling the same kernel. The
+  // heuristic's fields first; decode tiles (64 rows) also with the other
+  // packing and around the heuristic's split count (half, double, none):
+  // the count is a launch parameter, so those share one compiled kernel.
+  auto consider = [&](const KernelConfig &tiles) {
+    const KernelConfig config = with_decode_fields(problem, tiles, /*sm_count=*/0);
+    add(config);
+    if (config.path != KernelPath::sm90 || config.block_m != 64) return;
+    std::vector<KernelConfig> packings = {config};
+    if (tiles.pack_gqa == GqaPacking::automatic && problem.heads_q / problem.heads_kv > 1) {
+      KernelConfig other = tiles;
+      other.pack_gqa = config.pack_gqa == GqaPacking::on ? GqaPacking::off : GqaPacking::on;
+      packings.push_back(with_decode_fields(problem, other, /*sm_count=*/0));
+    }
+    const int64_t key_tiles = forward_key_tiles(problem, config.block_n);
+    for (const KernelConfig &packed : packings) {
+      add(packed);
+      if (tiles.splits != 0 || packed.splits <= 1) continue;
+      for (int64_t splits : {int64_t(1), int64_t(packed.splits / 2), int64_t(packed.splits) * 2}) {
+        if (splits < 1 || splits > key_tiles || splits > 256) continue;
+        KernelConfig variant = packed;
+        variant.splits = static_cast<int>(splits);
+        add(variant);
+      }
     }
   };
 

@@ -265,7 +265,7 @@ TEST(ForwardCandidates, HeuristicFirstEveryConfigValidNoDuplicates) {
 // A decode problem: every candidate's splits and pack_gqa are concrete, as
 // the heuristic fills them for its tiles, so the heuristic's tiles are one
 // candidate and what a tuning stores is what its kernel ran.
-TEST(ForwardCandidates, DecodeFieldsAreTheHeuristicsForEachTile) {
+TEST(ForwardCandidates, DecodeTilesAreSearchedOverPackingAndSplits) {
   Problem p = problem_with(128, MaskKind::none);
   p.heads_q = 32;
   p.heads_kv = 8;
@@ -275,32 +275,47 @@ TEST(ForwardCandidates, DecodeFieldsAreTheHeuristicsForEachTile) {
   const CandidateSet set = forward_candidates(p, kSm90a, smem);
   ASSERT_FALSE(set.configs.empty());
   EXPECT_EQ(set.configs.front(), default_forward_config(p, kSm90a, smem));
-  std::set<std::tuple<int, int, int, int, int>> tiles;
-  int split = 0, packed = 0;
+  // Tiles -> the (packing, splits) variants they come in.
+  std::map<std::tuple<int, int, int, int, int>, std::set<std::pair<int, int>>> variants;
   for (const KernelConfig &c : set.configs) {
-    EXPECT_TRUE(tiles.insert({int(c.path), c.block_m, c.block_n, c.warps, c.stages}).second)
-        << "the same tiles twice: " << describe(c);
-    EXPECT_GE(c.splits, 1) << describe(c);
-    EXPECT_NE(c.pack_gqa, GqaPacking::automatic) << describe(c);
+    SCOPED_TRACE(describe(c));
+    EXPECT_GE(c.splits, 1);
+    EXPECT_NE(c.pack_gqa, GqaPacking::automatic);
+    const auto tiles = std::make_tuple(int(c.path), c.block_m, c.block_n, c.warps, c.stages);
+    EXPECT_TRUE(variants[tiles].insert({int(c.pack_gqa), c.splits}).second)
+        << "the same config twice";
     KernelConfig tiles_only = c;
     tiles_only.splits = 0;
     tiles_only.pack_gqa = GqaPacking::automatic;
-    EXPECT_EQ(c, with_decode_fields(p, tiles_only, 0)) << describe(c);
-    if (c.path == KernelPath::sm80) {
-      EXPECT_EQ(c.splits, 1) << describe(c);
-      EXPECT_EQ(c.pack_gqa, GqaPacking::off) << describe(c);
+    const KernelConfig heuristic = with_decode_fields(p, tiles_only, 0);
+    if (c.path == KernelPath::sm80 || c.block_m != 64) {
+      // Tiles of more rows come with the heuristic's fields only.
+      EXPECT_EQ(c, heuristic);
     }
-    split += c.splits > 1;
-    packed += c.pack_gqa == GqaPacking::on;
-    // Each compiles to its own kernel: the spec carries what the config says.
+    // Each builds its spec: split_kv and the packed heads as the config says.
     auto spec = make_forward_spec(p, c, kSm90a, smem);
-    ASSERT_TRUE(bool(spec)) << describe(c) << ": " << llvm::toString(spec.takeError());
-    EXPECT_EQ(spec->split_kv, c.splits > 1) << describe(c);
-    EXPECT_EQ(spec->pack_gqa, c.pack_gqa == GqaPacking::on ? 4 : 1) << describe(c);
+    ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+    EXPECT_EQ(spec->split_kv, c.splits > 1);
+    EXPECT_EQ(spec->pack_gqa, c.pack_gqa == GqaPacking::on ? 4 : 1);
   }
-  // 16 work tiles (2 x 8 KV heads) on 132 SMs: sm90 candidates split and pack.
-  EXPECT_GT(split, 0);
-  EXPECT_GT(packed, 0);
+  // The heuristic's decode tile: packed and not, and around each packing's
+  // split count (2 x 8 work tiles packed on 132 SMs: 8; unpacked 64: 2).
+  KernelConfig packed = default_forward_config(p, kSm90a, smem);
+  ASSERT_EQ(packed.block_m, 64);
+  ASSERT_EQ(packed.pack_gqa, GqaPacking::on);
+  KernelConfig unpacked_tiles = packed;
+  unpacked_tiles.splits = 0;
+  unpacked_tiles.pack_gqa = GqaPacking::off;
+  const KernelConfig unpacked = with_decode_fields(p, unpacked_tiles, 0);
+  const int on = int(GqaPacking::on), off = int(GqaPacking::off);
+  std::set<std::pair<int, int>> expected = {
+      {on, packed.splits},      {on, 1},   {on, packed.splits / 2}, {on, packed.splits * 2},
+      {off, unpacked.splits},   {off, 1}};
+  if (unpacked.splits / 2 >= 1) expected.insert({off, unpacked.splits / 2});
+  expected.insert({off, unpacked.splits * 2});
+  const auto tiles = std::make_tuple(int(packed.path), packed.block_m, packed.block_n,
+                                     packed.warps, packed.stages);
+  EXPECT_EQ(variants[tiles], expected);
 }
 
 TEST(ForwardCandidates, SmallSharedMemoryPrunesBigTilesWithReasons) {
