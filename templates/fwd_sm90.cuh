@@ -69,16 +69,14 @@
 // once up front (warpgroup 0 goes first) and warpgroup 0 consumes the extra
 // signal at the end, so no barrier is left half-arrived.
 //
-// Epilogue. O / rowsum, converted to 16 bits, goes straight from the
-// accumulator fragments to global memory: a 4x4 transpose across each quad
-// (xor shuffles) gives every lane 16 contiguous bytes of a row, so each
-// store is 16 bytes. Q's buffer is free as soon as the last S is computed.
-// Against O staged through shared memory (the layout the sm80 kernel uses)
-// this measured 3-15% faster at short sequences on the H200 (d=128 causal
-// 512: 321 -> 352 TFLOP/s; d=256 512: 461 -> 517), and against 4-byte
-// stores straight from the fragments 1-10%. The fp32 log-sum-exp goes to
-// lse[batch, head, row]. A row that sees no key writes O = 0 and LSE =
-// +inf, as FlashAttention does.
+// Parts. The work tiles and their key tiles come from the tile scheduler
+// (common/fwd_scheduler.cuh: dense, persistent rotation, split-KV), the
+// layout from FwdSm90Layout (common/fwd_sm90_layout.cuh, which the host
+// twin compiles too), and O and the LSE leave through the epilogue
+// (common/sm90_epilogue.cuh: straight from the fragments with 16-byte
+// stores, or fp32 partials for the split-KV combine). Q's buffer is free as
+// soon as the last S is computed. Packed GQA (kPackGqa): a warpgroup's rows
+// are positions x the group's query heads, loaded by one 5-d TMA box.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
 // kBlockM, kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
@@ -92,6 +90,7 @@
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/sm90.cuh"
+#include "common/sm90_epilogue.cuh"
 #include "common/sm90_wgmma.cuh"
 #include "common/types.cuh"
 
@@ -137,6 +136,7 @@ static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
 using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv>;
+using Epilogue = Sm90Epilogue<Element, kHeadDim, kPack, kLoadedRowsPerWg, kSplitKv>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
@@ -516,69 +516,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     release_v(it_pv);
   };
 
-  // O / rowsum of the work tile (this warpgroup's rows, from query position
-  // wg_m0) to global memory, and the log-sum-exp; with split-KV (more than
-  // one split), this split's partial O in fp32 and its log-sum-exp to the
-  // workspace instead, for the combine kernel.
+  // O and the LSE of the work tile, or this split's partials
+  // (common/sm90_epilogue.cuh).
   auto write_o = [&](const WorkTile &tile, int wg_m0) {
-    const bool partial = kSplitKv && p.num_splits > 1;
-    const bool odd = quad_lane & 1, high = quad_lane & 2;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float sum = quad_sum(row_sum[h]);
-      const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
-      const float inv = empty ? 0.f : 1.f / sum;
-      // The row's query position and head (packed rows: head fastest).
-      const int local = warp * 16 + group + h * 8;
-      const int row = wg_m0 + local / kPack;
-      const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
-      const bool stored = (kLoadedRowsPerWg == 64 || local < kLoadedRowsPerWg) && row < seqlen_q;
-      // Row (batch, head, row) of [batch, heads_q, seqlen_q]: the LSE's index.
-      const i64 lse_row = (static_cast<i64>(tile.batch) * p.heads_q + head) * seqlen_q + row;
-      // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
-      const float lse = (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
-      if (kSplitKv && partial) {
-        // [split][batch][head][row]: the split's slice of every row.
-        const i64 slice = static_cast<i64>(tile.split) * p.batch * p.heads_q * seqlen_q;
-        float *const o_row = p.o_partial + (slice + lse_row) * kHeadDim + quad_lane * 2;
-        if (stored) {
-#pragma unroll
-          for (int nt = 0; nt < kOTiles; ++nt)
-            *reinterpret_cast<F32x2 *>(o_row + nt * 8) =
-                F32x2{acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv};
-          // A split that saw no key weighs nothing in the combine.
-          if (quad_lane == 0) p.lse_partial[slice + lse_row] = empty ? kNegInf : lse;
-        }
-        continue;
-      }
-      u16 *const o_row = static_cast<u16 *>(p.o) + tile.batch * p.o_batch_stride +
-                         static_cast<i64>(row) * p.o_row_stride + head * p.o_head_stride +
-                         quad_lane * 8;
-#pragma unroll
-      for (int b = 0; b < kOTiles / 4; ++b) {
-        // Column tiles 4b..4b+3 of the row: lane q holds 4 bytes of each. A
-        // 4x4 transpose across the quad (two xor shuffles per step) leaves
-        // lane q the 16 contiguous bytes of tile 4b + q.
-        u32 v[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          v[i] = Ops::pack(acc_o[4 * (4 * b + i) + 2 * h] * inv,
-                           acc_o[4 * (4 * b + i) + 2 * h + 1] * inv);
-        u32 x = odd ? v[0] : v[1], y = odd ? v[2] : v[3];
-        x = __shfl_xor_sync(0xffffffffu, x, 1);
-        y = __shfl_xor_sync(0xffffffffu, y, 1);
-        if (odd) v[0] = x, v[2] = y;
-        else v[1] = x, v[3] = y;
-        x = high ? v[0] : v[2];
-        y = high ? v[1] : v[3];
-        x = __shfl_xor_sync(0xffffffffu, x, 2);
-        y = __shfl_xor_sync(0xffffffffu, y, 2);
-        if (high) v[0] = x, v[1] = y;
-        else v[2] = x, v[3] = y;
-        if (stored) *reinterpret_cast<U32x4 *>(o_row + b * 32) = U32x4{v[0], v[1], v[2], v[3]};
-      }
-      if (p.lse && quad_lane == 0 && stored) p.lse[lse_row] = empty ? kInf : lse;
-    }
+    Epilogue::store(p, tile, seqlen_q, wg_m0, warp, group, quad_lane, acc_o, row_max, row_sum,
+                    scale_log2);
   };
 
   auto reset_o = [&] {
