@@ -4,9 +4,12 @@
 #include "flashjit/flashjit.h"
 
 #include <string>
+#include <type_traits>
 
 #include "flashjit/backward.h"
 #include "flashjit/forward.h"
+#include "flashjit/kernel_config_fields.h"
+#include "flashjit/problem_fields.h"
 #include "runtime/runtime_counters.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -20,6 +23,35 @@ constexpr int32_t kMaxSplits = 256;
 int fail(std::string message) {
   g_last_error = std::move(message);
   return 1;
+}
+
+// One C field into its C++ twin (the tables in flashjit/problem_fields.h
+// and flashjit/kernel_config_fields.h). Enum values were range-checked
+// before; the C enums are numbered apart from the C++ ones.
+void from_c(int32_t c, flashjit::DType &out) {
+  out = c == FLASHJIT_BF16 ? flashjit::DType::bf16 : flashjit::DType::fp16;
+}
+void from_c(int32_t c, flashjit::MaskKind &out) {
+  out = c == FLASHJIT_MASK_NONE     ? flashjit::MaskKind::none
+        : c == FLASHJIT_MASK_CAUSAL ? flashjit::MaskKind::causal
+                                    : flashjit::MaskKind::window;
+}
+void from_c(int32_t c, flashjit::KernelPath &out) {
+  out = c == FLASHJIT_PATH_SM80   ? flashjit::KernelPath::sm80
+        : c == FLASHJIT_PATH_SM90 ? flashjit::KernelPath::sm90
+                                  : flashjit::KernelPath::automatic;
+}
+void from_c(int32_t c, flashjit::GqaPacking &out) {
+  out = c == FLASHJIT_PACK_GQA_ON    ? flashjit::GqaPacking::on
+        : c == FLASHJIT_PACK_GQA_OFF ? flashjit::GqaPacking::off
+                                     : flashjit::GqaPacking::automatic;
+}
+void from_c(int32_t c, bool &out) { out = c != 0; }
+template <typename C, typename T>
+  requires std::is_arithmetic_v<T> && (!std::is_same_v<T, bool>)
+void from_c(C c, T &out) {
+  static_assert(sizeof(C) == sizeof(T), "a C field converts to a C++ field of its width");
+  out = c;
 }
 
 flashjit::TensorStrides strides(int64_t batch, int64_t seq, int64_t head) {
@@ -41,21 +73,8 @@ std::string convert_problem(const char *fn, const flashjit_problem &p, flashjit:
     return llvm::formatv("{0}: problem.mask={1} is invalid: expected FLASHJIT_MASK_NONE (0), "
                          "FLASHJIT_MASK_CAUSAL (1) or FLASHJIT_MASK_WINDOW (2)",
                          fn, p.mask);
-  out.dtype = p.dtype == FLASHJIT_BF16 ? flashjit::DType::bf16 : flashjit::DType::fp16;
-  out.mask = p.mask == FLASHJIT_MASK_NONE     ? flashjit::MaskKind::none
-             : p.mask == FLASHJIT_MASK_CAUSAL ? flashjit::MaskKind::causal
-                                              : flashjit::MaskKind::window;
-  out.batch = p.batch;
-  out.heads_q = p.heads_q;
-  out.heads_kv = p.heads_kv;
-  out.seqlen_q = p.seqlen_q;
-  out.seqlen_k = p.seqlen_k;
-  out.head_dim_qk = p.head_dim_qk;
-  out.head_dim_v = p.head_dim_v;
-  out.window_left = p.window_left;
-  out.window_right = p.window_right;
-  out.softmax_scale = p.softmax_scale;
-  out.softcap = p.softcap;
+  flashjit::for_each_problem_field(
+      [&](const auto &field) { from_c(p.*field.c_member, out.*field.member); });
   return "";
 }
 
@@ -81,18 +100,8 @@ std::string convert_config(const char *fn, const flashjit_config *c,
                          "(0), FLASHJIT_PACK_GQA_ON (1) or FLASHJIT_PACK_GQA_OFF (2)",
                          fn, c->pack_gqa);
   out.use_config = true;
-  out.config.path = c->path == FLASHJIT_PATH_SM80   ? flashjit::KernelPath::sm80
-                    : c->path == FLASHJIT_PATH_SM90 ? flashjit::KernelPath::sm90
-                                                    : flashjit::KernelPath::automatic;
-  out.config.block_m = c->block_m;
-  out.config.block_n = c->block_n;
-  out.config.warps = c->warps;
-  out.config.stages = c->stages;
-  out.config.deterministic = c->deterministic != 0;
-  out.config.splits = c->splits;
-  out.config.pack_gqa = c->pack_gqa == FLASHJIT_PACK_GQA_ON    ? flashjit::GqaPacking::on
-                        : c->pack_gqa == FLASHJIT_PACK_GQA_OFF ? flashjit::GqaPacking::off
-                                                               : flashjit::GqaPacking::automatic;
+  flashjit::for_each_kernel_config_field(
+      [&](const auto &field) { from_c(c->*field.c_member, out.config.*field.member); });
   return "";
 }
 
