@@ -1,5 +1,11 @@
 #include "tuner/worker_protocol.h"
 
+#include <type_traits>
+
+#include "flashjit/enumerators.h"
+#include "flashjit/kernel_config_fields.h"
+#include "flashjit/problem_fields.h"
+#include "generator/field_json.h"
 #include "runtime/runtime_counters.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -10,15 +16,60 @@ llvm::Error error(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
 }
 
-// The enumerator whose to_string() is `text`; the enums are small and dense.
+// The one of `values` whose to_string() is the text of `key`.
 template <typename Enum>
 llvm::Expected<Enum> enum_field(const llvm::json::Object &object, llvm::StringRef key,
-                                int count) {
+                                llvm::ArrayRef<Enum> values) {
   auto text = string_field(object, key);
   if (!text) return text.takeError();
-  for (int i = 0; i < count; ++i)
-    if (*text == to_string(Enum(i))) return Enum(i);
+  for (Enum value : values)
+    if (*text == to_string(value)) return value;
   return error(llvm::formatv("worker request: '{0}': unknown value '{1}'", key, *text));
+}
+
+// A field of the Problem or KernelConfig table, written by field_json. A flag
+// may be left out (false), so that a request reads as short as it can.
+template <typename T>
+llvm::Error read_field(const llvm::json::Object &object, llvm::StringRef key, T &out) {
+  if constexpr (std::is_enum_v<T>) {
+    auto value = enum_field<T>(object, key, enumerators(T{}));
+    if (!value) return value.takeError();
+    out = *value;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    out = object.getBoolean(key).getValueOr(false);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    auto value = number_field(object, key);
+    if (!value) return value.takeError();
+    out = T(*value);
+  } else {
+    auto value = integer_field(object, key);
+    if (!value) return value.takeError();
+    out = T(*value);
+  }
+  return llvm::Error::success();
+}
+
+// Every field of a Problem or a KernelConfig (their tables' order); the
+// first that `object` lacks or holds malformed is the error.
+template <typename Struct>
+llvm::Error read_fields(const llvm::json::Object &object, Struct &out) {
+  llvm::Error first = llvm::Error::success();
+  auto read = [&](const auto &field) {
+    if (first) return;
+    first = read_field(object, field.name, out.*field.member);
+  };
+  if constexpr (std::is_same_v<Struct, Problem>)
+    for_each_problem_field(read);
+  else
+    for_each_kernel_config_field(read);
+  return first;
+}
+
+llvm::json::Object config_to_json(const KernelConfig &config) {
+  llvm::json::Object out;
+  for_each_kernel_config_field(
+      [&](const auto &field) { out[field.name] = field_json(config.*field.member); });
+  return out;
 }
 
 }  // namespace
@@ -39,7 +90,7 @@ llvm::Expected<std::string> string_field(const llvm::json::Object &object, llvm:
 }
 
 llvm::Expected<Pass> pass_field(const llvm::json::Object &object, llvm::StringRef key) {
-  return enum_field<Pass>(object, key, 2);
+  return enum_field<Pass>(object, key, {Pass::forward, Pass::backward});
 }
 
 llvm::Expected<const llvm::json::Object &> object_field(const llvm::json::Object &object,
@@ -48,56 +99,17 @@ llvm::Expected<const llvm::json::Object &> object_field(const llvm::json::Object
   return error("worker request: '" + key + "': expected an object");
 }
 
-llvm::json::Object problem_to_json(const Problem &p) {
-  return llvm::json::Object{{"dtype", to_string(p.dtype)},
-                            {"batch", p.batch},
-                            {"heads_q", p.heads_q},
-                            {"heads_kv", p.heads_kv},
-                            {"seqlen_q", p.seqlen_q},
-                            {"seqlen_k", p.seqlen_k},
-                            {"head_dim_qk", p.head_dim_qk},
-                            {"head_dim_v", p.head_dim_v},
-                            {"mask", to_string(p.mask)},
-                            {"window_left", p.window_left},
-                            {"window_right", p.window_right},
-                            // floats are exact as doubles, both ways
-                            {"softmax_scale", double(p.softmax_scale)},
-                            {"softcap", double(p.softcap)}};
+llvm::json::Object problem_to_json(const Problem &problem) {
+  llvm::json::Object out;
+  for_each_problem_field(
+      [&](const auto &field) { out[field.name] = field_json(problem.*field.member); });
+  return out;
 }
 
-llvm::Expected<Problem> problem_from_json(const llvm::json::Object &o) {
-  Problem p;
-  auto dtype = enum_field<DType>(o, "dtype", 2);
-  if (!dtype) return dtype.takeError();
-  p.dtype = *dtype;
-  auto mask = enum_field<MaskKind>(o, "mask", 3);
-  if (!mask) return mask.takeError();
-  p.mask = *mask;
-  struct Int64Field {
-    const char *key;
-    int64_t *out;
-  };
-  for (const Int64Field &f : {Int64Field{"batch", &p.batch}, Int64Field{"heads_q", &p.heads_q},
-                              Int64Field{"heads_kv", &p.heads_kv},
-                              Int64Field{"seqlen_q", &p.seqlen_q},
-                              Int64Field{"seqlen_k", &p.seqlen_k},
-                              Int64Field{"window_left", &p.window_left},
-                              Int64Field{"window_right", &p.window_right}}) {
-    auto value = integer_field(o, f.key);
-    if (!value) return value.takeError();
-    *f.out = *value;
-  }
-  auto dqk = integer_field(o, "head_dim_qk"), dv = integer_field(o, "head_dim_v");
-  if (!dqk) return dqk.takeError();
-  if (!dv) return dv.takeError();
-  p.head_dim_qk = int(*dqk);
-  p.head_dim_v = int(*dv);
-  auto scale = number_field(o, "softmax_scale"), softcap = number_field(o, "softcap");
-  if (!scale) return scale.takeError();
-  if (!softcap) return softcap.takeError();
-  p.softmax_scale = float(*scale);
-  p.softcap = float(*softcap);
-  return p;
+llvm::Expected<Problem> problem_from_json(const llvm::json::Object &object) {
+  Problem problem;
+  if (llvm::Error e = read_fields(object, problem)) return e;
+  return problem;
 }
 
 llvm::json::Object spec_to_json(const KernelSpec &s) {
@@ -108,14 +120,7 @@ llvm::json::Object spec_to_json(const KernelSpec &s) {
       {"head_dim_v", s.head_dim_v},
       {"mask", to_string(s.mask)},
       {"softcap", s.softcap},
-      {"config", llvm::json::Object{{"path", to_string(s.config.path)},
-                                    {"block_m", s.config.block_m},
-                                    {"block_n", s.config.block_n},
-                                    {"warps", s.config.warps},
-                                    {"stages", s.config.stages},
-                                    {"deterministic", s.config.deterministic},
-                                    {"splits", s.config.splits},
-                                    {"pack_gqa", to_string(s.config.pack_gqa)}}},
+      {"config", config_to_json(s.config)},
       // Derived from the config and the problem, which the worker does not
       // have: the kernel's packed heads and whether it splits the keys.
       {"pack_gqa", s.pack_gqa},
@@ -128,12 +133,8 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
   auto pass = pass_field(o, "pass");
   if (!pass) return pass.takeError();
   s.pass = *pass;
-  auto dtype = enum_field<DType>(o, "dtype", 2);
-  if (!dtype) return dtype.takeError();
-  s.dtype = *dtype;
-  auto mask = enum_field<MaskKind>(o, "mask", 3);
-  if (!mask) return mask.takeError();
-  s.mask = *mask;
+  if (llvm::Error e = read_field(o, "dtype", s.dtype)) return e;
+  if (llvm::Error e = read_field(o, "mask", s.mask)) return e;
   auto dqk = integer_field(o, "head_dim_qk"), dv = integer_field(o, "head_dim_v");
   if (!dqk) return dqk.takeError();
   if (!dv) return dv.takeError();
@@ -142,25 +143,7 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
   s.softcap = o.getBoolean("softcap").getValueOr(false);
   auto config = object_field(o, "config");
   if (!config) return config.takeError();
-  auto path = enum_field<KernelPath>(*config, "path", 3);
-  if (!path) return path.takeError();
-  s.config.path = *path;
-  struct IntField {
-    const char *key;
-    int *out;
-  };
-  for (const IntField &f :
-       {IntField{"block_m", &s.config.block_m}, IntField{"block_n", &s.config.block_n},
-        IntField{"warps", &s.config.warps}, IntField{"stages", &s.config.stages},
-        IntField{"splits", &s.config.splits}}) {
-    auto value = integer_field(*config, f.key);
-    if (!value) return value.takeError();
-    *f.out = int(*value);
-  }
-  s.config.deterministic = config->getBoolean("deterministic").getValueOr(false);
-  auto pack_gqa = enum_field<GqaPacking>(*config, "pack_gqa", 3);
-  if (!pack_gqa) return pack_gqa.takeError();
-  s.config.pack_gqa = *pack_gqa;
+  if (llvm::Error e = read_fields(*config, s.config)) return e;
   auto packed_heads = integer_field(o, "pack_gqa");
   if (!packed_heads) return packed_heads.takeError();
   s.pack_gqa = int(*packed_heads);
