@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "flashjit/kernel_config_fields.h"
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
 #include "llvm/ADT/Hashing.h"
@@ -55,11 +56,14 @@ struct CallKey {
 
 struct CallKeyHash {
   size_t operator()(const CallKey &k) const {
-    const KernelConfig &c = k.requested;
-    return llvm::hash_combine(k.owner, int(k.dtype), int(k.mask), k.softcap, k.head_dim_qk,
-                              k.head_dim_v, int(c.path), c.block_m, c.block_n, c.warps, c.stages,
-                              c.deterministic, c.splits, int(c.pack_gqa), k.gqa_ratio, k.window_left, k.window_right,
-                              k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket);
+    llvm::hash_code hash = llvm::hash_combine(
+        k.owner, k.dtype, k.mask, k.softcap, k.head_dim_qk, k.head_dim_v, k.gqa_ratio,
+        k.window_left, k.window_right, k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket);
+    // Every field of the requested config (operator== compares them all).
+    for_each_kernel_config_field([&](const auto &field) {
+      hash = llvm::hash_combine(hash, k.requested.*field.member);
+    });
+    return hash;
   }
 };
 
