@@ -1,15 +1,36 @@
 #include "cache/tuning_fields.h"
 
+#include <iterator>
+#include <vector>
+
 namespace flashjit::tuning_fields {
 
 namespace {
+
+// name, required, non_empty (in the tuned config)
+#define CONFIG_FIELD(name, required, non_empty) \
+  ConfigField{#name, required, non_empty, [](StoredConfig &c) -> FieldRef { return &c.name; }}
+
+const ConfigField kConfigFields[] = {
+    CONFIG_FIELD(path, true, true),
+    CONFIG_FIELD(block_m, true, false),
+    CONFIG_FIELD(block_n, true, false),
+    CONFIG_FIELD(warps, true, false),
+    CONFIG_FIELD(stages, true, false),
+    // Schema 2. Not required: an export of schema 1 has neither (the
+    // defaults are what its kernels ran).
+    CONFIG_FIELD(splits, false, false),
+    CONFIG_FIELD(pack_gqa, false, true),
+};
+
+#undef CONFIG_FIELD
 
 // group, name, role, required, non_empty, member
 #define FIELD(group, name, role, required, non_empty, member) \
   Field{group, name, Role::role, required, non_empty,         \
         [](TuningRecord &r) -> FieldRef { return &r.member; }}
 
-const Field kFields[] = {
+const Field kKeyFields[] = {
     FIELD("device", "name", key, true, true, device.name),
     FIELD("device", "cc_major", key, true, false, device.cc_major),
     FIELD("device", "cc_minor", key, true, false, device.cc_minor),
@@ -29,17 +50,11 @@ const Field kFields[] = {
     FIELD("problem", "seqlen_q_bucket", bucket, true, false, problem.seqlen_q_bucket),
     FIELD("problem", "seqlen_k_bucket", bucket, true, false, problem.seqlen_k_bucket),
     FIELD("problem", "batch_heads_bucket", bucket, true, false, problem.batch_heads_bucket),
-    FIELD("config", "path", value, true, true, config.path),
-    FIELD("config", "block_m", value, true, false, config.block_m),
-    FIELD("config", "block_n", value, true, false, config.block_n),
-    FIELD("config", "warps", value, true, false, config.warps),
-    FIELD("config", "stages", value, true, false, config.stages),
-    // Schema 2. Not required: an export of schema 1 has neither (the
-    // defaults are what its kernels ran).
-    FIELD("config", "splits", value, false, false, config.splits),
-    FIELD("config", "pack_gqa", value, false, true, config.pack_gqa),
-    // Measurements and provenance: an export from a hand-edited file may
-    // lack them; the row is still a usable config.
+};
+
+// Measurements and provenance: an export from a hand-edited file may lack
+// them; the row is still a usable config.
+const Field kMeasurementFields[] = {
     FIELD("", "shape", value, false, false, shape),
     FIELD("", "median_ms", value, true, false, median_ms),
     FIELD("", "min_ms", value, false, false, min_ms),
@@ -55,16 +70,26 @@ const Field kFields[] = {
     FIELD("", "tuned_at", value, false, false, tuned_at),
     FIELD("", "flashjit_version", value, false, false, flashjit_version),
     FIELD("", "cubin_key", value, false, false, cubin_key),
-    FIELD("heuristic_config", "path", value, false, false, heuristic_config.path),
-    FIELD("heuristic_config", "block_m", value, false, false, heuristic_config.block_m),
-    FIELD("heuristic_config", "block_n", value, false, false, heuristic_config.block_n),
-    FIELD("heuristic_config", "warps", value, false, false, heuristic_config.warps),
-    FIELD("heuristic_config", "stages", value, false, false, heuristic_config.stages),
-    FIELD("heuristic_config", "splits", value, false, false, heuristic_config.splits),
-    FIELD("heuristic_config", "pack_gqa", value, false, false, heuristic_config.pack_gqa),
 };
 
 #undef FIELD
+
+// The rows of one of the record's configs, under `group`.
+void append_config(std::vector<Field> &out, const char *group, StoredConfig TuningRecord::*config,
+                   bool tuned) {
+  for (const ConfigField &field : kConfigFields)
+    out.push_back(Field{group, field.name, Role::value, tuned && field.required,
+                        tuned && field.non_empty,
+                        [config, &field](TuningRecord &r) { return field.ref(r.*config); }});
+}
+
+std::vector<Field> all_fields() {
+  std::vector<Field> out(std::begin(kKeyFields), std::end(kKeyFields));
+  append_config(out, "config", &TuningRecord::config, /*tuned=*/true);
+  out.insert(out.end(), std::begin(kMeasurementFields), std::end(kMeasurementFields));
+  append_config(out, "heuristic_config", &TuningRecord::heuristic_config, /*tuned=*/false);
+  return out;
+}
 
 }  // namespace
 
@@ -78,7 +103,10 @@ std::string Field::display() const {
   return g.empty() ? std::string(name) : g + "." + name;
 }
 
-llvm::ArrayRef<Field> fields() { return kFields; }
+llvm::ArrayRef<Field> fields() {
+  static const std::vector<Field> all = all_fields();
+  return all;
+}
 
 std::string column_list() {
   std::string out;
@@ -87,6 +115,14 @@ std::string column_list() {
     out += field.column();
   }
   return out;
+}
+
+llvm::ArrayRef<ConfigField> config_fields() { return kConfigFields; }
+
+const ConfigField *find_config_field(llvm::StringRef name) {
+  for (const ConfigField &field : kConfigFields)
+    if (name == field.name) return &field;
+  return nullptr;
 }
 
 }  // namespace flashjit::tuning_fields
