@@ -1,7 +1,13 @@
 #include "runtime/tuning_key.h"
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
+#include <variant>
 
+#include "cache/tuning_fields.h"
+#include "flashjit/enumerators.h"
+#include "flashjit/kernel_config_fields.h"
 #include "generator/kernel_spec.h"
 #include "runtime/nvrtc_compiler.h"
 #include "llvm/ADT/StringExtras.h"
@@ -35,6 +41,46 @@ class KeyHasher {
  private:
   llvm::SHA256 sha_;
 };
+
+// A KernelConfig field as the database keeps it (in StoredConfig's field of
+// the same name): enums by their to_string() name, numbers as they are.
+// Where the two tables disagree (no such field, another kind) nothing is
+// stored, and load() says so; tests/unit/field_tables_test.cpp rules it out.
+template <typename T>
+void store(T value, llvm::StringRef name, StoredConfig &stored) {
+  const tuning_fields::ConfigField *field = tuning_fields::find_config_field(name);
+  if (!field) return;
+  std::visit(
+      [&](auto *out) {
+        using Stored = std::remove_pointer_t<decltype(out)>;
+        if constexpr (std::is_enum_v<T> && std::is_same_v<Stored, std::string>)
+          *out = to_string(value);
+        else if constexpr (std::is_arithmetic_v<T> && std::is_arithmetic_v<Stored>)
+          *out = static_cast<Stored>(value);
+      },
+      field->ref(stored));
+}
+
+// The reverse of store(): "" or what is wrong with the stored value.
+template <typename T>
+std::string load(const StoredConfig &stored, llvm::StringRef name, T &out) {
+  const tuning_fields::ConfigField *field = tuning_fields::find_config_field(name);
+  if (!field) return llvm::formatv("no field {0} (StoredConfig lacks it)", name).str();
+  return std::visit(
+      [&](auto *in) -> std::string {
+        using Stored = std::remove_pointer_t<decltype(in)>;
+        if constexpr (std::is_enum_v<T> && std::is_same_v<Stored, std::string>) {
+          if (from_string(*in, out)) return "";
+          return llvm::formatv("{0} '{1}' (expected {2})", name, *in, enumerator_list<T>()).str();
+        } else if constexpr (std::is_arithmetic_v<T> && std::is_arithmetic_v<Stored>) {
+          out = static_cast<T>(*in);
+          return "";
+        } else {
+          return llvm::formatv("{0} of another kind than KernelConfig's", name).str();
+        }
+      },
+      tuning_fields::ref(*field, stored));
+}
 
 }  // namespace
 
@@ -116,29 +162,21 @@ std::string cubin_key(const GeneratedSource &source, const TargetArch &arch,
 }
 
 StoredConfig to_stored(const KernelConfig &config) {
-  StoredConfig s;
-  s.path = to_string(config.path);
-  s.block_m = config.block_m;
-  s.block_n = config.block_n;
-  s.warps = config.warps;
-  s.stages = config.stages;
-  s.splits = config.splits;
-  s.pack_gqa = to_string(config.pack_gqa);
-  return s;
+  StoredConfig stored;
+  for_each_kernel_config_field([&](const auto &field) {
+    if (field.tuned) store(config.*field.member, field.name, stored);
+  });
+  return stored;
 }
 
 llvm::Expected<KernelConfig> from_stored(const StoredConfig &stored) {
-  KernelConfig config;
-  if (stored.path == to_string(KernelPath::sm80))
-    config.path = KernelPath::sm80;
-  else if (stored.path == to_string(KernelPath::sm90))
-    config.path = KernelPath::sm90;
-  else
+  // The database is data another process wrote: a path of no family, or a
+  // zero or negative tile field, would make a partial config the heuristic
+  // silently completes.
+  if (stored.path != to_string(KernelPath::sm80) && stored.path != to_string(KernelPath::sm90))
     return key_error(llvm::formatv("stored config has an unknown kernel path '{0}' "
                                    "(expected sm80 or sm90)",
                                    stored.path));
-  // The database is data another process wrote: a zero or negative field
-  // would make a partial config the heuristic silently completes.
   struct Field {
     const char *name;
     int value;
@@ -148,25 +186,19 @@ llvm::Expected<KernelConfig> from_stored(const StoredConfig &stored) {
     if (f.value <= 0)
       return key_error(
           llvm::formatv("stored config has {0}={1}: expected a positive value", f.name, f.value));
-  config.block_m = stored.block_m;
-  config.block_n = stored.block_n;
-  config.warps = stored.warps;
-  config.stages = stored.stages;
   // 0 and "auto" are KernelConfig's "the heuristic picks per call": what a
   // tuning of a config that leaves them open stores.
   if (stored.splits < 0 || stored.splits > kMaxStoredSplits)
     return key_error(llvm::formatv("stored config has splits={0}: expected 0 to {1}",
                                    stored.splits, kMaxStoredSplits));
-  config.splits = stored.splits;
-  bool known_packing = false;
-  for (GqaPacking packing : {GqaPacking::automatic, GqaPacking::on, GqaPacking::off})
-    if (stored.pack_gqa == to_string(packing)) {
-      config.pack_gqa = packing;
-      known_packing = true;
-    }
-  if (!known_packing)
-    return key_error(llvm::formatv("stored config has pack_gqa '{0}' (expected auto, on or off)",
-                                   stored.pack_gqa));
+
+  KernelConfig config;
+  std::string unreadable;  // the first field that does not read back, and why
+  for_each_kernel_config_field([&](const auto &field) {
+    if (field.tuned && unreadable.empty())
+      unreadable = load(stored, field.name, config.*field.member);
+  });
+  if (!unreadable.empty()) return key_error("stored config has " + unreadable);
   return config;
 }
 
