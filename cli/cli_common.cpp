@@ -2,7 +2,10 @@
 
 #include <optional>
 
+#include "flashjit/kernel_config_fields.h"
+#include "flashjit/problem_fields.h"
 #include "generator/backward_spec.h"
+#include "generator/field_json.h"
 #include "generator/heuristic.h"
 #include "runtime/device.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -161,24 +164,25 @@ void print_json(const llvm::json::Value &value) {
 }
 
 llvm::json::Object problem_json(const Problem &p) {
-  llvm::json::Object o{{"dtype", to_string(p.dtype)},     {"batch", p.batch},
-                       {"heads_q", p.heads_q},            {"heads_kv", p.heads_kv},
-                       {"seqlen_q", p.seqlen_q},          {"seqlen_k", p.seqlen_k},
-                       {"head_dim_qk", p.head_dim_qk},    {"head_dim_v", p.head_dim_v},
-                       {"mask", to_string(p.mask)},       {"softcap", double(p.softcap)},
-                       {"softmax_scale", double(p.effective_scale())}};
-  if (p.mask == MaskKind::window) {
-    o["window_left"] = p.window_left;
-    o["window_right"] = p.window_right;
+  llvm::json::Object o;
+  for_each_problem_field([&](const auto &field) { o[field.name] = field_json(p.*field.member); });
+  // The scale the kernel uses, and the window's bounds only where they mean
+  // something.
+  o["softmax_scale"] = double(p.effective_scale());
+  if (p.mask != MaskKind::window) {
+    o.erase("window_left");
+    o.erase("window_right");
   }
   return o;
 }
 
+// The fields a tuning stores, as `db` and `query` print a stored config.
 llvm::json::Object config_json(const KernelConfig &c) {
-  return llvm::json::Object{{"path", to_string(c.path)}, {"block_m", c.block_m},
-                            {"block_n", c.block_n},      {"warps", c.warps},
-                            {"stages", c.stages},        {"splits", c.splits},
-                            {"pack_gqa", to_string(c.pack_gqa)}};
+  llvm::json::Object o;
+  for_each_kernel_config_field([&](const auto &field) {
+    if (field.tuned) o[field.name] = field_json(c.*field.member);
+  });
+  return o;
 }
 
 }  // namespace flashjit::cli

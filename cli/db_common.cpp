@@ -1,7 +1,9 @@
 #include "cli/db_common.h"
 
 #include <cstdlib>
+#include <variant>
 
+#include "cache/tuning_fields.h"
 #include "cli/problem_flags.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -82,9 +84,10 @@ std::string config_text(const StoredConfig &c) {
 }
 
 llvm::json::Object stored_config_json(const StoredConfig &c) {
-  return llvm::json::Object{{"path", c.path},     {"block_m", c.block_m}, {"block_n", c.block_n},
-                            {"warps", c.warps},   {"stages", c.stages},   {"splits", c.splits},
-                            {"pack_gqa", c.pack_gqa}};
+  llvm::json::Object o;
+  for (const tuning_fields::ConfigField &field : tuning_fields::config_fields())
+    std::visit([&](auto *value) { o[field.name] = *value; }, tuning_fields::ref(field, c));
+  return o;
 }
 
 std::string driver_text(int version) {
