@@ -39,6 +39,17 @@ class CompileProgress {
   const std::function<void(const std::string &)> &progress_;
 };
 
+// Specs of one kernel (decode candidates that differ only in their split
+// count, a launch parameter) compile once: `unique` holds the first spec of
+// each kernel ID, and copy_to_duplicates gives the others its result, as
+// served by the cubin store.
+struct DistinctKernels {
+  std::vector<size_t> unique;
+  std::vector<size_t> first_of;  // per spec: the index of its kernel's first spec
+  static DistinctKernels of(llvm::ArrayRef<KernelSpec> specs);
+  void copy_to_duplicates(std::vector<CubinResult> &results) const;
+};
+
 // One result per spec, in order; a spec that does not compile gets its error
 // and never stops the others. `threads` 0: hardware concurrency. `progress`
 // (optional) hears "compiled N/M" as each finishes.

@@ -122,13 +122,11 @@ ForwardBench::~ForwardBench() {
   if (stream_) driver->cuStreamDestroy(stream_);
 }
 
-llvm::Error ForwardBench::launch(const LoadedKernel &kernel, const KernelSpec &spec,
-                                 const LaunchGeometry &geometry) {
+llvm::Error ForwardBench::launch(const ForwardKernels &kernels, const KernelSpec &spec) {
   InputSet &set = sets_[next_++ % sets_.size()];
-  if (spec.config.path == KernelPath::sm90)
-    return launch_forward_sm90(kernel, spec, problem_, set.args, set.params, stream_);
-  void *args[] = {&set.params};
-  return kernel.launch(geometry, stream_, args);
+  const int splits =
+      forward_num_splits(spec, problem_, spec.config.splits, kernels.main->sm_count());
+  return enqueue_forward(kernels, spec, problem_, set.args, set.params, splits, stream_);
 }
 
 llvm::Error ForwardBench::failed(llvm::Error e) {
@@ -140,13 +138,13 @@ llvm::Error ForwardBench::failed(llvm::Error e) {
   return error(message);
 }
 
-llvm::Error ForwardBench::warm_up(const LoadedKernel &kernel, const KernelSpec &spec,
-                                  const LaunchGeometry &geometry, double ms) {
-  auto t = time(kernel, spec, geometry, 1);
+llvm::Error ForwardBench::warm_up(const ForwardKernels &kernels, const KernelSpec &spec,
+                                  double ms) {
+  auto t = time(kernels, spec, 1);
   if (!t) return t.takeError();
   const int launches = std::clamp(int(ms / std::max(t->median_ms, 1e-3)), 1, 10000);
   for (int i = 0; i < launches; ++i)
-    if (llvm::Error e = launch(kernel, spec, geometry)) return failed(std::move(e));
+    if (llvm::Error e = launch(kernels, spec)) return failed(std::move(e));
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream_), "cuStreamSynchronize"))
@@ -154,11 +152,10 @@ llvm::Error ForwardBench::warm_up(const LoadedKernel &kernel, const KernelSpec &
   return llvm::Error::success();
 }
 
-llvm::Expected<Measurement> ForwardBench::time(const LoadedKernel &kernel,
-                                               const KernelSpec &spec,
-                                               const LaunchGeometry &geometry, int repeats) {
+llvm::Expected<Measurement> ForwardBench::time(const ForwardKernels &kernels,
+                                               const KernelSpec &spec, int repeats) {
   if (!broken_.empty()) return error("not measured: an earlier kernel broke the context: " + broken_);
-  auto m = timer_.time(stream_, repeats, [&] { return launch(kernel, spec, geometry); });
+  auto m = timer_.time(stream_, repeats, [&] { return launch(kernels, spec); });
   if (!m) return failed(m.takeError());
   return *m;
 }
@@ -184,7 +181,7 @@ Problem accuracy_problem(const Problem &problem) {
   return p;
 }
 
-llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
+llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernels,
                                                     const KernelSpec &spec,
                                                     const Problem &problem, CUstream stream,
                                                     TuningDb *store) {
@@ -211,11 +208,11 @@ llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
 
   const ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(),
                                                static_cast<float *>(lse->data()));
-  FwdParams params = make_forward_params(p, args);
-  void *kernel_args[] = {&params};
-  if (llvm::Error e = spec.config.path == KernelPath::sm90
-                          ? launch_forward_sm90(kernel, spec, p, args, params, stream)
-                          : kernel.launch(forward_launch_geometry(spec, p), stream, kernel_args))
+  // As a call runs it: the config's split count (clamped to this problem's
+  // key tiles), the workspace and the combine kernel where it splits.
+  const int splits = forward_num_splits(spec, p, spec.config.splits, kernels.main->sm_count());
+  if (llvm::Error e =
+          enqueue_forward(kernels, spec, p, args, make_forward_params(p, args), splits, stream))
     return e;
   if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream), "cuStreamSynchronize"))
     return e;

@@ -16,6 +16,7 @@
 #include "reference/accuracy.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
+#include "runtime/launch_forward.h"
 #include "runtime/loaded_kernel.h"
 #include "templates/common/fwd_params.cuh"
 #include "tuner/event_timer.h"
@@ -43,14 +44,14 @@ class ForwardBench {
   // as many back-to-back launches as last about EventTimer::kSampleMs (one
   // for ~1 ms kernels): per-launch median, min and max in ms. A sample of
   // several launches keeps the per-launch gap out of short kernels' times.
-  // `spec` says which family's arguments the kernel takes (sm90 adds TMA
-  // tensor maps).
-  llvm::Expected<Measurement> time(const LoadedKernel &kernel, const KernelSpec &spec,
-                                   const LaunchGeometry &geometry, int repeats);
-  // Runs `kernel` for about `ms` so that the GPU's clocks have ramped up
+  // A launch is what a call enqueues (enqueue_forward): the main kernel with
+  // the spec's arguments (sm90 adds TMA tensor maps) and, with split-KV, the
+  // config's split count, the workspace and the combine kernel.
+  llvm::Expected<Measurement> time(const ForwardKernels &kernels, const KernelSpec &spec,
+                                   int repeats);
+  // Runs the kernels for about `ms` so that the GPU's clocks have ramped up
   // before the first candidate is timed.
-  llvm::Error warm_up(const LoadedKernel &kernel, const KernelSpec &spec,
-                      const LaunchGeometry &geometry, double ms);
+  llvm::Error warm_up(const ForwardKernels &kernels, const KernelSpec &spec, double ms);
 
   // Non-empty once a fault (an illegal address, a trap) broke the context:
   // every later timing fails at once with this reason.
@@ -63,8 +64,7 @@ class ForwardBench {
     ForwardArgs args;
     FwdParams params;
   };
-  llvm::Error launch(const LoadedKernel &kernel, const KernelSpec &spec,
-                     const LaunchGeometry &geometry);
+  llvm::Error launch(const ForwardKernels &kernels, const KernelSpec &spec);
   // Turns a CUDA failure into the candidate's error; marks the bench broken
   // when the context no longer works.
   llvm::Error failed(llvm::Error error);
@@ -83,11 +83,11 @@ class ForwardBench {
 // seqlens clamped to 2048, batch 1, at most two KV heads (GQA ratio kept).
 Problem accuracy_problem(const Problem &problem);
 
-// Launches `kernel` (compiled for `spec`) on random inputs of
+// Runs the kernels of `spec` as a call does (enqueue_forward) on random inputs of
 // accuracy_problem(problem), with NaN-poisoned outputs, and compares with
 // the GPU reference in exact and element precision (DESIGN.md's criterion).
 // The reference kernel's cubin comes from (or goes to) `store`.
-llvm::Expected<AccuracyReport> check_forward_kernel(const LoadedKernel &kernel,
+llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernels,
                                                     const KernelSpec &spec,
                                                     const Problem &problem, CUstream stream,
                                                     TuningDb *store = nullptr);

@@ -1,5 +1,6 @@
 #include "tuner/forward_runner.h"
 
+#include <algorithm>
 #include <map>
 
 #include "runtime/loaded_kernel.h"
@@ -18,7 +19,8 @@ class ForwardRunner final : public InProcessRunner {
   llvm::Expected<LoadedCandidate> load_cubin(int index, const KernelSpec &spec,
                                              llvm::ArrayRef<char> cubin,
                                              const std::string &entry) override;
-  // A forward program is one kernel: the stand-in is loaded in its place.
+  // A forward program is its main kernel (and the split-KV combine kernel,
+  // loaded beside it): the stand-in is loaded in its place.
   llvm::Expected<LoadedCandidate> load_stand_in(int index, const KernelSpec &spec,
                                                 llvm::ArrayRef<char> cubin,
                                                 const std::string &entry) override {
@@ -34,7 +36,13 @@ class ForwardRunner final : public InProcessRunner {
   struct Loaded {
     KernelSpec spec;
     LoadedKernel kernel;
+    LoadedKernel combine;  // split-KV specs: the program's combine kernel
     LaunchGeometry geometry;
+    int resident_ctas = 0;
+    // Stable once the map holds it.
+    ForwardKernels kernels() const {
+      return {&kernel, spec.split_kv ? &combine : nullptr, resident_ctas};
+    }
   };
 
   std::unique_ptr<ForwardBench> bench_;
@@ -61,6 +69,13 @@ llvm::Expected<LoadedCandidate> ForwardRunner::load_cubin(int index, const Kerne
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "occupancy: " + llvm::toString(occupancy.takeError()));
   out.occupancy = *occupancy;
+  state.resident_ctas = state.kernel.sm_count() * std::max(*occupancy, 1);
+  if (spec.split_kv) {
+    // Timed and checked as a call runs it: main kernel, then the combine.
+    auto combine = LoadedKernel::load(cubin, "flashjit_fwd_combine", 0);
+    if (!combine) return combine.takeError();
+    state.combine = std::move(*combine);
+  }
   if (auto reason = reject_compiled(out.spill_bytes, out.occupancy)) out.rejected = *reason;
   kernels_[index] = std::move(state);
   return out;
@@ -69,19 +84,20 @@ llvm::Expected<LoadedCandidate> ForwardRunner::load_cubin(int index, const Kerne
 llvm::Error ForwardRunner::warm_up(int index, double ms) {
   auto c = find_loaded(kernels_, index);
   if (!c) return c.takeError();
-  return bench_->warm_up((*c)->kernel, (*c)->spec, (*c)->geometry, ms);
+  return bench_->warm_up((*c)->kernels(), (*c)->spec, ms);
 }
 
 llvm::Expected<Measurement> ForwardRunner::time(int index, int repeats) {
   auto c = find_loaded(kernels_, index);
   if (!c) return c.takeError();
-  return bench_->time((*c)->kernel, (*c)->spec, (*c)->geometry, repeats);
+  return bench_->time((*c)->kernels(), (*c)->spec, repeats);
 }
 
 llvm::Expected<std::string> ForwardRunner::run_check(int index) {
   auto c = find_loaded(kernels_, index);
   if (!c) return c.takeError();
-  auto report = check_forward_kernel((*c)->kernel, (*c)->spec, problem_, bench_->stream(), store_);
+  auto report =
+      check_forward_kernel((*c)->kernels(), (*c)->spec, problem_, bench_->stream(), store_);
   if (!report) return report.takeError();
   return report->passed ? std::string() : report->describe();
 }

@@ -15,13 +15,16 @@ std::vector<CubinResult> cubins_in_workers(
     const std::function<void(const std::string &)> &progress) {
   std::vector<CubinResult> results(specs.size());
   if (specs.empty()) return results;
+  const DistinctKernels kernels = DistinctKernels::of(specs);
+  const std::vector<size_t> &unique = kernels.unique;
   const size_t pool = std::min<size_t>(
-      specs.size(), llvm::hardware_concurrency(threads > 0 ? unsigned(threads) : 0).compute_thread_count());
+      unique.size(), llvm::hardware_concurrency(threads > 0 ? unsigned(threads) : 0).compute_thread_count());
   std::atomic<size_t> next{0};
-  CompileProgress counter(specs.size(), progress);
+  CompileProgress counter(unique.size(), progress);
   auto compile_loop = [&] {
     WorkerProcess worker(binary, {"worker", "--db=" + db_path});
-    for (size_t i = next++; i < specs.size(); i = next++) {
+    for (size_t u = next++; u < unique.size(); u = next++) {
+      const size_t i = unique[u];
       CubinResult &r = results[i];
       const int candidate = i < candidates.size() ? candidates[i] : int(i);
       auto reply = worker.request(
@@ -44,6 +47,7 @@ std::vector<CubinResult> cubins_in_workers(
   std::vector<std::thread> workers;
   for (size_t t = 0; t < pool; ++t) workers.emplace_back(compile_loop);
   for (std::thread &t : workers) t.join();
+  kernels.copy_to_duplicates(results);
   return results;
 }
 
