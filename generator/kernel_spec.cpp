@@ -55,6 +55,16 @@ llvm::Error validate_decode_fields(const Problem &problem, const KernelConfig &c
           "splits={0} exceeds the {1} key tiles of block_n={2} keys (seqlen_k={3}): each split "
           "needs at least one; use splits <= {1}",
           config.splits, tiles, config.block_n, problem.seqlen_k));
+    // The kernel numbers its work tiles (query blocks x splits x heads x
+    // batch) in 32 bits; 64-row tiles are the most of them.
+    const int64_t heads = config.pack_gqa == GqaPacking::on ? problem.heads_kv : problem.heads_q;
+    const int64_t work = (problem.seqlen_q + 63) / 64 * heads * problem.batch * config.splits;
+    if (work > std::numeric_limits<int32_t>::max())
+      return problem_error(llvm::formatv(
+          "splits={0} makes {1} work tiles (query blocks x splits x heads x batch), more than "
+          "the kernel numbers in 32 bits; use fewer splits (they pay only when the work tiles "
+          "do not fill the GPU)",
+          config.splits, work));
   }
   return llvm::Error::success();
 }

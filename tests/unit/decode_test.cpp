@@ -111,6 +111,11 @@ TEST(DecodeValidation, ExplainsEveryRefusal) {
             "needs at least one; use splits <= 8");
   c.splits = 8;
   EXPECT_EQ(error_of(make_forward_spec(p, c, kSm90a)), "");
+  // Work tiles beyond 32 bits: 65535 batches x 512 heads x 256 splits.
+  c.splits = 256;
+  EXPECT_NE(error_of(make_forward_spec(decode_problem(65535, 512, 512, 1, 32768), c, kSm90a))
+                .find("work tiles (query blocks x splits x heads x batch), more than"),
+            std::string::npos);
 
   KernelConfig sm80{KernelPath::sm80, 128, 64, 4, 2};
   sm80.splits = 4;
