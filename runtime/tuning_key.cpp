@@ -53,10 +53,14 @@ void store(T value, llvm::StringRef name, StoredConfig &stored) {
   std::visit(
       [&](auto *out) {
         using Stored = std::remove_pointer_t<decltype(out)>;
-        if constexpr (std::is_enum_v<T> && std::is_same_v<Stored, std::string>)
-          *out = to_string(value);
-        else if constexpr (std::is_arithmetic_v<T> && std::is_arithmetic_v<Stored>)
+        // The enum test first and alone: clang checks a branch whose
+        // condition also names the lambda's parameter type at once, and
+        // to_string has no overload for the arithmetic fields.
+        if constexpr (std::is_enum_v<T>) {
+          if constexpr (std::is_same_v<Stored, std::string>) *out = to_string(value);
+        } else if constexpr (std::is_arithmetic_v<T> && std::is_arithmetic_v<Stored>) {
           *out = static_cast<Stored>(value);
+        }
       },
       field->ref(stored));
 }
