@@ -32,6 +32,9 @@ struct FwdSm90Traits {
   // 64) for decode, where a 128-row tile would compute mostly padding rows
   // and the kernel must stay bound by reading K and V.
   static constexpr int kBlockM = 128;
+  // Packed GQA: a group's query heads share one 64-row warpgroup, so at
+  // most 64 of them pack.
+  static constexpr int kMaxPackedHeads = FwdSm90Layout::kWarpgroupRows;
   static bool block_m_allowed(int head_dim, int block_m) {
     return block_m == 64 || block_m == 128 || (block_m == 192 && head_dim == 64);
   }

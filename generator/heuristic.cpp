@@ -47,7 +47,6 @@ void preferred(int d, int dv, TileChoice out[4]) {
 namespace {
 
 constexpr int kDefaultSmCount = 132;  // H100 SXM, H200
-constexpr int kMaxPackedHeads = 64;   // one warpgroup's rows
 constexpr int kMaxHeuristicSplits = 128;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -72,7 +71,7 @@ int64_t forward_work_tiles(const Problem &problem, const KernelConfig &config) {
 
 bool pack_gqa_pays(const Problem &problem) {
   const int64_t ratio = problem.heads_q / problem.heads_kv;
-  if (ratio < 2 || ratio > kMaxPackedHeads) return false;
+  if (ratio < 2 || ratio > FwdSm90Traits::kMaxPackedHeads) return false;
   // Filled rows per 64-row warpgroup tile, unpacked against packed.
   auto efficiency = [](int64_t rows) { return double(rows) / (ceil_div(rows, 64) * 64); };
   return efficiency(problem.seqlen_q * ratio) > efficiency(problem.seqlen_q) / 0.9;

@@ -19,8 +19,6 @@ llvm::Error problem_error(const llvm::Twine &message) {
 }
 
 constexpr int kMaxSplits = 256;
-// A warpgroup's 64 rows hold whole groups of packed heads.
-constexpr int64_t kMaxPackedHeads = 64;
 
 // splits and pack_gqa: in range, and asked only of the family that has them.
 llvm::Error validate_decode_fields(const Problem &problem, const KernelConfig &config) {
@@ -42,11 +40,11 @@ llvm::Error validate_decode_fields(const Problem &problem, const KernelConfig &c
       return problem_error("pack_gqa=on: GQA packing is implemented in the sm90 family only; "
                            "use pack_gqa=off (or auto) with the sm80 family");
     const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
-    if (ratio > kMaxPackedHeads)
+    if (ratio > FwdSm90Traits::kMaxPackedHeads)
       return problem_error(llvm::formatv(
           "pack_gqa=on with heads_q/heads_kv={0}: at most {1} query heads pack into a tile's "
           "64-row warpgroup; use pack_gqa=off",
-          ratio, kMaxPackedHeads));
+          ratio, FwdSm90Traits::kMaxPackedHeads));
   }
   if (config.splits > 1) {
     const int64_t tiles = forward_key_tiles(problem, config.block_n);

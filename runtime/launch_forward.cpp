@@ -116,12 +116,11 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
         });
   };
   ForwardKernels out;
-  auto main = load(spec.id(), forward_launch_geometry(spec, class_problem(spec)).dynamic_smem_bytes,
-                   false);
+  const LaunchGeometry geometry = forward_launch_geometry(spec, class_problem(spec));
+  auto main = load(spec.id(), geometry.dynamic_smem_bytes, false);
   if (!main) return main.takeError();
   out.main = &*main;
-  const int threads = forward_launch_geometry(spec, class_problem(spec)).block.x;
-  auto per_sm = out.main->occupancy(threads);
+  auto per_sm = out.main->occupancy(int(geometry.block.x));
   if (!per_sm) return per_sm.takeError();
   out.resident_ctas = out.main->sm_count() * std::max(*per_sm, 1);
   if (spec.split_kv) {
