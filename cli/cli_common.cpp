@@ -48,6 +48,12 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       causal("causal", cl::desc("Same as --mask causal"), cl::cat(category), problem_subs),
       FLASHJIT_PROBLEM_FLAG(softcap, "softcap", "0", "X", "Logit softcap (0: off)"),
       FLASHJIT_PROBLEM_FLAG(scale, "scale", "0", "S", "Softmax scale (0: 1/sqrt(hdim))"),
+      FLASHJIT_PROBLEM_FLAG(page_size, "page-size", "0", "N",
+                            "Forward: K/V in a paged cache of N-row pages (a multiple of 16 in [16, 512]; 0: contiguous)"),
+      cache_seqlens("cache-seqlens",
+                    cl::desc("Forward: a KV cache whose sequences hold different key counts, up to "
+                             "--seqlen-k (run/tune draw them at random)"),
+                    cl::cat(category), problem_subs),
       FLASHJIT_CONFIG_FLAG(path, "path", "auto", "auto|sm80|sm90", "Kernel family (auto: sm90 on Hopper where it serves the problem)"),
       FLASHJIT_CONFIG_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
@@ -79,6 +85,8 @@ ProblemFlagValues ProblemOptions::values() const {
   v.causal = causal;
   v.softcap = softcap;
   v.scale = scale;
+  v.page_size = page_size;
+  v.cache_seqlens = cache_seqlens;
   v.path = path;
   v.block_m = block_m;
   v.block_n = block_n;
@@ -97,7 +105,8 @@ std::string ProblemOptions::first_given() const {
       {&heads_kv, "--heads-kv"}, {&seqlen, "--seqlen"},   {&seqlen_q, "--seqlen-q"},
       {&seqlen_k, "--seqlen-k"}, {&hdim, "--hdim"},       {&hdim_v, "--hdim-v"},
       {&mask, "--mask"},       {&causal, "--causal"},     {&softcap, "--softcap"},
-      {&scale, "--scale"},     {&pass, "--pass"},         {&deterministic, "--deterministic"}};
+      {&scale, "--scale"},     {&page_size, "--page-size"}, {&cache_seqlens, "--cache-seqlens"},
+      {&pass, "--pass"},       {&deterministic, "--deterministic"}};
   for (const auto &[option, name] : flags)
     if (option->getNumOccurrences()) return name;
   return "";

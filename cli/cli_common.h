@@ -45,8 +45,9 @@ struct ProblemOptions {
   llvm::cl::opt<std::string> dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
       hdim_v, mask;
   llvm::cl::opt<bool> causal;
-  llvm::cl::opt<std::string> softcap, scale, path, block_m, block_n, warps, stages, splits,
-      pack_gqa, pass;
+  llvm::cl::opt<std::string> softcap, scale, page_size;
+  llvm::cl::opt<bool> cache_seqlens;
+  llvm::cl::opt<std::string> path, block_m, block_n, warps, stages, splits, pack_gqa, pass;
   llvm::cl::opt<bool> deterministic;
 };
 

@@ -26,6 +26,8 @@ struct ProblemFlagValues {
   bool causal = false;  // --causal, the same as --mask causal
   std::string softcap = "0";
   std::string scale = "0";
+  std::string page_size = "0";  // --page-size: K/V in pages of N rows (0: contiguous)
+  bool cache_seqlens = false;   // --cache-seqlens: per-sequence key counts (a KV cache)
   std::string path = "sm80";
   std::string block_m = "0";
   std::string block_n = "0";

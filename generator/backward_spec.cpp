@@ -13,6 +13,9 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
   auto fail = [](const llvm::Twine &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
   };
+  if (problem.seqused_k || problem.page_size > 0)
+    return fail("the backward takes no KV cache (seqused_k, page_size): a cache is an "
+                "inference input; pass K and V as dense tensors of equal lengths");
   if (arch.sm() < 80)
     return fail(llvm::formatv("architecture {0} is not supported: flashjit needs sm_80 or newer",
                               arch.name()));

@@ -45,6 +45,15 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
       break;
   }
   p.num_splits = 1;  // the launch sets the split-KV workspace and count
+  if (problem.seqused_k) {
+    p.seqused_k = args.cache.cache_seqlens;
+    p.seqlen_new = static_cast<int>(args.cache.k_new ? args.cache.seqlen_new : 0);
+  }
+  if (problem.page_size > 0) {
+    p.page_table = args.cache.page_table;
+    p.page_table_stride = args.cache.page_table_stride;
+    p.num_pages = static_cast<int>(args.cache.num_pages);
+  }
   float scale = problem.effective_scale();
   if (problem.softcap != 0.f) {
     // softcap * tanh(scale * s / softcap): the kernel applies score_scale
@@ -55,6 +64,36 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
     p.score_scale = 1.f;
     p.softmax_scale_log2 = scale * kLog2e;
   }
+  return p;
+}
+
+KvAppendParams make_kv_append_params(const Problem &problem, const ForwardArgs &args) {
+  const KvCacheArgs &c = args.cache;
+  KvAppendParams p{};
+  p.k_new = c.k_new;
+  p.v_new = c.v_new;
+  p.k_cache = const_cast<void *>(args.k);  // the cache is the forward's K/V input
+  p.v_cache = const_cast<void *>(args.v);
+  p.k_new_batch_stride = c.k_new_strides.batch;
+  p.k_new_row_stride = c.k_new_strides.seq;
+  p.k_new_head_stride = c.k_new_strides.head;
+  p.v_new_batch_stride = c.v_new_strides.batch;
+  p.v_new_row_stride = c.v_new_strides.seq;
+  p.v_new_head_stride = c.v_new_strides.head;
+  p.k_batch_stride = args.k_strides.batch;
+  p.k_row_stride = args.k_strides.seq;
+  p.k_head_stride = args.k_strides.head;
+  p.v_batch_stride = args.v_strides.batch;
+  p.v_row_stride = args.v_strides.seq;
+  p.v_head_stride = args.v_strides.head;
+  p.seqused_k = c.cache_seqlens;
+  p.page_table = c.page_table;
+  p.page_table_stride = c.page_table_stride;
+  p.num_pages = static_cast<int>(c.num_pages);
+  p.seqlen_new = static_cast<int>(c.seqlen_new);
+  p.seqlen_k = static_cast<int>(problem.seqlen_k);
+  p.heads_kv = static_cast<int>(problem.heads_kv);
+  p.batch = static_cast<int>(problem.batch);
   return p;
 }
 

@@ -11,4 +11,8 @@ namespace flashjit {
 // sequence reaches, so the kernel needs no special case for them.
 FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args);
 
+// The append kernel's block (templates/kv_append.cuh) for a call with
+// args.cache.k_new: the new keys and values into the cache.
+KvAppendParams make_kv_append_params(const Problem &problem, const ForwardArgs &args);
+
 }  // namespace flashjit

@@ -25,6 +25,7 @@ struct FwdSm90Traits {
   int warps = 0;
   int stages = 0;
   int pack_gqa = 1;  // query heads packed into a tile's rows (1: none)
+  int page_size = 0;  // K/V rows per page (0: contiguous)
 
   // 64 query rows per consumer warpgroup: two (block_m 128) at every head
   // dim, three (block_m 192) at head dim 64, whose short GEMMs leave a
@@ -43,7 +44,9 @@ struct FwdSm90Traits {
   static constexpr int kSmemBudget = FwdSm90Layout::kSmemBudget;
 
   // The layout arithmetic, compiled from the header the kernel uses.
-  FwdSm90Layout layout() const { return {head_dim, block_m, block_n, stages, pack_gqa}; }
+  FwdSm90Layout layout() const {
+    return {head_dim, block_m, block_n, stages, pack_gqa, page_size};
+  }
   int threads() const { return 32 * warps; }
   int tile_bytes() const { return layout().kv_tile_bytes(); }  // one K or V tile
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q

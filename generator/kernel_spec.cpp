@@ -132,6 +132,16 @@ llvm::Error validate_problem(const Problem &p) {
         "batch*heads_q*ceil(seqlen_q/128)={0} query tiles exceed {1} (kernels number them in "
         "32 bits)",
         tiles, kMaxInt));
+  if (p.page_size != 0 && (p.page_size < 16 || p.page_size > 512 || p.page_size % 16 != 0))
+    return problem_error(llvm::formatv(
+        "page_size={0} is not supported: expected 0 (contiguous K/V) or a multiple of 16 in "
+        "[16, 512]",
+        p.page_size));
+  if (p.page_size > 0 && p.seqlen_k % p.page_size != 0)
+    return problem_error(llvm::formatv(
+        "seqlen_k={0} is not a multiple of page_size={1}: with a paged cache seqlen_k is the "
+        "page table's width (pages per sequence) times page_size",
+        p.seqlen_k, p.page_size));
   if (p.mask != MaskKind::none && p.mask != MaskKind::causal && p.mask != MaskKind::window)
     return problem_error(llvm::formatv("mask={0} is not none, causal or window",
                                        static_cast<int>(p.mask)));
@@ -156,6 +166,8 @@ std::string KernelSpec::id() const {
   std::string decode;
   if (pack_gqa > 1) decode += llvm::formatv("_gqa{0}", pack_gqa).str();
   if (split_kv) decode += "_split";
+  if (seqused_k) decode += "_seqused";
+  if (page_size > 0) decode += llvm::formatv("_page{0}", page_size).str();
   return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}{13}_{10}",
                        to_string(config.path), to_string(dtype), head_dim_qk, head_dim_v,
                        to_string(mask), softcap ? "softcap" : "nocap", config.block_m,
@@ -179,6 +191,8 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
     const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
     spec.pack_gqa = config.pack_gqa == GqaPacking::on ? static_cast<int>(ratio) : 1;
     spec.split_kv = config.splits > 1;
+    spec.seqused_k = problem.seqused_k;
+    spec.page_size = problem.page_size;
   }
   return spec;
 }
@@ -198,6 +212,11 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
                          " (fill it with default_forward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   if (llvm::Error e = validate_decode_fields(problem, config)) return e;
+  if (config.path == KernelPath::sm80 && (problem.seqused_k || problem.page_size > 0))
+    return problem_error(
+        "a KV cache (per-sequence key counts or pages) is implemented in the sm90 family only "
+        "(head dims 64, 128 and 256 on an sm_90a device); use path sm90 or auto there, or a "
+        "contiguous cache of equal lengths");
   if (config.path == KernelPath::sm90) {
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages, max_smem_bytes);
@@ -225,7 +244,7 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
                                        int sm_count, int num_splits) {
   if (spec.config.path == KernelPath::sm90) {
     const FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
-                          spec.config.warps, spec.config.stages, spec.pack_gqa};
+                          spec.config.warps, spec.config.stages, spec.pack_gqa, spec.page_size};
     const FwdSm90Layout layout = t.layout();
     // Packed: the work tiles' rows are positions x the group's heads, and
     // there is one per KV head.
@@ -260,6 +279,15 @@ LaunchGeometry forward_combine_geometry(const Problem &problem) {
   return g;
 }
 
+LaunchGeometry kv_append_geometry(const Problem &problem, int64_t seqlen_new) {
+  LaunchGeometry g;  // kv_append.cuh: 128 threads
+  g.grid.x = static_cast<unsigned>(std::max<int64_t>(seqlen_new, 1));
+  g.grid.y = static_cast<unsigned>(problem.batch);
+  g.block.x = 128;
+  g.dynamic_smem_bytes = 0;
+  return g;
+}
+
 int64_t forward_key_tiles(const Problem &problem, int block_n) {
   if (block_n <= 0) return 0;
   // Masks leave some query blocks fewer: their surplus splits write empty
@@ -290,6 +318,9 @@ Problem class_problem(const KernelSpec &spec) {
   p.head_dim_v = spec.head_dim_v;
   p.mask = spec.mask;
   p.softcap = spec.softcap ? 1.f : 0.f;
+  p.seqused_k = spec.seqused_k;
+  p.page_size = spec.page_size;
+  if (p.page_size > 0) p.seqlen_k = p.page_size;
   return p;
 }
 

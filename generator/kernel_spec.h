@@ -32,11 +32,16 @@ struct KernelSpec {
   // count itself is a launch parameter) and carries the combine kernel.
   int pack_gqa = 1;
   bool split_kv = false;
+  // Forward only, the problem's KV cache: per-sequence key counts read on
+  // the device, and the rows of a K/V page (0: contiguous K/V).
+  bool seqused_k = false;
+  int page_size = 0;
 
   // Readable and unique: every parameter appears in it, e.g.
   // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
-  // (the pass first: bwd_... for the backward kernels; _gqa4 and _split
-  // before the arch where the forward packs GQA heads or splits the keys)
+  // (the pass first: bwd_... for the backward kernels; _gqa4, _split,
+  // _seqused and _page64 before the arch where the forward packs GQA heads,
+  // splits the keys, reads per-sequence key counts or pages)
   std::string id() const;
   bool operator==(const KernelSpec &) const = default;
 };
@@ -79,6 +84,9 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
 
 // The split-KV combine kernel's launch: one warp per output row.
 LaunchGeometry forward_combine_geometry(const Problem &problem);
+
+// The KV-cache append kernel's launch: one CTA per new row and sequence.
+LaunchGeometry kv_append_geometry(const Problem &problem, int64_t seqlen_new);
 
 // The key tiles of `block_n` keys the longest work tile of `problem` visits
 // (a split count above it leaves splits with nothing to do).

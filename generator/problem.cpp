@@ -56,6 +56,8 @@ std::string describe(const Problem &p) {
                                    p.seqlen_k, p.head_dim_qk, p.head_dim_v, mask)
                          .str();
   if (p.softcap != 0.f) text += llvm::formatv(" softcap={0}", p.softcap).str();
+  if (p.seqused_k) text += " seqused_k";
+  if (p.page_size > 0) text += llvm::formatv(" page={0}", p.page_size).str();
   return text;
 }
 

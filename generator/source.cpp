@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -56,7 +57,7 @@ void expand_into(llvm::StringRef text, llvm::raw_ostream &os, llvm::StringSet<> 
 // set), then the kernel templates.
 std::string write_source(llvm::StringRef what, const KernelSpec &spec,
                          std::optional<bool> deterministic,
-                         std::initializer_list<llvm::StringRef> kernel_headers) {
+                         llvm::ArrayRef<llvm::StringRef> kernel_headers) {
   const KernelConfig &c = spec.config;
   const char *softcap = spec.softcap ? "true" : "false";
   std::string out;
@@ -79,7 +80,9 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
     os << "constexpr bool kDeterministic = " << (*deterministic ? "true" : "false") << ";\n";
   if (spec.pass == Pass::forward)
     os << "constexpr int kPackGqa = " << spec.pack_gqa << ";\n"
-       << "constexpr bool kSplitKv = " << (spec.split_kv ? "true" : "false") << ";\n";
+       << "constexpr bool kSplitKv = " << (spec.split_kv ? "true" : "false") << ";\n"
+       << "constexpr bool kSeqUsedK = " << (spec.seqused_k ? "true" : "false") << ";\n"
+       << "constexpr int kPageSize = " << spec.page_size << ";\n";
   if (std::optional<WarpRoleRegisters> roles = warp_role_registers(spec))
     os << "constexpr int kProducerRegisters = " << roles->producer << ";\n"
        << "constexpr int kConsumerRegisters = " << roles->consumer << ";\n";
@@ -116,13 +119,19 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
   out.entries = {out.entry};
   out.headers = embedded_templates();
   const char *kernel = sm90 ? "fwd_sm90.cuh" : "fwd_sm80.cuh";
+  std::vector<llvm::StringRef> headers = {kernel};
   if (spec.split_kv) {
     // The combine kernel merges the splits' partials (generator/kernel_spec.h).
     out.entries.push_back("flashjit_fwd_combine");
-    out.source = write_source("forward kernels", spec, std::nullopt, {kernel, "fwd_combine.cuh"});
-  } else {
-    out.source = write_source("forward kernel", spec, std::nullopt, {kernel});
+    headers.push_back("fwd_combine.cuh");
   }
+  if (spec.seqused_k) {
+    // A KV cache's append of this step's keys and values (kv_append.cuh).
+    out.entries.push_back("flashjit_kv_append");
+    headers.push_back("kv_append.cuh");
+  }
+  out.source = write_source(headers.size() > 1 ? "forward kernels" : "forward kernel", spec,
+                            std::nullopt, headers);
   out.options = compile_options();
   return out;
 }

@@ -15,8 +15,15 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // the budgets of two, which the register tiles were sized for. Two such
   // CTAs an SM (launch bounds of 2, 24/232 from a pool of 2 x 128) measured
   // slower on the H200 (docs/PERF.md), so one.
-  if (spec.config.block_m == 64)
+  // A paged cache's producer warp also reads page indices and shuffles them
+  // to its leader: 24 registers spilled 12-16 bytes there (ptxas -v).
+  const bool paged = spec.page_size > 0;
+  if (spec.config.block_m == 64) {
+    if (paged) return WarpRoleRegisters{56, 240, 1};
     return spec.head_dim_qk == 256 ? WarpRoleRegisters{40, 232, 1} : WarpRoleRegisters{24, 240, 1};
+  }
+  if (paged && spec.config.block_m == 128) return WarpRoleRegisters{40, 232, 2};
+  if (paged && spec.config.block_m == 192) return WarpRoleRegisters{48, 152, 3};
   // FlashAttention-3's 24/240 split, except at head dim 256, whose producer
   // (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and whose
   // consumers, without intra-warpgroup overlap, need fewer than 232.

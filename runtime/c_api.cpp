@@ -105,15 +105,14 @@ std::string convert_config(const char *fn, const flashjit_config *c,
   return "";
 }
 
-int forward_impl(const flashjit_problem *p, const flashjit_forward_args *a, void *stream,
-                 const flashjit_config *c) {
-  if (!p) return fail("flashjit_forward: problem is NULL");
-  if (!a) return fail("flashjit_forward: args is NULL");
+int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forward_args *a,
+                 const flashjit_kvcache_args *kv, void *stream, const flashjit_config *c) {
+  if (!p) return fail(std::string(fn) + ": problem is NULL");
+  if (!a) return fail(std::string(fn) + ": args is NULL");
   flashjit::Problem problem;
   flashjit::ForwardOptions options;
-  if (std::string e = convert_problem("flashjit_forward", *p, problem); !e.empty())
-    return fail(e);
-  if (std::string e = convert_config("flashjit_forward", c, options); !e.empty()) return fail(e);
+  if (std::string e = convert_problem(fn, *p, problem); !e.empty()) return fail(e);
+  if (std::string e = convert_config(fn, c, options); !e.empty()) return fail(e);
 
   flashjit::ForwardArgs args;
   args.q = a->q;
@@ -125,6 +124,19 @@ int forward_impl(const flashjit_problem *p, const flashjit_forward_args *a, void
   args.k_strides = strides(a->k_stride_batch, a->k_stride_seq, a->k_stride_head);
   args.v_strides = strides(a->v_stride_batch, a->v_stride_seq, a->v_stride_head);
   args.o_strides = strides(a->o_stride_batch, a->o_stride_seq, a->o_stride_head);
+  if (kv) {
+    args.cache.cache_seqlens = kv->cache_seqlens;
+    args.cache.page_table = kv->page_table;
+    args.cache.page_table_stride = kv->page_table_stride;
+    args.cache.num_pages = kv->num_pages;
+    args.cache.k_new = kv->k_new;
+    args.cache.v_new = kv->v_new;
+    args.cache.seqlen_new = kv->seqlen_new;
+    args.cache.k_new_strides =
+        strides(kv->k_new_stride_batch, kv->k_new_stride_seq, kv->k_new_stride_head);
+    args.cache.v_new_strides =
+        strides(kv->v_new_stride_batch, kv->v_new_stride_seq, kv->v_new_stride_head);
+  }
 
   flashjit::Status status =
       flashjit::forward(problem, args, static_cast<CUstream_st *>(stream), options);
@@ -188,8 +200,17 @@ extern "C" {
 
 int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_args *args,
                      void *stream, const flashjit_config *config) {
-  return guarded("flashjit_forward",
-                 [&] { return forward_impl(problem, args, stream, config); });
+  return guarded("flashjit_forward", [&] {
+    return forward_impl("flashjit_forward", problem, args, nullptr, stream, config);
+  });
+}
+
+int flashjit_forward_kvcache(const flashjit_problem *problem, const flashjit_forward_args *args,
+                             const flashjit_kvcache_args *cache, void *stream,
+                             const flashjit_config *config) {
+  return guarded("flashjit_forward_kvcache", [&] {
+    return forward_impl("flashjit_forward_kvcache", problem, args, cache, stream, config);
+  });
 }
 
 int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,

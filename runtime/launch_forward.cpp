@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -61,16 +62,78 @@ class PlanCache {
 }  // namespace
 
 llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &args) {
-  const TensorCheck tensors[] = {
+  const KvCacheArgs &cache = args.cache;
+  auto fail = [](const llvm::Twine &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+  };
+  const bool paged = problem.page_size > 0;
+  // Paged K/V are [num_pages, page_size, heads_kv, d].
+  const int64_t kv_outer = paged ? cache.num_pages : problem.batch;
+  const int64_t kv_rows = paged ? problem.page_size : problem.seqlen_k;
+  if (paged && (cache.num_pages < 1 || cache.num_pages > std::numeric_limits<int32_t>::max()))
+    return fail(llvm::formatv("cache.num_pages={0} is invalid: a paged cache (page_size={1}) "
+                              "needs 1 to 2^31-1 pages (K and V's first dimension)",
+                              cache.num_pages, problem.page_size));
+  llvm::SmallVector<TensorCheck, 6> tensors = {
       {"q", args.q, args.q_strides, problem.batch, problem.seqlen_q, problem.heads_q},
-      {"k", args.k, args.k_strides, problem.batch, problem.seqlen_k, problem.heads_kv},
-      {"v", args.v, args.v_strides, problem.batch, problem.seqlen_k, problem.heads_kv},
+      {"k", args.k, args.k_strides, kv_outer, kv_rows, problem.heads_kv},
+      {"v", args.v, args.v_strides, kv_outer, kv_rows, problem.heads_kv},
       {"o", args.o, args.o_strides, problem.batch, problem.seqlen_q, problem.heads_q},
   };
+  llvm::SmallVector<PointerCheck, 3> extra;
   // The LSE output is optional.
-  const PointerCheck lse[] = {{"lse", args.lse, alignof(float)}};
-  return check_tensors(tensors, args.lse ? llvm::ArrayRef<PointerCheck>(lse)
-                                         : llvm::ArrayRef<PointerCheck>());
+  if (args.lse) extra.push_back({"lse", args.lse, alignof(float)});
+  const bool has_cache = problem.seqused_k || paged;
+  if (!has_cache) {
+    if (cache.cache_seqlens || cache.page_table || cache.k_new || cache.v_new)
+      return fail("cache arguments (cache_seqlens, page_table, k_new, v_new) were given for a "
+                  "problem without a KV cache: set Problem::seqused_k (and page_size when "
+                  "paged)");
+    return check_tensors(tensors, extra);
+  }
+  if (problem.seqused_k != (cache.cache_seqlens != nullptr))
+    return fail(problem.seqused_k
+                    ? "cache.cache_seqlens is null: the problem has per-sequence key counts "
+                      "(seqused_k); pass an int32 [batch] device array"
+                    : "cache.cache_seqlens was given but the problem has no per-sequence key "
+                      "counts: set Problem::seqused_k");
+  if (problem.seqused_k) extra.push_back({"cache_seqlens", cache.cache_seqlens, alignof(int32_t)});
+  if (paged) {
+    if (!cache.page_table)
+      return fail(llvm::formatv("cache.page_table is null: a paged cache (page_size={0}) needs an "
+                                "int32 [batch, seqlen_k / page_size] device array",
+                                problem.page_size));
+    const int64_t width = problem.seqlen_k / problem.page_size;
+    if (problem.batch > 1 && (cache.page_table_stride < width ||
+                              cache.page_table_stride > (int64_t(1) << 40)))
+      return fail(llvm::formatv("cache.page_table_stride={0} is invalid: expected at least the "
+                                "table's width seqlen_k / page_size = {1} (rows must not "
+                                "overlap) and below 2^40",
+                                cache.page_table_stride, width));
+    extra.push_back({"page_table", cache.page_table, alignof(int32_t)});
+  } else if (cache.page_table) {
+    return fail("cache.page_table was given but the problem's page_size is 0 (contiguous K/V)");
+  }
+  if ((cache.k_new != nullptr) != (cache.v_new != nullptr))
+    return fail("cache.k_new and cache.v_new: pass both (this step's keys and values) or neither");
+  if (cache.k_new) {
+    if (!problem.seqused_k)
+      return fail("cache.k_new/v_new need cache_seqlens (Problem::seqused_k): the new keys are "
+                  "written at each sequence's cache_seqlens");
+    if (cache.seqlen_new < 1 || cache.seqlen_new > problem.seqlen_k)
+      return fail(llvm::formatv("cache.seqlen_new={0} is invalid: expected 1 to seqlen_k={1} "
+                                "new keys per sequence",
+                                cache.seqlen_new, problem.seqlen_k));
+    tensors.push_back({"k_new", cache.k_new, cache.k_new_strides, problem.batch,
+                       cache.seqlen_new, problem.heads_kv});
+    tensors.push_back({"v_new", cache.v_new, cache.v_new_strides, problem.batch,
+                       cache.seqlen_new, problem.heads_kv});
+  } else if (cache.seqlen_new != 0) {
+    return fail(llvm::formatv("cache.seqlen_new={0} without k_new/v_new: pass the new keys and "
+                              "values, or 0",
+                              cache.seqlen_new));
+  }
+  return check_tensors(tensors, extra);
 }
 
 llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
@@ -102,31 +165,35 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
   // The ID names every parameter of the compiled code, the architecture
   // included (cubins are arch-specific); the cache adds the context. Each
   // entry of the program is loaded under its own key.
-  auto load = [&](const std::string &key, int smem, bool combine) {
+  auto load = [&](const std::string &key, int smem, const char *entry) {
     return KernelCache::process().get_or_build(
         key, context->context, [&]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
           // From the database's cubin store when there (no NVRTC run), else
           // compiled and stored for the next process.
           auto cubin = forward_cubin(spec, process_tuning_db());
           if (!cubin) return cubin.takeError();
-          auto kernel = LoadedKernel::load(cubin->bytes,
-                                           combine ? "flashjit_fwd_combine" : cubin->entry, smem);
+          auto kernel = LoadedKernel::load(cubin->bytes, entry ? std::string(entry) : cubin->entry, smem);
           if (!kernel) return kernel.takeError();
           return std::make_unique<LoadedKernel>(std::move(*kernel));
         });
   };
   ForwardKernels out;
   const LaunchGeometry geometry = forward_launch_geometry(spec, class_problem(spec));
-  auto main = load(spec.id(), geometry.dynamic_smem_bytes, false);
+  auto main = load(spec.id(), geometry.dynamic_smem_bytes, nullptr);
   if (!main) return main.takeError();
   out.main = &*main;
   auto per_sm = out.main->occupancy(int(geometry.block.x));
   if (!per_sm) return per_sm.takeError();
   out.resident_ctas = out.main->sm_count() * std::max(*per_sm, 1);
   if (spec.split_kv) {
-    auto combine = load(spec.id() + "#combine", 0, true);
+    auto combine = load(spec.id() + "#combine", 0, "flashjit_fwd_combine");
     if (!combine) return combine.takeError();
     out.combine = &*combine;
+  }
+  if (spec.seqused_k) {
+    auto append = load(spec.id() + "#append", 0, "flashjit_kv_append");
+    if (!append) return append.takeError();
+    out.append = &*append;
   }
   return out;
 }
@@ -141,6 +208,19 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
     void *kernel_args[] = {&params};
     return kernels.main->launch(forward_launch_geometry(spec, problem), stream, kernel_args);
   };
+  if (args.cache.k_new) {
+    // The new keys and values land in the cache before the forward reads it
+    // (stream order).
+    if (!kernels.append)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "k_new/v_new need a kernel with per-sequence key counts "
+                                     "(Problem::seqused_k)");
+    KvAppendParams append = make_kv_append_params(problem, args);
+    void *append_args[] = {&append};
+    if (llvm::Error e = kernels.append->launch(kv_append_geometry(problem, args.cache.seqlen_new),
+                                               stream, append_args))
+      return e;
+  }
   params.num_splits = 1;
   if (num_splits <= 1 || !kernels.combine) return launch_main();
 

@@ -35,10 +35,13 @@ struct ForwardKernels {
   // grid's size, and the slots split counts are chosen for (decode tiles
   // small enough for two CTAs an SM get twice the SMs).
   int resident_ctas = 0;
+  // A KV cache's append of new keys and values (specs with seqused_k).
+  const LoadedKernel *append = nullptr;
 };
 llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec);
 
 // Enqueues `spec`'s kernels on `stream` with `num_splits` (forward_num_splits):
+// first the append of args.cache's new keys and values where there are any;
 // with more than one, the split-KV workspace is allocated stream-ordered
 // from flashjit's own pool (runtime/workspace_pool.h) and freed after the
 // combine kernel: the caller provides none. `params` comes from make_forward_params.

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "runtime/cuda_driver.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -103,11 +104,17 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
                : encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, p.seqlen_q, p.heads_q,
                         p.batch, args.q_strides, kQBoxRows);
   if (!q) return q.takeError();
-  auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch,
-                  args.k_strides, spec.config.block_n);
+  // Paged: [num_pages][page_size][heads_kv][d], read in boxes that never
+  // cross a page (common/fwd_key_sequence.cuh).
+  const bool paged = spec.page_size > 0;
+  const int64_t kv_rows = paged ? spec.page_size : p.seqlen_k;
+  const int64_t kv_outer = paged ? args.cache.num_pages : p.batch;
+  const int box_rows = kv_box_rows(spec.page_size, spec.config.block_n);
+  auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, kv_rows, p.heads_kv, kv_outer,
+                  args.k_strides, box_rows);
   if (!k) return k.takeError();
-  auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, p.seqlen_k, p.heads_kv, p.batch,
-                  args.v_strides, spec.config.block_n);
+  auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, kv_rows, p.heads_kv, kv_outer,
+                  args.v_strides, box_rows);
   if (!v) return v.takeError();
   maps.q = *q;
   maps.k = *k;

@@ -84,6 +84,7 @@
 // constant below is generator/fwd_sm90_traits.cpp.
 #pragma once
 
+#include "common/fwd_key_sequence.cuh"
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
 #include "common/fwd_sm90_layout.cuh"
@@ -102,7 +103,7 @@ using Ops = ElementOps<Element>;
 
 constexpr int kHeadDim = kHeadDimQK;
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
-constexpr FwdSm90Layout kLayout{kHeadDim, kBlockM, kBlockN, kStages, kPackGqa};
+constexpr FwdSm90Layout kLayout{kHeadDim, kBlockM, kBlockN, kStages, kPackGqa, kPageSize};
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
@@ -136,6 +137,11 @@ static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
 using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv>;
+using KeySequence = FwdKeySequence<kSeqUsedK, kPageSize, kBlockN>;
+// Paged K/V: the whole first producer warp runs the producer loop, its lanes
+// reading a tile's page indices at once; lane 0 issues the loads.
+constexpr bool kWarpProducer = KeySequence::kPaged;
+static_assert(KeySequence::kBoxRows == kLayout.kv_box_rows(), "the host encodes K/V boxes of these rows");
 using Epilogue = Sm90Epilogue<Element, kHeadDim, kPack, kLoadedRowsPerWg, kSplitKv>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
@@ -205,15 +211,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
   const int seqlen_q = p.seqlen_q;
-  const int seqlen_k = p.seqlen_k;
-  // Bottom-right alignment: row i lines up with key i + offset.
-  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
 
   const Scheduler sched(p);
-  // The K/V tiles any row of the work tile sees (this split's share of
-  // them): producer and consumers walk the same ones.
-  auto key_tiles_of = [&](const WorkTile &tile) {
-    return sched.key_tiles<Mask>(p, tile, offset, kBlockN);
+  // The K/V tiles any row of the work tile sees among its sequence's keys
+  // (this split's share of them): producer and consumers walk the same ones.
+  auto key_tiles_of = [&](const WorkTile &tile, const KeySequence &seq) {
+    return sched.key_tiles<Mask>(p, tile, seq.seqlen_k, seq.offset, kBlockN);
   };
 
   // The K/V ring's stage and phase of K/V tile `it` (counted over all work
@@ -244,28 +247,50 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // ---- producer ----------------------------------------------------------------
   if (warpgroup == 0) {
     setmaxnreg_dec<kProducerRegisters>();
-    if (tid / 32 == 0 && elect_one()) {
-      tma_prefetch_descriptor(&tma_q);
-      tma_prefetch_descriptor(&tma_k);
-      tma_prefetch_descriptor(&tma_v);
+    // `leader` issues every barrier operation and TMA load: the one elected
+    // thread, or lane 0 of the warp that reads page indices.
+    const bool producer = tid / 32 == 0 && (kWarpProducer || elect_one());
+    const bool leader = !kWarpProducer || tid == 0;
+    if (producer) {
+      if (leader) {
+        tma_prefetch_descriptor(&tma_q);
+        tma_prefetch_descriptor(&tma_k);
+        tma_prefetch_descriptor(&tma_v);
+      }
       int kv_iter = 0;  // K/V tiles loaded so far, over all work tiles
       for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
         const WorkTile tile = sched.tile(sched.work_index(j));
         const int kv_head = sched.kv_head(p, tile);
-        const TileSpan key_tiles = key_tiles_of(tile);
+        const KeySequence seq(p, tile.batch);
+        const TileSpan key_tiles = key_tiles_of(tile, seq);
         // K (or V) of tile t in its stage, once the consumers have released
         // what the stage held kStages tiles back (a fresh barrier's parity-1
-        // wait passes at once: the phase before its first).
+        // wait passes at once: the phase before its first). Paged, each lane
+        // reads one box's page index before the wait, so its latency hides
+        // under it.
         auto load_kv = [&](int t, bool v) {
           const int stage = stage_of(kv_iter + t);
-          mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
+          const int n0 = (key_tiles.first + t) * kBlockN;
+          int lane_page = tile.batch;
+          if constexpr (KeySequence::kPaged) lane_page = seq.box_page(p, tile.batch, n0, tid % 32);
           const u32 full = v ? v_full(stage) : k_full(stage);
           const u32 dst = smem + (v ? kOffsetV : kOffsetK) + stage * kKVTileBytes;
-          mbarrier_arrive_expect_tx(full, kKVTileBytes);
+          if (leader) {
+            mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
+            mbarrier_arrive_expect_tx(full, kKVTileBytes);
+          }
 #pragma unroll
-          for (int cb = 0; cb < kColBlocks; ++cb)
-            tma_load_4d(dst + cb * kKVColBlockBytes, v ? &tma_v : &tma_k, full, cb * 64,
-                        (key_tiles.first + t) * kBlockN, kv_head, tile.batch);
+          for (int box = 0; box < KeySequence::kBoxesPerTile; ++box) {
+            int outer = lane_page;
+            if constexpr (KeySequence::kPaged) outer = __shfl_sync(0xffffffffu, lane_page, box);
+            if (leader) {
+#pragma unroll
+              for (int cb = 0; cb < kColBlocks; ++cb)
+                tma_load_4d(dst + cb * kKVColBlockBytes + box * KeySequence::kBoxRows * kRowBytes,
+                            v ? &tma_v : &tma_k, full, cb * 64, seq.box_row(n0, box), kv_head,
+                            outer);
+            }
+          }
         };
         auto load_k = [&](int t) { load_kv(t, false); };
         auto load_v = [&](int t) { load_kv(t, true); };
@@ -281,10 +306,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         // for each. Its buffer's first use passes at once; later ones wait for
         // every consumer warp to be done with the Q kQStages work tiles back.
         const int qb = q_buffer_of(j);
-        mbarrier_wait(q_empty(qb), q_parity_of(j) ^ 1);
-        mbarrier_arrive_expect_tx(q_full(qb), kQLoadedBytes);
+        if (leader) {
+          mbarrier_wait(q_empty(qb), q_parity_of(j) ^ 1);
+          mbarrier_arrive_expect_tx(q_full(qb), kQLoadedBytes);
+        }
 #pragma unroll
-        for (int wg = 0; wg < kConsumerWarpgroups; ++wg)
+        for (int wg = 0; wg < kConsumerWarpgroups && leader; ++wg)
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb) {
             const u32 dst = smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes;
@@ -383,7 +410,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // place; `correction` is the factor O must be scaled by (applied by the
   // caller once the previous P V is complete). acc_s[4*nt + 2*h + c] is row
   // (group + 8h), column 8nt + 2*quad_lane + c.
-  auto softmax = [&](float (&acc_s)[kSRegisters], int wg_m0, int n0, float (&correction)[2]) {
+  auto softmax = [&](float (&acc_s)[kSRegisters], const KeySequence &seq, int wg_m0, int n0,
+                     float (&correction)[2]) {
+    const int seqlen_k = seq.seqlen_k;
+    const i64 offset = seq.offset;
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
@@ -535,7 +565,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
     const WorkTile tile = sched.tile(sched.work_index(j));
     const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
-    const TileSpan key_tiles = key_tiles_of(tile);
+    const KeySequence seq(p, tile.batch);
+    const TileSpan key_tiles = key_tiles_of(tile, seq);
     const int num_tiles = key_tiles.count;
     auto n0_of = [&](int t) { return (key_tiles.first + t) * kBlockN; };
     reset_o();
@@ -553,7 +584,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // other's GEMMs.
       for (int t = 0; t < num_tiles; ++t) {
         s_alone(acc_s, j, kv_iter + t);
-        softmax(acc_s, wg_m0, n0_of(t), correction);
+        softmax(acc_s, seq, wg_m0, n0_of(t), correction);
         rescale_o(correction);
         to_p(acc_s, p_frag);
         if (t + 1 == num_tiles) release_q(j);  // its last S is done
@@ -564,14 +595,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // then O += P(t) V(t) back to back, computes the softmax of S(t+1)
       // while P V runs, and only then rescales O and replaces P.
       s_alone(acc_s, j, kv_iter);
-      softmax(acc_s, wg_m0, n0_of(0), correction);  // O is still 0
+      softmax(acc_s, seq, wg_m0, n0_of(0), correction);  // O is still 0
       to_p(acc_s, p_frag);
       // The last tile is peeled off: with a fixed number of commit groups per
       // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
       // asynchronous (a conditional S issue made it serialise them, C7514).
       for (int t = 0; t + 1 < num_tiles; ++t) {
         s_and_pv(acc_s, j, kv_iter + t + 1, p_frag, kv_iter + t);
-        softmax(acc_s, wg_m0, n0_of(t + 1), correction);
+        softmax(acc_s, seq, wg_m0, n0_of(t + 1), correction);
         finish_pv(kv_iter + t);
         rescale_o(correction);
         to_p(acc_s, p_frag);

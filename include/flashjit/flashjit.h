@@ -27,6 +27,10 @@ typedef struct flashjit_problem {
   int64_t window_left, window_right; /* -1: unbounded */
   float softmax_scale;               /* 0: 1/sqrt(head_dim_qk) */
   float softcap;                     /* 0: off */
+  /* KV cache (flashjit_forward_kvcache): 1 when each sequence's key count
+   * comes from cache_seqlens; page_size > 0 when K/V are pages. */
+  int32_t page_size; /* 0: contiguous; else a multiple of 16 in [16, 512] */
+  int32_t seqused_k;
 } flashjit_problem;
 
 /* Element strides; the last dimension is contiguous. */
@@ -39,6 +43,26 @@ typedef struct flashjit_forward_args {
   int64_t v_stride_batch, v_stride_seq, v_stride_head;
   int64_t o_stride_batch, o_stride_seq, o_stride_head;
 } flashjit_forward_args;
+
+/* A KV cache (flash_attn_with_kvcache), for a problem with seqused_k or
+ * page_size: cache_seqlens [batch] int32 (each sequence's cached keys; its
+ * key count is min(cache_seqlens[b] + seqlen_new, seqlen_k)); with page_size,
+ * k/v of flashjit_forward_args are [num_pages, page_size, heads_kv, d] (their
+ * batch strides step between pages) and page_table [batch, seqlen_k /
+ * page_size] int32 rows page_table_stride apart list each sequence's pages.
+ * k_new/v_new [batch, seqlen_new, heads_kv, d] (optional, both or neither)
+ * are written into the cache at cache_seqlens[b] before attention. Device
+ * values are clamped: no table or count content makes a kernel access memory
+ * outside the cache (a page index outside [0, num_pages) reads zeros). */
+typedef struct flashjit_kvcache_args {
+  const int32_t *cache_seqlens;
+  const int32_t *page_table;
+  int64_t page_table_stride, num_pages;
+  const void *k_new, *v_new;
+  int64_t seqlen_new;
+  int64_t k_new_stride_batch, k_new_stride_seq, k_new_stride_head;
+  int64_t v_new_stride_batch, v_new_stride_seq, v_new_stride_head;
+} flashjit_kvcache_args;
 
 /* Gradients: dq like q, dk/dv like k/v (summed over the query heads that
  * share a KV head), o and lse from the forward pass. workspace: device memory
@@ -76,6 +100,12 @@ typedef struct flashjit_config {
  * config may be NULL. */
 int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_args *args,
                      void *stream, const flashjit_config *config);
+
+/* flashjit_forward over a KV cache; cache may be NULL only for a problem
+ * without one (then the same as flashjit_forward). */
+int flashjit_forward_kvcache(const flashjit_problem *problem, const flashjit_forward_args *args,
+                             const flashjit_kvcache_args *cache, void *stream,
+                             const flashjit_config *config);
 
 int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
                       void *stream, const flashjit_config *config);

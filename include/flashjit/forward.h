@@ -18,6 +18,38 @@ struct TensorStrides {
   int64_t head = 0;
 };
 
+// A KV cache's device data (flash_attn_with_kvcache's arguments), for a
+// problem with seqused_k or page_size set. Page indices and key counts are
+// device data the host cannot check without a synchronisation; the kernels
+// clamp every key count to [0, seqlen_k] and read a page index outside
+// [0, num_pages) as a page of zeros, so no content makes them access memory
+// outside the cache. Slots of a sequence's last page (or of a contiguous
+// cache) past its key count are read and masked: they must hold finite
+// values, as a zero-initialised cache does.
+struct KvCacheArgs {
+  // [batch] int32: each sequence's keys already in the cache (0 allowed).
+  // Required when Problem::seqused_k; its key count is then
+  // min(cache_seqlens[b] + seqlen_new, seqlen_k).
+  const int32_t *cache_seqlens = nullptr;
+  // Problem::page_size > 0: K and V are [num_pages, page_size, heads_kv, d]
+  // (their strides' `batch` steps from page to page) and row b of
+  // page_table ([batch, seqlen_k / page_size] int32, rows page_table_stride
+  // elements apart) lists sequence b's pages in key order.
+  const int32_t *page_table = nullptr;
+  int64_t page_table_stride = 0;
+  int64_t num_pages = 0;
+  // Optional: this step's keys and values, [batch, seqlen_new, heads_kv, d],
+  // written into the cache at positions cache_seqlens[b] .. + seqlen_new - 1
+  // (through the page table when paged) before attention reads it, as
+  // flash_attn_with_kvcache does; cache_seqlens is not updated (the caller
+  // advances it). Positions past seqlen_k, or on a page outside
+  // [0, num_pages), are not written.
+  const void *k_new = nullptr;
+  const void *v_new = nullptr;
+  int64_t seqlen_new = 0;
+  TensorStrides k_new_strides, v_new_strides;
+};
+
 // Device pointers in the current CUDA context (or the primary context of the
 // current device). `lse` ([batch, heads_q, seqlen_q] fp32, contiguous) may be
 // null when the caller does not need it.
@@ -28,6 +60,8 @@ struct ForwardArgs {
   void *o = nullptr;
   float *lse = nullptr;
   TensorStrides q_strides, k_strides, v_strides, o_strides;
+  // Read only when the problem has a KV cache (seqused_k or page_size).
+  KvCacheArgs cache;
 
   // Strides of densely packed [batch, seqlen, heads, dim] tensors.
   static ForwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,

@@ -28,6 +28,16 @@ struct Problem {
   int64_t window_right = -1;  // only read when mask == window
   float softmax_scale = 0.f;  // 0 means 1/sqrt(head_dim_qk)
   float softcap = 0.f;        // 0 means off; else scores = softcap*tanh(s/softcap)
+  // A KV cache (forward only; ForwardArgs::cache). seqused_k: each
+  // sequence's key count is read from a device array (cache_seqlens) and is
+  // at most seqlen_k, the cache's capacity; masks align bottom-right against
+  // each sequence's own count.
+  bool seqused_k = false;
+  // K and V are [num_pages, page_size, heads_kv, d] pages that a page table
+  // maps to each sequence's keys; seqlen_k is then the table's width times
+  // page_size. 0: K and V are contiguous [batch, seqlen_k, heads_kv, d].
+  // A multiple of 16 from 16 to 512.
+  int page_size = 0;
 
   float effective_scale() const;
   // FlashAttention's convention: 4*b*h*sq*sk*d, halved when causal.

@@ -40,7 +40,8 @@ inline constexpr std::tuple kProblemFields{
     FLASHJIT_PROBLEM_FIELD(head_dim_qk),  FLASHJIT_PROBLEM_FIELD(head_dim_v),
     FLASHJIT_PROBLEM_FIELD(mask),         FLASHJIT_PROBLEM_FIELD(window_left),
     FLASHJIT_PROBLEM_FIELD(window_right), FLASHJIT_PROBLEM_FIELD(softmax_scale),
-    FLASHJIT_PROBLEM_FIELD(softcap),
+    FLASHJIT_PROBLEM_FIELD(softcap),      FLASHJIT_PROBLEM_FIELD(seqused_k),
+    FLASHJIT_PROBLEM_FIELD(page_size),
 };
 
 #undef FLASHJIT_PROBLEM_FIELD

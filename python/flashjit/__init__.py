@@ -34,7 +34,7 @@ import os
 from . import _capi
 from ._capi import LibraryNotFound
 
-__all__ = ["attention", "compile_count", "version", "LibraryNotFound"]
+__all__ = ["attention", "attention_with_kvcache", "compile_count", "version", "LibraryNotFound"]
 
 _POISON_OUTPUT = os.environ.get("FLASHJIT_POISON_OUTPUT", "") not in ("", "0")
 
@@ -412,3 +412,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     if call.pad_v:
         out = out[..., :call.dim_v]
     return (out, lse) if return_lse else out
+
+
+# Decode and chunked prefill over a KV cache (flash_attn_with_kvcache).
+from .kvcache import attention_with_kvcache  # noqa: E402

@@ -31,6 +31,8 @@ class Problem(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("softmax_scale", ctypes.c_float),
         ("softcap", ctypes.c_float),
+        ("page_size", ctypes.c_int32),
+        ("seqused_k", ctypes.c_int32),
     ]
 
 
@@ -44,6 +46,22 @@ class ForwardArgs(ctypes.Structure):
     ] + [
         (f"{t}_stride_{d}", ctypes.c_int64)
         for t in ("q", "k", "v", "o")
+        for d in ("batch", "seq", "head")
+    ]
+
+
+class KvCacheArgs(ctypes.Structure):
+    _fields_ = [
+        ("cache_seqlens", ctypes.c_void_p),
+        ("page_table", ctypes.c_void_p),
+        ("page_table_stride", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+        ("k_new", ctypes.c_void_p),
+        ("v_new", ctypes.c_void_p),
+        ("seqlen_new", ctypes.c_int64),
+    ] + [
+        (f"{t}_stride_{d}", ctypes.c_int64)
+        for t in ("k_new", "v_new")
         for d in ("batch", "seq", "head")
     ]
 
@@ -109,6 +127,11 @@ def _declare(lib):
         ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
         ctypes.POINTER(Config)]
     lib.flashjit_forward.restype = ctypes.c_int
+    if hasattr(lib, "flashjit_forward_kvcache"):
+        lib.flashjit_forward_kvcache.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(KvCacheArgs),
+            ctypes.c_void_p, ctypes.POINTER(Config)]
+        lib.flashjit_forward_kvcache.restype = ctypes.c_int
     # A library older than the backward (issue #5) still serves the forward;
     # has_backward() tells, and the backward raises a clear error without it.
     if hasattr(lib, "flashjit_backward"):

@@ -41,6 +41,42 @@ struct FwdParams {
   float *o_partial;
   float *lse_partial;
   int num_splits;
+
+  // A KV cache (kernels compiled with kSeqUsedK and/or kPageSize > 0;
+  // common/fwd_key_sequence.cuh). seqused_k: [batch] int32, each sequence's
+  // keys before this step's seqlen_new appended ones; its key count is
+  // min(seqused_k[b] + seqlen_new, seqlen_k). Paged: K and V are
+  // [num_pages][page_size][heads_kv][dim] (the k/v batch strides step over
+  // pages) and row b of page_table (page_table_stride int32 apart) holds the
+  // pages of sequence b's keys in order.
+  const int *seqused_k;
+  const int *page_table;
+  long long page_table_stride;
+  int num_pages;
+  int seqlen_new;
+};
+
+// The append kernel's block (kv_append.cuh): this step's keys and values,
+// [batch][seqlen_new][heads_kv][dim], copied into the cache at each
+// sequence's seqused_k before the forward kernel reads it.
+struct KvAppendParams {
+  const void *k_new;
+  const void *v_new;
+  void *k_cache;
+  void *v_cache;
+  long long k_new_batch_stride, k_new_row_stride, k_new_head_stride;
+  long long v_new_batch_stride, v_new_row_stride, v_new_head_stride;
+  // Of the cache: per sequence, or per page when paged.
+  long long k_batch_stride, k_row_stride, k_head_stride;
+  long long v_batch_stride, v_row_stride, v_head_stride;
+  const int *seqused_k;
+  const int *page_table;
+  long long page_table_stride;
+  int num_pages;
+  int seqlen_new;
+  int seqlen_k;  // the cache's capacity per sequence (keys)
+  int heads_kv;
+  int batch;
 };
 
 }  // namespace flashjit

@@ -64,12 +64,13 @@ struct FwdTileScheduler {
   }
 
   // The key tiles of `block` keys the work tile covers: every key tile one of
-  // its queries sees, or this split's contiguous share of them (possibly
-  // none: that split writes an empty partial).
+  // its queries sees among the sequence's `seqlen_k` keys (aligned by
+  // `offset`), or this split's contiguous share of them (possibly none: that
+  // split writes an empty partial).
   template <class Mask, class Params>
-  __device__ __forceinline__ TileSpan key_tiles(const Params &p, const WorkTile &t, i64 offset,
-                                                int block) const {
-    TileSpan span = visible_key_tiles<Mask>(p, p.seqlen_k, t.q0, kQRowsPerTile, offset, block);
+  __device__ __forceinline__ TileSpan key_tiles(const Params &p, const WorkTile &t, int seqlen_k,
+                                                i64 offset, int block) const {
+    TileSpan span = visible_key_tiles<Mask>(p, seqlen_k, t.q0, kQRowsPerTile, offset, block);
     if constexpr (kSplitKv) {
       const int per_split = (span.count + splits - 1) / splits;
       const int skip = t.split * per_split;

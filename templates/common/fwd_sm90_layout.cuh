@@ -7,12 +7,22 @@
 
 namespace flashjit {
 
+constexpr int gcd_of(int a, int b) { return b == 0 ? a : gcd_of(b, a % b); }
+
+// Rows of one TMA box of a K/V tile of `block_n` keys: the whole tile, or
+// with pages of `page_size` rows (0: contiguous K/V) the largest run that
+// never crosses a page.
+constexpr int kv_box_rows(int page_size, int block_n) {
+  return page_size > 0 ? gcd_of(page_size, block_n) : block_n;
+}
+
 struct FwdSm90Layout {
   int head_dim;   // qk == v: 64, 128 or 256
   int block_m;    // 64 rows per consumer warpgroup: 64, 128 or 192
   int block_n;    // keys per K/V tile
   int stages;     // K/V ring depth
   int pack_gqa;   // query heads packed into a tile's rows (1: none)
+  int page_size = 0;  // K/V rows per page (0: contiguous)
 
   static constexpr int kSmemAlign = 1024;         // the 128-byte swizzle repeats every 1024 B
   static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
@@ -41,6 +51,7 @@ struct FwdSm90Layout {
   }
   constexpr int kv_col_block_bytes() const { return block_n * kRowBytes; }
   constexpr int kv_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }
+  constexpr int kv_box_rows() const { return flashjit::kv_box_rows(page_size, block_n); }
 
   // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
   // `stages` V tiles, then the mbarriers, 8 bytes each: q_full[q_buffers],

@@ -23,6 +23,8 @@ int main(void) {
   FIELD(flashjit_problem, window_right)
   FIELD(flashjit_problem, softmax_scale)
   FIELD(flashjit_problem, softcap)
+  FIELD(flashjit_problem, page_size)
+  FIELD(flashjit_problem, seqused_k)
 
   printf("flashjit_forward_args sizeof %zu\n", sizeof(flashjit_forward_args));
   FIELD(flashjit_forward_args, q)
@@ -42,6 +44,21 @@ int main(void) {
   FIELD(flashjit_forward_args, o_stride_batch)
   FIELD(flashjit_forward_args, o_stride_seq)
   FIELD(flashjit_forward_args, o_stride_head)
+
+  printf("flashjit_kvcache_args sizeof %zu\n", sizeof(flashjit_kvcache_args));
+  FIELD(flashjit_kvcache_args, cache_seqlens)
+  FIELD(flashjit_kvcache_args, page_table)
+  FIELD(flashjit_kvcache_args, page_table_stride)
+  FIELD(flashjit_kvcache_args, num_pages)
+  FIELD(flashjit_kvcache_args, k_new)
+  FIELD(flashjit_kvcache_args, v_new)
+  FIELD(flashjit_kvcache_args, seqlen_new)
+  FIELD(flashjit_kvcache_args, k_new_stride_batch)
+  FIELD(flashjit_kvcache_args, k_new_stride_seq)
+  FIELD(flashjit_kvcache_args, k_new_stride_head)
+  FIELD(flashjit_kvcache_args, v_new_stride_batch)
+  FIELD(flashjit_kvcache_args, v_new_stride_seq)
+  FIELD(flashjit_kvcache_args, v_new_stride_head)
 
   printf("flashjit_backward_args sizeof %zu\n", sizeof(flashjit_backward_args));
   FIELD(flashjit_backward_args, q)

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(_REPO, "python"))
 
 def check_layout(layout_binary, capi):
     mirrors = {"flashjit_problem": capi.Problem, "flashjit_forward_args": capi.ForwardArgs,
+               "flashjit_kvcache_args": capi.KvCacheArgs,
                "flashjit_backward_args": capi.BackwardArgs, "flashjit_config": capi.Config}
     seen = {name: set() for name in mirrors}
     errors = []

@@ -269,7 +269,7 @@ TEST(FieldTables, TheCliHasAFlagForEveryField) {
       {"heads_kv", "--heads-kv"}, {"seqlen_q", "--seqlen-q"},    {"seqlen_k", "--seqlen-k"},
       {"head_dim_qk", "--hdim"},  {"head_dim_v", "--hdim-v"},    {"mask", "--mask"},
       {"window_left", "--mask"},  {"window_right", "--mask"},    {"softmax_scale", "--scale"},
-      {"softcap", "--softcap"}};
+      {"softcap", "--softcap"},   {"seqused_k", "--cache-seqlens"}, {"page_size", "--page-size"}};
   for_each_problem_field([&](const auto &field) {
     auto flag = problem_flags.find(field.name);
     if (flag == problem_flags.end())

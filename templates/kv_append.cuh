@@ -1,0 +1,72 @@
+// KV-cache append: writes this step's keys and values ([batch][seqlen_new]
+// [heads_kv][dim]) into the cache at each sequence's positions
+// seqused_k[b] .. seqused_k[b] + seqlen_new - 1, through the page table when
+// the cache is paged (cfg::kPageSize > 0), before the forward kernel reads
+// the cache on the same stream (flash_attn_with_kvcache's k/v arguments).
+//
+// Tiling. One CTA per (new row, sequence); its threads walk the row's
+// heads_kv x dim/8 16-byte vectors of K, then of V. The traffic is the new
+// rows alone (a decode step appends one per sequence), so a plain copy
+// suffices.
+//
+// Bounds. The positions come from device data the host cannot check: a
+// negative count, a position at or past the cache's capacity (seqlen_k),
+// or a page index outside [0, num_pages) writes nothing, so no content makes
+// the kernel write outside the cache.
+#pragma once
+
+#include "common/fwd_params.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+namespace kv_append {
+
+constexpr int kThreads = 128;
+static_assert(cfg::kHeadDimQK % 8 == 0 && cfg::kHeadDimV % 8 == 0, "16-byte vectors of 8 elements");
+
+// Copies one [heads_kv][dim] row of 16-bit elements in 16-byte vectors.
+template <int kDim>
+__device__ __forceinline__ void copy_row(const unsigned char *src, long long src_head_stride,
+                                         unsigned char *dst, long long dst_head_stride,
+                                         int heads) {
+  constexpr int kVectors = kDim / 8;
+  for (int i = threadIdx.x; i < heads * kVectors; i += kThreads) {
+    const int head = i / kVectors, vec = i % kVectors;
+    const U32x4 value =
+        *reinterpret_cast<const U32x4 *>(src + 2 * (head * src_head_stride + 8 * vec));
+    *reinterpret_cast<U32x4 *>(dst + 2 * (head * dst_head_stride + 8 * vec)) = value;
+  }
+}
+
+}  // namespace kv_append
+}  // namespace flashjit
+
+extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
+    flashjit_kv_append(const flashjit::KvAppendParams p) {
+  using namespace flashjit;
+  const int row = blockIdx.x;    // of the new keys
+  const int batch = blockIdx.y;
+  const int first = p.seqused_k[batch];
+  const long long pos = static_cast<long long>(first) + row;
+  if (first < 0 || pos >= p.seqlen_k) return;
+  long long outer = batch;  // the cache's batch, or the page
+  long long cache_row = pos;
+  if constexpr (cfg::kPageSize > 0) {
+    const int page = p.page_table[batch * p.page_table_stride + pos / cfg::kPageSize];
+    if (page < 0 || page >= p.num_pages) return;
+    outer = page;
+    cache_row = pos % cfg::kPageSize;
+  }
+  const auto *k_src = static_cast<const unsigned char *>(p.k_new) +
+                      2 * (batch * p.k_new_batch_stride + row * p.k_new_row_stride);
+  const auto *v_src = static_cast<const unsigned char *>(p.v_new) +
+                      2 * (batch * p.v_new_batch_stride + row * p.v_new_row_stride);
+  auto *k_dst = static_cast<unsigned char *>(p.k_cache) +
+                2 * (outer * p.k_batch_stride + cache_row * p.k_row_stride);
+  auto *v_dst = static_cast<unsigned char *>(p.v_cache) +
+                2 * (outer * p.v_batch_stride + cache_row * p.v_row_stride);
+  kv_append::copy_row<cfg::kHeadDimQK>(k_src, p.k_new_head_stride, k_dst, p.k_head_stride,
+                                       p.heads_kv);
+  kv_append::copy_row<cfg::kHeadDimV>(v_src, p.v_new_head_stride, v_dst, p.v_head_stride,
+                                      p.heads_kv);
+}
