@@ -12,7 +12,11 @@ the backend accepts it, else K and V repeated to the query heads (its
 bytes are still counted as the cache's: what a caller has to read).
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/decode.py [--quick] [--json out.json]
-        [--rows 1x8192,8x8192] [--splits N] [--pack on|off|auto]
+        [--rows 1x8192,8x8192] [--splits N] [--pack on|off|auto] [--pages 64,16]
+
+flashjit also runs attention_with_kvcache over the same keys in a paged cache
+(--pages: page sizes; shuffled page tables, cache_seqlens = the KV length),
+columns p64, p16: GB/s and the ratio to the contiguous call.
 """
 import argparse
 import json
@@ -84,7 +88,20 @@ def latency_ms(fn, repeats=20):
     return times[len(times) // 2]
 
 
-def bench_row(b, sk, hq, hkv, d, dtype, warmup, repeats, splits, pack):
+def paged_cache(k, v, page):
+    """k, v [b, s, h, d] as a paged cache with a shuffled page table:
+    (k_cache, v_cache, block_table)."""
+    b, s, h, d = k.shape
+    width = s // page
+    order = torch.randperm(b * width, device=k.device)
+    k_cache = torch.empty(b * width, page, h, d, device=k.device, dtype=k.dtype)
+    v_cache = torch.empty_like(k_cache)
+    k_cache[order] = k.reshape(b * width, page, h, d)
+    v_cache[order] = v.reshape(b * width, page, h, d)
+    return k_cache, v_cache, order.to(torch.int32).reshape(b, width)
+
+
+def bench_row(b, sk, hq, hkv, d, dtype, warmup, repeats, splits, pack, pages=()):
     torch.manual_seed(0)
     q = torch.randn(b, 1, hq, d, device="cuda", dtype=dtype)
     k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
@@ -103,6 +120,26 @@ def bench_row(b, sk, hq, hkv, d, dtype, warmup, repeats, splits, pack):
         row["ours"] = {"ms": ms, "gbs": kv_bytes / ms / 1e6, "latency_ms": latency_ms(ours)}
     except Exception as e:  # a failure is a result, not the end of the run
         row["ours"] = {"error": short_error(e)}
+
+    lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+    for page in pages:
+        key = f"p{page}"
+        if sk % page:
+            row[key] = {"error": f"seqlen_k {sk} is not a multiple of page {page}"}
+            continue
+        k_cache, v_cache, table = paged_cache(k, v, page)
+
+        def paged():
+            return flashjit.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                                   block_table=table, num_splits=splits)
+        try:
+            outs[key] = paged()
+            ms = time_ms(paged, warmup, repeats)
+            row[key] = {"ms": ms, "gbs": kv_bytes / ms / 1e6, "latency_ms": latency_ms(paged)}
+        except Exception as e:
+            row[key] = {"error": short_error(e)}
+        del k_cache, v_cache
+        torch.cuda.empty_cache()
 
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     for name, backend in BACKENDS.items():
@@ -131,6 +168,10 @@ def bench_row(b, sk, hq, hkv, d, dtype, warmup, repeats, splits, pack):
     ref = outs.get("cudnn", outs.get("flash"))
     if ref is not None and "ours" in outs:
         row["max_abs_diff"] = float((outs["ours"].float() - ref.float()).abs().max())
+    for page in pages:
+        if ref is not None and f"p{page}" in outs:
+            row[f"p{page}"]["max_abs_diff"] = float(
+                (outs[f"p{page}"].float() - ref.float()).abs().max())
     return row
 
 
@@ -147,6 +188,8 @@ def main():
     ap.add_argument("--hdim", type=int, default=128)
     ap.add_argument("--splits", type=int, default=0, help="0: flashjit's heuristic")
     ap.add_argument("--pack", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--pages", default="64,16",
+                    help="page sizes of the paged-cache columns ('' for none)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     rows = ROWS
@@ -155,12 +198,13 @@ def main():
     elif args.quick:
         rows = [ROWS[0], ROWS[2], ROWS[5]]
     pack = {"auto": None, "on": True, "off": False}[args.pack]
+    pages = [int(x) for x in args.pages.split(",") if x]
     warmup, repeats = (3, 10) if args.quick else (5, 20)
 
     results = []
     for b, sk in rows:
         results.append(bench_row(b, sk, args.heads, args.heads_kv, args.hdim, torch.bfloat16,
-                                 warmup, repeats, args.splits, pack))
+                                 warmup, repeats, args.splits, pack, pages))
         r = results[-1]
         print(json.dumps(r), flush=True)
 
@@ -168,8 +212,10 @@ def main():
     print(TABLE_HEADER)
     print(f"bf16, {args.heads}/{args.heads_kv} heads, d={args.hdim}, 1 query; kernel time "
           f"(GPU kept busy), GB/s of K+V; latency: one call on an idle GPU (us)")
-    print("| batch x KV | flashjit | FA2 | cuDNN | x cuDNN | x FA2 | % HBM | lat ours | lat cuDNN |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    paged_cols = "".join(f" p{p} | p{p}/contig |" for p in pages)
+    print("| batch x KV | flashjit | FA2 | cuDNN | x cuDNN | x FA2 | % HBM | lat ours | lat cuDNN |"
+          + paged_cols)
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * 2 * len(pages))
     ratios = []
     for r in results:
         o, f, c = r["ours"], r["flash"], r["cudnn"]
@@ -180,8 +226,13 @@ def main():
         hbm = 100 * o["gbs"] / HBM_GBS if "gbs" in o else float("nan")
         lo = o.get("latency_ms", float("nan")) * 1e3
         lc = c.get("latency_ms", float("nan")) * 1e3
+        paged = ""
+        for p in pages:
+            pr = r.get(f"p{p}", {})
+            ratio = pr["gbs"] / o["gbs"] if "gbs" in pr and "gbs" in o else float("nan")
+            paged += f" {fmt(pr)} | {ratio:.2f} |"
         print(f"| {r['batch']} x {r['seqlen_k']} | {fmt(o)} | {fmt(f)} | {fmt(c)} | {xc:.2f} | "
-              f"{xf:.2f} | {hbm:.0f} | {lo:.0f} | {lc:.0f} |")
+              f"{xf:.2f} | {hbm:.0f} | {lo:.0f} | {lc:.0f} |" + paged)
     if ratios:
         geo = 1.0
         for x in ratios:

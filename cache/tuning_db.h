@@ -49,6 +49,9 @@ struct ProblemClassKey {
   int64_t window_right = -1;
   bool softcap = false;
   int gqa_ratio = 1;
+  // Where K and V live: "contiguous", or "paged<N>" (a paged cache of N-row
+  // pages; schema 3).
+  std::string kv_layout = "contiguous";
   int seqlen_q_bucket = 0;     // ceil(log2(seqlen_q))
   int seqlen_k_bucket = 0;     // ceil(log2(seqlen_k))
   int batch_heads_bucket = 0;  // ceil(log2(batch * heads_q))
@@ -120,7 +123,7 @@ struct PruneReport {
 class TuningDb {
  public:
   // 2: the configs' splits and pack_gqa.
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating the file, its folder and the schema when absent) and
   // migrates older schemas. A file that is not a flashjit database, or one

@@ -111,9 +111,12 @@ llvm::json::Object device_json(const DeviceFingerprint &d) {
 std::string class_text(const ProblemClassKey &k) {
   std::string mask = k.mask;
   if (k.mask == "window") mask = llvm::formatv("window({0},{1})", k.window_left, k.window_right);
-  return llvm::formatv("{0} {1} d={2}/{3} {4}{5} gqa={6} sq<=2^{7} sk<=2^{8} bh<=2^{9}", k.pass,
-                       k.dtype, k.head_dim_qk, k.head_dim_v, mask, k.softcap ? " softcap" : "",
-                       k.gqa_ratio, k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket)
+  // The KV layout only where it is not the dense default.
+  const std::string kv = k.kv_layout == "contiguous" ? "" : " " + k.kv_layout;
+  return llvm::formatv("{0} {1} d={2}/{3} {4}{5}{10} gqa={6} sq<=2^{7} sk<=2^{8} bh<=2^{9}",
+                       k.pass, k.dtype, k.head_dim_qk, k.head_dim_v, mask,
+                       k.softcap ? " softcap" : "", k.gqa_ratio, k.seqlen_q_bucket,
+                       k.seqlen_k_bucket, k.batch_heads_bucket, kv)
       .str();
 }
 
@@ -125,6 +128,7 @@ llvm::json::Object class_json(const ProblemClassKey &k) {
                        {"mask", k.mask},
                        {"softcap", k.softcap},
                        {"gqa_ratio", k.gqa_ratio},
+                       {"kv_layout", k.kv_layout},
                        {"seqlen_q_bucket", k.seqlen_q_bucket},
                        {"seqlen_k_bucket", k.seqlen_k_bucket},
                        {"batch_heads_bucket", k.batch_heads_bucket}};

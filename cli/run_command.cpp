@@ -15,6 +15,7 @@
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/launch_forward.h"
+#include "tuner/kv_cache_inputs.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -36,8 +37,27 @@ namespace {
 
 struct InputSet {
   DeviceBuffer q, k, v, o, lse;
+  KvCacheInputs cache;  // a KV-cache problem: lengths and pages of the keys
   ForwardArgs args;
 };
+
+// A KV cache as `run` draws it: each sequence a random length up to
+// seqlen_k, and (paged) its pages at shuffled places of the cache, so the
+// keys are uploaded in that physical order.
+constexpr uint64_t kCacheSeed = 7;
+
+// The dense [batch, seqlen_k, heads, dim] `logical` rows moved to the pages
+// the table gives them: page table[i] holds logical page i.
+std::vector<uint16_t> to_pages(const Problem &p, llvm::ArrayRef<uint16_t> logical, int dim,
+                               const std::vector<int32_t> &table) {
+  if (p.page_size == 0) return logical.vec();
+  std::vector<uint16_t> physical(logical.size());
+  const size_t page_elements = size_t(p.page_size) * p.heads_kv * dim;
+  for (size_t i = 0; i < table.size(); ++i)
+    std::copy_n(logical.begin() + i * page_elements, page_elements,
+                physical.begin() + size_t(table[i]) * page_elements);
+  return physical;
+}
 
 llvm::Expected<InputSet> make_input_set(const Problem &p, llvm::ArrayRef<uint16_t> q,
                                         llvm::ArrayRef<uint16_t> k, llvm::ArrayRef<uint16_t> v) {
@@ -60,6 +80,9 @@ llvm::Expected<InputSet> make_input_set(const Problem &p, llvm::ArrayRef<uint16_
   if (auto error = set.lse.fill_bytes(0xFF)) return error;
   set.args = ForwardArgs::packed(p, set.q.data(), set.k.data(), set.v.data(), set.o.data(),
                                  static_cast<float *>(set.lse.data()));
+  auto cache = make_kv_cache_inputs(p, set.args, KvCacheFill::random_shuffled, kCacheSeed);
+  if (!cache) return cache.takeError();
+  set.cache = std::move(*cache);
   return set;
 }
 
@@ -69,18 +92,73 @@ llvm::Error synchronize() {
   return cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
-llvm::Expected<AccuracyReport> check_against_reference(const Problem &p, const InputSet &set) {
+// The reference of a KV-cache problem, one sequence at a time on the keys it
+// has (`k`, `v`: the dense logical tensors on the device): outputs of a
+// sequence without keys are 0 with LSE +inf, as the kernel's.
+llvm::Expected<std::pair<AttentionOutputs, AttentionOutputs>> kv_cache_reference(
+    const Problem &p, const InputSet &set, const DeviceBuffer &k, const DeviceBuffer &v) {
+  AttentionOutputs exact, element;
+  exact.out.assign(o_elements(p), 0.f);
+  element.out = exact.out;
+  exact.lse.assign(lse_elements(p), INFINITY);
+  element.lse = exact.lse;
+  const int64_t q_row = p.seqlen_q * p.heads_q * p.head_dim_qk;
+  const int64_t o_row = p.seqlen_q * p.heads_q * p.head_dim_v;
+  const int64_t lse_row = p.heads_q * p.seqlen_q;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t keys = set.cache.lengths.empty() ? p.seqlen_k : set.cache.lengths[b];
+    if (keys == 0) continue;
+    Problem one = p;
+    one.batch = 1;
+    one.seqlen_k = keys;
+    one.seqused_k = false;
+    one.page_size = 0;
+    const auto *q = static_cast<const uint16_t *>(set.q.data()) + b * q_row;
+    const auto *kb = static_cast<const uint16_t *>(k.data()) + b * p.seqlen_k * p.heads_kv * p.head_dim_qk;
+    const auto *vb = static_cast<const uint16_t *>(v.data()) + b * p.seqlen_k * p.heads_kv * p.head_dim_v;
+    const ForwardArgs args = ForwardArgs::packed(one, q, kb, vb, nullptr, nullptr);
+    for (auto [precision, out] : {std::pair{ReferencePrecision::exact, &exact},
+                                  std::pair{ReferencePrecision::element, &element}}) {
+      auto r = gpu_reference_attention(one, args, precision);
+      if (!r) return r.takeError();
+      std::copy(r->out.begin(), r->out.end(), out->out.begin() + b * o_row);
+      std::copy(r->lse.begin(), r->lse.end(), out->lse.begin() + b * lse_row);
+    }
+  }
+  return std::pair{std::move(exact), std::move(element)};
+}
+
+llvm::Expected<AccuracyReport> check_against_reference(const Problem &p, const InputSet &set,
+                                                       llvm::ArrayRef<uint16_t> k,
+                                                       llvm::ArrayRef<uint16_t> v) {
   std::vector<uint16_t> o_bits(o_elements(p));
   std::vector<float> lse(lse_elements(p));
   if (auto error = set.o.download(o_bits.data(), o_bits.size() * sizeof(uint16_t)))
     return error;
   if (auto error = set.lse.download(lse.data(), lse.size() * sizeof(float)))
     return error;
+  const std::vector<float> out = from_storage(p.dtype, o_bits);
+  if (p.seqused_k || p.page_size > 0) {
+    // The logical keys, densely, for the per-sequence reference.
+    auto upload = [](llvm::ArrayRef<uint16_t> host) -> llvm::Expected<DeviceBuffer> {
+      auto buffer = DeviceBuffer::allocate(host.size() * sizeof(uint16_t));
+      if (!buffer) return buffer.takeError();
+      if (auto error = buffer->upload(host.data(), host.size() * sizeof(uint16_t))) return error;
+      return std::move(*buffer);
+    };
+    auto dense_k = upload(k);
+    if (!dense_k) return dense_k.takeError();
+    auto dense_v = upload(v);
+    if (!dense_v) return dense_v.takeError();
+    auto refs = kv_cache_reference(p, set, *dense_k, *dense_v);
+    if (!refs) return refs.takeError();
+    return check_forward_accuracy(out, refs->first.out, refs->second.out, lse,
+                                  refs->first.lse);
+  }
   auto exact = gpu_reference_attention(p, set.args, ReferencePrecision::exact);
   if (!exact) return exact.takeError();
   auto lowprec = gpu_reference_attention(p, set.args, ReferencePrecision::element);
   if (!lowprec) return lowprec.takeError();
-  const std::vector<float> out = from_storage(p.dtype, o_bits);
   return check_forward_accuracy(out, exact->out, lowprec->out, lse, exact->lse);
 }
 
@@ -115,9 +193,19 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   const std::vector<uint16_t> q = random_normal(p.dtype, q_elements(p), seed * 3 + 0);
   const std::vector<uint16_t> k = random_normal(p.dtype, k_elements(p), seed * 3 + 1);
   const std::vector<uint16_t> v = random_normal(p.dtype, v_elements(p), seed * 3 + 2);
+  // A paged cache holds the keys at the pages its (shuffled) table names.
+  std::vector<int32_t> table;
+  if (p.page_size > 0) {
+    ForwardArgs scratch;
+    auto cache = make_kv_cache_inputs(p, scratch, KvCacheFill::random_shuffled, kCacheSeed);
+    if (!cache) return report_error(kExitFailure, cache.takeError());
+    table = cache->table;
+  }
+  const std::vector<uint16_t> k_pages = to_pages(p, k, p.head_dim_qk, table);
+  const std::vector<uint16_t> v_pages = to_pages(p, v, p.head_dim_v, table);
   std::vector<InputSet> sets;
   for (size_t i = 0, n = rotation_sets(p, *device); i < n; ++i) {
-    auto set = make_input_set(p, q, k, v);
+    auto set = make_input_set(p, q, k_pages, v_pages);
     if (!set) return report_error(kExitFailure, set.takeError());
     sets.push_back(std::move(*set));
   }
@@ -127,7 +215,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   if (auto error = synchronize()) return report_error(kExitFailure, std::move(error));
   std::optional<AccuracyReport> accuracy;
   if (check) {
-    auto report = check_against_reference(p, sets[0]);
+    auto report = check_against_reference(p, sets[0], k, v);
     if (!report) return report_error(kExitFailure, report.takeError());
     accuracy = *report;
   }
@@ -138,10 +226,18 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     return launch_forward(p, args, nullptr, spec.config);
   });
   if (!timing) return report_error(kExitFailure, timing.takeError());
-  const double tflops = p.forward_flops() / (timing->median_ms * 1e-3) / 1e12;
+  // A KV cache's sequences attend to their own keys only: both rates count
+  // the keys they hold.
+  double key_share = 1.0;
+  if (!sets[0].cache.lengths.empty()) {
+    double keys = 0;
+    for (int32_t n : sets[0].cache.lengths) keys += n;
+    key_share = keys / (double(p.batch) * p.seqlen_k);
+  }
+  const double tflops = p.forward_flops() * key_share / (timing->median_ms * 1e-3) / 1e12;
   // K and V read once, 2 bytes an element: what bounds decode (few queries,
   // long keys), where FLOP/s say little.
-  const double kv_bytes = double(k_elements(p) + v_elements(p)) * 2;
+  const double kv_bytes = double(k_elements(p) + v_elements(p)) * 2 * key_share;
   const double gbps = kv_bytes / (timing->median_ms * 1e-3) / 1e9;
 
   if (common.json) {

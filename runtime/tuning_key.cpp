@@ -109,6 +109,7 @@ ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass) 
   }
   key.softcap = problem.softcap != 0.f;
   key.gqa_ratio = problem.heads_kv > 0 ? static_cast<int>(problem.heads_q / problem.heads_kv) : 1;
+  key.kv_layout = problem.page_size > 0 ? "paged" + std::to_string(problem.page_size) : "contiguous";
   key.seqlen_q_bucket = size_bucket(problem.seqlen_q);
   key.seqlen_k_bucket = size_bucket(problem.seqlen_k);
   key.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);

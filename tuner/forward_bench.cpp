@@ -101,6 +101,9 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(const Problem &
     set.lse = std::move(*lb);
     set.args = ForwardArgs::packed(problem, set.q.data(), set.k.data(), set.v.data(),
                                    set.o.data(), static_cast<float *>(set.lse.data()));
+    auto cache = make_kv_cache_inputs(problem, set.args, KvCacheFill::full_in_order);
+    if (!cache) return cache.takeError();
+    set.cache = std::move(*cache);
     set.params = make_forward_params(problem, set.args);
     bench->sets_.push_back(std::move(set));
   }
@@ -168,6 +171,8 @@ Problem accuracy_problem(const Problem &problem) {
   Problem p = problem;
   p.seqlen_q = std::min(p.seqlen_q, kMaxSeqlen);
   p.seqlen_k = std::min(p.seqlen_k, kMaxSeqlen);
+  // A paged cache's capacity stays whole pages.
+  if (p.page_size > 0) p.seqlen_k = std::max<int64_t>(p.page_size, p.seqlen_k / p.page_size * p.page_size);
   const bool small = p.seqlen_q == problem.seqlen_q && p.seqlen_k == problem.seqlen_k &&
                      p.batch * p.heads_q <= kMaxBatchHeads;
   if (!small) {
@@ -206,13 +211,18 @@ llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernel
   // after the kernel's output.
   if (llvm::Error e = check_context_health()) return e;
 
+  // The reference reads the dense tensors; the kernel the same bytes as a
+  // KV cache when the class has one (every sequence full, pages in order).
   const ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(),
                                                static_cast<float *>(lse->data()));
+  ForwardArgs kernel_args = args;
+  auto cache = make_kv_cache_inputs(p, kernel_args, KvCacheFill::full_in_order);
+  if (!cache) return cache.takeError();
   // As a call runs it: the config's split count (clamped to this problem's
   // key tiles), the workspace and the combine kernel where it splits.
   const int splits = forward_num_splits(spec, p, spec.config.splits, kernels.main->sm_count());
-  if (llvm::Error e =
-          enqueue_forward(kernels, spec, p, args, make_forward_params(p, args), splits, stream))
+  if (llvm::Error e = enqueue_forward(kernels, spec, p, kernel_args,
+                                     make_forward_params(p, kernel_args), splits, stream))
     return e;
   if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream), "cuStreamSynchronize"))
     return e;

@@ -20,6 +20,7 @@
 #include "runtime/loaded_kernel.h"
 #include "templates/common/fwd_params.cuh"
 #include "tuner/event_timer.h"
+#include "tuner/kv_cache_inputs.h"
 #include "tuner/search.h"
 #include "llvm/Support/Error.h"
 
@@ -61,6 +62,7 @@ class ForwardBench {
   ForwardBench() = default;
   struct InputSet {
     DeviceBuffer q, k, v, o, lse;
+    KvCacheInputs cache;  // a KV-cache class: the dense problem's keys in order
     ForwardArgs args;
     FwdParams params;
   };

@@ -300,6 +300,32 @@ TEST(FieldTables, DescribeAndKernelIdChangeWithEveryConfigField) {
   });
 }
 
+// A problem field that changes the compiled kernel (its KernelSpec ID) must
+// change the call key too, or a call would run the plan of another kernel.
+TEST(FieldTables, CallKeyHasEveryProblemFieldThatChangesTheKernel) {
+  const TargetArch arch{9, 0, true};
+  KernelConfig config{KernelPath::sm90, 64, 64, 8, 2};
+  config.splits = 1;
+  config.pack_gqa = GqaPacking::off;
+  const Problem base;
+  const Problem set = every_problem_field_set();
+  int kernel_fields = 0;
+  for_each_problem_field([&](const auto &field) {
+    Problem changed = base;
+    changed.*field.member = set.*field.member;
+    if (kernel_spec_for(Pass::forward, changed, config, arch).id() ==
+        kernel_spec_for(Pass::forward, base, config, arch).id())
+      return;
+    ++kernel_fields;
+    EXPECT_FALSE(CallKey::make(1, changed, config) == CallKey::make(1, base, config))
+        << field.name;
+    EXPECT_NE(CallKeyHash{}(CallKey::make(1, changed, config)),
+              CallKeyHash{}(CallKey::make(1, base, config)))
+        << field.name;
+  });
+  EXPECT_GE(kernel_fields, 7);  // dtype, dims, mask, softcap, seqused_k, page_size, ...
+}
+
 // ---- the derived surfaces ---------------------------------------------------------
 
 TEST(FieldTables, StoredConfigRoundTripsEveryTunedField) {

@@ -39,7 +39,7 @@ TEST(TuningDb, OpenCreatesFolderSchemaAndWal) {
   ASSERT_TRUE(bool(raw));
   EXPECT_EQ(*raw->query_text("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'application'"), "flashjit");
-  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
 
   // Reopening an existing database is not a migration.
   db.reset();
@@ -101,6 +101,7 @@ TEST(TuningDb, EveryKeyFieldMakesItsOwnRow) {
       [](TuningRecord &r) { r.problem.window_right = 1; },
       [](TuningRecord &r) { r.problem.softcap = false; },
       [](TuningRecord &r) { r.problem.gqa_ratio = 1; },
+      [](TuningRecord &r) { r.problem.kv_layout = "paged64"; },
       [](TuningRecord &r) { r.problem.seqlen_q_bucket = 1; },
       [](TuningRecord &r) { r.problem.seqlen_k_bucket = 1; },
       [](TuningRecord &r) { r.problem.batch_heads_bucket = 1; },
@@ -457,7 +458,7 @@ TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
   raw_sql(path, kVersion1Database);
   auto db = open_ok(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(*db->schema_version(), 2);
+  EXPECT_EQ(*db->schema_version(), 3);
 
   const ProblemClassKey key = problem_class(13, 13, 6);
   auto found = db->find_tuning(h200(), software_a(), key);
@@ -491,7 +492,22 @@ TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
   }
   EXPECT_EQ(matched, 2);
 
-  // Reopened: version 2 already, nothing to migrate, the rows as they were.
+  // Schema 3: the old row is contiguous, and a paged class is a class of
+  // its own beside it (the rebuilt key has the column).
+  EXPECT_EQ(r.problem.kv_layout, "contiguous");
+  TuningRecord paged = full_record();
+  paged.problem = key;
+  paged.problem.kv_layout = "paged16";
+  paged.cubin_key = "cubin-paged";
+  ASSERT_FALSE(bool(db->put_tuning(paged)));
+  auto paged_found = db->find_tuning(h200(), software_a(), paged.problem);
+  ASSERT_TRUE(bool(paged_found) && paged_found->has_value());
+  EXPECT_EQ((*paged_found)->cubin_key, "cubin-paged");
+  auto dense_found = db->find_tuning(h200(), software_a(), key);
+  ASSERT_TRUE(bool(dense_found) && dense_found->has_value());
+  EXPECT_EQ((*dense_found)->cubin_key, "cubin-v1");
+
+  // Reopened: version 3 already, nothing to migrate, the rows as they were.
   db.reset();
   db = open_ok(path);
   ASSERT_TRUE(db);
@@ -507,21 +523,21 @@ TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
   ASSERT_FALSE(bool(open_ok(path)->put_tuning(full_record())));
 
   std::vector<schema::Migration> steps(schema::migrations().begin(), schema::migrations().end());
-  steps.push_back({3, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
+  steps.push_back({4, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
   {
     auto raw = sqlite::Connection::open(path, SQLITE_OPEN_READWRITE, 1000);
     ASSERT_TRUE(bool(raw));
     auto found = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
-    EXPECT_EQ(*found, 2);  // only step 3 ran: steps 1 and 2 would fail a second time
+    EXPECT_EQ(*found, 3);  // only step 4 ran: steps 1 to 3 would fail a second time
     EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
     EXPECT_EQ(*raw->query_text("SELECT power_watts FROM tunings"), "700.0");
     // Running it again is a no-op.
     auto again = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(again));
-    EXPECT_EQ(*again, 3);
+    EXPECT_EQ(*again, 4);
   }
-  // And this flashjit, which knows version 2, now refuses the file.
+  // And this flashjit, which knows version 3, now refuses the file.
   EXPECT_NE(open_error(path).find("newer"), std::string::npos);
 }
 
