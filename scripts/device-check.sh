@@ -87,6 +87,7 @@ step info 60 "$BIN/flashjit" info
 step compile 120 "$BIN/flashjit" compile --hdim 128 --causal
 step run-check 300 run_shapes
 step python-tests 600 python_step python3 tests/python/test_attention.py
+step python-kvcache 300 python_step python3 tests/python/test_kvcache.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"

@@ -664,8 +664,8 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        "{file}: schema_version is missing or not an integer", ""},
       {"schema_version x", "flashjit_db_export: 1\nschema_version: x\n", false,
        "{file}: schema_version is missing or not an integer", ""},
-      {"newer schema", "flashjit_db_export: 1\nschema_version: 3\ntunings:\n" + t, false,
-       "{file}:2: schema_version: 3 is newer than this flashjit's 2 (exported by a newer "
+      {"newer schema", "flashjit_db_export: 1\nschema_version: 4\ntunings:\n" + t, false,
+       "{file}:2: schema_version: 4 is newer than this flashjit's 3 (exported by a newer "
        "flashjit)",
        ""},
       {"cubins not a list", doc + "cubins: {a: 1}\n", true, "{file}:3: cubins: is not a list", ""},
@@ -817,7 +817,7 @@ TEST(BadInputCorpus, NonFlashjitFilesAreRefusedAndLeftByteIdentical) {
          raw_sql(f, "CREATE TABLE meta (key TEXT, value TEXT); "
                     "INSERT INTO meta VALUES ('application', 'flashjit'), ('schema_version', '9')");
        },
-       "it has schema version 9, newer than this flashjit's 2 (written by a newer flashjit: "
+       "it has schema version 9, newer than this flashjit's 3 (written by a newer flashjit: "
        "upgrade to use it)"},
   };
   int n = 0;

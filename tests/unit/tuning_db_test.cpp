@@ -530,7 +530,7 @@ TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
     auto found = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
     EXPECT_EQ(*found, 3);  // only step 4 ran: steps 1 to 3 would fail a second time
-    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
+    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
     EXPECT_EQ(*raw->query_text("SELECT power_watts FROM tunings"), "700.0");
     // Running it again is a no-op.
     auto again = schema::migrate(*raw, steps);

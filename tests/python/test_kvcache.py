@@ -1,0 +1,178 @@
+"""flashjit.attention_with_kvcache against the fp32 reference of
+test_attention.py, applied per sequence to the keys it holds, on the GPU.
+
+    FLASHJIT_LIB=build/libflashjit.so python3 tests/python/test_kvcache.py
+
+Contiguous and paged caches (shuffled block tables, page sizes 16/64/256),
+cache_seqlens differing per sequence (0 and 1 included) or an int, k/v
+appended in place (the cache afterwards equals the reference's), GQA, causal,
+window, softcap, both dtypes, return_lse, bad arguments. Outputs are poisoned
+before every launch (FLASHJIT_POISON_OUTPUT=1). Skips cleanly (exit 0) where
+torch or a CUDA device is missing.
+"""
+import os
+import sys
+import traceback
+
+os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_env import flashjit, require_gpu, skip_reason, torch  # noqa: E402
+from test_attention import attention_ref  # noqa: E402
+
+
+def paged(k, v, page, seed):
+    """[b, s, h, d] k/v as a cache of pages of `page` rows at shuffled places:
+    (k_cache, v_cache, block_table). Unused pages (two spares) hold NaN."""
+    b, s, h, d = k.shape
+    width = s // page
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    order = torch.randperm(b * width + 2, generator=g)[: b * width].to(k.device)
+    k_cache = torch.full((b * width + 2, page, h, d), float("nan"), dtype=k.dtype,
+                         device=k.device)
+    v_cache = torch.full((b * width + 2, page, h, v.shape[3]), float("nan"), dtype=v.dtype,
+                         device=v.device)
+    k_cache[order] = k.reshape(b * width, page, h, d)
+    v_cache[order] = v.reshape(b * width, page, h, v.shape[3])
+    return k_cache, v_cache, order.to(torch.int32).reshape(b, width)
+
+
+def reference(q, k, v, lens, **kw):
+    """Per sequence: attention over its first lens[b] keys; 0 keys -> O 0, LSE +inf."""
+    outs, lses = [], []
+    for i in range(q.shape[0]):
+        n = int(lens[i])
+        if n == 0:
+            outs.append(torch.zeros_like(q[i:i + 1, ..., : v.shape[3]]))
+            lses.append(torch.full((1, q.shape[2], q.shape[1]), float("inf"), device=q.device))
+            continue
+        o, lse = attention_ref(q[i:i + 1], k[i:i + 1, :n], v[i:i + 1, :n], **kw)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def run_case(b, sq, cap, hq, hkv, d, dtype, page=0, new=0, lens=None, seed=0, **kw):
+    torch.manual_seed(seed)
+    dev = "cuda"
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=dtype)
+    k = torch.randn(b, cap, hkv, d, device=dev, dtype=dtype)
+    v = torch.randn(b, cap, hkv, d, device=dev, dtype=dtype)
+    if lens is None:
+        lens = torch.randint(0, cap - new + 1, (b,), dtype=torch.int32)
+    lens = torch.as_tensor(lens, dtype=torch.int32).to(dev)
+    k_new = torch.randn(b, new, hkv, d, device=dev, dtype=dtype) if new else None
+    v_new = torch.randn(b, new, hkv, d, device=dev, dtype=dtype) if new else None
+    # The reference's keys: the cache with this step's keys written at lens[b].
+    k_ref, v_ref = k.clone(), v.clone()
+    for i in range(b):
+        n = int(lens[i])
+        if new:
+            k_ref[i, n:n + new] = k_new[i]
+            v_ref[i, n:n + new] = v_new[i]
+    if page:
+        k_cache, v_cache, table = paged(k, v, page, seed)
+    else:
+        k_cache, v_cache, table = k.clone(), v.clone(), None
+    out, lse = flashjit.attention_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new,
+                                               cache_seqlens=lens, block_table=table,
+                                               return_lse=True, **kw)
+    ref_out, ref_lse = reference(q, k_ref, v_ref, lens + new, **kw)
+    low_out, _ = reference(q, k_ref, v_ref, lens + new, upcast=False, **kw)
+    err = (out.float() - ref_out.float()).abs().max().item()
+    base = (low_out.float() - ref_out.float()).abs().max().item()
+    label = f"b={b} sq={sq} cap={cap} h={hq}/{hkv} d={d} {dtype} page={page} new={new} {kw}"
+    assert err <= 2 * base + 1e-5, f"{label}: max err {err} > 2 * {base} + 1e-5"
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(finite, torch.isfinite(lse)), f"{label}: LSE finiteness differs"
+    lse_err = (lse[finite] - ref_lse[finite]).abs().max().item() if finite.any() else 0.0
+    assert lse_err <= 1e-3, f"{label}: LSE err {lse_err}"
+    if new:
+        # The appended keys sit in the cache where the table says.
+        logical_k = k_cache[table.long()].reshape(b, cap, hkv, d) if page else k_cache
+        for i in range(b):
+            n = int(lens[i])
+            assert torch.equal(logical_k[i, n:n + new], k_new[i]), f"{label}: append missing"
+
+
+def test_contiguous_and_paged():
+    require_gpu()
+    for page in (0, 16, 64, 256):
+        for dtype in (torch.bfloat16, torch.float16):
+            run_case(4, 1, 512, 32, 8, 128, dtype, page=page, lens=[0, 1, 300, 512], seed=page)
+            run_case(3, 5, 768, 16, 2, 64, dtype, page=page, new=2, causal=True, seed=page + 1)
+
+
+def test_masks_softcap_head_dims():
+    require_gpu()
+    run_case(2, 16, 1024, 8, 8, 256, torch.bfloat16, page=64, window=(100, 0), seed=3)
+    run_case(2, 3, 1024, 8, 1, 128, torch.float16, page=16, new=1, softcap=30.0, seed=4)
+    run_case(2, 128, 512, 8, 2, 128, torch.bfloat16, page=0, new=7, causal=True, seed=5)
+
+
+def test_int_cache_seqlens_and_full_cache():
+    require_gpu()
+    dev = "cuda"
+    q = torch.randn(2, 1, 8, 128, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(2, 256, 2, 128, device=dev, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out = flashjit.attention_with_kvcache(q, k, v, cache_seqlens=100)
+    ref, _ = reference(q, k, v, [100, 100])
+    assert (out.float() - ref.float()).abs().max().item() < 2e-2
+    # No cache_seqlens: the whole cache, the same as flashjit.attention.
+    full = flashjit.attention_with_kvcache(q, k, v)
+    assert torch.equal(full, flashjit.attention(q, k, v))
+
+
+def test_bad_arguments():
+    require_gpu()
+    dev = "cuda"
+    q = torch.randn(2, 1, 8, 128, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(2, 256, 2, 128, device=dev, dtype=torch.bfloat16)
+    lens = torch.tensor([3, 4], dtype=torch.int32, device=dev)
+    cases = [
+        (dict(cache_seqlens=lens.long()), "int32"),
+        (dict(cache_seqlens=lens, k=k[:, :1]), "pass both k and v"),
+        (dict(k=k[:, :1], v=k[:, :1]), "need cache_seqlens"),
+    ]
+    errors = []
+    for kw, expected in cases:
+        try:
+            flashjit.attention_with_kvcache(q, k, k.clone(), **kw)
+            errors.append(f"{kw.keys()}: no error")
+        except (TypeError, ValueError, RuntimeError) as e:
+            if expected not in str(e):
+                errors.append(f"{list(kw)}: {e!r} lacks {expected!r}")
+    # A page size that is not a multiple of 16 is the library's error.
+    try:
+        kc = torch.zeros(8, 24, 2, 128, device=dev, dtype=torch.bfloat16)
+        flashjit.attention_with_kvcache(q, kc, kc.clone(), cache_seqlens=lens,
+                                        block_table=torch.zeros(2, 2, dtype=torch.int32,
+                                                                device=dev))
+        errors.append("page 24: no error")
+    except RuntimeError as e:
+        if "page_size=24" not in str(e):
+            errors.append(f"page 24: {e}")
+    assert not errors, "\n".join(errors)
+
+
+def main():
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
+        return 0
+    failed = 0
+    for name, fn in sorted(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                print(f"ok   {name}")
+            except Exception:
+                failed += 1
+                print(f"FAIL {name}")
+                traceback.print_exc()
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
