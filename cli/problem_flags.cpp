@@ -197,6 +197,12 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   if (out.pass == Pass::backward && c.pack_gqa != GqaPacking::automatic)
     return flag_error("pack-gqa", "auto with --pass bwd (it only changes the forward)",
                       v.pack_gqa);
+  if (out.pass == Pass::backward && p.page_size != 0)
+    return flag_error("page-size", "0 with --pass bwd (a KV cache is a forward input)",
+                      v.page_size);
+  if (out.pass == Pass::backward && p.seqused_k)
+    return flag_error("cache-seqlens", "--pass fwd (a KV cache is a forward input)",
+                      "--pass bwd");
   c.deterministic = v.deterministic;
 
   if (auto error = validate_problem(p)) return error;

@@ -25,7 +25,7 @@ namespace {
 const char *const kProblemKeys[] = {"dtype",   "batch",   "heads",    "heads_kv", "seqlen",
                                     "seqlen_q", "seqlen_k", "hdim",     "hdim_v",   "mask",
                                     "window",  "softcap", "scale",    "pass",     "passes",
-                                    "deterministic", "name"};
+                                    "deterministic", "page_size", "cache_seqlens", "name"};
 constexpr int64_t kMaxLength = (int64_t(1) << 31) - 1;  // the kernels index rows with int
 constexpr int64_t kMaxGrid = 65535;                     // batch and heads are grid dimensions
 
@@ -72,7 +72,7 @@ std::optional<PlanError> read_fields(const YAML::Node &map, bool allow_name, Fie
       return PlanError{line, llvm::formatv("unknown key '{0}' in {1} (expected one of dtype, "
                                            "batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, "
                                            "hdim, hdim_v, mask, window, softcap, scale, pass, "
-                                           "passes, deterministic{2})",
+                                           "passes, deterministic, page_size, cache_seqlens{2})",
                                            shown(pair.first), where, allow_name ? ", name" : "")
                                  .str()};
     }
@@ -291,6 +291,20 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
     if (auto e = read_float(*f, "scale", "a finite number >= 0 (0: 1/sqrt(hdim))",
                             p.softmax_scale))
       return e;
+
+  // A KV cache (forward): its page size, and per-sequence key counts.
+  if (const Field *f = get("page_size")) {
+    constexpr const char *kPage = "0 (contiguous) or a multiple of 16 in [16, 512]";
+    int64_t page = 0;
+    if (auto e = read_int(*f, "page_size", 0, 512, kPage, page)) return e;
+    if (page % 16 != 0) return key_error(*f, "page_size", kPage);
+    p.page_size = static_cast<int>(page);
+  }
+  if (const Field *f = get("cache_seqlens")) {
+    const std::string text = f->value.IsScalar() ? f->value.Scalar() : std::string();
+    if (text != "true" && text != "false") return key_error(*f, "cache_seqlens", "true or false");
+    p.seqused_k = text == "true";
+  }
 
   if (llvm::Error e = validate_problem(p)) return PlanError{line, llvm::toString(std::move(e))};
 

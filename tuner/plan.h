@@ -12,7 +12,10 @@
 // softcap, scale, name; and which passes to tune, each its own class:
 // pass: fwd | bwd, or passes: [fwd, bwd] (one entry per pass, in that
 // order; default fwd), deterministic: true (the backward's deterministic
-// mode instead of its default). Errors name the file, line and key.
+// mode instead of its default); a KV cache for the forward: page_size (0:
+// contiguous, else a multiple of 16 in [16, 512]; seqlen_k is the cache's
+// capacity) and cache_seqlens: true (per-sequence key counts). Errors name
+// the file, line and key.
 #pragma once
 
 #include <string>

@@ -37,6 +37,17 @@ TEST(Cli, BadProblemFlagsAreOneLineUsageErrors) {
        "--splits: expected 0 with --pass bwd (it only changes the forward), got 2"},
       {{"gen", "--pass", "bwd", "--pack-gqa", "on"},
        "--pack-gqa: expected auto with --pass bwd (it only changes the forward), got on"},
+      {{"gen", "--page-size", "24"},
+       "--page-size: expected 0 (contiguous) or a multiple of 16 in [16, 512], got 24"},
+      {{"run", "--page-size", "1024"},
+       "--page-size: expected 0 (contiguous) or a multiple of 16 in [16, 512], got 1024"},
+      {{"gen", "--pass", "bwd", "--page-size", "64"},
+       "--page-size: expected 0 with --pass bwd (a KV cache is a forward input), got 64"},
+      {{"gen", "--pass", "bwd", "--cache-seqlens"},
+       "--cache-seqlens: expected --pass fwd (a KV cache is a forward input), got --pass bwd"},
+      {{"gen", "--seqlen-k", "1000", "--page-size", "64"},
+       "seqlen_k=1000 is not a multiple of page_size=64: with a paged cache seqlen_k is the "
+       "page table's width (pages per sequence) times page_size"},
   };
   for (const auto &[args, message] : cases) {
     const CliResult r = run_cli(args);

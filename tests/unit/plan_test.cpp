@@ -144,11 +144,11 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
       {head + "  - {seqlen: 1024, hdmi: 64}\n",
        "plans/x.yaml:4: unknown key 'hdmi' in problem (expected one of dtype, batch, heads, "
        "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
-       "passes, deterministic, name)"},
+       "passes, deterministic, page_size, cache_seqlens, name)"},
       {"defaults: {heads: 16, hdim: 128, nmae: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: unknown key 'nmae' in defaults (expected one of dtype, batch, heads, "
        "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
-       "passes, deterministic)"},
+       "passes, deterministic, page_size, cache_seqlens)"},
       {"defaults: {heads: 16, hdim: 128, name: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: key 'name': names a single problem, not defaults"},
       {head + "  - {seqlen: 0}\n", "plans/x.yaml:4: key 'seqlen': expected a positive integer, got 0"},
@@ -158,6 +158,14 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
        "plans/x.yaml:4: key 'batch': expected a positive integer, got 1.5"},
       {head + "  - {seqlen: 8, dtype: fp32}\n",
        "plans/x.yaml:4: key 'dtype': expected bf16 or fp16, got fp32"},
+      {head + "  - {seqlen: 64, page_size: 24}\n",
+       "plans/x.yaml:4: key 'page_size': expected 0 (contiguous) or a multiple of 16 in [16, "
+       "512], got 24"},
+      {head + "  - {seqlen: 100, page_size: 64}\n",
+       "plans/x.yaml:4: seqlen_k=100 is not a multiple of page_size=64: with a paged cache "
+       "seqlen_k is the page table's width (pages per sequence) times page_size"},
+      {head + "  - {seqlen: 64, cache_seqlens: yes}\n",
+       "plans/x.yaml:4: key 'cache_seqlens': expected true or false, got yes"},
       {head + "  - {seqlen: 8, heads_kv: 5}\n",
        "plans/x.yaml:4: key 'heads_kv': expected a divisor of heads (16), got 5"},
       {head + "  - {seqlen: 8, mask: diagonal}\n",
@@ -197,6 +205,23 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
       {"name: x\nproblems: [\n", "plans/x.yaml:3: invalid YAML: end of sequence flow not found"},
   };
   for (const auto &[text, message] : cases) EXPECT_EQ(error_of(text), message) << text;
+}
+
+TEST(Plan, KvCacheKeysSetTheProblemsLayout) {
+  auto plan = parse_plan(R"(defaults: {heads: 32, heads_kv: 8, hdim: 128, seqlen_q: 1}
+problems:
+  - {seqlen_k: 8192, batch: 16, page_size: 64, cache_seqlens: true}
+  - {seqlen_k: 8192, batch: 16}
+)",
+                         "plans/serve.yaml");
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->entries.size(), 2u);
+  EXPECT_EQ(plan->entries[0].problem.page_size, 64);
+  EXPECT_TRUE(plan->entries[0].problem.seqused_k);
+  EXPECT_EQ(plan->entries[0].name, describe(plan->entries[0].problem));
+  EXPECT_NE(plan->entries[0].name.find("seqused_k page=64"), std::string::npos);
+  EXPECT_EQ(plan->entries[1].problem.page_size, 0);
+  EXPECT_FALSE(plan->entries[1].problem.seqused_k);
 }
 
 TEST(Plan, HdimVIsCheckedLikeHdim) {
