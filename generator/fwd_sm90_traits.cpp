@@ -37,7 +37,7 @@ int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
 }
 
 KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
-                                           int64_t rows_per_query) {
+                                           int64_t rows_per_query, int page_size) {
   // FlashAttention-3 uses 192x128 (d=64), 128x176 (d=128) and 128x80 (d=256);
   // here block_n is capped by max_block_n. Fastest on the H200 (docs/PERF.md,
   // 2026-11-30, sixth session):
@@ -68,6 +68,16 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
     c.block_m = 64;
     c.block_n = head_dim == 64 ? 128 : head_dim == 128 ? 64 : 80;
     c.stages = head_dim == 64 ? 3 : 2;
+    // A paged cache with its pages shuffled costs each K/V load more
+    // latency than a contiguous one: more bytes in flight pay. H200, d=128,
+    // 1x128k / 16x32k / 256x1k GB/s against contiguous 64 x 2 (3977 / 4268
+    // / 4252): page 64 at 64 x 2 3484 / 4000 / -, at 64 x 4 3607 / 4066 /
+    // 3994; page 32 at 64 x 4 3718 / 4051 / 3985; page 16 at 64 x 4 2976 /
+    // 3255 / 3237, at 128 x 3 3284 / 3636 / 3619 (docs/PERF.md).
+    if (page_size > 0 && head_dim == 128) {
+      c.block_n = page_size < 32 ? 128 : 64;
+      c.stages = page_size < 32 ? 3 : 4;
+    }
   } else if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
     c.block_m = 192;
     c.block_n = 112;

@@ -135,7 +135,8 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     const bool pack = partial.pack_gqa == GqaPacking::on ||
                       (partial.pack_gqa == GqaPacking::automatic && pack_gqa_pays(problem));
     const KernelConfig first = FwdSm90Traits::default_config(
-        problem.head_dim_qk, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1);
+        problem.head_dim_qk, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
+        problem.page_size);
     const KernelConfig second = FwdSm90Traits::default_config(problem.head_dim_qk, 0);
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};
@@ -144,7 +145,10 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
                                  c.warps, c.stages, max_smem_bytes)
           .takeError();
     });
-    if (sm90.fits) return sm90.config;
+    // Asked for by name, the sm90 config stays even when it does not fit:
+    // validation then says why, rather than an error about an sm80 config
+    // the caller never asked for.
+    if (sm90.fits || partial.path == KernelPath::sm90) return sm90.config;
     // Too big for this device's shared memory: the sm80 family below.
   }
   TileChoice list[4];

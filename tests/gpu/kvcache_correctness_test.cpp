@@ -274,5 +274,21 @@ TEST(KvCache, LlamaDecodeContiguousAndPaged) {
   }
 }
 
+// Small paged shapes for compute-sanitizer (memcheck, racecheck):
+// --gtest_filter='Sm90Sanitizer*'. Table entries past the keys point outside
+// the cache, one used entry too (read as zeros), keys are appended.
+TEST(Sm90SanitizerKvCache, PagedAppendAndBadPages) {
+  FLASHJIT_REQUIRE_SM90();
+  Problem p = make_problem(DType::bf16, 3, 8, 2, 2, 256, 128, 128, MaskKind::causal);
+  p.seqused_k = true;
+  p.page_size = 16;
+  run_kv_case({p, {0, 100, 250}, 2, 3, true}, 61);
+  p.page_size = 64;
+  p.head_dim_qk = p.head_dim_v = 64;
+  run_kv_case({p, {1, 64, 200}, 1, 0, true}, 62);
+  p.page_size = 0;
+  run_kv_case({p, {5, 0, 256}, 1, 2}, 63);
+}
+
 }  // namespace
 }  // namespace flashjit

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "generator/fwd_sm90_traits.h"
+#include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/backward_spec.h"
 #include "generator/source.h"
@@ -208,6 +209,40 @@ TEST(KvCacheSource, IdPreludeAndEntriesNameTheCache) {
   EXPECT_NE(generate_forward(*dense).source.find("constexpr int kPageSize = 0;\n"),
             std::string::npos);
   EXPECT_EQ(dense->id().find("page"), std::string::npos);
+}
+
+TEST(KvCacheHeuristic, ShuffledPagesGetMoreBytesInFlight) {
+  // Decode at d=128: contiguous 64 x 2; pages of 32 rows and more 64 x 4;
+  // pages of 16 rows 128 x 3 (docs/PERF.md).
+  auto tiles = [](int page) {
+    const KernelConfig c = default_forward_config(cache_problem(page), kSm90a, 0, {}, 132);
+    return std::tuple{c.path, c.block_m, c.block_n, c.stages};
+  };
+  EXPECT_EQ(tiles(0), std::tuple(KernelPath::sm90, 64, 64, 2));
+  EXPECT_EQ(tiles(16), std::tuple(KernelPath::sm90, 64, 128, 3));
+  EXPECT_EQ(tiles(32), std::tuple(KernelPath::sm90, 64, 64, 4));
+  EXPECT_EQ(tiles(256), std::tuple(KernelPath::sm90, 64, 64, 4));
+  // Each is a valid kernel on sm_90a.
+  for (int page : {16, 32, 64, 256}) {
+    const Problem p = cache_problem(page);
+    EXPECT_TRUE(bool(make_forward_spec(p, default_forward_config(p, kSm90a, 0, {}, 132), kSm90a)))
+        << page;
+  }
+}
+
+// An explicit sm90 request whose tiles cannot work is refused as sm90, never
+// turned into an sm80 config the caller did not ask for.
+TEST(KvCacheHeuristic, AnExplicitSm90RequestStaysSm90) {
+  KernelConfig partial;
+  partial.path = KernelPath::sm90;
+  partial.stages = 6;
+  const KernelConfig c = default_forward_config(cache_problem(0, false), kSm90a, 0, partial, 132);
+  EXPECT_EQ(c.path, KernelPath::sm90);
+  auto spec = make_forward_spec(cache_problem(0, false), c, kSm90a);
+  ASSERT_FALSE(bool(spec));
+  const std::string error = llvm::toString(spec.takeError());
+  EXPECT_NE(error.find("stages=6"), std::string::npos) << error;
+  EXPECT_EQ(error.find("sm80"), std::string::npos) << error;
 }
 
 TEST(KvCacheKeys, CallKeyAndTuningClassSeparateLayouts) {
