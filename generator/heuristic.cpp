@@ -78,9 +78,10 @@ bool pack_gqa_pays(const Problem &problem) {
 }
 
 int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count) {
-  if (config.path != KernelPath::sm90 || config.block_n <= 0 || config.block_m <= 0) return 1;
+  if (config.block_n <= 0 || config.block_m <= 0) return 1;
   if (sm_count <= 0) sm_count = kDefaultSmCount;
-  // The slots work tiles fill: one CTA an SM (every sm90 forward config).
+  // The slots work tiles fill: one CTA an SM (every sm90 forward config;
+  // for the sm80 family, which may fit more, a conservative count).
   const int64_t slots = sm_count;
   const int64_t work = forward_work_tiles(problem, config);
   if (work * 10 >= slots * 8) return 1;  // ~80% of the SMs busy already

@@ -30,11 +30,6 @@ llvm::Error validate_decode_fields(const Problem &problem, const KernelConfig &c
       config.pack_gqa != GqaPacking::off)
     return problem_error(llvm::formatv("pack_gqa={0} is not auto, on or off",
                                        static_cast<int>(config.pack_gqa)));
-  if (config.path == KernelPath::sm80 && config.splits > 1)
-    return problem_error(llvm::formatv(
-        "splits={0}: split-KV is implemented in the sm90 family only; use splits=1 (or 0) with "
-        "the sm80 family",
-        config.splits));
   if (config.pack_gqa == GqaPacking::on) {
     if (config.path == KernelPath::sm80)
       return problem_error("pack_gqa=on: GQA packing is implemented in the sm90 family only; "
@@ -212,11 +207,6 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
                          " (fill it with default_forward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   if (llvm::Error e = validate_decode_fields(problem, config)) return e;
-  if (config.path == KernelPath::sm80 && (problem.seqused_k || problem.page_size > 0))
-    return problem_error(
-        "a KV cache (per-sequence key counts or pages) is implemented in the sm90 family only "
-        "(head dims 64, 128 and 256 on an sm_90a device); use path sm90 or auto there, or a "
-        "contiguous cache of equal lengths");
   if (config.path == KernelPath::sm90) {
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages, max_smem_bytes);
@@ -264,8 +254,11 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
   }
   FwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
                   spec.config.warps, spec.config.stages};
-  return row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q, problem.batch,
-                            t.threads(), t.smem_bytes());
+  LaunchGeometry g = row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q,
+                                        problem.batch, t.threads(), t.smem_bytes());
+  // Split-KV: x is (query block, split), splits fastest (fwd_sm80.cuh).
+  g.grid.x *= static_cast<unsigned>(std::max(num_splits, 1));
+  return g;
 }
 
 LaunchGeometry forward_combine_geometry(const Problem &problem) {

@@ -206,7 +206,8 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
       return launch_forward_sm90(*kernels.main, spec, problem, args, params, stream,
                                  kernels.resident_ctas);
     void *kernel_args[] = {&params};
-    return kernels.main->launch(forward_launch_geometry(spec, problem), stream, kernel_args);
+    return kernels.main->launch(forward_launch_geometry(spec, problem, 0, params.num_splits),
+                                stream, kernel_args);
   };
   if (args.cache.k_new) {
     // The new keys and values land in the cache before the forward reads it

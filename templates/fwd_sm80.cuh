@@ -23,12 +23,26 @@
 // fp32 log-sum-exp of each row goes to lse[batch, head, row]. A row that sees
 // no key writes O = 0 and LSE = +inf, as FlashAttention does.
 //
+// Split-KV (kSplitKv, p.num_splits > 1): the grid's x holds query blocks x
+// splits, and each CTA attends to its split's share of the visible key
+// tiles (common/fwd_scheduler.cuh, split_share), writing O / its own row sum
+// in fp32 and its LSE (-inf when it saw no key) straight from the fragments
+// to the workspace for flashjit_fwd_combine, as the sm90 family does.
+//
+// KV cache (kSeqUsedK, kPageSize; common/fwd_key_sequence.cuh): the batch's
+// own key count and bottom-right offset; paged K/V are copied in runs of
+// kBoxRows rows that never cross a page, each from its page's rows. A run
+// past the keys, or on a page index outside [0, num_pages), is zero-filled
+// by cp.async without reading memory.
+//
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
 // kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host-side
 // twin of every derived constant below is generator/fwd_sm80_traits.cpp.
 #pragma once
 
+#include "common/fwd_key_sequence.cuh"
 #include "common/fwd_params.cuh"
+#include "common/fwd_scheduler.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/smem_tile.cuh"
@@ -70,6 +84,9 @@ static_assert(kBlockM % (16 * kWarps) == 0 && (kMTiles == 1 || kMTiles == 2),
 static_assert(kBlockN % 16 == 0, "block_n: multiple of 16 (P V k-steps)");
 static_assert(kStages >= 2, "at least double buffering");
 static_assert(kBlockM * kSmemDimV <= kSmemElements, "O staging reuses the Q/K/V space");
+static_assert(kPackGqa == 1, "sm80 family: no packed GQA");
+
+using KeySequence = FwdKeySequence<kSeqUsedK, kPageSize, kBlockN>;
 
 // cp.async of rows [0, kRows) x chunks [0, kChunks) of a tile at shared
 // address `tile`; rows at or past `rows_valid` are zero-filled.
@@ -148,28 +165,35 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   const int quad_lane = lane % 4;  // mma fragment column pair
   const int warp_row0 = warp * kWarpRows;
 
-  // Heaviest Q tiles (most visible keys under a causal mask) start first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
+  // Heaviest Q tiles (most visible keys under a causal mask) start first;
+  // with split-KV, x is (query block, split), splits fastest.
+  const int splits = kSplitKv ? p.num_splits : 1;
+  const int split = kSplitKv ? static_cast<int>(blockIdx.x) % splits : 0;
+  const int m_block = static_cast<int>(gridDim.x) / splits - 1 - static_cast<int>(blockIdx.x) / splits;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / p.heads_per_kv;
   const int m0 = m_block * kBlockM;
   const int seqlen_q = p.seqlen_q;
-  const int seqlen_k = p.seqlen_k;
-  // Bottom-right alignment: row i lines up with key i + offset.
-  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
+  // This sequence's keys; row i lines up with key i + offset (bottom-right).
+  const KeySequence seq(p, batch);
+  const int seqlen_k = seq.seqlen_k;
+  const i64 offset = seq.offset;
 
-  // The K/V tiles any row of this tile sees.
-  const TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
+  // The K/V tiles any row of this tile sees (this split's share of them).
+  TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
+  if constexpr (kSplitKv) key_tiles = split_share(key_tiles, split, splits);
   const int n_block_begin = key_tiles.first;
   const int num_tiles = key_tiles.count;
 
   const u16 *const q_base = static_cast<const u16 *>(p.q) + batch * p.q_batch_stride +
                             head * p.q_head_stride + static_cast<i64>(m0) * p.q_row_stride;
+  // Paged, the batch strides step between pages and the batch is a page.
+  const i64 kv_outer = KeySequence::kPaged ? 0 : batch;
   const u16 *const k_base =
-      static_cast<const u16 *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+      static_cast<const u16 *>(p.k) + kv_outer * p.k_batch_stride + kv_head * p.k_head_stride;
   const u16 *const v_base =
-      static_cast<const u16 *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+      static_cast<const u16 *>(p.v) + kv_outer * p.v_batch_stride + kv_head * p.v_head_stride;
 
   auto stage_k = [&](int stage) { return sKV + stage * kSmemStage; };
   auto stage_v = [&](int stage) { return sKV + stage * kSmemStage + kSmemK; };
@@ -181,10 +205,31 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
     // rather than kept live across the loop, where S and O own the registers.
     const int tid = opaque(static_cast<int>(threadIdx.x));
     const u32 k_addr = sKV_addr + 2 * stage * kSmemStage;
-    load_tile<kBlockN, kSmemDimQK, kChunksQK>(k_addr, k_base + n0 * p.k_row_stride,
-                                              p.k_row_stride, seqlen_k - n0, tid);
-    load_tile<kBlockN, kSmemDimV, kChunksV>(k_addr + 2 * kSmemK, v_base + n0 * p.v_row_stride,
-                                            p.v_row_stride, seqlen_k - n0, tid);
+    if constexpr (KeySequence::kPaged) {
+      constexpr int kRows = KeySequence::kBoxRows;
+#pragma unroll
+      for (int box = 0; box < KeySequence::kBoxesPerTile; ++box) {
+        const int page = seq.box_page(p, batch, n0, box);
+        const bool on_page = page < p.num_pages;
+        // Off the pages: zero-filled rows, read from nowhere (the base is
+        // only an address for the copies that are not made).
+        const i64 row = on_page ? seq.box_row(n0, box) : 0;
+        const int rows = on_page ? seqlen_k - (n0 + box * kRows) : 0;
+        const u16 *const k_src = k_base + (on_page ? page * p.k_batch_stride : 0) +
+                                 row * p.k_row_stride;
+        const u16 *const v_src = v_base + (on_page ? page * p.v_batch_stride : 0) +
+                                 row * p.v_row_stride;
+        load_tile<kRows, kSmemDimQK, kChunksQK>(k_addr + 2 * box * kRows * kSmemDimQK, k_src,
+                                                p.k_row_stride, rows, tid);
+        load_tile<kRows, kSmemDimV, kChunksV>(k_addr + 2 * kSmemK + 2 * box * kRows * kSmemDimV,
+                                              v_src, p.v_row_stride, rows, tid);
+      }
+    } else {
+      load_tile<kBlockN, kSmemDimQK, kChunksQK>(k_addr, k_base + n0 * p.k_row_stride,
+                                                p.k_row_stride, seqlen_k - n0, tid);
+      load_tile<kBlockN, kSmemDimV, kChunksV>(k_addr + 2 * kSmemK, v_base + n0 * p.v_row_stride,
+                                              p.v_row_stride, seqlen_k - n0, tid);
+    }
   };
 
   // ---- prologue: padding, Q, and the first kStages-1 K/V tiles -------------
@@ -363,6 +408,35 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
 
   // ---- epilogue ---------------------------------------------------------------
   cp_async_wait<0>();
+  if (kSplitKv && splits > 1) {
+    // This split's partial: O / its own row sum and its LSE in fp32, to
+    // [split][batch][head][row] (x kHeadDimV) of the workspace.
+    const i64 slice = static_cast<i64>(split) * p.batch * p.heads_q * seqlen_q;
+    const i64 head_rows = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float sum = quad_sum(row_sum[mt][h]);
+        const bool empty = !(sum > 0.f);
+        const float inv = empty ? 0.f : 1.f / sum;
+        const int row = m0 + warp_row0 + mt * 16 + group + h * 8;
+        if (row >= seqlen_q) continue;
+        float *const o_row = p.o_partial + (slice + head_rows + row) * kHeadDimV;
+#pragma unroll
+        for (int nt = 0; nt < kNTilesO; ++nt) {
+          const int col = nt * 8 + quad_lane * 2;
+          if (col < kHeadDimV)
+            *reinterpret_cast<F32x2 *>(o_row + col) =
+                F32x2{acc_o[mt][nt][h * 2] * inv, acc_o[mt][nt][h * 2 + 1] * inv};
+        }
+        if (quad_lane == 0)
+          p.lse_partial[slice + head_rows + row] =
+              empty ? kNegInf
+                    : (row_max[mt][h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
+      }
+    return;
+  }
   __syncthreads();  // every warp is done with Q/K/V: the space becomes sO
   u16 *const sO = sQ;
   float *const lse_base =

@@ -21,6 +21,18 @@
 
 namespace flashjit {
 
+// Split `split` of `splits`' contiguous share of the key tiles `span`
+// (possibly none: that split writes an empty partial). Both families cut
+// the key range this way.
+__device__ __forceinline__ TileSpan split_share(TileSpan span, int split, int splits) {
+  const int per_split = (span.count + splits - 1) / splits;
+  const int skip = split * per_split;
+  const int left = span.count - skip;
+  span.first += skip;
+  span.count = left < 0 ? 0 : left < per_split ? left : per_split;
+  return span;
+}
+
 struct WorkTile {
   int q0;     // first query position
   int head;   // query head, or KV head when GQA is packed
@@ -70,14 +82,8 @@ struct FwdTileScheduler {
   template <class Mask, class Params>
   __device__ __forceinline__ TileSpan key_tiles(const Params &p, const WorkTile &t, int seqlen_k,
                                                 i64 offset, int block) const {
-    TileSpan span = visible_key_tiles<Mask>(p, seqlen_k, t.q0, kQRowsPerTile, offset, block);
-    if constexpr (kSplitKv) {
-      const int per_split = (span.count + splits - 1) / splits;
-      const int skip = t.split * per_split;
-      const int left = span.count - skip;
-      span.first += skip;
-      span.count = left < 0 ? 0 : left < per_split ? left : per_split;
-    }
+    const TileSpan span = visible_key_tiles<Mask>(p, seqlen_k, t.q0, kQRowsPerTile, offset, block);
+    if constexpr (kSplitKv) return split_share(span, t.split, splits);
     return span;
   }
 };

@@ -140,6 +140,32 @@ TEST(DecodeHeuristic, SplitsAndPacksLlamaDecode) {
   EXPECT_EQ(spec->config.block_m, 64) << spec->id();
 }
 
+// The sm80 family's split-KV (no packing there): split counts from 2 to the
+// key tiles, masks, softcap, GQA, both dtypes, head dims off the sm90 set.
+TEST(DecodeSm80, SplitKvMatchesReference) {
+  FLASHJIT_REQUIRE_GPU();
+  struct Sm80Case {
+    Problem problem;
+    int splits;
+  };
+  const Sm80Case cases[] = {
+      {make_problem(DType::bf16, 2, 32, 8, 1, 8191, 128, 128, MaskKind::none), 8},
+      {make_problem(DType::fp16, 1, 16, 2, 5, 3000, 96, 96, MaskKind::causal), 5},
+      {make_problem(DType::bf16, 3, 8, 8, 16, 1000, 64, 64, MaskKind::window, 200, 0), 3},
+      {make_problem(DType::bf16, 1, 8, 1, 1, 700, 256, 256, MaskKind::none, -1, -1, 20.f), 11},
+      {make_problem(DType::fp16, 2, 12, 4, 128, 2000, 72, 72, MaskKind::causal), 2},
+  };
+  for (const Sm80Case &c : cases) {
+    KernelConfig config{KernelPath::sm80, 64, 64, 4, 2};
+    config.splits = c.splits;
+    config.pack_gqa = GqaPacking::off;
+    auto spec = resolve_forward_spec(c.problem, config);
+    FLASHJIT_ASSERT_OK(spec.takeError());
+    EXPECT_TRUE(spec->split_kv) << spec->id();
+    run_case({c.problem, config}, 91);
+  }
+}
+
 // Small split and packed shapes for compute-sanitizer: --gtest_filter='Sm90Sanitizer*'.
 TEST(Sm90SanitizerDecode, SplitAndPackedShapes) {
   FLASHJIT_REQUIRE_SM90();

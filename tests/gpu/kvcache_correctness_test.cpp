@@ -29,11 +29,13 @@ struct KvCase {
   int seqlen_new = 0;         // keys appended this step
   int splits = 0;             // 0: the heuristic
   bool out_of_range_page = false;  // one used table entry points past the cache
+  KernelPath path = KernelPath::sm90;
   std::string name() const {
     std::string s = describe(problem) + " cached=[";
     for (int c : cached) s += std::to_string(c) + ",";
     s += "] new=" + std::to_string(seqlen_new) + " splits=" + std::to_string(splits);
     if (out_of_range_page) s += " bad-page";
+    s += std::string(" ") + to_string(path);
     return s;
   }
 };
@@ -152,7 +154,7 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
     args.cache.v_new_strides = {c.seqlen_new * hkv * dv, hkv * dv, dv};
   }
   KernelConfig config;
-  config.path = KernelPath::sm90;
+  config.path = c.path;
   config.splits = c.splits;
   FLASHJIT_ASSERT_OK(launch_forward(p, args, nullptr, config));
 
@@ -245,6 +247,11 @@ std::vector<KvCase> kv_cases() {
       c.splits = n % 4 == 1 ? 1 : n % 4 == 2 && cap >= 3 * 128 ? 3 : 0;
       c.out_of_range_page = page > 0 && n % 5 == 2;
       cases.push_back(c);
+      // The sm80 family (cp.async gathers of page pieces) on every other case.
+      if (n % 2 == 0) {
+        c.path = KernelPath::sm80;
+        cases.push_back(c);
+      }
       ++n;
     }
   return cases;
@@ -253,7 +260,10 @@ std::vector<KvCase> kv_cases() {
 class KvCacheCorrectness : public ::testing::TestWithParam<KvCase> {};
 
 TEST_P(KvCacheCorrectness, MatchesReferencePerSequence) {
-  FLASHJIT_REQUIRE_SM90();
+  if (GetParam().path == KernelPath::sm90)
+    FLASHJIT_REQUIRE_SM90();
+  else
+    FLASHJIT_REQUIRE_GPU();
   run_kv_case(GetParam(), 4242);
 }
 
@@ -288,6 +298,11 @@ TEST(Sm90SanitizerKvCache, PagedAppendAndBadPages) {
   run_kv_case({p, {1, 64, 200}, 1, 0, true}, 62);
   p.page_size = 0;
   run_kv_case({p, {5, 0, 256}, 1, 2}, 63);
+  // The sm80 family's gathers, split, a page index past the cache.
+  p.page_size = 16;
+  KvCase sm80{p, {0, 100, 250}, 2, 3, true};
+  sm80.path = KernelPath::sm80;
+  run_kv_case(sm80, 64);
 }
 
 }  // namespace

@@ -117,11 +117,14 @@ TEST(DecodeValidation, ExplainsEveryRefusal) {
                 .find("work tiles (query blocks x splits x heads x batch), more than"),
             std::string::npos);
 
+  // The sm80 family splits too (it has the combine kernel), but does not pack.
   KernelConfig sm80{KernelPath::sm80, 128, 64, 4, 2};
   sm80.splits = 4;
-  EXPECT_EQ(error_of(make_forward_spec(p, sm80, kSm90a)),
-            "splits=4: split-KV is implemented in the sm90 family only; use splits=1 (or 0) "
-            "with the sm80 family");
+  auto split80 = make_forward_spec(p, sm80, kSm80);
+  ASSERT_TRUE(bool(split80)) << llvm::toString(split80.takeError());
+  EXPECT_TRUE(split80->split_kv);
+  EXPECT_EQ(generate_forward(*split80).entries,
+            (std::vector<std::string>{"flashjit_fwd_sm80", "flashjit_fwd_combine"}));
   sm80.splits = 1;
   sm80.pack_gqa = GqaPacking::on;
   EXPECT_EQ(error_of(make_forward_spec(p, sm80, kSm80)),

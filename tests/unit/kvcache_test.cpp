@@ -61,15 +61,13 @@ TEST(KvCacheValidation, PageSizesAreMultiplesOf16UpTo512) {
             "page table's width (pages per sequence) times page_size");
 }
 
-TEST(KvCacheValidation, OnlyTheSm90ForwardServesACache) {
+TEST(KvCacheValidation, BothForwardFamiliesServeACacheTheBackwardNone) {
   KernelConfig sm80{KernelPath::sm80, 128, 64, 4, 2};
   for (const Problem &p : {cache_problem(64), cache_problem(0, true)}) {
-    auto spec = make_forward_spec(p, sm80, kSm90a);
-    ASSERT_FALSE(bool(spec));
-    EXPECT_EQ(llvm::toString(spec.takeError()),
-              "a KV cache (per-sequence key counts or pages) is implemented in the sm90 family "
-              "only (head dims 64, 128 and 256 on an sm_90a device); use path sm90 or auto "
-              "there, or a contiguous cache of equal lengths");
+    auto spec = make_forward_spec(p, sm80, kSm80);
+    ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+    EXPECT_EQ(spec->page_size, p.page_size);
+    EXPECT_TRUE(spec->seqused_k);
     auto backward = make_backward_spec(p, sm80, kSm90a);
     ASSERT_FALSE(bool(backward));
     EXPECT_EQ(llvm::toString(backward.takeError()),
@@ -302,6 +300,66 @@ TEST(KvCacheCompile, PagedKernelsAndTheAppendCompileWithoutSpills) {
     EXPECT_NE(bytes.find("flashjit_fwd_sm90"), std::string::npos);
     EXPECT_EQ(bytes.find("flashjit_kv_append") != std::string::npos, variants[i].seqused);
   }
+}
+
+// The sm80 family's split-KV and KV-cache variants (cp.async gathers of
+// page pieces) compile for sm_80 with ptxas's report and no spills, every
+// entry in the cubin.
+TEST(KvCacheCompile, Sm80SplitAndPagedKernelsCompileWithoutSpills) {
+  struct Variant {
+    int d, page;
+    bool seqused;
+    KernelConfig tiles;
+    int splits;
+  };
+  const Variant variants[] = {
+      // 16 query rows a warp: the tiles a decode step takes (32 rows a warp
+      // spill a few bytes with or without a cache, which the tuner allows).
+      {128, 16, true, {KernelPath::sm80, 64, 64, 4, 2}, 4},
+      {128, 64, true, {KernelPath::sm80, 64, 64, 4, 2}, 1},
+      {72, 48, true, {KernelPath::sm80, 128, 32, 8, 3}, 3},   // padded head dim, 16-row pieces
+      {256, 256, false, {KernelPath::sm80, 64, 32, 4, 2}, 2},
+      {64, 0, true, {KernelPath::sm80, 128, 128, 8, 2}, 5},
+      {96, 0, false, {KernelPath::sm80, 64, 64, 4, 2}, 3},   // split only
+  };
+  std::vector<std::string> failures(std::size(variants));
+  {
+    llvm::ThreadPool pool(llvm::hardware_concurrency());
+    for (size_t i = 0; i < std::size(variants); ++i)
+      pool.async([&, i] {
+        const Variant &v = variants[i];
+        Problem p = cache_problem(v.page, v.seqused, 48 * 256, v.d);
+        p.mask = i % 2 ? MaskKind::causal : MaskKind::none;
+        KernelConfig c = v.tiles;
+        c.splits = v.splits;
+        c.pack_gqa = GqaPacking::off;
+        auto spec = make_forward_spec(p, c, kSm80);
+        if (!spec) {
+          failures[i] = llvm::toString(spec.takeError());
+          return;
+        }
+        GeneratedSource source = generate_forward(*spec);
+        source.options.push_back("--ptxas-options=-v");
+        auto cubin = compile_to_cubin(source, kSm80);
+        if (!cubin) {
+          failures[i] = spec->id() + ": " + llvm::toString(cubin.takeError());
+          return;
+        }
+        auto report = cli::parse_ptxas_report(cubin->log, source.entry);
+        if (!report) {
+          failures[i] = spec->id() + ": no ptxas report";
+          return;
+        }
+        if (report->spill_store_bytes || report->spill_load_bytes)
+          failures[i] = spec->id() + ": spills";
+        const std::string bytes(cubin->bytes.begin(), cubin->bytes.end());
+        for (const std::string &entry : source.entries)
+          if (bytes.find(entry) == std::string::npos)
+            failures[i] += spec->id() + ": no entry " + entry;
+      });
+    pool.wait();
+  }
+  for (size_t i = 0; i < std::size(variants); ++i) EXPECT_EQ(failures[i], "") << i;
 }
 
 }  // namespace
