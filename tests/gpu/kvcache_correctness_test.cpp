@@ -292,7 +292,7 @@ TEST(Sm90SanitizerKvCache, PagedAppendAndBadPages) {
   Problem p = make_problem(DType::bf16, 3, 8, 2, 2, 256, 128, 128, MaskKind::causal);
   p.seqused_k = true;
   p.page_size = 16;
-  run_kv_case({p, {0, 100, 250}, 2, 3, true}, 61);
+  run_kv_case({p, {0, 100, 250}, 2, 2, true}, 61);  // two key tiles at page 16's block_n 128
   p.page_size = 64;
   p.head_dim_qk = p.head_dim_v = 64;
   run_kv_case({p, {1, 64, 200}, 1, 0, true}, 62);
@@ -300,7 +300,7 @@ TEST(Sm90SanitizerKvCache, PagedAppendAndBadPages) {
   run_kv_case({p, {5, 0, 256}, 1, 2}, 63);
   // The sm80 family's gathers, split, a page index past the cache.
   p.page_size = 16;
-  KvCase sm80{p, {0, 100, 250}, 2, 3, true};
+  KvCase sm80{p, {0, 100, 250}, 2, 2, true};  // 256 keys: two tiles of sm80's 128
   sm80.path = KernelPath::sm80;
   run_kv_case(sm80, 64);
 }
