@@ -10,6 +10,13 @@ constexpr int kUnbounded = 1 << 30;
 constexpr float kLog2e = 1.4426950408889634f;
 
 int window_bound(int64_t bound) { return bound < 0 ? kUnbounded : static_cast<int>(bound); }
+
+// A tensor's strides into a parameter block's three fields.
+void set_strides(const TensorStrides &s, long long &batch, long long &row, long long &head) {
+  batch = s.batch;
+  row = s.seq;
+  head = s.head;
+}
 }  // namespace
 
 FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
@@ -19,18 +26,10 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
   p.v = args.v;
   p.o = args.o;
   p.lse = args.lse;
-  p.q_batch_stride = args.q_strides.batch;
-  p.q_row_stride = args.q_strides.seq;
-  p.q_head_stride = args.q_strides.head;
-  p.k_batch_stride = args.k_strides.batch;
-  p.k_row_stride = args.k_strides.seq;
-  p.k_head_stride = args.k_strides.head;
-  p.v_batch_stride = args.v_strides.batch;
-  p.v_row_stride = args.v_strides.seq;
-  p.v_head_stride = args.v_strides.head;
-  p.o_batch_stride = args.o_strides.batch;
-  p.o_row_stride = args.o_strides.seq;
-  p.o_head_stride = args.o_strides.head;
+  set_strides(args.q_strides, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_strides(args.k_strides, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(args.v_strides, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  set_strides(args.o_strides, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   p.seqlen_q = static_cast<int>(problem.seqlen_q);
   p.seqlen_k = static_cast<int>(problem.seqlen_k);
   p.heads_q = static_cast<int>(problem.heads_q);
@@ -74,18 +73,10 @@ KvAppendParams make_kv_append_params(const Problem &problem, const ForwardArgs &
   p.v_new = c.v_new;
   p.k_cache = const_cast<void *>(args.k);  // the cache is the forward's K/V input
   p.v_cache = const_cast<void *>(args.v);
-  p.k_new_batch_stride = c.k_new_strides.batch;
-  p.k_new_row_stride = c.k_new_strides.seq;
-  p.k_new_head_stride = c.k_new_strides.head;
-  p.v_new_batch_stride = c.v_new_strides.batch;
-  p.v_new_row_stride = c.v_new_strides.seq;
-  p.v_new_head_stride = c.v_new_strides.head;
-  p.k_batch_stride = args.k_strides.batch;
-  p.k_row_stride = args.k_strides.seq;
-  p.k_head_stride = args.k_strides.head;
-  p.v_batch_stride = args.v_strides.batch;
-  p.v_row_stride = args.v_strides.seq;
-  p.v_head_stride = args.v_strides.head;
+  set_strides(c.k_new_strides, p.k_new_batch_stride, p.k_new_row_stride, p.k_new_head_stride);
+  set_strides(c.v_new_strides, p.v_new_batch_stride, p.v_new_row_stride, p.v_new_head_stride);
+  set_strides(args.k_strides, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(args.v_strides, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   p.seqused_k = c.cache_seqlens;
   p.page_table = c.page_table;
   p.page_table_stride = c.page_table_stride;

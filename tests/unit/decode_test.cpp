@@ -308,13 +308,9 @@ TEST(DecodeCompile, SplitAndPackedKernelsCompileWithoutSpills) {
       {64, 32, 4, MaskKind::window, 0.f, 192, 112, 3, 2, GqaPacking::on},
       {256, 8, 8, MaskKind::none, 0.f, 128, 80, 2, 2, GqaPacking::off},
   };
-  const std::string cuobjdump = testing::find_cuobjdump();
-  std::vector<testing::Sm90Compiled> results(std::size(variants));
-  std::vector<std::string> ids(std::size(variants));
-  {
-    llvm::ThreadPool pool(llvm::hardware_concurrency());
-    for (size_t i = 0; i < std::size(variants); ++i)
-      pool.async([&, i] {
+  const auto compiled = testing::compile_sm90_variants(
+      std::size(variants),
+      [&](size_t i) {
         const Variant &v = variants[i];
         Problem p = decode_problem(2, v.heads_q, v.heads_kv, 1, 4096, v.d);
         p.mask = v.mask;
@@ -325,24 +321,17 @@ TEST(DecodeCompile, SplitAndPackedKernelsCompileWithoutSpills) {
                        FwdSm90Traits::warps_for(v.block_m), v.stages};
         c.splits = v.splits;
         c.pack_gqa = v.pack;
-        auto spec = make_forward_spec(p, c, kSm90a);
-        if (!spec) {
-          results[i].error = llvm::toString(spec.takeError());
-          return;
-        }
-        ids[i] = spec->id();
-        results[i] = testing::compile_sm90_with_report(generate_forward(*spec), kSm90a, cuobjdump);
-      });
-    pool.wait();
-  }
-  for (size_t i = 0; i < std::size(variants); ++i) {
-    SCOPED_TRACE(ids[i]);
-    EXPECT_EQ(results[i].error, "");
-    EXPECT_EQ(results[i].report.spill_store_bytes, 0);
-    EXPECT_EQ(results[i].report.spill_load_bytes, 0);
-    ASSERT_TRUE(results[i].cubin.has_value());
+        return make_forward_spec(p, c, kSm90a);
+      },
+      kSm90a);
+  for (const testing::Sm90Variant &v : compiled) {
+    SCOPED_TRACE(v.id);
+    EXPECT_EQ(v.result.error, "");
+    EXPECT_EQ(v.result.report.spill_store_bytes, 0);
+    EXPECT_EQ(v.result.report.spill_load_bytes, 0);
+    ASSERT_TRUE(v.result.cubin.has_value());
     // Both entries are in the cubin.
-    const std::string bytes(results[i].cubin->bytes.begin(), results[i].cubin->bytes.end());
+    const std::string bytes(v.result.cubin->bytes.begin(), v.result.cubin->bytes.end());
     EXPECT_NE(bytes.find("flashjit_fwd_sm90"), std::string::npos);
     EXPECT_NE(bytes.find("flashjit_fwd_combine"), std::string::npos);
   }

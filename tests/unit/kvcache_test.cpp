@@ -264,39 +264,29 @@ TEST(KvCacheCompile, PagedKernelsAndTheAppendCompileWithoutSpills) {
       {64, 256, true, 64, 128, 3, MaskKind::none},  {256, 64, true, 64, 80, 2, MaskKind::window},
       {128, 48, false, 128, 128, 2, MaskKind::causal}, {128, 0, true, 64, 64, 2, MaskKind::none},
   };
-  const std::string cuobjdump = testing::find_cuobjdump();
-  std::vector<testing::Sm90Compiled> results(std::size(variants));
-  std::vector<std::string> ids(std::size(variants));
-  {
-    llvm::ThreadPool pool(llvm::hardware_concurrency());
-    for (size_t i = 0; i < std::size(variants); ++i)
-      pool.async([&, i] {
+  const auto compiled = testing::compile_sm90_variants(
+      std::size(variants),
+      [&](size_t i) {
         const Variant &v = variants[i];
         Problem p = cache_problem(v.page, v.seqused, 48 * 256, v.d);
         p.mask = v.mask;
         p.window_left = 100;
         p.window_right = 0;
-        KernelConfig c{KernelPath::sm90, v.block_m, v.block_n, FwdSm90Traits::warps_for(v.block_m),
-                       v.stages};
+        KernelConfig c{KernelPath::sm90, v.block_m, v.block_n,
+                       FwdSm90Traits::warps_for(v.block_m), v.stages};
         c.splits = 3;
         c.pack_gqa = GqaPacking::on;
-        auto spec = make_forward_spec(p, c, kSm90a);
-        if (!spec) {
-          results[i].error = llvm::toString(spec.takeError());
-          return;
-        }
-        ids[i] = spec->id();
-        results[i] = testing::compile_sm90_with_report(generate_forward(*spec), kSm90a, cuobjdump);
-      });
-    pool.wait();
-  }
-  for (size_t i = 0; i < std::size(variants); ++i) {
-    SCOPED_TRACE(ids[i]);
-    EXPECT_EQ(results[i].error, "");
-    EXPECT_EQ(results[i].report.spill_store_bytes, 0);
-    EXPECT_EQ(results[i].report.spill_load_bytes, 0);
-    ASSERT_TRUE(results[i].cubin.has_value());
-    const std::string bytes(results[i].cubin->bytes.begin(), results[i].cubin->bytes.end());
+        return make_forward_spec(p, c, kSm90a);
+      },
+      kSm90a);
+  for (size_t i = 0; i < compiled.size(); ++i) {
+    const testing::Sm90Variant &v = compiled[i];
+    SCOPED_TRACE(v.id);
+    EXPECT_EQ(v.result.error, "");
+    EXPECT_EQ(v.result.report.spill_store_bytes, 0);
+    EXPECT_EQ(v.result.report.spill_load_bytes, 0);
+    ASSERT_TRUE(v.result.cubin.has_value());
+    const std::string bytes(v.result.cubin->bytes.begin(), v.result.cubin->bytes.end());
     EXPECT_NE(bytes.find("flashjit_fwd_sm90"), std::string::npos);
     EXPECT_EQ(bytes.find("flashjit_kv_append") != std::string::npos, variants[i].seqused);
   }

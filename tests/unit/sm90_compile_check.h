@@ -11,10 +11,12 @@
 #include <string>
 
 #include "cli/ptxas_report.h"
+#include "generator/kernel_spec.h"
 #include "generator/source.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Program.h"
+#include "llvm/Support/ThreadPool.h"
 #include "runtime/nvrtc_compiler.h"
 
 namespace flashjit::testing {
@@ -98,6 +100,35 @@ inline Sm90Compiled compile_sm90_with_report(GeneratedSource source, const Targe
       r.error = "ptxas serialised the wgmmas:\n" + cubin->log;
   r.cubin = std::move(*cubin);
   return r;
+}
+
+// One compiled variant of a parallel compile: the spec's ID (empty when the
+// spec was refused, the refusal then in result.error) and the result.
+struct Sm90Variant {
+  std::string id;
+  Sm90Compiled result;
+};
+
+// Compiles `count` forward specs, make_spec(i) for i < count, for sm_90a in
+// parallel (one NVRTC run a hardware thread), with ptxas's report.
+template <class MakeSpec>
+std::vector<Sm90Variant> compile_sm90_variants(size_t count, MakeSpec make_spec,
+                                               const TargetArch &arch) {
+  const std::string cuobjdump = find_cuobjdump();
+  std::vector<Sm90Variant> out(count);
+  llvm::ThreadPool pool(llvm::hardware_concurrency());
+  for (size_t i = 0; i < count; ++i)
+    pool.async([&, i] {
+      llvm::Expected<KernelSpec> spec = make_spec(i);
+      if (!spec) {
+        out[i].result.error = llvm::toString(spec.takeError());
+        return;
+      }
+      out[i].id = spec->id();
+      out[i].result = compile_sm90_with_report(generate_forward(*spec), arch, cuobjdump);
+    });
+  pool.wait();
+  return out;
 }
 
 }  // namespace flashjit::testing
