@@ -136,21 +136,37 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
   return check_tensors(tensors, extra);
 }
 
+namespace {
+
+// The spec and where its config came from, on `context`'s device: the
+// caller's complete config, else the database's tuning, else the heuristic;
+// a stored config that no longer validates was already passed over, so an
+// error here is the caller's config or the problem.
+struct ResolvedSpec {
+  KernelSpec spec;
+  ConfigSource source;
+};
+llvm::Expected<ResolvedSpec> resolve(const Problem &problem, const KernelConfig &config,
+                                     const ContextInfo &context) {
+  auto device = cached_device_info(int(context.device));  // a CUdevice is its ordinal
+  if (!device) return device.takeError();
+  auto chosen = choose_forward_config(problem, config, *device, process_tuning_db());
+  if (!chosen) return chosen.takeError();
+  auto spec = make_forward_spec(problem, chosen->config, device->target(),
+                                device->max_smem_per_block_optin);
+  if (!spec) return spec.takeError();
+  return ResolvedSpec{std::move(*spec), chosen->source};
+}
+
+}  // namespace
+
 llvm::Expected<KernelSpec> resolve_forward_spec(const Problem &problem,
                                                 const KernelConfig &config) {
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
-  auto device = cached_device_info(int(context->device));  // a CUdevice is its ordinal
-  if (!device) return device.takeError();
-  // (launch_forward resolves the same way, keeping where the config came
-  // from for the split count.)
-  // The caller's complete config, else the database's tuning, else the
-  // heuristic; a stored config that no longer validates was already passed
-  // over, so an error here is the caller's config or the problem.
-  auto chosen = choose_forward_config(problem, config, *device, process_tuning_db());
-  if (!chosen) return chosen.takeError();
-  return make_forward_spec(problem, chosen->config, device->target(),
-                           device->max_smem_per_block_optin);
+  auto resolved = resolve(problem, config, *context);
+  if (!resolved) return resolved.takeError();
+  return std::move(resolved->spec);
 }
 
 llvm::Expected<const LoadedKernel &> get_forward_kernel(const KernelSpec &spec) {
@@ -263,19 +279,16 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), problem, config);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
-    auto device = cached_device_info(int(context->device));  // a CUdevice is its ordinal
-    if (!device) return with_context(problem, device.takeError());
-    auto chosen = choose_forward_config(problem, config, *device, process_tuning_db());
-    if (!chosen) return with_context(problem, chosen.takeError());
-    auto spec = make_forward_spec(problem, chosen->config, device->target(),
-                                  device->max_smem_per_block_optin);
-    if (!spec) return with_context(problem, spec.takeError());
-    auto kernels = get_forward_kernels(*spec);
+    auto resolved = resolve(problem, config, *context);
+    if (!resolved) return with_context(problem, resolved.takeError());
+    auto kernels = get_forward_kernels(resolved->spec);
     if (!kernels) return with_context(problem, kernels.takeError());
-    const bool fixed = config.splits > 0 || chosen->source == ConfigSource::tuned ||
-                       chosen->source == ConfigSource::nearest;
-    plan = PlanCache::process().insert(
-        key, Plan{*spec, *kernels, fixed ? spec->config.splits : 0});
+    // The split count of every call: the caller's or the tuning's; else the
+    // heuristic's, per call.
+    const bool fixed = config.splits > 0 || resolved->source == ConfigSource::tuned ||
+                       resolved->source == ConfigSource::nearest;
+    const int splits = fixed ? resolved->spec.config.splits : 0;
+    plan = PlanCache::process().insert(key, Plan{std::move(resolved->spec), *kernels, splits});
   }
   // An explicit split count this call's keys cannot serve is an error; a
   // tuning's or the heuristic's is clamped to the key tiles.

@@ -5,6 +5,7 @@
 #include "runtime/cuda_driver.h"
 #include "templates/common/fwd_sm90_layout.cuh"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace flashjit {
 namespace {
@@ -25,32 +26,54 @@ uint64_t tma_stride(int64_t elements, int64_t extent, int head_dim) {
   return static_cast<uint64_t>(elements) * kElementBytes;
 }
 
+// A tiled map of `rank` dims (innermost first; `byte_strides` for dims 1..)
+// read in boxes of `box`, 128-byte swizzled; out-of-bounds elements read as
+// zeros. The error names the tensor (`what`) and every value passed.
+llvm::Expected<CUtensorMap> encode_tiled(const CudaDriver &cu, const std::string &what,
+                                         DType dtype, const void *data, cuuint32_t rank,
+                                         const cuuint64_t *dims, const cuuint64_t *byte_strides,
+                                         const cuuint32_t *box) {
+  CUtensorMap map;
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  CUresult r = cu.cuTensorMapEncodeTiled(
+      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      rank, const_cast<void *>(data), dims, byte_strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // NONE: out-of-bounds elements read as zeros
+  if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled")) {
+    std::string dims_text, strides_text, box_text;
+    llvm::raw_string_ostream d(dims_text), s(strides_text), b(box_text);
+    for (cuuint32_t i = 0; i < rank; ++i) {
+      d << (i ? "x" : "") << dims[i];
+      b << (i ? "x" : "") << box[i];
+      if (i + 1 < rank) s << (i ? " " : "") << byte_strides[i];
+    }
+    d.flush();
+    s.flush();
+    b.flush();
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("TMA tensor map of {0} (address {1}, dims {2} innermost first, byte "
+                      "strides {3}, box {4}): {5}",
+                      what, data, dims_text, strides_text, box_text,
+                      llvm::toString(std::move(e)))
+            .str());
+  }
+  return map;
+}
+
+// A [batch, seqlen, heads, dim] tensor as the 4-d map (dim, seqlen, heads,
+// batch) with the caller's strides, in boxes of 64 columns x `box_rows`.
 llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType dtype,
                                    const void *data, int head_dim, int64_t seqlen, int64_t heads,
                                    int64_t batch, const TensorStrides &strides, int box_rows) {
-  CUtensorMap map;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seqlen),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t byte_strides[3] = {tma_stride(strides.seq, seqlen, head_dim),
                                       tma_stride(strides.head, heads, head_dim),
                                       tma_stride(strides.batch, batch, head_dim)};
   const cuuint32_t box[4] = {kBoxColumns, static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUresult r = cu.cuTensorMapEncodeTiled(
-      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      4, const_cast<void *>(data), dims, byte_strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // NONE: out-of-bounds elements read as zeros
-  if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled"))
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        llvm::formatv("TMA tensor map of {0} (address {1}, dims d={2} seq={3} heads={4} "
-                      "batch={5}, byte strides seq={6} head={7} batch={8}, box {9}x{10}): {11}",
-                      name, data, head_dim, seqlen, heads, batch, byte_strides[0],
-                      byte_strides[1], byte_strides[2], kBoxColumns, box_rows,
-                      llvm::toString(std::move(e)))
-            .str());
-  return map;
+  return encode_tiled(cu, name, dtype, data, 4, dims, byte_strides, box);
 }
 
 // Q with packed GQA (fwd_sm90.cuh, kPackGqa): a 5-d view [batch][seq][kv
@@ -59,7 +82,6 @@ llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType
 llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, const void *data,
                                             int head_dim, const Problem &p,
                                             const TensorStrides &strides, int ratio) {
-  CUtensorMap map;
   const int64_t heads_kv = p.heads_q / ratio;
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(ratio),
                               static_cast<cuuint64_t>(heads_kv),
@@ -71,23 +93,8 @@ llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, c
                                       tma_stride(strides.batch, p.batch, head_dim)};
   const cuuint32_t box[5] = {kBoxColumns, static_cast<cuuint32_t>(ratio), 1,
                              static_cast<cuuint32_t>(kQBoxRows / ratio), 1};
-  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  CUresult r = cu.cuTensorMapEncodeTiled(
-      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      5, const_cast<void *>(data), dims, byte_strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled"))
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        llvm::formatv("TMA tensor map of q packed by {0} heads (address {1}, dims d={2} "
-                      "group={0} kv_heads={3} seq={4} batch={5}, byte strides {6} {7} {8} {9}): "
-                      "{10}",
-                      ratio, data, head_dim, heads_kv, p.seqlen_q, p.batch, byte_strides[0],
-                      byte_strides[1], byte_strides[2], byte_strides[3],
-                      llvm::toString(std::move(e)))
-            .str());
-  return map;
+  return encode_tiled(cu, "q packed by " + std::to_string(ratio) + " heads", dtype, data, 5, dims,
+                      byte_strides, box);
 }
 
 }  // namespace
