@@ -68,9 +68,10 @@ TEST(DecodeHeuristic, SplitsOnlyWhenTheWorkTilesLeaveSmsIdle) {
   EXPECT_EQ(forward_splits_heuristic(decode_problem(8, 32, 8, 1, 8192), c, 132), 2);
   // Never more splits than key tiles: 3 keys tiles of 128.
   EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 300), c, 132), 3);
-  // The sm80 family does not split.
+  // The sm80 family splits the same way: 32 unpacked work tiles, 4 splits
+  // fill 128 of 132 SMs.
   KernelConfig sm80{KernelPath::sm80, 128, 64, 4, 2};
-  EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), sm80, 132), 1);
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), sm80, 132), 4);
   // Unknown SM count: an H100/H200's 132.
   EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), c, 0), 15);
 }

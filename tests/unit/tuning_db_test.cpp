@@ -516,6 +516,52 @@ TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
   EXPECT_EQ((*again)->config, (StoredConfig{"sm90", 128, 128, 12, 2, 1, "off"}));
 }
 
+// Version 2 as the flashjit before the KV cache wrote it: version 1's
+// tables, version 2's columns, a decode tuning with 4 splits and packed GQA.
+// Opened now, the table is rebuilt with the KV layout in its key: the row
+// reads back whole as a contiguous class, and a paged class of the same key
+// fields is a row of its own.
+TEST(TuningDbSchema, Version2TuningsReadBackAsContiguous) {
+  TempDir dir;
+  const std::string path = dir.file("v2.db");
+  std::string v2 = kVersion1Database;
+  v2 += R"sql(
+ALTER TABLE tunings ADD COLUMN config_splits INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE tunings ADD COLUMN config_pack_gqa TEXT NOT NULL DEFAULT 'off';
+ALTER TABLE tunings ADD COLUMN heuristic_config_splits INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE tunings ADD COLUMN heuristic_config_pack_gqa TEXT NOT NULL DEFAULT 'off';
+UPDATE tunings SET config_splits = 4, config_pack_gqa = 'on', heuristic_config_splits = 15,
+                   heuristic_config_pack_gqa = 'on';
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
+)sql";
+  raw_sql(path, v2);
+  auto db = open_ok(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(*db->schema_version(), 3);
+  const ProblemClassKey key = problem_class(13, 13, 6);
+  auto found = db->find_tuning(h200(), software_a(), key);
+  ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ((*found)->problem.kv_layout, "contiguous");
+  EXPECT_EQ((*found)->config, (StoredConfig{"sm90", 128, 128, 12, 2, 4, "on"}));
+  EXPECT_EQ((*found)->heuristic_config, (StoredConfig{"sm80", 128, 64, 4, 2, 15, "on"}));
+  EXPECT_EQ((*found)->median_ms, 1.25);
+  EXPECT_EQ((*found)->tuned_at, "2025-01-02T03:04:05Z");
+
+  ProblemClassKey paged = key;
+  paged.kv_layout = "paged16";
+  auto none = db->find_tuning(h200(), software_a(), paged);
+  ASSERT_TRUE(bool(none));
+  EXPECT_FALSE(none->has_value());
+  TuningRecord r = **found;
+  r.problem = paged;
+  r.cubin_key = "cubin-paged";
+  ASSERT_FALSE(bool(db->put_tuning(r)));
+  auto listed = db->list_tunings();
+  ASSERT_TRUE(bool(listed));
+  EXPECT_EQ(listed->size(), 2u);
+}
+
 TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
   TempDir dir;
   std::string path = dir.file("db");
