@@ -1,8 +1,9 @@
 // libFuzzer target: the CLI's problem and kernel-config flags
 // (cli::parse_problem_flags). The input is the flags' text: a first byte
-// whose bits are the boolean flags (1: --causal, 2: --deterministic), then the
-// string fields in declaration order (but --splits and --pack-gqa last, so
-// that the seed corpus keeps its meaning), separated by '\n'; fields the
+// whose bits are the boolean flags (1: --causal, 2: --deterministic, 4:
+// --cache-seqlens), then the string fields in declaration order (but
+// --splits, --pack-gqa and --page-size last, in the order they were added,
+// so that the seed corpus keeps its meaning), separated by '\n'; fields the
 // input does not reach keep their defaults. Any text must give a validated
 // problem or one "--flag: ..." error (or validate_problem's); never a crash,
 // an ASan or UBSan report (a signed overflow in a bound, a float cast out of
@@ -22,11 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 0) {
     v.causal = data[0] & 1;
     v.deterministic = data[0] & 2;
+    v.cache_seqlens = data[0] & 4;
   }
   std::string *const fields[] = {&v.dtype,   &v.batch,   &v.heads,  &v.heads_kv, &v.seqlen,
                                  &v.seqlen_q, &v.seqlen_k, &v.hdim,   &v.hdim_v,   &v.mask,
                                  &v.softcap, &v.scale,   &v.path,   &v.block_m,  &v.block_n,
-                                 &v.warps,   &v.stages,  &v.pass,   &v.splits,   &v.pack_gqa};
+                                 &v.warps,   &v.stages,  &v.pass,   &v.splits,   &v.pack_gqa,
+                                 &v.page_size};
   llvm::StringRef rest = size > 0 ? llvm::StringRef(reinterpret_cast<const char *>(data) + 1,
                                                     size - 1)
                                   : llvm::StringRef();
