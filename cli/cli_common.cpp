@@ -52,7 +52,7 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
                             "Forward: K/V in a paged cache of N-row pages (a multiple of 16 in [16, 512]; 0: contiguous)"),
       cache_seqlens("cache-seqlens",
                     cl::desc("Forward: a KV cache whose sequences hold different key counts, up to "
-                             "--seqlen-k (run/tune draw them at random)"),
+                             "--seqlen-k (run draws them at random; tune times full sequences)"),
                     cl::cat(category), problem_subs),
       FLASHJIT_CONFIG_FLAG(path, "path", "auto", "auto|sm80|sm90", "Kernel family (auto: sm90 on Hopper where it serves the problem)"),
       FLASHJIT_CONFIG_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
