@@ -16,7 +16,9 @@
 namespace flashjit {
 namespace detail {
 
-std::vector<std::string> nvrtc_search_list(const char *flashjit_nvrtc, const char *cuda_home) {
+std::vector<std::string> nvrtc_search_list(const char *flashjit_nvrtc, const char *cuda_home,
+                                           const char *python_sites,
+                                           const std::string &library_dir) {
   if (flashjit_nvrtc && *flashjit_nvrtc) return {flashjit_nvrtc};
   std::vector<std::string> out;
   if (cuda_home && *cuda_home) {
@@ -30,7 +32,27 @@ std::vector<std::string> nvrtc_search_list(const char *flashjit_nvrtc, const cha
   out.push_back("libnvrtc.so.13");
   out.push_back("libnvrtc.so.12");
   out.push_back("libnvrtc.so");
+  // pip's NVRTC beside PyTorch.
+  std::vector<std::string> sites;
+  if (python_sites && *python_sites) {
+    llvm::SmallVector<llvm::StringRef, 4> parts;
+    llvm::StringRef(python_sites).split(parts, ':', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef part : parts) sites.push_back(part.str());
+  }
+  if (!library_dir.empty()) sites.push_back(library_dir + "/..");
+  for (const std::string &site : sites) {
+    out.push_back(site + "/nvidia/cu13/lib/libnvrtc.so.13");
+    out.push_back(site + "/nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
+  }
   return out;
+}
+
+std::string this_library_dir() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void *>(&this_library_dir), &info) || !info.dli_fname) return "";
+  llvm::StringRef path(info.dli_fname);
+  const size_t slash = path.rfind('/');
+  return slash == llvm::StringRef::npos ? "" : path.substr(0, slash).str();
 }
 
 llvm::Expected<NvrtcApi> load_nvrtc(llvm::ArrayRef<std::string> candidates) {
@@ -71,7 +93,8 @@ llvm::Expected<NvrtcApi> load_nvrtc(llvm::ArrayRef<std::string> candidates) {
       llvm::formatv("cannot load NVRTC (libnvrtc.so), needed to compile kernels. Tried:{0}\n"
                     "Set FLASHJIT_NVRTC to the full path of libnvrtc.so.13, or CUDA_HOME to the "
                     "CUDA toolkit's root, or install the CUDA toolkit's NVRTC (Debian: "
-                    "nvidia-cuda-toolkit / cuda-nvrtc-13-0).",
+                    "nvidia-cuda-toolkit / cuda-nvrtc-13-0), or, beside PyTorch, pip install "
+                    "nvidia-cuda-nvrtc.",
                     tried_os.str())
           .str());
 }
@@ -92,7 +115,9 @@ const LoadedNvrtc &process_nvrtc() {
   static const LoadedNvrtc *loaded = [] {
     auto *out = new LoadedNvrtc;
     llvm::Expected<detail::NvrtcApi> api = detail::load_nvrtc(
-        detail::nvrtc_search_list(std::getenv("FLASHJIT_NVRTC"), std::getenv("CUDA_HOME")));
+        detail::nvrtc_search_list(std::getenv("FLASHJIT_NVRTC"), std::getenv("CUDA_HOME"),
+                                  std::getenv("FLASHJIT_PYTHON_SITES"),
+                                  detail::this_library_dir()));
     if (api)
       out->api = std::move(*api);
     else

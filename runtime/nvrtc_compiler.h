@@ -50,7 +50,20 @@ struct NvrtcApi {
 // Where libnvrtc is looked for, given $FLASHJIT_NVRTC and $CUDA_HOME (either
 // may be null or empty). An explicit FLASHJIT_NVRTC is the only candidate:
 // a wrong path the user set must fail loudly, not fall back silently.
-std::vector<std::string> nvrtc_search_list(const char *flashjit_nvrtc, const char *cuda_home);
+//
+// Then, for a machine with the driver and PyTorch but no toolkit, the NVRTC
+// that pip installed beside PyTorch (the `nvidia-cuda-nvrtc` wheels:
+// site-packages/nvidia/cu13/lib or nvidia/cuda_nvrtc/lib for CUDA 12) in
+// each of `python_sites` (os.pathsep-separated site-packages folders; the
+// Python binding passes its interpreter's in $FLASHJIT_PYTHON_SITES) and in
+// the folder above `library_dir` (libflashjit.so's own, when it is installed
+// inside a site-packages package).
+std::vector<std::string> nvrtc_search_list(const char *flashjit_nvrtc, const char *cuda_home,
+                                           const char *python_sites = nullptr,
+                                           const std::string &library_dir = "");
+
+// The folder of the shared object (or executable) this code is linked into.
+std::string this_library_dir();
 
 // Loads the first candidate that dlopens and has every entry point; the error
 // lists each candidate with its dlerror. Not cached (the process-wide load in

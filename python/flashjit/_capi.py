@@ -150,6 +150,29 @@ def _declare(lib):
     return lib
 
 
+def _python_sites():
+    """This interpreter's site-packages folders, where pip puts the NVRTC
+    that comes with PyTorch (nvidia/cu13/lib): the library looks there after
+    $FLASHJIT_NVRTC and the CUDA toolkit (runtime/nvrtc_compiler.h)."""
+    import site
+    import sys
+    sites = []
+    try:
+        sites += site.getsitepackages()
+    except AttributeError:  # some virtualenvs lack it
+        pass
+    try:
+        sites.append(site.getusersitepackages())
+    except AttributeError:
+        pass
+    sites += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    seen = []
+    for s in sites:
+        if s and s not in seen and os.path.isdir(s):
+            seen.append(s)
+    return os.pathsep.join(seen)
+
+
 def lib():
     """The loaded library (loaded on first use), or LibraryNotFound."""
     global _lib
@@ -158,6 +181,8 @@ def lib():
     with _lib_lock:
         if _lib is not None:
             return _lib
+        # Before the first compile loads NVRTC; a value the caller set stays.
+        os.environ.setdefault("FLASHJIT_PYTHON_SITES", _python_sites())
         paths = candidate_paths()
         if not paths:
             raise LibraryNotFound(

@@ -121,6 +121,29 @@ TEST(NvrtcLoader, SearchOrderWithoutExplicitPath) {
             "/usr/local/cuda/lib64/libnvrtc.so.13");
 }
 
+// With neither FLASHJIT_NVRTC nor a toolkit, pip's NVRTC beside PyTorch:
+// each site-packages the binding passes, then the folder above the library.
+TEST(NvrtcLoader, PipNvrtcComesAfterTheToolkit) {
+  auto list = detail::nvrtc_search_list(nullptr, nullptr, "/venv/site:/usr/lib/python3/dist",
+                                        "/venv/site/flashjit");
+  const std::vector<std::string> expected = {
+      "/usr/local/cuda/lib64/libnvrtc.so.13",
+      "libnvrtc.so.13",
+      "libnvrtc.so.12",
+      "libnvrtc.so",
+      "/venv/site/nvidia/cu13/lib/libnvrtc.so.13",
+      "/venv/site/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+      "/usr/lib/python3/dist/nvidia/cu13/lib/libnvrtc.so.13",
+      "/usr/lib/python3/dist/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+      "/venv/site/flashjit/../nvidia/cu13/lib/libnvrtc.so.13",
+      "/venv/site/flashjit/../nvidia/cuda_nvrtc/lib/libnvrtc.so.12"};
+  EXPECT_EQ(list, expected);
+  // An explicit path still stands alone.
+  EXPECT_EQ(detail::nvrtc_search_list("/x/libnvrtc.so", nullptr, "/venv/site", "/lib").size(), 1u);
+  // The library's own folder is where this test binary lies.
+  EXPECT_NE(detail::this_library_dir(), "");
+}
+
 TEST(NvrtcLoader, MissingLibraryNamesWhatToDo) {
   auto api = detail::load_nvrtc({"/nonexistent/flashjit/libnvrtc.so.13"});
   ASSERT_FALSE(bool(api));
