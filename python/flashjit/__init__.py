@@ -16,8 +16,9 @@ probabilities from the saved O and log-sum-exp; P is never stored):
     out.backward(dout)                                          # q.grad, ...
 
 The binding is pure Python over the C API (include/flashjit/flashjit.h) through
-ctypes: no build step. libflashjit.so is found through $FLASHJIT_LIB (the file
-or its folder), else <repo>/build*/libflashjit.so, else <repo>/.device/lib.
+ctypes. libflashjit.so is found through $FLASHJIT_LIB (the file or its
+folder), else inside the package (`pip install .` puts it there), else
+<repo>/build*/libflashjit.so, else <repo>/.device/lib.
 
 The first call for a problem class (dtype, head dims, mask kind, softcap, GPU)
 compiles its kernel; later calls, for any batch, heads or sequence lengths,

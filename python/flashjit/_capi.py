@@ -109,6 +109,10 @@ def candidate_paths():
         # A file, or a folder holding libflashjit.so. When set, it is the only
         # candidate: a wrong FLASHJIT_LIB must not silently fall back.
         return [os.path.join(env, "libflashjit.so") if os.path.isdir(env) else env]
+    # Installed by pip: the library inside the package.
+    installed = os.path.join(_PACKAGE_DIR, "libflashjit.so")
+    if os.path.exists(installed):
+        return [installed]
     found = glob.glob(os.path.join(_REPO_ROOT, "build*", "libflashjit.so"))
     # The most recently built tree first (build/, build-debug/, ...).
     found.sort(key=lambda p: os.path.getmtime(p), reverse=True)
