@@ -53,19 +53,14 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   const size_t rows = static_cast<size_t>(problem.batch) * problem.heads_q * problem.seqlen_q;
   p.dq_accum = static_cast<float *>(args.workspace);
   p.dsum = p.dq_accum + rows * static_cast<size_t>(problem.head_dim_qk);
-  auto copy = [](const TensorStrides &s, long long &b, long long &r, long long &h) {
-    b = s.batch;
-    r = s.seq;
-    h = s.head;
-  };
-  copy(args.q_strides, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  copy(args.k_strides, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  copy(args.v_strides, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  copy(args.o_strides, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  copy(args.dout_strides, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
-  copy(args.dq_strides, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-  copy(args.dk_strides, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-  copy(args.dv_strides, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  set_strides(args.q_strides, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_strides(args.k_strides, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(args.v_strides, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  set_strides(args.o_strides, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  set_strides(args.dout_strides, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  set_strides(args.dq_strides, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  set_strides(args.dk_strides, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  set_strides(args.dv_strides, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.seqlen_q = fwd.seqlen_q;
   p.seqlen_k = fwd.seqlen_k;
   p.heads_q = fwd.heads_q;

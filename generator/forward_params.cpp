@@ -10,13 +10,6 @@ constexpr int kUnbounded = 1 << 30;
 constexpr float kLog2e = 1.4426950408889634f;
 
 int window_bound(int64_t bound) { return bound < 0 ? kUnbounded : static_cast<int>(bound); }
-
-// A tensor's strides into a parameter block's three fields.
-void set_strides(const TensorStrides &s, long long &batch, long long &row, long long &head) {
-  batch = s.batch;
-  row = s.seq;
-  head = s.head;
-}
 }  // namespace
 
 FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {

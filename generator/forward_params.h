@@ -7,6 +7,15 @@
 
 namespace flashjit {
 
+// A tensor's strides into a parameter block's three fields (both passes'
+// blocks name them batch, row, head).
+inline void set_strides(const TensorStrides &s, long long &batch, long long &row,
+                        long long &head) {
+  batch = s.batch;
+  row = s.seq;
+  head = s.head;
+}
+
 // Expects a validated problem. Unbounded window sides become a bound no
 // sequence reaches, so the kernel needs no special case for them.
 FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args);
