@@ -404,6 +404,18 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     """
     import torch
 
+    if torch.compiler.is_compiling():
+        # torch.compile traces the custom ops (flashjit/ops.py: fake
+        # implementations, autograd through the backward op); eager calls
+        # below go straight to the library.
+        ops = _custom_ops()
+        left, right = window
+        out, lse = torch.ops.flashjit.attention_fwd(
+            q, k, v, bool(causal), int(left), int(right), float(softcap),
+            None if softmax_scale is None else float(softmax_scale), int(num_splits),
+            ops.pack_code(pack_gqa))
+        return (out, lse) if return_lse else out
+
     call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = _autograd_function(torch).apply(q, k, v, call)
@@ -417,3 +429,20 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 # Decode and chunked prefill over a KV cache (flash_attn_with_kvcache).
 from .kvcache import attention_with_kvcache  # noqa: E402
+
+
+_ops = None
+
+
+def _custom_ops():
+    """flashjit/ops.py, which registers torch.ops.flashjit.* on import (torch
+    >= 2.4). Work in progress (issue #17), not yet run on a GPU: only a call
+    traced by torch.compile reaches it; eager calls never do. Import
+    flashjit.ops before compiling, so that the trace finds the ops."""
+    global _ops
+    if _ops is None:
+        from . import ops
+        _ops = ops
+    return _ops
+
+

@@ -1,0 +1,112 @@
+"""Work in progress (issue #17; not yet run on a GPU, see
+tests/python/test_torch_compile.py): torch.library custom ops over
+flashjit's forward and backward, so that
+torch.compile(fullgraph=True) traces flashjit.attention, forward and
+backward, with no graph break, and CUDA-graph capture keeps working
+(mode="reduce-overhead").
+
+    torch.ops.flashjit.attention_fwd(q, k, v, causal, window_left, window_right,
+                                     softcap, softmax_scale, num_splits, pack_gqa)
+        -> (out [b, sq, hq, dv], lse [b, hq, sq] fp32)
+    torch.ops.flashjit.attention_bwd(dout, q, k, v, out, lse, causal, window_left,
+                                     window_right, softcap, softmax_scale)
+        -> (dq, dk, dv)
+
+The forward op has a registered autograd formula (the backward op) and both
+have fake implementations, so tracing needs no GPU work. flashjit.attention
+calls them while torch.compile traces it; in eager mode it keeps its direct
+path (no dispatcher on the way to the launch). pack_gqa: 0 lets the library
+choose, 1 packs, 2 does not; softmax_scale None is 1/sqrt(head_dim).
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _backward, _forward, _prepare, _validate
+
+_PACKING = {0: None, 1: True, 2: False}
+
+
+def _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits=0,
+          pack_gqa=0):
+    if pack_gqa not in _PACKING:
+        raise ValueError(f"flashjit.attention: pack_gqa code {pack_gqa} is not 0, 1 or 2")
+    return _validate(torch, q, k, v, causal, (window_left, window_right), softcap, softmax_scale,
+                     num_splits, _PACKING[pack_gqa])
+
+
+def _like(t, g):
+    """`g` with `t`'s strides (what the fake implementations promise)."""
+    return g if g.stride() == t.stride() else torch.empty_like(t).copy_(g)
+
+
+@torch.library.custom_op("flashjit::attention_fwd", mutates_args=(), device_types="cuda")
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                  window_left: int, window_right: int, softcap: float,
+                  softmax_scale: Optional[float], num_splits: int,
+                  pack_gqa: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    call = _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits,
+                 pack_gqa)
+    out, lse, _, _, _ = _forward(torch, q, k, v, call, want_lse=True)
+    if call.pad_v:
+        out = out[..., :call.dim_v].contiguous()
+    return out, lse
+
+
+@attention_fwd.register_fake
+def _(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits, pack_gqa):
+    b, sq, hq, _ = q.shape
+    return (q.new_empty((b, sq, hq, v.shape[3])),
+            q.new_empty((b, hq, sq), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashjit::attention_bwd", mutates_args=(), device_types="cuda")
+def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  out: torch.Tensor, lse: torch.Tensor, causal: bool, window_left: int,
+                  window_right: int, softcap: float,
+                  softmax_scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor,
+                                                           torch.Tensor]:
+    call = _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale)
+    if call.empty:
+        # No key for any row (or no row): O does not depend on q, k, v.
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    qp, kp, vp = (_prepare(torch, q, call.pad_qk), _prepare(torch, k, call.pad_qk),
+                  _prepare(torch, v, call.pad_v))
+    # The kernel's output had zero columns past dim_v (V's padding): the
+    # same O, padded again.
+    outp = _prepare(torch, out, call.pad_v)
+    dq, dk, dv = _backward(torch, call, dout, qp, kp, vp, outp, lse)
+    if call.pad_qk:
+        dq, dk = dq[..., :call.dim_qk], dk[..., :call.dim_qk]
+    if call.pad_v:
+        dv = dv[..., :call.dim_v]
+    return _like(q, dq), _like(k, dk), _like(v, dv)
+
+
+@attention_bwd.register_fake
+def _(dout, q, k, v, out, lse, causal, window_left, window_right, softcap, softmax_scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, window_left, window_right, softcap, softmax_scale, _, _ = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.mask_args = (causal, window_left, window_right, softcap, softmax_scale)
+    ctx.mark_non_differentiable(lse)
+
+
+def _attention_backward(ctx, dout, _dlse):
+    # The LSE is an output for the caller's information: no gradient through
+    # it (as FlashAttention).
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, *ctx.mask_args)
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+attention_fwd.register_autograd(_attention_backward, setup_context=_setup_context)
+
+
+def pack_code(pack_gqa):
+    """attention()'s pack_gqa (None, True, False) as the op's int."""
+    return 0 if pack_gqa is None else 1 if pack_gqa else 2
