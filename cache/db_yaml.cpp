@@ -188,6 +188,18 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
   auto positive = [&](const char *what, int n) {
     return n > 0 || reader.skip(what, llvm::formatv("{0} is not a positive integer", n));
   };
+  // "contiguous", or "paged<N>" with N a page size a problem can have.
+  auto kv_layout = [&](const char *what, const std::string &value) {
+    llvm::StringRef text(value);
+    int page = 0;
+    if (text == "contiguous" ||
+        (text.consume_front("paged") && !text.getAsInteger(10, page) && page >= 16 &&
+         page <= 512 && page % 16 == 0 && "paged" + std::to_string(page) == value))
+      return true;
+    return reader.skip(what, llvm::formatv("'{0}' is not contiguous or paged<N> (N a multiple "
+                                           "of 16 in [16, 512])",
+                                           value));
+  };
   auto splits = [&](const char *what, int n) {
     return (n >= 0 && n <= kMaxSplits) ||
            reader.skip(what, llvm::formatv("{0} is not in [0, {1}]", n, kMaxSplits));
@@ -198,6 +210,7 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
                      head_dim("problem.head_dim_v", record.problem.head_dim_v) &&
                      one_of("problem.mask", record.problem.mask, "none", "causal", "window") &&
                      positive("problem.gqa_ratio", record.problem.gqa_ratio) &&
+                     kv_layout("problem.kv_layout", record.problem.kv_layout) &&
                      one_of("config.path", record.config.path, "sm80", "sm90") &&
                      positive("config.block_m", record.config.block_m) &&
                      positive("config.block_n", record.config.block_n) &&

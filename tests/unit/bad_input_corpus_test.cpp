@@ -695,6 +695,14 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
       {"head_dim_v 100", doc + "tunings:\n" + with(t, "head_dim_v: 128", "head_dim_v: 100"), false,
        "", "tunings[0] (line 4): skipped: problem.head_dim_v: 100 is not a multiple of 8 in [8, "
            "256]\n"},
+      {"kv_layout paged24",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged24,"), false,
+       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged24' is not contiguous or "
+           "paged<N> (N a multiple of 16 in [16, 512])\n"},
+      {"kv_layout paged064",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged064,"), false,
+       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged064' is not contiguous or "
+           "paged<N> (N a multiple of 16 in [16, 512])\n"},
       {"path sm99", doc + "tunings:\n" + with(t, "path: sm90", "path: sm99"), false, "",
        "tunings[0] (line 4): skipped: config.path: 'sm99' is not sm80 or sm90\n"},
       {"block_m -128", doc + "tunings:\n" + with(t, "block_m: 128", "block_m: -128"), false, "",
