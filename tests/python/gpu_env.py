@@ -36,3 +36,26 @@ def require_gpu():
     reason = skip_reason()
     if reason:
         raise unittest.SkipTest(reason)  # pytest reports this as a skip too
+
+
+def run_tests(namespace):
+    """Runs every test_* function of `namespace` (a test module's globals) in
+    name order, printing ok / FAIL with the traceback for each, then the
+    count; the exit status. One SKIP line where the GPU tests cannot run."""
+    import traceback
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
+        return 0
+    failed = 0
+    for name, fn in sorted(namespace.items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                print(f"ok   {name}")
+            except Exception:
+                failed += 1
+                print(f"FAIL {name}")
+                traceback.print_exc()
+    print(f"{failed} failed")
+    return 1 if failed else 0

@@ -12,11 +12,10 @@ torch or a CUDA device is missing.
 """
 import os
 import sys
-import traceback
 
 os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_env import flashjit, require_gpu, skip_reason, torch  # noqa: E402
+from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
 from test_attention import attention_ref  # noqa: E402
 
 
@@ -155,24 +154,5 @@ def test_bad_arguments():
     assert not errors, "\n".join(errors)
 
 
-def main():
-    reason = skip_reason()
-    if reason:
-        print(f"SKIP: {reason}")
-        return 0
-    failed = 0
-    for name, fn in sorted(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                print(f"ok   {name}")
-            except Exception:
-                failed += 1
-                print(f"FAIL {name}")
-                traceback.print_exc()
-    print(f"{failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tests(globals()))

@@ -15,10 +15,9 @@ Skips cleanly (exit 0) where torch or a CUDA device is missing.
 """
 import os
 import sys
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_env import flashjit, require_gpu, skip_reason, torch  # noqa: E402
+from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
 
 
 def inputs(seed=0, b=2, s=256, hq=8, hkv=2, d=64, requires_grad=False):
@@ -104,24 +103,5 @@ def test_reduce_overhead_cuda_graphs():
         close(got, expected, "reduce-overhead")
 
 
-def main():
-    reason = skip_reason()
-    if reason:
-        print(f"SKIP: {reason}")
-        return 0
-    failed = 0
-    for name, fn in sorted(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                print(f"ok   {name}")
-            except Exception:
-                failed += 1
-                print(f"FAIL {name}")
-                traceback.print_exc()
-    print(f"{failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tests(globals()))
