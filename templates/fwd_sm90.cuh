@@ -70,9 +70,13 @@
 // signal at the end, so no barrier is left half-arrived.
 //
 // Parts. The work tiles and their key tiles come from the tile scheduler
-// (common/fwd_scheduler.cuh: dense, persistent rotation, split-KV), the
-// layout from FwdSm90Layout (common/fwd_sm90_layout.cuh, which the host
-// twin compiles too), and O and the LSE leave through the epilogue
+// (common/fwd_scheduler.cuh: dense, persistent rotation, split-KV), each
+// sequence's key count and the K/V tiles' TMA coordinates from the
+// sequence-info part (common/fwd_key_sequence.cuh: dense, per-sequence
+// counts of a KV cache, pages through a page table, the producer then a
+// whole warp whose lanes read a tile's page indices), the layout from
+// FwdSm90Layout (common/fwd_sm90_layout.cuh, which the host twin compiles
+// too), and O and the LSE leave through the epilogue
 // (common/sm90_epilogue.cuh: straight from the fragments with 16-byte
 // stores, or fp32 partials for the split-KV combine). Q's buffer is free as
 // soon as the last S is computed. Packed GQA (kPackGqa): a warpgroup's rows
