@@ -169,7 +169,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   // with split-KV, x is (query block, split), splits fastest.
   const int splits = kSplitKv ? p.num_splits : 1;
   const int split = kSplitKv ? static_cast<int>(blockIdx.x) % splits : 0;
-  const int m_block = static_cast<int>(gridDim.x) / splits - 1 - static_cast<int>(blockIdx.x) / splits;
+  const int m_blocks = static_cast<int>(gridDim.x) / splits;
+  const int m_block = m_blocks - 1 - static_cast<int>(blockIdx.x) / splits;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / p.heads_per_kv;

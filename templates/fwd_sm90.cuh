@@ -145,7 +145,8 @@ using KeySequence = FwdKeySequence<kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
 constexpr bool kWarpProducer = KeySequence::kPaged;
-static_assert(KeySequence::kBoxRows == kLayout.kv_box_rows(), "the host encodes K/V boxes of these rows");
+static_assert(KeySequence::kBoxRows == kLayout.kv_box_rows(),
+              "the host encodes the K/V tensor maps' boxes with these rows");
 using Epilogue = Sm90Epilogue<Element, kHeadDim, kPack, kLoadedRowsPerWg, kSplitKv>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
