@@ -85,8 +85,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     zero-initialised cache does. Runs on the current CUDA stream of q's device.
     """
     import torch
-    from . import _check_rc, _dtype_code, _forward_config, _forward_knobs, _kernel_strides, _mask
-    from . import _POISON_OUTPUT
+    from . import (_POISON_OUTPUT, _check_rc, _dtype_code, _forward_config, _forward_knobs,
+                   _kernel_strides, _mask, _prepare)
 
     _check_tensor(torch, "q", q, 4)
     device = q.device
@@ -157,7 +157,6 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                                         f"{(batch, seqlen_new, heads_kv, d)}")
             if t.dtype != q.dtype:
                 raise _fail(TypeError, f"{name} is {t.dtype} but q is {q.dtype}")
-        from . import _prepare
         k, v = _prepare(torch, k, 0), _prepare(torch, v, 0)
 
     mask, window_left, window_right = _mask(causal, window)
@@ -172,7 +171,6 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
            if return_lse else None)
     if batch * seqlen_q * heads_q == 0:
         return (out, lse) if return_lse else out
-    from . import _prepare
     qp = _prepare(torch, q, 0)
     if _POISON_OUTPUT:
         out.fill_(float("nan"))

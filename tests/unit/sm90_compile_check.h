@@ -5,10 +5,13 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <optional>
 #include <regex>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "cli/ptxas_report.h"
 #include "generator/kernel_spec.h"
@@ -104,18 +107,18 @@ inline Sm90Compiled compile_sm90_with_report(GeneratedSource source, const Targe
 
 // One compiled variant of a parallel compile: the spec's ID (empty when the
 // spec was refused, the refusal then in result.error) and the result.
-struct Sm90Variant {
+struct CompiledVariant {
   std::string id;
   Sm90Compiled result;
 };
 
-// Compiles `count` forward specs, make_spec(i) for i < count, for sm_90a in
+// Compiles `count` forward specs, make_spec(i) for i < count, for `arch` in
 // parallel (one NVRTC run a hardware thread), with ptxas's report.
 template <class MakeSpec>
-std::vector<Sm90Variant> compile_sm90_variants(size_t count, MakeSpec make_spec,
+std::vector<CompiledVariant> compile_forward_variants(size_t count, MakeSpec make_spec,
                                                const TargetArch &arch) {
   const std::string cuobjdump = find_cuobjdump();
-  std::vector<Sm90Variant> out(count);
+  std::vector<CompiledVariant> out(count);
   llvm::ThreadPool pool(llvm::hardware_concurrency());
   for (size_t i = 0; i < count; ++i)
     pool.async([&, i] {
@@ -129,6 +132,18 @@ std::vector<Sm90Variant> compile_sm90_variants(size_t count, MakeSpec make_spec,
     });
   pool.wait();
   return out;
+}
+
+// What every compile test asks of a variant: compiled, reported, no spills,
+// and each of `entries` in its cubin.
+inline void expect_clean(const CompiledVariant &v, std::initializer_list<const char *> entries) {
+  SCOPED_TRACE(v.id);
+  EXPECT_EQ(v.result.error, "");
+  EXPECT_EQ(v.result.report.spill_store_bytes, 0);
+  EXPECT_EQ(v.result.report.spill_load_bytes, 0);
+  ASSERT_TRUE(v.result.cubin.has_value());
+  const std::string bytes(v.result.cubin->bytes.begin(), v.result.cubin->bytes.end());
+  for (const char *entry : entries) EXPECT_NE(bytes.find(entry), std::string::npos) << entry;
 }
 
 }  // namespace flashjit::testing
