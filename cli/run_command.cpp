@@ -47,10 +47,9 @@ struct InputSet {
 constexpr uint64_t kCacheSeed = 7;
 
 // The dense [batch, seqlen_k, heads, dim] `logical` rows moved to the pages
-// the table gives them: page table[i] holds logical page i.
+// the table gives them (a paged problem): page table[i] holds logical page i.
 std::vector<uint16_t> to_pages(const Problem &p, llvm::ArrayRef<uint16_t> logical, int dim,
                                const std::vector<int32_t> &table) {
-  if (p.page_size == 0) return logical.vec();
   std::vector<uint16_t> physical(logical.size());
   const size_t page_elements = size_t(p.page_size) * p.heads_kv * dim;
   for (size_t i = 0; i < table.size(); ++i)
@@ -201,11 +200,17 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     if (!cache) return report_error(kExitFailure, cache.takeError());
     table = cache->table;
   }
-  const std::vector<uint16_t> k_pages = to_pages(p, k, p.head_dim_qk, table);
-  const std::vector<uint16_t> v_pages = to_pages(p, v, p.head_dim_v, table);
+  // Dense K/V are uploaded as they are: no copy of them on the host.
+  std::vector<uint16_t> k_pages, v_pages;
+  if (p.page_size > 0) {
+    k_pages = to_pages(p, k, p.head_dim_qk, table);
+    v_pages = to_pages(p, v, p.head_dim_v, table);
+  }
+  const llvm::ArrayRef<uint16_t> k_stored = p.page_size > 0 ? k_pages : k;
+  const llvm::ArrayRef<uint16_t> v_stored = p.page_size > 0 ? v_pages : v;
   std::vector<InputSet> sets;
   for (size_t i = 0, n = rotation_sets(p, *device); i < n; ++i) {
-    auto set = make_input_set(p, q, k_pages, v_pages);
+    auto set = make_input_set(p, q, k_stored, v_stored);
     if (!set) return report_error(kExitFailure, set.takeError());
     sets.push_back(std::move(*set));
   }
