@@ -235,7 +235,7 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
     KvAppendParams append = make_kv_append_params(problem, args);
     void *append_args[] = {&append};
     if (llvm::Error e = kernels.append->launch(kv_append_geometry(problem, args.cache.seqlen_new),
-                                               stream, append_args))
+                                               stream, append_args, /*dependent=*/true))
       return e;
   }
   params.num_splits = 1;

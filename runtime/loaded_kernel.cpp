@@ -128,13 +128,16 @@ llvm::Expected<LoadedKernel> LoadedKernel::load(llvm::ArrayRef<char> cubin,
                     .str()),
           cuda_check(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"));
     }
-    // A hint, not a requirement: it lets the driver give shared memory the
-    // whole unified L1/shared array so a second CTA can be resident. Failure
-    // only costs occupancy, so it is not an error.
-    if (dynamic_smem_bytes > kDefaultDynamicSmemLimit)
-      cu.cuFuncSetAttribute(kernel.function_, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                            CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
   }
+  // A hint, not a requirement: it lets the driver give shared memory the
+  // whole unified L1/shared array so a second CTA can be resident. The small
+  // kernels that run beside a forward under programmatic dependent launch
+  // (combine, append: no dynamic shared memory) ask for the same split, so
+  // their CTAs and the forward's can share an SM without it draining to
+  // change the split. Failure only costs occupancy, so it is not an error.
+  if (dynamic_smem_bytes > kDefaultDynamicSmemLimit || dynamic_smem_bytes == 0)
+    cu.cuFuncSetAttribute(kernel.function_, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                          CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
   return kernel;
 }
 

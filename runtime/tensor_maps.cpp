@@ -159,8 +159,10 @@ llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &sp
   return kernel.launch(
       forward_launch_geometry(spec, problem, resident_ctas > 0 ? resident_ctas : kernel.sm_count(),
                               params.num_splits),
-      stream,
-      kernel_args);
+      stream, kernel_args,
+      // The kernel waits (griddepcontrol.wait) before its first global access,
+      // so its launch and prologue may overlap the tail of the grid before.
+      /*dependent=*/true);
 }
 
 }  // namespace flashjit

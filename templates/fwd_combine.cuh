@@ -43,6 +43,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   // Launched as a programmatic dependent of the main kernel: the launch
   // overlapped its tail; its partials are complete and visible past here.
   grid_dependency_wait();
+  // The next call's forward may be scheduled: it waits for this grid.
+  grid_dependents_launch();
   const int lane = threadIdx.x % 32;
   const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
   const i64 row = static_cast<i64>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;

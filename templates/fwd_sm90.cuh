@@ -210,9 +210,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   auto k_empty = [&](int s) { return kv_bars + 8 * (2 * kStages + s); };
   auto v_empty = [&](int s) { return kv_bars + 8 * (3 * kStages + s); };
 
-  // The combine kernel (split-KV) may be scheduled now: it waits for this
-  // grid to complete before it reads the partials.
-  if constexpr (kSplitKv) grid_dependents_launch();
+  // The next grid on the stream (the split-KV combine, or whatever follows)
+  // may be scheduled now: it waits for this grid to complete before it reads
+  // what this one writes.
+  grid_dependents_launch();
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
   const int seqlen_q = p.seqlen_q;
@@ -248,6 +249,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     fence_barrier_init();
   }
   __syncthreads();
+  // Launched as a programmatic dependent: everything above overlapped the
+  // tail of the grid before on the stream; every global read (Q/K/V, the
+  // page table, the key counts) and write comes after its completion.
+  grid_dependency_wait();
 
   // ---- producer ----------------------------------------------------------------
   if (warpgroup == 0) {

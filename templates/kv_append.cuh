@@ -16,6 +16,7 @@
 #pragma once
 
 #include "common/fwd_params.cuh"
+#include "common/ptx.cuh"
 #include "common/types.cuh"
 
 namespace flashjit {
@@ -44,6 +45,11 @@ __device__ __forceinline__ void copy_row(const unsigned char *src, long long src
 extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
     flashjit_kv_append(const flashjit::KvAppendParams p) {
   using namespace flashjit;
+  // A programmatic dependent of the grid before (which may still read the
+  // cache) and the forward's primary: the forward may be scheduled now and
+  // waits for this grid's completion before it reads the cache.
+  grid_dependents_launch();
+  grid_dependency_wait();
   const int row = blockIdx.x;    // of the new keys
   const int batch = blockIdx.y;
   const int first = p.seqused_k[batch];
