@@ -48,6 +48,8 @@ namespace {
 
 constexpr int kDefaultSmCount = 132;  // H100 SXM, H200
 constexpr int kMaxHeuristicSplits = 128;
+// A split's fixed cost in keys (forward_splits_heuristic).
+constexpr int64_t kSplitStartKeys = 128;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -84,18 +86,24 @@ int forward_splits_heuristic(const Problem &problem, const KernelConfig &config,
   // for the sm80 family, which may fit more, a conservative count).
   const int64_t slots = sm_count;
   const int64_t work = forward_work_tiles(problem, config);
-  if (work * 10 >= slots * 8) return 1;  // ~80% of the SMs busy already
-  const int64_t max_splits =
-      std::min<int64_t>(ceil_div(problem.seqlen_k, config.block_n), kMaxHeuristicSplits);
-  auto efficiency = [&](int64_t splits) {
-    const int64_t units = work * splits;
-    return double(units) / (ceil_div(units, slots) * slots);
+  const int64_t key_tiles = ceil_div(problem.seqlen_k, config.block_n);
+  const int64_t max_splits = std::min<int64_t>(key_tiles, kMaxHeuristicSplits);
+  // The time of the longest CTA chain, in key tiles: per wave, the CTA's
+  // share of the key tiles plus its start (launch, the first TMA round trip
+  // with every CTA's loads queued at once, the epilogue: ~2 us on the H200,
+  // which streams ~64 keys/us per CTA), and the combine when split.
+  // Measured at 1 x 8k (8 packed work tiles, 128 key tiles of 64): 15
+  // splits, the old wave-efficiency rule's, leave one CTA 9 tiles where 16
+  // give every CTA 8 (docs/PERF.md, ninth session).
+  const int64_t start = ceil_div(kSplitStartKeys, config.block_n);
+  auto cost = [&](int64_t splits) {
+    const int64_t waves = ceil_div(work * splits, slots);
+    return waves * (ceil_div(key_tiles, splits) + start) + (splits > 1 ? start : 0);
   };
-  double best = 0;
-  for (int64_t s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));
-  for (int64_t s = 1; s <= max_splits; ++s)
-    if (efficiency(s) >= 0.85 * best) return static_cast<int>(s);
-  return 1;
+  int64_t best = 1;
+  for (int64_t s = 2; s <= max_splits; ++s)
+    if (cost(s) < cost(best)) best = s;
+  return static_cast<int>(best);
 }
 
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,

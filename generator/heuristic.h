@@ -28,10 +28,9 @@ KernelConfig with_decode_fields(const Problem &problem, KernelConfig config, int
 bool pack_gqa_pays(const Problem &problem);
 
 // The split count for `problem` under `config` (its tiles and packing) on a
-// GPU of `sm_count` SMs (0: 132), FlashAttention-3's num_splits_heuristic:
-// none when the work tiles fill about 80% of the SMs; otherwise the
-// smallest count whose wave efficiency is within 85% of the best, at most
-// one split per key tile. 1 for the sm80 family.
+// GPU of `sm_count` SMs (0: 132): the count, at most one split per key tile,
+// that minimises the longest CTA chain, waves x (key tiles per split + a
+// split's fixed cost) + the combine's; the smallest such count.
 int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count);
 
 // Tile sizes a heuristic tries, in order.

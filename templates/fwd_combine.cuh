@@ -10,9 +10,10 @@
 // [head][query][kHeadDimV], then lse_partial[split][batch][head][query].
 //
 // One warp per row: each lane holds one split's LSE (a loop beyond 32
-// splits) for the max and the sum, then accumulates 4 columns per 128 of the
-// row with 16-byte loads; the row's splits are read in order, so the result
-// is deterministic. The arithmetic is split_merge.cuh's, which the host
+// splits) for the max and the sum, and accumulates 4 columns per 128 of the
+// row with 16-byte loads; the first kPreload splits' rows load together with
+// the LSEs, so a decode step's combine is one round trip to memory. The
+// row's splits are summed in order, so the result is deterministic. The arithmetic is split_merge.cuh's, which the host
 // tests hold against float64. The traffic is num_splits * kHeadDimV * 4 bytes per row
 // against the main kernel's whole key range, so a simple kernel suffices.
 #pragma once
@@ -27,6 +28,10 @@ namespace fwd_combine {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = 32 * kWarpsPerBlock;
+// Splits whose partial rows load together with the LSEs (16 float4 per
+// 128 columns: 64 registers at head dim 128).
+constexpr int kPreload = cfg::kHeadDimV > 128 ? 8 : 16;
+static_assert(kPreload <= 32, "the preloaded splits' weights are the first 32 lanes'");
 static_assert(cfg::kHeadDimV % 4 == 0, "head_dim_v: whole float4 column groups");
 
 }  // namespace fwd_combine
@@ -51,15 +56,33 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   if (row >= rows) return;
   const int splits = p.num_splits;
   const float *lse_split = p.lse_partial + row;
+  const float *const o_split = p.o_partial + row * kDim;
+  constexpr int kColumnGroups = (kDim + 127) / 128;  // 4 columns per lane per 128
 
-  // Max and sum of exponentials over the splits (split_merge.cuh); lane i
-  // keeps split i's LSE (and i + 32's, ...: a loop beyond 32 splits).
-  float m = kNegInf;
-  for (int s = lane; s < splits; s += 32) m = fmaxf(m, lse_split[s * rows]);
+  // One round trip to memory for the common case: lane i's LSE (split i;
+  // splits past 32 are read in a loop below) and the first kPreload splits'
+  // partial rows are loaded together, before any arithmetic needs them (an
+  // empty split's row is zeros, so the loads are unconditional but for the
+  // split count). The rest, if any, in unrolled batches of independent loads.
+  float lse_mine = lane < splits ? lse_split[lane * rows] : kNegInf;
+  F32x4 preloaded[kPreload][kColumnGroups];
+#pragma unroll
+  for (int j = 0; j < kPreload; ++j)
+#pragma unroll
+    for (int g = 0; g < kColumnGroups; ++g) {
+      const int c = g * 128 + lane * 4;
+      preloaded[j][g] = F32x4{0.f, 0.f, 0.f, 0.f};
+      if (j < splits && (kDim % 128 == 0 || c < kDim))
+        preloaded[j][g] = *reinterpret_cast<const F32x4 *>(o_split + j * rows * kDim + c);
+    }
+
+  // Max and sum of exponentials over the splits (split_merge.cuh).
+  float m = lse_mine;
+  for (int s = lane + 32; s < splits; s += 32) m = fmaxf(m, lse_split[s * rows]);
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-  float sum = 0.f;
-  for (int s = lane; s < splits; s += 32) sum += split_merge::sum_term(lse_split[s * rows], m);
+  float sum = split_merge::sum_term(lse_mine, m);
+  for (int s = lane + 32; s < splits; s += 32) sum += split_merge::sum_term(lse_split[s * rows], m);
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
   const float lse = split_merge::merged_lse(m, sum);
@@ -70,31 +93,41 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   const int batch = static_cast<int>(bh / p.heads_q);
   u16 *const o_row = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
                      static_cast<i64>(q) * p.o_row_stride + head * p.o_head_stride;
-  const float *const o_split = p.o_partial + row * kDim;
-  constexpr int kColumnGroups = (kDim + 127) / 128;  // 4 columns per lane per 128
   float acc[kColumnGroups][4] = {};
-  // 32 splits at a time: lane j's weight is broadcast, and the partial rows
-  // are loaded unconditionally (an empty split's is zeros) and unrolled, so
-  // the loads are independent: the kernel is one or two round trips to
-  // memory, not one per split (a dependent chain took 11 us for 15 splits).
-  for (int base = 0; base < splits; base += 32) {
-    const int s_mine = base + lane;
-    const float w_mine = s_mine < splits ? split_merge::weight(lse_split[s_mine * rows], lse) : 0.f;
-    const int count = splits - base < 32 ? splits - base : 32;
+  auto accumulate = [&](float w, const F32x4 &v, int g) {
+    acc[g][0] += w * v.x;
+    acc[g][1] += w * v.y;
+    acc[g][2] += w * v.z;
+    acc[g][3] += w * v.w;
+  };
+  // Split j's weight comes from lane j % 32 (its LSE read again past 32).
+  // Summed in split order, so the result is deterministic.
+  const float w_first = lane < splits ? split_merge::weight(lse_mine, lse) : 0.f;
+#pragma unroll
+  for (int j = 0; j < kPreload; ++j) {
+    const float w = __shfl_sync(0xffffffffu, w_first, j);
+#pragma unroll
+    for (int g = 0; g < kColumnGroups; ++g) accumulate(w, preloaded[j][g], g);
+  }
+  // The splits past kPreload, 32 weights at a time (lane i: split 32b + i),
+  // in unrolled runs of independent loads.
+  for (int b = 0; b * 32 < splits; ++b) {
+    const int first = b == 0 ? kPreload : b * 32;
+    const int last = splits < b * 32 + 32 ? splits : b * 32 + 32;
+    if (first >= last) continue;
+    const int s_mine = b * 32 + lane;
+    const float w_mine =
+        b == 0 ? w_first
+               : s_mine < splits ? split_merge::weight(lse_split[s_mine * rows], lse) : 0.f;
 #pragma unroll 8
-    for (int j = 0; j < count; ++j) {
-      const float w = __shfl_sync(0xffffffffu, w_mine, j);
-      const float *const o_s = o_split + (base + j) * rows * kDim;
+    for (int j = first; j < last; ++j) {
+      const float w = __shfl_sync(0xffffffffu, w_mine, j - b * 32);
+      const float *const o_s = o_split + j * rows * kDim;
 #pragma unroll
       for (int g = 0; g < kColumnGroups; ++g) {
         const int c = g * 128 + lane * 4;
-        if (kDim % 128 == 0 || c < kDim) {
-          const F32x4 v = *reinterpret_cast<const F32x4 *>(o_s + c);
-          acc[g][0] += w * v.x;
-          acc[g][1] += w * v.y;
-          acc[g][2] += w * v.z;
-          acc[g][3] += w * v.w;
-        }
+        if (kDim % 128 == 0 || c < kDim)
+          accumulate(w, *reinterpret_cast<const F32x4 *>(o_s + c), g);
       }
     }
   }

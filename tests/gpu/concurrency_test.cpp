@@ -97,7 +97,9 @@ TEST(Concurrency, SixteenThreadsFirstCallCompileOnce) {
   const std::string output = slurp_file(log);
   std::printf("%s\n", output.c_str());
   ASSERT_EQ(code, 0) << output;
-  EXPECT_NE(output.find("CONCURRENT threads=16 compiles=1 module_loads=1 ok=16 identical=16 "
+  // One compile; two loads of its cubin: the problem is split (8 work tiles
+  // on 132 SMs), so the main kernel and the combine are both loaded, once.
+  EXPECT_NE(output.find("CONCURRENT threads=16 compiles=1 module_loads=2 ok=16 identical=16 "
                         "correct=1"),
             std::string::npos)
       << output;

@@ -53,9 +53,9 @@ TEST(DecodeHeuristic, LlamaDecodePacksSplitsAndTakesOneWarpgroup) {
   EXPECT_EQ(c.stages, 2);
   EXPECT_EQ(c.warps, 8);
   EXPECT_EQ(c.pack_gqa, GqaPacking::on);
-  // The smallest count within 85% of the best wave efficiency: 8 x 14 = 112
-  // of 132 SMs (0.848) misses it, 8 x 15 = 120 (0.909) makes it.
-  EXPECT_EQ(c.splits, 15);
+  // 128 key tiles over 8 x 16 = 128 CTAs, 8 tiles each (15 splits leave
+  // one CTA 9; 32 need two waves).
+  EXPECT_EQ(c.splits, 16);
 }
 
 TEST(DecodeHeuristic, SplitsOnlyWhenTheWorkTilesLeaveSmsIdle) {
@@ -73,7 +73,11 @@ TEST(DecodeHeuristic, SplitsOnlyWhenTheWorkTilesLeaveSmsIdle) {
   KernelConfig sm80{KernelPath::sm80, 128, 64, 4, 2};
   EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), sm80, 132), 4);
   // Unknown SM count: an H100/H200's 132.
-  EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), c, 0), 15);
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), c, 0), 16);
+  // A GPU of 108 SMs: 8 x 13 = 104 CTAs, 5 of the 64 key tiles each.
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), c, 108), 13);
+  // 2 x 8 = 16 work tiles: 8 splits fill 128 SMs with 8 key tiles each.
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(2, 32, 8, 1, 8192), c, 132), 8);
 }
 
 TEST(DecodeHeuristic, PacksWhenItFillsTheTiles) {
