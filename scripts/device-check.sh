@@ -89,6 +89,7 @@ step run-check 300 run_shapes
 step python-tests 600 python_step python3 tests/python/test_attention.py
 step python-kvcache 300 python_step python3 tests/python/test_kvcache.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
+step python-compile 300 python_step python3 tests/python/test_torch_compile.py
 step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
 step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
