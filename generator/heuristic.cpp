@@ -86,6 +86,10 @@ int forward_splits_heuristic(const Problem &problem, const KernelConfig &config,
   // for the sm80 family, which may fit more, a conservative count).
   const int64_t slots = sm_count;
   const int64_t work = forward_work_tiles(problem, config);
+  // Work tiles that fill ~80% of the SMs already: no split. Splitting them
+  // would only trade the last wave's idle SMs for partials in fp32 and a
+  // combine, and the persistent scheduler balances that wave anyway.
+  if (work * 10 >= slots * 8) return 1;
   const int64_t key_tiles = ceil_div(problem.seqlen_k, config.block_n);
   const int64_t max_splits = std::min<int64_t>(key_tiles, kMaxHeuristicSplits);
   // The time of the longest CTA chain, in key tiles: per wave, the CTA's

@@ -28,7 +28,8 @@ KernelConfig with_decode_fields(const Problem &problem, KernelConfig config, int
 bool pack_gqa_pays(const Problem &problem);
 
 // The split count for `problem` under `config` (its tiles and packing) on a
-// GPU of `sm_count` SMs (0: 132): the count, at most one split per key tile,
+// GPU of `sm_count` SMs (0: 132): none when the work tiles fill ~80% of the
+// SMs; otherwise the count, at most one split per key tile,
 // that minimises the longest CTA chain, waves x (key tiles per split + a
 // split's fixed cost) + the combine's; the smallest such count.
 int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count);

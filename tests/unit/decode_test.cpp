@@ -68,6 +68,14 @@ TEST(DecodeHeuristic, SplitsOnlyWhenTheWorkTilesLeaveSmsIdle) {
   EXPECT_EQ(forward_splits_heuristic(decode_problem(8, 32, 8, 1, 8192), c, 132), 2);
   // Never more splits than key tiles: 3 keys tiles of 128.
   EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 300), c, 132), 3);
+  // Training shapes fill the SMs: never split, whatever the last wave
+  // leaves idle (2 x 16 heads x 43 blocks of 192 rows at d = 64: 1376 tiles).
+  KernelConfig d64{KernelPath::sm90, 192, 112, 16, 3};
+  d64.pack_gqa = GqaPacking::off;
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(2, 16, 16, 8192, 8192), d64, 132), 1);
+  // 48 tiles (1 x 8 heads x 6 blocks) leave SMs idle: 2 splits of 5 key
+  // tiles fill 96 in one wave.
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 8, 8, 1024, 1024), d64, 132), 2);
   // The sm80 family splits the same way: 32 unpacked work tiles, 4 splits
   // fill 128 of 132 SMs.
   KernelConfig sm80{KernelPath::sm80, 128, 64, 4, 2};
