@@ -54,6 +54,11 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
                     cl::desc("Forward: a KV cache whose sequences hold different key counts, up to "
                              "--seqlen-k (run draws them at random; tune times full sequences)"),
                     cl::cat(category), problem_subs),
+      varlen("varlen",
+             cl::desc("Forward: a packed batch of --batch sequences of different lengths, up to "
+                      "--seqlen-q/--seqlen-k (flash_attn_varlen_func; run draws the lengths at "
+                      "random)"),
+             cl::cat(category), problem_subs),
       FLASHJIT_CONFIG_FLAG(path, "path", "auto", "auto|sm80|sm90", "Kernel family (auto: sm90 on Hopper where it serves the problem)"),
       FLASHJIT_CONFIG_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
@@ -87,6 +92,7 @@ ProblemFlagValues ProblemOptions::values() const {
   v.scale = scale;
   v.page_size = page_size;
   v.cache_seqlens = cache_seqlens;
+  v.varlen = varlen;
   v.path = path;
   v.block_m = block_m;
   v.block_n = block_n;
@@ -106,6 +112,7 @@ std::string ProblemOptions::first_given() const {
       {&seqlen_k, "--seqlen-k"}, {&hdim, "--hdim"},       {&hdim_v, "--hdim-v"},
       {&mask, "--mask"},       {&causal, "--causal"},     {&softcap, "--softcap"},
       {&scale, "--scale"},     {&page_size, "--page-size"}, {&cache_seqlens, "--cache-seqlens"},
+      {&varlen, "--varlen"},
       {&pass, "--pass"},       {&deterministic, "--deterministic"}};
   for (const auto &[option, name] : flags)
     if (option->getNumOccurrences()) return name;

@@ -144,6 +144,7 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     return flag_error("page-size", "0 (contiguous) or a multiple of 16 in [16, 512]", v.page_size);
   p.page_size = static_cast<int>(*page_size);
   p.seqused_k = v.cache_seqlens;
+  p.varlen = v.varlen;
 
   KernelConfig &c = out.config;
   if (v.path == "sm80") {
@@ -202,6 +203,9 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
                       v.page_size);
   if (out.pass == Pass::backward && p.seqused_k)
     return flag_error("cache-seqlens", "--pass fwd (a KV cache is a forward input)",
+                      "--pass bwd");
+  if (out.pass == Pass::backward && p.varlen)
+    return flag_error("varlen", "--pass fwd (the varlen backward is not implemented yet)",
                       "--pass bwd");
   c.deterministic = v.deterministic;
 

@@ -28,6 +28,7 @@ struct ProblemFlagValues {
   std::string scale = "0";
   std::string page_size = "0";  // --page-size: K/V in pages of N rows (0: contiguous)
   bool cache_seqlens = false;   // --cache-seqlens: per-sequence key counts (a KV cache)
+  bool varlen = false;          // --varlen: a packed batch of sequences (forward only)
   std::string path = "sm80";
   std::string block_m = "0";
   std::string block_n = "0";

@@ -46,6 +46,12 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
     p.page_table_stride = args.cache.page_table_stride;
     p.num_pages = static_cast<int>(args.cache.num_pages);
   }
+  if (problem.varlen) {
+    p.cu_seqlens_q = args.varlen.cu_seqlens_q;
+    p.cu_seqlens_k = args.varlen.cu_seqlens_k;
+    p.total_q = static_cast<int>(args.varlen.total_q);
+    p.total_k = static_cast<int>(args.varlen.total_k);
+  }
   float scale = problem.effective_scale();
   if (problem.softcap != 0.f) {
     // softcap * tanh(scale * s / softcap): the kernel applies score_scale

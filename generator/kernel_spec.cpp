@@ -137,6 +137,10 @@ llvm::Error validate_problem(const Problem &p) {
         "seqlen_k={0} is not a multiple of page_size={1}: with a paged cache seqlen_k is the "
         "page table's width (pages per sequence) times page_size",
         p.seqlen_k, p.page_size));
+  if (p.varlen && (p.seqused_k || p.page_size > 0))
+    return problem_error(
+        "varlen with a KV cache (seqused_k, page_size) is not supported: pass the packed "
+        "sequences' K/V, or the cache through flashjit_forward_kvcache");
   if (p.mask != MaskKind::none && p.mask != MaskKind::causal && p.mask != MaskKind::window)
     return problem_error(llvm::formatv("mask={0} is not none, causal or window",
                                        static_cast<int>(p.mask)));
@@ -163,6 +167,7 @@ std::string KernelSpec::id() const {
   if (split_kv) decode += "_split";
   if (seqused_k) decode += "_seqused";
   if (page_size > 0) decode += llvm::formatv("_page{0}", page_size).str();
+  if (varlen) decode += "_varlen";
   return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}{13}_{10}",
                        to_string(config.path), to_string(dtype), head_dim_qk, head_dim_v,
                        to_string(mask), softcap ? "softcap" : "nocap", config.block_m,
@@ -188,6 +193,7 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
     spec.split_kv = config.splits > 1;
     spec.seqused_k = problem.seqused_k;
     spec.page_size = problem.page_size;
+    spec.varlen = problem.varlen;
   }
   return spec;
 }
@@ -261,10 +267,10 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
   return g;
 }
 
-LaunchGeometry forward_combine_geometry(const Problem &problem) {
+LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q) {
   // fwd_combine.cuh: 8 warps per CTA, one row each.
   constexpr int kRowsPerBlock = 8;
-  const int64_t rows = problem.batch * problem.heads_q * problem.seqlen_q;
+  const int64_t rows = forward_lse_rows(problem, total_q);
   LaunchGeometry g;
   g.grid.x = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   g.block.x = 32 * kRowsPerBlock;
@@ -298,9 +304,14 @@ int forward_num_splits(const KernelSpec &spec, const Problem &problem, int reque
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
-uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits) {
+int64_t forward_lse_rows(const Problem &problem, int64_t total_q) {
+  return problem.varlen ? problem.heads_q * total_q
+                        : problem.batch * problem.heads_q * problem.seqlen_q;
+}
+
+uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits, int64_t total_q) {
   if (num_splits <= 1) return 0;
-  const uint64_t rows = uint64_t(problem.batch) * problem.heads_q * problem.seqlen_q;
+  const uint64_t rows = static_cast<uint64_t>(forward_lse_rows(problem, total_q));
   return uint64_t(num_splits) * rows * (uint64_t(problem.head_dim_v) + 1) * sizeof(float);
 }
 
@@ -314,6 +325,7 @@ Problem class_problem(const KernelSpec &spec) {
   p.seqused_k = spec.seqused_k;
   p.page_size = spec.page_size;
   if (p.page_size > 0) p.seqlen_k = p.page_size;
+  p.varlen = spec.varlen;
   return p;
 }
 

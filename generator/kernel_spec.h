@@ -36,6 +36,9 @@ struct KernelSpec {
   // the device, and the rows of a K/V page (0: contiguous K/V).
   bool seqused_k = false;
   int page_size = 0;
+  // Forward only: a packed batch of sequences of different lengths
+  // (Problem::varlen).
+  bool varlen = false;
 
   // Readable and unique: every parameter appears in it, e.g.
   // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
@@ -83,7 +86,8 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
                                        int sm_count = 0, int num_splits = 1);
 
 // The split-KV combine kernel's launch: one warp per output row.
-LaunchGeometry forward_combine_geometry(const Problem &problem);
+// `total_q`: the tokens of a packed varlen batch (read only for varlen).
+LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q = 0);
 
 // The KV-cache append kernel's launch: one CTA per new row and sequence.
 LaunchGeometry kv_append_geometry(const Problem &problem, int64_t seqlen_new);
@@ -98,8 +102,14 @@ int64_t forward_key_tiles(const Problem &problem, int block_n);
 int forward_num_splits(const KernelSpec &spec, const Problem &problem, int requested,
                        int sm_count);
 
+// Rows of the forward's LSE, and of each split's slice of the workspace:
+// batch * heads_q * seqlen_q, or heads_q * total_q of a packed varlen batch
+// (`total_q`: its tokens; read only for varlen).
+int64_t forward_lse_rows(const Problem &problem, int64_t total_q);
+
 // Bytes of the split-KV workspace a launch with `num_splits` needs: the fp32
 // partial O and log-sum-exp of every split and row (0 for one split).
-uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits);
+uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits,
+                                       int64_t total_q = 0);
 
 }  // namespace flashjit

@@ -58,6 +58,7 @@ std::string describe(const Problem &p) {
   if (p.softcap != 0.f) text += llvm::formatv(" softcap={0}", p.softcap).str();
   if (p.seqused_k) text += " seqused_k";
   if (p.page_size > 0) text += llvm::formatv(" page={0}", p.page_size).str();
+  if (p.varlen) text += " varlen";
   return text;
 }
 

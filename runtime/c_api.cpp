@@ -73,6 +73,10 @@ std::string convert_problem(const char *fn, const flashjit_problem &p, flashjit:
     return llvm::formatv("{0}: problem.mask={1} is invalid: expected FLASHJIT_MASK_NONE (0), "
                          "FLASHJIT_MASK_CAUSAL (1) or FLASHJIT_MASK_WINDOW (2)",
                          fn, p.mask);
+  if (p.reserved != 0)
+    return llvm::formatv("{0}: problem.reserved={1} is invalid: expected 0 (zero-initialise "
+                         "the struct)",
+                         fn, p.reserved);
   flashjit::for_each_problem_field(
       [&](const auto &field) { from_c(p.*field.c_member, out.*field.member); });
   return "";
@@ -106,7 +110,8 @@ std::string convert_config(const char *fn, const flashjit_config *c,
 }
 
 int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forward_args *a,
-                 const flashjit_kvcache_args *kv, void *stream, const flashjit_config *c) {
+                 const flashjit_kvcache_args *kv, const flashjit_varlen_args *vl, void *stream,
+                 const flashjit_config *c) {
   if (!p) return fail(std::string(fn) + ": problem is NULL");
   if (!a) return fail(std::string(fn) + ": args is NULL");
   flashjit::Problem problem;
@@ -136,6 +141,13 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
         strides(kv->k_new_stride_batch, kv->k_new_stride_seq, kv->k_new_stride_head);
     args.cache.v_new_strides =
         strides(kv->v_new_stride_batch, kv->v_new_stride_seq, kv->v_new_stride_head);
+  }
+
+  if (vl) {
+    args.varlen.cu_seqlens_q = vl->cu_seqlens_q;
+    args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
+    args.varlen.total_q = vl->total_q;
+    args.varlen.total_k = vl->total_k;
   }
 
   flashjit::Status status =
@@ -201,7 +213,7 @@ extern "C" {
 int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_args *args,
                      void *stream, const flashjit_config *config) {
   return guarded("flashjit_forward", [&] {
-    return forward_impl("flashjit_forward", problem, args, nullptr, stream, config);
+    return forward_impl("flashjit_forward", problem, args, nullptr, nullptr, stream, config);
   });
 }
 
@@ -209,7 +221,18 @@ int flashjit_forward_kvcache(const flashjit_problem *problem, const flashjit_for
                              const flashjit_kvcache_args *cache, void *stream,
                              const flashjit_config *config) {
   return guarded("flashjit_forward_kvcache", [&] {
-    return forward_impl("flashjit_forward_kvcache", problem, args, cache, stream, config);
+    return forward_impl("flashjit_forward_kvcache", problem, args, cache, nullptr, stream,
+                        config);
+  });
+}
+
+int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forward_args *args,
+                            const flashjit_varlen_args *varlen, void *stream,
+                            const flashjit_config *config) {
+  return guarded("flashjit_forward_varlen", [&] {
+    if (!varlen) return fail("flashjit_forward_varlen: varlen is NULL");
+    return forward_impl("flashjit_forward_varlen", problem, args, nullptr, varlen, stream,
+                        config);
   });
 }
 

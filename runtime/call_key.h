@@ -30,6 +30,7 @@ struct CallKey {
   // The KV cache's layout: compiled into the kernel (KernelSpec).
   bool seqused_k = false;
   int page_size = 0;
+  bool varlen = false;  // a packed batch: compiled into the kernel too
   // Zero (and -1 for the window) when `requested` is complete; the window
   // stays -1 when only splits or pack_gqa are open (the database is not
   // consulted then either).
@@ -41,7 +42,7 @@ struct CallKey {
   static CallKey make(uintptr_t owner, const Problem &p, const KernelConfig &requested) {
     CallKey k{owner,         p.dtype,      normalized_mask(p), p.softcap != 0,
               p.head_dim_qk, p.head_dim_v, requested,          p.seqused_k,
-              p.page_size};
+              p.page_size,   p.varlen};
     const bool sized_heuristic =
         requested.splits == 0 || requested.pack_gqa == GqaPacking::automatic;
     if (requested.is_complete() && !sized_heuristic) return k;  // nothing left to choose
@@ -62,7 +63,7 @@ struct CallKeyHash {
   size_t operator()(const CallKey &k) const {
     llvm::hash_code hash = llvm::hash_combine(
         k.owner, k.dtype, k.mask, k.softcap, k.head_dim_qk, k.head_dim_v, k.seqused_k,
-        k.page_size, k.gqa_ratio,
+        k.page_size, k.varlen, k.gqa_ratio,
         k.window_left, k.window_right, k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket);
     // Every field of the requested config (operator== compares them all).
     for_each_kernel_config_field([&](const auto &field) {

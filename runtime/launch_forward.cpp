@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "generator/forward_params.h"
@@ -67,20 +68,55 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
   };
   const bool paged = problem.page_size > 0;
-  // Paged K/V are [num_pages, page_size, heads_kv, d].
-  const int64_t kv_outer = paged ? cache.num_pages : problem.batch;
-  const int64_t kv_rows = paged ? problem.page_size : problem.seqlen_k;
+  const VarlenArgs &varlen = args.varlen;
+  const bool packed_args = varlen.cu_seqlens_q || varlen.cu_seqlens_k || varlen.total_q ||
+                           varlen.total_k;
+  if (!problem.varlen && packed_args)
+    return fail("varlen arguments (cu_seqlens_q/k, total_q/k) were given for a problem that is "
+                "not a packed batch: set Problem::varlen");
+  if (problem.varlen) {
+    if (!varlen.cu_seqlens_q || !varlen.cu_seqlens_k)
+      return fail("varlen.cu_seqlens_q and cu_seqlens_k are required for a packed batch: int32 "
+                  "[batch + 1] device arrays of each sequence's first row (0 first, the total "
+                  "last)");
+    constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
+    for (auto [name, rows, longest] :
+         {std::tuple{"total_q", varlen.total_q, problem.seqlen_q},
+          std::tuple{"total_k", varlen.total_k, problem.seqlen_k}}) {
+      if (rows < 0 || rows > kMaxRows)
+        return fail(llvm::formatv("varlen.{0}={1} is invalid: expected 0 to 2^31-1 rows (the "
+                                  "packed tensor's first dimension)",
+                                  name, rows));
+      if (rows > 0 && longest > rows)
+        return fail(llvm::formatv("varlen.{0}={1} is less than the longest sequence's length "
+                                  "{2} (seqlen_{3}, max_seqlen_{3}): the maximum is at most the "
+                                  "total",
+                                  name, rows, longest, name[6]));
+    }
+  }
+  // Paged K/V are [num_pages, page_size, heads_kv, d]; a packed batch is
+  // [total, heads, d] (one batch entry).
+  const int64_t q_outer = problem.varlen ? 1 : problem.batch;
+  const int64_t q_rows = problem.varlen ? std::max<int64_t>(varlen.total_q, 1) : problem.seqlen_q;
+  const int64_t kv_outer = paged ? cache.num_pages : q_outer;
+  const int64_t kv_rows = paged           ? problem.page_size
+                          : problem.varlen ? std::max<int64_t>(varlen.total_k, 1)
+                                           : problem.seqlen_k;
   if (paged && (cache.num_pages < 1 || cache.num_pages > std::numeric_limits<int32_t>::max()))
     return fail(llvm::formatv("cache.num_pages={0} is invalid: a paged cache (page_size={1}) "
                               "needs 1 to 2^31-1 pages (K and V's first dimension)",
                               cache.num_pages, problem.page_size));
   llvm::SmallVector<TensorCheck, 6> tensors = {
-      {"q", args.q, args.q_strides, problem.batch, problem.seqlen_q, problem.heads_q},
+      {"q", args.q, args.q_strides, q_outer, q_rows, problem.heads_q},
       {"k", args.k, args.k_strides, kv_outer, kv_rows, problem.heads_kv},
       {"v", args.v, args.v_strides, kv_outer, kv_rows, problem.heads_kv},
-      {"o", args.o, args.o_strides, problem.batch, problem.seqlen_q, problem.heads_q},
+      {"o", args.o, args.o_strides, q_outer, q_rows, problem.heads_q},
   };
-  llvm::SmallVector<PointerCheck, 3> extra;
+  llvm::SmallVector<PointerCheck, 5> extra;
+  if (problem.varlen) {
+    extra.push_back({"cu_seqlens_q", varlen.cu_seqlens_q, alignof(int32_t)});
+    extra.push_back({"cu_seqlens_k", varlen.cu_seqlens_k, alignof(int32_t)});
+  }
   // The LSE output is optional.
   if (args.lse) extra.push_back({"lse", args.lse, alignof(float)});
   const bool has_cache = problem.seqused_k || paged;
@@ -243,7 +279,8 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
 
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
-  const uint64_t bytes = forward_split_workspace_bytes(problem, num_splits);
+  const uint64_t bytes =
+      forward_split_workspace_bytes(problem, num_splits, args.varlen.total_q);
   auto allocated = allocate_workspace(context->device, bytes, stream);
   if (!allocated)
     return llvm::createStringError(
@@ -253,14 +290,15 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
                       bytes, num_splits, llvm::toString(allocated.takeError()))
             .str());
   const CUdeviceptr workspace = *allocated;
-  const uint64_t rows = uint64_t(problem.batch) * problem.heads_q * problem.seqlen_q;
+  const uint64_t rows = uint64_t(forward_lse_rows(problem, args.varlen.total_q));
   params.num_splits = num_splits;
   params.o_partial = reinterpret_cast<float *>(workspace);
   params.lse_partial = params.o_partial + uint64_t(num_splits) * rows * problem.head_dim_v;
   llvm::Error error = launch_main();
   if (!error) {
     void *combine_args[] = {&params};
-    error = kernels.combine->launch(forward_combine_geometry(problem), stream, combine_args,
+    error = kernels.combine->launch(forward_combine_geometry(problem, args.varlen.total_q), stream,
+                                   combine_args,
                                    /*dependent=*/true);
   }
   // Freed in stream order after the kernels that use it, launched or not.
@@ -274,6 +312,7 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_forward_args(problem, args))
     return with_context(problem, std::move(e));
+  if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
   const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), problem, config);

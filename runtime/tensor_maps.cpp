@@ -1,5 +1,6 @@
 #include "runtime/tensor_maps.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "runtime/cuda_driver.h"
@@ -80,17 +81,17 @@ llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType
 // head][head in group][dim] whose box is [positions][the group's `ratio`
 // heads][64 columns], so one box fills a warpgroup's rows head fastest.
 llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, const void *data,
-                                            int head_dim, const Problem &p,
-                                            const TensorStrides &strides, int ratio) {
-  const int64_t heads_kv = p.heads_q / ratio;
+                                            int head_dim, int64_t seqlen, int64_t heads_q,
+                                            int64_t batch, const TensorStrides &strides,
+                                            int ratio) {
+  const int64_t heads_kv = heads_q / ratio;
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(ratio),
-                              static_cast<cuuint64_t>(heads_kv),
-                              static_cast<cuuint64_t>(p.seqlen_q),
-                              static_cast<cuuint64_t>(p.batch)};
+                              static_cast<cuuint64_t>(heads_kv), static_cast<cuuint64_t>(seqlen),
+                              static_cast<cuuint64_t>(batch)};
   const cuuint64_t byte_strides[4] = {tma_stride(strides.head, ratio, head_dim),
                                       tma_stride(strides.head * ratio, heads_kv, head_dim),
-                                      tma_stride(strides.seq, p.seqlen_q, head_dim),
-                                      tma_stride(strides.batch, p.batch, head_dim)};
+                                      tma_stride(strides.seq, seqlen, head_dim),
+                                      tma_stride(strides.batch, batch, head_dim)};
   const cuuint32_t box[5] = {kBoxColumns, static_cast<cuuint32_t>(ratio), 1,
                              static_cast<cuuint32_t>(kQBoxRows / ratio), 1};
   return encode_tiled(cu, "q packed by " + std::to_string(ratio) + " heads", dtype, data, 5, dims,
@@ -105,17 +106,25 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   ForwardTensorMaps maps;
+  // A packed varlen batch is one [total][heads][d] tensor: a batch of one
+  // whose rows the kernel offsets per sequence (common/fwd_sequence.cuh); an
+  // empty one keeps one row of extent, which no tile reads.
+  auto total = [](int64_t rows) { return std::max<int64_t>(rows, 1); };
+  const int64_t q_rows = spec.varlen ? total(args.varlen.total_q) : p.seqlen_q;
+  const int64_t outer = spec.varlen ? 1 : p.batch;
   auto q = spec.pack_gqa > 1
-               ? encode_packed_q(*driver, p.dtype, args.q, spec.head_dim_qk, p, args.q_strides,
-                                 spec.pack_gqa)
-               : encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, p.seqlen_q, p.heads_q,
-                        p.batch, args.q_strides, kQBoxRows);
+               ? encode_packed_q(*driver, p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q,
+                                 outer, args.q_strides, spec.pack_gqa)
+               : encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q,
+                        outer, args.q_strides, kQBoxRows);
   if (!q) return q.takeError();
   // Paged: [num_pages][page_size][heads_kv][d], read in boxes that never
-  // cross a page (common/fwd_key_sequence.cuh).
+  // cross a page (common/fwd_sequence.cuh).
   const bool paged = spec.page_size > 0;
-  const int64_t kv_rows = paged ? spec.page_size : p.seqlen_k;
-  const int64_t kv_outer = paged ? args.cache.num_pages : p.batch;
+  const int64_t kv_rows = paged         ? spec.page_size
+                          : spec.varlen ? total(args.varlen.total_k)
+                                        : p.seqlen_k;
+  const int64_t kv_outer = paged ? args.cache.num_pages : outer;
   const int box_rows = kv_box_rows(spec.page_size, spec.config.block_n);
   auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, kv_rows, p.heads_kv, kv_outer,
                   args.k_strides, box_rows);

@@ -6,8 +6,9 @@
 // log-sum-exp (-inf for a split that saw no key). A row no split saw writes
 // O = 0 and LSE = +inf, as the unsplit kernels do.
 //
-// Layout of the workspace (fp32, contiguous): o_partial[split][batch]
-// [head][query][kHeadDimV], then lse_partial[split][batch][head][query].
+// Layout of the workspace (fp32, contiguous): o_partial[split][LSE row]
+// [kHeadDimV], then lse_partial[split][LSE row], an LSE row being
+// [batch][head][query], or [head][token] of a packed batch (kVarlen).
 //
 // One warp per row: each lane holds one split's LSE (a loop beyond 32
 // splits) for the max and the sum, and accumulates 4 columns per 128 of the
@@ -51,7 +52,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   // The next call's forward may be scheduled: it waits for this grid.
   grid_dependents_launch();
   const int lane = threadIdx.x % 32;
-  const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
+  // Rows: [batch][head][query], or [head][token] of a packed batch (kVarlen).
+  const i64 rows = cfg::kVarlen ? static_cast<i64>(p.heads_q) * p.total_q
+                                : static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
   const i64 row = static_cast<i64>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int splits = p.num_splits;
@@ -87,12 +90,21 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
   const float lse = split_merge::merged_lse(m, sum);
 
-  const int q = static_cast<int>(row % p.seqlen_q);
-  const i64 bh = row / p.seqlen_q;
-  const int head = static_cast<int>(bh % p.heads_q);
-  const int batch = static_cast<int>(bh / p.heads_q);
-  u16 *const o_row = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
-                     static_cast<i64>(q) * p.o_row_stride + head * p.o_head_stride;
+  u16 *o_row;
+  if constexpr (cfg::kVarlen) {
+    // A token no sequence owns (past cu_seqlens_q[batch]) gets whatever its
+    // unwritten partials hold: its O row is unspecified, as FlashAttention's.
+    const i64 token = row % p.total_q;
+    const int head = static_cast<int>(row / p.total_q);
+    o_row = static_cast<u16 *>(p.o) + token * p.o_row_stride + head * p.o_head_stride;
+  } else {
+    const int q = static_cast<int>(row % p.seqlen_q);
+    const i64 bh = row / p.seqlen_q;
+    const int head = static_cast<int>(bh % p.heads_q);
+    const int batch = static_cast<int>(bh / p.heads_q);
+    o_row = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
+            static_cast<i64>(q) * p.o_row_stride + head * p.o_head_stride;
+  }
   float acc[kColumnGroups][4] = {};
   auto accumulate = [&](float w, const F32x4 &v, int g) {
     acc[g][0] += w * v.x;

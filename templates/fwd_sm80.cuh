@@ -29,8 +29,10 @@
 // in fp32 and its LSE (-inf when it saw no key) straight from the fragments
 // to the workspace for flashjit_fwd_combine, as the sm90 family does.
 //
-// KV cache (kSeqUsedK, kPageSize; common/fwd_key_sequence.cuh): the batch's
-// own key count and bottom-right offset; paged K/V are copied in runs of
+// Sequences (common/fwd_sequence.cuh): a packed batch (kVarlen) gives each
+// sequence its own rows of Q/O and K/V and its lengths (loads stop at them;
+// query blocks past a shorter sequence's end write nothing). A KV cache
+// (kSeqUsedK, kPageSize): the batch's own key count and bottom-right offset; paged K/V are copied in runs of
 // kBoxRows rows that never cross a page, each from its page's rows. A run
 // past the keys, or on a page index outside [0, num_pages), is zero-filled
 // by cp.async without reading memory.
@@ -40,9 +42,9 @@
 // twin of every derived constant below is generator/fwd_sm80_traits.cpp.
 #pragma once
 
-#include "common/fwd_key_sequence.cuh"
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
+#include "common/fwd_sequence.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/smem_tile.cuh"
@@ -86,7 +88,7 @@ static_assert(kStages >= 2, "at least double buffering");
 static_assert(kBlockM * kSmemDimV <= kSmemElements, "O staging reuses the Q/K/V space");
 static_assert(kPackGqa == 1, "sm80 family: no packed GQA");
 
-using KeySequence = FwdKeySequence<kSeqUsedK, kPageSize, kBlockN>;
+using Sequence = FwdSequence<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 
 // cp.async of rows [0, kRows) x chunks [0, kChunks) of a tile at shared
 // address `tile`; rows at or past `rows_valid` are zero-filled.
@@ -175,26 +177,30 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   const int batch = blockIdx.z;
   const int kv_head = head / p.heads_per_kv;
   const int m0 = m_block * kBlockM;
-  const int seqlen_q = p.seqlen_q;
-  // This sequence's keys; row i lines up with key i + offset (bottom-right).
-  const KeySequence seq(p, batch);
+  // This sequence's queries and keys; row i lines up with key i + offset
+  // (bottom-right).
+  const Sequence seq(p, batch);
+  const int seqlen_q = seq.seqlen_q;
   const int seqlen_k = seq.seqlen_k;
   const i64 offset = seq.offset;
 
-  // The K/V tiles any row of this tile sees (this split's share of them).
-  TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN);
+  // The K/V tiles any row of this tile sees (this split's share of them);
+  // none past the sequence's queries (varlen: shorter than the longest).
+  TileSpan key_tiles = m0 < seqlen_q
+                           ? visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN)
+                           : TileSpan{0, 0};
   if constexpr (kSplitKv) key_tiles = split_share(key_tiles, split, splits);
   const int n_block_begin = key_tiles.first;
   const int num_tiles = key_tiles.count;
 
-  const u16 *const q_base = static_cast<const u16 *>(p.q) + batch * p.q_batch_stride +
-                            head * p.q_head_stride + static_cast<i64>(m0) * p.q_row_stride;
+  const u16 *const q_base = static_cast<const u16 *>(p.q) + seq.outer * p.q_batch_stride +
+                            head * p.q_head_stride + (seq.q_row0 + m0) * p.q_row_stride;
   // Paged, the batch strides step between pages and the batch is a page.
-  const i64 kv_outer = KeySequence::kPaged ? 0 : batch;
-  const u16 *const k_base =
-      static_cast<const u16 *>(p.k) + kv_outer * p.k_batch_stride + kv_head * p.k_head_stride;
-  const u16 *const v_base =
-      static_cast<const u16 *>(p.v) + kv_outer * p.v_batch_stride + kv_head * p.v_head_stride;
+  const i64 kv_outer = Sequence::kPaged ? 0 : seq.outer;
+  const u16 *const k_base = static_cast<const u16 *>(p.k) + kv_outer * p.k_batch_stride +
+                            kv_head * p.k_head_stride + seq.k_row0 * p.k_row_stride;
+  const u16 *const v_base = static_cast<const u16 *>(p.v) + kv_outer * p.v_batch_stride +
+                            kv_head * p.v_head_stride + seq.k_row0 * p.v_row_stride;
 
   auto stage_k = [&](int stage) { return sKV + stage * kSmemStage; };
   auto stage_v = [&](int stage) { return sKV + stage * kSmemStage + kSmemK; };
@@ -206,11 +212,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
     // rather than kept live across the loop, where S and O own the registers.
     const int tid = opaque(static_cast<int>(threadIdx.x));
     const u32 k_addr = sKV_addr + 2 * stage * kSmemStage;
-    if constexpr (KeySequence::kPaged) {
-      constexpr int kRows = KeySequence::kBoxRows;
+    if constexpr (Sequence::kPaged) {
+      constexpr int kRows = Sequence::kBoxRows;
 #pragma unroll
-      for (int box = 0; box < KeySequence::kBoxesPerTile; ++box) {
-        const int page = seq.box_page(p, batch, n0, box);
+      for (int box = 0; box < Sequence::kBoxesPerTile; ++box) {
+        const int page = seq.box_page(p, n0, box);
         const bool on_page = page < p.num_pages;
         // Off the pages: zero-filled rows, read from nowhere (the base is
         // only an address for the copies that are not made).
@@ -412,8 +418,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   if (kSplitKv && splits > 1) {
     // This split's partial: O / its own row sum and its LSE in fp32, to
     // [split][batch][head][row] (x kHeadDimV) of the workspace.
-    const i64 slice = static_cast<i64>(split) * p.batch * p.heads_q * seqlen_q;
-    const i64 head_rows = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q;
+    const i64 slice = split * Sequence::lse_rows(p);
+    const i64 head_rows = seq.lse_row(p, head, 0);
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -440,8 +446,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   }
   __syncthreads();  // every warp is done with Q/K/V: the space becomes sO
   u16 *const sO = sQ;
-  float *const lse_base =
-      p.lse ? p.lse + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q : nullptr;
+  float *const lse_base = p.lse ? p.lse + seq.lse_row(p, head, 0) : nullptr;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -465,8 +470,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
     }
   __syncthreads();
 
-  u16 *const o_base = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
-                      head * p.o_head_stride + static_cast<i64>(m0) * p.o_row_stride;
+  u16 *const o_base = static_cast<u16 *>(p.o) + seq.outer * p.o_batch_stride +
+                      head * p.o_head_stride + (seq.q_row0 + m0) * p.o_row_stride;
   constexpr int kTotal = kBlockM * kChunksV;
 #pragma unroll
   for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {

@@ -71,10 +71,11 @@
 //
 // Parts. The work tiles and their key tiles come from the tile scheduler
 // (common/fwd_scheduler.cuh: dense, persistent rotation, split-KV), each
-// sequence's key count and the K/V tiles' TMA coordinates from the
-// sequence-info part (common/fwd_key_sequence.cuh: dense, per-sequence
-// counts of a KV cache, pages through a page table, the producer then a
-// whole warp whose lanes read a tile's page indices), the layout from
+// sequence's lengths and the Q and K/V tiles' TMA coordinates from the
+// sequence-info part (common/fwd_sequence.cuh: dense, a packed varlen batch
+// whose sequences start at cu_seqlens offsets of one [total][heads][dim]
+// tensor, per-sequence counts of a KV cache, pages through a page table,
+// the producer then a whole warp whose lanes read a tile's page indices), the layout from
 // FwdSm90Layout (common/fwd_sm90_layout.cuh, which the host twin compiles
 // too), and O and the LSE leave through the epilogue
 // (common/sm90_epilogue.cuh: straight from the fragments with 16-byte
@@ -88,9 +89,9 @@
 // constant below is generator/fwd_sm90_traits.cpp.
 #pragma once
 
-#include "common/fwd_key_sequence.cuh"
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
+#include "common/fwd_sequence.cuh"
 #include "common/fwd_sm90_layout.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
@@ -141,11 +142,11 @@ static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
 using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv>;
-using KeySequence = FwdKeySequence<kSeqUsedK, kPageSize, kBlockN>;
+using Sequence = FwdSequence<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
-constexpr bool kWarpProducer = KeySequence::kPaged;
-static_assert(KeySequence::kBoxRows == kLayout.kv_box_rows(),
+constexpr bool kWarpProducer = Sequence::kPaged;
+static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
 using Epilogue = Sm90Epilogue<Element, kHeadDim, kPack, kLoadedRowsPerWg, kSplitKv>;
 
@@ -216,12 +217,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   grid_dependents_launch();
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
-  const int seqlen_q = p.seqlen_q;
 
   const Scheduler sched(p);
   // The K/V tiles any row of the work tile sees among its sequence's keys
   // (this split's share of them): producer and consumers walk the same ones.
-  auto key_tiles_of = [&](const WorkTile &tile, const KeySequence &seq) {
+  // None for a tile past its sequence's queries (varlen: sequences shorter
+  // than the longest).
+  auto key_tiles_of = [&](const WorkTile &tile, const Sequence &seq) {
+    if (tile.q0 >= seq.seqlen_q) return TileSpan{0, 0};
     return sched.key_tiles<Mask>(p, tile, seq.seqlen_k, seq.offset, kBlockN);
   };
 
@@ -271,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
         const WorkTile tile = sched.tile(sched.work_index(j));
         const int kv_head = sched.kv_head(p, tile);
-        const KeySequence seq(p, tile.batch);
+        const Sequence seq(p, tile.batch);
         const TileSpan key_tiles = key_tiles_of(tile, seq);
         // K (or V) of tile t in its stage, once the consumers have released
         // what the stage held kStages tiles back (a fresh barrier's parity-1
@@ -281,8 +284,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         auto load_kv = [&](int t, bool v) {
           const int stage = stage_of(kv_iter + t);
           const int n0 = (key_tiles.first + t) * kBlockN;
-          int lane_page = tile.batch;
-          if constexpr (KeySequence::kPaged) lane_page = seq.box_page(p, tile.batch, n0, tid % 32);
+          int lane_page = seq.outer;
+          if constexpr (Sequence::kPaged) lane_page = seq.box_page(p, n0, tid % 32);
           const u32 full = v ? v_full(stage) : k_full(stage);
           const u32 dst = smem + (v ? kOffsetV : kOffsetK) + stage * kKVTileBytes;
           if (leader) {
@@ -290,14 +293,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             mbarrier_arrive_expect_tx(full, kKVTileBytes);
           }
 #pragma unroll
-          for (int box = 0; box < KeySequence::kBoxesPerTile; ++box) {
+          for (int box = 0; box < Sequence::kBoxesPerTile; ++box) {
             int outer = lane_page;
-            if constexpr (KeySequence::kPaged) outer = __shfl_sync(0xffffffffu, lane_page, box);
+            if constexpr (Sequence::kPaged) outer = __shfl_sync(0xffffffffu, lane_page, box);
             if (leader) {
 #pragma unroll
               for (int cb = 0; cb < kColBlocks; ++cb)
-                tma_load_4d(dst + cb * kKVColBlockBytes + box * KeySequence::kBoxRows * kRowBytes,
-                            v ? &tma_v : &tma_k, full, cb * 64, seq.box_row(n0, box), kv_head,
+                tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
+                            v ? &tma_v : &tma_k, full, cb * 64, static_cast<int>(seq.box_row(n0, box)), kv_head,
                             outer);
             }
           }
@@ -325,13 +328,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb) {
             const u32 dst = smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes;
-            const int q0 = tile.q0 + wg * kQRowsPerWg;
+            const int q0 = static_cast<int>(seq.q_row0) + tile.q0 + wg * kQRowsPerWg;
             // Packed: the box is [positions][the group's heads][64 columns]
             // of a [batch][seq][kv head][head in group][dim] view of Q.
             if constexpr (kPack > 1)
-              tma_load_5d(dst, &tma_q, q_full(qb), cb * 64, 0, tile.head, q0, tile.batch);
+              tma_load_5d(dst, &tma_q, q_full(qb), cb * 64, 0, tile.head, q0, seq.outer);
             else
-              tma_load_4d(dst, &tma_q, q_full(qb), cb * 64, q0, tile.head, tile.batch);
+              tma_load_4d(dst, &tma_q, q_full(qb), cb * 64, q0, tile.head, seq.outer);
           }
         if (kQStages == 2 && key_tiles.count > 0) load_v(0);
         for (int t = 1; t < key_tiles.count; ++t) {
@@ -420,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // place; `correction` is the factor O must be scaled by (applied by the
   // caller once the previous P V is complete). acc_s[4*nt + 2*h + c] is row
   // (group + 8h), column 8nt + 2*quad_lane + c.
-  auto softmax = [&](float (&acc_s)[kSRegisters], const KeySequence &seq, int wg_m0, int n0,
+  auto softmax = [&](float (&acc_s)[kSRegisters], const Sequence &seq, int wg_m0, int n0,
                      float (&correction)[2]) {
     const int seqlen_k = seq.seqlen_k;
     const i64 offset = seq.offset;
@@ -558,8 +561,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 
   // O and the LSE of the work tile, or this split's partials
   // (common/sm90_epilogue.cuh).
-  auto write_o = [&](const WorkTile &tile, int wg_m0) {
-    Epilogue::store(p, tile, seqlen_q, wg_m0, warp, group, quad_lane, acc_o, row_max, row_sum,
+  auto write_o = [&](const WorkTile &tile, const Sequence &seq, int wg_m0) {
+    Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, row_max, row_sum,
                     scale_log2);
   };
 
@@ -575,7 +578,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
     const WorkTile tile = sched.tile(sched.work_index(j));
     const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
-    const KeySequence seq(p, tile.batch);
+    const Sequence seq(p, tile.batch);
     const TileSpan key_tiles = key_tiles_of(tile, seq);
     const int num_tiles = key_tiles.count;
     auto n0_of = [&](int t) { return (key_tiles.first + t) * kBlockN; };
@@ -623,7 +626,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       pv_alone(p_frag, kv_iter + num_tiles - 1);
     }
     kv_iter += num_tiles;
-    write_o(tile, wg_m0);  // no key visible: O = 0, LSE = +inf
+    write_o(tile, seq, wg_m0);  // no key visible: O = 0, LSE = +inf
   }
   if constexpr (kPingPong) {
     // Balance the turns: the last warpgroup's up-front signal leaves

@@ -31,6 +31,11 @@ typedef struct flashjit_problem {
    * comes from cache_seqlens; page_size > 0 when K/V are pages. */
   int32_t page_size; /* 0: contiguous; else a multiple of 16 in [16, 512] */
   int32_t seqused_k;
+  /* 1: a packed batch (flashjit_forward_varlen): q/o [total_q, heads_q, d],
+   * k/v [total_k, heads_kv, d]; seqlen_q/seqlen_k are the longest
+   * sequence's lengths. */
+  int32_t varlen;
+  int32_t reserved; /* 0 */
 } flashjit_problem;
 
 /* Element strides; the last dimension is contiguous. */
@@ -106,6 +111,21 @@ int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_arg
 int flashjit_forward_kvcache(const flashjit_problem *problem, const flashjit_forward_args *args,
                              const flashjit_kvcache_args *cache, void *stream,
                              const flashjit_config *config);
+
+/* A packed batch (flash_attn_varlen_func), for a problem with varlen = 1:
+ * q/o of flashjit_forward_args are [total_q, heads_q, d] and k/v [total_k,
+ * heads_kv, d] (batch strides unused), sequence b owning rows
+ * cu_seqlens_q[b] .. cu_seqlens_q[b + 1] (int32 [batch + 1] device arrays,
+ * likewise cu_seqlens_k); seqlen_q/seqlen_k are the longest lengths; lse is
+ * [heads_q, total_q]. Offsets are clamped to the tensors on the device. */
+typedef struct flashjit_varlen_args {
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int64_t total_q, total_k;
+} flashjit_varlen_args;
+
+int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forward_args *args,
+                            const flashjit_varlen_args *varlen, void *stream,
+                            const flashjit_config *config);
 
 int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
                       void *stream, const flashjit_config *config);

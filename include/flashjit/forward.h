@@ -50,6 +50,24 @@ struct KvCacheArgs {
   TensorStrides k_new_strides, v_new_strides;
 };
 
+// A packed batch's device data (flash_attn_varlen_func's arguments), for a
+// problem with varlen set: Q/O are [total_q, heads_q, d] and K/V [total_k,
+// heads_kv, d] (their strides' `batch` is unused), and sequence b owns rows
+// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q and O (int32 [batch + 1],
+// starting at 0, non-decreasing, ending at total_q), likewise of K/V. The
+// offsets are device data the host cannot check without a synchronisation:
+// the kernels clamp them to [0, total] and each length to the problem's
+// seqlen_q/seqlen_k (the maxima, which must be at least every sequence's
+// length: a longer sequence is cut there), so no content makes them access
+// memory outside the tensors. O rows of tokens no sequence owns are
+// unspecified. The LSE is [heads_q, total_q].
+struct VarlenArgs {
+  const int32_t *cu_seqlens_q = nullptr;
+  const int32_t *cu_seqlens_k = nullptr;
+  int64_t total_q = 0;
+  int64_t total_k = 0;
+};
+
 // Device pointers in the current CUDA context (or the primary context of the
 // current device). `lse` ([batch, heads_q, seqlen_q] fp32, contiguous) may be
 // null when the caller does not need it.
@@ -62,6 +80,8 @@ struct ForwardArgs {
   TensorStrides q_strides, k_strides, v_strides, o_strides;
   // Read only when the problem has a KV cache (seqused_k or page_size).
   KvCacheArgs cache;
+  // Read only when the problem is a packed batch (varlen).
+  VarlenArgs varlen;
 
   // Strides of densely packed [batch, seqlen, heads, dim] tensors.
   static ForwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,

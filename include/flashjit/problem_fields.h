@@ -41,7 +41,7 @@ inline constexpr std::tuple kProblemFields{
     FLASHJIT_PROBLEM_FIELD(mask),         FLASHJIT_PROBLEM_FIELD(window_left),
     FLASHJIT_PROBLEM_FIELD(window_right), FLASHJIT_PROBLEM_FIELD(softmax_scale),
     FLASHJIT_PROBLEM_FIELD(softcap),      FLASHJIT_PROBLEM_FIELD(seqused_k),
-    FLASHJIT_PROBLEM_FIELD(page_size),
+    FLASHJIT_PROBLEM_FIELD(page_size),    FLASHJIT_PROBLEM_FIELD(varlen),
 };
 
 #undef FLASHJIT_PROBLEM_FIELD
@@ -55,8 +55,9 @@ constexpr void for_each_problem_field(Visit &&visit) {
   std::apply([&](const auto &...field) { (visit(field), ...); }, kProblemFields);
 }
 
-// flashjit_problem has no padding, so its size is the sum of its fields': a
-// C field the table lacks fails here (a table field the C struct lacks fails
+// flashjit_problem has no padding (its `reserved` int32 fills what would be
+// tail padding), so its size is the sum of its fields' and reserved's: a C
+// field the table lacks fails here (a table field the C struct lacks fails
 // to compile above).
 constexpr std::size_t problem_c_field_bytes() {
   std::size_t bytes = 0;
@@ -64,7 +65,8 @@ constexpr std::size_t problem_c_field_bytes() {
       [&](const auto &field) { bytes += sizeof(typename std::decay_t<decltype(field)>::c_type); });
   return bytes;
 }
-static_assert(sizeof(flashjit_problem) == problem_c_field_bytes(),
+static_assert(sizeof(flashjit_problem) ==
+                  problem_c_field_bytes() + sizeof(flashjit_problem::reserved),
               "flashjit_problem and kProblemFields list different fields");
 
 }  // namespace flashjit

@@ -33,6 +33,8 @@ class Problem(ctypes.Structure):
         ("softcap", ctypes.c_float),
         ("page_size", ctypes.c_int32),
         ("seqused_k", ctypes.c_int32),
+        ("varlen", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
     ]
 
 

@@ -1,8 +1,16 @@
-// The forward's sequence-info part for keys: how many keys a sequence has
-// and where a run of its key rows lies in the K/V tensors.
+// The forward's sequence-info part: how many queries and keys a sequence
+// has, and where its rows lie in Q/O, K/V, the LSE and the split workspace.
 //
-// Dense (kSeqUsedK false, kPageSize 0): every sequence has seqlen_k keys at
-// [batch][row] of K/V: what every kernel did before KV caches.
+// Dense (kVarlen false, kSeqUsedK false, kPageSize 0): every sequence has
+// seqlen_q queries and seqlen_k keys at [batch][row] of the tensors, and its
+// LSE rows are [batch][head][row].
+// kVarlen: the batch is packed (flash_attn_varlen_func): Q/O are
+// [total_q][heads][dim], K/V [total_k][heads_kv][dim], and sequence b owns
+// rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] of Q (likewise of K); its LSE
+// rows are [head][total_q] (FlashAttention's varlen layout). The offsets are
+// device data: each is clamped to [0, total] and each length to the
+// problem's maximum (seqlen_q, seqlen_k), so no content makes a tile reach
+// outside the tensors; a sequence longer than the maximum is cut there.
 // kSeqUsedK: sequence b has min(seqused_k[b] + seqlen_new, seqlen_k) keys
 // (a KV cache's cache_seqlens plus this step's appended keys; clamped, so
 // no device value can make a tile reach past the cache), and masks align
@@ -17,6 +25,7 @@
 // read outside the cache. Rows of a sequence's last page past its key count
 // are read (the mask hides their scores, and their V rows meet P = 0): the
 // cache must hold finite values there, as a zero-initialised cache does.
+// The host refuses varlen together with a KV cache.
 #pragma once
 
 #include "common/fwd_params.cuh"
@@ -25,44 +34,77 @@
 
 namespace flashjit {
 
-template <bool kSeqUsedK, int kPageSize, int kBlockN>
-struct FwdKeySequence {
+template <bool kVarlen, bool kSeqUsedK, int kPageSize, int kBlockN>
+struct FwdSequence {
   static constexpr bool kPaged = kPageSize > 0;
   static constexpr int kBoxRows = kv_box_rows(kPageSize, kBlockN);
   static constexpr int kBoxesPerTile = kBlockN / kBoxRows;
   static_assert(!kPaged || kPageSize % 16 == 0, "page size: a multiple of 16 rows");
   static_assert(kBoxesPerTile <= 32, "one lane of the producer warp per box");
+  static_assert(!(kVarlen && (kSeqUsedK || kPaged)), "varlen with a KV cache is not served");
 
-  int seqlen_k;  // this sequence's keys
-  i64 offset;    // bottom-right alignment: query row i lines up with key i + offset
+  int seqlen_q;   // this sequence's queries
+  int seqlen_k;   // this sequence's keys
+  i64 offset;     // bottom-right alignment: query row i lines up with key i + offset
+  i64 q_row0;     // its first row of Q and O (varlen), else 0
+  i64 k_row0;     // its first row of K and V (varlen), else 0
+  int batch;      // its index among the sequences
+  int outer;      // the batch index of Q/O and K/V: 0 when packed (varlen)
 
-  __device__ __forceinline__ FwdKeySequence(const FwdParams &p, int batch) {
-    if constexpr (kSeqUsedK) {
-      const int used = p.seqused_k[batch] + p.seqlen_new;
-      seqlen_k = used < 0 ? 0 : used < p.seqlen_k ? used : p.seqlen_k;
+  __device__ __forceinline__ FwdSequence(const FwdParams &p, int b) : batch(b) {
+    if constexpr (kVarlen) {
+      auto clamp = [](int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; };
+      const int q0 = clamp(p.cu_seqlens_q[b], 0, p.total_q);
+      const int q1 = clamp(p.cu_seqlens_q[b + 1], q0, p.total_q);
+      const int k0 = clamp(p.cu_seqlens_k[b], 0, p.total_k);
+      const int k1 = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k);
+      q_row0 = q0;
+      k_row0 = k0;
+      seqlen_q = q1 - q0 < p.seqlen_q ? q1 - q0 : p.seqlen_q;
+      seqlen_k = k1 - k0 < p.seqlen_k ? k1 - k0 : p.seqlen_k;
+      outer = 0;
     } else {
-      seqlen_k = p.seqlen_k;
+      q_row0 = k_row0 = 0;
+      seqlen_q = p.seqlen_q;
+      outer = b;
+      if constexpr (kSeqUsedK) {
+        const int used = p.seqused_k[b] + p.seqlen_new;
+        seqlen_k = used < 0 ? 0 : used < p.seqlen_k ? used : p.seqlen_k;
+      } else {
+        seqlen_k = p.seqlen_k;
+      }
     }
-    offset = static_cast<i64>(seqlen_k) - p.seqlen_q;
+    offset = static_cast<i64>(seqlen_k) - seqlen_q;
+  }
+
+  // Rows of the LSE (and of each split's slice of the workspace): one per
+  // (sequence, head, query).
+  __device__ __forceinline__ static i64 lse_rows(const FwdParams &p) {
+    if constexpr (kVarlen) return static_cast<i64>(p.heads_q) * p.total_q;
+    return static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
+  }
+  // The LSE row of query `row` (of this sequence) at `head`.
+  __device__ __forceinline__ i64 lse_row(const FwdParams &p, int head, int row) const {
+    if constexpr (kVarlen) return static_cast<i64>(head) * p.total_q + q_row0 + row;
+    return (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row;
   }
 
   // The page of box `box` of the key tile at n0 (paged only), as read by
   // lane `box` of the producer warp; num_pages where nothing may be read.
-  __device__ __forceinline__ int box_page(const FwdParams &p, int batch, int n0, int box) const {
+  __device__ __forceinline__ int box_page(const FwdParams &p, int n0, int box) const {
     const int n = n0 + box * kBoxRows;
     if (box >= kBoxesPerTile || n >= seqlen_k) return p.num_pages;
     const int page = p.page_table[batch * p.page_table_stride + n / kPageSize];
     return page >= 0 && page < p.num_pages ? page : p.num_pages;
   }
 
-  // The TMA coordinates (row, outermost index) of box `box` of the key tile
-  // at n0: the row within the sequence and its batch, or the row within the
-  // page and the page (`page`, from box_page).
-  __device__ __forceinline__ int box_row(int n0, int box) const {
+  // The row coordinate of box `box` of the key tile at n0: the row within
+  // the page (paged), or within the K/V tensor's batch entry.
+  __device__ __forceinline__ i64 box_row(int n0, int box) const {
     if constexpr (kPaged)
       return (n0 + box * kBoxRows) % kPageSize;
     else
-      return n0;
+      return k_row0 + n0;
   }
 };
 

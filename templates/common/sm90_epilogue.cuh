@@ -35,8 +35,9 @@ struct Sm90Epilogue {
   // per thread for rows group and group + 8 (row_sum a quarter of the row),
   // of `warp` within the warpgroup; `group` (lane / 4) is the fragment row
   // and `quad_lane` (lane % 4) the column pair, as the kernel holds them.
+  template <class Sequence>
   __device__ __forceinline__ static void store(const FwdParams &p, const WorkTile &tile,
-                                               int seqlen_q, int wg_m0, int warp, int group,
+                                               const Sequence &seq, int wg_m0, int warp, int group,
                                                int quad_lane,
                                                const float (&acc_o)[kHeadDim / 2],
                                                const float (&row_max)[2],
@@ -54,14 +55,16 @@ struct Sm90Epilogue {
       const int local = warp * 16 + group + h * 8;
       const int row = wg_m0 + local / kPack;
       const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
-      const bool stored = (kLoadedRowsPerWg == 64 || local < kLoadedRowsPerWg) && row < seqlen_q;
-      // Row (batch, head, row) of [batch, heads_q, seqlen_q]: the LSE's index.
-      const i64 lse_row = (static_cast<i64>(tile.batch) * p.heads_q + head) * seqlen_q + row;
+      const bool stored =
+          (kLoadedRowsPerWg == 64 || local < kLoadedRowsPerWg) && row < seq.seqlen_q;
+      // The LSE's index of (sequence, head, row) (common/fwd_sequence.cuh).
+      const i64 lse_row = seq.lse_row(p, head, row);
       // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
       const float lse = (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
       if (kSplitKv && partial) {
-        // [split][batch][head][row]: the split's slice of every row.
-        const i64 slice = static_cast<i64>(tile.split) * p.batch * p.heads_q * seqlen_q;
+        // [split][LSE row]: the split's slice of every row (dense [batch][head][row],
+        // varlen [head][total_q]).
+        const i64 slice = tile.split * Sequence::lse_rows(p);
         float *const o_row = p.o_partial + (slice + lse_row) * kHeadDim + quad_lane * 2;
         if (stored) {
 #pragma unroll
@@ -73,8 +76,8 @@ struct Sm90Epilogue {
         }
         continue;
       }
-      u16 *const o_row = static_cast<u16 *>(p.o) + tile.batch * p.o_batch_stride +
-                         static_cast<i64>(row) * p.o_row_stride + head * p.o_head_stride +
+      u16 *const o_row = static_cast<u16 *>(p.o) + seq.outer * p.o_batch_stride +
+                         (seq.q_row0 + row) * p.o_row_stride + head * p.o_head_stride +
                          quad_lane * 8;
 #pragma unroll
       for (int b = 0; b < kOTiles / 4; ++b) {

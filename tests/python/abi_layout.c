@@ -25,6 +25,8 @@ int main(void) {
   FIELD(flashjit_problem, softcap)
   FIELD(flashjit_problem, page_size)
   FIELD(flashjit_problem, seqused_k)
+  FIELD(flashjit_problem, varlen)
+  FIELD(flashjit_problem, reserved)
 
   printf("flashjit_forward_args sizeof %zu\n", sizeof(flashjit_forward_args));
   FIELD(flashjit_forward_args, q)

@@ -1,0 +1,209 @@
+// A packed varlen batch without a GPU: problem and argument validation with
+// their messages, the kernel ID and prelude, the LSE rows and split
+// workspace of a packed batch, the call key, the CLI's flag, and NVRTC
+// compiles of the varlen kernels (both families, split and packed GQA)
+// with no spills.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "generator/backward_spec.h"
+#include "generator/fwd_sm90_traits.h"
+#include "generator/kernel_spec.h"
+#include "generator/source.h"
+#include "runtime/call_key.h"
+#include "runtime/launch_forward.h"
+#include "sm90_compile_check.h"
+
+namespace flashjit {
+namespace {
+
+const TargetArch kSm90a{9, 0, true};
+const TargetArch kSm80{8, 0, false};
+
+// Three sequences, the longest 4096 queries and 5000 keys.
+Problem varlen_problem(int d = 128, MaskKind mask = MaskKind::causal) {
+  Problem p;
+  p.batch = 3;
+  p.heads_q = 16;
+  p.heads_kv = 4;
+  p.seqlen_q = 4096;
+  p.seqlen_k = 5000;
+  p.head_dim_qk = p.head_dim_v = d;
+  p.mask = mask;
+  p.varlen = true;
+  return p;
+}
+
+const void *fake(uintptr_t address) { return reinterpret_cast<const void *>(address); }
+
+ForwardArgs varlen_args(const Problem &p, int64_t total_q = 6000, int64_t total_k = 9000) {
+  ForwardArgs a;
+  a.q = fake(0x10000);
+  a.k = fake(0x20000);
+  a.v = fake(0x30000);
+  a.o = const_cast<void *>(fake(0x40000));
+  a.q_strides = {0, p.heads_q * p.head_dim_qk, p.head_dim_qk};
+  a.k_strides = {0, p.heads_kv * p.head_dim_qk, p.head_dim_qk};
+  a.v_strides = {0, p.heads_kv * p.head_dim_v, p.head_dim_v};
+  a.o_strides = {0, p.heads_q * p.head_dim_v, p.head_dim_v};
+  a.varlen.cu_seqlens_q = static_cast<const int32_t *>(fake(0x50000));
+  a.varlen.cu_seqlens_k = static_cast<const int32_t *>(fake(0x60000));
+  a.varlen.total_q = total_q;
+  a.varlen.total_k = total_k;
+  return a;
+}
+
+std::string args_error(const Problem &p, const ForwardArgs &a) {
+  return llvm::toString(validate_forward_args(p, a));
+}
+
+TEST(VarlenValidation, ArgumentsAreCheckedBeforeTheDriver) {
+  const Problem p = varlen_problem();
+  {
+    ForwardArgs a = varlen_args(p);
+    a.varlen.cu_seqlens_k = nullptr;
+    EXPECT_EQ(args_error(p, a),
+              "varlen.cu_seqlens_q and cu_seqlens_k are required for a packed batch: int32 "
+              "[batch + 1] device arrays of each sequence's first row (0 first, the total last)");
+  }
+  EXPECT_EQ(args_error(p, varlen_args(p, 4000)),
+            "varlen.total_q=4000 is less than the longest sequence's length 4096 (seqlen_q, "
+            "max_seqlen_q): the maximum is at most the total");
+  EXPECT_EQ(args_error(p, varlen_args(p, 6000, 4999)),
+            "varlen.total_k=4999 is less than the longest sequence's length 5000 (seqlen_k, "
+            "max_seqlen_k): the maximum is at most the total");
+  EXPECT_EQ(args_error(p, varlen_args(p, -1)),
+            "varlen.total_q=-1 is invalid: expected 0 to 2^31-1 rows (the packed tensor's first "
+            "dimension)");
+  // The packed tensors are checked as [1, total, heads, d] views: a batch
+  // stride is free (one batch entry), a row stride is not.
+  {
+    ForwardArgs a = varlen_args(p);
+    a.q_strides.batch = 3;
+    a.k_strides.seq = 12;
+    EXPECT_EQ(args_error(p, a),
+              "argument k: seq stride 12 is not a multiple of 8 elements: the kernel uses "
+              "16-byte vector loads, so every row must start 16-byte aligned");
+  }
+  // Varlen arguments on a dense problem are a mistake, not ignored.
+  Problem dense = p;
+  dense.varlen = false;
+  ForwardArgs a = ForwardArgs::packed(dense, fake(0x10000), fake(0x20000), fake(0x30000),
+                                      const_cast<void *>(fake(0x40000)), nullptr);
+  a.varlen.total_q = 10;
+  EXPECT_EQ(args_error(dense, a),
+            "varlen arguments (cu_seqlens_q/k, total_q/k) were given for a problem that is not a "
+            "packed batch: set Problem::varlen");
+}
+
+TEST(VarlenValidation, NoKvCacheAndNoBackwardYet) {
+  Problem p = varlen_problem();
+  p.seqused_k = true;
+  EXPECT_EQ(llvm::toString(validate_problem(p)),
+            "varlen with a KV cache (seqused_k, page_size) is not supported: pass the packed "
+            "sequences' K/V, or the cache through flashjit_forward_kvcache");
+  auto bwd = make_backward_spec(varlen_problem(), KernelConfig{KernelPath::sm90, 128, 128, 8, 2},
+                                kSm90a);
+  ASSERT_FALSE(bool(bwd));
+  EXPECT_EQ(llvm::toString(bwd.takeError()),
+            "the backward of a packed varlen batch is not implemented yet (issue #14): run the "
+            "backward per sequence, or pad the batch to equal lengths");
+}
+
+TEST(VarlenSource, IdPreludeAndKeys) {
+  auto spec = make_forward_spec(varlen_problem(), KernelConfig{KernelPath::sm90, 128, 128, 12, 2},
+                                kSm90a);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  EXPECT_EQ(spec->id(),
+            "fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2_varlen_sm_90a");
+  EXPECT_NE(generate_forward(*spec).source.find("constexpr bool kVarlen = true;\n"),
+            std::string::npos);
+  EXPECT_TRUE(class_problem(*spec).varlen);
+  Problem dense = varlen_problem();
+  dense.varlen = false;
+  auto dense_spec =
+      make_forward_spec(dense, KernelConfig{KernelPath::sm90, 128, 128, 12, 2}, kSm90a);
+  ASSERT_TRUE(bool(dense_spec));
+  EXPECT_NE(generate_forward(*dense_spec).source.find("constexpr bool kVarlen = false;\n"),
+            std::string::npos);
+  // A varlen call never finds a dense call's plan.
+  EXPECT_FALSE(CallKey::make(1, varlen_problem(), {}) == CallKey::make(1, dense, {}));
+}
+
+TEST(VarlenLayout, LseRowsAndTheSplitWorkspaceCountTokens) {
+  const Problem p = varlen_problem();
+  // [heads_q, total_q], not [batch, heads_q, max_seqlen_q].
+  EXPECT_EQ(forward_lse_rows(p, 6000), 16 * 6000);
+  EXPECT_EQ(forward_split_workspace_bytes(p, 3, 6000), 3ull * 16 * 6000 * (128 + 1) * 4);
+  EXPECT_EQ(forward_combine_geometry(p, 6000).grid.x, (16u * 6000 + 7) / 8);
+  Problem dense = p;
+  dense.varlen = false;
+  EXPECT_EQ(forward_lse_rows(dense, 6000), 3 * 16 * 4096);
+}
+
+TEST(VarlenCli, TheFlagReachesTheKernelAndTheBackwardRefusesIt) {
+  auto gen = testing_cli::run_cli({"gen", "--arch", "sm_90a", "--varlen", "--hdim", "128",
+                                   "--causal", "--seqlen-q", "300", "--seqlen-k", "900"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  EXPECT_NE(gen.out.find("constexpr bool kVarlen = true;"), std::string::npos);
+  EXPECT_NE(gen.out.find("_varlen_sm_90a"), std::string::npos);
+  auto bwd = testing_cli::run_cli({"gen", "--arch", "sm_90a", "--varlen", "--pass", "bwd"});
+  EXPECT_NE(bwd.code, 0);
+  EXPECT_NE(bwd.err.find("--varlen: expected --pass fwd (the varlen backward is not implemented "
+                         "yet), got --pass bwd"),
+            std::string::npos)
+      << bwd.err;
+}
+
+TEST(VarlenCompile, Sm90KernelsCompileWithoutSpills) {
+  struct Variant {
+    int d;
+    MaskKind mask;
+    int block_m, block_n, stages, splits;
+    GqaPacking pack;
+  };
+  const Variant variants[] = {
+      {128, MaskKind::causal, 128, 128, 2, 1, GqaPacking::off},
+      {64, MaskKind::none, 192, 112, 3, 1, GqaPacking::off},
+      {256, MaskKind::window, 128, 80, 2, 3, GqaPacking::off},
+      {128, MaskKind::none, 64, 64, 2, 4, GqaPacking::on},  // decode: split, packed
+  };
+  const auto compiled = testing::compile_forward_variants(
+      std::size(variants),
+      [&](size_t i) {
+        const Variant &v = variants[i];
+        Problem p = varlen_problem(v.d, v.mask);
+        p.window_left = 100;
+        p.window_right = 0;
+        KernelConfig c{KernelPath::sm90, v.block_m, v.block_n,
+                       FwdSm90Traits::warps_for(v.block_m), v.stages};
+        c.splits = v.splits;
+        c.pack_gqa = v.pack;
+        return make_forward_spec(p, c, kSm90a);
+      },
+      kSm90a);
+  for (const auto &c : compiled) testing::expect_clean(c, {"flashjit_fwd_sm90"});
+}
+
+TEST(VarlenCompile, Sm80KernelsCompileWithoutSpills) {
+  const KernelConfig tiles[] = {{KernelPath::sm80, 64, 64, 4, 2}, {KernelPath::sm80, 128, 32, 8, 3},
+                                {KernelPath::sm80, 64, 32, 4, 2}};
+  const int dims[] = {128, 72, 256};
+  const auto compiled = testing::compile_forward_variants(
+      std::size(tiles),
+      [&](size_t i) {
+        Problem p = varlen_problem(dims[i], i % 2 ? MaskKind::none : MaskKind::causal);
+        KernelConfig c = tiles[i];
+        c.splits = i == 1 ? 3 : 1;
+        c.pack_gqa = GqaPacking::off;
+        return make_forward_spec(p, c, kSm80);
+      },
+      kSm80);
+  for (const auto &c : compiled) testing::expect_clean(c, {"flashjit_fwd_sm80"});
+}
+
+}  // namespace
+}  // namespace flashjit
