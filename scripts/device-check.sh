@@ -88,6 +88,7 @@ step compile 120 "$BIN/flashjit" compile --hdim 128 --causal
 step run-check 300 run_shapes
 step python-tests 600 python_step python3 tests/python/test_attention.py
 step python-kvcache 300 python_step python3 tests/python/test_kvcache.py
+step python-varlen 300 python_step python3 tests/python/test_varlen.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step python-compile 300 python_step python3 tests/python/test_torch_compile.py
 step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"

@@ -52,6 +52,15 @@ class ForwardArgs(ctypes.Structure):
     ]
 
 
+class VarlenArgs(ctypes.Structure):
+    _fields_ = [
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("total_q", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
+    ]
+
+
 class KvCacheArgs(ctypes.Structure):
     _fields_ = [
         ("cache_seqlens", ctypes.c_void_p),
@@ -138,6 +147,11 @@ def _declare(lib):
             ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(KvCacheArgs),
             ctypes.c_void_p, ctypes.POINTER(Config)]
         lib.flashjit_forward_kvcache.restype = ctypes.c_int
+    if hasattr(lib, "flashjit_forward_varlen"):
+        lib.flashjit_forward_varlen.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(VarlenArgs),
+            ctypes.c_void_p, ctypes.POINTER(Config)]
+        lib.flashjit_forward_varlen.restype = ctypes.c_int
     # A library older than the backward (issue #5) still serves the forward;
     # has_backward() tells, and the backward raises a clear error without it.
     if hasattr(lib, "flashjit_backward"):
