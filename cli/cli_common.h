@@ -15,6 +15,11 @@ namespace flashjit::cli {
 
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2 };
 
+// run and tune of a packed varlen batch (issue #14) are not built yet.
+inline constexpr const char *kVarlenNotTimed =
+    "--varlen: run and tune do not time a packed batch yet; gen, compile, query and precompile "
+    "take it";
+
 // Prints "flashjit: error: <message>" to stderr and returns `code`.
 int report_error(int code, const llvm::Twine &message);
 int report_error(int code, llvm::Error error);

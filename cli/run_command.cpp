@@ -178,6 +178,8 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   // no GPU.
   if (auto parsed = parse_problem_flags(problem_options.values()); !parsed)
     return report_error(kExitUsage, parsed.takeError());
+  else if (parsed->problem.varlen)
+    return report_error(kExitUsage, kVarlenNotTimed);
   auto device = query_device(0);
   if (!device)
     return report_error(kExitFailure,

@@ -295,6 +295,8 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
   int code = kExitOk;
   auto tuning_plan = plan_or_problem(problem, plan, code);
   if (!tuning_plan) return report_error(code, tuning_plan.takeError());
+  for (const PlanEntry &entry : tuning_plan->entries)
+    if (entry.problem.varlen) return report_error(kExitUsage, kVarlenNotTimed);
   double budget = 0;
   if (llvm::StringRef(budget_s).getAsDouble(budget) || !std::isfinite(budget) || budget <= 0)
     return report_error(kExitUsage, llvm::formatv("--budget-s: expected a positive number of "

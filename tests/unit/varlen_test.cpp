@@ -150,6 +150,14 @@ TEST(VarlenCli, TheFlagReachesTheKernelAndTheBackwardRefusesIt) {
   ASSERT_EQ(gen.code, 0) << gen.err;
   EXPECT_NE(gen.out.find("constexpr bool kVarlen = true;"), std::string::npos);
   EXPECT_NE(gen.out.find("_varlen_sm_90a"), std::string::npos);
+  for (const char *command : {"run", "tune"}) {
+    auto r = testing_cli::run_cli({command, "--varlen", "--hdim", "128"});
+    EXPECT_EQ(r.code, 2) << command;
+    EXPECT_NE(r.err.find("--varlen: run and tune do not time a packed batch yet; gen, compile, "
+                         "query and precompile take it"),
+              std::string::npos)
+        << command << ": " << r.err;
+  }
   auto bwd = testing_cli::run_cli({"gen", "--arch", "sm_90a", "--varlen", "--pass", "bwd"});
   EXPECT_NE(bwd.code, 0);
   EXPECT_NE(bwd.err.find("--varlen: expected --pass fwd (the varlen backward is not implemented "
