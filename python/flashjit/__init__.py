@@ -36,7 +36,7 @@ from . import _capi
 from ._capi import LibraryNotFound
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile_count", "version",
-           "LibraryNotFound"]
+           "LibraryNotFound", "query", "tune", "precompile", "FlashjitCommandError"]
 
 _POISON_OUTPUT = os.environ.get("FLASHJIT_POISON_OUTPUT", "") not in ("", "0")
 
@@ -431,6 +431,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 # Decode and chunked prefill over a KV cache (flash_attn_with_kvcache).
 from .kvcache import attention_with_kvcache  # noqa: E402
 from .varlen import attention_varlen  # noqa: E402
+from .service import FlashjitCommandError, precompile, query, tune  # noqa: E402
 
 
 _ops = None

@@ -1,0 +1,72 @@
+"""flashjit.query / tune / precompile (python/flashjit/service.py) without a
+GPU or torch: the command each runs, its JSON report as a dict, the error of
+a bad flag, and where the executable is looked for.
+
+    python3 tests/python/test_service.py FLASHJIT_EXECUTABLE
+
+Run by ctest (python_service) with the build's `flashjit`.
+"""
+import os
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+from flashjit import service  # noqa: E402  (needs neither torch nor the library)
+
+
+def test_query_returns_the_report():
+    db = os.path.join(tempfile.mkdtemp(prefix="flashjit-service-"), "t.db")
+    r = service.query(arch="sm_90a", heads=32, heads_kv=8, seqlen=4096, hdim=128, causal=True,
+                      db=db)
+    assert r["kernel_id"] == "fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2_sm_90a", r
+    assert r["config"]["path"] == "sm90" and r["config"]["block_m"] == 128, r["config"]
+    assert r["problem"]["heads_kv"] == 8 and r["problem"]["mask"] == "causal", r["problem"]
+    # A bare flag and a packed batch.
+    v = service.query(arch="sm_90a", varlen=True, seqlen_q=300, seqlen_k=900, db=db)
+    assert v["problem"]["varlen"] is True and v["kernel_id"].endswith("_varlen_sm_90a"), v
+
+
+def test_a_bad_flag_raises_the_commands_message():
+    try:
+        service.query(arch="sm_90a", hdim=100)
+    except service.FlashjitCommandError as e:
+        assert "--hdim: expected a multiple of 8 in [8, 256], got 100" in str(e), str(e)
+    else:
+        raise AssertionError("no error for --hdim 100")
+
+
+def test_flags_and_candidates():
+    assert service._flags({"heads_kv": 8, "causal": True, "softcap": None, "pass_": "bwd",
+                           "window": False}) == ["--heads-kv=8", "--causal", "--pass=bwd"]
+    saved = os.environ.get("FLASHJIT_CLI")
+    try:
+        os.environ["FLASHJIT_CLI"] = "/nonexistent/flashjit"
+        assert service.cli_candidates() == ["/nonexistent/flashjit"]
+        try:
+            service.query(arch="sm_90a")
+        except service.FlashjitCommandError as e:
+            assert "tried: /nonexistent/flashjit" in str(e), str(e)
+        else:
+            raise AssertionError("a missing executable did not raise")
+    finally:
+        if saved is None:
+            del os.environ["FLASHJIT_CLI"]
+        else:
+            os.environ["FLASHJIT_CLI"] = saved
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        os.environ["FLASHJIT_CLI"] = sys.argv[1]
+    failed = 0
+    for name, fn in sorted(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                print(f"ok   {name}")
+            except Exception as e:  # noqa: BLE001 - report every failure
+                failed += 1
+                print(f"FAIL {name}: {e!r}")
+    print(f"{failed} failed")
+    sys.exit(1 if failed else 0)
