@@ -277,11 +277,10 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   params.num_splits = 1;
   if (num_splits <= 1 || !kernels.combine) return launch_main();
 
-  auto context = current_or_primary_context();
-  if (!context) return context.takeError();
+  // The kernels' device: no second context query per call.
   const uint64_t bytes =
       forward_split_workspace_bytes(problem, num_splits, args.varlen.total_q);
-  auto allocated = allocate_workspace(context->device, bytes, stream);
+  auto allocated = allocate_workspace(kernels.main->device(), bytes, stream);
   if (!allocated)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

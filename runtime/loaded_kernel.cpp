@@ -95,6 +95,7 @@ llvm::Expected<LoadedKernel> LoadedKernel::load(llvm::ArrayRef<char> cubin,
     int *out;
   };
   KernelAttributes &a = kernel.attributes_;
+  kernel.device_ = context->device;
   if (llvm::Error e = cuda_check(cu.cuDeviceGetAttribute(&kernel.sm_count_,
                                                          CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                                                          context->device),

@@ -43,6 +43,8 @@ class LoadedKernel {
   const KernelAttributes &attributes() const { return attributes_; }
   // SMs of the device it is loaded on: the grid of a persistent kernel.
   int sm_count() const { return sm_count_; }
+  // The device of the context it is loaded in.
+  CUdevice device() const { return device_; }
   // Blocks of this kernel resident per SM with `threads` threads.
   llvm::Expected<int> occupancy(int threads) const;
 
@@ -61,6 +63,7 @@ class LoadedKernel {
   std::string entry_;
   int dynamic_smem_bytes_ = 0;
   int sm_count_ = 0;
+  CUdevice device_ = 0;
   KernelAttributes attributes_;
 };
 

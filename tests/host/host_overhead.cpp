@@ -1,0 +1,111 @@
+// flashjit's host cost per call on a warm class, measured against a stand-in
+// driver (tools/cuda_driver_stub.cpp, loaded as libcuda.so.1 through
+// LD_LIBRARY_PATH) that answers every call at once, so what is timed is
+// flashjit's own work from flashjit::forward's entry to the launch (issue
+// #17 asks <= 5 us with the real driver's launch included). Also counts the
+// driver calls a warm call makes, and fails when they differ from the
+// expected ones: a regression in the host path shows here without a GPU.
+//
+//   LD_LIBRARY_PATH=build/stub-driver FLASHJIT_DB=/tmp/x.db
+//     build/tests/flashjit_host_overhead [calls]
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "flashjit/forward.h"
+
+namespace {
+
+using flashjit::Problem;
+
+struct Counts {
+  uint64_t launches, pointer_queries, tensor_maps, context_queries, pool_allocations;
+};
+
+Counts stub_counts() {
+  // The stub flashjit loaded (RTLD_NOLOAD: the same handle, not a new load).
+  void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto *read = handle ? reinterpret_cast<void (*)(uint64_t *)>(dlsym(handle, "stub_call_counts"))
+                      : nullptr;
+  if (!read) {
+    std::fprintf(stderr, "host_overhead: libcuda.so.1 is not the stub driver (set "
+                         "LD_LIBRARY_PATH to build/stub-driver)\n");
+    std::exit(2);
+  }
+  uint64_t c[5];
+  read(c);
+  return {c[0], c[1], c[2], c[3], c[4]};
+}
+
+const void *fake(uintptr_t address) { return reinterpret_cast<const void *>(address); }
+
+// Runs `calls` warm calls of `p`; prints the time per call and the driver
+// calls per call; returns false when those differ from `expected`.
+bool measure(const char *name, const Problem &p, int calls, const Counts &expected) {
+  flashjit::ForwardArgs args = flashjit::ForwardArgs::packed(
+      p, fake(0x10000000), fake(0x20000000), fake(0x30000000),
+      const_cast<void *>(fake(0x40000000)), nullptr);
+  for (int i = 0; i < 20; ++i) {  // the first call compiles (NVRTC) and loads
+    flashjit::Status s = flashjit::forward(p, args);
+    if (!s.ok()) {
+      std::fprintf(stderr, "host_overhead: %s: %s\n", name, s.message().c_str());
+      return false;
+    }
+  }
+  const Counts before = stub_counts();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) (void)flashjit::forward(p, args);
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+      calls;
+  const Counts after = stub_counts();
+  const Counts per{(after.launches - before.launches) / calls,
+                   (after.pointer_queries - before.pointer_queries) / calls,
+                   (after.tensor_maps - before.tensor_maps) / calls,
+                   (after.context_queries - before.context_queries) / calls,
+                   (after.pool_allocations - before.pool_allocations) / calls};
+  std::printf("%-28s %6.2f us/call; per call: %llu launches, %llu pointer queries, %llu tensor "
+              "maps, %llu context queries, %llu pool allocations\n",
+              name, us, (unsigned long long)per.launches, (unsigned long long)per.pointer_queries,
+              (unsigned long long)per.tensor_maps, (unsigned long long)per.context_queries,
+              (unsigned long long)per.pool_allocations);
+  const bool same = per.launches == expected.launches &&
+                    per.pointer_queries == expected.pointer_queries &&
+                    per.tensor_maps == expected.tensor_maps &&
+                    per.context_queries == expected.context_queries &&
+                    per.pool_allocations == expected.pool_allocations;
+  if (!same)
+    std::fprintf(stderr, "host_overhead: %s: expected %llu launches, %llu pointer queries, %llu "
+                         "tensor maps, %llu context queries, %llu pool allocations per call\n",
+                 name, (unsigned long long)expected.launches,
+                 (unsigned long long)expected.pointer_queries,
+                 (unsigned long long)expected.tensor_maps,
+                 (unsigned long long)expected.context_queries,
+                 (unsigned long long)expected.pool_allocations);
+  return same;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const int calls = argc > 1 ? std::atoi(argv[1]) : 20000;
+  Problem train;  // a training step's forward: sm90, one kernel
+  train.batch = 2;
+  train.heads_q = train.heads_kv = 16;
+  train.seqlen_q = train.seqlen_k = 4096;
+  train.head_dim_qk = train.head_dim_v = 128;
+  train.mask = flashjit::MaskKind::causal;
+  Problem decode;  // a decode step: split-KV (main + combine) over a workspace
+  decode.batch = 1;
+  decode.heads_q = 32;
+  decode.heads_kv = 8;
+  decode.seqlen_q = 1;
+  decode.seqlen_k = 8192;
+  decode.head_dim_qk = decode.head_dim_v = 128;
+  bool ok = measure("forward d128 causal 2x4096", train, calls, {1, 4, 3, 1, 0});
+  ok = measure("decode d128 1x8192 (split)", decode, calls, {2, 4, 3, 1, 1}) && ok;
+  return ok ? 0 : 1;
+}
