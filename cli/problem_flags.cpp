@@ -204,9 +204,6 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   if (out.pass == Pass::backward && p.seqused_k)
     return flag_error("cache-seqlens", "--pass fwd (a KV cache is a forward input)",
                       "--pass bwd");
-  if (out.pass == Pass::backward && p.varlen)
-    return flag_error("varlen", "--pass fwd (the varlen backward is not implemented yet)",
-                      "--pass bwd");
   c.deterministic = v.deterministic;
 
   if (auto error = validate_problem(p)) return error;

@@ -1,11 +1,13 @@
 #include "generator/backward_params.h"
 
 #include "generator/forward_params.h"
+#include "generator/kernel_spec.h"
 
 namespace flashjit {
 
-size_t backward_workspace_bytes(const Problem &p) {
-  const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
+size_t backward_workspace_bytes(const Problem &p, int64_t total_q) {
+  // One row per LSE row: [batch][head][query], or [head][token] (varlen).
+  const size_t rows = static_cast<size_t>(forward_lse_rows(p, total_q));
   // The dQ accumulator first (16-byte aligned rows of head_dim_qk floats,
   // head_dim_qk a multiple of 8), then D.
   return rows * static_cast<size_t>(p.head_dim_qk) * 4 + rows * 4;
@@ -50,7 +52,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   p.dq = args.dq;
   p.dk = args.dk;
   p.dv = args.dv;
-  const size_t rows = static_cast<size_t>(problem.batch) * problem.heads_q * problem.seqlen_q;
+  const size_t rows = static_cast<size_t>(forward_lse_rows(problem, args.varlen.total_q));
   p.dq_accum = static_cast<float *>(args.workspace);
   p.dsum = p.dq_accum + rows * static_cast<size_t>(problem.head_dim_qk);
   set_strides(args.q_strides, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
@@ -70,6 +72,13 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   p.score_scale = fwd.score_scale;
   p.softmax_scale_log2 = fwd.softmax_scale_log2;
   p.softmax_scale = problem.effective_scale();
+  p.batch = static_cast<int>(problem.batch);
+  if (problem.varlen) {
+    p.cu_seqlens_q = args.varlen.cu_seqlens_q;
+    p.cu_seqlens_k = args.varlen.cu_seqlens_k;
+    p.total_q = static_cast<int>(args.varlen.total_q);
+    p.total_k = static_cast<int>(args.varlen.total_k);
+  }
   return p;
 }
 

@@ -16,9 +16,6 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
   if (problem.seqused_k || problem.page_size > 0)
     return fail("the backward takes no KV cache (seqused_k, page_size): a cache is an "
                 "inference input; pass K and V as dense tensors of equal lengths");
-  if (problem.varlen)
-    return fail("the backward of a packed varlen batch is not implemented yet (issue #14): "
-                "run the backward per sequence, or pad the batch to equal lengths");
   if (arch.sm() < 80)
     return fail(llvm::formatv("architecture {0} is not supported: flashjit needs sm_80 or newer",
                               arch.name()));

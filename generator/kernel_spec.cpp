@@ -187,13 +187,13 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   spec.softcap = problem.softcap != 0.f;
   spec.config = config;
   spec.arch = arch;
+  spec.varlen = problem.varlen;
   if (pass == Pass::forward) {
     const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
     spec.pack_gqa = config.pack_gqa == GqaPacking::on ? static_cast<int>(ratio) : 1;
     spec.split_kv = config.splits > 1;
     spec.seqused_k = problem.seqused_k;
     spec.page_size = problem.page_size;
-    spec.varlen = problem.varlen;
   }
   return spec;
 }

@@ -36,8 +36,7 @@ struct KernelSpec {
   // the device, and the rows of a K/V page (0: contiguous K/V).
   bool seqused_k = false;
   int page_size = 0;
-  // Forward only: a packed batch of sequences of different lengths
-  // (Problem::varlen).
+  // A packed batch of sequences of different lengths (Problem::varlen).
   bool varlen = false;
 
   // Readable and unique: every parameter appears in it, e.g.

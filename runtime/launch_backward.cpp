@@ -65,22 +65,30 @@ llvm::Expected<const LoadedKernel &> backward_kernel(const KernelSpec &spec, CUc
 }  // namespace
 
 llvm::Error validate_backward_args(const Problem &p, const BackwardArgs &a) {
+  if (llvm::Error e = check_varlen_args(p, a.varlen)) return e;
+  // [batch, seqlen, heads, d], or a packed batch's [1, total, heads, d].
+  const auto [qb, qs] = query_extent(p, a.varlen);
+  const auto [kb, ks] = key_extent(p, a.varlen);
   const TensorCheck tensors[] = {
-      {"q", a.q, a.q_strides, p.batch, p.seqlen_q, p.heads_q},
-      {"k", a.k, a.k_strides, p.batch, p.seqlen_k, p.heads_kv},
-      {"v", a.v, a.v_strides, p.batch, p.seqlen_k, p.heads_kv},
-      {"o", a.o, a.o_strides, p.batch, p.seqlen_q, p.heads_q},
-      {"dout", a.dout, a.dout_strides, p.batch, p.seqlen_q, p.heads_q},
-      {"dq", a.dq, a.dq_strides, p.batch, p.seqlen_q, p.heads_q},
-      {"dk", a.dk, a.dk_strides, p.batch, p.seqlen_k, p.heads_kv},
-      {"dv", a.dv, a.dv_strides, p.batch, p.seqlen_k, p.heads_kv},
+      {"q", a.q, a.q_strides, qb, qs, p.heads_q},
+      {"k", a.k, a.k_strides, kb, ks, p.heads_kv},
+      {"v", a.v, a.v_strides, kb, ks, p.heads_kv},
+      {"o", a.o, a.o_strides, qb, qs, p.heads_q},
+      {"dout", a.dout, a.dout_strides, qb, qs, p.heads_q},
+      {"dq", a.dq, a.dq_strides, qb, qs, p.heads_q},
+      {"dk", a.dk, a.dk_strides, kb, ks, p.heads_kv},
+      {"dv", a.dv, a.dv_strides, kb, ks, p.heads_kv},
   };
-  const size_t needed = backward_workspace_bytes(p);
+  const size_t needed = backward_workspace_bytes(p, a.varlen.total_q);
   if (a.workspace_bytes < needed)
     return args_error(llvm::formatv(
         "argument workspace: {0} bytes given, {1} needed (backward_workspace_bytes)",
         a.workspace_bytes, needed));
-  const PointerCheck extra[] = {{"lse", a.lse, 4}, {"workspace", a.workspace, 16}};
+  llvm::SmallVector<PointerCheck, 4> extra = {{"lse", a.lse, 4}, {"workspace", a.workspace, 16}};
+  if (p.varlen) {
+    extra.push_back({"cu_seqlens_q", a.varlen.cu_seqlens_q, 4});
+    extra.push_back({"cu_seqlens_k", a.varlen.cu_seqlens_k, 4});
+  }
   return check_tensors(tensors, extra);
 }
 
@@ -97,6 +105,7 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_backward_args(problem, args))
     return with_context(problem, std::move(e));
+  if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
   auto spec = resolve_backward_spec(problem, config);
   if (!spec) return with_context(problem, spec.takeError());
   auto context = current_or_primary_context();

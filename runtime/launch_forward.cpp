@@ -69,39 +69,13 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
   };
   const bool paged = problem.page_size > 0;
   const VarlenArgs &varlen = args.varlen;
-  const bool packed_args = varlen.cu_seqlens_q || varlen.cu_seqlens_k || varlen.total_q ||
-                           varlen.total_k;
-  if (!problem.varlen && packed_args)
-    return fail("varlen arguments (cu_seqlens_q/k, total_q/k) were given for a problem that is "
-                "not a packed batch: set Problem::varlen");
-  if (problem.varlen) {
-    if (!varlen.cu_seqlens_q || !varlen.cu_seqlens_k)
-      return fail("varlen.cu_seqlens_q and cu_seqlens_k are required for a packed batch: int32 "
-                  "[batch + 1] device arrays of each sequence's first row (0 first, the total "
-                  "last)");
-    constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
-    for (auto [name, rows, longest] :
-         {std::tuple{"total_q", varlen.total_q, problem.seqlen_q},
-          std::tuple{"total_k", varlen.total_k, problem.seqlen_k}}) {
-      if (rows < 0 || rows > kMaxRows)
-        return fail(llvm::formatv("varlen.{0}={1} is invalid: expected 0 to 2^31-1 rows (the "
-                                  "packed tensor's first dimension)",
-                                  name, rows));
-      if (rows > 0 && longest > rows)
-        return fail(llvm::formatv("varlen.{0}={1} is less than the longest sequence's length "
-                                  "{2} (seqlen_{3}, max_seqlen_{3}): the maximum is at most the "
-                                  "total",
-                                  name, rows, longest, name[6]));
-    }
-  }
+  if (llvm::Error e = check_varlen_args(problem, varlen)) return e;
   // Paged K/V are [num_pages, page_size, heads_kv, d]; a packed batch is
   // [total, heads, d] (one batch entry).
-  const int64_t q_outer = problem.varlen ? 1 : problem.batch;
-  const int64_t q_rows = problem.varlen ? std::max<int64_t>(varlen.total_q, 1) : problem.seqlen_q;
-  const int64_t kv_outer = paged ? cache.num_pages : q_outer;
-  const int64_t kv_rows = paged           ? problem.page_size
-                          : problem.varlen ? std::max<int64_t>(varlen.total_k, 1)
-                                           : problem.seqlen_k;
+  const auto [q_outer, q_rows] = query_extent(problem, varlen);
+  const RowExtent keys = key_extent(problem, varlen);
+  const int64_t kv_outer = paged ? cache.num_pages : keys.batch;
+  const int64_t kv_rows = paged ? problem.page_size : keys.rows;
   if (paged && (cache.num_pages < 1 || cache.num_pages > std::numeric_limits<int32_t>::max()))
     return fail(llvm::formatv("cache.num_pages={0} is invalid: a paged cache (page_size={1}) "
                               "needs 1 to 2^31-1 pages (K and V's first dimension)",

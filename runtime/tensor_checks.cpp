@@ -1,5 +1,9 @@
 #include "runtime/tensor_checks.h"
 
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
 #include <limits>
 
 #include "llvm/Support/FormatVariadic.h"
@@ -91,6 +95,45 @@ llvm::Error check_tensors(llvm::ArrayRef<TensorCheck> tensors,
   for (const PointerCheck &x : extra)
     if (llvm::Error e = check_device_pointer(*driver, x.name, x.data)) return e;
   return llvm::Error::success();
+}
+
+llvm::Error check_varlen_args(const Problem &problem, const VarlenArgs &varlen) {
+  const bool given =
+      varlen.cu_seqlens_q || varlen.cu_seqlens_k || varlen.total_q || varlen.total_k;
+  if (!problem.varlen) {
+    if (!given) return llvm::Error::success();
+    return args_error("varlen arguments (cu_seqlens_q/k, total_q/k) were given for a problem that "
+                      "is not a packed batch: set Problem::varlen");
+  }
+  if (!varlen.cu_seqlens_q || !varlen.cu_seqlens_k)
+    return args_error("varlen.cu_seqlens_q and cu_seqlens_k are required for a packed batch: "
+                      "int32 [batch + 1] device arrays of each sequence's first row (0 first, the "
+                      "total last)");
+  constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
+  for (auto [name, side, rows, longest] :
+       {std::tuple{"total_q", 'q', varlen.total_q, problem.seqlen_q},
+        std::tuple{"total_k", 'k', varlen.total_k, problem.seqlen_k}}) {
+    if (rows < 0 || rows > kMaxRows)
+      return args_error(llvm::formatv("varlen.{0}={1} is invalid: expected 0 to 2^31-1 rows (the "
+                                      "packed tensor's first dimension)",
+                                      name, rows));
+    if (rows > 0 && longest > rows)
+      return args_error(llvm::formatv("varlen.{0}={1} is less than the longest sequence's length "
+                                      "{2} (seqlen_{3}, max_seqlen_{3}): the maximum is at most "
+                                      "the total",
+                                      name, rows, longest, side));
+  }
+  return llvm::Error::success();
+}
+
+RowExtent query_extent(const Problem &problem, const VarlenArgs &varlen) {
+  if (problem.varlen) return {1, std::max<int64_t>(varlen.total_q, 1)};
+  return {problem.batch, problem.seqlen_q};
+}
+
+RowExtent key_extent(const Problem &problem, const VarlenArgs &varlen) {
+  if (problem.varlen) return {1, std::max<int64_t>(varlen.total_k, 1)};
+  return {problem.batch, problem.seqlen_k};
 }
 
 llvm::Error with_call_context(const char *pass, const Problem &problem, llvm::Error error) {

@@ -35,6 +35,20 @@ struct PointerCheck {
 };
 llvm::Error check_tensors(llvm::ArrayRef<TensorCheck> tensors, llvm::ArrayRef<PointerCheck> extra);
 
+// A packed varlen batch's host-checkable arguments (both passes): the
+// offsets present for a varlen problem and absent otherwise, the totals in
+// [0, 2^31) and at least the longest sequence's lengths. Needs no driver.
+llvm::Error check_varlen_args(const Problem &problem, const VarlenArgs &varlen);
+
+// The extents a [batch, seqlen, heads, d] check sees of a tensor of queries
+// (or of keys): the problem's, or a packed batch's [1, total, heads, d] (an
+// empty one keeps one row, which no kernel reads).
+struct RowExtent {
+  int64_t batch, rows;
+};
+RowExtent query_extent(const Problem &problem, const VarlenArgs &varlen);
+RowExtent key_extent(const Problem &problem, const VarlenArgs &varlen);
+
 // `error` (success passes through) prefixed with the call that failed:
 // "flashjit <pass> (<problem>): ...", `pass` e.g. "forward".
 llvm::Error with_call_context(const char *pass, const Problem &problem, llvm::Error error);

@@ -1,9 +1,9 @@
 #include "runtime/tensor_maps.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/tensor_checks.h"
 #include "templates/common/fwd_sm90_layout.cuh"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -107,11 +107,9 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   if (!driver) return driver.takeError();
   ForwardTensorMaps maps;
   // A packed varlen batch is one [total][heads][d] tensor: a batch of one
-  // whose rows the kernel offsets per sequence (common/fwd_sequence.cuh); an
-  // empty one keeps one row of extent, which no tile reads.
-  auto total = [](int64_t rows) { return std::max<int64_t>(rows, 1); };
-  const int64_t q_rows = spec.varlen ? total(args.varlen.total_q) : p.seqlen_q;
-  const int64_t outer = spec.varlen ? 1 : p.batch;
+  // whose rows the kernel offsets per sequence (common/sequence.cuh).
+  const auto [outer, q_rows] = query_extent(p, args.varlen);
+  const RowExtent keys = key_extent(p, args.varlen);
   auto q = spec.pack_gqa > 1
                ? encode_packed_q(*driver, p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q,
                                  outer, args.q_strides, spec.pack_gqa)
@@ -119,12 +117,10 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
                         outer, args.q_strides, kQBoxRows);
   if (!q) return q.takeError();
   // Paged: [num_pages][page_size][heads_kv][d], read in boxes that never
-  // cross a page (common/fwd_sequence.cuh).
+  // cross a page (common/sequence.cuh).
   const bool paged = spec.page_size > 0;
-  const int64_t kv_rows = paged         ? spec.page_size
-                          : spec.varlen ? total(args.varlen.total_k)
-                                        : p.seqlen_k;
-  const int64_t kv_outer = paged ? args.cache.num_pages : outer;
+  const int64_t kv_rows = paged ? spec.page_size : keys.rows;
+  const int64_t kv_outer = paged ? args.cache.num_pages : keys.batch;
   const int box_rows = kv_box_rows(spec.page_size, spec.config.block_n);
   auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, kv_rows, p.heads_kv, kv_outer,
                   args.k_strides, box_rows);
@@ -144,17 +140,20 @@ llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &s
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const int block_m = spec.config.block_m, block_n = spec.config.block_n;
-  auto q = encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, p.seqlen_q, p.heads_q, p.batch,
+  // A packed varlen batch is one [total][heads][d] tensor (as the forward's).
+  const auto [q_outer, q_rows] = query_extent(p, args.varlen);
+  const auto [k_outer, k_rows] = key_extent(p, args.varlen);
+  auto q = encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q, q_outer,
                   args.q_strides, block_m);
   if (!q) return q.takeError();
-  auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch,
+  auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, k_rows, p.heads_kv, k_outer,
                   args.k_strides, block_n);
   if (!k) return k.takeError();
-  auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, p.seqlen_k, p.heads_kv, p.batch,
+  auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, k_rows, p.heads_kv, k_outer,
                   args.v_strides, block_n);
   if (!v) return v.takeError();
-  auto dout = encode(*driver, "dout", p.dtype, args.dout, spec.head_dim_v, p.seqlen_q, p.heads_q,
-                     p.batch, args.dout_strides, block_m);
+  auto dout = encode(*driver, "dout", p.dtype, args.dout, spec.head_dim_v, q_rows, p.heads_q,
+                     q_outer, args.dout_strides, block_m);
   if (!dout) return dout.takeError();
   return BackwardTensorMaps{*q, *k, *v, *dout};
 }

@@ -58,18 +58,24 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
   const int batch = blockIdx.z;
   const int kv_head = head / p.heads_per_kv;
   const int m0 = m_block * kBlockM;
-  const int seqlen_q = p.seqlen_q;
-  const int seqlen_k = p.seqlen_k;
-  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;
+  // The CTA's sequence (common/sequence.cuh): its lengths and first rows.
+  const bwd_sm80::Sequence seq(p, batch);
+  const int seqlen_q = seq.seqlen_q;
+  const int seqlen_k = seq.seqlen_k;
+  const i64 offset = seq.offset;
+  const i64 outer = seq.outer;  // the tensors' batch index (0 when packed)
 
-  const TileSpan key_tiles = visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kDqBlockN);
+  // None past the sequence's queries (a shorter sequence of a varlen batch).
+  const TileSpan key_tiles =
+      m0 < seqlen_q ? visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kDqBlockN)
+                    : TileSpan{0, 0};
   const int n_block_begin = key_tiles.first;
   const int num_tiles = key_tiles.count;
 
-  const u16 *const k_base =
-      static_cast<const u16 *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
-  const u16 *const v_base =
-      static_cast<const u16 *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  const u16 *const k_base = static_cast<const u16 *>(p.k) + outer * p.k_batch_stride +
+                            kv_head * p.k_head_stride + seq.k_row0 * p.k_row_stride;
+  const u16 *const v_base = static_cast<const u16 *>(p.v) + outer * p.v_batch_stride +
+                            kv_head * p.v_head_stride + seq.k_row0 * p.v_row_stride;
   auto load_kv = [&](int tile, int stage) {
     const int n0 = (n_block_begin + tile) * kDqBlockN;
     const int t = opaque(static_cast<int>(threadIdx.x));
@@ -93,13 +99,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
   }
   load_tile_rows<kThreads, kBlockM, kSmemQK, kChunksQK>(
       sQ,
-      static_cast<const u16 *>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-          static_cast<i64>(m0) * p.q_row_stride,
+      static_cast<const u16 *>(p.q) + outer * p.q_batch_stride + head * p.q_head_stride +
+          (seq.q_row0 + m0) * p.q_row_stride,
       p.q_row_stride, seqlen_q - m0, tid);
   load_tile_rows<kThreads, kBlockM, kSmemV, kChunksV>(
       sDO,
-      static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
-          static_cast<i64>(m0) * p.do_row_stride,
+      static_cast<const u16 *>(p.dout) + outer * p.do_batch_stride + head * p.do_head_stride +
+          (seq.q_row0 + m0) * p.do_row_stride,
       p.do_row_stride, seqlen_q - m0, tid);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -112,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = m0 + warp * 16 + lane / 4 + h * 8;
-    const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + row;
+    const i64 index = seq.lse_row(p, head, row);
     lse_log2[h] = row < seqlen_q ? p.lse[index] * bwd_sm80::kLog2e : kInf;
     dsum[h] = row < seqlen_q ? p.dsum[index] : 0.f;
   }
@@ -216,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
                                                    p.softmax_scale);
   __syncthreads();
   store_tile<kThreads, kBlockM, kSmemQK, kChunksQK>(
-      static_cast<u16 *>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride +
-          static_cast<i64>(m0) * p.dq_row_stride,
+      static_cast<u16 *>(p.dq) + outer * p.dq_batch_stride + head * p.dq_head_stride +
+          (seq.q_row0 + m0) * p.dq_row_stride,
       p.dq_row_stride, smem, seqlen_q - m0, tid);
 }

@@ -7,10 +7,13 @@
 // row is spread over a group of lanes, 16 bytes each, so a warp's accesses
 // cover whole rows (coalesced) rather than one 16-byte piece of 32 rows.
 // Grid (ceil(seqlen_q / 128), heads_q, batch), 128 threads: 128 rows per CTA,
-// 128 / kLanesPerRow of them at a time.
+// 128 / kLanesPerRow of them at a time. A packed varlen batch (kVarlen) takes
+// each sequence's rows (common/sequence.cuh); blocks past a shorter
+// sequence's end do nothing.
 #pragma once
 
 #include "common/bwd_params.cuh"
+#include "common/sequence.cuh"
 #include "common/types.cuh"
 
 namespace flashjit {
@@ -27,20 +30,25 @@ constexpr int lanes_per_row(int head_dim) {
   return lanes;
 }
 
-// The CTA's block of query rows: head, batch, first row and row count, and
-// the first row's index in [batch, head, row] order (of D and the
-// accumulator's rows).
+using Sequence = SequenceInfo<cfg::kVarlen, false, 0, 64>;
+
+// The CTA's block of query rows: head, the batch index of the tensors
+// (outer: 0 for a packed batch), the first row within the tensors
+// (tensor_row) and the row count, and the first row's index among D's and
+// the accumulator's rows (the LSE's: common/sequence.cuh).
 struct RowBlock {
-  int head, batch, row_begin, rows;
-  i64 first;
+  int head, outer, rows;
+  i64 tensor_row, first;
 };
 __device__ __forceinline__ RowBlock row_block(const BwdParams &p) {
+  const Sequence seq(p, blockIdx.z);
   RowBlock b;
   b.head = blockIdx.y;
-  b.batch = blockIdx.z;
-  b.row_begin = blockIdx.x * kRowsPerCta;
-  b.rows = min(kRowsPerCta, p.seqlen_q - b.row_begin);
-  b.first = (static_cast<i64>(b.batch) * p.heads_q + b.head) * p.seqlen_q + b.row_begin;
+  b.outer = seq.outer;
+  const int row_begin = blockIdx.x * kRowsPerCta;
+  b.rows = min(kRowsPerCta, seq.seqlen_q - row_begin);
+  b.tensor_row = seq.q_row0 + row_begin;
+  b.first = seq.lse_row(p, b.head, row_begin);
   return b;
 }
 
@@ -57,16 +65,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   constexpr int kRowsPerPass = kThreads / kLanes;
   constexpr int kChunks = cfg::kHeadDimV / 8;  // 16-byte pieces of a row
   static_assert(kLanes <= 32, "a row's lanes within one warp");
-  const auto [head, batch, row_begin, rows, first] = row_block(p);
+  const auto [head, outer, rows, tensor_row, first] = row_block(p);
   const int chunk = threadIdx.x % kLanes;
 #pragma unroll 4
   for (int r = threadIdx.x / kLanes; r < kRowsPerCta; r += kRowsPerPass) {
     float sum = 0.f;
     if (r < rows && chunk < kChunks) {
-      const int row = row_begin + r;
-      const u16 *o = static_cast<const u16 *>(p.o) + batch * p.o_batch_stride +
+      const i64 row = tensor_row + r;
+      const u16 *o = static_cast<const u16 *>(p.o) + outer * p.o_batch_stride +
                      head * p.o_head_stride + row * p.o_row_stride + chunk * 8;
-      const u16 *dout = static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride +
+      const u16 *dout = static_cast<const u16 *>(p.dout) + outer * p.do_batch_stride +
                         head * p.do_head_stride + row * p.do_row_stride + chunk * 8;
       const U32x4 a = *reinterpret_cast<const U32x4 *>(o);
       const U32x4 b = *reinterpret_cast<const U32x4 *>(dout);
@@ -101,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   constexpr int kLanes = lanes_per_row(cfg::kHeadDimQK);
   constexpr int kRowsPerPass = kThreads / kLanes;
   constexpr int kChunks = cfg::kHeadDimQK / 8;
-  const auto [head, batch, row_begin, rows, first] = row_block(p);
+  const auto [head, outer, rows, tensor_row, first] = row_block(p);
   const int chunk = threadIdx.x % kLanes;
   if (chunk >= kChunks) return;
 #pragma unroll 4
@@ -110,8 +118,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
         reinterpret_cast<const float4 *>(p.dq_accum + (first + r) * cfg::kHeadDimQK + chunk * 8);
     const float4 lo = accum[0], hi = accum[1];
     const float s = p.softmax_scale;
-    u16 *const dq = static_cast<u16 *>(p.dq) + batch * p.dq_batch_stride +
-                    head * p.dq_head_stride + (row_begin + r) * p.dq_row_stride + chunk * 8;
+    u16 *const dq = static_cast<u16 *>(p.dq) + outer * p.dq_batch_stride +
+                    head * p.dq_head_stride + (tensor_row + r) * p.dq_row_stride + chunk * 8;
     *reinterpret_cast<U32x4 *>(dq) =
         U32x4{Ops::pack(lo.x * s, lo.y * s), Ops::pack(lo.z * s, lo.w * s),
               Ops::pack(hi.x * s, hi.y * s), Ops::pack(hi.z * s, hi.w * s)};

@@ -44,6 +44,7 @@
 #include "common/bwd_params.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/sequence.cuh"
 #include "common/smem_tile.cuh"
 #include "common/types.cuh"
 
@@ -52,6 +53,8 @@ namespace bwd_sm80 {
 
 using namespace cfg;
 using Ops = ElementOps<Element>;
+// Each sequence's lengths and rows: dense, or a packed varlen batch.
+using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kDimQK = (kHeadDimQK + 31) / 32 * 32;  // MMA extent of the head dims
@@ -128,12 +131,18 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int n0 = n_block * kBlockN;
-  const int seqlen_q = p.seqlen_q;
-  const int seqlen_k = p.seqlen_k;
-  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;  // bottom-right alignment
+  // The CTA's sequence (common/sequence.cuh): its lengths and first rows.
+  const Sequence seq(p, batch);
+  const int seqlen_q = seq.seqlen_q;
+  const int seqlen_k = seq.seqlen_k;
+  const i64 offset = seq.offset;  // bottom-right alignment
+  const i64 outer = seq.outer;    // the tensors' batch index (0 when packed)
 
-  // The query tiles that see any of these keys.
-  const TileSpan query_tiles = visible_query_tiles<Mask>(p, seqlen_q, n0, kBlockN, offset, kBlockM);
+  // The query tiles that see any of these keys (none when the keys lie past
+  // the sequence's: a shorter sequence of a varlen batch).
+  const TileSpan query_tiles =
+      n0 < seqlen_k ? visible_query_tiles<Mask>(p, seqlen_q, n0, kBlockN, offset, kBlockM)
+                    : TileSpan{0, 0};
   const int m_block_begin = query_tiles.first;
   const int m_blocks = query_tiles.count;
   const int iterations = m_blocks * p.heads_per_kv;
@@ -150,13 +159,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   }
   load_tile_rows<kThreads, kBlockN, kSmemQK, kChunksQK>(
       smem_addr,
-      static_cast<const u16 *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
-          n0 * p.k_row_stride,
+      static_cast<const u16 *>(p.k) + outer * p.k_batch_stride + kv_head * p.k_head_stride +
+          (seq.k_row0 + n0) * p.k_row_stride,
       p.k_row_stride, seqlen_k - n0, tid);
   load_tile_rows<kThreads, kBlockN, kSmemV, kChunksV>(
       smem_addr + 2 * kOffV,
-      static_cast<const u16 *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
-          n0 * p.v_row_stride,
+      static_cast<const u16 *>(p.v) + outer * p.v_batch_stride + kv_head * p.v_head_stride +
+          (seq.k_row0 + n0) * p.v_row_stride,
       p.v_row_stride, seqlen_k - n0, tid);
 
   // Query tile `it`: head kv_head * heads_per_kv + it / m_blocks, rows of
@@ -167,17 +176,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
     const int t = opaque(static_cast<int>(threadIdx.x));
     load_tile_rows<kThreads, kBlockM, kSmemQK, kChunksQK>(
         smem_addr + 2 * (kOffQ + stage * kSmemQ),
-        static_cast<const u16 *>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-            m0 * p.q_row_stride,
+        static_cast<const u16 *>(p.q) + outer * p.q_batch_stride + head * p.q_head_stride +
+            (seq.q_row0 + m0) * p.q_row_stride,
         p.q_row_stride, seqlen_q - m0, t);
     load_tile_rows<kThreads, kBlockM, kSmemV, kChunksV>(
         smem_addr + 2 * (kOffDO + stage * kSmemDO),
-        static_cast<const u16 *>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
-            m0 * p.do_row_stride,
+        static_cast<const u16 *>(p.dout) + outer * p.do_batch_stride + head * p.do_head_stride +
+            (seq.q_row0 + m0) * p.do_row_stride,
         p.do_row_stride, seqlen_q - m0, t);
     // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D.
     for (int r = t; r < kBlockM; r += kThreads) {
-      const i64 index = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + m0 + r;
+      const i64 index = seq.lse_row(p, head, m0 + r);
       const bool valid = m0 + r < seqlen_q;
       s_stats[stage * kBlockM + r] = valid ? p.lse[index] * kLog2e : kInf;
       s_stats[kStatsD + stage * kBlockM + r] = valid ? p.dsum[index] : 0.f;
@@ -308,8 +317,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
       zero(dq);
       warp_gemm<Element, kQMT, kQNT, kBlockN / 16, true, kSmemM, true, kSmemQK>(
           dq, sDS, q0, sK, d0, 0, lane);
-      float *const accum =
-          p.dq_accum + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q * kHeadDimQK;
+      // The accumulator's rows are the LSE's (common/sequence.cuh).
+      float *const accum = p.dq_accum + seq.lse_row(p, head, 0) * kHeadDimQK;
 #pragma unroll
       for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll
@@ -340,10 +349,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
     store_fragments<Element, kKMT, kKNTV, kSmemV>(smem + kOffV, acc_dv, kv_m0, dv0, lane, 1.f);
   }
   __syncthreads();
-  store_tile<kThreads, kBlockN, kSmemQK, kChunksQK>(static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride +
-                                              kv_head * p.dk_head_stride + n0 * p.dk_row_stride,
+  store_tile<kThreads, kBlockN, kSmemQK, kChunksQK>(static_cast<u16 *>(p.dk) + outer * p.dk_batch_stride +
+                                              kv_head * p.dk_head_stride +
+                                              (seq.k_row0 + n0) * p.dk_row_stride,
                                           p.dk_row_stride, smem, seqlen_k - n0, tid);
-  store_tile<kThreads, kBlockN, kSmemV, kChunksV>(static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride +
-                                            kv_head * p.dv_head_stride + n0 * p.dv_row_stride,
+  store_tile<kThreads, kBlockN, kSmemV, kChunksV>(static_cast<u16 *>(p.dv) + outer * p.dv_batch_stride +
+                                            kv_head * p.dv_head_stride +
+                                            (seq.k_row0 + n0) * p.dv_row_stride,
                                         p.dv_row_stride, smem + kOffV, seqlen_k - n0, tid);
 }

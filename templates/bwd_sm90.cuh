@@ -52,7 +52,11 @@
 // warpgroups' halves written; only the warpgroup's own when it takes its
 // own keys) also proves that the buffer of two tiles back is free, since
 // each warpgroup waits for its MMAs reading it before reaching the next one.
-// Rows past seqlen are zero-filled by TMA.
+// Rows past seqlen are zero-filled by TMA. A packed varlen batch
+// (kVarlen; common/sequence.cuh) offsets every tile by its sequence's first
+// rows; rows of the next sequence that a tile reaches are masked (keys past
+// seqlen_k see no query, queries past seqlen_q get LSE +inf: P = 0) and
+// never stored.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
 // kBlockM, kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
@@ -64,6 +68,7 @@
 #include "common/bwd_params.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/sequence.cuh"
 #include "common/sm90.cuh"
 #include "common/sm90_wgmma.cuh"
 #include "common/types.cuh"
@@ -73,6 +78,8 @@ namespace bwd_sm90 {
 
 using namespace cfg;
 using Ops = ElementOps<Element>;
+// Each sequence's lengths and rows: dense, or a packed varlen batch.
+using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 
 constexpr int kHeadDim = kHeadDimQK;
 constexpr int kThreads = kWarps * 32;
@@ -196,21 +203,35 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int n0 = n_block * kBlockN;
-  const int seqlen_q = p.seqlen_q;
-  const int seqlen_k = p.seqlen_k;
-  const i64 offset = static_cast<i64>(seqlen_k) - seqlen_q;  // bottom-right alignment
+  // The lengths of a dense batch (a packed one's come from its sequence).
+  const int dense_seqlen_q = p.seqlen_q;
+  const int dense_seqlen_k = p.seqlen_k;
+  const i64 dense_offset = static_cast<i64>(dense_seqlen_k) - dense_seqlen_q;
 
-  // The query tiles that see any of these keys: tile `it` is head
-  // kv_head * heads_per_kv + it / m_blocks, rows of m-block
-  // m_block_begin + it % m_blocks. Each role derives them after its
-  // setmaxnreg: a value live across the register reallocation is spilled to
-  // local memory.
+  // The query tiles of the CTA's sequence (common/sequence.cuh) that see any
+  // of these keys: tile `it` is head kv_head * heads_per_kv + it / m_blocks,
+  // rows of m-block m_block_begin + it % m_blocks; none when the keys lie
+  // past the sequence's (a shorter sequence of a varlen batch). Each role
+  // builds the sequence and its tiles after its setmaxnreg: a value live
+  // across the register reallocation is spilled to local memory.
   struct QueryTiles {
     int m_block_begin, m_blocks, iterations;
   };
-  auto query_tiles = [&]() {
-    const TileSpan span = visible_query_tiles<Mask>(p, seqlen_q, n0, kBlockN, offset, kBlockM);
-    return QueryTiles{span.first, span.count, span.count * p.heads_per_kv};
+  // Dense, everything comes from the lengths above, computed where they were
+  // before sequences: the register allocation at d = 256 is at the edge (the
+  // lengths computed after setmaxnreg spilled 68 bytes against 24), and the
+  // dense kernel's sequence dies unused.
+  auto query_tiles = [&](const Sequence &seq) {
+    if constexpr (kVarlen) {
+      if (n0 >= seq.seqlen_k) return QueryTiles{0, 0, 0};
+      const TileSpan span =
+          visible_query_tiles<Mask>(p, seq.seqlen_q, n0, kBlockN, seq.offset, kBlockM);
+      return QueryTiles{span.first, span.count, span.count * p.heads_per_kv};
+    } else {
+      const TileSpan span =
+          visible_query_tiles<Mask>(p, dense_seqlen_q, n0, kBlockN, dense_offset, kBlockM);
+      return QueryTiles{span.first, span.count, span.count * p.heads_per_kv};
+    }
   };
 
   if (tid == 0) {
@@ -228,7 +249,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   if (warpgroup == 0) {
     setmaxnreg_dec<kProducerRegisters>();
     if (tid / 32 != 0) return;
-    const auto [m_block_begin, m_blocks, iterations] = query_tiles();
+    const Sequence seq(p, batch);
+    const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq);
+    const int k_row0 = kVarlen ? static_cast<int>(seq.k_row0) : 0;
+    const int q_row0 = kVarlen ? static_cast<int>(seq.q_row0) : 0;
+    const int outer = kVarlen ? seq.outer : batch;
     const bool leader = elect_one();
     if (!leader) return;
     if (iterations > 0) {
@@ -237,10 +262,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       mbarrier_arrive_expect_tx(kv_full, 2 * kKVTileBytes);
 #pragma unroll
       for (int cb = 0; cb < kColBlocks; ++cb) {
-        tma_load_4d(smem + kOffsetK + cb * kKVColBlockBytes, &tma_k, kv_full, cb * 64, n0,
-                    kv_head, batch);
-        tma_load_4d(smem + kOffsetV + cb * kKVColBlockBytes, &tma_v, kv_full, cb * 64, n0,
-                    kv_head, batch);
+        tma_load_4d(smem + kOffsetK + cb * kKVColBlockBytes, &tma_k, kv_full, cb * 64,
+                    k_row0 + n0, kv_head, outer);
+        tma_load_4d(smem + kOffsetV + cb * kKVColBlockBytes, &tma_v, kv_full, cb * 64,
+                    k_row0 + n0, kv_head, outer);
       }
     }
     for (int it = 0; it < iterations; ++it) {
@@ -257,9 +282,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         const u32 do_dst = smem + kOffsetDO + stage * kQTileBytes;
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb) {
-          tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * 64, m0, head, batch);
-          tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * 64, m0, head,
-                      batch);
+          tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * 64, q_row0 + m0,
+                      head, outer);
+          tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * 64, q_row0 + m0,
+                      head, outer);
         }
       }
     }
@@ -268,7 +294,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   // ---- consumers ---------------------------------------------------------------
   setmaxnreg_inc<kConsumerRegisters>();
-  const QueryTiles tiles = query_tiles();
+  const Sequence seq(p, batch);
+  const int seqlen_q = kVarlen ? seq.seqlen_q : dense_seqlen_q;
+  const int seqlen_k = kVarlen ? seq.seqlen_k : dense_seqlen_k;
+  const i64 offset = kVarlen ? seq.offset : dense_offset;  // bottom-right alignment
+  // The LSE's (and D's, and the dQ accumulator's) row of query q of `head`.
+  auto lse_row = [&](int head, int q) -> i64 {
+    if constexpr (kVarlen) return seq.lse_row(p, head, q);
+    return (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + q;
+  };
+  const QueryTiles tiles = query_tiles(seq);
   const int m_block_begin = tiles.m_block_begin, m_blocks = tiles.m_blocks;
   const int iterations = tiles.iterations;
   const int cwg = warpgroup - 1;   // consumer warpgroup
@@ -310,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
     const int q = (m_block_begin + it % m_blocks) * kBlockM + query0 + ctid;
     if (ctid < kSN && q < seqlen_q) {
-      const i64 row = (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + q;
+      const i64 row = lse_row(head, q);
       lse = p.lse[row] * kLog2e;
       d = p.dsum[row];
     }
@@ -355,8 +390,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     wgmma_fence_operands(acc_dq);
   };
   auto reduce_dq = [&](const DqAccumulator &acc_dq, int head, int m0) {
+    // The accumulator's rows are the LSE's (common/sequence.cuh).
     float *const accum =
-        p.dq_accum + (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q * kHeadDim;
+        p.dq_accum + (kVarlen ? lse_row(head, 0)
+                              : (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q) *
+                         kHeadDim;
     const int row0 = m0 + (kDQSplitRows ? cwg * 64 : 0) + warp * 16 + group;
     const int col0 = (kDQSplitRows || kDQOwnKeys ? 0 : cwg * kDQN) + quad_lane * 2;
 #pragma unroll
@@ -556,8 +594,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   }
 
   // ---- epilogue: dK (scaled) and dV straight from the fragments ------------------
-  u16 *const dk = static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride;
-  u16 *const dv = static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride;
+  u16 *dk = static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride;
+  u16 *dv = static_cast<u16 *>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride;
+  if constexpr (kVarlen) {  // the packed tensors: batch entry 0, the sequence's rows
+    dk += seq.k_row0 * p.dk_row_stride - batch * p.dk_batch_stride;
+    dv += seq.k_row0 * p.dv_row_stride - batch * p.dv_batch_stride;
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = n0 + key0 + warp * 16 + group + h * 8;

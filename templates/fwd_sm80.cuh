@@ -29,7 +29,7 @@
 // in fp32 and its LSE (-inf when it saw no key) straight from the fragments
 // to the workspace for flashjit_fwd_combine, as the sm90 family does.
 //
-// Sequences (common/fwd_sequence.cuh): a packed batch (kVarlen) gives each
+// Sequences (common/sequence.cuh): a packed batch (kVarlen) gives each
 // sequence its own rows of Q/O and K/V and its lengths (loads stop at them;
 // query blocks past a shorter sequence's end write nothing). A KV cache
 // (kSeqUsedK, kPageSize): the batch's own key count and bottom-right offset; paged K/V are copied in runs of
@@ -44,7 +44,7 @@
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/fwd_sequence.cuh"
+#include "common/sequence.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/smem_tile.cuh"
@@ -88,7 +88,7 @@ static_assert(kStages >= 2, "at least double buffering");
 static_assert(kBlockM * kSmemDimV <= kSmemElements, "O staging reuses the Q/K/V space");
 static_assert(kPackGqa == 1, "sm80 family: no packed GQA");
 
-using Sequence = FwdSequence<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
+using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 
 // cp.async of rows [0, kRows) x chunks [0, kChunks) of a tile at shared
 // address `tile`; rows at or past `rows_valid` are zero-filled.

@@ -72,7 +72,7 @@
 // Parts. The work tiles and their key tiles come from the tile scheduler
 // (common/fwd_scheduler.cuh: dense, persistent rotation, split-KV), each
 // sequence's lengths and the Q and K/V tiles' TMA coordinates from the
-// sequence-info part (common/fwd_sequence.cuh: dense, a packed varlen batch
+// sequence-info part (common/sequence.cuh: dense, a packed varlen batch
 // whose sequences start at cu_seqlens offsets of one [total][heads][dim]
 // tensor, per-sequence counts of a KV cache, pages through a page table,
 // the producer then a whole warp whose lanes read a tile's page indices), the layout from
@@ -91,7 +91,7 @@
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/fwd_sequence.cuh"
+#include "common/sequence.cuh"
 #include "common/fwd_sm90_layout.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
@@ -142,7 +142,7 @@ static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
 using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv>;
-using Sequence = FwdSequence<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
+using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
 constexpr bool kWarpProducer = Sequence::kPaged;

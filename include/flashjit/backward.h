@@ -11,7 +11,9 @@ namespace flashjit {
 
 // Device pointers, [batch, seqlen, heads, dim] with explicit element strides
 // (dim contiguous). `o` and `lse` are the forward's outputs for the same
-// inputs; `lse` is required ([batch, heads_q, seqlen_q] fp32, contiguous).
+// inputs; `lse` is required ([batch, heads_q, seqlen_q] fp32, contiguous;
+// [heads_q, total_q] for a packed varlen batch, whose tensors are
+// [total, heads, dim] as the forward's: `varlen` as ForwardArgs::varlen).
 // dk and dv have the KV heads' shape: under GQA the gradients of the query
 // heads sharing a KV head are summed there.
 struct BackwardArgs {
@@ -30,14 +32,18 @@ struct BackwardArgs {
   // 16-byte aligned: the fp32 dQ accumulator and rowsum(dO * O).
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Read only when the problem is a packed batch (varlen).
+  VarlenArgs varlen;
 
   static BackwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,
                              const void *o, const void *dout, const float *lse, void *dq,
                              void *dk, void *dv, void *workspace, size_t workspace_bytes);
 };
 
-// O(seqlen): batch * heads_q * seqlen_q * (head_dim_qk + 1) * 4 bytes.
-size_t backward_workspace_bytes(const Problem &problem);
+// O(seqlen): batch * heads_q * seqlen_q * (head_dim_qk + 1) * 4 bytes; for a
+// packed varlen batch heads_q * total_q * (head_dim_qk + 1) * 4 (`total_q`:
+// its tokens, read only for varlen).
+size_t backward_workspace_bytes(const Problem &problem, int64_t total_q = 0);
 
 // Enqueues the backward pass (three kernels) on `stream`. The first call of
 // a problem class compiles its kernels; `options.config` overrides the

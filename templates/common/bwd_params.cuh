@@ -15,7 +15,8 @@ struct BwdParams {
   void *dk;
   void *dv;
   // Workspace: fp32 dQ accumulator [batch, heads_q, seqlen_q, head_dim_qk]
-  // and D = rowsum(dO * O) [batch, heads_q, seqlen_q].
+  // and D = rowsum(dO * O) [batch, heads_q, seqlen_q] (varlen: [heads_q,
+  // total_q] rows).
   float *dq_accum;
   float *dsum;
 
@@ -39,6 +40,17 @@ struct BwdParams {
   float score_scale;         // as FwdParams
   float softmax_scale_log2;  // as FwdParams
   float softmax_scale;       // d(score)/d(q.k) outside the softcap: scales dQ, dK
+
+  // A packed varlen batch (kernels compiled with kVarlen), as FwdParams:
+  // Q/O/dO/dQ [total_q][heads_q][dim], K/V/dK/dV [total_k][heads_kv][dim],
+  // sequence b owning rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1]; the LSE,
+  // D and the dQ accumulator have [heads_q][total_q] rows
+  // (common/sequence.cuh).
+  int batch;
+  const int *cu_seqlens_q;
+  const int *cu_seqlens_k;
+  int total_q;
+  int total_k;
 };
 
 }  // namespace flashjit

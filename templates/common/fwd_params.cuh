@@ -43,7 +43,7 @@ struct FwdParams {
   int num_splits;
 
   // A KV cache (kernels compiled with kSeqUsedK and/or kPageSize > 0;
-  // common/fwd_sequence.cuh). seqused_k: [batch] int32, each sequence's
+  // common/sequence.cuh). seqused_k: [batch] int32, each sequence's
   // keys before this step's seqlen_new appended ones; its key count is
   // min(seqused_k[b] + seqlen_new, seqlen_k). Paged: K and V are
   // [num_pages][page_size][heads_kv][dim] (the k/v batch strides step over
@@ -55,7 +55,7 @@ struct FwdParams {
   int num_pages;
   int seqlen_new;
 
-  // A packed batch (kernels compiled with kVarlen; common/fwd_sequence.cuh):
+  // A packed batch (kernels compiled with kVarlen; common/sequence.cuh):
   // Q/O [total_q][heads_q][dim], K/V [total_k][heads_kv][dim] (the batch
   // strides unused), sequence b owning rows cu_seqlens_q[b] ..
   // cu_seqlens_q[b + 1] of Q (int32 [batch + 1]; likewise of K); seqlen_q

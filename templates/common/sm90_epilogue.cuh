@@ -57,7 +57,7 @@ struct Sm90Epilogue {
       const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
       const bool stored =
           (kLoadedRowsPerWg == 64 || local < kLoadedRowsPerWg) && row < seq.seqlen_q;
-      // The LSE's index of (sequence, head, row) (common/fwd_sequence.cuh).
+      // The LSE's index of (sequence, head, row) (common/sequence.cuh).
       const i64 lse_row = seq.lse_row(p, head, row);
       // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
       const float lse = (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;

@@ -47,7 +47,7 @@ std::vector<int32_t> prefix_sums(const std::vector<int> &lens) {
 }
 
 // Sequence b's (first row, length) as the kernel reads them
-// (common/fwd_sequence.cuh): offsets clamped to [0, total], lengths to the
+// (common/sequence.cuh): offsets clamped to [0, total], lengths to the
 // maximum.
 std::pair<int64_t, int64_t> clamped(const std::vector<int32_t> &cu, size_t b, int64_t total,
                                     int64_t longest) {

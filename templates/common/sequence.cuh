@@ -1,5 +1,9 @@
-// The forward's sequence-info part: how many queries and keys a sequence
-// has, and where its rows lie in Q/O, K/V, the LSE and the split workspace.
+// The sequence-info part of the forward and backward kernels: how many
+// queries and keys a sequence has, and where its rows lie in Q/O (dQ, dO),
+// K/V (dK, dV), the LSE and the per-row workspaces (the forward's split
+// partials, the backward's D and dQ accumulator). Over either parameter
+// block (FwdParams, BwdParams: both carry the fields it reads); the KV cache
+// is the forward's alone.
 //
 // Dense (kVarlen false, kSeqUsedK false, kPageSize 0): every sequence has
 // seqlen_q queries and seqlen_k keys at [batch][row] of the tensors, and its
@@ -28,14 +32,13 @@
 // The host refuses varlen together with a KV cache.
 #pragma once
 
-#include "common/fwd_params.cuh"
 #include "common/fwd_sm90_layout.cuh"
 #include "common/types.cuh"
 
 namespace flashjit {
 
 template <bool kVarlen, bool kSeqUsedK, int kPageSize, int kBlockN>
-struct FwdSequence {
+struct SequenceInfo {
   static constexpr bool kPaged = kPageSize > 0;
   static constexpr int kBoxRows = kv_box_rows(kPageSize, kBlockN);
   static constexpr int kBoxesPerTile = kBlockN / kBoxRows;
@@ -51,7 +54,8 @@ struct FwdSequence {
   int batch;      // its index among the sequences
   int outer;      // the batch index of Q/O and K/V: 0 when packed (varlen)
 
-  __device__ __forceinline__ FwdSequence(const FwdParams &p, int b) : batch(b) {
+  template <class Params>
+  __device__ __forceinline__ SequenceInfo(const Params &p, int b) : batch(b) {
     if constexpr (kVarlen) {
       auto clamp = [](int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; };
       const int q0 = clamp(p.cu_seqlens_q[b], 0, p.total_q);
@@ -79,19 +83,22 @@ struct FwdSequence {
 
   // Rows of the LSE (and of each split's slice of the workspace): one per
   // (sequence, head, query).
-  __device__ __forceinline__ static i64 lse_rows(const FwdParams &p) {
+  template <class Params>
+  __device__ __forceinline__ static i64 lse_rows(const Params &p) {
     if constexpr (kVarlen) return static_cast<i64>(p.heads_q) * p.total_q;
     return static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
   }
   // The LSE row of query `row` (of this sequence) at `head`.
-  __device__ __forceinline__ i64 lse_row(const FwdParams &p, int head, int row) const {
+  template <class Params>
+  __device__ __forceinline__ i64 lse_row(const Params &p, int head, int row) const {
     if constexpr (kVarlen) return static_cast<i64>(head) * p.total_q + q_row0 + row;
     return (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + row;
   }
 
   // The page of box `box` of the key tile at n0 (paged only), as read by
   // lane `box` of the producer warp; num_pages where nothing may be read.
-  __device__ __forceinline__ int box_page(const FwdParams &p, int n0, int box) const {
+  template <class Params>
+  __device__ __forceinline__ int box_page(const Params &p, int n0, int box) const {
     const int n = n0 + box * kBoxRows;
     if (box >= kBoxesPerTile || n >= seqlen_k) return p.num_pages;
     const int page = p.page_table[batch * p.page_table_stride + n / kPageSize];
