@@ -157,15 +157,14 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
   return 0;
 }
 
-int backward_impl(const flashjit_problem *p, const flashjit_backward_args *a, void *stream,
-                  const flashjit_config *c) {
-  if (!p) return fail("flashjit_backward: problem is NULL");
-  if (!a) return fail("flashjit_backward: args is NULL");
+int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_backward_args *a,
+                  const flashjit_varlen_args *vl, void *stream, const flashjit_config *c) {
+  if (!p) return fail(std::string(fn) + ": problem is NULL");
+  if (!a) return fail(std::string(fn) + ": args is NULL");
   flashjit::Problem problem;
   flashjit::ForwardOptions options;
-  if (std::string e = convert_problem("flashjit_backward", *p, problem); !e.empty())
-    return fail(e);
-  if (std::string e = convert_config("flashjit_backward", c, options); !e.empty()) return fail(e);
+  if (std::string e = convert_problem(fn, *p, problem); !e.empty()) return fail(e);
+  if (std::string e = convert_config(fn, c, options); !e.empty()) return fail(e);
 
   flashjit::BackwardArgs args;
   args.q = a->q;
@@ -187,6 +186,12 @@ int backward_impl(const flashjit_problem *p, const flashjit_backward_args *a, vo
   args.dv_strides = strides(a->dv_stride_batch, a->dv_stride_seq, a->dv_stride_head);
   args.workspace = a->workspace;
   args.workspace_bytes = static_cast<size_t>(a->workspace_bytes);
+  if (vl) {
+    args.varlen.cu_seqlens_q = vl->cu_seqlens_q;
+    args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
+    args.varlen.total_q = vl->total_q;
+    args.varlen.total_k = vl->total_k;
+  }
 
   flashjit::Status status =
       flashjit::backward(problem, args, static_cast<CUstream_st *>(stream), options);
@@ -238,23 +243,38 @@ int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forw
 
 int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
                       void *stream, const flashjit_config *config) {
-  return guarded("flashjit_backward",
-                 [&] { return backward_impl(problem, args, stream, config); });
+  return guarded("flashjit_backward", [&] {
+    return backward_impl("flashjit_backward", problem, args, nullptr, stream, config);
+  });
+}
+
+int flashjit_backward_varlen(const flashjit_problem *problem, const flashjit_backward_args *args,
+                             const flashjit_varlen_args *varlen, void *stream,
+                             const flashjit_config *config) {
+  return guarded("flashjit_backward_varlen", [&] {
+    if (!varlen) return fail("flashjit_backward_varlen: varlen is NULL");
+    return backward_impl("flashjit_backward_varlen", problem, args, varlen, stream, config);
+  });
 }
 
 uint64_t flashjit_backward_workspace_bytes(const flashjit_problem *p) {
+  return flashjit_backward_varlen_workspace_bytes(p, 0);
+}
+
+uint64_t flashjit_backward_varlen_workspace_bytes(const flashjit_problem *p, int64_t total_q) {
   flashjit::Problem problem;
   if (!p || !convert_problem("flashjit_backward_workspace_bytes", *p, problem).empty()) return 0;
-  if (problem.batch < 1 || problem.heads_q < 1 || problem.seqlen_q < 1 ||
-      problem.head_dim_qk < 1)
-    return 0;
+  // Rows: [batch, heads_q, seqlen_q], or [heads_q, total_q] of a packed batch.
+  const int64_t a = problem.varlen ? 1 : problem.batch;
+  const int64_t b = problem.varlen ? total_q : problem.seqlen_q;
+  if (a < 1 || problem.heads_q < 1 || b < 1 || problem.head_dim_qk < 1) return 0;
   // Past 64 bits it would wrap to a small size (and validation rejects it).
   uint64_t bytes = 0;
-  if (__builtin_mul_overflow(uint64_t(problem.batch), uint64_t(problem.heads_q), &bytes) ||
-      __builtin_mul_overflow(bytes, uint64_t(problem.seqlen_q), &bytes) ||
+  if (__builtin_mul_overflow(uint64_t(a), uint64_t(problem.heads_q), &bytes) ||
+      __builtin_mul_overflow(bytes, uint64_t(b), &bytes) ||
       __builtin_mul_overflow(bytes, uint64_t(problem.head_dim_qk + 1) * 4, &bytes))
     return 0;
-  return flashjit::backward_workspace_bytes(problem);
+  return flashjit::backward_workspace_bytes(problem, total_q);
 }
 
 const char *flashjit_last_error(void) { return g_last_error.c_str(); }

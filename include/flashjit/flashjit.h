@@ -129,8 +129,17 @@ int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forw
 
 int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
                       void *stream, const flashjit_config *config);
+/* The backward of a packed batch (varlen = 1): the tensors as
+ * flashjit_forward_varlen's (dq like q, dk/dv like k/v), lse [heads_q,
+ * total_q]; workspace of flashjit_backward_varlen_workspace_bytes. */
+int flashjit_backward_varlen(const flashjit_problem *problem, const flashjit_backward_args *args,
+                             const flashjit_varlen_args *varlen, void *stream,
+                             const flashjit_config *config);
 /* 0 when the problem's sizes are invalid. */
 uint64_t flashjit_backward_workspace_bytes(const flashjit_problem *problem);
+/* A packed batch's: heads_q * total_q * (head_dim_qk + 1) * 4; 0 when invalid. */
+uint64_t flashjit_backward_varlen_workspace_bytes(const flashjit_problem *problem,
+                                                  int64_t total_q);
 
 const char *flashjit_last_error(void);
 const char *flashjit_version(void);

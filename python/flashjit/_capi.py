@@ -161,6 +161,14 @@ def _declare(lib):
         lib.flashjit_backward.restype = ctypes.c_int
         lib.flashjit_backward_workspace_bytes.argtypes = [ctypes.POINTER(Problem)]
         lib.flashjit_backward_workspace_bytes.restype = ctypes.c_uint64
+    if hasattr(lib, "flashjit_backward_varlen"):
+        lib.flashjit_backward_varlen.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.POINTER(VarlenArgs),
+            ctypes.c_void_p, ctypes.POINTER(Config)]
+        lib.flashjit_backward_varlen.restype = ctypes.c_int
+        lib.flashjit_backward_varlen_workspace_bytes.argtypes = [ctypes.POINTER(Problem),
+                                                                 ctypes.c_int64]
+        lib.flashjit_backward_varlen_workspace_bytes.restype = ctypes.c_uint64
     lib.flashjit_last_error.argtypes = []
     lib.flashjit_last_error.restype = ctypes.c_char_p
     lib.flashjit_version.argtypes = []

@@ -5,8 +5,8 @@ with flash_attn_varlen_func's contract.
                                     max_seqlen_q, max_seqlen_k, causal=True)
 
 q is [total_q, heads_q, d], k/v [total_k, heads_kv, d]; sequence b owns rows
-cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (likewise of k/v). Forward only for
-now (issue #14): calling backward through it raises.
+cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (likewise of k/v). Differentiable
+with respect to q, k and v (flashjit's varlen backward kernels).
 """
 import ctypes
 
@@ -68,12 +68,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         softmax_scale as flashjit.attention.
     return_lse: also return the fp32 [heads_q, total_q] log-sum-exp.
 
-    Rows of q that no sequence owns get unspecified output. Forward only for
-    now: backward through it raises NotImplementedError.
+    Rows of q that no sequence owns get unspecified output (and gradient).
+    Differentiable with respect to q, k and v: the backward recomputes the
+    probabilities from the saved log-sum-exp, as flashjit.attention does.
     """
     import torch
-    from . import (_POISON_OUTPUT, _check_rc, _dtype_code, _forward_config, _kernel_strides,
-                   _mask, _prepare)
+    from . import _dtype_code, _mask
 
     _check(torch, "q", q, 3)
     device = q.device
@@ -110,91 +110,139 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         raise _fail(ValueError, f"softcap must be >= 0 (0: off), got {softcap}")
     scale = dim ** -0.5 if softmax_scale is None else float(softmax_scale)
 
-    out = torch.empty((total_q, heads_q, dim_v), dtype=q.dtype, device=device)
-    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=device) \
-        if return_lse else None
     if total_q == 0 or heads_q == 0 or max_q == 0:
-        if lse is not None:
-            lse.fill_(float("inf"))
-        return _no_grad_result(torch, (out, lse) if return_lse else out, q, k, v)
-    pad_qk, pad_v = -dim % 8, -dim_v % 8
-    # [total, heads, d] as a [1, total, heads, d] view: the kernels' layout.
+        out = torch.zeros((total_q, heads_q, dim_v), dtype=q.dtype, device=device)
+        lse = torch.full((heads_q, total_q), float("inf"), dtype=torch.float32, device=device)
+        return (out, lse) if return_lse else out
+    call = _Call(torch, dtype, batch, heads_q, heads_kv, max_q, max_k, dim, dim_v, mask,
+                 window_left, window_right, scale, softcap, total_q, total_k, cu_q, cu_k)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if not needs_grad:
+        out, lse = _forward(torch, call, q, k, v, want_lse=return_lse)[:2]
+        return (out, lse) if return_lse else out
+    out, lse = _function().apply(q, k, v, call)
+    return (out, lse) if return_lse else out
+
+
+class _Call:
+    """What the forward and backward of one call share: the C problem (head
+    dims padded to multiples of 8), the padding, the offsets and totals."""
+
+    def __init__(self, torch, dtype, batch, heads_q, heads_kv, max_q, max_k, dim, dim_v, mask,
+                 window_left, window_right, scale, softcap, total_q, total_k, cu_q, cu_k):
+        self.pad_qk, self.pad_v = -dim % 8, -dim_v % 8
+        self.dim_v = dim_v
+        self.problem = _capi.Problem(
+            dtype=dtype, mask=mask, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
+            seqlen_q=max_q, seqlen_k=max(max_k, 1), head_dim_qk=dim + self.pad_qk,
+            head_dim_v=dim_v + self.pad_v, window_left=window_left, window_right=window_right,
+            softmax_scale=scale, softcap=softcap, varlen=1)
+        self.cu_q, self.cu_k = cu_q, cu_k
+        self.varlen = _capi.VarlenArgs(cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k)
+
+
+def _strides(t):
+    """(batch unused, row, head) element strides of a [1, total, heads, d] view."""
+    from . import _kernel_strides
+    return (0,) + _kernel_strides(t)[1:]
+
+
+def _forward(torch, call, q, k, v, want_lse):
+    """(out [total_q, heads_q, dv], lse or None, and the padded [1, total,
+    heads, d] views q, k, v, out the backward needs)."""
+    from . import _POISON_OUTPUT, _check_rc, _forward_config, _prepare
+    p = call.problem
+    total_q, heads_q = q.shape[0], q.shape[1]
     qp, kp, vp = (_prepare(torch, t.unsqueeze(0), pad)
-                  for t, pad in ((q, pad_qk), (k, pad_qk), (v, pad_v)))
-    outp = out if not pad_v else torch.empty((total_q, heads_q, dim_v + pad_v), dtype=q.dtype,
-                                             device=device)
+                  for t, pad in ((q, call.pad_qk), (k, call.pad_qk), (v, call.pad_v)))
+    outp = torch.empty((1, total_q, heads_q, p.head_dim_v), dtype=q.dtype, device=q.device)
+    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device) \
+        if want_lse else None
     if _POISON_OUTPUT:
         outp.fill_(float("nan"))
         if lse is not None:
             lse.fill_(float("nan"))
-
-    problem = _capi.Problem(
-        dtype=dtype, mask=mask, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
-        seqlen_q=max_q, seqlen_k=max(max_k, 1), head_dim_qk=dim + pad_qk,
-        head_dim_v=dim_v + pad_v, window_left=window_left, window_right=window_right,
-        softmax_scale=scale, softcap=softcap, varlen=1)
-
-    def strides(t):  # (batch unused, row, head) of a [1, total, heads, d] view
-        return (0,) + _kernel_strides(t)[1:]
-
-    o4 = outp.unsqueeze(0)
     args = _capi.ForwardArgs(
-        qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), o4.data_ptr(),
+        qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), outp.data_ptr(),
         lse.data_ptr() if lse is not None else None,
-        *strides(qp), *strides(kp), *strides(vp), *strides(o4))
-    varlen = _capi.VarlenArgs(cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k)
+        *_strides(qp), *_strides(kp), *_strides(vp), *_strides(outp))
     lib = _capi.lib()
     if not hasattr(lib, "flashjit_forward_varlen"):
         raise RuntimeError(f"{_NAME}: the loaded libflashjit.so has no flashjit_forward_varlen "
                            f"(built before varlen); rebuild it")
-    with torch.cuda.device(device):
-        stream = torch.cuda.current_stream(device).cuda_stream
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
         config = _forward_config(0, _capi.PACK_GQA_AUTO)
         _check_rc(lib.flashjit_forward_varlen(
-            ctypes.byref(problem), ctypes.byref(args), ctypes.byref(varlen),
+            ctypes.byref(p), ctypes.byref(args), ctypes.byref(call.varlen),
             ctypes.c_void_p(stream), ctypes.byref(config) if config is not None else None), _NAME)
-    if pad_v:
-        out.copy_(outp[..., :dim_v])
-    return _no_grad_result(torch, (out, lse) if return_lse else out, q, k, v)
+    out = outp[0, ..., :call.dim_v] if call.pad_v else outp[0]
+    return out, lse, qp, kp, vp, outp
 
 
-def _no_grad_result(torch, result, q, k, v):
-    """The outputs, with a backward that raises when any input needs grad:
-    the varlen backward is not implemented yet, and silently returning no
-    gradient would train a model wrong."""
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
-        return result
-    out = result[0] if isinstance(result, tuple) else result
-    out = _Unsupported.apply(out, q, k, v)
-    return (out, result[1]) if isinstance(result, tuple) else out
+def _backward(torch, call, dout, qp, kp, vp, outp, lse):
+    """dq, dk, dv ([total, heads, d] of the unpadded head dims)."""
+    from . import (_POISON_OUTPUT, _check_rc, _grad_buffer, _pinned_config, _prepare)
+    lib = _capi.lib()
+    if not hasattr(lib, "flashjit_backward_varlen"):
+        raise RuntimeError(f"{_NAME} backward: the loaded libflashjit.so has no "
+                           f"flashjit_backward_varlen (built before the varlen backward); "
+                           f"rebuild it")
+    p = call.problem
+    # Zeros in dO's extra columns leave D and dP unchanged (flashjit.attention).
+    dop = _prepare(torch, dout.unsqueeze(0), call.pad_v)
+    dq, dk, dv = _grad_buffer(torch, qp), _grad_buffer(torch, kp), _grad_buffer(torch, vp)
+    nbytes = int(lib.flashjit_backward_varlen_workspace_bytes(ctypes.byref(p),
+                                                              call.varlen.total_q))
+    if nbytes == 0:
+        raise RuntimeError(f"{_NAME} backward: {_capi.last_error() or 'invalid sizes'}")
+    workspace = torch.empty(nbytes + 16, dtype=torch.uint8, device=qp.device)
+    ws_ptr = workspace.data_ptr() + (-workspace.data_ptr() % 16)
+    if _POISON_OUTPUT:
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
+        workspace.fill_(0xFF)
+    args = _capi.BackwardArgs(
+        qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), outp.data_ptr(), dop.data_ptr(),
+        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+        *_strides(qp), *_strides(kp), *_strides(vp), *_strides(outp), *_strides(dop),
+        *_strides(dq), *_strides(dk), *_strides(dv), ws_ptr, nbytes)
+    with torch.cuda.device(qp.device):
+        stream = torch.cuda.current_stream(qp.device).cuda_stream
+        config = _pinned_config("FLASHJIT_BACKWARD_PATH")
+        _check_rc(lib.flashjit_backward_varlen(
+            ctypes.byref(p), ctypes.byref(args), ctypes.byref(call.varlen),
+            ctypes.c_void_p(stream), ctypes.byref(config) if config is not None else None),
+            f"{_NAME} backward")
+    dim_qk = p.head_dim_qk - call.pad_qk
+    return dq[0, ..., :dim_qk], dk[0, ..., :dim_qk], dv[0, ..., :call.dim_v]
 
 
-def _make_unsupported():
-    import torch
-
-    class Unsupported(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, out, q, k, v):
-            return out.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            raise NotImplementedError(
-                f"{_NAME}: the backward of a packed varlen batch is not implemented yet "
-                f"(issue #14); pad the batch and use flashjit.attention, or call this under "
-                f"torch.no_grad()")
-
-    return Unsupported
+_fn = None
 
 
-class _LazyUnsupported:
-    _fn = None
+def _function():
+    """The torch.autograd.Function, defined on first use (torch is imported lazily)."""
+    global _fn
+    if _fn is None:
+        import torch
+        from torch.autograd.function import once_differentiable
 
-    @classmethod
-    def apply(cls, *args):
-        if cls._fn is None:
-            cls._fn = _make_unsupported()
-        return cls._fn.apply(*args)
+        class AttentionVarlen(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, call):
+                out, lse, qp, kp, vp, outp = _forward(torch, call, q, k, v, want_lse=True)
+                ctx.save_for_backward(qp, kp, vp, outp, lse, call.cu_q, call.cu_k)
+                ctx.call = call
+                ctx.mark_non_differentiable(lse)
+                return out, lse
 
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, dout, _dlse):
+                qp, kp, vp, outp, lse, _, _ = ctx.saved_tensors
+                dq, dk, dv = _backward(torch, ctx.call, dout, qp, kp, vp, outp, lse)
+                return dq, dk, dv, None
 
-_Unsupported = _LazyUnsupported
+        _fn = AttentionVarlen
+    return _fn
