@@ -12,8 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
+#include "flashjit/backward.h"
 #include "forward_check.h"
+#include "reference/cpu_attention_backward.h"
+#include "runtime/launch_backward.h"
 
 namespace flashjit {
 namespace {
@@ -253,6 +257,154 @@ TEST(Varlen, EqualLengthsMatchTheDenseKernelBitForBit) {
   }
 }
 
+// The backward of a packed batch: O and the LSE from the float64 forward of
+// each sequence (O in element precision, as a kernel writes it), random dO;
+// dq, dk, dv and the workspace poisoned; the gradients against float64 ones
+// computed sequence by sequence, with DESIGN.md's gradient criterion. A
+// sequence without keys gets dq = 0, keys no query sees dk = dv = 0.
+struct VarlenBackwardCase {
+  Problem problem;
+  std::vector<int> lens_q, lens_k;
+  KernelConfig config = {};
+};
+
+void run_varlen_backward_case(const VarlenBackwardCase &c, uint64_t seed) {
+  Problem p = c.problem;
+  SCOPED_TRACE(describe(p) + " " + describe(c.config));
+  const int64_t batch = static_cast<int64_t>(c.lens_q.size());
+  const int64_t hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim_qk, dv = p.head_dim_v;
+  p.varlen = true;
+  p.batch = batch;
+  p.seqlen_q = std::max<int64_t>(1, *std::max_element(c.lens_q.begin(), c.lens_q.end()));
+  p.seqlen_k = std::max<int64_t>(1, *std::max_element(c.lens_k.begin(), c.lens_k.end()));
+  const std::vector<int32_t> cu_q = prefix_sums(c.lens_q), cu_k = prefix_sums(c.lens_k);
+  const int64_t tq = cu_q.back(), tk = cu_k.back();
+  const std::vector<float> q = random_values(p.dtype, tq * hq * d, seed);
+  const std::vector<float> k = random_values(p.dtype, tk * hkv * d, seed + 1);
+  const std::vector<float> v = random_values(p.dtype, tk * hkv * dv, seed + 2);
+  const std::vector<float> dout = random_values(p.dtype, tq * hq * dv, seed + 3);
+
+  // Per sequence: the forward's O and LSE, and the exact and element
+  // gradients, into the packed layouts.
+  std::vector<float> o(tq * hq * dv, 0.f), lse(hq * tq, INFINITY);
+  AttentionGradients exact{std::vector<float>(tq * hq * d, 0.f),
+                           std::vector<float>(tk * hkv * d, 0.f),
+                           std::vector<float>(tk * hkv * dv, 0.f)};
+  AttentionGradients element = exact;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t q0 = cu_q[b], lq = c.lens_q[b], k0 = cu_k[b], lk = c.lens_k[b];
+    if (lq == 0 || lk == 0) continue;  // zeros (and LSE +inf) already
+    Problem one = p;
+    one.varlen = false;
+    one.batch = 1;
+    one.seqlen_q = lq;
+    one.seqlen_k = lk;
+    auto slice = [](const std::vector<float> &x, int64_t row0, int64_t rows, int64_t width) {
+      return std::vector<float>(x.begin() + row0 * width, x.begin() + (row0 + rows) * width);
+    };
+    const auto qb = slice(q, q0, lq, hq * d), kb = slice(k, k0, lk, hkv * d),
+               vb = slice(v, k0, lk, hkv * dv), db = slice(dout, q0, lq, hq * dv);
+    const AttentionOutputs fwd_exact = cpu_attention(one, qb, kb, vb, ReferencePrecision::exact);
+    const AttentionOutputs fwd_elem = cpu_attention(one, qb, kb, vb, ReferencePrecision::element);
+    std::copy(fwd_elem.out.begin(), fwd_elem.out.end(), o.begin() + q0 * hq * dv);
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < lq; ++i) lse[h * tq + q0 + i] = fwd_exact.lse[h * lq + i];
+    const AttentionGradients ge = cpu_attention_backward(one, qb, kb, vb, db,
+                                                         ReferencePrecision::exact);
+    const AttentionGradients gm = cpu_attention_backward(one, qb, kb, vb, db,
+                                                         ReferencePrecision::element);
+    for (auto [dst_e, dst_m, src_e, src_m, row0, width] :
+         {std::tuple{&exact.dq, &element.dq, &ge.dq, &gm.dq, q0, hq * d},
+          std::tuple{&exact.dk, &element.dk, &ge.dk, &gm.dk, k0, hkv * d},
+          std::tuple{&exact.dv, &element.dv, &ge.dv, &gm.dv, k0, hkv * dv}}) {
+      std::copy(src_e->begin(), src_e->end(), dst_e->begin() + row0 * width);
+      std::copy(src_m->begin(), src_m->end(), dst_m->begin() + row0 * width);
+    }
+  }
+
+  auto up = [&](const std::vector<float> &x) { return testing::upload_values(p.dtype, x); };
+  auto dq_buf = up(q), dk_buf = up(k), dv_buf = up(v), do_buf = up(dout), o_buf = up(o);
+  auto dq_out = DeviceBuffer::allocate(tq * hq * d * 2);
+  auto dk_out = DeviceBuffer::allocate(tk * hkv * d * 2);
+  auto dv_out = DeviceBuffer::allocate(tk * hkv * dv * 2);
+  auto lse_buf = DeviceBuffer::allocate(lse.size() * 4);
+  const size_t ws_bytes = backward_workspace_bytes(p, tq);
+  auto ws = DeviceBuffer::allocate(ws_bytes);
+  auto dcu_q = DeviceBuffer::allocate(cu_q.size() * 4);
+  auto dcu_k = DeviceBuffer::allocate(cu_k.size() * 4);
+  for (auto *buffer : {&dq_buf, &dk_buf, &dv_buf, &do_buf, &o_buf, &dq_out, &dk_out, &dv_out,
+                       &lse_buf, &ws, &dcu_q, &dcu_k})
+    FLASHJIT_ASSERT_OK(buffer->takeError());
+  FLASHJIT_ASSERT_OK(lse_buf->upload(lse.data(), lse.size() * 4));
+  FLASHJIT_ASSERT_OK(dcu_q->upload(cu_q.data(), cu_q.size() * 4));
+  FLASHJIT_ASSERT_OK(dcu_k->upload(cu_k.data(), cu_k.size() * 4));
+  for (auto *buffer : {&dq_out, &dk_out, &dv_out, &ws})
+    FLASHJIT_ASSERT_OK((*buffer)->fill_bytes(0xff));
+
+  BackwardArgs a;
+  a.q = dq_buf->data();
+  a.k = dk_buf->data();
+  a.v = dv_buf->data();
+  a.o = o_buf->data();
+  a.dout = do_buf->data();
+  a.lse = static_cast<const float *>(lse_buf->data());
+  a.dq = dq_out->data();
+  a.dk = dk_out->data();
+  a.dv = dv_out->data();
+  a.q_strides = a.dq_strides = {0, hq * d, d};
+  a.k_strides = a.dk_strides = {0, hkv * d, d};
+  a.v_strides = a.dv_strides = {0, hkv * dv, dv};
+  a.o_strides = a.dout_strides = {0, hq * dv, dv};
+  a.workspace = ws->data();
+  a.workspace_bytes = ws_bytes;
+  a.varlen = {static_cast<const int32_t *>(dcu_q->data()),
+              static_cast<const int32_t *>(dcu_k->data()), tq, tk};
+  FLASHJIT_ASSERT_OK(launch_backward(p, a, nullptr, c.config));
+
+  AttentionGradients got;
+  auto gq = testing::download_values(p.dtype, *dq_out, tq * hq * d);
+  auto gk = testing::download_values(p.dtype, *dk_out, tk * hkv * d);
+  auto gv = testing::download_values(p.dtype, *dv_out, tk * hkv * dv);
+  FLASHJIT_ASSERT_OK(gq.takeError());
+  FLASHJIT_ASSERT_OK(gk.takeError());
+  FLASHJIT_ASSERT_OK(gv.takeError());
+  got.dq = std::move(*gq);
+  got.dk = std::move(*gk);
+  got.dv = std::move(*gv);
+  const GradientAccuracyReport report = check_gradient_accuracy(got, exact, element);
+  EXPECT_TRUE(report.passed()) << report.describe();
+}
+
+TEST(VarlenBackward, MatchesReferencePerSequence) {
+  FLASHJIT_REQUIRE_SM90();
+  const std::vector<int> lq = {0, 1, 17, 113, 300, 64}, lk = {5, 1, 17, 200, 300, 0};
+  struct Variant {
+    int d;
+    DType dtype;
+    MaskKind mask;
+    std::pair<int64_t, int64_t> heads;
+    float softcap;
+    KernelConfig config;
+  };
+  const Variant variants[] = {
+      {128, DType::bf16, MaskKind::causal, {8, 2}, 0.f, {}},
+      {64, DType::fp16, MaskKind::none, {4, 4}, 0.f, {}},
+      {256, DType::bf16, MaskKind::window, {4, 1}, 0.f, {}},
+      {128, DType::fp16, MaskKind::causal, {6, 3}, 25.f, {}},
+      {96, DType::bf16, MaskKind::none, {4, 2}, 0.f, {}},  // the sm80 family
+      {128, DType::bf16, MaskKind::causal, {4, 2}, 0.f,
+       {KernelPath::automatic, 0, 0, 0, 0, /*deterministic=*/true}},
+      {128, DType::bf16, MaskKind::none, {4, 2}, 0.f, {KernelPath::sm80, 64, 128, 8, 2}},
+  };
+  uint64_t seed = 900;
+  for (const Variant &v : variants) {
+    Problem p = make_problem(v.dtype, 1, v.heads.first, v.heads.second, 1, 1, v.d, v.d, v.mask,
+                             v.mask == MaskKind::window ? 60 : -1,
+                             v.mask == MaskKind::window ? 5 : -1, v.softcap);
+    run_varlen_backward_case({p, lq, lk, v.config}, seed++);
+  }
+}
+
 // Small shapes for compute-sanitizer (memcheck, racecheck):
 // --gtest_filter='Sm90Sanitizer*'. Offsets past the tensors and decreasing
 // ones are clamped; a sequence of no keys; split and packed GQA.
@@ -268,6 +420,12 @@ TEST(Sm90SanitizerVarlen, ClampedOffsetsSplitsAndPacking) {
   VarlenCase sm80 = bad;
   sm80.path = KernelPath::sm80;
   run_varlen_case(sm80, 33);
+}
+
+TEST(Sm90SanitizerVarlen, Backward) {
+  FLASHJIT_REQUIRE_SM90();
+  const Problem p = make_problem(DType::bf16, 1, 4, 2, 1, 1, 128, 128, MaskKind::causal);
+  run_varlen_backward_case({p, {17, 0, 70}, {30, 9, 70}}, 41);
 }
 
 }  // namespace
