@@ -5,7 +5,7 @@
 # Runs every check in order, continuing past failures, logs each step to
 # $OUT/NN-step.log (a temporary folder when OUT is unset) and prints a summary
 # LAST: pass/fail per step, then the first-call and memory lines and the
-# benchmark tables (forward, then backward, then decode).
+# benchmark tables (forward, then backward, then decode, then varlen).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out (names as in the summary)
 set -uo pipefail
@@ -95,6 +95,7 @@ step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/firs
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
 step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
 step decode 300 python_step python3 bench/decode.py "${quick[@]}" --json "$LOGDIR/decode.json"
+step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --json "$LOGDIR/varlen.json"
 
 echo
 echo "===== summary (logs in $LOGDIR)"
@@ -113,6 +114,8 @@ table=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-compare.log 2>/dev/null)
 [ -n "$table" ] && printf '\n%s\n' "$table"
 decode=$(sed -n '/^=== flashjit vs SDPA (decode/,$p' "$LOGDIR"/*-decode.log 2>/dev/null)
 [ -n "$decode" ] && printf '\n%s\n' "$decode"
+varlen=$(sed -n '/^=== flashjit varlen/,$p' "$LOGDIR"/*-varlen.log 2>/dev/null)
+[ -n "$varlen" ] && printf '\n%s\n' "$varlen"
 echo
 echo "device-check: $failed step(s) failed"
 exit $((failed > 0))
