@@ -11,6 +11,7 @@ of it is ever made. Not differentiable (an inference call).
 import ctypes
 
 from . import _capi
+from ._checks import check_tensor
 
 _NAME = "flashjit.attention_with_kvcache"
 
@@ -20,14 +21,7 @@ def _fail(kind, message):
 
 
 def _check_tensor(torch, name, t, dims, device=None):
-    if not isinstance(t, torch.Tensor):
-        raise _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != dims:
-        raise _fail(ValueError, f"{name} must be {dims}-D, got shape {tuple(t.shape)}")
-    if not t.is_cuda:
-        raise _fail(ValueError, f"{name} must be a CUDA tensor, got device {t.device}")
-    if device is not None and t.device != device:
-        raise _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
+    check_tensor(torch, _fail, name, t, dims, device)
 
 
 def _cache_ready(name, t):

@@ -11,6 +11,7 @@ with respect to q, k and v (flashjit's varlen backward kernels).
 import ctypes
 
 from . import _capi
+from ._checks import check_tensor
 
 _NAME = "flashjit.attention_varlen"
 
@@ -20,14 +21,7 @@ def _fail(kind, message):
 
 
 def _check(torch, name, t, dims, device=None):
-    if not isinstance(t, torch.Tensor):
-        raise _fail(TypeError, f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != dims:
-        raise _fail(ValueError, f"{name} must be {dims}-D, got shape {tuple(t.shape)}")
-    if not t.is_cuda:
-        raise _fail(ValueError, f"{name} must be a CUDA tensor, got device {t.device}")
-    if device is not None and t.device != device:
-        raise _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
+    check_tensor(torch, _fail, name, t, dims, device)
 
 
 def _offsets(torch, name, t, batch, device):

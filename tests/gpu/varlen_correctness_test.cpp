@@ -50,6 +50,24 @@ std::vector<int32_t> prefix_sums(const std::vector<int> &lens) {
   return cu;
 }
 
+// Int32 offsets in a new device buffer.
+llvm::Expected<DeviceBuffer> upload_offsets(const std::vector<int32_t> &cu) {
+  auto buffer = DeviceBuffer::allocate(cu.size() * sizeof(int32_t));
+  if (!buffer) return buffer.takeError();
+  if (auto e = buffer->upload(cu.data(), cu.size() * sizeof(int32_t))) return e;
+  return std::move(*buffer);
+}
+
+// `p` as the packed batch of sequences of lengths lens_q / lens_k: batch
+// their count, seqlen_q / seqlen_k the longest (at least 1).
+Problem packed_problem(Problem p, const std::vector<int> &lens_q, const std::vector<int> &lens_k) {
+  p.varlen = true;
+  p.batch = static_cast<int64_t>(lens_q.size());
+  p.seqlen_q = std::max<int64_t>(1, *std::max_element(lens_q.begin(), lens_q.end()));
+  p.seqlen_k = std::max<int64_t>(1, *std::max_element(lens_k.begin(), lens_k.end()));
+  return p;
+}
+
 // Sequence b's (first row, length) as the kernel reads them
 // (common/sequence.cuh): offsets clamped to [0, total], lengths to the
 // maximum.
@@ -62,13 +80,9 @@ std::pair<int64_t, int64_t> clamped(const std::vector<int32_t> &cu, size_t b, in
 
 void run_varlen_case(const VarlenCase &c, uint64_t seed) {
   SCOPED_TRACE(c.name());
-  Problem p = c.problem;
-  const int64_t batch = static_cast<int64_t>(c.lens_q.size());
+  const Problem p = packed_problem(c.problem, c.lens_q, c.lens_k);
+  const int64_t batch = p.batch;
   const int64_t hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim_qk, dv = p.head_dim_v;
-  p.varlen = true;
-  p.batch = batch;
-  p.seqlen_q = std::max<int64_t>(1, *std::max_element(c.lens_q.begin(), c.lens_q.end()));
-  p.seqlen_k = std::max<int64_t>(1, *std::max_element(c.lens_k.begin(), c.lens_k.end()));
   const std::vector<int32_t> cu_q = c.cu_q.empty() ? prefix_sums(c.lens_q) : c.cu_q;
   const std::vector<int32_t> cu_k = c.cu_k.empty() ? prefix_sums(c.lens_k) : c.cu_k;
   const int64_t total_q = std::accumulate(c.lens_q.begin(), c.lens_q.end(), int64_t(0));
@@ -84,17 +98,10 @@ void run_varlen_case(const VarlenCase &c, uint64_t seed) {
   auto dv_buf = testing::upload_values(p.dtype, v);
   auto dout = DeviceBuffer::allocate(std::max<int64_t>(total_q, 1) * hq * dv * 2);
   auto dlse = DeviceBuffer::allocate(std::max<int64_t>(total_q, 1) * hq * 4);
-  auto dcu_q = DeviceBuffer::allocate(cu_q.size() * 4);
-  auto dcu_k = DeviceBuffer::allocate(cu_k.size() * 4);
-  FLASHJIT_ASSERT_OK(dq.takeError());
-  FLASHJIT_ASSERT_OK(dk.takeError());
-  FLASHJIT_ASSERT_OK(dv_buf.takeError());
-  FLASHJIT_ASSERT_OK(dout.takeError());
-  FLASHJIT_ASSERT_OK(dlse.takeError());
-  FLASHJIT_ASSERT_OK(dcu_q.takeError());
-  FLASHJIT_ASSERT_OK(dcu_k.takeError());
-  FLASHJIT_ASSERT_OK(dcu_q->upload(cu_q.data(), cu_q.size() * 4));
-  FLASHJIT_ASSERT_OK(dcu_k->upload(cu_k.data(), cu_k.size() * 4));
+  auto dcu_q = upload_offsets(cu_q);
+  auto dcu_k = upload_offsets(cu_k);
+  for (auto *buffer : {&dq, &dk, &dv_buf, &dout, &dlse, &dcu_q, &dcu_k})
+    FLASHJIT_ASSERT_OK(buffer->takeError());
   FLASHJIT_ASSERT_OK(dout->fill_bytes(0xff));
   FLASHJIT_ASSERT_OK(dlse->fill_bytes(0xff));
 
@@ -225,18 +232,10 @@ TEST(Varlen, EqualLengthsMatchTheDenseKernelBitForBit) {
     auto dv = testing::upload_values(dense.dtype, v);
     auto o_dense = DeviceBuffer::allocate(o_elements(dense) * 2);
     auto o_packed = DeviceBuffer::allocate(o_elements(dense) * 2);
-    std::vector<int32_t> cu_q = {0, 300, 600, 900}, cu_k = {0, 500, 1000, 1500};
-    auto dcu_q = DeviceBuffer::allocate(16);
-    auto dcu_k = DeviceBuffer::allocate(16);
-    FLASHJIT_ASSERT_OK(dq.takeError());
-    FLASHJIT_ASSERT_OK(dk.takeError());
-    FLASHJIT_ASSERT_OK(dv.takeError());
-    FLASHJIT_ASSERT_OK(o_dense.takeError());
-    FLASHJIT_ASSERT_OK(o_packed.takeError());
-    FLASHJIT_ASSERT_OK(dcu_q.takeError());
-    FLASHJIT_ASSERT_OK(dcu_k.takeError());
-    FLASHJIT_ASSERT_OK(dcu_q->upload(cu_q.data(), 16));
-    FLASHJIT_ASSERT_OK(dcu_k->upload(cu_k.data(), 16));
+    auto dcu_q = upload_offsets({0, 300, 600, 900});
+    auto dcu_k = upload_offsets({0, 500, 1000, 1500});
+    for (auto *buffer : {&dq, &dk, &dv, &o_dense, &o_packed, &dcu_q, &dcu_k})
+      FLASHJIT_ASSERT_OK(buffer->takeError());
     KernelConfig config;
     config.splits = 1;
     const ForwardArgs dense_args =
@@ -269,14 +268,10 @@ struct VarlenBackwardCase {
 };
 
 void run_varlen_backward_case(const VarlenBackwardCase &c, uint64_t seed) {
-  Problem p = c.problem;
+  const Problem p = packed_problem(c.problem, c.lens_q, c.lens_k);
   SCOPED_TRACE(describe(p) + " " + describe(c.config));
-  const int64_t batch = static_cast<int64_t>(c.lens_q.size());
+  const int64_t batch = p.batch;
   const int64_t hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim_qk, dv = p.head_dim_v;
-  p.varlen = true;
-  p.batch = batch;
-  p.seqlen_q = std::max<int64_t>(1, *std::max_element(c.lens_q.begin(), c.lens_q.end()));
-  p.seqlen_k = std::max<int64_t>(1, *std::max_element(c.lens_k.begin(), c.lens_k.end()));
   const std::vector<int32_t> cu_q = prefix_sums(c.lens_q), cu_k = prefix_sums(c.lens_k);
   const int64_t tq = cu_q.back(), tk = cu_k.back();
   const std::vector<float> q = random_values(p.dtype, tq * hq * d, seed);
@@ -330,14 +325,12 @@ void run_varlen_backward_case(const VarlenBackwardCase &c, uint64_t seed) {
   auto lse_buf = DeviceBuffer::allocate(lse.size() * 4);
   const size_t ws_bytes = backward_workspace_bytes(p, tq);
   auto ws = DeviceBuffer::allocate(ws_bytes);
-  auto dcu_q = DeviceBuffer::allocate(cu_q.size() * 4);
-  auto dcu_k = DeviceBuffer::allocate(cu_k.size() * 4);
+  auto dcu_q = upload_offsets(cu_q);
+  auto dcu_k = upload_offsets(cu_k);
   for (auto *buffer : {&dq_buf, &dk_buf, &dv_buf, &do_buf, &o_buf, &dq_out, &dk_out, &dv_out,
                        &lse_buf, &ws, &dcu_q, &dcu_k})
     FLASHJIT_ASSERT_OK(buffer->takeError());
   FLASHJIT_ASSERT_OK(lse_buf->upload(lse.data(), lse.size() * 4));
-  FLASHJIT_ASSERT_OK(dcu_q->upload(cu_q.data(), cu_q.size() * 4));
-  FLASHJIT_ASSERT_OK(dcu_k->upload(cu_k.data(), cu_k.size() * 4));
   for (auto *buffer : {&dq_out, &dk_out, &dv_out, &ws})
     FLASHJIT_ASSERT_OK((*buffer)->fill_bytes(0xff));
 
