@@ -31,6 +31,7 @@ that leaves elements unwritten is caught.
 import ctypes
 import math
 import os
+import sys
 
 from . import _capi
 from ._capi import LibraryNotFound
@@ -439,13 +440,20 @@ _ops = None
 
 def _custom_ops():
     """flashjit/ops.py, which registers torch.ops.flashjit.* on import (torch
-    >= 2.4). Work in progress (issue #17), not yet run on a GPU: only a call
-    traced by torch.compile reaches it; eager calls never do. Import
+    >= 2.4): what calls traced by torch.compile reach; eager calls never do.
+    Registered when flashjit is imported after torch (below); else import
     flashjit.ops before compiling, so that the trace finds the ops."""
     global _ops
     if _ops is None:
         from . import ops
         _ops = ops
     return _ops
+
+
+if "torch" in sys.modules:  # imported already: register the ops now, not mid-trace
+    try:
+        _custom_ops()
+    except (AttributeError, ImportError):  # torch < 2.4: no custom_op; eager calls still work
+        pass
 
 

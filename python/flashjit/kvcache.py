@@ -79,8 +79,22 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     zero-initialised cache does. Runs on the current CUDA stream of q's device.
     """
     import torch
-    from . import (_POISON_OUTPUT, _check_rc, _dtype_code, _forward_config, _forward_knobs,
-                   _kernel_strides, _mask, _prepare)
+    from . import (_POISON_OUTPUT, _check_rc, _custom_ops, _dtype_code, _forward_config,
+                   _forward_knobs, _kernel_strides, _mask, _prepare)
+
+    if torch.compiler.is_compiling():
+        # torch.compile traces the custom op (flashjit/ops.py), which writes
+        # k_cache/v_cache in place as this function does.
+        _custom_ops()
+        if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+            cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
+                                       device=q.device)
+        left, right = window
+        out, lse = torch.ops.flashjit.attention_with_kvcache(
+            q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+            None if softmax_scale is None else float(softmax_scale), bool(causal), int(left),
+            int(right), float(softcap), int(num_splits))
+        return (out, lse) if return_lse else out
 
     _check_tensor(torch, "q", q, 4)
     device = q.device

@@ -1,9 +1,10 @@
-"""Work in progress (issue #17; not yet run on a GPU, see
-tests/python/test_torch_compile.py): torch.library custom ops over
-flashjit's forward and backward, so that
-torch.compile(fullgraph=True) traces flashjit.attention, forward and
-backward, with no graph break, and CUDA-graph capture keeps working
-(mode="reduce-overhead").
+"""torch.library custom ops over flashjit's entry points, so that
+torch.compile(fullgraph=True) traces flashjit.attention (forward and
+backward), flashjit.attention_varlen (forward and backward) and
+flashjit.attention_with_kvcache with no graph break, and CUDA-graph capture
+keeps working (mode="reduce-overhead"). Registered when flashjit is imported
+with torch already imported, or on the first call (tests/python/
+test_torch_compile.py runs them on the GPU).
 
     torch.ops.flashjit.attention_fwd(q, k, v, causal, window_left, window_right,
                                      softcap, softmax_scale, num_splits, pack_gqa)
@@ -11,18 +12,36 @@ backward, with no graph break, and CUDA-graph capture keeps working
     torch.ops.flashjit.attention_bwd(dout, q, k, v, out, lse, causal, window_left,
                                      window_right, softcap, softmax_scale)
         -> (dq, dk, dv)
+    torch.ops.flashjit.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                            max_seqlen_q, max_seqlen_k, causal,
+                                            window_left, window_right, softcap,
+                                            softmax_scale)
+        -> (out [total_q, hq, dv], lse [hq, total_q] fp32)
+    torch.ops.flashjit.attention_varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q,
+                                            cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                            causal, window_left, window_right,
+                                            softcap, softmax_scale)
+        -> (dq, dk, dv)
+    torch.ops.flashjit.attention_with_kvcache(q, k_cache, v_cache, k, v,
+                                              cache_seqlens, block_table,
+                                              softmax_scale, causal, window_left,
+                                              window_right, softcap, num_splits)
+        -> (out, lse)   (k_cache and v_cache are written when k/v are given)
 
-The forward op has a registered autograd formula (the backward op) and both
-have fake implementations, so tracing needs no GPU work. flashjit.attention
-calls them while torch.compile traces it; in eager mode it keeps its direct
-path (no dispatcher on the way to the launch). pack_gqa: 0 lets the library
-choose, 1 packs, 2 does not; softmax_scale None is 1/sqrt(head_dim).
+The forward ops have registered autograd formulas (their backward ops) and
+every op has a fake implementation, so tracing needs no GPU work.
+flashjit's functions call them while torch.compile traces; in eager mode
+they keep their direct paths (no dispatcher on the way to the launch).
+pack_gqa: 0 lets the library choose, 1 packs, 2 does not; softmax_scale None
+is 1/sqrt(head_dim).
 """
 from typing import Optional, Tuple
 
 import torch
 
 from . import _backward, _forward, _prepare, _validate
+from . import kvcache as _kvcache
+from . import varlen as _varlen
 
 _PACKING = {0: None, 1: True, 2: False}
 
@@ -110,3 +129,103 @@ attention_fwd.register_autograd(_attention_backward, setup_context=_setup_contex
 def pack_code(pack_gqa):
     """attention()'s pack_gqa (None, True, False) as the op's int."""
     return 0 if pack_gqa is None else 1 if pack_gqa else 2
+
+
+# ---- packed varlen batches (flashjit.attention_varlen) --------------------------
+
+def _varlen_call(q, k, v, cu_q, cu_k, max_q, max_k, causal, window_left, window_right, softcap,
+                 softmax_scale):
+    """The attention_varlen call of these arguments: its checks, then the
+    _Call its forward and backward share (None when there is no query)."""
+    return _varlen.prepare_call(torch, q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal,
+                                (window_left, window_right), softcap)
+
+
+@torch.library.custom_op("flashjit::attention_varlen_fwd", mutates_args=(), device_types="cuda")
+def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                         max_seqlen_q: int, max_seqlen_k: int, causal: bool, window_left: int,
+                         window_right: int, softcap: float,
+                         softmax_scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+    call = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                        window_left, window_right, softcap, softmax_scale)
+    if call is None:
+        return _varlen.empty_result(torch, q, v)
+    out, lse = _varlen._forward(torch, call, q, k, v, want_lse=True)[:2]
+    return out.contiguous(), lse
+
+
+@attention_varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
+      window_right, softcap, softmax_scale):
+    total_q, hq, _ = q.shape
+    return (q.new_empty((total_q, hq, v.shape[2])),
+            q.new_empty((hq, total_q), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashjit::attention_varlen_bwd", mutates_args=(), device_types="cuda")
+def attention_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                         causal: bool, window_left: int, window_right: int, softcap: float,
+                         softmax_scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor,
+                                                                  torch.Tensor]:
+    call = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                        window_left, window_right, softcap, softmax_scale)
+    if call is None:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    qp, kp, vp = (_prepare(torch, t.unsqueeze(0), pad)
+                  for t, pad in ((q, call.pad_qk), (k, call.pad_qk), (v, call.pad_v)))
+    outp = _prepare(torch, out.unsqueeze(0), call.pad_v)
+    dq, dk, dv = _varlen._backward(torch, call, dout, qp, kp, vp, outp, lse)
+    return _like(q, dq), _like(k, dk), _like(v, dv)
+
+
+@attention_varlen_bwd.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+      window_left, window_right, softcap, softmax_scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_varlen(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k = inputs[:7]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.sizes = (max_q, max_k)
+    ctx.mask_args = tuple(inputs[7:])
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_backward(ctx, dout, _dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.sizes,
+                                      *ctx.mask_args)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_setup_varlen)
+
+
+# ---- KV cache (flashjit.attention_with_kvcache) ----------------------------------
+
+@torch.library.custom_op("flashjit::attention_with_kvcache",
+                         mutates_args=("k_cache", "v_cache"), device_types="cuda")
+def attention_with_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              k: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                              cache_seqlens: Optional[torch.Tensor],
+                              block_table: Optional[torch.Tensor],
+                              softmax_scale: Optional[float], causal: bool, window_left: int,
+                              window_right: int, softcap: float,
+                              num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _kvcache.attention_with_kvcache(
+        q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens, block_table=block_table,
+        softmax_scale=softmax_scale, causal=causal, window=(window_left, window_right),
+        softcap=softcap, num_splits=num_splits, return_lse=True)
+
+
+@attention_with_kvcache_op.register_fake
+def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, window_left,
+      window_right, softcap, num_splits):
+    b, sq, hq, _ = q.shape
+    return (q.new_empty((b, sq, hq, v_cache.shape[3])),
+            q.new_empty((b, hq, sq), dtype=torch.float32))

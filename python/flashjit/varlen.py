@@ -67,6 +67,36 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     probabilities from the saved log-sum-exp, as flashjit.attention does.
     """
     import torch
+
+    if torch.compiler.is_compiling():
+        # torch.compile traces the custom ops (flashjit/ops.py); eager calls
+        # below go straight to the library.
+        from . import _custom_ops
+        _custom_ops()
+        left, right = window
+        out, lse = torch.ops.flashjit.attention_varlen_fwd(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+            bool(causal), int(left), int(right), float(softcap),
+            None if softmax_scale is None else float(softmax_scale))
+        return (out, lse) if return_lse else out
+
+    call = prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        softmax_scale, causal, window, softcap)
+    if call is None:
+        out, lse = empty_result(torch, q, v)
+        return (out, lse) if return_lse else out
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if not needs_grad:
+        out, lse = _forward(torch, call, q, k, v, want_lse=return_lse)[:2]
+        return (out, lse) if return_lse else out
+    out, lse = _function().apply(q, k, v, call)
+    return (out, lse) if return_lse else out
+
+
+def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 softmax_scale, causal, window, softcap):
+    """The checked arguments as the _Call the forward and backward share, or
+    None when there is no query (no kernel to run)."""
     from . import _dtype_code, _mask
 
     _check(torch, "q", q, 3)
@@ -103,19 +133,18 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if softcap < 0:
         raise _fail(ValueError, f"softcap must be >= 0 (0: off), got {softcap}")
     scale = dim ** -0.5 if softmax_scale is None else float(softmax_scale)
-
     if total_q == 0 or heads_q == 0 or max_q == 0:
-        out = torch.zeros((total_q, heads_q, dim_v), dtype=q.dtype, device=device)
-        lse = torch.full((heads_q, total_q), float("inf"), dtype=torch.float32, device=device)
-        return (out, lse) if return_lse else out
-    call = _Call(torch, dtype, batch, heads_q, heads_kv, max_q, max_k, dim, dim_v, mask,
+        return None
+    return _Call(torch, dtype, batch, heads_q, heads_kv, max_q, max_k, dim, dim_v, mask,
                  window_left, window_right, scale, softcap, total_q, total_k, cu_q, cu_k)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if not needs_grad:
-        out, lse = _forward(torch, call, q, k, v, want_lse=return_lse)[:2]
-        return (out, lse) if return_lse else out
-    out, lse = _function().apply(q, k, v, call)
-    return (out, lse) if return_lse else out
+
+
+def empty_result(torch, q, v):
+    """(out, lse) of a call with no query to attend: zeros and +inf."""
+    total_q, heads_q = q.shape[0], q.shape[1]
+    out = torch.zeros((total_q, heads_q, v.shape[2]), dtype=q.dtype, device=q.device)
+    lse = torch.full((heads_q, total_q), float("inf"), dtype=torch.float32, device=q.device)
+    return out, lse
 
 
 class _Call:

@@ -1,7 +1,7 @@
-"""flashjit.attention under torch.compile, and its custom ops under
-torch.library.opcheck, on the GPU. Work in progress (issue #17): written
-with flashjit/ops.py, not yet run on a GPU; not a step of
-scripts/device-check.sh until it has passed there.
+"""flashjit.attention, attention_varlen and attention_with_kvcache under
+torch.compile, and their custom ops under torch.library.opcheck, on the GPU
+(a step of scripts/device-check.sh). The varlen and KV-cache cases were
+written in the ninth session after its device time ran out.
 
     FLASHJIT_LIB=build/libflashjit.so python3 tests/python/test_torch_compile.py
 
@@ -101,6 +101,63 @@ def test_reduce_overhead_cuda_graphs():
         for _ in range(3):
             got = compiled(q, k, v)
         close(got, expected, "reduce-overhead")
+
+
+def cumulative(lens):
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32, device="cuda")
+
+
+def test_varlen_opcheck_and_fullgraph():
+    require_gpu()
+    import flashjit.ops  # noqa: F401
+    g = torch.Generator(device="cuda").manual_seed(7)
+    lens_q, lens_k = [17, 0, 100, 33], [40, 5, 100, 1]
+    make = lambda n, h: torch.randn(n, h, 64, device="cuda", dtype=torch.bfloat16,  # noqa: E731
+                                    generator=g).requires_grad_()
+    q, k, v = make(sum(lens_q), 8), make(sum(lens_k), 2), make(sum(lens_k), 2)
+    cu_q, cu_k = cumulative(lens_q), cumulative(lens_k)
+    torch.library.opcheck(torch.ops.flashjit.attention_varlen_fwd.default,
+                          (q, k, v, cu_q, cu_k, 100, 100, True, -1, 0, 0.0, None))
+
+    def f(q, k, v):
+        return flashjit.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True)
+
+    out = f(q, k, v)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    eager = (out.detach(), q.grad.clone(), k.grad.clone(), v.grad.clone())
+    q.grad = k.grad = v.grad = None
+    out_c = torch.compile(f, fullgraph=True)(q, k, v)
+    out_c.backward(dout)
+    for a, b, what in zip((out_c.detach(), q.grad, k.grad, v.grad), eager,
+                          ("out", "dq", "dk", "dv")):
+        close(a, b, "varlen " + what)
+
+
+def test_kvcache_fullgraph_appends_like_eager():
+    require_gpu()
+    g = torch.Generator(device="cuda").manual_seed(8)
+    randn = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16,  # noqa: E731
+                                   generator=g)
+    q = randn(2, 1, 8, 128)
+    k_cache, v_cache = randn(2, 256, 2, 128), randn(2, 256, 2, 128)
+    k_new, v_new = randn(2, 1, 2, 128), randn(2, 1, 2, 128)
+    lens = torch.tensor([10, 200], dtype=torch.int32, device="cuda")
+
+    def f(q, kc, vc, kn, vn):
+        return flashjit.attention_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=lens,
+                                               causal=True)
+
+    kc_e, vc_e = k_cache.clone(), v_cache.clone()
+    kc_c, vc_c = k_cache.clone(), v_cache.clone()
+    with torch.no_grad():
+        eager = f(q, kc_e, vc_e, k_new, v_new)
+        compiled = torch.compile(f, fullgraph=True)(q, kc_c, vc_c, k_new, v_new)
+    close(compiled, eager, "kvcache out")
+    assert torch.equal(kc_c, kc_e) and torch.equal(vc_c, vc_e), "the compiled call's append differs"
 
 
 if __name__ == "__main__":
