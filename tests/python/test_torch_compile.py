@@ -88,6 +88,53 @@ def test_compile_inside_a_model_with_lse():
         close(torch.compile(model, fullgraph=True)(q, k, v), model(q, k, v), "model")
 
 
+def test_transformer_block_has_no_graph_break_and_matches_eager():
+    """A pre-norm transformer block (attention through flashjit + MLP),
+    forward and backward: torch._dynamo.explain counts no graph break, and
+    the compiled block's output and parameter gradients equal eager's."""
+    require_gpu()
+
+    class TransformerBlock(torch.nn.Module):
+        def __init__(self, dim=256, heads=4, heads_kv=2):
+            super().__init__()
+            self.heads, self.heads_kv, self.d = heads, heads_kv, dim // heads
+            kw = dict(device="cuda", dtype=torch.bfloat16)
+            self.norm1 = torch.nn.LayerNorm(dim, **kw)
+            self.qkv = torch.nn.Linear(dim, (heads + 2 * heads_kv) * self.d, **kw)
+            self.out = torch.nn.Linear(dim, dim, **kw)
+            self.norm2 = torch.nn.LayerNorm(dim, **kw)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim, **kw), torch.nn.GELU(),
+                                           torch.nn.Linear(4 * dim, dim, **kw))
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.norm1(x)).split(
+                [self.heads * self.d, self.heads_kv * self.d, self.heads_kv * self.d], dim=-1)
+            q = q.view(b, s, self.heads, self.d)
+            k = k.view(b, s, self.heads_kv, self.d)
+            v = v.view(b, s, self.heads_kv, self.d)
+            x = x + self.out(flashjit.attention(q, k, v, causal=True).reshape(b, s, -1))
+            return x + self.mlp(self.norm2(x))
+
+    torch.manual_seed(9)
+    block = TransformerBlock()
+    x = torch.randn(2, 384, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    explanation = torch._dynamo.explain(block)(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+
+    def run(fn):
+        block.zero_grad()
+        x.grad = None
+        out = fn(x)
+        out.float().square().mean().backward()
+        return [out.detach(), x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+
+    eager = run(block)
+    compiled = run(torch.compile(block, fullgraph=True))
+    for i, (a, b) in enumerate(zip(compiled, eager)):
+        close(a, b, f"block tensor {i}")
+
+
 def test_reduce_overhead_cuda_graphs():
     require_gpu()
 
