@@ -6,7 +6,6 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
-#include <tuple>
 #include <unordered_map>
 
 #include "generator/forward_params.h"
