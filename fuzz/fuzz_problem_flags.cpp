@@ -24,6 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     v.causal = data[0] & 1;
     v.deterministic = data[0] & 2;
     v.cache_seqlens = data[0] & 4;
+    v.varlen = data[0] & 8;
   }
   std::string *const fields[] = {&v.dtype,   &v.batch,   &v.heads,  &v.heads_kv, &v.seqlen,
                                  &v.seqlen_q, &v.seqlen_k, &v.hdim,   &v.hdim_v,   &v.mask,
