@@ -44,9 +44,9 @@
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/sequence.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/sequence.cuh"
 #include "common/smem_tile.cuh"
 #include "common/types.cuh"
 

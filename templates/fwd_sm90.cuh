@@ -75,8 +75,8 @@
 // sequence-info part (common/sequence.cuh: dense, a packed varlen batch
 // whose sequences start at cu_seqlens offsets of one [total][heads][dim]
 // tensor, per-sequence counts of a KV cache, pages through a page table,
-// the producer then a whole warp whose lanes read a tile's page indices), the layout from
-// FwdSm90Layout (common/fwd_sm90_layout.cuh, which the host twin compiles
+// the producer then a whole warp whose lanes read a tile's page indices),
+// the layout from FwdSm90Layout (common/fwd_sm90_layout.cuh, which the host twin compiles
 // too), and O and the LSE leave through the epilogue
 // (common/sm90_epilogue.cuh: straight from the fragments with 16-byte
 // stores, or fp32 partials for the split-KV combine). Q's buffer is free as
@@ -91,10 +91,10 @@
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/sequence.cuh"
 #include "common/fwd_sm90_layout.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/sequence.cuh"
 #include "common/sm90.cuh"
 #include "common/sm90_epilogue.cuh"
 #include "common/sm90_wgmma.cuh"
