@@ -2,6 +2,8 @@
 // subprocess, with its exit code, stdout and stderr.
 #pragma once
 
+#include <unistd.h>  // environ
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -33,9 +35,39 @@ inline std::string cli_path() {
   return env && *env ? env : FLASHJIT_CLI_PATH;
 }
 
+// The environment of a command under test: this process's, but in the
+// sanitizer build (ASan + LSan, .ci/run's build-asan) without LeakSanitizer
+// in the child. There the child's exit-time leak check crashed inside LSan
+// itself ("Tracer caught signal 11", in its scan of the thread-local storage
+// that the dlopen'ed NVRTC adds) for some lengths of the working directory
+// and not others: a fault of gcc 12's LeakSanitizer with this glibc, not a
+// leak. The test process keeps its own leak check.
+inline std::vector<std::string> child_environment() {
+  std::vector<std::string> env;
+  bool asan_options = false;
+  for (char **e = environ; *e; ++e) {
+    std::string entry = *e;
+#if defined(__SANITIZE_ADDRESS__)
+    if (llvm::StringRef(entry).startswith("ASAN_OPTIONS=")) {
+      entry += ":detect_leaks=0";
+      asan_options = true;
+    }
+#endif
+    env.push_back(std::move(entry));
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  if (!asan_options) env.push_back("ASAN_OPTIONS=detect_leaks=0");
+#else
+  (void)asan_options;
+#endif
+  return env;
+}
+
 // Runs the binary with `args` (stdin empty, 300 s limit).
 inline CliResult run_cli(std::vector<std::string> args) {
   const std::string binary = cli_path();
+  const std::vector<std::string> env_strings = child_environment();
+  const std::vector<llvm::StringRef> env(env_strings.begin(), env_strings.end());
   llvm::SmallString<128> out_path, err_path;
   llvm::sys::fs::createTemporaryFile("flashjit-cli", "out", out_path);
   llvm::sys::fs::createTemporaryFile("flashjit-cli", "err", err_path);
@@ -45,8 +77,8 @@ inline CliResult run_cli(std::vector<std::string> args) {
                                                        err_path.str()};
   CliResult r;
   std::string message;
-  r.code = llvm::sys::ExecuteAndWait(binary, argv, llvm::None, redirects, 300, 0,
-                                     &message);
+  r.code = llvm::sys::ExecuteAndWait(binary, argv, llvm::ArrayRef<llvm::StringRef>(env),
+                                     redirects, 300, 0, &message);
   r.out = slurp(out_path);
   r.err = slurp(err_path);
   llvm::sys::fs::remove(out_path);
