@@ -11,7 +11,7 @@ of it is ever made. Not differentiable (an inference call).
 import ctypes
 
 from . import _capi
-from ._checks import check_tensor
+from ._checks import check_inputs, check_tensor
 
 _NAME = "flashjit.attention_with_kvcache"
 
@@ -79,8 +79,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     zero-initialised cache does. Runs on the current CUDA stream of q's device.
     """
     import torch
-    from . import (_POISON_OUTPUT, _check_rc, _custom_ops, _dtype_code, _forward_config,
-                   _forward_knobs, _kernel_strides, _mask, _prepare)
+    from . import (_POISON_OUTPUT, _check_rc, _custom_ops, _forward_config, _forward_knobs,
+                   _kernel_strides, _mask, _prepare)
 
     if torch.compiler.is_compiling():
         # torch.compile traces the custom op (flashjit/ops.py), which writes
@@ -96,16 +96,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
             int(right), float(softcap), int(num_splits))
         return (out, lse) if return_lse else out
 
-    _check_tensor(torch, "q", q, 4)
+    dtype = check_inputs(torch, _fail, q, 4, (("k_cache", k_cache), ("v_cache", v_cache)))
     device = q.device
-    _check_tensor(torch, "k_cache", k_cache, 4, device)
-    _check_tensor(torch, "v_cache", v_cache, 4, device)
-    dtype = _dtype_code(torch, q.dtype)
-    if dtype is None:
-        raise _fail(TypeError, f"q must be bf16 or fp16, got {q.dtype}")
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype != q.dtype:
-            raise _fail(TypeError, f"{name} is {t.dtype} but q is {q.dtype}")
     batch, seqlen_q, heads_q, dim = q.shape
     outer, rows, heads_kv, dim_k = k_cache.shape
     if tuple(v_cache.shape[:3]) != (outer, rows, heads_kv):

@@ -11,17 +11,13 @@ with respect to q, k and v (flashjit's varlen backward kernels).
 import ctypes
 
 from . import _capi
-from ._checks import check_tensor
+from ._checks import check_inputs
 
 _NAME = "flashjit.attention_varlen"
 
 
 def _fail(kind, message):
     return kind(f"{_NAME}: {message}")
-
-
-def _check(torch, name, t, dims, device=None):
-    check_tensor(torch, _fail, name, t, dims, device)
 
 
 def _offsets(torch, name, t, batch, device):
@@ -97,18 +93,10 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                  softmax_scale, causal, window, softcap):
     """The checked arguments as the _Call the forward and backward share, or
     None when there is no query (no kernel to run)."""
-    from . import _dtype_code, _mask
+    from . import _mask
 
-    _check(torch, "q", q, 3)
+    dtype = check_inputs(torch, _fail, q, 3, (("k", k), ("v", v)))
     device = q.device
-    _check(torch, "k", k, 3, device)
-    _check(torch, "v", v, 3, device)
-    dtype = _dtype_code(torch, q.dtype)
-    if dtype is None:
-        raise _fail(TypeError, f"q must be bf16 or fp16, got {q.dtype}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise _fail(TypeError, f"{name} is {t.dtype} but q is {q.dtype}")
     total_q, heads_q, dim = q.shape
     total_k, heads_kv, dim_k = k.shape
     if tuple(v.shape[:2]) != (total_k, heads_kv):
