@@ -2,7 +2,8 @@
 # Builds Release in build/ (configuring it if needed) and gathers what the GPU
 # machine runs into .device/ (git-ignored), stripped:
 #   .device/bin/flashjit, .device/bin/flashjit_gpu_tests,
-#   .device/bin/flashjit_unit_tests, .device/lib/libflashjit.so
+#   .device/bin/flashjit_unit_tests, .device/lib/libflashjit.so,
+#   .device/wheel/flashjit-*.whl (when build-wheel/dist has one)
 # Carry .device/ to the GPU machine and run scripts/device-check.sh there.
 # LLVM, SQLite and yaml-cpp are linked in statically; what is left (libc,
 # libstdc++, libtinfo; libcuda and libnvrtc are dlopen'ed) is on the GPU
@@ -24,6 +25,15 @@ cp build/flashjit build/tests/flashjit_gpu_tests build/tests/flashjit_unit_tests
 # The real file, under the name the Python binding and FLASHJIT_LIB use.
 cp -L build/libflashjit.so .device/lib/libflashjit.so
 strip --strip-unneeded .device/bin/* .device/lib/libflashjit.so
+# The wheel scripts/wheel-check.sh built, when there is one, for
+# scripts/device-wheel-check.sh (warned about when older than the sources).
+wheel=$(ls build-wheel/dist/flashjit-*.whl 2>/dev/null | head -n 1 || true)
+if [ -n "$wheel" ]; then
+  mkdir -p .device/wheel
+  cp "$wheel" .device/wheel/
+  newer=$(find python runtime generator templates include -newer "$wheel" -type f | head -n 3)
+  [ -n "$newer" ] && echo "warning: $wheel is older than $(echo $newer | tr '\n' ' ')(scripts/wheel-check.sh rebuilds it)" >&2
+fi
 
 for f in .device/bin/* .device/lib/*; do
   printf '%-36s %8s  needs: %s\n' "$f" "$(du -h "$f" | cut -f1)" \

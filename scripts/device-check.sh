@@ -75,7 +75,17 @@ run_shapes() {
   return $rc
 }
 
-export -f have_torch python_step run_shapes
+wheel_step() {  # the installed wheel with the toolkit's NVRTC hidden, when a wheel was carried
+  if ! ls .device/wheel/flashjit-*.whl >/dev/null 2>&1; then
+    echo "SKIP: no wheel in .device/wheel (scripts/wheel-check.sh before build-device-bundle.sh)"
+  elif ! have_torch; then
+    echo "SKIP: python3 cannot import torch with CUDA"
+  else
+    TESTS=test_attention.py bash scripts/device-wheel-check.sh
+  fi
+}
+
+export -f have_torch python_step run_shapes wheel_step
 
 quick=()
 [ "${QUICK:-0}" = 1 ] && quick=(--quick)
@@ -91,6 +101,8 @@ step python-kvcache 300 python_step python3 tests/python/test_kvcache.py
 step python-varlen 300 python_step python3 tests/python/test_varlen.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step python-compile 300 python_step python3 tests/python/test_torch_compile.py
+step wheel 400 wheel_step
+step latency 120 python_step python3 bench/latency.py --json "$LOGDIR/latency.json"
 step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
 step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
@@ -106,6 +118,8 @@ for i in "${!names[@]}"; do
   printf '| %-13s | %-20s | %7s |\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
   [[ ${results[$i]} == FAIL* ]] && failed=$((failed + 1))
 done
+latency=$(sed -n '/^=== call latency/,$p' "$LOGDIR"/*-latency.log 2>/dev/null)
+[ -n "$latency" ] && printf '\n%s\n' "$latency"
 first_call=$(grep -hE '^(cold|warm) ' "$LOGDIR"/*-first-call.log 2>/dev/null)
 [ -n "$first_call" ] && printf '\nfirst call (bench/first_call.py):\n%s\n' "$first_call"
 memory=$(grep -h '^memory: ' "$LOGDIR"/*-memory.log 2>/dev/null)

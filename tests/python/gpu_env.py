@@ -1,14 +1,18 @@
 """What the GPU-side Python tests share: the binding from this checkout's
-python/, a private tuning/cubin database (the tests see the heuristic configs
-and never a stale entry of the user's), torch when installed, and the reason
-to skip where torch, a CUDA device or the library is missing."""
+python/ (or the installed one, FLASHJIT_TEST_INSTALLED=1), a private
+tuning/cubin database (the tests see the heuristic configs and never a stale
+entry of the user's), torch when installed, and the reason to skip where
+torch, a CUDA device or the library is missing."""
 import os
 import sys
 import tempfile
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+# FLASHJIT_TEST_INSTALLED=1: test the flashjit that pip installed (the
+# wheel's), not this checkout's python/ (scripts/device-wheel-check.sh).
+if os.environ.get("FLASHJIT_TEST_INSTALLED", "") in ("", "0"):
+    sys.path.insert(0, os.path.join(REPO, "python"))
 os.environ.setdefault("FLASHJIT_DB", os.path.join(tempfile.mkdtemp(prefix="flashjit-test-"), "test.db"))
 
 try:

@@ -389,6 +389,78 @@ def test_streams_and_devices():
         assert torch.equal(out1.cpu(), ref.cpu()), "result on cuda:1 differs"
 
 
+def test_warm_calls_match_the_full_path():
+    """The warm-call cache (flashjit/_warm.py): a call whose shapes, strides,
+    dtypes and arguments ran before is served from its entry; its output
+    equals the full path's, for new data, with and without the LSE, on a
+    side stream, from several threads, and a misaligned pointer of the same
+    key falls back to the full path. Poisoning is off here (it disables the
+    cache)."""
+    _require_gpu()
+    import threading
+    from flashjit import _warm
+    saved = flashjit._POISON_OUTPUT
+    flashjit._POISON_OUTPUT = False
+    try:
+        cases = [dict(b=2, sq=257, sk=300, hq=8, hkv=2, d=128, dv=128, dtype=torch.bfloat16),
+                 dict(b=1, sq=1, sk=3000, hq=32, hkv=8, d=128, dv=128, dtype=torch.bfloat16),
+                 dict(b=3, sq=64, sk=64, hq=4, hkv=4, d=64, dv=64, dtype=torch.float16)]
+        for i, shape_kw in enumerate(cases):
+            for kw in (dict(causal=True), dict(window=(37, 5)), dict(softcap=20.0)):
+                label = f"{shape_kw} {kw}"
+                q, k, v = make_inputs(**shape_kw, seed=10 * i)
+                flashjit.attention(q, k, v, **kw)  # the full path stores the entry
+                before = _warm.served
+                q, k, v = make_inputs(**shape_kw, seed=10 * i + 1)
+                failure = check(q, k, v, label=label + " warm", **kw)
+                assert failure is None, failure
+                plain = flashjit.attention(q, k, v, **kw)
+                assert _warm.served == before + 2, f"{label}: the warm calls took the full path"
+                out, _ = flashjit.attention(q, k, v, return_lse=True, **kw)
+                assert torch.equal(out, plain), f"{label}: return_lse changed the warm output"
+                # Same key, a pointer 2 bytes off: the full path copies it.
+                buf = torch.empty(q.numel() + 8, dtype=q.dtype, device=q.device)
+                odd = buf[1:1 + q.numel()].view(q.shape)
+                odd.copy_(q)
+                assert torch.equal(flashjit.attention(odd, k, v, **kw), plain), (
+                    f"{label}: a misaligned q of a warm key")
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    on_side = flashjit.attention(q, k, v, **kw)
+                side.synchronize()
+                assert torch.equal(on_side, plain), f"{label}: warm call on a side stream"
+
+        # Threads: each its own inputs of one key, many calls each.
+        shape_kw = cases[0]
+        inputs = [make_inputs(**shape_kw, seed=100 + t) for t in range(4)]
+        expected = [flashjit.attention(*inp, causal=True) for inp in inputs]
+        torch.cuda.synchronize()
+        errors = []
+
+        def worker(t):
+            try:
+                stream = torch.cuda.Stream()
+                with torch.cuda.stream(stream):
+                    for _ in range(50):
+                        out = flashjit.attention(*inputs[t], causal=True)
+                        stream.synchronize()
+                        if not torch.equal(out, expected[t]):
+                            errors.append(f"thread {t}: output differs")
+                            return
+            except Exception as e:  # reported below
+                errors.append(f"thread {t}: {e!r}")
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, "; ".join(errors)
+    finally:
+        flashjit._POISON_OUTPUT = saved
+
+
 def test_one_compile_per_class():
     """Sequence lengths, batch and heads are run-time parameters: a new seqlen of
     a class that ran already compiles nothing."""
