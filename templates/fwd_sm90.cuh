@@ -141,7 +141,7 @@ constexpr int kOffsetBarriers = kLayout.offset_barriers();
 static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
-using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv>;
+using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv, kVarlen>;
 using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
@@ -218,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
 
-  const Scheduler sched(p);
+  Scheduler sched(p);  // per thread: the varlen cursor moves as it walks
   // The K/V tiles any row of the work tile sees among its sequence's keys
   // (this split's share of them): producer and consumers walk the same ones.
   // None for a tile past its sequence's queries (varlen: sequences shorter
@@ -271,8 +271,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         tma_prefetch_descriptor(&tma_v);
       }
       int kv_iter = 0;  // K/V tiles loaded so far, over all work tiles
-      for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
-        const WorkTile tile = sched.tile(sched.work_index(j));
+      WorkTile tile;
+      for (int j = 0; sched.next(p, j, tile); ++j) {
         const int kv_head = sched.kv_head(p, tile);
         const Sequence seq(p, tile.batch);
         const TileSpan key_tiles = key_tiles_of(tile, seq);
@@ -575,8 +575,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   u32 p_frag[kPVSteps][4];
   float correction[2];
   int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
-  for (int j = 0; sched.valid(sched.work_index(j)); ++j) {
-    const WorkTile tile = sched.tile(sched.work_index(j));
+  WorkTile tile;
+  for (int j = 0; sched.next(p, j, tile); ++j) {
     const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
     const Sequence seq(p, tile.batch);
     const TileSpan key_tiles = key_tiles_of(tile, seq);

@@ -14,9 +14,22 @@
 // k * gridDim.x + (c + k) % gridDim.x, which walks each CTA through the range
 // of tile costs (generator/fwd_sm90_traits.h, persistent_grid, says when the
 // host launches one CTA per SM rather than one per work tile).
+//
+// A packed varlen batch (kVarlen) sized by its longest sequence has empty
+// tiles: the query blocks past a shorter sequence's end. With one CTA per
+// tile they cost a CTA start each and the hardware's block scheduler
+// balances the rest. With persistent CTAs they would be dealt out unevenly
+// (on the H200, 16 documents of 176..3216 tokens: the busiest SM ran 11% (full)
+// and 24% (causal) longer than the average), so there the tiles are
+// numbered without them: sequence by sequence, each with its own query
+// blocks. Every thread that walks the tiles keeps a cursor (the sequence
+// holding its current tile and that sequence's first tile index); its tile
+// indices only grow, so the cursor only moves forward, over all sequences
+// once per CTA.
 #pragma once
 
 #include "common/mask.cuh"
+#include "common/sequence.cuh"
 #include "common/types.cuh"
 
 namespace flashjit {
@@ -40,9 +53,14 @@ struct WorkTile {
   int split;  // 0 without split-KV
 };
 
-template <int kQRowsPerTile, int kPack, bool kSplitKv>
+template <int kQRowsPerTile, int kPack, bool kSplitKv, bool kVarlen>
 struct FwdTileScheduler {
   int m_blocks, heads, splits, num_work;
+  // The varlen cursor (compact numbering, persistent grids only): sequence
+  // `seq` owns tiles [seq_first, seq_first + seq_tiles) and has seq_blocks
+  // query blocks.
+  bool compact = false;
+  int seq = -1, seq_first = 0, seq_tiles = 0, seq_blocks = 0;
 
   template <class Params>
   __device__ __forceinline__ explicit FwdTileScheduler(const Params &p)
@@ -50,13 +68,37 @@ struct FwdTileScheduler {
         heads(kPack > 1 ? p.heads_q / kPack : p.heads_q),
         splits(kSplitKv ? p.num_splits : 1) {
     num_work = m_blocks * splits * heads * p.batch;
+    if constexpr (kVarlen) compact = static_cast<int>(gridDim.x) < num_work;
+  }
+
+  // The CTA's work tile of round j into `tile`; false when none is left.
+  template <class Params>
+  __device__ __forceinline__ bool next(const Params &p, int j, WorkTile &tile) {
+    const int w = work_index(j);
+    if (w >= num_work) return false;
+    if constexpr (kVarlen) {
+      if (compact) {
+        while (w >= seq_first + seq_tiles) {
+          seq_first += seq_tiles;
+          if (++seq >= p.batch) return false;
+          seq_blocks = (packed_queries(p, seq).count + kQRowsPerTile - 1) / kQRowsPerTile;
+          seq_tiles = seq_blocks * splits * heads;
+        }
+        const int local = w - seq_first;
+        const int rest = local / seq_blocks;
+        tile = WorkTile{(seq_blocks - 1 - local % seq_blocks) * kQRowsPerTile,
+                        rest / splits % heads, seq, rest % splits};
+        return true;
+      }
+    }
+    tile = this->tile(w);
+    return true;
   }
 
   // This CTA's work tile of round k (>= num_work: none left).
   __device__ __forceinline__ int work_index(int k) const {
     return k * static_cast<int>(gridDim.x) + (static_cast<int>(blockIdx.x) + k) % gridDim.x;
   }
-  __device__ __forceinline__ bool valid(int w) const { return w < num_work; }
 
   __device__ __forceinline__ WorkTile tile(int w) const {
     const int m_block = m_blocks - 1 - w % m_blocks;

@@ -37,6 +37,20 @@
 
 namespace flashjit {
 
+// Sequence b's first query row and query count in a packed batch, clamped as
+// described above (the scheduler counts a sequence's work tiles with it, so
+// its count and SequenceInfo's always agree).
+struct PackedQueries {
+  int row0, count;
+};
+template <class Params>
+__device__ __forceinline__ PackedQueries packed_queries(const Params &p, int b) {
+  auto clamp = [](int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; };
+  const int q0 = clamp(p.cu_seqlens_q[b], 0, p.total_q);
+  const int q1 = clamp(p.cu_seqlens_q[b + 1], q0, p.total_q);
+  return {q0, q1 - q0 < p.seqlen_q ? q1 - q0 : p.seqlen_q};
+}
+
 template <bool kVarlen, bool kSeqUsedK, int kPageSize, int kBlockN>
 struct SequenceInfo {
   static constexpr bool kPaged = kPageSize > 0;
@@ -58,13 +72,12 @@ struct SequenceInfo {
   __device__ __forceinline__ SequenceInfo(const Params &p, int b) : batch(b) {
     if constexpr (kVarlen) {
       auto clamp = [](int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; };
-      const int q0 = clamp(p.cu_seqlens_q[b], 0, p.total_q);
-      const int q1 = clamp(p.cu_seqlens_q[b + 1], q0, p.total_q);
+      const PackedQueries queries = packed_queries(p, b);
       const int k0 = clamp(p.cu_seqlens_k[b], 0, p.total_k);
       const int k1 = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k);
-      q_row0 = q0;
+      q_row0 = queries.row0;
       k_row0 = k0;
-      seqlen_q = q1 - q0 < p.seqlen_q ? q1 - q0 : p.seqlen_q;
+      seqlen_q = queries.count;
       seqlen_k = k1 - k0 < p.seqlen_k ? k1 - k0 : p.seqlen_k;
       outer = 0;
     } else {
