@@ -152,9 +152,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="d=128 only, fewer repeats")
     ap.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "both"], default="both")
     ap.add_argument("--json", default="")
+    ap.add_argument("--dims", default="", help="head dims, e.g. 64,256 (default: 64,128,256; "
+                                               "--quick: 128)")
     args = ap.parse_args()
     passes = ("fwd", "bwd") if args.passes == "both" else (args.passes,)
     dims = (128,) if args.quick else (64, 128, 256)
+    if args.dims:
+        dims = tuple(int(x) for x in args.dims.split(","))
     warmup, repeats = (3, 7) if args.quick else (5, 15)
     rows = []
     for d in dims:

@@ -138,6 +138,7 @@ constexpr int kQStages = kLayout.q_stages();
 constexpr int kOffsetK = kLayout.offset_k();
 constexpr int kOffsetV = kLayout.offset_v();
 constexpr int kOffsetBarriers = kLayout.offset_barriers();
+constexpr int kOffsetTileSlots = kLayout.offset_tile_slots();
 static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
@@ -219,6 +220,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int warpgroup = tid / 128;
 
   Scheduler sched(p);  // per thread: the varlen cursor moves as it walks
+  // Taken from the counter (a packed batch on persistent CTAs): the producer
+  // takes each work tile and writes its index into the slot of the Q buffer
+  // it loads it into, before the arrival that completes q_full; consumers
+  // read it after their wait on q_full, and their release of the buffer
+  // (q_empty) comes after that read, so the producer overwrites a slot only
+  // once it is read. Past the last tile the producer writes -1 and arrives
+  // without a load. A CTA's first tile is its own index; the counter counts
+  // the ones taken after.
+  const bool dynamic = kVarlen && p.tile_counter != nullptr && sched.compact;
+  static_assert(!(kVarlen && kWarpProducer), "one producer thread takes the tiles");
   // The K/V tiles any row of the work tile sees among its sequence's keys
   // (this split's share of them): producer and consumers walk the same ones.
   // None for a tile past its sequence's queries (varlen: sequences shorter
@@ -234,6 +245,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   auto stage_of = [](int it) { return it % kStages; };
   auto parity_of = [](int it) { return static_cast<u32>(it / kStages) & 1; };
   auto q_buffer_of = [](int j) { return j % kQStages; };
+  auto tile_slot = [&](int j) { return smem + kOffsetTileSlots + 8 * q_buffer_of(j); };
   auto q_parity_of = [](int j) { return static_cast<u32>(j / kQStages) & 1; };
 
   if (tid == 0) {
@@ -271,8 +283,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         tma_prefetch_descriptor(&tma_v);
       }
       int kv_iter = 0;  // K/V tiles loaded so far, over all work tiles
+      int w = static_cast<int>(blockIdx.x);  // the work tile taken (dynamic)
+      auto next_tile = [&](int j, WorkTile &t) {
+        if (!dynamic) return sched.next(p, j, t);
+        if (j > 0) w = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+        return sched.at(p, w, t);
+      };
       WorkTile tile;
-      for (int j = 0; sched.next(p, j, tile); ++j) {
+      int j = 0;
+      for (; next_tile(j, tile); ++j) {
         const int kv_head = sched.kv_head(p, tile);
         const Sequence seq(p, tile.batch);
         const TileSpan key_tiles = key_tiles_of(tile, seq);
@@ -321,6 +340,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         const int qb = q_buffer_of(j);
         if (leader) {
           mbarrier_wait(q_empty(qb), q_parity_of(j) ^ 1);
+          if (dynamic) st_shared_s32(tile_slot(j), w);
           mbarrier_arrive_expect_tx(q_full(qb), kQLoadedBytes);
         }
 #pragma unroll
@@ -342,6 +362,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           load_v(t);
         }
         kv_iter += key_tiles.count;
+      }
+      // No tile left: the consumers, who take theirs from the slots, learn
+      // it from the next one.
+      if (dynamic && leader) {
+        mbarrier_wait(q_empty(q_buffer_of(j)), q_parity_of(j) ^ 1);
+        st_shared_s32(tile_slot(j), -1);
+        mbarrier_arrive(q_full(q_buffer_of(j)));
       }
     }
     return;
@@ -575,8 +602,18 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   u32 p_frag[kPVSteps][4];
   float correction[2];
   int kv_iter = 0;  // K/V tiles consumed so far, over all work tiles
+  auto next_tile = [&](int j, WorkTile &t) {
+    if (!dynamic) return sched.next(p, j, t);
+    mbarrier_wait(q_full(q_buffer_of(j)), q_parity_of(j));
+    // Read by the lane that releases the buffer (release_q), so the read
+    // comes before the release in that thread's own order.
+    int w = 0;
+    if (lane == 0) w = ld_shared_s32(tile_slot(j));
+    w = __shfl_sync(0xffffffffu, w, 0);
+    return w >= 0 && sched.at(p, w, t);
+  };
   WorkTile tile;
-  for (int j = 0; sched.next(p, j, tile); ++j) {
+  for (int j = 0; next_tile(j, tile); ++j) {
     const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
     const Sequence seq(p, tile.batch);
     const TileSpan key_tiles = key_tiles_of(tile, seq);

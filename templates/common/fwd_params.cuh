@@ -65,6 +65,10 @@ struct FwdParams {
   const int *cu_seqlens_k;
   int total_q;
   int total_k;
+  // A packed batch on persistent CTAs (sm90): zero at launch, counts the work
+  // tiles taken past each CTA's first (common/fwd_scheduler.cuh); null: the
+  // static rotation.
+  int *tile_counter;
 };
 
 // The append kernel's block (kv_append.cuh): this step's keys and values,

@@ -55,9 +55,12 @@ struct FwdSm90Layout {
 
   // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
   // `stages` V tiles, then the mbarriers, 8 bytes each: q_full[q_buffers],
-  // q_empty[q_buffers], k_full, v_full, k_empty, v_empty [stages each].
+  // q_empty[q_buffers], k_full, v_full, k_empty, v_empty [stages each]; then
+  // a tile slot per Q buffer (8 bytes each): the work tile whose Q the
+  // buffer holds, when the producer takes tiles from a counter.
   constexpr int smem_used(int q_buffers) const {
-    return q_buffers * q_bytes() + 2 * stages * kv_tile_bytes() + 8 * (2 * q_buffers + 4 * stages);
+    return q_buffers * q_bytes() + 2 * stages * kv_tile_bytes() +
+           8 * (2 * q_buffers + 4 * stages) + 8 * q_buffers;
   }
   // Two Q buffers where they fit: the next work tile's Q loads while this
   // one's is still in use (until its last S).
@@ -65,6 +68,9 @@ struct FwdSm90Layout {
   constexpr int offset_k() const { return q_stages() * q_bytes(); }
   constexpr int offset_v() const { return offset_k() + stages * kv_tile_bytes(); }
   constexpr int offset_barriers() const { return offset_v() + stages * kv_tile_bytes(); }
+  constexpr int offset_tile_slots() const {
+    return offset_barriers() + 8 * (2 * q_stages() + 4 * stages);
+  }
   // The dynamic shared memory to launch with: the base is rounded up to
   // kSmemAlign inside the kernel.
   constexpr int smem_bytes() const { return smem_used(q_stages()) + kSmemAlign; }

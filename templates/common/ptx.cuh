@@ -42,6 +42,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 smem_addr) {
                : "r"(smem_addr));
 }
 
+// One 32-bit word of shared memory, ordered by the barriers around it (the
+// "memory" clobber keeps the compiler from moving it across them).
+__device__ __forceinline__ void st_shared_s32(u32 smem_addr, int value) {
+  asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(smem_addr), "r"(value) : "memory");
+}
+__device__ __forceinline__ int ld_shared_s32(u32 smem_addr) {
+  int value;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(value) : "r"(smem_addr) : "memory");
+  return value;
+}
+
 __device__ __forceinline__ void st_shared_zero_16(u32 smem_addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0));
 }

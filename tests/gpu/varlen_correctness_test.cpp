@@ -415,6 +415,22 @@ TEST(Sm90SanitizerVarlen, ClampedOffsetsSplitsAndPacking) {
   run_varlen_case(sm80, 33);
 }
 
+// Enough work tiles for persistent CTAs, so the tiles are numbered without
+// the empty ones (common/fwd_scheduler.cuh): without a mask dealt by the
+// rotation, under one taken from the counter; clamped offsets past the
+// tensor too.
+TEST(Sm90SanitizerVarlen, PersistentCtasTakeTilesFromTheCounter) {
+  FLASHJIT_REQUIRE_SM90();
+  Problem p = make_problem(DType::bf16, 1, 8, 2, 1, 1, 128, 128, MaskKind::none);
+  run_varlen_case({p, {300, 0, 1100, 17, 700}, {257, 40, 1100, 0, 900}}, 36);
+  // Causal: persistent from (query blocks - 1) x SMs work tiles on (9 - 1) x 132.
+  p = make_problem(DType::bf16, 1, 32, 8, 1, 1, 128, 128, MaskKind::causal);
+  run_varlen_case({p, {300, 0, 1100, 17, 700}, {257, 40, 1100, 0, 900}}, 34);
+  VarlenCase bad{p, {300, 0, 1100, 17, 700}, {257, 40, 1100, 0, 900}};
+  bad.cu_q = {0, 300, 300, 1400, 99999, 2117};
+  run_varlen_case(bad, 35);
+}
+
 TEST(Sm90SanitizerVarlen, Backward) {
   FLASHJIT_REQUIRE_SM90();
   const Problem p = make_problem(DType::bf16, 1, 4, 2, 1, 1, 128, 128, MaskKind::causal);

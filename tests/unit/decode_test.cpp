@@ -161,11 +161,12 @@ TEST(DecodeValidation, ExplainsEveryRefusal) {
 
 TEST(DecodeLayout, HostTwinComputesTheKernelsLayout) {
   // By hand: d=128, 64 rows: Q 16 KiB, a K or V tile of 128 keys 32 KiB;
-  // 3 stages and two Q buffers: 32 + 192 KiB + 16 barriers of 8 bytes +
-  // 1024 of alignment slack.
+  // 3 stages and two Q buffers: 32 + 192 KiB + 16 barriers of 8 bytes + 2
+  // tile slots of 8 + 1024 of alignment slack.
   const FwdSm90Traits t{128, 64, 128, 8, 3, 4};
   EXPECT_EQ(t.q_stages(), 2);
-  EXPECT_EQ(t.smem_bytes(), 2 * 16384 + 6 * 32768 + 8 * (2 * 2 + 4 * 3) + 1024);
+  EXPECT_EQ(t.smem_bytes(), 2 * 16384 + 6 * 32768 + 8 * (2 * 2 + 4 * 3) + 8 * 2 + 1024);
+  EXPECT_EQ(t.layout().offset_tile_slots(), 2 * 16384 + 6 * 32768 + 8 * (2 * 2 + 4 * 3));
   const FwdSm90Layout l = t.layout();
   EXPECT_EQ(l.q_rows_per_warpgroup(), 16);  // 64 rows / 4 heads
   EXPECT_EQ(l.q_loaded_bytes(), 2 * 64 * 128);
@@ -177,7 +178,7 @@ TEST(DecodeLayout, HostTwinComputesTheKernelsLayout) {
   EXPECT_EQ(six.q_loaded_bytes(), 2 * 2 * 60 * 128);
   // The training tile is what it was: 128 x 128, 2 stages at d=128.
   EXPECT_EQ((FwdSm90Traits{128, 128, 128, 12, 2}.smem_bytes()),
-            2 * 32768 + 4 * 32768 + 8 * (2 * 2 + 4 * 2) + 1024);
+            2 * 32768 + 4 * 32768 + 8 * (2 * 2 + 4 * 2) + 8 * 2 + 1024);
 }
 
 TEST(DecodeLayout, GridCountsSplitsAndPackedHeads) {
