@@ -188,16 +188,17 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
   auto positive = [&](const char *what, int n) {
     return n > 0 || reader.skip(what, llvm::formatv("{0} is not a positive integer", n));
   };
-  // "contiguous", or "paged<N>" with N a page size a problem can have.
+  // "contiguous", "packed" (a varlen batch), or "paged<N>" with N a page
+  // size a problem can have.
   auto kv_layout = [&](const char *what, const std::string &value) {
     llvm::StringRef text(value);
     int page = 0;
-    if (text == "contiguous" ||
+    if (text == "contiguous" || text == "packed" ||
         (text.consume_front("paged") && !text.getAsInteger(10, page) && page >= 16 &&
          page <= 512 && page % 16 == 0 && "paged" + std::to_string(page) == value))
       return true;
-    return reader.skip(what, llvm::formatv("'{0}' is not contiguous or paged<N> (N a multiple "
-                                           "of 16 in [16, 512])",
+    return reader.skip(what, llvm::formatv("'{0}' is not contiguous, packed or paged<N> (N a "
+                                           "multiple of 16 in [16, 512])",
                                            value));
   };
   auto splits = [&](const char *what, int n) {

@@ -12,6 +12,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tensor_checks.h"
+#include "runtime/tuning_key.h"
 #include "runtime/tensor_maps.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -106,7 +107,8 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   if (llvm::Error e = validate_backward_args(problem, args))
     return with_context(problem, std::move(e));
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
-  auto spec = resolve_backward_spec(problem, config);
+  // A packed batch is classed by its longest sequence and its total.
+  auto spec = resolve_backward_spec(class_view(problem, args.varlen.total_q), config);
   if (!spec) return with_context(problem, spec.takeError());
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());

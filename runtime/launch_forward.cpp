@@ -329,10 +329,12 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
-  const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), problem, config);
+  // A packed batch is classed by its longest sequence and its total.
+  const Problem chooser = class_view(problem, args.varlen.total_q);
+  const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), chooser, config);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
-    auto resolved = resolve(problem, config, *context);
+    auto resolved = resolve(chooser, config, *context);
     if (!resolved) return with_context(problem, resolved.takeError());
     auto kernels = get_forward_kernels(resolved->spec);
     if (!kernels) return with_context(problem, kernels.takeError());

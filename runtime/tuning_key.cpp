@@ -109,11 +109,22 @@ ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass) 
   }
   key.softcap = problem.softcap != 0.f;
   key.gqa_ratio = problem.heads_kv > 0 ? static_cast<int>(problem.heads_q / problem.heads_kv) : 1;
-  key.kv_layout = problem.page_size > 0 ? "paged" + std::to_string(problem.page_size) : "contiguous";
+  // A packed batch's Q, K and V (and the kernel) differ from a dense one's:
+  // a class of its own ("packed"), sized by class_view.
+  key.kv_layout = problem.varlen           ? "packed"
+                  : problem.page_size > 0 ? "paged" + std::to_string(problem.page_size)
+                                          : "contiguous";
   key.seqlen_q_bucket = size_bucket(problem.seqlen_q);
   key.seqlen_k_bucket = size_bucket(problem.seqlen_k);
   key.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);
   return key;
+}
+
+Problem class_view(const Problem &problem, int64_t total_q) {
+  Problem view = problem;
+  if (problem.varlen && total_q > 0 && problem.seqlen_q > 0)
+    view.batch = (total_q + problem.seqlen_q - 1) / problem.seqlen_q;
+  return view;
 }
 
 const char *class_pass(Pass pass, bool deterministic) {

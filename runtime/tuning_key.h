@@ -18,6 +18,15 @@ int size_bucket(int64_t x);
 
 ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass = "fwd");
 
+// The problem as the tuning classes and the config choice see it. A packed
+// batch (varlen) of `total_q` queries whose longest sequence has seqlen_q
+// is sized as ceil(total_q / seqlen_q) sequences of that length: its
+// buckets are its longest lengths and its total (batch x heads of the
+// equivalent dense batch), not its count of sequences, which says little
+// about its work. Other problems (and total_q 0: unknown) come back as they
+// are. Only the choice reads it; kernels launch with the real problem.
+Problem class_view(const Problem &problem, int64_t total_q);
+
 // The `pass` field of a class key: "fwd", "bwd", or "bwd-det" for the
 // deterministic backward. The deterministic mode is the caller's choice,
 // never the tuner's (it trades speed for bit-identical gradients) and runs

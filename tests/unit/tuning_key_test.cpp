@@ -57,6 +57,37 @@ TEST(ProblemClassKey, FieldsFollowTheProblem) {
   EXPECT_EQ(problem_class_key(p, "bwd").pass, "bwd");
 }
 
+// A packed batch is a class of its own ("packed"), bucketed by its longest
+// lengths and its total: 3 sequences of at most 4096 queries, 4413 in all,
+// size like 2 sequences of 4096 (ceil(4413 / 4096)), x 16 heads.
+TEST(ProblemClassKey, APackedBatchIsClassedByItsLongestSequenceAndItsTotal) {
+  Problem p = base_problem();
+  p.varlen = true;
+  p.batch = 3;
+  p.seqlen_q = 4096;
+  p.seqlen_k = 3000;
+  const Problem view = class_view(p, 4413);
+  EXPECT_EQ(view.batch, 2);
+  EXPECT_EQ(view.seqlen_q, 4096);
+  const ProblemClassKey k = problem_class_key(view);
+  EXPECT_EQ(k.kv_layout, "packed");
+  EXPECT_EQ(k.seqlen_q_bucket, 12);
+  EXPECT_EQ(k.seqlen_k_bucket, 12);
+  EXPECT_EQ(k.batch_heads_bucket, 5);  // 2 * 16 = 32
+  // 40 sequences of 100 queries and one of 4096 weigh like 2 of 4096.
+  EXPECT_EQ(problem_class_key(class_view(p, 40 * 100 + 4096)), k);
+  // Twice the tokens: another bucket; the sequence count alone changes nothing.
+  EXPECT_EQ(problem_class_key(class_view(p, 4 * 4096)).batch_heads_bucket, 6);
+  Problem more = p;
+  more.batch = 300;
+  EXPECT_EQ(problem_class_key(class_view(more, 4413)), k);
+  // Unknown total, or a dense problem: as they are.
+  EXPECT_EQ(class_view(p, 0).batch, 3);
+  Problem dense = base_problem();
+  EXPECT_EQ(class_view(dense, 999999).batch, dense.batch);
+  EXPECT_EQ(problem_class_key(dense).kv_layout, "contiguous");
+}
+
 TEST(ProblemClassKey, SizesInOneBucketShareAClass) {
   Problem a = base_problem(), b = base_problem();
   a.seqlen_q = a.seqlen_k = 4097;
