@@ -55,10 +55,15 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
                              "--seqlen-k (run draws them at random; tune times full sequences)"),
                     cl::cat(category), problem_subs),
       varlen("varlen",
-             cl::desc("Forward: a packed batch of --batch sequences of different lengths, up to "
-                      "--seqlen-q/--seqlen-k (flash_attn_varlen_func; run draws the lengths at "
-                      "random)"),
+             cl::desc("A packed batch of sequences of different lengths (flash_attn_varlen_func): "
+                      "--seqlens-q/--seqlens-k, or --batch sequences of up to "
+                      "--seqlen-q/--seqlen-k"),
              cl::cat(category), problem_subs),
+      FLASHJIT_PROBLEM_FLAG(seqlens_q, "seqlens-q", "", "N,N,...",
+                            "With --varlen: each sequence's queries (sets the batch, the longest "
+                            "--seqlen-q and the total)"),
+      FLASHJIT_PROBLEM_FLAG(seqlens_k, "seqlens-k", "", "N,N,...",
+                            "With --varlen: each sequence's keys (default --seqlens-q)"),
       FLASHJIT_CONFIG_FLAG(path, "path", "auto", "auto|sm80|sm90", "Kernel family (auto: sm90 on Hopper where it serves the problem)"),
       FLASHJIT_CONFIG_FLAG(block_m, "block-m", "0", "M", "Query rows per CTA (0: heuristic)"),
       FLASHJIT_CONFIG_FLAG(block_n, "block-n", "0", "N", "Keys per tile (0: heuristic)"),
@@ -93,6 +98,12 @@ ProblemFlagValues ProblemOptions::values() const {
   v.page_size = page_size;
   v.cache_seqlens = cache_seqlens;
   v.varlen = varlen;
+  v.seqlens_q = seqlens_q;
+  v.seqlens_k = seqlens_k;
+  for (const auto &[option, name] :
+       {std::pair<const cl::Option *, const char *>{&batch, "--batch"}, {&seqlen, "--seqlen"},
+        {&seqlen_q, "--seqlen-q"}, {&seqlen_k, "--seqlen-k"}})
+    if (v.sizes_given.empty() && option->getNumOccurrences()) v.sizes_given = name;
   v.path = path;
   v.block_m = block_m;
   v.block_n = block_n;
@@ -112,7 +123,7 @@ std::string ProblemOptions::first_given() const {
       {&seqlen_k, "--seqlen-k"}, {&hdim, "--hdim"},       {&hdim_v, "--hdim-v"},
       {&mask, "--mask"},       {&causal, "--causal"},     {&softcap, "--softcap"},
       {&scale, "--scale"},     {&page_size, "--page-size"}, {&cache_seqlens, "--cache-seqlens"},
-      {&varlen, "--varlen"},
+      {&varlen, "--varlen"},   {&seqlens_q, "--seqlens-q"}, {&seqlens_k, "--seqlens-k"},
       {&pass, "--pass"},       {&deterministic, "--deterministic"}};
   for (const auto &[option, name] : flags)
     if (option->getNumOccurrences()) return name;

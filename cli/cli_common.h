@@ -53,6 +53,7 @@ struct ProblemOptions {
   llvm::cl::opt<std::string> softcap, scale, page_size;
   llvm::cl::opt<bool> cache_seqlens;
   llvm::cl::opt<bool> varlen;
+  llvm::cl::opt<std::string> seqlens_q, seqlens_k;
   llvm::cl::opt<std::string> path, block_m, block_n, warps, stages, splits, pack_gqa, pass;
   llvm::cl::opt<bool> deterministic;
 };

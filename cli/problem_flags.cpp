@@ -1,9 +1,11 @@
 #include "cli/problem_flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "generator/kernel_spec.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -72,6 +74,72 @@ llvm::Error parse_mask(const ProblemFlagValues &v, Problem &p) {
   if (v.causal && p.mask != MaskKind::causal && p.mask != MaskKind::none)
     return flag_error("causal", "no --mask other than causal beside it", text);
   if (v.causal) p.mask = MaskKind::causal;
+  return llvm::Error::success();
+}
+
+// A comma-separated list of sequence lengths (each >= 0), at most 65535 of
+// them, whose total fits the kernels' 32-bit rows.
+llvm::Expected<std::vector<int64_t>> parse_lengths(llvm::StringRef flag, llvm::StringRef text) {
+  constexpr const char *kExpected = "comma-separated lengths >= 0, e.g. 17,4096,300";
+  llvm::SmallVector<llvm::StringRef, 16> items;
+  text.split(items, ',');
+  if (items.size() > 65535)
+    return flag_error(flag, "at most 65535 sequences (a grid dimension)",
+                      llvm::formatv("{0} of them", items.size()).str());
+  std::vector<int64_t> out;
+  int64_t total = 0;
+  for (llvm::StringRef item : items) {
+    auto n = parse_int(flag, item, 0, kMaxLength - 1, kExpected, kLengthMax);
+    if (!n) return n.takeError();
+    out.push_back(*n);
+    total += *n;
+  }
+  if (total >= kMaxLength)
+    return flag_error(flag, "a total below 2147483648 (rows are 32-bit)",
+                      llvm::formatv("{0} in all", total).str());
+  if (total == 0) return flag_error(flag, "at least one sequence of length > 0", text);
+  return out;
+}
+
+// --seqlens-q/--seqlens-k: the packed batch's sequences give the batch, the
+// longest lengths and the totals.
+llvm::Error parse_packed_lengths(const ProblemFlagValues &v, ParsedProblem &out) {
+  if (v.seqlens_q.empty() && v.seqlens_k.empty()) return llvm::Error::success();
+  const char *flag = v.seqlens_q.empty() ? "seqlens-k" : "seqlens-q";
+  const std::string &given = v.seqlens_q.empty() ? v.seqlens_k : v.seqlens_q;
+  if (!v.varlen)
+    return flag_error(flag, "--varlen beside it (lengths describe a packed batch)", given);
+  if (v.seqlens_q.empty()) return flag_error("seqlens-k", "--seqlens-q beside it", given);
+  if (!v.sizes_given.empty())
+    return flag_error(flag,
+                      llvm::formatv("no {0} beside it (the lengths give the batch and the longest "
+                                    "sequence)",
+                                    v.sizes_given)
+                          .str(),
+                      given);
+  auto q = parse_lengths("seqlens-q", v.seqlens_q);
+  if (!q) return q.takeError();
+  std::vector<int64_t> k = *q;
+  if (!v.seqlens_k.empty()) {
+    auto parsed = parse_lengths("seqlens-k", v.seqlens_k);
+    if (!parsed) return parsed.takeError();
+    if (parsed->size() != q->size())
+      return flag_error("seqlens-k",
+                        llvm::formatv("{0} lengths, one per sequence of --seqlens-q", q->size()).str(),
+                        llvm::formatv("{0}", parsed->size()).str());
+    k = std::move(*parsed);
+  }
+  Problem &p = out.problem;
+  p.batch = static_cast<int64_t>(q->size());
+  p.seqlen_q = p.seqlen_k = 0;
+  for (size_t b = 0; b < q->size(); ++b) {
+    p.seqlen_q = std::max(p.seqlen_q, (*q)[b]);
+    p.seqlen_k = std::max(p.seqlen_k, k[b]);
+    out.total_q += (*q)[b];
+    out.total_k += k[b];
+  }
+  out.seqlens_q = std::move(*q);
+  out.seqlens_k = std::move(k);
   return llvm::Error::success();
 }
 
@@ -145,6 +213,7 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   p.page_size = static_cast<int>(*page_size);
   p.seqused_k = v.cache_seqlens;
   p.varlen = v.varlen;
+  if (auto error = parse_packed_lengths(v, out)) return error;
 
   KernelConfig &c = out.config;
   if (v.path == "sm80") {

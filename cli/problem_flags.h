@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
@@ -28,7 +29,10 @@ struct ProblemFlagValues {
   std::string scale = "0";
   std::string page_size = "0";  // --page-size: K/V in pages of N rows (0: contiguous)
   bool cache_seqlens = false;   // --cache-seqlens: per-sequence key counts (a KV cache)
-  bool varlen = false;          // --varlen: a packed batch of sequences (forward only)
+  bool varlen = false;          // --varlen: a packed batch of sequences
+  std::string seqlens_q;        // --seqlens-q N,N,...: each sequence's queries (with --varlen)
+  std::string seqlens_k;        // --seqlens-k: each sequence's keys (default --seqlens-q)
+  std::string sizes_given;      // the first of --batch/--seqlen/--seqlen-q/--seqlen-k given
   std::string path = "sm80";
   std::string block_m = "0";
   std::string block_n = "0";
@@ -44,6 +48,10 @@ struct ParsedProblem {
   Problem problem;
   KernelConfig config;  // zero fields: the heuristic picks
   Pass pass = Pass::forward;
+  // A packed batch's lengths (--seqlens-q/--seqlens-k; empty: not given) and
+  // its totals (0: unknown, --varlen with --batch and --seqlen only).
+  std::vector<int64_t> seqlens_q, seqlens_k;
+  int64_t total_q = 0, total_k = 0;
 };
 
 // Fails with one line naming the flag, what it allows and what it got, e.g.

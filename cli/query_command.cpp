@@ -118,6 +118,27 @@ void print_record(llvm::raw_ostream &os, const TuningRecord &r, bool nearest) {
                       r.shape);
 }
 
+// How a packed batch's class was sized ("" for a dense problem): its
+// sequences, longest lengths and total, and the dense batch it counts as.
+std::string packed_class_text(const ParsedProblem &parsed, const Problem &chooser,
+                              const ProblemClassKey &key) {
+  const Problem &p = parsed.problem;
+  if (!p.varlen) return "";
+  const std::string buckets =
+      llvm::formatv("buckets seqlen_q {0}, seqlen_k {1}, batch x heads {2}", key.seqlen_q_bucket,
+                    key.seqlen_k_bucket, key.batch_heads_bucket)
+          .str();
+  if (parsed.total_q == 0)
+    return llvm::formatv("packed, {0} sequences of up to {1} queries / {2} keys, total unknown "
+                         "(--seqlens-q gives it), sized as {0} x {1}: {3}",
+                         p.batch, p.seqlen_q, p.seqlen_k, buckets)
+        .str();
+  return llvm::formatv("packed, {0} sequences, longest {1} queries / {2} keys, {3} queries in "
+                       "all: sized as ceil({3} / {1}) = {4} x {1}: {5}",
+                       p.batch, p.seqlen_q, p.seqlen_k, parsed.total_q, chooser.batch, buckets)
+      .str();
+}
+
 }  // namespace
 
 int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem,
@@ -166,9 +187,11 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   const bool backward = parsed->pass == Pass::backward;
   KernelConfig requested;
   requested.deterministic = parsed->config.deterministic;
-  auto chosen =
-      backward ? choose_backward_config(parsed->problem, requested, *device, database.get())
-               : choose_forward_config(parsed->problem, requested, *device, database.get());
+  // A packed batch is classed as a call classes it: by its longest sequence
+  // and its total (class_view).
+  const Problem chooser = class_view(parsed->problem, parsed->total_q);
+  auto chosen = backward ? choose_backward_config(chooser, requested, *device, database.get())
+                         : choose_forward_config(chooser, requested, *device, database.get());
   if (!chosen) return report_error(kExitFailure, chosen.takeError());
   std::string kernel_id;
   const TargetArch target_arch = device->target();
@@ -181,7 +204,8 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   else
     llvm::consumeError(spec.takeError());
   const ProblemClassKey asked =
-      problem_class_key(parsed->problem, class_pass(parsed->pass, requested.deterministic));
+      problem_class_key(chooser, class_pass(parsed->pass, requested.deterministic));
+  const std::string packed = packed_class_text(*parsed, chooser, asked);
   // On Hopper, why the sm80 family runs where the sm90 one does not serve
   // the class (a head dim it lacks, the deterministic mode).
   std::string family_note;
@@ -205,6 +229,18 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
                          {"arch", device->target().name()},
                          {"problem", problem_json(parsed->problem)},
                          {"class", class_json(asked)}};
+    if (parsed->problem.varlen) {
+      llvm::json::Object v{{"sequences", parsed->problem.batch},
+                           {"longest_q", parsed->problem.seqlen_q},
+                           {"longest_k", parsed->problem.seqlen_k},
+                           {"sized_as_batch", chooser.batch},
+                           {"explanation", packed}};
+      if (parsed->total_q > 0) {
+        v["total_q"] = parsed->total_q;
+        v["total_k"] = parsed->total_k;
+      }
+      o["packed"] = std::move(v);
+    }
     if (path) o["database"] = *path;
     if (chosen->record) {
       o["measurements"] = measurements_json(*chosen->record);
@@ -222,6 +258,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   os << llvm::formatv("source     {0}\n", to_string(chosen->source));
   os << llvm::formatv("config     {0}\n", config_text(to_stored(chosen->config)));
   if (!kernel_id.empty()) os << llvm::formatv("kernel     {0}\n", kernel_id);
+  if (!packed.empty()) os << llvm::formatv("class      {0}\n", packed);
   if (chosen->record) print_record(os, *chosen->record, nearest);
   if (nearest)
     os << llvm::formatv("asked      {0}\n", class_text(asked));

@@ -11,6 +11,7 @@
 
 #include "llvm/Support/ThreadPool.h"
 
+#include "cli/problem_flags.h"
 #include "cli_runner.h"
 #include "flashjit/backward.h"
 #include "generator/backward_spec.h"
@@ -170,6 +171,83 @@ TEST(VarlenCli, TheFlagReachesBothPassesKernels) {
   auto bwd = testing_cli::run_cli({"gen", "--arch", "sm_90a", "--varlen", "--pass", "bwd"});
   ASSERT_EQ(bwd.code, 0) << bwd.err;
   EXPECT_NE(bwd.out.find("constexpr bool kVarlen = true;"), std::string::npos);
+}
+
+TEST(VarlenCli, SeqlensGiveTheBatchTheLongestSequenceAndTheTotals) {
+  cli::ProblemFlagValues v;
+  v.varlen = true;
+  v.seqlens_q = "17,4096,300";
+  v.seqlens_k = "30,4000,0";
+  auto parsed = cli::parse_problem_flags(v);
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->problem.batch, 3);
+  EXPECT_EQ(parsed->problem.seqlen_q, 4096);
+  EXPECT_EQ(parsed->problem.seqlen_k, 4000);
+  EXPECT_EQ(parsed->total_q, 4413);
+  EXPECT_EQ(parsed->total_k, 4030);
+  EXPECT_EQ(parsed->seqlens_q, (std::vector<int64_t>{17, 4096, 300}));
+  EXPECT_EQ(parsed->seqlens_k, (std::vector<int64_t>{30, 4000, 0}));
+  v.seqlens_k.clear();  // keys default to the queries' lengths
+  parsed = cli::parse_problem_flags(v);
+  ASSERT_TRUE(bool(parsed));
+  EXPECT_EQ(parsed->seqlens_k, parsed->seqlens_q);
+  EXPECT_EQ(parsed->total_k, 4413);
+
+  auto error_of = [](cli::ProblemFlagValues values) {
+    auto r = cli::parse_problem_flags(values);
+    return r ? std::string("(parsed)") : llvm::toString(r.takeError());
+  };
+  cli::ProblemFlagValues bad = v;
+  bad.varlen = false;
+  EXPECT_EQ(error_of(bad), "--seqlens-q: expected --varlen beside it (lengths describe a packed "
+                           "batch), got 17,4096,300");
+  bad = v;
+  bad.seqlens_q = "17,,300";
+  EXPECT_EQ(error_of(bad), "--seqlens-q: expected comma-separated lengths >= 0, e.g. "
+                           "17,4096,300, got ''");
+  bad.seqlens_q = "17,-1";
+  EXPECT_EQ(error_of(bad), "--seqlens-q: expected comma-separated lengths >= 0, e.g. "
+                           "17,4096,300, got -1");
+  bad.seqlens_q = "0,0";
+  EXPECT_EQ(error_of(bad), "--seqlens-q: expected at least one sequence of length > 0, got 0,0");
+  bad.seqlens_q = "2000000000,2000000000";
+  EXPECT_EQ(error_of(bad), "--seqlens-q: expected a total below 2147483648 (rows are 32-bit), "
+                           "got 4000000000 in all");
+  bad = v;
+  bad.seqlens_k = "1,2";
+  EXPECT_EQ(error_of(bad), "--seqlens-k: expected 3 lengths, one per sequence of --seqlens-q, "
+                           "got 2");
+  bad = v;
+  bad.seqlens_q.clear();
+  bad.seqlens_k = "1,2";
+  EXPECT_EQ(error_of(bad), "--seqlens-k: expected --seqlens-q beside it, got 1,2");
+  bad = v;
+  bad.sizes_given = "--batch";
+  EXPECT_EQ(error_of(bad), "--seqlens-q: expected no --batch beside it (the lengths give the "
+                           "batch and the longest sequence), got 17,4096,300");
+}
+
+TEST(VarlenCli, QueryExplainsThePackedClass) {
+  auto r = testing_cli::run_cli({"query", "--arch", "sm_90a", "--varlen", "--seqlens-q",
+                                 "17,4096,300", "--causal", "--db", "/nonexistent/flashjit-varlen-query.db"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("class      packed, 3 sequences, longest 4096 queries / 4096 keys, 4413 "
+                       "queries in all: sized as ceil(4413 / 4096) = 2 x 4096: buckets seqlen_q "
+                       "12, seqlen_k 12, batch x heads 5\n"),
+            std::string::npos)
+      << r.out;
+  auto json = testing_cli::run_cli({"query", "--arch", "sm_90a", "--varlen", "--seqlens-q",
+                                    "17,4096,300", "--json", "--db", "/nonexistent/flashjit-varlen-query.db"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"kv_layout\": \"packed\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"sized_as_batch\": 2"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"total_q\": 4413"), std::string::npos) << json.out;
+  // Given with the lengths, --batch would contradict them.
+  auto both = testing_cli::run_cli({"query", "--arch", "sm_90a", "--varlen", "--seqlens-q",
+                                    "17,4096", "--batch", "2", "--db", "/nonexistent/flashjit-varlen-query.db"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("--seqlens-q: expected no --batch beside it"), std::string::npos)
+      << both.err;
 }
 
 TEST(VarlenCompile, Sm90KernelsCompileWithoutSpills) {
