@@ -69,7 +69,9 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
   const bool deterministic = parsed->config.deterministic;
   plan.entries.push_back(PlanEntry{describe(parsed->problem) +
                                        pass_suffix(parsed->pass, deterministic),
-                                   parsed->problem, 0, parsed->pass, deterministic});
+                                   parsed->problem, 0, parsed->pass, deterministic,
+                                   parsed->seqlens_q, parsed->seqlens_k, parsed->total_q,
+                                   parsed->total_k});
   exit_code = kExitOk;
   return plan;
 }

@@ -56,10 +56,13 @@ int PrecompileCommand::run(const CommonOptions &common, const ProblemOptions &pr
     const PlanEntry &entry = tuning_plan->entries[i];
     // Candidates of either pass compile in worker processes: a compiler
     // crash fails one candidate, not the run.
+    // A packed batch is sized by its longest sequence and its total, as a
+    // call's class is (class_view).
+    const Problem sized = class_view(entry.problem, entry.total_q);
     auto outcome = entry.pass == Pass::backward
-                       ? precompile_backward(entry.problem, entry.deterministic, *target,
-                                             max_smem, **database, threads, current_executable())
-                       : precompile_forward(entry.problem, *target, max_smem, **database, threads,
+                       ? precompile_backward(sized, entry.deterministic, *target, max_smem,
+                                             **database, threads, current_executable())
+                       : precompile_forward(sized, *target, max_smem, **database, threads,
                                             current_executable());
     llvm::json::Object o{{"name", entry.name},
                          {"pass", class_pass(entry.pass, entry.deterministic)},

@@ -1,10 +1,11 @@
 // libFuzzer target: the CLI's problem and kernel-config flags
 // (cli::parse_problem_flags). The input is the flags' text: a first byte
 // whose bits are the boolean flags (1: --causal, 2: --deterministic, 4:
-// --cache-seqlens), then the string fields in declaration order (but
-// --splits, --pack-gqa and --page-size last, in the order they were added,
-// so that the seed corpus keeps its meaning), separated by '\n'; fields the
-// input does not reach keep their defaults. Any text must give a validated
+// --cache-seqlens, 8: --varlen), then the string fields in declaration order
+// (but --splits, --pack-gqa, --page-size, --seqlens-q, --seqlens-k and the
+// sizes-given marker last, in the order they were added, so that the seed
+// corpus keeps its meaning), separated by '\n'; fields the input does not
+// reach keep their defaults. Any text must give a validated
 // problem or one "--flag: ..." error (or validate_problem's); never a crash,
 // an ASan or UBSan report (a signed overflow in a bound, a float cast out of
 // range).
@@ -30,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                  &v.seqlen_q, &v.seqlen_k, &v.hdim,   &v.hdim_v,   &v.mask,
                                  &v.softcap, &v.scale,   &v.path,   &v.block_m,  &v.block_n,
                                  &v.warps,   &v.stages,  &v.pass,   &v.splits,   &v.pack_gqa,
-                                 &v.page_size};
+                                 &v.page_size, &v.seqlens_q, &v.seqlens_k, &v.sizes_given};
   llvm::StringRef rest = size > 0 ? llvm::StringRef(reinterpret_cast<const char *>(data) + 1,
                                                     size - 1)
                                   : llvm::StringRef();

@@ -25,7 +25,8 @@ namespace {
 const char *const kProblemKeys[] = {"dtype",   "batch",   "heads",    "heads_kv", "seqlen",
                                     "seqlen_q", "seqlen_k", "hdim",     "hdim_v",   "mask",
                                     "window",  "softcap", "scale",    "pass",     "passes",
-                                    "deterministic", "page_size", "cache_seqlens", "name"};
+                                    "deterministic", "page_size", "cache_seqlens", "varlen",
+                                    "seqlens_q", "seqlens_k", "name"};
 constexpr int64_t kMaxLength = (int64_t(1) << 31) - 1;  // the kernels index rows with int
 constexpr int64_t kMaxGrid = 65535;                     // batch and heads are grid dimensions
 
@@ -72,7 +73,8 @@ std::optional<PlanError> read_fields(const YAML::Node &map, bool allow_name, Fie
       return PlanError{line, llvm::formatv("unknown key '{0}' in {1} (expected one of dtype, "
                                            "batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, "
                                            "hdim, hdim_v, mask, window, softcap, scale, pass, "
-                                           "passes, deterministic, page_size, cache_seqlens{2})",
+                                           "passes, deterministic, page_size, cache_seqlens, "
+                                           "varlen, seqlens_q, seqlens_k{2})",
                                            shown(pair.first), where, allow_name ? ", name" : "")
                                  .str()};
     }
@@ -172,6 +174,80 @@ std::optional<PlanError> read_passes(const Fields &entry, const Fields &defaults
   return std::nullopt;
 }
 
+// A list of sequence lengths (each >= 0, at most 65535 of them, a total in
+// (0, 2^31)).
+std::optional<PlanError> read_lengths(const Field &f, llvm::StringRef key,
+                                      std::vector<int64_t> &out) {
+  constexpr const char *kLengths = "a list of sequence lengths >= 0, e.g. [17, 4096, 300]";
+  if (!f.value.IsSequence() || f.value.size() == 0) return key_error(f, key, kLengths);
+  if (f.value.size() > static_cast<size_t>(kMaxGrid))
+    return key_error(f, key, "at most 65535 sequences (a grid dimension)");
+  int64_t total = 0;
+  for (const YAML::Node &item : f.value) {
+    int64_t n = 0;
+    if (!item.IsScalar() || llvm::StringRef(item.Scalar()).getAsInteger(10, n) || n < 0 ||
+        n > kMaxLength)
+      return PlanError{f.line, llvm::formatv("key '{0}': expected {1}, got {2}", key, kLengths,
+                                             shown(item))
+                                   .str()};
+    out.push_back(n);
+    total += n;
+  }
+  if (total == 0 || total > kMaxLength)
+    return PlanError{f.line, llvm::formatv("key '{0}': expected a total in [1, 2147483647], got "
+                                           "{1}",
+                                           key, total)
+                                 .str()};
+  return std::nullopt;
+}
+
+// varlen: true, and the packed batch's lengths when given (they set the
+// batch, the longest lengths and the totals).
+std::optional<PlanError> read_packed(const Fields &entry, const Fields &defaults,
+                                     PlanEntry &out) {
+  Problem &p = out.problem;
+  if (const Field *f = lookup(entry, defaults, "varlen")) {
+    const std::string text = f->value.IsScalar() ? f->value.Scalar() : std::string();
+    if (text != "true" && text != "false") return key_error(*f, "varlen", "true or false");
+    p.varlen = text == "true";
+  }
+  const Field *lens_q = lookup(entry, defaults, "seqlens_q");
+  const Field *lens_k = lookup(entry, defaults, "seqlens_k");
+  if (!lens_q && !lens_k) return std::nullopt;
+  const Field &first = lens_q ? *lens_q : *lens_k;
+  const char *first_key = lens_q ? "seqlens_q" : "seqlens_k";
+  if (!p.varlen) return key_error(first, first_key, "varlen: true beside it");
+  if (!lens_q) return key_error(*lens_k, "seqlens_k", "seqlens_q beside it");
+  for (const char *size : {"batch", "seqlen", "seqlen_q", "seqlen_k"})
+    if (auto it = entry.find(size); it != entry.end())
+      return PlanError{it->second.line,
+                       llvm::formatv("key '{0}': not with seqlens_q (the lengths give the batch "
+                                     "and the longest sequence)",
+                                     size)
+                           .str()};
+  if (auto e = read_lengths(*lens_q, "seqlens_q", out.seqlens_q)) return e;
+  if (lens_k) {
+    if (auto e = read_lengths(*lens_k, "seqlens_k", out.seqlens_k)) return e;
+    if (out.seqlens_k.size() != out.seqlens_q.size())
+      return PlanError{lens_k->line,
+                       llvm::formatv("key 'seqlens_k': expected {0} lengths, one per sequence "
+                                     "of seqlens_q, got {1}",
+                                     out.seqlens_q.size(), out.seqlens_k.size())
+                           .str()};
+  } else {
+    out.seqlens_k = out.seqlens_q;
+  }
+  p.batch = static_cast<int64_t>(out.seqlens_q.size());
+  p.seqlen_q = p.seqlen_k = 0;
+  for (size_t b = 0; b < out.seqlens_q.size(); ++b) {
+    p.seqlen_q = std::max(p.seqlen_q, out.seqlens_q[b]);
+    p.seqlen_k = std::max(p.seqlen_k, out.seqlens_k[b]);
+    out.total_q += out.seqlens_q[b];
+    out.total_k += out.seqlens_k[b];
+  }
+  return std::nullopt;
+}
+
 // Builds one entry from its fields over the defaults; `line` is the entry's.
 std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults, int line,
                                     PlanEntry &out) {
@@ -211,30 +287,34 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
     if (p.heads_q % p.heads_kv) return key_error(*f, "heads_kv", expected);
   }
 
-  // The problem's own seqlen (or seqlen_q/_k) wins over any of the defaults'.
-  const Field *seqlen_q = nullptr, *seqlen_k = nullptr;
-  for (const Fields *fields : {&entry, &defaults}) {
-    auto it = fields->find("seqlen");
-    const Field *both = it == fields->end() ? nullptr : &it->second;
-    auto q = fields->find("seqlen_q"), k = fields->find("seqlen_k");
-    if (!seqlen_q) seqlen_q = q != fields->end() ? &q->second : both;
-    if (!seqlen_k) seqlen_k = k != fields->end() ? &k->second : both;
+  if (auto e = read_packed(entry, defaults, out)) return e;
+  // The problem's own seqlen (or seqlen_q/_k) wins over any of the defaults';
+  // a packed batch's lengths (read_packed) give them instead.
+  if (out.seqlens_q.empty()) {
+    const Field *seqlen_q = nullptr, *seqlen_k = nullptr;
+    for (const Fields *fields : {&entry, &defaults}) {
+      auto it = fields->find("seqlen");
+      const Field *both = it == fields->end() ? nullptr : &it->second;
+      auto q = fields->find("seqlen_q"), k = fields->find("seqlen_k");
+      if (!seqlen_q) seqlen_q = q != fields->end() ? &q->second : both;
+      if (!seqlen_k) seqlen_k = k != fields->end() ? &k->second : both;
+    }
+    if (!seqlen_q || !seqlen_k)
+      return missing(!seqlen_q && !seqlen_k ? "'seqlen' (or 'seqlen_q' and 'seqlen_k')"
+                     : !seqlen_q            ? "'seqlen_q' (or 'seqlen')"
+                                            : "'seqlen_k' (or 'seqlen')");
+    auto seqlen_key = [&](const Field *f, const char *own) {
+      for (const Fields *fields : {&entry, &defaults})
+        if (auto it = fields->find(own); it != fields->end() && &it->second == f) return own;
+      return "seqlen";
+    };
+    if (auto e = read_int(*seqlen_q, seqlen_key(seqlen_q, "seqlen_q"), 1, kMaxLength, kPositive,
+                          p.seqlen_q, kLengthMax))
+      return e;
+    if (auto e = read_int(*seqlen_k, seqlen_key(seqlen_k, "seqlen_k"), 1, kMaxLength, kPositive,
+                          p.seqlen_k, kLengthMax))
+      return e;
   }
-  if (!seqlen_q || !seqlen_k)
-    return missing(!seqlen_q && !seqlen_k ? "'seqlen' (or 'seqlen_q' and 'seqlen_k')"
-                   : !seqlen_q            ? "'seqlen_q' (or 'seqlen')"
-                                          : "'seqlen_k' (or 'seqlen')");
-  auto seqlen_key = [&](const Field *f, const char *own) {
-    for (const Fields *fields : {&entry, &defaults})
-      if (auto it = fields->find(own); it != fields->end() && &it->second == f) return own;
-    return "seqlen";
-  };
-  if (auto e = read_int(*seqlen_q, seqlen_key(seqlen_q, "seqlen_q"), 1, kMaxLength, kPositive,
-                        p.seqlen_q, kLengthMax))
-    return e;
-  if (auto e = read_int(*seqlen_k, seqlen_key(seqlen_k, "seqlen_k"), 1, kMaxLength, kPositive,
-                        p.seqlen_k, kLengthMax))
-    return e;
 
   constexpr const char *kHeadDim = "a multiple of 8 in [8, 256]";
   const Field *hdim = get("hdim");

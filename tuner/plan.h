@@ -14,8 +14,12 @@
 // order; default fwd), deterministic: true (the backward's deterministic
 // mode instead of its default); a KV cache for the forward: page_size (0:
 // contiguous, else a multiple of 16 in [16, 512]; seqlen_k is the cache's
-// capacity) and cache_seqlens: true (per-sequence key counts). Errors name
-// the file, line and key.
+// capacity) and cache_seqlens: true (per-sequence key counts); a packed
+// batch (flash_attn_varlen_func): varlen: true, with seqlens_q: [17, 4096,
+// 300] (and seqlens_k, default the same), which give the batch, the longest
+// lengths and the totals (an entry with them takes no batch or seqlen*;
+// the defaults' are not used for it), or with batch and seqlen as the
+// longest. Errors name the file, line and key.
 #pragma once
 
 #include <string>
@@ -34,6 +38,10 @@ struct PlanEntry {
   int line = 0;  // in the plan file, for messages
   Pass pass = Pass::forward;
   bool deterministic = false;  // backward only
+  // A packed batch's lengths (varlen: true with seqlens_q/seqlens_k; empty
+  // otherwise) and totals (0: unknown, varlen with batch and seqlen only).
+  std::vector<int64_t> seqlens_q, seqlens_k;
+  int64_t total_q = 0, total_k = 0;
 };
 
 // " (bwd)", " (bwd-det)", or "" for the forward: what tells the entries of

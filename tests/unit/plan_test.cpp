@@ -2,6 +2,7 @@
 // (file:line and the key), and every plan shipped in plans/ parses.
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tuner/plan.h"
@@ -144,11 +145,11 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
       {head + "  - {seqlen: 1024, hdmi: 64}\n",
        "plans/x.yaml:4: unknown key 'hdmi' in problem (expected one of dtype, batch, heads, "
        "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
-       "passes, deterministic, page_size, cache_seqlens, name)"},
+       "passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k, name)"},
       {"defaults: {heads: 16, hdim: 128, nmae: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: unknown key 'nmae' in defaults (expected one of dtype, batch, heads, "
        "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
-       "passes, deterministic, page_size, cache_seqlens)"},
+       "passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k)"},
       {"defaults: {heads: 16, hdim: 128, name: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: key 'name': names a single problem, not defaults"},
       {head + "  - {seqlen: 0}\n", "plans/x.yaml:4: key 'seqlen': expected a positive integer, got 0"},
@@ -222,6 +223,61 @@ problems:
   EXPECT_NE(plan->entries[0].name.find("seqused_k page=64"), std::string::npos);
   EXPECT_EQ(plan->entries[1].problem.page_size, 0);
   EXPECT_FALSE(plan->entries[1].problem.seqused_k);
+}
+
+TEST(Plan, APackedBatchTakesItsLengths) {
+  auto plan = parse_plan(R"(defaults: {heads: 16, hdim: 128, batch: 4, seqlen: 1024, mask: causal}
+problems:
+  - {varlen: true, seqlens_q: [17, 4096, 300]}
+  - {varlen: true, seqlens_q: [1, 1], seqlens_k: [700, 0], mask: none}
+  - {varlen: true, batch: 8, seqlen: 2048}
+  - {seqlen: 512}
+)",
+                         "plans/packed.yaml");
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->entries.size(), 4u);
+  const PlanEntry &a = plan->entries[0];
+  EXPECT_TRUE(a.problem.varlen);
+  EXPECT_EQ(a.problem.batch, 3);  // the lengths', not the defaults' 4
+  EXPECT_EQ(a.problem.seqlen_q, 4096);
+  EXPECT_EQ(a.problem.seqlen_k, 4096);
+  EXPECT_EQ(a.total_q, 4413);
+  EXPECT_EQ(a.seqlens_k, (std::vector<int64_t>{17, 4096, 300}));
+  const PlanEntry &b = plan->entries[1];
+  EXPECT_EQ(b.problem.seqlen_q, 1);
+  EXPECT_EQ(b.problem.seqlen_k, 700);
+  EXPECT_EQ(b.total_q, 2);
+  EXPECT_EQ(b.total_k, 700);
+  const PlanEntry &c = plan->entries[2];  // the longest lengths only: total unknown
+  EXPECT_TRUE(c.problem.varlen);
+  EXPECT_EQ(c.problem.batch, 8);
+  EXPECT_EQ(c.problem.seqlen_q, 2048);
+  EXPECT_EQ(c.total_q, 0);
+  EXPECT_FALSE(plan->entries[3].problem.varlen);
+
+  const std::string head = "defaults: {heads: 16, hdim: 128}\nproblems:\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {head + "  - {seqlens_q: [1, 2]}\n",
+       "plans/x.yaml:3: key 'seqlens_q': expected varlen: true beside it, got a list"},
+      {head + "  - {varlen: yes, seqlen: 8}\n",
+       "plans/x.yaml:3: key 'varlen': expected true or false, got yes"},
+      {head + "  - {varlen: true, seqlens_q: [1, -2]}\n",
+       "plans/x.yaml:3: key 'seqlens_q': expected a list of sequence lengths >= 0, e.g. [17, "
+       "4096, 300], got -2"},
+      {head + "  - {varlen: true, seqlens_q: 17}\n",
+       "plans/x.yaml:3: key 'seqlens_q': expected a list of sequence lengths >= 0, e.g. [17, "
+       "4096, 300], got 17"},
+      {head + "  - {varlen: true, seqlens_q: [0, 0]}\n",
+       "plans/x.yaml:3: key 'seqlens_q': expected a total in [1, 2147483647], got 0"},
+      {head + "  - {varlen: true, seqlens_q: [1, 2], seqlens_k: [3]}\n",
+       "plans/x.yaml:3: key 'seqlens_k': expected 2 lengths, one per sequence of seqlens_q, got 1"},
+      {head + "  - {varlen: true, seqlens_k: [3]}\n",
+       "plans/x.yaml:3: key 'seqlens_k': expected seqlens_q beside it, got a list"},
+      {head + "  - {varlen: true, seqlens_q: [1, 2], batch: 2}\n",
+       "plans/x.yaml:3: key 'batch': not with seqlens_q (the lengths give the batch and the "
+       "longest sequence)"},
+  };
+  for (const auto &[text, message] : cases) EXPECT_EQ(error_of(text), message) << text;
 }
 
 TEST(Plan, HdimVIsCheckedLikeHdim) {
