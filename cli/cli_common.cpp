@@ -8,6 +8,7 @@
 #include "generator/field_json.h"
 #include "generator/heuristic.h"
 #include "runtime/device.h"
+#include "runtime/tuning_key.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -175,9 +176,12 @@ llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
                           .str();
 
   const bool backward = parsed->pass == Pass::backward;
+  // A packed batch's config is chosen as a call's is: by its longest
+  // sequence and its total (class_view).
+  const Problem chooser = class_view(out.problem, parsed->total_q);
   const KernelConfig config =
-      backward ? default_backward_config(out.problem, arch, out.max_smem_bytes, parsed->config)
-               : default_forward_config(out.problem, arch, out.max_smem_bytes, parsed->config);
+      backward ? default_backward_config(chooser, arch, out.max_smem_bytes, parsed->config)
+               : default_forward_config(chooser, arch, out.max_smem_bytes, parsed->config);
   auto spec = backward ? make_backward_spec(out.problem, config, arch, out.max_smem_bytes)
                        : make_forward_spec(out.problem, config, arch, out.max_smem_bytes);
   if (!spec) return spec.takeError();
@@ -204,6 +208,16 @@ llvm::json::Object problem_json(const Problem &p) {
 }
 
 // The fields a tuning stores, as `db` and `query` print a stored config.
+llvm::json::Object accuracy_json(const AccuracyReport &r) {
+  return llvm::json::Object{{"passed", r.passed},
+                            {"max_err", r.max_err},
+                            {"baseline_err", r.baseline_err},
+                            {"tolerance", r.tolerance},
+                            {"unwritten", int64_t(r.unwritten)},
+                            {"lse_max_err", r.lse_max_err},
+                            {"lse_unwritten", int64_t(r.lse_unwritten)}};
+}
+
 llvm::json::Object config_json(const KernelConfig &c) {
   llvm::json::Object o;
   for_each_kernel_config_field([&](const auto &field) {

@@ -7,6 +7,7 @@
 
 #include "cli/problem_flags.h"
 #include "generator/kernel_spec.h"
+#include "reference/accuracy.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -15,10 +16,13 @@ namespace flashjit::cli {
 
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2 };
 
-// run and tune of a packed varlen batch (issue #14) are not built yet.
+// What does not time a packed varlen batch yet (issue #14).
 inline constexpr const char *kVarlenNotTimed =
-    "--varlen: run and tune do not time a packed batch yet; gen, compile, query and precompile "
-    "take it";
+    "--varlen: tune does not time a packed batch yet; gen, compile, run (the forward), query "
+    "and precompile take it";
+inline constexpr const char *kVarlenBackwardNotTimed =
+    "--varlen: run times a packed batch's forward only; drop --pass bwd (the varlen backward "
+    "runs through the C++, C and Python APIs)";
 
 // Prints "flashjit: error: <message>" to stderr and returns `code`.
 int report_error(int code, const llvm::Twine &message);
@@ -82,5 +86,7 @@ llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
 void print_json(const llvm::json::Value &value);
 llvm::json::Object problem_json(const Problem &problem);
 llvm::json::Object config_json(const KernelConfig &config);
+// A forward check's result (run --check), as `run --json` reports it.
+llvm::json::Object accuracy_json(const AccuracyReport &report);
 
 }  // namespace flashjit::cli

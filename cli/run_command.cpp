@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/random_inputs.h"
 #include "cli/run_backward.h"
+#include "cli/run_varlen.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
 #include "runtime/cuda_driver.h"
@@ -176,10 +177,10 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   if (repeats < 1) return report_error(kExitUsage, llvm::formatv("--repeats: expected an integer >= 1, got {0}", repeats.getValue()));
   // Flags first: a typo should be reported as such even on a machine with
   // no GPU.
-  if (auto parsed = parse_problem_flags(problem_options.values()); !parsed)
-    return report_error(kExitUsage, parsed.takeError());
-  else if (parsed->problem.varlen)
-    return report_error(kExitUsage, kVarlenNotTimed);
+  auto parsed = parse_problem_flags(problem_options.values());
+  if (!parsed) return report_error(kExitUsage, parsed.takeError());
+  if (parsed->problem.varlen && parsed->pass == Pass::backward)
+    return report_error(kExitUsage, kVarlenBackwardNotTimed);
   auto device = query_device(0);
   if (!device)
     return report_error(kExitFailure,
@@ -188,6 +189,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   auto kernel = resolve_kernel(problem_options, "", code);
   if (!kernel) return report_error(code, kernel.takeError());
   if (kernel->spec.pass == Pass::backward) return run_backward(*this, common, *kernel, *device);
+  if (kernel->problem.varlen) return run_varlen(*this, common, *kernel, *parsed, *device);
   const Problem &p = kernel->problem;
   const KernelSpec &spec = kernel->spec;
 
@@ -259,14 +261,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
                          {"input_sets", int64_t(sets.size())},
                          {"tflops", tflops},
                          {"gbps", gbps}};
-    if (accuracy)
-      o["check"] = llvm::json::Object{{"passed", accuracy->passed},
-                                      {"max_err", accuracy->max_err},
-                                      {"baseline_err", accuracy->baseline_err},
-                                      {"tolerance", accuracy->tolerance},
-                                      {"unwritten", int64_t(accuracy->unwritten)},
-                                      {"lse_max_err", accuracy->lse_max_err},
-                                      {"lse_unwritten", int64_t(accuracy->lse_unwritten)}};
+    if (accuracy) o["check"] = accuracy_json(*accuracy);
     print_json(std::move(o));
   } else {
     llvm::raw_ostream &os = llvm::outs();

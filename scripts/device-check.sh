@@ -67,7 +67,9 @@ run_shapes() {
     "--dtype bf16 --batch 2 --heads 16 --seqlen 2048 --hdim 128 --causal" \
     "--dtype fp16 --batch 1 --heads 8 --seqlen 1023 --hdim 64" \
     "--dtype bf16 --batch 2 --heads 32 --heads-kv 8 --seqlen 4096 --hdim 128 --causal" \
-    "--dtype bf16 --batch 3 --heads 4 --seqlen-q 113 --seqlen-k 1023 --hdim 256 --causal"; do
+    "--dtype bf16 --batch 3 --heads 4 --seqlen-q 113 --seqlen-k 1023 --hdim 256 --causal" \
+    "--dtype bf16 --heads 16 --hdim 128 --causal --varlen --seqlens-q 17,4096,300,0,1023" \
+    "--dtype fp16 --heads 32 --heads-kv 8 --hdim 64 --varlen --batch 9 --seqlen-q 700 --seqlen-k 2000"; do
     echo "+ flashjit run --check $shape"
     # shellcheck disable=SC2086
     "$BIN/flashjit" run --check $shape || rc=1

@@ -1,0 +1,21 @@
+// `flashjit run --varlen`: a packed batch (flash_attn_varlen_func's
+// layout) on the GPU with random inputs. The sequences' lengths come from
+// --seqlens-q/--seqlens-k, else they are drawn at random up to
+// --seqlen-q/--seqlen-k (--seed; one sequence has the longest lengths). With
+// --check each sequence is compared with the GPU reference applied to it
+// alone; TFLOP/s count each sequence's own work.
+#pragma once
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/packed_lengths.h"
+#include "cli/problem_flags.h"
+#include "runtime/device.h"
+
+namespace flashjit::cli {
+
+int run_varlen(const RunCommand &command, const CommonOptions &common,
+               const ResolvedKernel &kernel, const ParsedProblem &parsed,
+               const DeviceInfo &device);
+
+}  // namespace flashjit::cli
