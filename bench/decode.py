@@ -33,6 +33,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashjit  # noqa: E402
 from compare import short_error  # noqa: E402
+from latency import latency_us  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 TABLE_HEADER = "=== flashjit vs SDPA (decode, GB/s of K/V) ==="
@@ -74,18 +75,7 @@ def time_ms(fn, warmup, repeats, calls=50):
 
 def latency_ms(fn, repeats=20):
     """Median wall time of one call on an idle GPU, Python call to kernel end."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    return latency_us(fn, repeats, warmup=3) / 1e3
 
 
 def paged_cache(k, v, page):

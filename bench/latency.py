@@ -35,8 +35,9 @@ ROWS = [(1, 128, 16, 128, True), (32, 512, 16, 128, True)]
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def latency_us(fn, repeats=100):
-    for _ in range(10):
+def latency_us(fn, repeats=100, warmup=10):
+    """Median wall time of one call on an idle GPU, Python call to kernel end."""
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     times = []

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "cli/random_inputs.h"
+#include "cli/run_report.h"
 #include "flashjit/backward.h"
 #include "reference/backward_check.h"
 #include "reference/cpu_attention.h"
@@ -128,18 +129,10 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
       kBackwardFlopsFactor * p.forward_flops() / (timing->median_ms * 1e-3) / 1e12;
 
   if (common.json) {
-    llvm::json::Object o{{"id", spec.id()},
-                         {"pass", "bwd"},
-                         {"deterministic", spec.config.deterministic},
-                         {"device", device.name},
-                         {"problem", problem_json(p)},
-                         {"config", config_json(spec.config)},
-                         {"median_ms", timing->median_ms},
-                         {"min_ms", timing->min_ms},
-                         {"max_ms", timing->max_ms},
-                         {"repeats", command.repeats.getValue()},
-                         {"input_sets", int64_t(sets.size())},
-                         {"tflops", tflops}};
+    llvm::json::Object o = run_json(spec, device, p, *timing, command.repeats, sets.size());
+    o["pass"] = "bwd";
+    o["deterministic"] = spec.config.deterministic;
+    o["tflops"] = tflops;
     if (accuracy)
       o["check"] = llvm::json::Object{{"passed", accuracy->passed()},
                                       {"problem", problem_json(checked)},
@@ -149,9 +142,7 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
     print_json(std::move(o));
   } else {
     llvm::raw_ostream &os = llvm::outs();
-    os << llvm::formatv("kernel   {0}\n", spec.id());
-    os << llvm::formatv("device   {0}\n", device.name);
-    os << llvm::formatv("problem  {0}\n", describe(p));
+    print_run_head(os, spec, device, p);
     os << llvm::formatv("config   {0}\n", describe(spec.config));
     if (accuracy)
       os << llvm::formatv("check    {0} (on {1})\n", accuracy->describe(), describe(checked));

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/random_inputs.h"
 #include "cli/run_backward.h"
+#include "cli/run_report.h"
 #include "cli/run_varlen.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
@@ -250,28 +251,17 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   const double gbps = kv_bytes / (timing->median_ms * 1e-3) / 1e9;
 
   if (common.json) {
-    llvm::json::Object o{{"id", spec.id()},
-                         {"device", device->name},
-                         {"problem", problem_json(p)},
-                         {"config", config_json(spec.config)},
-                         {"median_ms", timing->median_ms},
-                         {"min_ms", timing->min_ms},
-                         {"max_ms", timing->max_ms},
-                         {"repeats", repeats.getValue()},
-                         {"input_sets", int64_t(sets.size())},
-                         {"tflops", tflops},
-                         {"gbps", gbps}};
+    llvm::json::Object o = run_json(spec, *device, p, *timing, repeats, sets.size());
+    o["tflops"] = tflops;
+    o["gbps"] = gbps;
     if (accuracy) o["check"] = accuracy_json(*accuracy);
     print_json(std::move(o));
   } else {
     llvm::raw_ostream &os = llvm::outs();
-    os << llvm::formatv("kernel   {0}\n", spec.id());
-    os << llvm::formatv("device   {0}\n", device->name);
-    os << llvm::formatv("problem  {0}\n", describe(p));
+    print_run_head(os, spec, *device, p);
     os << llvm::formatv("config   {0}\n", describe(spec.config));
     if (accuracy) os << llvm::formatv("check    {0}\n", accuracy->describe());
-    os << llvm::formatv("time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input sets)\n",
-                        timing->median_ms, timing->min_ms, timing->max_ms, repeats.getValue(), sets.size());
+    print_run_time(os, *timing, repeats, sets.size());
     os << llvm::formatv("perf     {0:f1} TFLOP/s, {1:f1} GB/s (K and V read once)\n", tflops,
                         gbps);
   }

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "cli/random_inputs.h"
+#include "cli/run_report.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
 #include "runtime/cuda_driver.h"
@@ -194,36 +195,23 @@ int run_varlen(const RunCommand &command, const CommonOptions &common,
     llvm::json::Array json_q, json_k;
     for (int64_t n : lengths.q) json_q.push_back(n);
     for (int64_t n : lengths.k) json_k.push_back(n);
-    llvm::json::Object o{{"id", spec.id()},
-                         {"device", device.name},
-                         {"problem", problem_json(p)},
-                         {"config", config_json(spec.config)},
-                         {"seqlens_q", std::move(json_q)},
-                         {"seqlens_k", std::move(json_k)},
-                         {"total_q", total_q},
-                         {"total_k", total_k},
-                         {"median_ms", timing->median_ms},
-                         {"min_ms", timing->min_ms},
-                         {"max_ms", timing->max_ms},
-                         {"repeats", command.repeats.getValue()},
-                         {"input_sets", int64_t(sets.size())},
-                         {"tflops", tflops},
-                         {"gbps", gbps}};
+    llvm::json::Object o = run_json(spec, device, p, *timing, command.repeats, sets.size());
+    o["seqlens_q"] = std::move(json_q);
+    o["seqlens_k"] = std::move(json_k);
+    o["total_q"] = total_q;
+    o["total_k"] = total_k;
+    o["tflops"] = tflops;
+    o["gbps"] = gbps;
     if (accuracy) o["check"] = accuracy_json(*accuracy);
     print_json(std::move(o));
   } else {
     llvm::raw_ostream &os = llvm::outs();
-    os << llvm::formatv("kernel   {0}\n", spec.id());
-    os << llvm::formatv("device   {0}\n", device.name);
-    os << llvm::formatv("problem  {0}\n", describe(p));
+    print_run_head(os, spec, device, p);
     os << llvm::formatv("packed   {0} sequences, {1} queries and {2} keys in all\n",
                         lengths.q.size(), total_q, total_k);
     os << llvm::formatv("config   {0}\n", describe(spec.config));
     if (accuracy) os << llvm::formatv("check    {0}\n", accuracy->describe());
-    os << llvm::formatv(
-        "time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input sets)\n",
-        timing->median_ms, timing->min_ms, timing->max_ms, command.repeats.getValue(),
-        sets.size());
+    print_run_time(os, *timing, command.repeats, sets.size());
     os << llvm::formatv("perf     {0:f1} TFLOP/s of the sequences' own work, {1:f1} GB/s (K and "
                         "V read once)\n",
                         tflops, gbps);
