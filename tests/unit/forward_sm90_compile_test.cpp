@@ -269,12 +269,12 @@ void expect_rejected(int d, int block_m, int block_n, int warps, int stages,
 
 TEST(FwdSm90Traits, SharedMemoryAndRejections) {
   // Two Q buffers 128x128, 2 x (K + V) 128x128, 2 x 2 Q + 4 x 2 K/V
-  // barriers, 1024 alignment slack.
-  expect_layout(128, 128, 128, 12, 2, 384, 2, 2 * 32768 + 2 * 2 * 32768 + 12 * 8 + 1024);
+  // barriers, a tile slot per Q buffer, 1024 alignment slack.
+  expect_layout(128, 128, 128, 12, 2, 384, 2, 2 * 32768 + 2 * 2 * 32768 + 12 * 8 + 2 * 8 + 1024);
   // Three stages leave room for one Q buffer only.
-  expect_layout(128, 128, 128, 12, 3, 384, 1, 32768 + 3 * 2 * 32768 + 14 * 8 + 1024);
+  expect_layout(128, 128, 128, 12, 3, 384, 1, 32768 + 3 * 2 * 32768 + 14 * 8 + 8 + 1024);
   // Head dim 256 at block_n 48: two Q buffers of 128x256 fit.
-  expect_layout(256, 128, 48, 12, 2, 384, 2, 2 * 65536 + 2 * 2 * 24576 + 12 * 8 + 1024);
+  expect_layout(256, 128, 48, 12, 2, 384, 2, 2 * 65536 + 2 * 2 * 24576 + 12 * 8 + 2 * 8 + 1024);
   expect_rejected(256, 128, 96, 12, 2, "the device allows 232448");
   expect_rejected(128, 128, 176, 12, 2, "exceeds 128");
   for (int d : {64, 128, 256}) EXPECT_FALSE(FwdSm90Traits::search_space(d, 232448).empty());
@@ -283,8 +283,9 @@ TEST(FwdSm90Traits, SharedMemoryAndRejections) {
 // Three consumer warpgroups (block_m 192, 16 warps) at head dim 64 only,
 // block_n up to 112, with FlashAttention-3's 32/160 register split.
 TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
-  // Two Q buffers 192x64, 3 x (K + V) 112x64, 2 x 2 Q + 4 x 3 K/V barriers.
-  expect_layout(64, 192, 112, 16, 3, 512, 2, 2 * 24576 + 3 * 2 * 14336 + 16 * 8 + 1024);
+  // Two Q buffers 192x64, 3 x (K + V) 112x64, 2 x 2 Q + 4 x 3 K/V barriers,
+  // 2 tile slots.
+  expect_layout(64, 192, 112, 16, 3, 512, 2, 2 * 24576 + 3 * 2 * 14336 + 16 * 8 + 2 * 8 + 1024);
   expect_rejected(64, 192, 128, 16, 2, "block_n=128 exceeds 112 at head dim 64, block_m 192");
   expect_rejected(128, 192, 64, 16, 2, "block_m=192 is not 64 or 128");
   expect_rejected(64, 192, 64, 12, 2,
