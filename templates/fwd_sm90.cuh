@@ -19,6 +19,11 @@
 // of tile costs); else one CTA per work tile (one round each), which the
 // hardware's block scheduler balances: causal tiles differ in cost up to
 // the number of query blocks, and the static rotation lost 12% at causal 8k.
+// A packed varlen batch on persistent CTAs numbers its tiles sequence by
+// sequence without the empty ones, and under a mask takes them from a
+// counter the host zeroes (a CTA's next tile when it frees up): the
+// producer passes each tile's index to the consumers in a slot beside its Q
+// buffer.
 //
 // Warp roles. Warpgroup 0 is the producer: it gives registers back
 // (setmaxnreg.dec) and one elected thread of its first warp issues every TMA
@@ -70,7 +75,8 @@
 // signal at the end, so no barrier is left half-arrived.
 //
 // Parts. The work tiles and their key tiles come from the tile scheduler
-// (common/fwd_scheduler.cuh: dense, persistent rotation, split-KV), each
+// (common/fwd_scheduler.cuh: dense, persistent rotation, split-KV, a packed
+// batch's compact numbering and counter), each
 // sequence's lengths and the Q and K/V tiles' TMA coordinates from the
 // sequence-info part (common/sequence.cuh: dense, a packed varlen batch
 // whose sequences start at cu_seqlens offsets of one [total][heads][dim]
