@@ -48,6 +48,13 @@ bool measure(const char *name, const Problem &p, int calls, const Counts &expect
   flashjit::ForwardArgs args = flashjit::ForwardArgs::packed(
       p, fake(0x10000000), fake(0x20000000), fake(0x30000000),
       const_cast<void *>(fake(0x40000000)), nullptr);
+  if (p.varlen) {  // a packed batch: [total, heads, dim] tensors and their offsets
+    args.q_strides = args.o_strides = {0, p.heads_q * p.head_dim_qk, p.head_dim_qk};
+    args.k_strides = args.v_strides = {0, p.heads_kv * p.head_dim_qk, p.head_dim_qk};
+    args.varlen = {static_cast<const int32_t *>(fake(0x50000000)),
+                   static_cast<const int32_t *>(fake(0x60000000)), 3 * p.seqlen_q,
+                   3 * p.seqlen_k};
+  }
   for (int i = 0; i < 20; ++i) {  // the first call compiles (NVRTC) and loads
     flashjit::Status s = flashjit::forward(p, args);
     if (!s.ok()) {
@@ -105,7 +112,16 @@ int main(int argc, char **argv) {
   decode.seqlen_q = 1;
   decode.seqlen_k = 8192;
   decode.head_dim_qk = decode.head_dim_v = 128;
+  // A packed batch: its offsets are checked too (two more pointer queries),
+  // and under a mask its tiles come from a counter zeroed per call (a pool
+  // allocation; the memset is not counted).
+  Problem packed = train;
+  packed.varlen = true;
+  packed.batch = 5;
   bool ok = measure("forward d128 causal 2x4096", train, calls, {1, 4, 3, 1, 0});
   ok = measure("decode d128 1x8192 (split)", decode, calls, {2, 4, 3, 1, 1}) && ok;
+  ok = measure("varlen d128 causal (counter)", packed, calls, {1, 6, 3, 1, 1}) && ok;
+  packed.mask = flashjit::MaskKind::none;  // without a mask the static rotation: no counter
+  ok = measure("varlen d128 full", packed, calls, {1, 6, 3, 1, 0}) && ok;
   return ok ? 0 : 1;
 }
