@@ -118,9 +118,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = m0 + warp * 16 + lane / 4 + h * 8;
-    const i64 index = seq.lse_row(p, head, row);
-    lse_log2[h] = row < seqlen_q ? p.lse[index] * bwd_sm80::kLog2e : kInf;
-    dsum[h] = row < seqlen_q ? p.dsum[index] : 0.f;
+    lse_log2[h] = row < seqlen_q ? p.lse[seq.lse_row(p, head, row)] * bwd_sm80::kLog2e : kInf;
+    dsum[h] = row < seqlen_q ? p.dsum[seq.workspace_row(p, head, row)] : 0.f;
   }
 
   float acc_dq[1][kDimQK / 8][4];

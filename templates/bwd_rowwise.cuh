@@ -35,7 +35,7 @@ using Sequence = SequenceInfo<cfg::kVarlen, false, 0, 64>;
 // The CTA's block of query rows: head, the batch index of the tensors
 // (outer: 0 for a packed batch), the first row within the tensors
 // (tensor_row) and the row count, and the first row's index among D's and
-// the accumulator's rows (the LSE's: common/sequence.cuh).
+// the accumulator's rows (common/sequence.cuh, workspace_row).
 struct RowBlock {
   int head, outer, rows;
   i64 tensor_row, first;
@@ -48,7 +48,7 @@ __device__ __forceinline__ RowBlock row_block(const BwdParams &p) {
   const int row_begin = blockIdx.x * kRowsPerCta;
   b.rows = min(kRowsPerCta, seq.seqlen_q - row_begin);
   b.tensor_row = seq.q_row0 + row_begin;
-  b.first = seq.lse_row(p, b.head, row_begin);
+  b.first = seq.workspace_row(p, b.head, row_begin);
   return b;
 }
 

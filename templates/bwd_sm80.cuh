@@ -186,10 +186,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
         p.do_row_stride, seqlen_q - m0, t);
     // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D.
     for (int r = t; r < kBlockM; r += kThreads) {
-      const i64 index = seq.lse_row(p, head, m0 + r);
       const bool valid = m0 + r < seqlen_q;
-      s_stats[stage * kBlockM + r] = valid ? p.lse[index] * kLog2e : kInf;
-      s_stats[kStatsD + stage * kBlockM + r] = valid ? p.dsum[index] : 0.f;
+      s_stats[stage * kBlockM + r] = valid ? p.lse[seq.lse_row(p, head, m0 + r)] * kLog2e : kInf;
+      s_stats[kStatsD + stage * kBlockM + r] =
+          valid ? p.dsum[seq.workspace_row(p, head, m0 + r)] : 0.f;
     }
   };
   if (iterations > 0) load_query_tile(0, 0);
@@ -317,8 +317,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
       zero(dq);
       warp_gemm<Element, kQMT, kQNT, kBlockN / 16, true, kSmemM, true, kSmemQK>(
           dq, sDS, q0, sK, d0, 0, lane);
-      // The accumulator's rows are the LSE's (common/sequence.cuh).
-      float *const accum = p.dq_accum + seq.lse_row(p, head, 0) * kHeadDimQK;
+      // The accumulator's rows: common/sequence.cuh, workspace_row.
+      float *const accum = p.dq_accum + seq.workspace_row(p, head, 0) * kHeadDimQK;
 #pragma unroll
       for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll

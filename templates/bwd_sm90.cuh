@@ -303,6 +303,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     if constexpr (kVarlen) return seq.lse_row(p, head, q);
     return (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q + q;
   };
+  // Its row of D and of the dQ accumulator (common/sequence.cuh).
+  auto workspace_row = [&](int head, int q) -> i64 {
+    if constexpr (kVarlen) return seq.workspace_row(p, head, q);
+    return lse_row(head, q);
+  };
   const QueryTiles tiles = query_tiles(seq);
   const int m_block_begin = tiles.m_block_begin, m_blocks = tiles.m_blocks;
   const int iterations = tiles.iterations;
@@ -345,9 +350,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
     const int q = (m_block_begin + it % m_blocks) * kBlockM + query0 + ctid;
     if (ctid < kSN && q < seqlen_q) {
-      const i64 row = lse_row(head, q);
-      lse = p.lse[row] * kLog2e;
-      d = p.dsum[row];
+      lse = p.lse[lse_row(head, q)] * kLog2e;
+      d = p.dsum[workspace_row(head, q)];
     }
   };
   float next_lse, next_d;
@@ -390,9 +394,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     wgmma_fence_operands(acc_dq);
   };
   auto reduce_dq = [&](const DqAccumulator &acc_dq, int head, int m0) {
-    // The accumulator's rows are the LSE's (common/sequence.cuh).
     float *const accum =
-        p.dq_accum + (kVarlen ? lse_row(head, 0)
+        p.dq_accum + (kVarlen ? workspace_row(head, 0)
                               : (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q) *
                          kHeadDim;
     const int row0 = m0 + (kDQSplitRows ? cwg * 64 : 0) + warp * 16 + group;

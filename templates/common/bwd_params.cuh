@@ -15,8 +15,8 @@ struct BwdParams {
   void *dk;
   void *dv;
   // Workspace: fp32 dQ accumulator [batch, heads_q, seqlen_q, head_dim_qk]
-  // and D = rowsum(dO * O) [batch, heads_q, seqlen_q] (varlen: [heads_q,
-  // total_q] rows).
+  // and D = rowsum(dO * O) [batch, heads_q, seqlen_q] (varlen: heads_q *
+  // total_q rows, each sequence's a block: SequenceInfo::workspace_row).
   float *dq_accum;
   float *dsum;
 
@@ -43,8 +43,8 @@ struct BwdParams {
 
   // A packed varlen batch (kernels compiled with kVarlen), as FwdParams:
   // Q/O/dO/dQ [total_q][heads_q][dim], K/V/dK/dV [total_k][heads_kv][dim],
-  // sequence b owning rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1]; the LSE,
-  // D and the dQ accumulator have [heads_q][total_q] rows
+  // sequence b owning rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1]; the LSE
+  // has [heads_q][total_q] rows, D and the dQ accumulator as many
   // (common/sequence.cuh).
   int batch;
   const int *cu_seqlens_q;
