@@ -7,14 +7,35 @@
 
 namespace flashjit {
 
-int BwdSm90Traits::smem_bytes() const {
-  const int kv = 2 * block_n * head_dim * 2;
-  const int q_do = 2 * stages * block_m * head_dim * 2;
-  const int ds = (splits_head_dim() ? 2 : 1) * 2 * block_n * block_m * 2;
-  const int stat_rows = splits_head_dim() ? block_m / 2 : block_m;
+namespace {
+constexpr int kSmemLimit = 232448;  // sm_90's 227 KB per CTA
+}
+
+// Everything but the staged dQ buffers.
+static int unstaged_smem_bytes(const BwdSm90Traits &t) {
+  const int kv = 2 * t.block_n * t.head_dim * 2;
+  const int q_do = 2 * t.stages * t.block_m * t.head_dim * 2;
+  const int ds = (t.splits_head_dim() ? 2 : 1) * 2 * t.block_n * t.block_m * 2;
+  const int stat_rows = t.splits_head_dim() ? t.block_m / 2 : t.block_m;
   const int stats = 2 * 2 * 2 * stat_rows * 4;  // per consumer warpgroup, two buffers
-  const int barriers = 8 * (1 + 2 * stages);
-  return kv + q_do + ds + stats + barriers + kSmemAlign;
+  const int barriers = 8 * (1 + 2 * t.stages);
+  return kv + q_do + ds + stats + barriers + BwdSm90Traits::kSmemAlign;
+}
+
+// Two consumer warpgroups' dQ parts, 64 rows x their columns of fp32 each:
+// the whole head dim when they split the tile by rows (block_m 128) or
+// take their own keys (d=64 with block_m 64), else half of it.
+static int dq_stage_bytes(const BwdSm90Traits &t) {
+  const bool whole = t.block_m == 128 || (t.block_m == 64 && t.head_dim == 64);
+  return 2 * 64 * (whole ? t.head_dim : t.head_dim / 2) * 4;
+}
+
+bool BwdSm90Traits::dq_staged() const {
+  return unstaged_smem_bytes(*this) + dq_stage_bytes(*this) <= kSmemLimit;
+}
+
+int BwdSm90Traits::smem_bytes() const {
+  return unstaged_smem_bytes(*this) + (dq_staged() ? dq_stage_bytes(*this) : 0);
 }
 
 std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,

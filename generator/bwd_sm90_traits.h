@@ -32,8 +32,13 @@ struct BwdSm90Traits {
   bool splits_head_dim() const { return head_dim == 256; }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
-  // the mbarriers; slack to align the base.
+  // each consumer warpgroup's dQ part when staged; the mbarriers; slack to
+  // align the base.
   int smem_bytes() const;
+  // Whether the consumers hand dQ's parts to the TMA unit through shared
+  // buffers (reduce-add) rather than adding them with per-thread atomics:
+  // wherever the buffers fit (the kernel's kDQStaged).
+  bool dq_staged() const;
 
   // Why the sm90 backward cannot serve this problem at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v, bool deterministic);

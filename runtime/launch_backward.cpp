@@ -134,15 +134,16 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
 
   BwdParams params = make_backward_params(problem, args);
   void *kernel_args[] = {&params};
-  // The sm90 kernel also takes TMA tensor maps of Q, K, V and dO, encoded
-  // before anything is enqueued so a map the driver refuses launches nothing.
+  // The sm90 kernel also takes TMA tensor maps of Q, K, V, dO and the dQ
+  // accumulator, encoded before anything is enqueued so a map the driver
+  // refuses launches nothing.
   BackwardTensorMaps maps{};
   if (sm90) {
     auto encoded = make_backward_tensor_maps(*spec, problem, args);
     if (!encoded) return with_context(problem, encoded.takeError());
     maps = *encoded;
   }
-  void *sm90_args[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout};
+  void *sm90_args[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout, &maps.dq_accum};
   if (llvm::Error e = preprocess->launch(rowwise, stream, kernel_args))
     return with_context(problem, std::move(e));
   if (llvm::Error e = main->launch(main_geometry, stream, sm90 ? sm90_args : kernel_args))

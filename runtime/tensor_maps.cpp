@@ -31,14 +31,13 @@ uint64_t tma_stride(int64_t elements, int64_t extent, int head_dim) {
 // read in boxes of `box`, 128-byte swizzled; out-of-bounds elements read as
 // zeros. The error names the tensor (`what`) and every value passed.
 llvm::Expected<CUtensorMap> encode_tiled(const CudaDriver &cu, const std::string &what,
-                                         DType dtype, const void *data, cuuint32_t rank,
-                                         const cuuint64_t *dims, const cuuint64_t *byte_strides,
-                                         const cuuint32_t *box) {
+                                         CUtensorMapDataType type, const void *data,
+                                         cuuint32_t rank, const cuuint64_t *dims,
+                                         const cuuint64_t *byte_strides, const cuuint32_t *box) {
   CUtensorMap map;
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   CUresult r = cu.cuTensorMapEncodeTiled(
-      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      rank, const_cast<void *>(data), dims, byte_strides, box, element_strides,
+      &map, type, rank, const_cast<void *>(data), dims, byte_strides, box, element_strides,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // NONE: out-of-bounds elements read as zeros
   if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled")) {
@@ -63,6 +62,10 @@ llvm::Expected<CUtensorMap> encode_tiled(const CudaDriver &cu, const std::string
   return map;
 }
 
+CUtensorMapDataType tma_type(DType dtype) {
+  return dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
 // A [batch, seqlen, heads, dim] tensor as the 4-d map (dim, seqlen, heads,
 // batch) with the caller's strides, in boxes of 64 columns x `box_rows`.
 llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType dtype,
@@ -74,7 +77,7 @@ llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType
                                       tma_stride(strides.head, heads, head_dim),
                                       tma_stride(strides.batch, batch, head_dim)};
   const cuuint32_t box[4] = {kBoxColumns, static_cast<cuuint32_t>(box_rows), 1, 1};
-  return encode_tiled(cu, name, dtype, data, 4, dims, byte_strides, box);
+  return encode_tiled(cu, name, tma_type(dtype), data, 4, dims, byte_strides, box);
 }
 
 // Q with packed GQA (fwd_sm90.cuh, kPackGqa): a 5-d view [batch][seq][kv
@@ -94,8 +97,8 @@ llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, c
                                       tma_stride(strides.batch, batch, head_dim)};
   const cuuint32_t box[5] = {kBoxColumns, static_cast<cuuint32_t>(ratio), 1,
                              static_cast<cuuint32_t>(kQBoxRows / ratio), 1};
-  return encode_tiled(cu, "q packed by " + std::to_string(ratio) + " heads", dtype, data, 5, dims,
-                      byte_strides, box);
+  return encode_tiled(cu, "q packed by " + std::to_string(ratio) + " heads", tma_type(dtype), data,
+                      5, dims, byte_strides, box);
 }
 
 }  // namespace
@@ -155,7 +158,19 @@ llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &s
   auto dout = encode(*driver, "dout", p.dtype, args.dout, spec.head_dim_v, q_rows, p.heads_q,
                      q_outer, args.dout_strides, block_m);
   if (!dout) return dout.takeError();
-  return BackwardTensorMaps{*q, *k, *v, *dout};
+  // The fp32 dQ accumulator (the workspace's first rows x head_dim_qk, see
+  // make_backward_params) as a 2-d map the kernel reduce-adds its dQ parts
+  // into, in boxes of 32 columns (128 bytes: one swizzle row) x 64 rows.
+  const cuuint64_t accum_dims[2] = {static_cast<cuuint64_t>(spec.head_dim_qk),
+                                    static_cast<cuuint64_t>(
+                                        forward_lse_rows(p, args.varlen.total_q))};
+  const cuuint64_t accum_stride[1] = {static_cast<cuuint64_t>(spec.head_dim_qk) * 4};
+  const cuuint32_t accum_box[2] = {32, 64};
+  auto dq_accum = encode_tiled(*driver, "the dQ accumulator (workspace)",
+                               CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.workspace, 2, accum_dims,
+                               accum_stride, accum_box);
+  if (!dq_accum) return dq_accum.takeError();
+  return BackwardTensorMaps{*q, *k, *v, *dout, *dq_accum};
 }
 
 llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &spec,

@@ -35,11 +35,12 @@ llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &sp
                                 FwdParams &params, CUstream stream, int resident_ctas = 0);
 
 struct BackwardTensorMaps {
-  CUtensorMap q, k, v, dout;
+  CUtensorMap q, k, v, dout, dq_accum;  // the kernel's parameters after BwdParams, in order
 };
 
 // The sm90 backward's inputs, as make_forward_tensor_maps: Q and dO in boxes
-// of block_m rows, K and V of block_n.
+// of block_m rows, K and V of block_n; and its fp32 dQ accumulator in the
+// workspace.
 llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &spec,
                                                              const Problem &problem,
                                                              const BackwardArgs &args);

@@ -87,7 +87,8 @@ llvm::Error BackwardKernels::launch(const Problem &problem, const BackwardArgs &
                                     CUstream stream) const {
   BwdParams params = make_backward_params(problem, args);
   void *plain[] = {&params};
-  // The sm90 family's main kernel also takes TMA tensor maps of Q, K, V, dO.
+  // The sm90 family's main kernel also takes TMA tensor maps of Q, K, V, dO
+  // and the dQ accumulator.
   BackwardTensorMaps maps{};
   const bool sm90 = spec.config.path == KernelPath::sm90;
   if (sm90) {
@@ -95,7 +96,7 @@ llvm::Error BackwardKernels::launch(const Problem &problem, const BackwardArgs &
     if (!encoded) return encoded.takeError();
     maps = *encoded;
   }
-  void *with_maps[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout};
+  void *with_maps[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout, &maps.dq_accum};
   const auto steps = backward_steps(spec, problem);
   for (size_t i = 0; i < steps.size(); ++i) {
     void **kernel_args = sm90 && steps[i].entry == main().entry() ? with_maps : plain;

@@ -100,6 +100,38 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const TmaDescriptor *desc, 
       : "memory");
 }
 
+// Adds the fp32 box at `src` (laid out as the map's box, swizzled as the map
+// says) into a 2-d tensor map's box at (c0 innermost, c1): one reduction
+// the TMA unit performs in L2, so no thread issues per-element atomics.
+// Elements outside the tensor are skipped. Completes in the thread's bulk
+// async-group (tma_commit_group, tma_wait_group_read).
+__device__ __forceinline__ void tma_reduce_add_2d(const TmaDescriptor *desc, u32 src, int c0,
+                                                  int c1) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%1, %2}], [%3];\n" ::"l"(reinterpret_cast<u64>(desc)),
+      "r"(c0), "r"(c1), "r"(src)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most N of this thread's bulk groups still read their shared
+// memory sources (the buffers of the others may be written again).
+template <int N>
+__device__ __forceinline__ void tma_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// Waits until at most N of this thread's bulk groups are incomplete (their
+// writes performed).
+template <int N>
+__device__ __forceinline__ void tma_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // ---- warpgroup MMA -------------------------------------------------------------
 
 // Orders this thread's register and shared-memory accesses before the next

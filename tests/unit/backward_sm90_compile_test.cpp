@@ -150,21 +150,31 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   auto t = BwdSm90Traits::make(128, 128, 64, 128, 12, 2, 0);
   ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
   // K, V: 128x128; Q, dO: 2 stages of 64x128; dS^T: 2 x 128x64; LSE and D:
-  // 2 warpgroups x 2 buffers x 2 x 64 fp32; 5 mbarriers; 1024 bytes of
-  // alignment slack.
+  // 2 warpgroups x 2 buffers x 2 x 64 fp32; each warpgroup's staged dQ
+  // part, 64 rows x 64 columns fp32; 5 mbarriers; 1024 bytes of alignment
+  // slack.
+  EXPECT_TRUE(t->dq_staged());
   EXPECT_EQ(t->smem_bytes(), 2 * 128 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 2 * 128 * 64 * 2 +
-                                 2 * 2 * 2 * 64 * 4 + 40 + 1024);
+                                 2 * 2 * 2 * 64 * 4 + 2 * 64 * 64 * 4 + 40 + 1024);
+  // Three stages leave no room for the staged parts: dQ by atomics.
+  auto deep = BwdSm90Traits::make(128, 128, 64, 128, 12, 3, 0);
+  ASSERT_TRUE(bool(deep)) << llvm::toString(deep.takeError());
+  EXPECT_FALSE(deep->dq_staged());
+  EXPECT_EQ(deep->smem_bytes(), 2 * 128 * 128 * 2 + 3 * 2 * 64 * 128 * 2 + 2 * 128 * 64 * 2 +
+                                    2 * 2 * 2 * 64 * 4 + 56 + 1024);
   EXPECT_EQ(t->threads(), 384);
   EXPECT_EQ(BwdSm90Traits::search_space(128, 232448).size(), 3u);
   EXPECT_EQ(BwdSm90Traits::search_space(64, 232448).size(), 6u);
 
   // d=256: K, V: 64x256; Q, dO: 2 stages of 64x256; dS^T and P^T: 2 x 2 x
-  // 64x64; LSE and D of each warpgroup's 32 queries: 2 x 2 x 2 x 32 fp32.
+  // 64x64; LSE and D of each warpgroup's 32 queries: 2 x 2 x 2 x 32 fp32; no
+  // room for dQ's staged parts (64 x 128 fp32 each).
   auto split = BwdSm90Traits::make(256, 256, 64, 64, 12, 2, 0);
   ASSERT_TRUE(bool(split)) << llvm::toString(split.takeError());
   EXPECT_EQ(split->smem_bytes(), 2 * 64 * 256 * 2 + 2 * 2 * 64 * 256 * 2 + 2 * 2 * 64 * 64 * 2 +
                                      2 * 2 * 2 * 32 * 4 + 40 + 1024);
   EXPECT_LE(split->smem_bytes(), 232448);
+  EXPECT_FALSE(split->dq_staged());
   EXPECT_EQ(BwdSm90Traits::search_space(256, 232448).size(), 2u);
 }
 
