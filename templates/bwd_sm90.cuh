@@ -40,8 +40,11 @@
 // dS^T, once per tile (not at all when each takes its own keys).
 //
 // Warp roles. Warpgroup 0 is the producer (setmaxnreg.dec): one elected
-// lane issues TMA loads of K and V once and of Q and dO per query tile; the
-// rest of the warpgroup exits. Warpgroups 1 and 2 are the consumers
+// lane issues TMA loads of K and V once and of Q and dO per query tile;
+// where dQ is staged, its second warp is the dQ writer, which passes each
+// consumer warpgroup's staged dQ part to the TMA unit as a reduce-add into
+// the accumulator (FlashAttention-3's dQ path); the rest of the warpgroup
+// exits. Warpgroups 1 and 2 are the consumers
 // (setmaxnreg.inc); each stages the tile's LSE (in base 2, +inf past
 // seqlen_q so P = 0 there) and D through its own shared buffer, one row per
 // thread, on a named barrier of its own.
@@ -148,14 +151,18 @@ constexpr int kDQRegisters = kDQN / 2;
 constexpr int kDQTiles = kDQN / 8;
 // How dQ's part reaches the accumulator. Staged (where shared memory has
 // room): the warpgroup writes it to a buffer of its own (fp32, boxes of 32
-// columns x 64 rows, 128-byte swizzled: conflict-free 8-byte stores) and one
-// thread hands it to the TMA unit as a reduce-add into the accumulator's
-// tensor map. Else each thread adds its fragments with vectorised
-// reductions: 16 `red.global.add.v2.f32` per thread per tile at d=128,
-// whose source registers stay locked until the L1 has sent them, and the
-// next tile's S^T and dP^T land in those same registers: ncu, d=128 8k
-// causal, 34% of the warps' cycles stalled on that scoreboard, and the
-// kernel without the reductions ran 23% faster.
+// columns x 64 rows, 128-byte swizzled: conflict-free 8-byte stores) and
+// arrives on a barrier; the dQ writer warp hands it to the TMA unit as a
+// reduce-add into the accumulator's tensor map. Else each thread adds its
+// fragments with vectorised reductions: 16 `red.global.add.v2.f32` per
+// thread per tile at d=128, whose source registers stay locked until the L1
+// has sent them, and the next tile's S^T and dP^T land in those same
+// registers: ncu, d=128 8k causal, 34% of the warps' cycles stalled on that
+// scoreboard, and the kernel without the reductions ran 23% faster. H200,
+// `flashjit run --pass bwd`, 8k, TFLOP/s (atomics -> staged with one
+// consumer thread issuing the reduce -> the writer warp): d=128 full ? ->
+// 456.9 -> 472.9, causal ? -> 411.3 -> 451.2; d=256 full 357.3 -> 394.6,
+// causal 339.9 -> 394.5 (the first two columns from one build each).
 constexpr int kDQBoxColumns = 32;  // 128 bytes of fp32
 constexpr int kDQBoxBytes = 64 * kDQBoxColumns * 4;
 constexpr int kDQStageBytes = kDQN / kDQBoxColumns * kDQBoxBytes;  // one warpgroup's part
@@ -169,8 +176,12 @@ constexpr int kSmemUsed = kOffsetBarriers + kBarrierBytes;
 constexpr int kBarrierDs = 1;
 // 2, 3: one per consumer warpgroup, its own copy of the tile's LSE and D.
 constexpr int kBarrierStats = 2;
-// 4, 5: one per consumer warpgroup, its staged dQ part written.
-constexpr int kBarrierDQ = 4;
+// Staged dQ, one pair per consumer warpgroup, each over its 128 threads and
+// the dQ writer's warp: 4, 5 its part written (consumers arrive, the writer
+// waits); 6, 7 its buffer free again (the other way round).
+constexpr int kBarrierDQFull = 4;
+constexpr int kBarrierDQFree = 6;
+constexpr int kDQBarrierThreads = 128 + 32;
 
 static_assert(kHeadDimQK == kHeadDimV, "sm90 backward: head_dim_qk == head_dim_v");
 static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
@@ -270,6 +281,49 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // ---- producer ----------------------------------------------------------------
   if (warpgroup == 0) {
     setmaxnreg_dec<kProducerRegisters>();
+    if (kDQStaged && tid / 32 == 1) {
+      // The dQ writer: hands each consumer warpgroup's staged part to the
+      // TMA unit (a reduce-add into the accumulator), so the consumers only
+      // store to shared memory and arrive, never wait for each other or
+      // for the issue. Its barrier phases: one "free" per warpgroup up
+      // front, then per tile "full" in and "free" out.
+      const Sequence seq(p, batch);
+      const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq);
+      const int lane = tid % 32;
+#pragma unroll
+      for (int wg = 0; wg < 2; ++wg) named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
+      for (int it = 0; it < iterations; ++it) {
+        const int head = kv_head * p.heads_per_kv + it / m_blocks;
+        const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+#pragma unroll
+        for (int wg = 0; wg < 2; ++wg) {
+          named_barrier_sync(kBarrierDQFull + wg, kDQBarrierThreads);
+          if (lane == 0) {
+            // Rows past seqlen_q reach the next head's (or sequence's) rows
+            // of the accumulator; they add exact zeros there (P = 0 for
+            // those queries, so dS and their dQ rows are 0), and TMA skips
+            // rows past the tensor.
+            const int q = m0 + (kDQSplitRows ? wg * 64 : 0);
+            const int row0 = static_cast<int>(
+                kVarlen ? seq.workspace_row(p, head, q)
+                        : (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + q);
+            const int col0 = kDQSplitRows || kDQOwnKeys ? 0 : wg * kDQN;
+            const u32 stage = smem + kOffsetDQ + wg * kDQStageBytes;
+#pragma unroll
+            for (int b = 0; b < kDQN / kDQBoxColumns; ++b)
+              tma_reduce_add_2d(&tma_dq_accum, stage + b * kDQBoxBytes,
+                                col0 + b * kDQBoxColumns, row0);
+            tma_commit_group();
+            tma_wait_group_read<0>();
+          }
+          __syncwarp();
+          named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
+        }
+      }
+      // The reductions are performed before the CTA's shared memory goes away.
+      if (lane == 0) tma_wait_group<0>();
+      return;
+    }
     if (tid / 32 != 0) return;
     const Sequence seq(p, batch);
     const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq);
@@ -418,8 +472,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   auto reduce_dq = [&](const DqAccumulator &acc_dq, int head, int m0) {
     const int col0 = kDQSplitRows || kDQOwnKeys ? 0 : cwg * kDQN;
     if constexpr (kDQStaged) {
-      // The buffer's last reduce finished reading it before this tile's
-      // stats barrier (see there).
+      // The buffer is free once the writer has passed its last reduce to
+      // the TMA unit and that has read it (a tile ago: no wait in practice).
+      named_barrier_sync(kBarrierDQFree + cwg, kDQBarrierThreads);
       // acc_dq[4nt + 2h + c] is row 16 warp + group + 8h, column 8nt + 2 quad_lane
       // + c: 16-byte chunk (nt % 4) * 2 + quad_lane / 2 of its box's 128-byte
       // row, XORed with the row's group (row % 8). From the thread index
@@ -439,22 +494,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
                        "f"(acc_dq[4 * nt + 2 * h]), "f"(acc_dq[4 * nt + 2 * h + 1])
                        : "memory");
         }
-      const u32 stage = smem + kOffsetDQ + cwg * kDQStageBytes;
       fence_proxy_async();  // the generic-proxy stores, before the TMA unit reads them
-      named_barrier_sync(kBarrierDQ + cwg, 128);
-      if (ctid == 0) {
-        // Rows past seqlen_q reach the next head's (or sequence's) rows of
-        // the accumulator; they add exact zeros there (P = 0 for those
-        // queries, so dS and their dQ rows are 0), and TMA skips rows past
-        // the tensor.
-        const int row0 =
-            static_cast<int>(workspace_row(head, m0 + (kDQSplitRows ? cwg * 64 : 0)));
-#pragma unroll
-        for (int b = 0; b < kDQN / kDQBoxColumns; ++b)
-          tma_reduce_add_2d(&tma_dq_accum, stage + b * kDQBoxBytes, col0 + b * kDQBoxColumns,
-                            row0);
-        tma_commit_group();
-      }
+      named_barrier_arrive(kBarrierDQFull + cwg, kDQBarrierThreads);
       return;
     }
     float *const accum =
@@ -519,9 +560,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       lse_log2[kSN + ctid] = next_d;
     }
     if (it + 1 < iterations) load_stats(it + 1, next_lse, next_d);
-    // Staged dQ: the last tile's reduce has read its buffer once this
-    // barrier passes, before anyone writes it again at this tile's end.
-    if (kDQStaged && ctid == 0) tma_wait_group_read<0>();
     named_barrier_sync(kBarrierStats + cwg, 128);
     wgmma_wait<0>();
     wgmma_fence_operands(acc_s);
@@ -660,8 +698,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       reduce_dq(acc_dq, head, m0);
     }
   }
-  // The staged reductions: done before the CTA's shared memory goes away.
-  if (kDQStaged && ctid == 0) tma_wait_group<0>();
+  // The writer's last "free" (see the writer).
+  if constexpr (kDQStaged) named_barrier_sync(kBarrierDQFree + cwg, kDQBarrierThreads);
 
   // ---- epilogue: dK (scaled) and dV straight from the fragments ------------------
   u16 *dk = static_cast<u16 *>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride;
