@@ -9,6 +9,7 @@
 #include "runtime/tensor_maps.h"
 #include "reference/backward_check.h"
 #include "reference/cpu_attention.h"
+#include "reference/packed_check.h"
 #include "runtime/cuda_driver.h"
 #include "tuner/device_context.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -105,17 +106,33 @@ llvm::Error BackwardKernels::launch(const Problem &problem, const BackwardArgs &
   return llvm::Error::success();
 }
 
-llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(const Problem &problem,
-                                                                   const DeviceInfo &device) {
+llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(
+    const Problem &problem, const std::optional<PackedBatch> &packed_batch,
+    const DeviceInfo &device) {
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const CudaDriver &cu = *driver;
+  auto packed = packed_batch_for(problem, packed_batch);
+  if (!packed) return packed.takeError();
 
   std::unique_ptr<BackwardBench> bench(new BackwardBench);
   bench->problem_ = problem;
-  const size_t q_n = q_elements(problem), k_n = k_elements(problem), v_n = v_elements(problem);
-  const size_t o_n = o_elements(problem), lse_n = lse_elements(problem);
-  const size_t workspace = backward_workspace_bytes(problem);
+  // A packed batch's tensors hold its tokens (total_q, total_k rows), not
+  // batch x the longest lengths; its workspace is per token too.
+  const PackedBatch *batch = *packed;
+  const int64_t q_rows = batch ? batch->total_q() : problem.batch * problem.seqlen_q;
+  const int64_t k_rows = batch ? batch->total_k() : problem.batch * problem.seqlen_k;
+  const size_t q_n = batch ? size_t(q_rows * problem.heads_q * problem.head_dim_qk)
+                           : q_elements(problem);
+  const size_t k_n = batch ? size_t(k_rows * problem.heads_kv * problem.head_dim_qk)
+                           : k_elements(problem);
+  const size_t v_n = batch ? size_t(k_rows * problem.heads_kv * problem.head_dim_v)
+                           : v_elements(problem);
+  const size_t o_n = batch ? size_t(q_rows * problem.heads_q * problem.head_dim_v)
+                           : o_elements(problem);
+  const size_t lse_n = batch ? size_t(q_rows * problem.heads_q) : lse_elements(problem);
+  const size_t workspace = batch ? backward_workspace_bytes(problem, q_rows)
+                                 : backward_workspace_bytes(problem);
   const size_t per_set = 2 * (2 * q_n + 2 * k_n + 2 * v_n + 2 * o_n) + 4 * lse_n + workspace;
 
   size_t free_bytes = 0, total_bytes = 0;
@@ -138,6 +155,16 @@ llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(const Problem
   const std::vector<float> lse(lse_n, float(std::log(double(problem.seqlen_k)) + 0.5));
   for (size_t i = 0; i < count; ++i) {
     InputSet set;
+    if (batch) {
+      auto inputs = make_packed_backward_inputs(
+          problem, *batch, {values.data(), q_n}, {values.data() + 1, k_n},
+          {values.data() + 2, v_n}, {values.data() + 3, o_n}, {values.data() + 4, o_n}, lse);
+      if (!inputs) return inputs.takeError();
+      set.packed = std::move(*inputs);
+      set.args = set.packed->args;
+      bench->sets_.push_back(std::move(set));
+      continue;
+    }
     struct Upload {
       DeviceBuffer *into;
       const void *host;
@@ -221,9 +248,25 @@ llvm::Error BackwardBench::warm_up(const BackwardKernels &kernels, double ms) {
   return llvm::Error::success();
 }
 
-llvm::Expected<GradientAccuracyReport> check_backward_kernels(const BackwardKernels &kernels,
-                                                              const Problem &problem,
-                                                              CUstream stream) {
+PackedBatch backward_accuracy_packed_batch(const PackedBatch &packed) {
+  // Three sequences show the offsets at work at a float64 cost of seconds.
+  constexpr size_t kMaxSequences = 3;
+  return scaled_packed_batch(packed, kBackwardCheckMaxSeqlen, kMaxSequences);
+}
+
+llvm::Expected<GradientAccuracyReport> check_backward_kernels(
+    const BackwardKernels &kernels, const Problem &problem,
+    const std::optional<PackedBatch> &packed, CUstream stream) {
+  auto batch = packed_batch_for(problem, packed);
+  if (!batch) return batch.takeError();
+  auto launch = [&](const Problem &p, const BackwardArgs &args, CUstream s) {
+    return kernels.launch(p, args, s);
+  };
+  // The heads cut as a dense class's check cuts them; batch and lengths are
+  // the small packed batch's (check_packed_backward resizes the problem).
+  if (*batch)
+    return check_packed_backward(backward_accuracy_problem(problem),
+                                 backward_accuracy_packed_batch(**batch), launch, stream);
   return check_backward(
       backward_accuracy_problem(problem),
       [&](const Problem &p, const BackwardArgs &args, CUstream s) {

@@ -9,12 +9,14 @@
 #include <cuda.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "flashjit/backward.h"
 #include "generator/kernel_spec.h"
 #include "reference/accuracy.h"
+#include "reference/packed_batch.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/loaded_kernel.h"
@@ -53,9 +55,10 @@ class BackwardBench {
   // Allocates ceil(2 x L2 / bytes per set) input sets in the current context
   // (at least one; at most what half the free memory holds, and 32): random
   // q, k, v, O and dO, an LSE of the size softmax over seqlen_k keys has, the
-  // gradients and the workspace; and a stream.
-  static llvm::Expected<std::unique_ptr<BackwardBench>> make(const Problem &problem,
-                                                             const DeviceInfo &device);
+  // gradients and the workspace; and a stream. A varlen problem's sets are
+  // packed batches of `packed`'s lengths (required then, validated).
+  static llvm::Expected<std::unique_ptr<BackwardBench>> make(
+      const Problem &problem, const std::optional<PackedBatch> &packed, const DeviceInfo &device);
   ~BackwardBench();
   BackwardBench(const BackwardBench &) = delete;
   BackwardBench &operator=(const BackwardBench &) = delete;
@@ -76,6 +79,7 @@ class BackwardBench {
   BackwardBench() = default;
   struct InputSet {
     DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv, workspace;
+    std::optional<PackedBackwardInputs> packed;  // a varlen class: its own buffers
     BackwardArgs args;
   };
   llvm::Error launch(const BackwardKernels &kernels);
@@ -90,9 +94,17 @@ class BackwardBench {
 };
 
 // Runs `kernels` on backward_accuracy_problem(problem) and compares the
-// gradients with the float64 CPU reference (factor 3).
-llvm::Expected<GradientAccuracyReport> check_backward_kernels(const BackwardKernels &kernels,
-                                                              const Problem &problem,
-                                                              CUstream stream);
+// gradients with the float64 CPU reference (factor 3). A varlen problem
+// runs on backward_accuracy_packed_batch(*packed), each sequence's
+// gradients against its own float64 ones.
+llvm::Expected<GradientAccuracyReport> check_backward_kernels(
+    const BackwardKernels &kernels, const Problem &problem,
+    const std::optional<PackedBatch> &packed, CUstream stream);
+
+// The packed batch a varlen backward is checked on: at most three of
+// `packed`'s sequences (the longest among them), lengths scaled so the
+// longest is at most kBackwardCheckMaxSeqlen (the float64 CPU reference's
+// cost); irregular lengths stay.
+PackedBatch backward_accuracy_packed_batch(const PackedBatch &packed);
 
 }  // namespace flashjit

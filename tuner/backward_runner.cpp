@@ -11,9 +11,11 @@ namespace {
 
 class BackwardRunner final : public InProcessRunner {
  public:
-  BackwardRunner(ScopedDeviceContext scope, const Problem &problem, const DeviceInfo &device,
+  BackwardRunner(ScopedDeviceContext scope, const Problem &problem,
+                 const std::optional<PackedBatch> &packed, const DeviceInfo &device,
                  std::unique_ptr<BackwardBench> bench)
-      : InProcessRunner(std::move(scope), problem, device, nullptr), bench_(std::move(bench)) {}
+      : InProcessRunner(std::move(scope), problem, packed, device, nullptr),
+        bench_(std::move(bench)) {}
 
   llvm::Expected<LoadedCandidate> load_cubin(int index, const KernelSpec &spec,
                                              llvm::ArrayRef<char> cubin,
@@ -81,19 +83,20 @@ llvm::Expected<Measurement> BackwardRunner::time(int index, int repeats) {
 llvm::Expected<std::string> BackwardRunner::run_check(int index) {
   auto c = find_loaded(programs_, index);
   if (!c) return c.takeError();
-  auto report = check_backward_kernels(**c, problem_, bench_->stream());
+  auto report = check_backward_kernels(**c, problem_, packed_, bench_->stream());
   if (!report) return report.takeError();
   return report->passed() ? std::string() : report->describe();
 }
 
 }  // namespace
 
-llvm::Expected<std::unique_ptr<InProcessRunner>> make_backward_runner(ScopedDeviceContext scope,
-                                                                      const Problem &problem,
-                                                                      const DeviceInfo &device) {
-  auto bench = BackwardBench::make(problem, device);
+llvm::Expected<std::unique_ptr<InProcessRunner>> make_backward_runner(
+    ScopedDeviceContext scope, const Problem &problem, const std::optional<PackedBatch> &packed,
+    const DeviceInfo &device) {
+  auto bench = BackwardBench::make(problem, packed, device);
   if (!bench) return bench.takeError();
-  return std::make_unique<BackwardRunner>(std::move(scope), problem, device, std::move(*bench));
+  return std::make_unique<BackwardRunner>(std::move(scope), problem, packed, device,
+                                          std::move(*bench));
 }
 
 }  // namespace flashjit

@@ -12,8 +12,8 @@
 namespace flashjit {
 
 // Sets up the bench in `scope`'s context (current in this thread).
-llvm::Expected<std::unique_ptr<InProcessRunner>> make_backward_runner(ScopedDeviceContext scope,
-                                                                      const Problem &problem,
-                                                                      const DeviceInfo &device);
+llvm::Expected<std::unique_ptr<InProcessRunner>> make_backward_runner(
+    ScopedDeviceContext scope, const Problem &problem, const std::optional<PackedBatch> &packed,
+    const DeviceInfo &device);
 
 }  // namespace flashjit

@@ -6,17 +6,17 @@
 
 namespace flashjit {
 
-llvm::Expected<std::unique_ptr<InProcessRunner>> InProcessRunner::make(Pass pass,
-                                                                       const Problem &problem,
-                                                                       int device,
-                                                                       TuningDb *store) {
+llvm::Expected<std::unique_ptr<InProcessRunner>> InProcessRunner::make(
+    Pass pass, const Problem &problem, const std::optional<PackedBatch> &packed, int device,
+    TuningDb *store) {
   // The context first: the bench's buffers are allocated in it.
   auto scope = ScopedDeviceContext::make(device);
   if (!scope) return scope.takeError();
   auto info = query_device(device);
   if (!info) return info.takeError();
-  if (pass == Pass::backward) return make_backward_runner(std::move(*scope), problem, *info);
-  return make_forward_runner(std::move(*scope), problem, *info, store);
+  if (pass == Pass::backward)
+    return make_backward_runner(std::move(*scope), problem, packed, *info);
+  return make_forward_runner(std::move(*scope), problem, packed, *info, store);
 }
 
 llvm::Expected<LoadedCandidate> InProcessRunner::load(int index, const KernelSpec &spec,

@@ -7,11 +7,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cache/tuning_db.h"
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
+#include "reference/packed_batch.h"
 #include "runtime/device.h"
 #include "tuner/cubin_batch.h"
 #include "tuner/device_context.h"
@@ -64,9 +66,11 @@ class CandidateRunner {
 class InProcessRunner : public CandidateRunner {
  public:
   // `store` (optional) holds the GPU reference's cubin for the forward's
-  // check().
-  static llvm::Expected<std::unique_ptr<InProcessRunner>> make(Pass pass, const Problem &problem,
-                                                               int device, TuningDb *store);
+  // check(). `packed`: a varlen problem's sequence lengths, which its
+  // inputs are packed by (required for varlen; none otherwise).
+  static llvm::Expected<std::unique_ptr<InProcessRunner>> make(
+      Pass pass, const Problem &problem, const std::optional<PackedBatch> &packed, int device,
+      TuningDb *store);
 
   llvm::Expected<LoadedCandidate> load(int index, const KernelSpec &spec,
                                        const CubinResult &cubin) override;
@@ -88,9 +92,11 @@ class InProcessRunner : public CandidateRunner {
   std::string broken() const override;
 
  protected:
-  InProcessRunner(ScopedDeviceContext scope, const Problem &problem, const DeviceInfo &device,
+  InProcessRunner(ScopedDeviceContext scope, const Problem &problem,
+                  const std::optional<PackedBatch> &packed, const DeviceInfo &device,
                   TuningDb *store)
-      : scope_(std::move(scope)), problem_(problem), device_(device), store_(store) {}
+      : scope_(std::move(scope)), problem_(problem), packed_(packed), device_(device),
+        store_(store) {}
   // Non-empty once a fault broke the context under the subclass's bench.
   virtual const std::string &bench_broken() const = 0;
   // The pass's accuracy check of candidate `index`: empty when it passes.
@@ -109,6 +115,7 @@ class InProcessRunner : public CandidateRunner {
   // subclass lives in this context and must be released while it is current.
   ScopedDeviceContext scope_;
   const Problem problem_;
+  const std::optional<PackedBatch> packed_;  // a varlen problem's lengths
   const DeviceInfo device_;
   TuningDb *const store_;
 

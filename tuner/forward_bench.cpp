@@ -9,6 +9,7 @@
 #include "generator/forward_params.h"
 #include "reference/cpu_attention.h"
 #include "reference/gpu_reference.h"
+#include "reference/packed_check.h"
 #include "runtime/cuda_driver.h"
 #include "tuner/device_context.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -19,6 +20,10 @@ namespace {
 llvm::Error error(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
 }
+
+// The reference is naive fp32 attention, O(b h sq sk d) with no tiling: at
+// 2048 x 2048 and a few heads it takes milliseconds, at 16k it would not.
+constexpr int64_t kAccuracyMaxSeqlen = 2048;
 
 // Approximately normal(0, 1) values in `dtype` (Irwin-Hall of four uniforms),
 // never all zeros. splitmix64 rather than <random>: the timing sets of a
@@ -54,16 +59,30 @@ llvm::Expected<DeviceBuffer> upload(const std::vector<uint16_t> &bits) {
 
 }  // namespace
 
-llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(const Problem &problem,
-                                                                 const DeviceInfo &device) {
+llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
+    const Problem &problem, const std::optional<PackedBatch> &packed_batch,
+    const DeviceInfo &device) {
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const CudaDriver &cu = *driver;
+  auto packed = packed_batch_for(problem, packed_batch);
+  if (!packed) return packed.takeError();
 
   std::unique_ptr<ForwardBench> bench(new ForwardBench);
   bench->problem_ = problem;
-  const size_t q_n = q_elements(problem), k_n = k_elements(problem), v_n = v_elements(problem);
-  const size_t o_n = o_elements(problem), lse_n = lse_elements(problem);
+  // A packed batch's tensors hold its tokens (total_q, total_k rows), not
+  // batch x the longest lengths.
+  const int64_t q_rows = *packed ? (*packed)->total_q() : problem.batch * problem.seqlen_q;
+  const int64_t k_rows = *packed ? (*packed)->total_k() : problem.batch * problem.seqlen_k;
+  const size_t q_n = *packed ? size_t(q_rows * problem.heads_q * problem.head_dim_qk)
+                             : q_elements(problem);
+  const size_t k_n = *packed ? size_t(k_rows * problem.heads_kv * problem.head_dim_qk)
+                             : k_elements(problem);
+  const size_t v_n = *packed ? size_t(k_rows * problem.heads_kv * problem.head_dim_v)
+                             : v_elements(problem);
+  const size_t o_n = *packed ? size_t(q_rows * problem.heads_q * problem.head_dim_v)
+                             : o_elements(problem);
+  const size_t lse_n = *packed ? size_t(q_rows * problem.heads_q) : lse_elements(problem);
   bench->bytes_per_set_ = (q_n + k_n + v_n + o_n) * sizeof(uint16_t) + lse_n * sizeof(float);
 
   size_t free_bytes = 0, total_bytes = 0;
@@ -84,6 +103,16 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(const Problem &
       random_bits(problem.dtype, std::max({q_n, k_n, v_n}) + 2, 1);
   for (size_t i = 0; i < count; ++i) {
     InputSet set;
+    if (*packed) {
+      auto inputs = make_packed_forward_inputs(problem, **packed, {values.data(), q_n},
+                                               {values.data() + 1, k_n}, {values.data() + 2, v_n});
+      if (!inputs) return inputs.takeError();
+      set.packed = std::move(*inputs);
+      set.args = set.packed->args;
+      set.params = make_forward_params(problem, set.args);
+      bench->sets_.push_back(std::move(set));
+      continue;
+    }
     auto qb = upload(values.data(), q_n), kb = upload(values.data() + 1, k_n),
          vb = upload(values.data() + 2, v_n);
     if (!qb) return qb.takeError();
@@ -164,13 +193,10 @@ llvm::Expected<Measurement> ForwardBench::time(const ForwardKernels &kernels,
 }
 
 Problem accuracy_problem(const Problem &problem) {
-  // The reference is naive fp32 attention, O(b h sq sk d) with no tiling: at
-  // 2048 x 2048 and a few heads it takes milliseconds, at 16k it would not.
-  constexpr int64_t kMaxSeqlen = 2048;
   constexpr int64_t kMaxBatchHeads = 16;
   Problem p = problem;
-  p.seqlen_q = std::min(p.seqlen_q, kMaxSeqlen);
-  p.seqlen_k = std::min(p.seqlen_k, kMaxSeqlen);
+  p.seqlen_q = std::min(p.seqlen_q, kAccuracyMaxSeqlen);
+  p.seqlen_k = std::min(p.seqlen_k, kAccuracyMaxSeqlen);
   // A paged cache's capacity stays whole pages.
   if (p.page_size > 0) p.seqlen_k = std::max<int64_t>(p.page_size, p.seqlen_k / p.page_size * p.page_size);
   const bool small = p.seqlen_q == problem.seqlen_q && p.seqlen_k == problem.seqlen_k &&
@@ -186,10 +212,53 @@ Problem accuracy_problem(const Problem &problem) {
   return p;
 }
 
+PackedBatch accuracy_packed_batch(const PackedBatch &packed) {
+  // Four sequences show the offsets at work (a sequence that starts
+  // mid-tile, one that ends early) at a fraction of the whole batch's cost.
+  constexpr size_t kMaxSequences = 4;
+  return scaled_packed_batch(packed, kAccuracyMaxSeqlen, kMaxSequences);
+}
+
+namespace {
+
+llvm::Expected<AccuracyReport> check_packed_forward_kernel(const ForwardKernels &kernels,
+                                                           const KernelSpec &spec,
+                                                           const Problem &problem,
+                                                           const PackedBatch &packed,
+                                                           CUstream stream, TuningDb *store) {
+  const PackedBatch small = accuracy_packed_batch(packed);
+  // The heads cut as a dense class's check cuts them; batch and lengths
+  // are the small batch's.
+  const Problem p = resized_packed_problem(accuracy_problem(problem), small);
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  const int64_t tq = small.total_q(), tk = small.total_k();
+  auto in = make_packed_forward_inputs(
+      p, small, random_bits(p.dtype, size_t(tq * p.heads_q * p.head_dim_qk), 11),
+      random_bits(p.dtype, size_t(tk * p.heads_kv * p.head_dim_qk), 12),
+      random_bits(p.dtype, size_t(tk * p.heads_kv * p.head_dim_v), 13));
+  if (!in) return in.takeError();
+  // Uploads and the NaN poison run on the legacy stream, which `stream`
+  // (created non-blocking) does not wait for.
+  if (llvm::Error e = check_context_health()) return e;
+  const int splits = forward_num_splits(spec, p, spec.config.splits, kernels.main->sm_count());
+  if (llvm::Error e = enqueue_forward(kernels, spec, p, in->args,
+                                     make_forward_params(p, in->args), splits, stream))
+    return e;
+  if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream), "cuStreamSynchronize"))
+    return e;
+  return check_packed_forward_outputs(p, small, *in, store);
+}
+
+}  // namespace
+
 llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernels,
-                                                    const KernelSpec &spec,
-                                                    const Problem &problem, CUstream stream,
-                                                    TuningDb *store) {
+                                                    const KernelSpec &spec, const Problem &problem,
+                                                    const std::optional<PackedBatch> &packed,
+                                                    CUstream stream, TuningDb *store) {
+  auto batch = packed_batch_for(problem, packed);
+  if (!batch) return batch.takeError();
+  if (*batch) return check_packed_forward_kernel(kernels, spec, problem, **batch, stream, store);
   const Problem p = accuracy_problem(problem);
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();

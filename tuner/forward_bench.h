@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "cache/tuning_db.h"
 #include "generator/kernel_spec.h"
 #include "reference/accuracy.h"
+#include "reference/packed_batch.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/launch_forward.h"
@@ -30,9 +32,10 @@ class ForwardBench {
  public:
   // Allocates ceil(2 x L2 / bytes per set) input sets in the current context
   // (at least one; at most what half the free memory holds, and 32), fills
-  // them with random values and creates a stream.
-  static llvm::Expected<std::unique_ptr<ForwardBench>> make(const Problem &problem,
-                                                            const DeviceInfo &device);
+  // them with random values and creates a stream. A varlen problem's sets
+  // are packed batches of `packed`'s lengths (required then, validated).
+  static llvm::Expected<std::unique_ptr<ForwardBench>> make(
+      const Problem &problem, const std::optional<PackedBatch> &packed, const DeviceInfo &device);
   ~ForwardBench();
   ForwardBench(const ForwardBench &) = delete;
   ForwardBench &operator=(const ForwardBench &) = delete;
@@ -63,6 +66,7 @@ class ForwardBench {
   struct InputSet {
     DeviceBuffer q, k, v, o, lse;
     KvCacheInputs cache;  // a KV-cache class: the dense problem's keys in order
+    std::optional<PackedForwardInputs> packed;  // a varlen class: its own buffers
     ForwardArgs args;
     FwdParams params;
   };
@@ -88,10 +92,17 @@ Problem accuracy_problem(const Problem &problem);
 // Runs the kernels of `spec` as a call does (enqueue_forward) on random inputs of
 // accuracy_problem(problem), with NaN-poisoned outputs, and compares with
 // the GPU reference in exact and element precision (DESIGN.md's criterion).
-// The reference kernel's cubin comes from (or goes to) `store`.
+// A varlen problem runs on a packed batch of `packed`'s lengths made small
+// (accuracy_packed_batch), each sequence checked on its own rows. The
+// reference kernel's cubin comes from (or goes to) `store`.
 llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernels,
-                                                    const KernelSpec &spec,
-                                                    const Problem &problem, CUstream stream,
-                                                    TuningDb *store = nullptr);
+                                                    const KernelSpec &spec, const Problem &problem,
+                                                    const std::optional<PackedBatch> &packed,
+                                                    CUstream stream, TuningDb *store = nullptr);
+
+// The packed batch a varlen winner's forward is checked on: at most four
+// of `packed`'s sequences (the longest among them), lengths scaled so the
+// longest is at most accuracy_problem's 2048; irregular lengths stay.
+PackedBatch accuracy_packed_batch(const PackedBatch &packed);
 
 }  // namespace flashjit

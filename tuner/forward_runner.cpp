@@ -12,9 +12,11 @@ namespace {
 
 class ForwardRunner final : public InProcessRunner {
  public:
-  ForwardRunner(ScopedDeviceContext scope, const Problem &problem, const DeviceInfo &device,
+  ForwardRunner(ScopedDeviceContext scope, const Problem &problem,
+                const std::optional<PackedBatch> &packed, const DeviceInfo &device,
                 TuningDb *store, std::unique_ptr<ForwardBench> bench)
-      : InProcessRunner(std::move(scope), problem, device, store), bench_(std::move(bench)) {}
+      : InProcessRunner(std::move(scope), problem, packed, device, store),
+        bench_(std::move(bench)) {}
 
   llvm::Expected<LoadedCandidate> load_cubin(int index, const KernelSpec &spec,
                                              llvm::ArrayRef<char> cubin,
@@ -97,20 +99,20 @@ llvm::Expected<std::string> ForwardRunner::run_check(int index) {
   auto c = find_loaded(kernels_, index);
   if (!c) return c.takeError();
   auto report =
-      check_forward_kernel((*c)->kernels(), (*c)->spec, problem_, bench_->stream(), store_);
+      check_forward_kernel((*c)->kernels(), (*c)->spec, problem_, packed_, bench_->stream(),
+                           store_);
   if (!report) return report.takeError();
   return report->passed ? std::string() : report->describe();
 }
 
 }  // namespace
 
-llvm::Expected<std::unique_ptr<InProcessRunner>> make_forward_runner(ScopedDeviceContext scope,
-                                                                     const Problem &problem,
-                                                                     const DeviceInfo &device,
-                                                                     TuningDb *store) {
-  auto bench = ForwardBench::make(problem, device);
+llvm::Expected<std::unique_ptr<InProcessRunner>> make_forward_runner(
+    ScopedDeviceContext scope, const Problem &problem, const std::optional<PackedBatch> &packed,
+    const DeviceInfo &device, TuningDb *store) {
+  auto bench = ForwardBench::make(problem, packed, device);
   if (!bench) return bench.takeError();
-  return std::make_unique<ForwardRunner>(std::move(scope), problem, device, store,
+  return std::make_unique<ForwardRunner>(std::move(scope), problem, packed, device, store,
                                          std::move(*bench));
 }
 

@@ -11,9 +11,8 @@ namespace flashjit {
 
 // Sets up the bench in `scope`'s context (current in this thread).
 // `store` (optional) holds the GPU reference's cubin.
-llvm::Expected<std::unique_ptr<InProcessRunner>> make_forward_runner(ScopedDeviceContext scope,
-                                                                     const Problem &problem,
-                                                                     const DeviceInfo &device,
-                                                                     TuningDb *store);
+llvm::Expected<std::unique_ptr<InProcessRunner>> make_forward_runner(
+    ScopedDeviceContext scope, const Problem &problem, const std::optional<PackedBatch> &packed,
+    const DeviceInfo &device, TuningDb *store);
 
 }  // namespace flashjit

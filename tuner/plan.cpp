@@ -465,6 +465,12 @@ llvm::Error plan_error(llvm::StringRef file, int line, const llvm::Twine &messag
 
 }  // namespace
 
+std::optional<PackedBatch> entry_packed_batch(const PlanEntry &entry) {
+  if (!entry.problem.varlen) return std::nullopt;
+  if (entry.seqlens_q.empty()) return equal_lengths(entry.problem);
+  return PackedBatch{entry.seqlens_q, entry.seqlens_k};
+}
+
 std::string pass_suffix(Pass pass, bool deterministic) {
   if (pass == Pass::forward) return "";
   return deterministic ? " (bwd-det)" : " (bwd)";

@@ -22,11 +22,13 @@
 // longest. Errors name the file, line and key.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
+#include "reference/packed_batch.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -43,6 +45,11 @@ struct PlanEntry {
   std::vector<int64_t> seqlens_q, seqlens_k;
   int64_t total_q = 0, total_k = 0;
 };
+
+// The packed batch a tune of `entry` times: its lengths, or every sequence
+// the longest when only the batch and the longest lengths were given
+// (equal_lengths); none for a dense problem.
+std::optional<PackedBatch> entry_packed_batch(const PlanEntry &entry);
 
 // " (bwd)", " (bwd-det)", or "" for the forward: what tells the entries of
 // one problem's passes apart in names and tables.

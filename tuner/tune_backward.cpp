@@ -35,7 +35,18 @@ PassSearch backward_search(const Problem &problem, bool deterministic) {
 
 llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool deterministic,
                                           TuningDb &db, const TuneOptions &options) {
-  return tune_class(problem, backward_search(problem, deterministic), db, options);
+  auto packed = packed_batch_to_tune(problem, options);
+  if (!packed) return packed.takeError();
+  TuneOptions resolved = options;
+  resolved.packed = *packed;
+  // Candidates and the heuristic as a call of this class chooses them
+  // (launch_backward: class_view); the timing runs the real packed problem.
+  const Problem class_problem = tuning_class_problem(problem, *packed);
+  PassSearch search = backward_search(class_problem, deterministic);
+  if (*packed)
+    search.what = "the " + describe_packed(problem, **packed) +
+                  (deterministic ? " backward (deterministic)" : " backward");
+  return tune_class(problem, search, db, resolved);
 }
 
 // The winner's check runs on the CPU reference: unlike the forward's, a

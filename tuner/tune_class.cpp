@@ -107,7 +107,8 @@ class Tune {
 
 llvm::Expected<std::unique_ptr<CandidateRunner>> Tune::make_runner() const {
   if (worker_binary_.empty()) {
-    auto runner = InProcessRunner::make(search_.pass, problem_, options_.device, &db_);
+    auto runner =
+        InProcessRunner::make(search_.pass, problem_, options_.packed, options_.device, &db_);
     if (!runner) return runner.takeError();
     return std::unique_ptr<CandidateRunner>(std::move(*runner));
   }
@@ -115,7 +116,7 @@ llvm::Expected<std::unique_ptr<CandidateRunner>> Tune::make_runner() const {
   timeouts.request_s = options_.candidate_timeout_s;
   timeouts.compile_s = options_.compile_timeout_s;
   auto runner = WorkerRunner::make(worker_binary_, db_.path(), search_.pass, problem_,
-                                   options_.device, timeouts);
+                                   options_.packed, options_.device, timeouts);
   if (!runner) return runner.takeError();
   return std::unique_ptr<CandidateRunner>(std::move(*runner));
 }
@@ -283,6 +284,8 @@ llvm::Expected<int> Tune::pick_checked_winner(TuneOutcome &outcome) {
 
 llvm::Expected<TuneOutcome> Tune::run() {
   if (llvm::Error e = validate_problem(problem_)) return e;
+  auto packed = packed_batch_for(problem_, options_.packed);
+  if (!packed) return packed.takeError();
   if (!worker_binary_.empty())
     if (llvm::Error e = workers_need_a_file(db_)) return e;
   // The CUDA context (in this process, or in the measuring worker) comes
@@ -316,13 +319,19 @@ llvm::Expected<TuneOutcome> Tune::run() {
   TuningRecord &r = outcome.record;
   r.device = device_fingerprint(*device);
   r.software = *software;
-  r.problem = problem_class_key(problem_, class_pass(search_.pass, search_.deterministic));
+  // A packed batch's class is the one its calls look up (class_view: the
+  // longest lengths and the total), and its TFLOP/s count the sequences'
+  // own work, not the padded batch x longest lengths.
+  r.problem = problem_class_key(tuning_class_problem(problem_, options_.packed),
+                                class_pass(search_.pass, search_.deterministic));
   r.config = to_stored(winner.outcome.config);
-  r.shape = describe(problem_);
+  r.shape = *packed ? describe_packed(problem_, **packed) : describe(problem_);
   r.median_ms = winner.outcome.median_ms;
   r.min_ms = winner.outcome.min_ms;
   r.max_ms = winner.outcome.max_ms;
-  r.tflops = search_.flops_factor * problem_.forward_flops() / (r.median_ms * 1e-3) / 1e12;
+  const double flops =
+      *packed ? packed_forward_flops(problem_, **packed) : problem_.forward_flops();
+  r.tflops = search_.flops_factor * flops / (r.median_ms * 1e-3) / 1e12;
   r.heuristic_config = to_stored(heuristic_config_);
   // Only a heuristic timed in the final round compares like for like.
   if (heuristic_index_ >= 0) {
@@ -368,6 +377,22 @@ llvm::Expected<TuneOutcome> Tune::run() {
 llvm::Expected<TuneOutcome> tune_class(const Problem &problem, const PassSearch &search,
                                        TuningDb &db, const TuneOptions &options) {
   return Tune(problem, search, db, options).run();
+}
+
+llvm::Expected<std::optional<PackedBatch>> packed_batch_to_tune(const Problem &problem,
+                                                                const TuneOptions &options) {
+  if (!problem.varlen) {
+    if (options.packed)
+      return error("packed lengths were given for " + describe(problem) + ", which is not varlen");
+    return std::nullopt;
+  }
+  PackedBatch batch = options.packed ? *options.packed : equal_lengths(problem);
+  if (llvm::Error e = validate_packed_batch(problem, batch)) return e;
+  return batch;
+}
+
+Problem tuning_class_problem(const Problem &problem, const std::optional<PackedBatch> &packed) {
+  return class_view(problem, packed ? packed->total_q() : 0);
 }
 
 llvm::Expected<PrecompileOutcome> precompile_class(const Problem &problem, const PassSearch &search,

@@ -34,8 +34,22 @@ struct PassSearch {
   std::function<llvm::Expected<KernelSpec>(const KernelConfig &, const TargetArch &, int)> spec;
 };
 
+// `search` is the class's (built from tuning_class_problem); `problem` is
+// what the candidates are timed on (with options.packed for varlen, as
+// resolved by packed_batch_to_tune).
 llvm::Expected<TuneOutcome> tune_class(const Problem &problem, const PassSearch &search,
                                        TuningDb &db, const TuneOptions &options);
+
+// The packed batch a tune of `problem` times: options.packed validated for
+// a varlen problem (every sequence the longest when unset), none for a dense
+// one (an error when lengths were given for it).
+llvm::Expected<std::optional<PackedBatch>> packed_batch_to_tune(const Problem &problem,
+                                                                const TuneOptions &options);
+
+// The problem the search space, the heuristic and the stored key are built
+// from, as a call's choice sees it: class_view(problem, total_q) of a packed
+// batch, `problem` itself otherwise.
+Problem tuning_class_problem(const Problem &problem, const std::optional<PackedBatch> &packed);
 
 // The compile half without a GPU: the candidates (the heuristic's config
 // first, so a fleet that never tunes still starts with its default

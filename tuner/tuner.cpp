@@ -10,6 +10,8 @@
 namespace flashjit {
 namespace {
 
+// `problem`: the class's (tuning_class_problem), which the lambdas keep a
+// reference to.
 PassSearch forward_search(const Problem &problem) {
   PassSearch s;
   s.pass = Pass::forward;
@@ -31,7 +33,16 @@ PassSearch forward_search(const Problem &problem) {
 
 llvm::Expected<TuneOutcome> tune_forward(const Problem &problem, TuningDb &db,
                                          const TuneOptions &options) {
-  return tune_class(problem, forward_search(problem), db, options);
+  auto packed = packed_batch_to_tune(problem, options);
+  if (!packed) return packed.takeError();
+  TuneOptions resolved = options;
+  resolved.packed = *packed;
+  // Candidates and the heuristic as a call of this class chooses them; the
+  // timing runs the real (packed) problem.
+  const Problem class_problem = tuning_class_problem(problem, *packed);
+  PassSearch search = forward_search(class_problem);
+  if (*packed) search.what = describe_packed(problem, **packed);
+  return tune_class(problem, search, db, resolved);
 }
 
 llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,

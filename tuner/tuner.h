@@ -6,12 +6,14 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cache/tuning_db.h"
 #include "flashjit/problem.h"
 #include "generator/target_arch.h"
+#include "reference/packed_batch.h"
 #include "llvm/Support/Error.h"
 
 namespace flashjit {
@@ -67,6 +69,13 @@ struct TuneOptions {
   std::string worker_binary;
   double candidate_timeout_s = 60;  // a warm-up or timing in a worker: a hang is killed after this
   double compile_timeout_s = 600;   // one candidate's compile in a worker
+  // A varlen problem's packed batch: the sequences' lengths its candidates
+  // are timed on (and, made small, its winner is checked on). Unset for a
+  // varlen problem: every sequence the longest (equal_lengths). The tuning
+  // is stored under the class a call of this batch looks up:
+  // class_view(problem, total_q), bucketed by the longest lengths and the
+  // total. Lengths for a dense problem are an error.
+  std::optional<PackedBatch> packed;
   // Progress lines ("compiled 12/20", "round 2: 6 left"), for the CLI.
   std::function<void(const std::string &)> progress;
 };

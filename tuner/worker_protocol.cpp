@@ -112,6 +112,41 @@ llvm::Expected<Problem> problem_from_json(const llvm::json::Object &object) {
   return problem;
 }
 
+llvm::json::Object packed_batch_to_json(const PackedBatch &batch) {
+  llvm::json::Array q, k;
+  for (int64_t n : batch.seqlens_q) q.push_back(n);
+  for (int64_t n : batch.seqlens_k) k.push_back(n);
+  return llvm::json::Object{{"seqlens_q", std::move(q)}, {"seqlens_k", std::move(k)}};
+}
+
+namespace {
+
+llvm::Error read_lengths(const llvm::json::Object &object, llvm::StringRef key,
+                         std::vector<int64_t> &out) {
+  const llvm::json::Array *list = object.getArray(key);
+  if (!list) return error("worker request: '" + key + "': expected a list of lengths");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const auto n = (*list)[i].getAsInteger();
+    if (!n || *n < 0)
+      return error(llvm::formatv("worker request: '{0}'[{1}]: expected a length (an integer >= 0)",
+                                 key, i));
+    out.push_back(*n);
+  }
+  return llvm::Error::success();
+}
+
+}  // namespace
+
+llvm::Expected<PackedBatch> packed_batch_from_json(const llvm::json::Object &object) {
+  PackedBatch batch;
+  if (llvm::Error e = read_lengths(object, "seqlens_q", batch.seqlens_q)) return e;
+  if (llvm::Error e = read_lengths(object, "seqlens_k", batch.seqlens_k)) return e;
+  if (batch.seqlens_q.size() != batch.seqlens_k.size())
+    return error(llvm::formatv("worker request: 'packed': {0} query lengths but {1} key lengths",
+                               batch.seqlens_q.size(), batch.seqlens_k.size()));
+  return batch;
+}
+
 llvm::json::Object spec_to_json(const KernelSpec &s) {
   return llvm::json::Object{
       {"pass", to_string(s.pass)},
@@ -125,6 +160,10 @@ llvm::json::Object spec_to_json(const KernelSpec &s) {
       // have: the kernel's packed heads and whether it splits the keys.
       {"pack_gqa", s.pack_gqa},
       {"split_kv", s.split_kv},
+      // The problem's input layout, which the kernel is compiled for.
+      {"seqused_k", s.seqused_k},
+      {"page_size", s.page_size},
+      {"varlen", s.varlen},
       {"arch", s.arch.name()}};
 }
 
@@ -151,6 +190,14 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
     s.split_kv = *split;
   else
     return error("worker request: 'split_kv': expected true or false");
+  for (auto [key, flag] : {std::pair{"seqused_k", &s.seqused_k}, std::pair{"varlen", &s.varlen}}) {
+    auto value = o.getBoolean(key);
+    if (!value) return error(llvm::formatv("worker request: '{0}': expected true or false", key));
+    *flag = *value;
+  }
+  auto page_size = integer_field(o, "page_size");
+  if (!page_size) return page_size.takeError();
+  s.page_size = int(*page_size);
   auto arch_text = string_field(o, "arch");
   if (!arch_text) return arch_text.takeError();
   auto arch = TargetArch::parse(*arch_text);

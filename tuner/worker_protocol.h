@@ -2,15 +2,17 @@
 // per line each way. A request names its operation ("op") and, where it is
 // about a candidate, the candidate's index in the tune and its KernelSpec
 // (pass, dtype, head dims, mask, softcap, config, the forward's packed heads
-// and split_kv, arch), so that a forward
-// or backward candidate is the same kind of request; `setup` names the pass
-// the worker measures ("fwd" or "bwd"). A reply is
+// and split_kv, the KV cache's seqused_k and page_size, varlen, arch), so
+// that a forward or backward candidate is the same kind of request; `setup`
+// names the pass the worker measures ("fwd" or "bwd") and, for a varlen
+// problem, its packed batch's lengths ("packed": {"seqlens_q": [...],
+// "seqlens_k": [...]}), which the worker's inputs are laid out by. A reply is
 // {"ok":true,...} or {"ok":false,"error":"...","fatal":bool}; fatal means
 // the worker's CUDA context is broken and it exits after replying.
 //
 //   op        request fields                 reply fields
 //   compile   candidate, spec                cubin_key, entry, from_store, compile_ms
-//   setup     pass, problem, device          input_sets
+//   setup     pass, problem, device[, packed] input_sets
 //   load      candidate, spec                registers, spill_bytes, static_smem_bytes,
 //                                            dynamic_smem_bytes, occupancy, rejected
 //   warm_up   candidate, ms
@@ -26,6 +28,7 @@
 
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
+#include "reference/packed_batch.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 
@@ -33,6 +36,12 @@ namespace flashjit::worker_protocol {
 
 llvm::json::Object problem_to_json(const Problem &problem);
 llvm::Expected<Problem> problem_from_json(const llvm::json::Object &object);
+
+// {"seqlens_q": [...], "seqlens_k": [...]}; reading checks the form only
+// (two lists of non-negative integers of one length): the runner validates
+// the lengths against the problem.
+llvm::json::Object packed_batch_to_json(const PackedBatch &batch);
+llvm::Expected<PackedBatch> packed_batch_from_json(const llvm::json::Object &object);
 
 llvm::json::Object spec_to_json(const KernelSpec &spec);
 llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &object);

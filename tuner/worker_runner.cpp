@@ -12,16 +12,14 @@ WorkerRunner::WorkerRunner(const std::string &binary, const std::string &db_path
     : process_(binary, {"worker", "--db=" + db_path}, std::move(setup), timeouts.setup_s),
       timeouts_(timeouts) {}
 
-llvm::Expected<std::unique_ptr<WorkerRunner>> WorkerRunner::make(const std::string &binary,
-                                                                 const std::string &db_path,
-                                                                 Pass pass,
-                                                                 const Problem &problem,
-                                                                 int device,
-                                                                 const WorkerTimeouts &timeouts) {
+llvm::Expected<std::unique_ptr<WorkerRunner>> WorkerRunner::make(
+    const std::string &binary, const std::string &db_path, Pass pass, const Problem &problem,
+    const std::optional<PackedBatch> &packed, int device, const WorkerTimeouts &timeouts) {
   llvm::json::Object setup{{"op", "setup"},
                            {"pass", to_string(pass)},
                            {"problem", wp::problem_to_json(problem)},
                            {"device", device}};
+  if (packed) setup["packed"] = wp::packed_batch_to_json(*packed);
   std::unique_ptr<WorkerRunner> runner(
       new WorkerRunner(binary, db_path, std::move(setup), timeouts));
   // A ping starts the first worker and runs its setup: a worker that cannot

@@ -112,10 +112,18 @@ llvm::Expected<Object> Server::setup(const Object &request) {
   if (!problem) return problem.takeError();
   auto device = wp::integer_field(request, "device");
   if (!device) return device.takeError();
+  std::optional<PackedBatch> packed;
+  if (request.get("packed")) {
+    auto packed_json = wp::object_field(request, "packed");
+    if (!packed_json) return packed_json.takeError();
+    auto batch = wp::packed_batch_from_json(*packed_json);
+    if (!batch) return batch.takeError();
+    packed = std::move(*batch);
+  }
   auto store = db();
   if (!store) return store.takeError();
   runner_.reset();  // its context scope ends before the next one starts
-  auto made = InProcessRunner::make(*pass, *problem, int(*device), *store);
+  auto made = InProcessRunner::make(*pass, *problem, packed, int(*device), *store);
   if (!made) return made.takeError();
   runner_ = std::move(*made);
   return Object{{"input_sets", runner_->input_sets()}};
