@@ -16,14 +16,6 @@ namespace flashjit::cli {
 
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2 };
 
-// What does not time a packed varlen batch yet (issue #14).
-inline constexpr const char *kVarlenNotTimed =
-    "--varlen: tune does not time a packed batch yet; gen, compile, run (the forward), query "
-    "and precompile take it";
-inline constexpr const char *kVarlenBackwardNotTimed =
-    "--varlen: run times a packed batch's forward only; drop --pass bwd (the varlen backward "
-    "runs through the C++, C and Python APIs)";
-
 // Prints "flashjit: error: <message>" to stderr and returns `code`.
 int report_error(int code, const llvm::Twine &message);
 int report_error(int code, llvm::Error error);

@@ -5,6 +5,7 @@
 
 #include "cache/tuning_fields.h"
 #include "cli/problem_flags.h"
+#include "runtime/tuning_key.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -139,6 +140,24 @@ llvm::json::Object class_json(const ProblemClassKey &k) {
     o["window_right"] = k.window_right;
   }
   return o;
+}
+
+std::string packed_class_text(const Problem &p, int64_t total_q, const ProblemClassKey &key) {
+  if (!p.varlen) return "";
+  const std::string buckets =
+      llvm::formatv("buckets seqlen_q {0}, seqlen_k {1}, batch x heads {2}", key.seqlen_q_bucket,
+                    key.seqlen_k_bucket, key.batch_heads_bucket)
+          .str();
+  if (total_q == 0)
+    return llvm::formatv("packed, {0} sequences of up to {1} queries / {2} keys, total unknown "
+                         "(--seqlens-q gives it), sized as {0} x {1}: {3}",
+                         p.batch, p.seqlen_q, p.seqlen_k, buckets)
+        .str();
+  return llvm::formatv("packed, {0} sequences, longest {1} queries / {2} keys, {3} queries in "
+                       "all: sized as ceil({3} / {1}) = {4} x {1}: {5}",
+                       p.batch, p.seqlen_q, p.seqlen_k, total_q, class_view(p, total_q).batch,
+                       buckets)
+      .str();
 }
 
 }  // namespace flashjit::cli

@@ -40,6 +40,10 @@ std::string driver_text(int version);
 // "bf16 d=128/128 causal gqa=4 sq<=2^13 sk<=2^13 bh<=2^9"
 std::string class_text(const ProblemClassKey &key);
 llvm::json::Object class_json(const ProblemClassKey &key);
+// How a packed batch's class is sized ("" for a dense problem): its
+// sequences, longest lengths and total (0: unknown), the dense batch it
+// counts as (class_view) and `key`'s buckets. query and tune print it.
+std::string packed_class_text(const Problem &problem, int64_t total_q, const ProblemClassKey &key);
 std::string first_line(llvm::Error error);
 
 }  // namespace flashjit::cli

@@ -118,27 +118,6 @@ void print_record(llvm::raw_ostream &os, const TuningRecord &r, bool nearest) {
                       r.shape);
 }
 
-// How a packed batch's class was sized ("" for a dense problem): its
-// sequences, longest lengths and total, and the dense batch it counts as.
-std::string packed_class_text(const ParsedProblem &parsed, const Problem &chooser,
-                              const ProblemClassKey &key) {
-  const Problem &p = parsed.problem;
-  if (!p.varlen) return "";
-  const std::string buckets =
-      llvm::formatv("buckets seqlen_q {0}, seqlen_k {1}, batch x heads {2}", key.seqlen_q_bucket,
-                    key.seqlen_k_bucket, key.batch_heads_bucket)
-          .str();
-  if (parsed.total_q == 0)
-    return llvm::formatv("packed, {0} sequences of up to {1} queries / {2} keys, total unknown "
-                         "(--seqlens-q gives it), sized as {0} x {1}: {3}",
-                         p.batch, p.seqlen_q, p.seqlen_k, buckets)
-        .str();
-  return llvm::formatv("packed, {0} sequences, longest {1} queries / {2} keys, {3} queries in "
-                       "all: sized as ceil({3} / {1}) = {4} x {1}: {5}",
-                       p.batch, p.seqlen_q, p.seqlen_k, parsed.total_q, chooser.batch, buckets)
-      .str();
-}
-
 }  // namespace
 
 int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem,
@@ -205,7 +184,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
     llvm::consumeError(spec.takeError());
   const ProblemClassKey asked =
       problem_class_key(chooser, class_pass(parsed->pass, requested.deterministic));
-  const std::string packed = packed_class_text(*parsed, chooser, asked);
+  const std::string packed = packed_class_text(parsed->problem, parsed->total_q, asked);
   // On Hopper, why the sm80 family runs where the sm90 one does not serve
   // the class (a head dim it lacks, the deterministic mode).
   std::string family_note;

@@ -19,9 +19,6 @@
 namespace flashjit::cli {
 namespace {
 
-// FlashAttention's convention: the backward does 2.5x the forward's FLOPs.
-constexpr double kBackwardFlopsFactor = 2.5;
-
 struct BackwardSet {
   DeviceBuffer q, k, v, o, lse, dout, dq, dk, dv, workspace;
   BackwardArgs args;
@@ -78,14 +75,6 @@ size_t rotation_sets(const Problem &p, const DeviceInfo &device) {
   return std::clamp<size_t>(sets, 1, 16);
 }
 
-llvm::json::Object report_json(const AccuracyReport &r) {
-  return llvm::json::Object{{"passed", r.passed},
-                            {"max_err", r.max_err},
-                            {"baseline_err", r.baseline_err},
-                            {"tolerance", r.tolerance},
-                            {"unwritten", int64_t(r.unwritten)}};
-}
-
 }  // namespace
 
 int run_backward(const RunCommand &command, const CommonOptions &common,
@@ -133,12 +122,11 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
     o["pass"] = "bwd";
     o["deterministic"] = spec.config.deterministic;
     o["tflops"] = tflops;
-    if (accuracy)
-      o["check"] = llvm::json::Object{{"passed", accuracy->passed()},
-                                      {"problem", problem_json(checked)},
-                                      {"dq", report_json(accuracy->dq)},
-                                      {"dk", report_json(accuracy->dk)},
-                                      {"dv", report_json(accuracy->dv)}};
+    if (accuracy) {
+      llvm::json::Object check = gradient_check_json(*accuracy);
+      check["problem"] = problem_json(checked);
+      o["check"] = std::move(check);
+    }
     print_json(std::move(o));
   } else {
     llvm::raw_ostream &os = llvm::outs();
@@ -146,11 +134,7 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
     os << llvm::formatv("config   {0}\n", describe(spec.config));
     if (accuracy)
       os << llvm::formatv("check    {0} (on {1})\n", accuracy->describe(), describe(checked));
-    os << llvm::formatv("time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input "
-                        "sets; preprocess + main + dQ kernels)\n",
-                        timing->median_ms, timing->min_ms, timing->max_ms,
-                        command.repeats.getValue(), sets.size());
-    os << llvm::formatv("perf     {0:f1} TFLOP/s (backward FLOPs = 2.5x forward)\n", tflops);
+    print_backward_time(os, *timing, command.repeats, sets.size(), tflops);
   }
   return accuracy && !accuracy->passed() ? kExitFailure : kExitOk;
 }

@@ -180,8 +180,6 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   // no GPU.
   auto parsed = parse_problem_flags(problem_options.values());
   if (!parsed) return report_error(kExitUsage, parsed.takeError());
-  if (parsed->problem.varlen && parsed->pass == Pass::backward)
-    return report_error(kExitUsage, kVarlenBackwardNotTimed);
   auto device = query_device(0);
   if (!device)
     return report_error(kExitFailure,
@@ -189,8 +187,8 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   int code = kExitOk;
   auto kernel = resolve_kernel(problem_options, "", code);
   if (!kernel) return report_error(code, kernel.takeError());
-  if (kernel->spec.pass == Pass::backward) return run_backward(*this, common, *kernel, *device);
   if (kernel->problem.varlen) return run_varlen(*this, common, *kernel, *parsed, *device);
+  if (kernel->spec.pass == Pass::backward) return run_backward(*this, common, *kernel, *device);
   const Problem &p = kernel->problem;
   const KernelSpec &spec = kernel->spec;
 

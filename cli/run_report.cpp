@@ -32,4 +32,48 @@ void print_run_time(llvm::raw_ostream &os, const Timing &timing, int repeats, si
       timing.median_ms, timing.min_ms, timing.max_ms, repeats, input_sets);
 }
 
+void add_packed_json(llvm::json::Object &o, const PackedBatch &batch) {
+  llvm::json::Array json_q, json_k;
+  for (int64_t n : batch.seqlens_q) json_q.push_back(n);
+  for (int64_t n : batch.seqlens_k) json_k.push_back(n);
+  o["seqlens_q"] = std::move(json_q);
+  o["seqlens_k"] = std::move(json_k);
+  o["total_q"] = batch.total_q();
+  o["total_k"] = batch.total_k();
+}
+
+void print_packed_line(llvm::raw_ostream &os, const PackedBatch &batch) {
+  os << llvm::formatv("packed   {0} sequences, {1} queries and {2} keys in all\n", batch.size(),
+                      batch.total_q(), batch.total_k());
+}
+
+namespace {
+
+// One gradient's check: accuracy_json's fields less the forward's LSE ones,
+// which a gradient has none of.
+llvm::json::Object gradient_fields(const AccuracyReport &r) {
+  return llvm::json::Object{{"passed", r.passed},
+                            {"max_err", r.max_err},
+                            {"baseline_err", r.baseline_err},
+                            {"tolerance", r.tolerance},
+                            {"unwritten", int64_t(r.unwritten)}};
+}
+
+}  // namespace
+
+llvm::json::Object gradient_check_json(const GradientAccuracyReport &report) {
+  return llvm::json::Object{{"passed", report.passed()},
+                            {"dq", gradient_fields(report.dq)},
+                            {"dk", gradient_fields(report.dk)},
+                            {"dv", gradient_fields(report.dv)}};
+}
+
+void print_backward_time(llvm::raw_ostream &os, const Timing &timing, int repeats,
+                         size_t input_sets, double tflops) {
+  os << llvm::formatv("time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input "
+                      "sets; preprocess + main + dQ kernels)\n",
+                      timing.median_ms, timing.min_ms, timing.max_ms, repeats, input_sets);
+  os << llvm::formatv("perf     {0:f1} TFLOP/s (backward FLOPs = 2.5x forward)\n", tflops);
+}
+
 }  // namespace flashjit::cli

@@ -1,9 +1,13 @@
 // `flashjit run --varlen`: a packed batch (flash_attn_varlen_func's
-// layout) on the GPU with random inputs. The sequences' lengths come from
-// --seqlens-q/--seqlens-k, else they are drawn at random up to
-// --seqlen-q/--seqlen-k (--seed; one sequence has the longest lengths). With
-// --check each sequence is compared with the GPU reference applied to it
-// alone; TFLOP/s count each sequence's own work.
+// layout) on the GPU with random inputs, forward or (--pass bwd) backward.
+// The sequences' lengths come from --seqlens-q/--seqlens-k, else they are
+// drawn at random up to --seqlen-q/--seqlen-k (--seed; one sequence has the
+// longest lengths). With --check each sequence is compared with the
+// reference applied to it alone: the forward's with the GPU reference on
+// the whole batch; the backward's with float64 CPU gradients on a few of
+// its sequences scaled down (backward_accuracy_packed_batch), as the dense
+// backward checks a small problem of its class. TFLOP/s count each
+// sequence's own work (the backward's 2.5x the forward's).
 #pragma once
 
 #include "cli/cli_common.h"

@@ -29,6 +29,7 @@
 #include "runtime/runtime_counters.h"
 #include "runtime/tuning_key.h"
 #include "tuner/tune_backward.h"
+#include "tuner/tune_class.h"
 #include "tuner/tuner.h"
 #include "tuner/worker_process.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -85,6 +86,7 @@ llvm::Expected<std::vector<int>> parse_devices(llvm::StringRef text, int count) 
 
 struct Row {
   const PlanEntry *entry = nullptr;
+  std::optional<PackedBatch> packed;  // a varlen entry's lengths (entry_packed_batch)
   bool done = false;
   bool skipped = false;  // already tuned; outcome.record is the stored row
   std::string error;  // empty: tuned
@@ -152,9 +154,16 @@ struct WorkerSettings {
   bool force = false;
 };
 
-// The stored tuning of `problem`'s class for this device and software, if
-// any: a resumed tune skips it.
-std::optional<TuningRecord> already_tuned(TuningDb &db, const PlanEntry &entry, int device) {
+// The key `row`'s tuning is stored under: a packed batch's is the class its
+// calls look up (class_view: the longest lengths and the total).
+ProblemClassKey row_class_key(const Row &row) {
+  return problem_class_key(tuning_class_problem(row.entry->problem, row.packed),
+                           class_pass(row.entry->pass, row.entry->deterministic));
+}
+
+// The stored tuning of `row`'s class for this device and software, if any: a
+// resumed tune skips it.
+std::optional<TuningRecord> already_tuned(TuningDb &db, const Row &row, int device) {
   auto info = query_device(device);
   auto software = software_fingerprint();
   if (!info || !software) {
@@ -162,9 +171,7 @@ std::optional<TuningRecord> already_tuned(TuningDb &db, const PlanEntry &entry, 
     if (!software) llvm::consumeError(software.takeError());
     return std::nullopt;  // the tune reports the same failure clearly
   }
-  auto found = db.find_tuning(device_fingerprint(*info), *software,
-                              problem_class_key(entry.problem,
-                                                class_pass(entry.pass, entry.deterministic)));
+  auto found = db.find_tuning(device_fingerprint(*info), *software, row_class_key(row));
   if (!found) {
     llvm::consumeError(found.takeError());
     return std::nullopt;
@@ -182,7 +189,7 @@ void worker(int device, const WorkerSettings &settings, std::vector<Row> &rows,
     const auto start = std::chrono::steady_clock::now();
     std::optional<TuningRecord> stored;
     if (db_error.empty() && !settings.force)
-      stored = already_tuned(**db, *row.entry, device);
+      stored = already_tuned(**db, row, device);
     if (!db_error.empty()) {
       row.error = db_error;
     } else if (stored) {
@@ -195,6 +202,7 @@ void worker(int device, const WorkerSettings &settings, std::vector<Row> &rows,
       options.compile_threads = settings.compile_threads;
       options.worker_binary = current_executable();
       options.candidate_timeout_s = settings.candidate_timeout_s;
+      options.packed = row.packed;
       options.progress = [&](const std::string &text) {
         progress.update(device, row.entry->name, text);
       };
@@ -248,6 +256,13 @@ void print_table(const std::vector<Row> &rows) {
                         gain > 0 ? llvm::formatv("{0:f2}x", gain).str() : std::string("-"),
                         row.device, row.seconds);
   }
+  // A packed batch's row is a class bucketed by its longest lengths and its
+  // total: say how, so the row is not read as its sequences' count.
+  for (const Row &row : rows)
+    if (row.packed)
+      os << "class: " << row.entry->name << ": "
+         << packed_class_text(row.entry->problem, row.packed->total_q(), row_class_key(row))
+         << "\n";
   for (const Row &row : rows)
     if (!row.error.empty()) os << "failed: " << row.entry->name << ": " << row.error << "\n";
 }
@@ -259,8 +274,24 @@ llvm::json::Value rows_json(const std::vector<Row> &rows, const std::string &db_
     llvm::json::Object o{{"name", row.entry->name},
                          {"pass", class_pass(row.entry->pass, row.entry->deterministic)},
                          {"problem", problem_json(row.entry->problem)},
+                         {"class", class_json(row_class_key(row))},
                          {"device", row.device},
                          {"seconds", std::round(row.seconds * 100) / 100}};
+    if (row.packed) {
+      const Problem sized = tuning_class_problem(row.entry->problem, row.packed);
+      llvm::json::Array seqlens_q, seqlens_k;
+      for (int64_t n : row.packed->seqlens_q) seqlens_q.push_back(n);
+      for (int64_t n : row.packed->seqlens_k) seqlens_k.push_back(n);
+      o["packed"] = llvm::json::Object{
+          {"sequences", int64_t(row.packed->size())},
+          {"seqlens_q", std::move(seqlens_q)},
+          {"seqlens_k", std::move(seqlens_k)},
+          {"total_q", row.packed->total_q()},
+          {"total_k", row.packed->total_k()},
+          {"sized_as_batch", sized.batch},
+          {"explanation", packed_class_text(row.entry->problem, row.packed->total_q(),
+                                            row_class_key(row))}};
+    }
     if (!row.error.empty()) {
       ++failed;
       o["error"] = row.error;
@@ -295,8 +326,17 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
   int code = kExitOk;
   auto tuning_plan = plan_or_problem(problem, plan, code);
   if (!tuning_plan) return report_error(code, tuning_plan.takeError());
-  for (const PlanEntry &entry : tuning_plan->entries)
-    if (entry.problem.varlen) return report_error(kExitUsage, kVarlenNotTimed);
+  // A packed batch is timed on its lengths (every sequence the longest
+  // when only --batch/--seqlen gave it): lengths that do not make a batch
+  // of the problem are the flags' or the plan's error, before any GPU.
+  std::vector<std::optional<PackedBatch>> packed;
+  for (const PlanEntry &entry : tuning_plan->entries) {
+    packed.push_back(entry_packed_batch(entry));
+    if (packed.back())
+      if (llvm::Error e = validate_packed_batch(entry.problem, *packed.back()))
+        return report_error(kExitUsage, llvm::formatv("{0}: {1}", entry.name,
+                                                      llvm::toString(std::move(e))));
+  }
   double budget = 0;
   if (llvm::StringRef(budget_s).getAsDouble(budget) || !std::isfinite(budget) || budget <= 0)
     return report_error(kExitUsage, llvm::formatv("--budget-s: expected a positive number of "
@@ -334,7 +374,10 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
     return report_error(kExitFailure, first.takeError());
 
   std::vector<Row> rows(tuning_plan->entries.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i].entry = &tuning_plan->entries[i];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].entry = &tuning_plan->entries[i];
+    rows[i].packed = packed[i];
+  }
   std::atomic<size_t> next{0};
   Progress progress(rows.size());
   WorkerSettings settings;

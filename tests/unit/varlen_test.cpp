@@ -161,17 +161,6 @@ TEST(VarlenCli, TheFlagReachesBothPassesKernels) {
   ASSERT_EQ(gen.code, 0) << gen.err;
   EXPECT_NE(gen.out.find("constexpr bool kVarlen = true;"), std::string::npos);
   EXPECT_NE(gen.out.find("_varlen_sm_90a"), std::string::npos);
-  auto tune = testing_cli::run_cli({"tune", "--varlen", "--hdim", "128"});
-  EXPECT_EQ(tune.code, 2);
-  EXPECT_NE(tune.err.find("--varlen: tune does not time a packed batch yet; gen, compile, run "
-                          "(the forward), query and precompile take it"),
-            std::string::npos)
-      << tune.err;
-  auto run_bwd = testing_cli::run_cli({"run", "--varlen", "--pass", "bwd", "--hdim", "128"});
-  EXPECT_EQ(run_bwd.code, 2);
-  EXPECT_NE(run_bwd.err.find("--varlen: run times a packed batch's forward only; drop --pass bwd"),
-            std::string::npos)
-      << run_bwd.err;
   auto bwd = testing_cli::run_cli({"gen", "--arch", "sm_90a", "--varlen", "--pass", "bwd"});
   ASSERT_EQ(bwd.code, 0) << bwd.err;
   EXPECT_NE(bwd.out.find("constexpr bool kVarlen = true;"), std::string::npos);
@@ -239,25 +228,25 @@ TEST(VarlenCli, RunDrawsLengthsUpToTheLongestWhenNoneAreGiven) {
   v.seqlen_k = "2000";
   auto parsed = cli::parse_problem_flags(v);
   ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
-  const cli::PackedLengths a = cli::packed_lengths(*parsed, 3);
-  ASSERT_EQ(a.q.size(), 9u);
-  ASSERT_EQ(a.k.size(), 9u);
-  EXPECT_EQ(*std::max_element(a.q.begin(), a.q.end()), 700);
-  EXPECT_EQ(*std::max_element(a.k.begin(), a.k.end()), 2000);
+  const PackedBatch a = cli::packed_lengths(*parsed, 3);
+  ASSERT_EQ(a.seqlens_q.size(), 9u);
+  ASSERT_EQ(a.seqlens_k.size(), 9u);
+  EXPECT_EQ(*std::max_element(a.seqlens_q.begin(), a.seqlens_q.end()), 700);
+  EXPECT_EQ(*std::max_element(a.seqlens_k.begin(), a.seqlens_k.end()), 2000);
   for (size_t b = 0; b < 9; ++b) {
-    EXPECT_GE(a.q[b], 1);
-    EXPECT_GE(a.k[b], 1);
+    EXPECT_GE(a.seqlens_q[b], 1);
+    EXPECT_GE(a.seqlens_k[b], 1);
   }
-  const cli::PackedLengths again = cli::packed_lengths(*parsed, 3);
-  EXPECT_EQ(again.q, a.q);  // seeded
-  EXPECT_EQ(again.k, a.k);
-  EXPECT_NE(cli::packed_lengths(*parsed, 4).q, a.q);
+  const PackedBatch again = cli::packed_lengths(*parsed, 3);
+  EXPECT_EQ(again.seqlens_q, a.seqlens_q);  // seeded
+  EXPECT_EQ(again.seqlens_k, a.seqlens_k);
+  EXPECT_NE(cli::packed_lengths(*parsed, 4).seqlens_q, a.seqlens_q);
   // Self-attention (seqlen_q == seqlen_k): each sequence's keys are its queries.
   v.seqlen_k = "700";
   parsed = cli::parse_problem_flags(v);
   ASSERT_TRUE(bool(parsed));
-  const cli::PackedLengths self = cli::packed_lengths(*parsed, 3);
-  EXPECT_EQ(self.q, self.k);
+  const PackedBatch self = cli::packed_lengths(*parsed, 3);
+  EXPECT_EQ(self.seqlens_q, self.seqlens_k);
   // Given lengths are used as they are.
   v.seqlens_q = "5,0,9";
   v.batch = "2";  // the flag defaults, not given
@@ -265,7 +254,7 @@ TEST(VarlenCli, RunDrawsLengthsUpToTheLongestWhenNoneAreGiven) {
   v.seqlen_k.clear();
   parsed = cli::parse_problem_flags(v);
   ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
-  EXPECT_EQ(cli::packed_lengths(*parsed, 3).q, (std::vector<int64_t>{5, 0, 9}));
+  EXPECT_EQ(cli::packed_lengths(*parsed, 3).seqlens_q, (std::vector<int64_t>{5, 0, 9}));
 }
 
 TEST(VarlenCli, QueryExplainsThePackedClass) {
