@@ -22,11 +22,15 @@ class ForwardRunner final : public InProcessRunner {
                                              llvm::ArrayRef<char> cubin,
                                              const std::string &entry) override;
   // A forward program is its main kernel (and the split-KV combine kernel,
-  // loaded beside it): the stand-in is loaded in its place.
+  // loaded beside it): the stand-in is loaded in the main kernel's place. Its
+  // program has no combine kernel, so it is loaded as a spec without splits
+  // (it faults or hangs before a combine would run).
   llvm::Expected<LoadedCandidate> load_stand_in(int index, const KernelSpec &spec,
                                                 llvm::ArrayRef<char> cubin,
                                                 const std::string &entry) override {
-    return load_cubin(index, spec, cubin, entry);
+    KernelSpec alone = spec;
+    alone.split_kv = false;
+    return load_cubin(index, alone, cubin, entry);
   }
   llvm::Error warm_up(int index, double ms) override;
   llvm::Expected<Measurement> time(int index, int repeats) override;
