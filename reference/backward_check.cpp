@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "reference/cpu_attention.h"
 #include "reference/cpu_attention_backward.h"
@@ -11,16 +10,6 @@
 
 namespace flashjit {
 namespace {
-
-// Normal(0, 1) values rounded to `dtype`: never zeros, which would hide
-// unwritten outputs and wrong indexing.
-std::vector<float> random_values(DType dtype, size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float &x : v) x = round_to(dtype, dist(rng));
-  return v;
-}
 
 llvm::Expected<DeviceBuffer> upload(DType dtype, llvm::ArrayRef<float> values) {
   const std::vector<uint16_t> bits = to_storage(dtype, values);

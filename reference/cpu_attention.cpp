@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <random>
 
 namespace flashjit {
 
@@ -60,6 +61,14 @@ float bits_to_float(DType dtype, uint16_t bits) {
 }
 
 float round_to(DType dtype, float value) { return bits_to_float(dtype, float_to_bits(dtype, value)); }
+
+std::vector<float> random_values(DType dtype, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float &x : v) x = round_to(dtype, dist(rng));
+  return v;
+}
 
 std::vector<uint16_t> to_storage(DType dtype, llvm::ArrayRef<float> values) {
   std::vector<uint16_t> bits(values.size());

@@ -29,6 +29,9 @@ std::vector<uint16_t> to_storage(DType dtype, llvm::ArrayRef<float> values);
 std::vector<float> from_storage(DType dtype, llvm::ArrayRef<uint16_t> bits);
 // Rounds every element in place.
 void round_all(DType dtype, std::vector<float> &values);
+// `n` Normal(0, 1) values rounded to `dtype`, from `seed`: never zeros,
+// which would hide unwritten outputs and wrong indexing.
+std::vector<float> random_values(DType dtype, size_t n, uint64_t seed);
 
 // Whether query row `i` sees key `j`: the mask of Problem, bottom-right aligned.
 bool key_visible(const Problem &problem, int64_t i, int64_t j);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "reference/cpu_attention.h"
 #include "reference/cpu_attention_backward.h"
@@ -11,15 +10,6 @@
 
 namespace flashjit {
 namespace {
-
-// Normal(0, 1) values rounded to `dtype`, as check_backward draws them.
-std::vector<float> random_values(DType dtype, size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float &x : v) x = round_to(dtype, dist(rng));
-  return v;
-}
 
 std::vector<float> rows(const std::vector<float> &x, int64_t row0, int64_t count, int64_t width) {
   return std::vector<float>(x.begin() + row0 * width, x.begin() + (row0 + count) * width);

@@ -57,15 +57,8 @@ inline std::string sm90_skip_reason() {
     if (llvm::Error err_ = (expr)) FAIL() << llvm::toString(std::move(err_)); \
   } while (0)
 
-// Normal(0, 1) values rounded to `dtype` (never zeros: they hide unwritten
-// outputs and wrong indexing).
-inline std::vector<float> random_values(DType dtype, size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float &x : v) x = round_to(dtype, dist(rng));
-  return v;
-}
+// Normal(0, 1) values rounded to a dtype (reference/cpu_attention.h).
+using flashjit::random_values;
 
 // A problem from its sizes (window bounds and softcap only where they apply).
 inline Problem make_problem(DType dtype, int64_t b, int64_t hq, int64_t hkv, int64_t sq,
