@@ -38,8 +38,8 @@ struct Problem {
   // page_size. 0: K and V are contiguous [batch, seqlen_k, heads_kv, d].
   // A multiple of 16 from 16 to 512.
   int page_size = 0;
-  // A packed batch of sequences of different lengths (flash_attn_varlen_func,
-  // forward only for now; ForwardArgs::varlen): Q/O are [total_q, heads_q,
+  // A packed batch of sequences of different lengths (flash_attn_varlen_func;
+  // ForwardArgs::varlen, BackwardArgs::varlen): Q/O are [total_q, heads_q,
   // d] and K/V [total_k, heads_kv, d], sequence b owning the rows from
   // cu_seqlens_q[b] to cu_seqlens_q[b + 1] (likewise of K/V); batch is the
   // number of sequences and seqlen_q/seqlen_k are the longest's lengths
