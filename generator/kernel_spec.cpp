@@ -267,6 +267,13 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
   return g;
 }
 
+bool forward_grid_is_persistent(const KernelSpec &spec, const Problem &problem, int sm_count,
+                                int num_splits) {
+  return sm_count > 0 &&
+         forward_launch_geometry(spec, problem, sm_count, num_splits).grid.x <
+             forward_launch_geometry(spec, problem, 0, num_splits).grid.x;
+}
+
 LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q) {
   // fwd_combine.cuh: 8 warps per CTA, one row each.
   constexpr int kRowsPerBlock = 8;

@@ -83,6 +83,11 @@ Problem class_problem(const KernelSpec &spec);
 // per work tile.
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                        int sm_count = 0, int num_splits = 1);
+// Whether that launch runs persistent CTAs (fewer than its work tiles), as
+// forward_launch_geometry decides: only then does a masked packed batch
+// take its tiles from a counter (common/fwd_scheduler.cuh).
+bool forward_grid_is_persistent(const KernelSpec &spec, const Problem &problem, int sm_count,
+                                int num_splits = 1);
 
 // The split-KV combine kernel's launch: one warp per output row.
 // `total_q`: the tokens of a packed varlen batch (read only for varlen).

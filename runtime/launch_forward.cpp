@@ -260,9 +260,14 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   // stream order. Without a mask a sequence's tiles all cost the same and
   // the static rotation deals them evenly: on the H200 (16 documents of
   // 176..3216 tokens, d=128) the counter took full attention from 627 to
-  // 568-586 TFLOP/s and causal from 457 to 524-528.
+  // 568-586 TFLOP/s and causal from 457 to 524-528. A grid of one CTA per
+  // work tile never reads it.
   CUdeviceptr counter = 0;
-  if (spec.varlen && spec.config.path == KernelPath::sm90 && problem.mask != MaskKind::none) {
+  const int splits = num_splits > 1 && kernels.combine ? num_splits : 1;
+  if (spec.varlen && spec.config.path == KernelPath::sm90 && problem.mask != MaskKind::none &&
+      forward_grid_is_persistent(
+          spec, problem,
+          kernels.resident_ctas > 0 ? kernels.resident_ctas : kernels.main->sm_count(), splits)) {
     auto allocated = allocate_workspace(kernels.main->device(), sizeof(int), stream);
     if (!allocated) return allocated.takeError();
     counter = *allocated;

@@ -113,14 +113,22 @@ int main(int argc, char **argv) {
   decode.seqlen_k = 8192;
   decode.head_dim_qk = decode.head_dim_v = 128;
   // A packed batch: its offsets are checked too (two more pointer queries),
-  // and under a mask its tiles come from a counter zeroed per call (a pool
-  // allocation; the memset is not counted).
+  // and under a mask on persistent CTAs its tiles come from a counter zeroed
+  // per call (a pool allocation; the memset is not counted): 8 sequences of
+  // up to 2048 (16 query blocks, 2048 work tiles on 132 SMs).
   Problem packed = train;
   packed.varlen = true;
-  packed.batch = 5;
+  packed.batch = 8;
+  packed.seqlen_q = packed.seqlen_k = 2048;
+  // Up to 4096 (32 query blocks, 2560 work tiles): one CTA per work tile,
+  // which never reads a counter.
+  Problem packed_long = train;
+  packed_long.varlen = true;
+  packed_long.batch = 5;
   bool ok = measure("forward d128 causal 2x4096", train, calls, {1, 4, 3, 1, 0});
   ok = measure("decode d128 1x8192 (split)", decode, calls, {2, 4, 3, 1, 1}) && ok;
   ok = measure("varlen d128 causal (counter)", packed, calls, {1, 6, 3, 1, 1}) && ok;
+  ok = measure("varlen d128 causal, a CTA per tile", packed_long, calls, {1, 6, 3, 1, 0}) && ok;
   packed.mask = flashjit::MaskKind::none;  // without a mask the static rotation: no counter
   ok = measure("varlen d128 full", packed, calls, {1, 6, 3, 1, 0}) && ok;
   return ok ? 0 : 1;

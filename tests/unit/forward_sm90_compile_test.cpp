@@ -246,6 +246,28 @@ TEST(FwdSm90LaunchGeometry, PersistentWithoutMaskOrWhenRoundsCoverQueryBlocks) {
   EXPECT_EQ(geometry(128, MaskKind::causal, 512, 99, 4, 529).grid.x, 1584u);
 }
 
+// Whether a launch is persistent decides whether a masked packed batch gets a
+// tile counter (runtime/launch_forward.cpp): it must agree with the grid.
+TEST(ForwardSm90Launch, PersistentExactlyWhenTheGridHasFewerCtasThanWorkTiles) {
+  auto persistent = [](MaskKind mask, int64_t seqlen, int64_t batch, int sm_count) {
+    Problem p;
+    p.head_dim_qk = p.head_dim_v = 128;
+    p.mask = mask;
+    p.seqlen_q = p.seqlen_k = seqlen;
+    p.heads_q = p.heads_kv = 16;
+    p.batch = batch;
+    p.varlen = true;
+    auto spec = make_forward_spec(p, default_forward_config(p, kSm90a), kSm90a);
+    EXPECT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+    return forward_grid_is_persistent(*spec, p, sm_count);
+  };
+  EXPECT_TRUE(persistent(MaskKind::causal, 2048, 8, 132));    // 2048 tiles, 15.5 rounds >= 15
+  EXPECT_FALSE(persistent(MaskKind::causal, 4096, 5, 132));   // 2560 tiles, 19.4 rounds < 31
+  EXPECT_TRUE(persistent(MaskKind::none, 4096, 5, 132));      // unmasked: always, past one wave
+  EXPECT_FALSE(persistent(MaskKind::none, 300, 1, 132));      // 48 tiles: one CTA each
+  EXPECT_FALSE(persistent(MaskKind::causal, 2048, 8, 0));     // SM count unknown
+}
+
 // A config the traits accept, with its threads, Q buffers and shared memory.
 void expect_layout(int d, int block_m, int block_n, int warps, int stages, int threads,
                    int q_stages, int smem_bytes) {
