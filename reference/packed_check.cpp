@@ -64,6 +64,47 @@ llvm::Expected<AccuracyReport> check_packed_forward_outputs(const Problem &p,
                                 exact.lse);
 }
 
+PackedReferenceGradients packed_reference_gradients(const Problem &p, const PackedBatch &batch,
+                                                    const std::vector<float> &q,
+                                                    const std::vector<float> &k,
+                                                    const std::vector<float> &v,
+                                                    const std::vector<float> &dout) {
+  const int64_t hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim_qk, dv = p.head_dim_v;
+  const std::vector<int32_t> cu_q = batch.cu_seqlens_q(), cu_k = batch.cu_seqlens_k();
+  const int64_t tq = batch.total_q();
+  PackedReferenceGradients ref;
+  ref.o.assign(size_t(tq * hq * dv), 0.f);
+  ref.lse.assign(size_t(hq * tq), INFINITY);
+  ref.exact = AttentionGradients{std::vector<float>(q.size(), 0.f),
+                                 std::vector<float>(k.size(), 0.f),
+                                 std::vector<float>(v.size(), 0.f)};
+  ref.element = ref.exact;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const int64_t q0 = cu_q[b], lq = batch.seqlens_q[b], k0 = cu_k[b], lk = batch.seqlens_k[b];
+    if (lq == 0 || lk == 0) continue;  // zeros (and LSE +inf) already
+    const Problem one = sequence_problem(p, lq, lk);
+    const auto qb = rows(q, q0, lq, hq * d), kb = rows(k, k0, lk, hkv * d),
+               vb = rows(v, k0, lk, hkv * dv), db = rows(dout, q0, lq, hq * dv);
+    const AttentionOutputs fwd_exact = cpu_attention(one, qb, kb, vb, ReferencePrecision::exact);
+    const AttentionOutputs fwd_elem = cpu_attention(one, qb, kb, vb, ReferencePrecision::element);
+    std::copy(fwd_elem.out.begin(), fwd_elem.out.end(), ref.o.begin() + q0 * hq * dv);
+    for (int64_t h = 0; h < hq; ++h)
+      std::copy_n(fwd_exact.lse.begin() + h * lq, lq, ref.lse.begin() + h * tq + q0);
+    const AttentionGradients ge =
+        cpu_attention_backward(one, qb, kb, vb, db, ReferencePrecision::exact);
+    const AttentionGradients gm =
+        cpu_attention_backward(one, qb, kb, vb, db, ReferencePrecision::element);
+    for (auto [dst_e, dst_m, src_e, src_m, row0, width] :
+         {std::tuple{&ref.exact.dq, &ref.element.dq, &ge.dq, &gm.dq, q0, hq * d},
+          std::tuple{&ref.exact.dk, &ref.element.dk, &ge.dk, &gm.dk, k0, hkv * d},
+          std::tuple{&ref.exact.dv, &ref.element.dv, &ge.dv, &gm.dv, k0, hkv * dv}}) {
+      std::copy(src_e->begin(), src_e->end(), dst_e->begin() + row0 * width);
+      std::copy(src_m->begin(), src_m->end(), dst_m->begin() + row0 * width);
+    }
+  }
+  return ref;
+}
+
 llvm::Expected<GradientAccuracyReport> check_packed_backward(const Problem &problem,
                                                              const PackedBatch &batch,
                                                              BackwardLauncher launch,
@@ -73,46 +114,16 @@ llvm::Expected<GradientAccuracyReport> check_packed_backward(const Problem &prob
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const int64_t hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim_qk, dv = p.head_dim_v;
-  const std::vector<int32_t> cu_q = batch.cu_seqlens_q(), cu_k = batch.cu_seqlens_k();
   const int64_t tq = batch.total_q(), tk = batch.total_k();
   const std::vector<float> q = random_values(p.dtype, size_t(tq * hq * d), seed);
   const std::vector<float> k = random_values(p.dtype, size_t(tk * hkv * d), seed + 1);
   const std::vector<float> v = random_values(p.dtype, size_t(tk * hkv * dv), seed + 2);
   const std::vector<float> dout = random_values(p.dtype, size_t(tq * hq * dv), seed + 3);
 
-  // Per sequence: the forward's O (element precision, as a kernel writes it)
-  // and exact LSE, and the exact and element gradients, in the packed layouts.
-  std::vector<float> o(size_t(tq * hq * dv), 0.f), lse(size_t(hq * tq), INFINITY);
-  AttentionGradients exact{std::vector<float>(q.size(), 0.f), std::vector<float>(k.size(), 0.f),
-                           std::vector<float>(v.size(), 0.f)};
-  AttentionGradients element = exact;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    const int64_t q0 = cu_q[b], lq = batch.seqlens_q[b], k0 = cu_k[b], lk = batch.seqlens_k[b];
-    if (lq == 0 || lk == 0) continue;  // zeros (and LSE +inf) already
-    const Problem one = sequence_problem(p, lq, lk);
-    const auto qb = rows(q, q0, lq, hq * d), kb = rows(k, k0, lk, hkv * d),
-               vb = rows(v, k0, lk, hkv * dv), db = rows(dout, q0, lq, hq * dv);
-    const AttentionOutputs fwd_exact = cpu_attention(one, qb, kb, vb, ReferencePrecision::exact);
-    const AttentionOutputs fwd_elem = cpu_attention(one, qb, kb, vb, ReferencePrecision::element);
-    std::copy(fwd_elem.out.begin(), fwd_elem.out.end(), o.begin() + q0 * hq * dv);
-    for (int64_t h = 0; h < hq; ++h)
-      std::copy_n(fwd_exact.lse.begin() + h * lq, lq, lse.begin() + h * tq + q0);
-    const AttentionGradients ge =
-        cpu_attention_backward(one, qb, kb, vb, db, ReferencePrecision::exact);
-    const AttentionGradients gm =
-        cpu_attention_backward(one, qb, kb, vb, db, ReferencePrecision::element);
-    for (auto [dst_e, dst_m, src_e, src_m, row0, width] :
-         {std::tuple{&exact.dq, &element.dq, &ge.dq, &gm.dq, q0, hq * d},
-          std::tuple{&exact.dk, &element.dk, &ge.dk, &gm.dk, k0, hkv * d},
-          std::tuple{&exact.dv, &element.dv, &ge.dv, &gm.dv, k0, hkv * dv}}) {
-      std::copy(src_e->begin(), src_e->end(), dst_e->begin() + row0 * width);
-      std::copy(src_m->begin(), src_m->end(), dst_m->begin() + row0 * width);
-    }
-  }
-
+  const PackedReferenceGradients ref = packed_reference_gradients(p, batch, q, k, v, dout);
   auto in = make_packed_backward_inputs(p, batch, to_storage(p.dtype, q), to_storage(p.dtype, k),
-                                        to_storage(p.dtype, v), to_storage(p.dtype, o),
-                                        to_storage(p.dtype, dout), lse);
+                                        to_storage(p.dtype, v), to_storage(p.dtype, ref.o),
+                                        to_storage(p.dtype, dout), ref.lse);
   if (!in) return in.takeError();
   // Uploads and memsets run on the legacy stream, which a non-blocking
   // `stream` does not wait for.
@@ -130,7 +141,7 @@ llvm::Expected<GradientAccuracyReport> check_packed_backward(const Problem &prob
   kernel.dq = std::move(*gq);
   kernel.dk = std::move(*gk);
   kernel.dv = std::move(*gv);
-  return check_gradient_accuracy(kernel, exact, element);
+  return check_gradient_accuracy(kernel, ref.exact, ref.element);
 }
 
 }  // namespace flashjit

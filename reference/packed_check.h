@@ -24,6 +24,22 @@ llvm::Expected<AccuracyReport> check_packed_forward_outputs(const Problem &probl
                                                             const PackedForwardInputs &in,
                                                             TuningDb *store = nullptr);
 
+// The float64 forward and backward of each sequence of `batch` alone, in the
+// packed layouts: O in element precision (as a kernel writes it), the exact
+// LSE ([heads_q][total_q]; +inf for a sequence without keys), and the exact
+// and element gradients (zeros where no query sees a key, and for a
+// sequence without keys).
+struct PackedReferenceGradients {
+  std::vector<float> o, lse;
+  AttentionGradients exact, element;
+};
+PackedReferenceGradients packed_reference_gradients(const Problem &problem,
+                                                    const PackedBatch &batch,
+                                                    const std::vector<float> &q,
+                                                    const std::vector<float> &k,
+                                                    const std::vector<float> &v,
+                                                    const std::vector<float> &dout);
+
 // The backward under test on a packed batch of `problem` (resized to
 // `batch`): random inputs and dO, O and the LSE of each sequence's float64
 // forward, gradients and workspace poisoned; `launch`; then the gradient

@@ -17,6 +17,7 @@
 #include "flashjit/backward.h"
 #include "forward_check.h"
 #include "reference/cpu_attention_backward.h"
+#include "reference/packed_check.h"
 #include "runtime/launch_backward.h"
 
 namespace flashjit {
@@ -270,7 +271,6 @@ struct VarlenBackwardCase {
 void run_varlen_backward_case(const VarlenBackwardCase &c, uint64_t seed) {
   const Problem p = packed_problem(c.problem, c.lens_q, c.lens_k);
   SCOPED_TRACE(describe(p) + " " + describe(c.config));
-  const int64_t batch = p.batch;
   const int64_t hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim_qk, dv = p.head_dim_v;
   const std::vector<int32_t> cu_q = prefix_sums(c.lens_q), cu_k = prefix_sums(c.lens_k);
   const int64_t tq = cu_q.back(), tk = cu_k.back();
@@ -281,41 +281,12 @@ void run_varlen_backward_case(const VarlenBackwardCase &c, uint64_t seed) {
 
   // Per sequence: the forward's O and LSE, and the exact and element
   // gradients, into the packed layouts.
-  std::vector<float> o(tq * hq * dv, 0.f), lse(hq * tq, INFINITY);
-  AttentionGradients exact{std::vector<float>(tq * hq * d, 0.f),
-                           std::vector<float>(tk * hkv * d, 0.f),
-                           std::vector<float>(tk * hkv * dv, 0.f)};
-  AttentionGradients element = exact;
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t q0 = cu_q[b], lq = c.lens_q[b], k0 = cu_k[b], lk = c.lens_k[b];
-    if (lq == 0 || lk == 0) continue;  // zeros (and LSE +inf) already
-    Problem one = p;
-    one.varlen = false;
-    one.batch = 1;
-    one.seqlen_q = lq;
-    one.seqlen_k = lk;
-    auto slice = [](const std::vector<float> &x, int64_t row0, int64_t rows, int64_t width) {
-      return std::vector<float>(x.begin() + row0 * width, x.begin() + (row0 + rows) * width);
-    };
-    const auto qb = slice(q, q0, lq, hq * d), kb = slice(k, k0, lk, hkv * d),
-               vb = slice(v, k0, lk, hkv * dv), db = slice(dout, q0, lq, hq * dv);
-    const AttentionOutputs fwd_exact = cpu_attention(one, qb, kb, vb, ReferencePrecision::exact);
-    const AttentionOutputs fwd_elem = cpu_attention(one, qb, kb, vb, ReferencePrecision::element);
-    std::copy(fwd_elem.out.begin(), fwd_elem.out.end(), o.begin() + q0 * hq * dv);
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t i = 0; i < lq; ++i) lse[h * tq + q0 + i] = fwd_exact.lse[h * lq + i];
-    const AttentionGradients ge = cpu_attention_backward(one, qb, kb, vb, db,
-                                                         ReferencePrecision::exact);
-    const AttentionGradients gm = cpu_attention_backward(one, qb, kb, vb, db,
-                                                         ReferencePrecision::element);
-    for (auto [dst_e, dst_m, src_e, src_m, row0, width] :
-         {std::tuple{&exact.dq, &element.dq, &ge.dq, &gm.dq, q0, hq * d},
-          std::tuple{&exact.dk, &element.dk, &ge.dk, &gm.dk, k0, hkv * d},
-          std::tuple{&exact.dv, &element.dv, &ge.dv, &gm.dv, k0, hkv * dv}}) {
-      std::copy(src_e->begin(), src_e->end(), dst_e->begin() + row0 * width);
-      std::copy(src_m->begin(), src_m->end(), dst_m->begin() + row0 * width);
-    }
-  }
+  PackedBatch lengths;
+  lengths.seqlens_q.assign(c.lens_q.begin(), c.lens_q.end());
+  lengths.seqlens_k.assign(c.lens_k.begin(), c.lens_k.end());
+  const PackedReferenceGradients ref = packed_reference_gradients(p, lengths, q, k, v, dout);
+  const std::vector<float> &o = ref.o, &lse = ref.lse;
+  const AttentionGradients &exact = ref.exact, &element = ref.element;
 
   auto up = [&](const std::vector<float> &x) { return testing::upload_values(p.dtype, x); };
   auto dq_buf = up(q), dk_buf = up(k), dv_buf = up(v), do_buf = up(dout), o_buf = up(o);

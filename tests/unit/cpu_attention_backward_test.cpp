@@ -11,6 +11,7 @@
 #include "reference/accuracy.h"
 #include "reference/cpu_attention.h"
 #include "reference/cpu_attention_backward.h"
+#include "reference/packed_check.h"
 
 namespace flashjit {
 namespace {
@@ -281,6 +282,61 @@ TEST(CpuAttentionBackward, ElementPrecisionIsASmallNonzeroBaseline) {
     bad.dq[0] = std::numeric_limits<float>::quiet_NaN();
     EXPECT_EQ(check_gradient_accuracy(bad, exact, low).dq.unwritten, 1u);
   }
+}
+
+// A packed batch's references: each sequence computed as a problem of its
+// own and placed at its rows (the LSE at [head][total_q]); a sequence
+// without keys leaves O and dQ zero and its LSE +inf, and keys no query
+// sees (a sequence without queries) get dK = dV = 0.
+TEST(PackedReference, EachSequenceIsItsOwnProblemAtItsRows) {
+  Problem p = tiny(MaskKind::causal);
+  p.varlen = true;
+  PackedBatch batch;
+  batch.seqlens_q = {3, 0, 2};
+  batch.seqlens_k = {5, 4, 0};
+  p.batch = 3;
+  const int64_t hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim_qk;
+  const int64_t tq = batch.total_q(), tk = batch.total_k();
+  const std::vector<float> q = random_values(p.dtype, size_t(tq * hq * d), 1);
+  const std::vector<float> k = random_values(p.dtype, size_t(tk * hkv * d), 2);
+  const std::vector<float> v = random_values(p.dtype, size_t(tk * hkv * d), 3);
+  const std::vector<float> dout = random_values(p.dtype, size_t(tq * hq * d), 4);
+  const PackedReferenceGradients ref = packed_reference_gradients(p, batch, q, k, v, dout);
+
+  // Sequence 0 (queries 0..2, keys 0..4) alone.
+  Problem one = p;
+  one.varlen = false;
+  one.batch = 1;
+  one.seqlen_q = 3;
+  one.seqlen_k = 5;
+  auto head_rows = [](const std::vector<float> &x, int64_t rows, int64_t width) {
+    return std::vector<float>(x.begin(), x.begin() + rows * width);
+  };
+  const auto q0 = head_rows(q, 3, hq * d), k0 = head_rows(k, 5, hkv * d),
+             v0 = head_rows(v, 5, hkv * d), d0 = head_rows(dout, 3, hq * d);
+  const AttentionOutputs fwd = cpu_attention(one, q0, k0, v0, ReferencePrecision::exact);
+  const AttentionOutputs fwd_element = cpu_attention(one, q0, k0, v0, ReferencePrecision::element);
+  const AttentionGradients grads =
+      cpu_attention_backward(one, q0, k0, v0, d0, ReferencePrecision::exact);
+  for (size_t i = 0; i < fwd_element.out.size(); ++i) EXPECT_EQ(ref.o[i], fwd_element.out[i]) << i;
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(ref.lse[h * tq + i], fwd.lse[h * 3 + i]);
+  for (size_t i = 0; i < grads.dq.size(); ++i) EXPECT_EQ(ref.exact.dq[i], grads.dq[i]) << i;
+  for (size_t i = 0; i < grads.dk.size(); ++i) EXPECT_EQ(ref.exact.dk[i], grads.dk[i]) << i;
+  for (size_t i = 0; i < grads.dv.size(); ++i) EXPECT_EQ(ref.exact.dv[i], grads.dv[i]) << i;
+
+  // Sequence 1 has no queries: its 4 keys (rows 5..8) get dK = dV = 0.
+  for (int64_t i = 5 * hkv * d; i < 9 * hkv * d; ++i) {
+    EXPECT_EQ(ref.exact.dk[i], 0.f);
+    EXPECT_EQ(ref.element.dv[i], 0.f);
+  }
+  // Sequence 2 has no keys: its 2 queries (rows 3..4) get O = dQ = 0, LSE +inf.
+  for (int64_t i = 3 * hq * d; i < 5 * hq * d; ++i) {
+    EXPECT_EQ(ref.o[i], 0.f);
+    EXPECT_EQ(ref.exact.dq[i], 0.f);
+  }
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 3; i < 5; ++i) EXPECT_EQ(ref.lse[h * tq + i], INFINITY);
 }
 
 }  // namespace
