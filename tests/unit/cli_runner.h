@@ -14,8 +14,20 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Program.h"
+#include "runtime/device.h"
 
 namespace flashjit::testing_cli {
+
+// Whether a CUDA device is usable here: tests of what a machine without
+// one prints skip where there is one.
+inline bool gpu_present() {
+  auto count = device_count();
+  if (!count) {
+    llvm::consumeError(count.takeError());
+    return false;
+  }
+  return *count > 0;
+}
 
 struct CliResult {
   int code = -1;

@@ -25,15 +25,6 @@ namespace {
 using namespace testing_cli;
 
 
-bool gpu_present() {
-  auto count = device_count();
-  if (!count) {
-    llvm::consumeError(count.takeError());
-    return false;
-  }
-  return *count > 0;
-}
-
 TEST(CliTuning, UsageErrorsNameTheFlag) {
   TempDir dir;
   const std::string plan = dir.file("bad.yaml");

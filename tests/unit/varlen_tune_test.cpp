@@ -40,15 +40,6 @@ Problem packed_problem(std::vector<int64_t> q, std::vector<int64_t> k) {
   return p;
 }
 
-bool gpu_present() {
-  auto count = device_count();
-  if (!count) {
-    llvm::consumeError(count.takeError());
-    return false;
-  }
-  return *count > 0;
-}
-
 TEST(PackedBatch, TotalsOffsetsAndEqualLengths) {
   const PackedBatch b{{17, 0, 4096, 300}, {30, 9, 4096, 0}};
   EXPECT_EQ(b.size(), 4u);
