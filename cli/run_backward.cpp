@@ -117,26 +117,9 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
   const double tflops =
       kBackwardFlopsFactor * p.forward_flops() / (timing->median_ms * 1e-3) / 1e12;
 
-  if (common.json) {
-    llvm::json::Object o = run_json(spec, device, p, *timing, command.repeats, sets.size());
-    o["pass"] = "bwd";
-    o["deterministic"] = spec.config.deterministic;
-    o["tflops"] = tflops;
-    if (accuracy) {
-      llvm::json::Object check = gradient_check_json(*accuracy);
-      check["problem"] = problem_json(checked);
-      o["check"] = std::move(check);
-    }
-    print_json(std::move(o));
-  } else {
-    llvm::raw_ostream &os = llvm::outs();
-    print_run_head(os, spec, device, p);
-    os << llvm::formatv("config   {0}\n", describe(spec.config));
-    if (accuracy)
-      os << llvm::formatv("check    {0} (on {1})\n", accuracy->describe(), describe(checked));
-    print_backward_time(os, *timing, command.repeats, sets.size(), tflops);
-  }
-  return accuracy && !accuracy->passed() ? kExitFailure : kExitOk;
+  return report_backward_run({spec, device, p, *timing, command.repeats, sets.size(), tflops,
+                              accuracy, checked},
+                             common.json);
 }
 
 }  // namespace flashjit::cli

@@ -59,8 +59,7 @@ llvm::json::Object gradient_fields(const AccuracyReport &r) {
                             {"unwritten", int64_t(r.unwritten)}};
 }
 
-}  // namespace
-
+// {"passed", "dq", "dk", "dv"} of a backward's gradient check.
 llvm::json::Object gradient_check_json(const GradientAccuracyReport &report) {
   return llvm::json::Object{{"passed", report.passed()},
                             {"dq", gradient_fields(report.dq)},
@@ -68,12 +67,39 @@ llvm::json::Object gradient_check_json(const GradientAccuracyReport &report) {
                             {"dv", gradient_fields(report.dv)}};
 }
 
-void print_backward_time(llvm::raw_ostream &os, const Timing &timing, int repeats,
-                         size_t input_sets, double tflops) {
-  os << llvm::formatv("time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input "
-                      "sets; preprocess + main + dQ kernels)\n",
-                      timing.median_ms, timing.min_ms, timing.max_ms, repeats, input_sets);
-  os << llvm::formatv("perf     {0:f1} TFLOP/s (backward FLOPs = 2.5x forward)\n", tflops);
+}  // namespace
+
+int report_backward_run(const BackwardRun &r, bool json) {
+  if (json) {
+    llvm::json::Object o =
+        run_json(r.spec, r.device, r.problem, r.timing, r.repeats, r.input_sets);
+    if (r.packed) add_packed_json(o, *r.packed);
+    o["pass"] = "bwd";
+    o["deterministic"] = r.spec.config.deterministic;
+    o["tflops"] = r.tflops;
+    if (r.accuracy) {
+      llvm::json::Object check = gradient_check_json(*r.accuracy);
+      check["problem"] = problem_json(r.checked);
+      if (r.checked_packed) add_packed_json(check, *r.checked_packed);
+      o["check"] = std::move(check);
+    }
+    print_json(std::move(o));
+  } else {
+    llvm::raw_ostream &os = llvm::outs();
+    print_run_head(os, r.spec, r.device, r.problem);
+    if (r.packed) print_packed_line(os, *r.packed);
+    os << llvm::formatv("config   {0}\n", describe(r.spec.config));
+    if (r.accuracy)
+      os << llvm::formatv("check    {0} (on {1})\n", r.accuracy->describe(),
+                          r.checked_packed ? describe_packed(r.checked, *r.checked_packed)
+                                           : describe(r.checked));
+    os << llvm::formatv("time     {0:f3} ms median (min {1:f3}, max {2:f3}; {3} runs, {4} input "
+                        "sets; preprocess + main + dQ kernels)\n",
+                        r.timing.median_ms, r.timing.min_ms, r.timing.max_ms, r.repeats,
+                        r.input_sets);
+    os << llvm::formatv("perf     {0:f1} TFLOP/s (backward FLOPs = 2.5x forward)\n", r.tflops);
+  }
+  return r.accuracy && !r.accuracy->passed() ? kExitFailure : kExitOk;
 }
 
 }  // namespace flashjit::cli

@@ -35,10 +35,26 @@ void print_packed_line(llvm::raw_ostream &os, const PackedBatch &batch);
 
 // FlashAttention's convention: the backward does 2.5x the forward's FLOPs.
 inline constexpr double kBackwardFlopsFactor = 2.5;
-// {"passed", "dq", "dk", "dv"} of a backward's gradient check.
-llvm::json::Object gradient_check_json(const GradientAccuracyReport &report);
-// The backward's time line (what a call enqueues) and its TFLOP/s.
-void print_backward_time(llvm::raw_ostream &os, const Timing &timing, int repeats,
-                         size_t input_sets, double tflops);
+
+// What `run --pass bwd` measured, dense or packed.
+struct BackwardRun {
+  const KernelSpec &spec;
+  const DeviceInfo &device;
+  const Problem &problem;
+  const Timing &timing;
+  int repeats = 0;
+  size_t input_sets = 0;
+  double tflops = 0;  // kBackwardFlopsFactor x the forward's (the sequences' own when packed)
+  // The gradient check, when asked for, and the (smaller) problem it ran on.
+  const std::optional<GradientAccuracyReport> &accuracy;
+  const Problem &checked;
+  // A packed batch's lengths, and those of the batch the check ran on.
+  const PackedBatch *packed = nullptr;
+  const PackedBatch *checked_packed = nullptr;
+};
+// Prints the report (JSON with `json`, else text: the head, the packed line,
+// the config, the check, the time and TFLOP/s) and returns the exit code:
+// failure when the check failed.
+int report_backward_run(const BackwardRun &run, bool json);
 
 }  // namespace flashjit::cli
