@@ -138,6 +138,14 @@ std::string describe_packed(const Problem &problem, const PackedBatch &batch) {
       .str();
 }
 
+TensorElements tensor_elements(const Problem &p, const PackedBatch *packed) {
+  const int64_t q_rows = packed ? packed->total_q() : p.batch * p.seqlen_q;
+  const int64_t k_rows = packed ? packed->total_k() : p.batch * p.seqlen_k;
+  return {size_t(q_rows * p.heads_q * p.head_dim_qk), size_t(k_rows * p.heads_kv * p.head_dim_qk),
+          size_t(k_rows * p.heads_kv * p.head_dim_v), size_t(q_rows * p.heads_q * p.head_dim_v),
+          size_t(q_rows * p.heads_q)};
+}
+
 Problem sequence_problem(const Problem &packed, int64_t seqlen_q, int64_t seqlen_k) {
   Problem one = packed;
   one.varlen = false;

@@ -46,6 +46,13 @@ llvm::Error validate_packed_batch(const Problem &problem, const PackedBatch &bat
 llvm::Expected<const PackedBatch *> packed_batch_for(const Problem &problem,
                                                      const std::optional<PackedBatch> &packed);
 
+// Elements of a problem's Q, K, V and O tensors and its LSE rows: batch x
+// the longest lengths when dense, the packed batch's tokens when `packed`.
+struct TensorElements {
+  size_t q, k, v, o, lse;
+};
+TensorElements tensor_elements(const Problem &problem, const PackedBatch *packed);
+
 // describe(problem) and the batch: "... varlen (packed: 3 sequences, 4413
 // queries, 4413 keys)".
 std::string describe_packed(const Problem &problem, const PackedBatch &batch);

@@ -120,18 +120,8 @@ llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(
   // A packed batch's tensors hold its tokens (total_q, total_k rows), not
   // batch x the longest lengths; its workspace is per token too.
   const PackedBatch *batch = *packed;
-  const int64_t q_rows = batch ? batch->total_q() : problem.batch * problem.seqlen_q;
-  const int64_t k_rows = batch ? batch->total_k() : problem.batch * problem.seqlen_k;
-  const size_t q_n = batch ? size_t(q_rows * problem.heads_q * problem.head_dim_qk)
-                           : q_elements(problem);
-  const size_t k_n = batch ? size_t(k_rows * problem.heads_kv * problem.head_dim_qk)
-                           : k_elements(problem);
-  const size_t v_n = batch ? size_t(k_rows * problem.heads_kv * problem.head_dim_v)
-                           : v_elements(problem);
-  const size_t o_n = batch ? size_t(q_rows * problem.heads_q * problem.head_dim_v)
-                           : o_elements(problem);
-  const size_t lse_n = batch ? size_t(q_rows * problem.heads_q) : lse_elements(problem);
-  const size_t workspace = batch ? backward_workspace_bytes(problem, q_rows)
+  const auto [q_n, k_n, v_n, o_n, lse_n] = tensor_elements(problem, batch);
+  const size_t workspace = batch ? backward_workspace_bytes(problem, batch->total_q())
                                  : backward_workspace_bytes(problem);
   const size_t per_set = 2 * (2 * q_n + 2 * k_n + 2 * v_n + 2 * o_n) + 4 * lse_n + workspace;
 

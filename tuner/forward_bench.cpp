@@ -72,17 +72,7 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
   bench->problem_ = problem;
   // A packed batch's tensors hold its tokens (total_q, total_k rows), not
   // batch x the longest lengths.
-  const int64_t q_rows = *packed ? (*packed)->total_q() : problem.batch * problem.seqlen_q;
-  const int64_t k_rows = *packed ? (*packed)->total_k() : problem.batch * problem.seqlen_k;
-  const size_t q_n = *packed ? size_t(q_rows * problem.heads_q * problem.head_dim_qk)
-                             : q_elements(problem);
-  const size_t k_n = *packed ? size_t(k_rows * problem.heads_kv * problem.head_dim_qk)
-                             : k_elements(problem);
-  const size_t v_n = *packed ? size_t(k_rows * problem.heads_kv * problem.head_dim_v)
-                             : v_elements(problem);
-  const size_t o_n = *packed ? size_t(q_rows * problem.heads_q * problem.head_dim_v)
-                             : o_elements(problem);
-  const size_t lse_n = *packed ? size_t(q_rows * problem.heads_q) : lse_elements(problem);
+  const auto [q_n, k_n, v_n, o_n, lse_n] = tensor_elements(problem, *packed);
   bench->bytes_per_set_ = (q_n + k_n + v_n + o_n) * sizeof(uint16_t) + lse_n * sizeof(float);
 
   size_t free_bytes = 0, total_bytes = 0;

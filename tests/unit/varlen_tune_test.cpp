@@ -40,6 +40,24 @@ Problem packed_problem(std::vector<int64_t> q, std::vector<int64_t> k) {
   return p;
 }
 
+// The benches size their tensors from the tokens: a packed batch's totals,
+// a dense one's batch x lengths.
+TEST(PackedBatch, TensorElementsCountTheTokens) {
+  const PackedBatch b{{17, 0, 4096, 300}, {30, 9, 4096, 0}};
+  Problem p = packed_problem(b.seqlens_q, b.seqlens_k);  // 16 / 4 heads, d = 128
+  p.head_dim_v = 64;
+  const TensorElements packed = tensor_elements(p, &b);
+  EXPECT_EQ(packed.q, size_t(4413 * 16 * 128));
+  EXPECT_EQ(packed.k, size_t(4135 * 4 * 128));
+  EXPECT_EQ(packed.v, size_t(4135 * 4 * 64));
+  EXPECT_EQ(packed.o, size_t(4413 * 16 * 64));
+  EXPECT_EQ(packed.lse, size_t(4413 * 16));
+  const TensorElements dense = tensor_elements(p, nullptr);  // 4 x 4096 both ways
+  EXPECT_EQ(dense.q, size_t(4 * 4096 * 16 * 128));
+  EXPECT_EQ(dense.k, size_t(4 * 4096 * 4 * 128));
+  EXPECT_EQ(dense.lse, size_t(4 * 4096 * 16));
+}
+
 TEST(PackedBatch, TotalsOffsetsAndEqualLengths) {
   const PackedBatch b{{17, 0, 4096, 300}, {30, 9, 4096, 0}};
   EXPECT_EQ(b.size(), 4u);
