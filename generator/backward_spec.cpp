@@ -50,8 +50,9 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
   const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
-  if (want_sm90 &&
-      sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()) {
+  const bool sm90_serves =
+      sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty();
+  if (want_sm90 && sm90_serves) {
     const KernelConfig first = BwdSm90Traits::default_config(problem.head_dim_qk);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
@@ -59,7 +60,19 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
                                  c.warps, c.stages, max_smem_bytes, c.deterministic)
           .takeError();
     });
-    if (sm90.fits) return sm90.config;
+    // Asked for by name, it stays even when it does not fit: validation
+    // then says why.
+    if (sm90.fits || partial.path == KernelPath::sm90) return sm90.config;
+  } else if (partial.path == KernelPath::sm90) {
+    // An explicit sm90 that cannot serve the problem (head dims, target,
+    // deterministic mode) is an error, never an sm80 kernel in its place:
+    // kept, d=128's tiles filling what the caller left unset, for
+    // make_backward_spec to name the reason.
+    const KernelConfig d128 = BwdSm90Traits::default_config(128);
+    const TileChoice tile{d128.block_m, d128.block_n, d128.warps, d128.stages};
+    return choose_tiles(partial, KernelPath::sm90, tile, [](const KernelConfig &) {
+             return llvm::Error::success();
+           }).config;
   }
   const int d = std::max(problem.head_dim_qk, problem.head_dim_v);
   // FlashAttention-2's flash_bwd_launch_template.h choices for sm80, then

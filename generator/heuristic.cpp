@@ -140,7 +140,8 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
   // sm_90a when the caller fixed no tile (tile sizes mean sm80's otherwise).
   // Measured on the H200 (docs/PERF.md, 2026-11-29): 1.4-2.1x the sm80
   // family at d = 64/128/256. A problem it cannot serve falls back to sm80
-  // here, and sm90_fallback_reason says why.
+  // here, and sm90_fallback_reason says why; asked for by name, it is kept
+  // (below), so that make_forward_spec refuses it with that reason.
   const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
@@ -167,6 +168,15 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     // the caller never asked for.
     if (sm90.fits || partial.path == KernelPath::sm90) return sm90.config;
     // Too big for this device's shared memory: the sm80 family below.
+  } else if (partial.path == KernelPath::sm90) {
+    // An explicit sm90 that cannot serve the problem (head dim, target) is
+    // an error, never an sm80 kernel in its place: kept, d=128's tiles
+    // filling what the caller left unset, for validation to name the reason.
+    const KernelConfig d128 = FwdSm90Traits::default_config(128, 0);
+    const TileChoice tile{d128.block_m, d128.block_n, d128.warps, d128.stages};
+    return choose_tiles(partial, KernelPath::sm90, tile, [](const KernelConfig &) {
+             return llvm::Error::success();
+           }).config;
   }
   TileChoice list[4];
   preferred(problem.head_dim_qk, problem.head_dim_v, list);

@@ -214,6 +214,8 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   if (llvm::Error e = validate_decode_fields(problem, config)) return e;
   if (config.path == KernelPath::sm90) {
+    if (std::string why = sm90_fallback_reason(problem, arch); !why.empty())
+      return problem_error("kernel path sm90 is not available: " + why + "; use sm80");
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages, max_smem_bytes);
     if (!traits) return traits.takeError();

@@ -121,12 +121,18 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
             "invalid: block_n=128 is not 64 at head dim 256 (64 keys shared by two consumer "
             "warpgroups)");
 
-  // What it cannot serve: the sm80 family is the fallback of the heuristic,
-  // and an explicit sm90 config is refused with the reason.
+  // What it cannot serve: with the path left automatic the heuristic takes
+  // the sm80 family; named, whole or partial, sm90 is refused with the
+  // reason (never an sm80 kernel in its place).
   Problem odd;
   odd.head_dim_qk = odd.head_dim_v = 192;
-  EXPECT_EQ(default_backward_config(odd, kSm90a, 0, KernelConfig{KernelPath::sm90}).path,
-            KernelPath::sm80);
+  EXPECT_EQ(default_backward_config(odd, kSm90a).path, KernelPath::sm80);
+  const KernelConfig kept = default_backward_config(odd, kSm90a, 0, KernelConfig{KernelPath::sm90});
+  EXPECT_EQ(kept.path, KernelPath::sm90);
+  EXPECT_EQ(refusal(odd, kept, kSm90a),
+            "backward kernel path sm90 is not available: head_dim=192: the sm90 backward serves "
+            "head dims 64, 128 and 256 (whole 128-byte swizzle columns of K and V, dK and dV in "
+            "registers); use sm80");
   EXPECT_EQ(refusal(odd, {KernelPath::sm90, 64, 128, 12, 2}, kSm90a),
             "backward kernel path sm90 is not available: head_dim=192: the sm90 backward serves "
             "head dims 64, 128 and 256 (whole 128-byte swizzle columns of K and V, dK and dV in "

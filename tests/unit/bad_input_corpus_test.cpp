@@ -483,6 +483,16 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
        "--scale: expected a finite number >= 0 (0: 1/sqrt(hdim)), got -0.125"},
       {{"gen", "--arch", "sm_80", "--path", "sm70"}, "--path: expected auto, sm80 or sm90, got sm70"},
       {{"gen", "--arch", "sm_80", "--pass", "both"}, "--pass: expected fwd or bwd, got both"},
+      // An explicit path the problem cannot use: refused, never run on sm80.
+      {{"gen", "--arch", "sm_90a", "--path", "sm90", "--hdim", "96"},
+       "kernel path sm90 is not available: head_dim=96: the sm90 kernel serves head dims 64, "
+       "128 and 256 (whole 64-element TMA/swizzle columns); use sm80"},
+      {{"gen", "--arch", "sm_90a", "--path", "sm90", "--pass", "bwd", "--hdim", "80"},
+       "backward kernel path sm90 is not available: head_dim=80: the sm90 backward serves head "
+       "dims 64, 128 and 256 (whole 128-byte swizzle columns of K and V, dK and dV in "
+       "registers); use sm80"},
+      {{"gen", "--arch", "sm_80", "--path", "sm90"},
+       "kernel path sm90 needs an sm_90a target (wgmma, setmaxnreg, TMA), not sm_80: use sm80"},
       {{"gen", "--arch", "sm_80", "--block-m", "-64"},
        "--block-m: expected 0 (heuristic) or a positive integer, got -64"},
       {{"gen", "--arch", "sm_80", "--block-n", "2048"}, "--block-n: expected at most 1024, got 2048"},

@@ -167,14 +167,32 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
     ASSERT_FALSE(bool(spec));
     EXPECT_NE(llvm::toString(spec.takeError()).find("needs an sm_90a target"), std::string::npos);
   }
-  // Head dims it does not serve: an explicit config is an error; a partial
-  // one falls back to sm80, and sm90_fallback_reason says why.
+  // Head dims it does not serve: a config naming the path, whole or
+  // partial, is an error that says why (never an sm80 kernel in its place);
+  // with the path left automatic the heuristic takes sm80.
   p.head_dim_qk = p.head_dim_v = 96;
-  EXPECT_FALSE(bool(make_forward_spec(p, {KernelPath::sm90, 128, 64, 12, 2}, kSm90a)));
+  auto full = make_forward_spec(p, {KernelPath::sm90, 128, 64, 12, 2}, kSm90a);
+  ASSERT_FALSE(bool(full));
+  EXPECT_EQ(llvm::toString(full.takeError()),
+            "kernel path sm90 is not available: head_dim=96: the sm90 kernel serves head dims "
+            "64, 128 and 256 (whole 64-element TMA/swizzle columns); use sm80");
   KernelConfig partial;
   partial.path = KernelPath::sm90;
-  EXPECT_EQ(default_forward_config(p, kSm90a, 0, partial).path, KernelPath::sm80);
+  const KernelConfig kept = default_forward_config(p, kSm90a, 0, partial);
+  EXPECT_EQ(kept.path, KernelPath::sm90);
+  auto named = make_forward_spec(p, kept, kSm90a);
+  ASSERT_FALSE(bool(named));
+  EXPECT_NE(llvm::toString(named.takeError()).find("head_dim=96"), std::string::npos);
+  EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
   EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("64, 128 and 256"), std::string::npos);
+  // Nor on a target without wgmma.
+  p.head_dim_qk = p.head_dim_v = 128;
+  const KernelConfig on_sm80 = default_forward_config(p, TargetArch{8, 0, false}, 0, partial);
+  EXPECT_EQ(on_sm80.path, KernelPath::sm90);
+  auto wrong_target = make_forward_spec(p, on_sm80, TargetArch{8, 0, false});
+  ASSERT_FALSE(bool(wrong_target));
+  EXPECT_NE(llvm::toString(wrong_target.takeError()).find("needs an sm_90a target"),
+            std::string::npos);
   p.head_dim_qk = p.head_dim_v = 256;
   // A training shape (enough work tiles: no split, nothing to pack).
   p.batch = 8;
