@@ -14,9 +14,9 @@ std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (head_dim_qk != head_dim_v)
     return llvm::formatv("head_dim_qk={0} != head_dim_v={1}: the sm90 kernel needs equal head dims",
                          head_dim_qk, head_dim_v);
-  if (head_dim_qk != 64 && head_dim_qk != 128 && head_dim_qk != 256)
-    return llvm::formatv("head_dim={0}: the sm90 kernel serves head dims 64, 128 and 256 "
-                         "(whole 64-element TMA/swizzle columns)",
+  if (head_dim_qk < 32 || head_dim_qk > 256 || head_dim_qk % 8)
+    return llvm::formatv("head_dim={0}: the sm90 kernel serves head dims that are multiples of "
+                         "8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
                          head_dim_qk);
   return "";
 }
@@ -33,6 +33,7 @@ int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
   // memory with two stages. Three consumer warpgroups at d=64 (160 registers
   // each): 128 spilled 4-152 bytes under a mask or softcap, 112 none.
   if (block_m == 192) return 112;
+  head_dim = sm90_tile_head_dim(head_dim);
   return head_dim == 64 ? 128 : head_dim == 128 ? 128 : 96;
 }
 
@@ -55,6 +56,8 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   against 492 at causal 2k).
   // - decode (seqlen_q times the packed heads within 64 rows): 64 rows, one
   //   consumer warpgroup; the kernel must stay bound by reading K and V.
+  // Head dims between tile as the next of 64, 128 and 256, and take its tiles.
+  head_dim = sm90_tile_head_dim(head_dim);
   KernelConfig c;
   c.path = KernelPath::sm90;
   if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {

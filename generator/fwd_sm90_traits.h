@@ -37,7 +37,8 @@ struct FwdSm90Traits {
   // most 64 of them pack.
   static constexpr int kMaxPackedHeads = FwdSm90Layout::kWarpgroupRows;
   static bool block_m_allowed(int head_dim, int block_m) {
-    return block_m == 64 || block_m == 128 || (block_m == 192 && head_dim == 64);
+    return block_m == 64 || block_m == 128 ||
+           (block_m == 192 && sm90_tile_head_dim(head_dim) == 64);
   }
   static int warps_for(int block_m) { return 4 * (1 + block_m / 64); }  // + the producer
   static constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
@@ -45,7 +46,7 @@ struct FwdSm90Traits {
 
   // The layout arithmetic, compiled from the header the kernel uses.
   FwdSm90Layout layout() const {
-    return {head_dim, block_m, block_n, stages, pack_gqa, page_size};
+    return {sm90_tile_head_dim(head_dim), block_m, block_n, stages, pack_gqa, page_size};
   }
   int threads() const { return 32 * warps; }
   int tile_bytes() const { return layout().kv_tile_bytes(); }  // one K or V tile

@@ -112,7 +112,9 @@ namespace fwd_sm90 {
 using namespace cfg;
 using Ops = ElementOps<Element>;
 
-constexpr int kHeadDim = kHeadDimQK;
+// The tiled head dim (64, 128 or 256): a problem's between has zero columns
+// past its own (TMA fills them), which the epilogue never stores.
+constexpr int kHeadDim = sm90_tile_head_dim(kHeadDimQK);
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
 constexpr FwdSm90Layout kLayout{kHeadDim, kBlockM, kBlockN, kStages, kPackGqa, kPageSize};
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
@@ -155,7 +157,7 @@ using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 constexpr bool kWarpProducer = Sequence::kPaged;
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
-using Epilogue = Sm90Epilogue<Element, kHeadDim, kPack, kLoadedRowsPerWg, kSplitKv>;
+using Epilogue = Sm90Epilogue<Element, kHeadDim, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
@@ -178,8 +180,8 @@ constexpr bool kIntraOverlap = kHeadDim < 256;
 constexpr int kBarrierPingPong = 1;
 
 static_assert(kHeadDimQK == kHeadDimV, "sm90 path: head_dim_qk == head_dim_v");
-static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-              "sm90 path: head dims 64, 128, 256");
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK >= 32 && kHeadDimQK <= 256,
+              "sm90 path: head dims that are multiples of 8 from 32 to 256");
 static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
               "64 rows per consumer warpgroup, 1 to 3 of them");
 static_assert(kPack >= 1 && kPack <= 64, "packed GQA: 1 to 64 query heads per tile row group");

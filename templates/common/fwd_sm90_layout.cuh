@@ -16,8 +16,17 @@ constexpr int kv_box_rows(int page_size, int block_n) {
   return page_size > 0 ? gcd_of(page_size, block_n) : block_n;
 }
 
+// The head dim the sm90 forward tiles: the problem's (a multiple of 8 from
+// 32 to 256) rounded up to 64, 128 or 256, whole 64-column swizzle blocks
+// the register tiles were sized for. The columns past the problem's are
+// zeros (TMA fills what lies outside the tensors), add nothing to S or O,
+// and are never stored: such a head dim pays for the tiled one's MMAs.
+constexpr int sm90_tile_head_dim(int head_dim) {
+  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+}
+
 struct FwdSm90Layout {
-  int head_dim;   // qk == v: 64, 128 or 256
+  int head_dim;   // tiled (sm90_tile_head_dim): 64, 128 or 256
   int block_m;    // 64 rows per consumer warpgroup: 64, 128 or 192
   int block_n;    // keys per K/V tile
   int stages;     // K/V ring depth

@@ -25,10 +25,16 @@
 
 namespace flashjit {
 
-template <class Element, int kHeadDim, int kPack, int kLoadedRowsPerWg, bool kSplitKv>
+// kHeadDim is the tiled head dim of O's fragments; kStoredColumns the
+// problem's (a multiple of 8, at most kHeadDim): the columns past it are
+// zeros, never stored.
+template <class Element, int kHeadDim, int kStoredColumns, int kPack, int kLoadedRowsPerWg,
+          bool kSplitKv>
 struct Sm90Epilogue {
   using Ops = ElementOps<Element>;
   static constexpr int kOTiles = kHeadDim / 8;  // n8 column tiles of O
+  static_assert(kStoredColumns % 8 == 0 && kStoredColumns <= kHeadDim,
+                "stored columns: whole n8 tiles of O");
 
   // The work tile's rows of this warpgroup (from query position wg_m0): O
   // (acc_o, unnormalised), and the row statistics of the online softmax,
@@ -65,10 +71,10 @@ struct Sm90Epilogue {
         // [split][LSE row]: the split's slice of every row (dense [batch][head][row],
         // varlen [head][total_q]).
         const i64 slice = tile.split * Sequence::lse_rows(p);
-        float *const o_row = p.o_partial + (slice + lse_row) * kHeadDim + quad_lane * 2;
+        float *const o_row = p.o_partial + (slice + lse_row) * kStoredColumns + quad_lane * 2;
         if (stored) {
 #pragma unroll
-          for (int nt = 0; nt < kOTiles; ++nt)
+          for (int nt = 0; nt < kStoredColumns / 8; ++nt)
             *reinterpret_cast<F32x2 *>(o_row + nt * 8) =
                 F32x2{acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv};
           // A split that saw no key weighs nothing in the combine.
@@ -100,7 +106,11 @@ struct Sm90Epilogue {
         y = __shfl_xor_sync(0xffffffffu, y, 2);
         if (high) v[0] = x, v[1] = y;
         else v[2] = x, v[3] = y;
-        if (stored) *reinterpret_cast<U32x4 *>(o_row + b * 32) = U32x4{v[0], v[1], v[2], v[3]};
+        // Lane q's 16 bytes are columns 32b + 8q..: whole, in or past the
+        // problem's (a multiple of 8).
+        const bool in_row = kStoredColumns == kHeadDim || b * 32 + quad_lane * 8 < kStoredColumns;
+        if (stored && in_row)
+          *reinterpret_cast<U32x4 *>(o_row + b * 32) = U32x4{v[0], v[1], v[2], v[3]};
       }
       if (p.lse && quad_lane == 0 && stored) p.lse[lse_row] = empty ? kInf : lse;
     }

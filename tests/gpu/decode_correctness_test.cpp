@@ -77,6 +77,12 @@ std::vector<DecodeCase> decode_cases() {
   add(make_problem(DType::bf16, 1, 8, 2, 40, 20, 128, 128, MaskKind::causal), 1, GqaPacking::on);
   add(make_problem(DType::bf16, 2, 12, 2, 3, 700, 128, 128, MaskKind::causal), 3, GqaPacking::on);
   add(make_problem(DType::fp16, 1, 24, 2, 5, 900, 64, 64, MaskKind::none), 4, GqaPacking::on);
+  // Head dims between 64, 128 and 256 (tiled as the next): the split
+  // partials and the combine over the problem's columns only.
+  add(make_problem(DType::bf16, 2, 32, 8, 1, 3000, 96, 96, MaskKind::none), 4, GqaPacking::on);
+  add(make_problem(DType::fp16, 1, 16, 4, 3, 2000, 40, 40, MaskKind::causal), 3, GqaPacking::on);
+  add(make_problem(DType::bf16, 1, 16, 2, 1, 1500, 160, 160, MaskKind::none, -1, -1, 30.f), 5,
+      GqaPacking::on);
   // MQA with 64 heads on one KV head: a warpgroup holds one position.
   add(make_problem(DType::bf16, 1, 64, 1, 2, 1500, 128, 128, MaskKind::causal), 5,
       GqaPacking::on);

@@ -201,6 +201,11 @@ std::vector<VarlenCase> varlen_cases() {
         cases.push_back(c);
       }
     }
+  // The sm90 family at head dims between 64, 128 and 256 (tiled as the next).
+  for (auto [d, mask] : {std::pair{80, MaskKind::causal}, {40, MaskKind::none}}) {
+    const Problem p = make_problem(DType::bf16, 1, 8, 2, 1, 1, d, d, mask);
+    cases.push_back({p, q_lengths[0], k_lengths[0]});
+  }
   return cases;
 }
 

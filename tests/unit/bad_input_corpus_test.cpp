@@ -484,9 +484,10 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
       {{"gen", "--arch", "sm_80", "--path", "sm70"}, "--path: expected auto, sm80 or sm90, got sm70"},
       {{"gen", "--arch", "sm_80", "--pass", "both"}, "--pass: expected fwd or bwd, got both"},
       // An explicit path the problem cannot use: refused, never run on sm80.
-      {{"gen", "--arch", "sm_90a", "--path", "sm90", "--hdim", "96"},
-       "kernel path sm90 is not available: head_dim=96: the sm90 kernel serves head dims 64, "
-       "128 and 256 (whole 64-element TMA/swizzle columns); use sm80"},
+      {{"gen", "--arch", "sm_90a", "--path", "sm90", "--hdim", "24"},
+       "kernel path sm90 is not available: head_dim=24: the sm90 kernel serves head dims that "
+       "are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256); use "
+       "sm80"},
       {{"gen", "--arch", "sm_90a", "--path", "sm90", "--pass", "bwd", "--hdim", "80"},
        "backward kernel path sm90 is not available: head_dim=80: the sm90 backward serves head "
        "dims 64, 128 and 256 (whole 128-byte swizzle columns of K and V, dK and dV in "

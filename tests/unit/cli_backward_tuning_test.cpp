@@ -205,10 +205,12 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
     std::string kernel, note;
   };
   const Case cases[] = {
-      {{"--hdim", "96"},
-       "fwd_sm80_bf16_hdqk96_hdv96_none_nocap_bm128_bn64_w4_s2_sm_90a",
-       "sm80 family: head_dim=96: the sm90 kernel serves head dims 64, 128 and 256 (whole "
-       "64-element TMA/swizzle columns)"},
+      {{"--hdim", "24"},
+       "fwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w4_s2_sm_90a",
+       "sm80 family: head_dim=24: the sm90 kernel serves head dims that are multiples of 8 "
+       "from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)"},
+      // Head dims between 64, 128 and 256 are tiled as the next of them.
+      {{"--hdim", "96"}, "fwd_sm90_bf16_hdqk96_hdv96_none_nocap_bm128_bn128_w12_s2_sm_90a", ""},
       {{"--pass", "bwd", "--hdim", "192"},
        "bwd_sm80_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w8_s2_sm_90a",
        "sm80 family: head_dim=192: the sm90 backward serves head dims 64, 128 and 256 (whole "

@@ -49,6 +49,26 @@ std::vector<Sm90Case> sm90_cases() {
           p.softcap = softcap;
           cases.push_back({p, FwdSm90Traits::default_config(d, 0)});
         }
+  // Head dims between, tiled as 64, 128 or 256 (their stores cut at the
+  // problem's columns): causal with softcap, packed-GQA decode with splits,
+  // a varlen batch.
+  for (int d : {32, 40, 72, 96, 160, 200}) {
+    Problem p;
+    p.head_dim_qk = p.head_dim_v = d;
+    p.mask = MaskKind::causal;
+    p.softcap = 30.f;
+    cases.push_back({p, FwdSm90Traits::default_config(d, 0)});
+    Problem decode;
+    decode.head_dim_qk = decode.head_dim_v = d;
+    decode.heads_q = 32;
+    decode.heads_kv = 8;
+    decode.seqlen_q = 1;
+    decode.seqlen_k = 8192;
+    KernelConfig c = FwdSm90Traits::default_config(d, 1, 4);
+    c.pack_gqa = GqaPacking::on;
+    c.splits = 4;
+    cases.push_back({decode, c});
+  }
   // Every tile of the search space, with the register-hungriest variant
   // (sliding window + softcap: both mask bounds and the tanh).
   for (int d : {64, 128, 256})
@@ -170,21 +190,40 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   // Head dims it does not serve: a config naming the path, whole or
   // partial, is an error that says why (never an sm80 kernel in its place);
   // with the path left automatic the heuristic takes sm80.
-  p.head_dim_qk = p.head_dim_v = 96;
+  p.head_dim_qk = p.head_dim_v = 24;
   auto full = make_forward_spec(p, {KernelPath::sm90, 128, 64, 12, 2}, kSm90a);
   ASSERT_FALSE(bool(full));
   EXPECT_EQ(llvm::toString(full.takeError()),
-            "kernel path sm90 is not available: head_dim=96: the sm90 kernel serves head dims "
-            "64, 128 and 256 (whole 64-element TMA/swizzle columns); use sm80");
+            "kernel path sm90 is not available: head_dim=24: the sm90 kernel serves head dims "
+            "that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256); "
+            "use sm80");
   KernelConfig partial;
   partial.path = KernelPath::sm90;
   const KernelConfig kept = default_forward_config(p, kSm90a, 0, partial);
   EXPECT_EQ(kept.path, KernelPath::sm90);
   auto named = make_forward_spec(p, kept, kSm90a);
   ASSERT_FALSE(bool(named));
-  EXPECT_NE(llvm::toString(named.takeError()).find("head_dim=96"), std::string::npos);
+  EXPECT_NE(llvm::toString(named.takeError()).find("head_dim=24"), std::string::npos);
   EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
-  EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("64, 128 and 256"), std::string::npos);
+  p.head_dim_qk = 192;
+  p.head_dim_v = 128;
+  EXPECT_EQ(sm90_fallback_reason(p, kSm90a),
+            "head_dim_qk=192 != head_dim_v=128: the sm90 kernel needs equal head dims");
+  // Head dims between 64, 128 and 256: tiled as the next of them, with its
+  // tiles and shared memory.
+  for (auto [d, tiled] : {std::pair{40, 64}, {72, 128}, {96, 128}, {160, 256}, {200, 256}}) {
+    p.head_dim_qk = p.head_dim_v = d;
+    EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "") << d;
+    const KernelConfig c = default_forward_config(p, kSm90a);
+    EXPECT_EQ(c.path, KernelPath::sm90) << d;
+    Problem t = p;
+    t.head_dim_qk = t.head_dim_v = tiled;
+    EXPECT_EQ(c, default_forward_config(t, kSm90a)) << d;
+    auto traits = FwdSm90Traits::make(d, d, c.block_m, c.block_n, c.warps, c.stages, 0);
+    auto tiled_traits = FwdSm90Traits::make(tiled, tiled, c.block_m, c.block_n, c.warps, c.stages, 0);
+    ASSERT_TRUE(bool(traits) && bool(tiled_traits)) << d;
+    EXPECT_EQ(traits->smem_bytes(), tiled_traits->smem_bytes()) << d;
+  }
   // Nor on a target without wgmma.
   p.head_dim_qk = p.head_dim_v = 128;
   const KernelConfig on_sm80 = default_forward_config(p, TargetArch{8, 0, false}, 0, partial);
