@@ -53,8 +53,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     q: [batch, seqlen_q, heads_q, d].
     k_cache, v_cache: [batch, seqlen_cache, heads_kv, d], or with block_table
         the paged cache [num_pages, page_size, heads_kv, d] (page_size a
-        multiple of 16 in [16, 512]). bf16 or fp16 as q; d a multiple of 8 in
-        64, 128, 256 (the sm90 family on Hopper serves a cache).
+        multiple of 16 in [16, 512]). bf16 or fp16 as q; d a multiple of 8
+        from 32 to 256 (the sm90 family on Hopper serves a cache).
     k, v: optional [batch, seqlen_new, heads_kv, d], written into the cache
         at positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1
         before attending (the cache tensors are modified in place;
