@@ -13,8 +13,8 @@ constexpr int kSmemLimit = 232448;  // sm_90's 227 KB per CTA
 
 // Everything but the staged dQ buffers.
 static int unstaged_smem_bytes(const BwdSm90Traits &t) {
-  const int kv = 2 * t.block_n * t.head_dim * 2;
-  const int q_do = 2 * t.stages * t.block_m * t.head_dim * 2;
+  const int kv = 2 * t.block_n * t.tiled_head_dim() * 2;
+  const int q_do = 2 * t.stages * t.block_m * t.tiled_head_dim() * 2;
   const int ds = (t.splits_head_dim() ? 2 : 1) * 2 * t.block_n * t.block_m * 2;
   const int stat_rows = t.splits_head_dim() ? t.block_m / 2 : t.block_m;
   const int stats = 2 * 2 * 2 * stat_rows * 4;  // per consumer warpgroup, two buffers
@@ -26,8 +26,9 @@ static int unstaged_smem_bytes(const BwdSm90Traits &t) {
 // the whole head dim when they split the tile by rows (block_m 128) or
 // take their own keys (d=64 with block_m 64), else half of it.
 static int dq_stage_bytes(const BwdSm90Traits &t) {
-  const bool whole = t.block_m == 128 || (t.block_m == 64 && t.head_dim == 64);
-  return 2 * 64 * (whole ? t.head_dim : t.head_dim / 2) * 4;
+  const int d = t.tiled_head_dim();
+  const bool whole = t.block_m == 128 || (t.block_m == 64 && d == 64);
+  return 2 * 64 * (whole ? d : d / 2) * 4;
 }
 
 bool BwdSm90Traits::dq_staged() const {
@@ -46,9 +47,9 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
     return llvm::formatv(
         "head_dim_qk={0} != head_dim_v={1}: the sm90 backward needs equal head dims", head_dim_qk,
         head_dim_v);
-  if (head_dim_qk != 64 && head_dim_qk != 128 && head_dim_qk != 256)
-    return llvm::formatv("head_dim={0}: the sm90 backward serves head dims 64, 128 and 256 (whole "
-                         "128-byte swizzle columns of K and V, dK and dV in registers)",
+  if (!sm90_head_dim_served(head_dim_qk))
+    return llvm::formatv("head_dim={0}: the sm90 backward serves head dims that are multiples "
+                         "of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
                          head_dim_qk);
   return "";
 }
@@ -61,11 +62,24 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
                                            deterministic);
 }
 
+std::string sm90_backward_not_automatic_reason(const Problem &problem, const TargetArch &arch,
+                                               bool deterministic) {
+  if (std::string why = sm90_backward_fallback_reason(problem, arch, deterministic); !why.empty())
+    return why;
+  if (!BwdSm90Traits::chosen_automatically(problem.head_dim_qk))
+    return llvm::formatv("head_dim={0}: the sm90 backward runs head dims between 64, 128 and "
+                         "256 (tiled as the next) only when asked for by path (--path sm90)",
+                         problem.head_dim_qk);
+  return "";
+}
+
 // d=64: 128-query tiles, though they spill 44-84 bytes (ptxas -v): on the
 // H200 at seqlen 8k they ran 318/264 TFLOP/s (full/causal) against 239/225
 // for 64-query tiles, whose dQ over each warpgroup's own keys doubles the
 // reductions (docs/PERF.md, 2026-11-29).
-int BwdSm90Traits::default_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
+int BwdSm90Traits::default_block_m(int head_dim) {
+  return sm90_tile_head_dim(head_dim) == 64 ? 128 : 64;
+}
 
 // One Q/dO stage: tuning the benchmark grid on the H200 (2026-11-30,
 // plans/grid.yaml, stages 1-3) chose 1 for all 12 classes of d=128 (1.02-1.09x
@@ -98,11 +112,12 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
   if (dims.empty() && !block_m_allowed(head_dim_qk, block_m))
     why.push_back(llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
                                 "dK and dV of a warpgroup)",
-                                block_m, head_dim_qk == 64 ? "64 or 128" : "64", head_dim_qk));
+                                block_m, sm90_tile_head_dim(head_dim_qk) == 64 ? "64 or 128" : "64",
+                                head_dim_qk));
   if (dims.empty() && block_n != block_n_for(head_dim_qk))
     why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
                                 block_n_for(head_dim_qk), head_dim_qk,
-                                head_dim_qk == 256
+                                sm90_tile_head_dim(head_dim_qk) == 256
                                     ? "64 keys shared by two consumer warpgroups"
                                     : "64 keys per consumer warpgroup, two"));
   if (warps != kWarps)

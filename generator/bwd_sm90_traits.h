@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "llvm/Support/Error.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 
 namespace flashjit {
 
@@ -15,7 +16,7 @@ struct KernelConfig;
 struct TargetArch;
 
 struct BwdSm90Traits {
-  int head_dim = 0;  // qk == v
+  int head_dim = 0;  // qk == v, the problem's (tiled as sm90_tile_head_dim)
   int block_m = 0;   // query rows per tile of the inner loop
   int block_n = 0;   // keys per CTA: block_n_for(head_dim)
   int warps = 0;
@@ -28,8 +29,9 @@ struct BwdSm90Traits {
   // The two consumer warpgroups own 64 keys each (128 per CTA) or, at head
   // dim 256, split the head dim of 64 shared keys (dK and dV of 64 keys x 256
   // would take 256 registers per thread).
-  static int block_n_for(int head_dim) { return head_dim == 256 ? 64 : 128; }
-  bool splits_head_dim() const { return head_dim == 256; }
+  static int block_n_for(int head_dim) { return sm90_tile_head_dim(head_dim) == 256 ? 64 : 128; }
+  int tiled_head_dim() const { return sm90_tile_head_dim(head_dim); }
+  bool splits_head_dim() const { return tiled_head_dim() == 256; }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
   // each consumer warpgroup's dQ part when staged; the mbarriers; slack to
@@ -48,7 +50,14 @@ struct BwdSm90Traits {
   // each warpgroup's own keys, or split by rows), 64 at 128 and 256 (split by
   // columns).
   static bool block_m_allowed(int head_dim, int block_m) {
-    return block_m == 64 || (block_m == 128 && head_dim == 64);
+    return block_m == 64 || (block_m == 128 && sm90_tile_head_dim(head_dim) == 64);
+  }
+  // Whether the heuristic and the tuner take the family at `head_dim` on
+  // their own: the head dims it tiles natively (64, 128, 256). Those between
+  // run only when asked for by path, until their gradients have been checked
+  // on a GPU (docs/PERF.md, twelfth session).
+  static bool chosen_automatically(int head_dim) {
+    return sm90_tile_head_dim(head_dim) == head_dim;
   }
   static int default_block_m(int head_dim);
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
@@ -62,5 +71,9 @@ struct BwdSm90Traits {
 // Why the sm90 backward cannot serve `problem` on `arch` (empty: it can).
 std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch,
                                           bool deterministic);
+// Why the heuristic and the tuner do not take it on their own: the above, or
+// a head dim it serves only when asked for by path (empty: they take it).
+std::string sm90_backward_not_automatic_reason(const Problem &problem, const TargetArch &arch,
+                                               bool deterministic);
 
 }  // namespace flashjit

@@ -14,7 +14,7 @@ std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (head_dim_qk != head_dim_v)
     return llvm::formatv("head_dim_qk={0} != head_dim_v={1}: the sm90 kernel needs equal head dims",
                          head_dim_qk, head_dim_v);
-  if (head_dim_qk < 32 || head_dim_qk > 256 || head_dim_qk % 8)
+  if (!sm90_head_dim_served(head_dim_qk))
     return llvm::formatv("head_dim={0}: the sm90 kernel serves head dims that are multiples of "
                          "8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
                          head_dim_qk);

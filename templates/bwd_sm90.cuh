@@ -10,10 +10,10 @@
 // head of the KV head's group (GQA sums there) and every query tile of
 // kBlockM rows that can see these keys (causal and window bounds skip the
 // rest). The two consumer warpgroups share the work one of two ways:
-//   own keys (head dims 64 and 128, kBlockN = 128): each owns 64 of the
+//   own keys (tiled head dims 64 and 128, kBlockN = 128): each owns 64 of the
 //     keys, their S^T and dP^T over the whole query tile and their dK and
 //     dV over the whole head dim;
-//   split head dim (256, kBlockN = 64): both take the same 64 keys; each
+//   split head dim (tiled 256, kBlockN = 64): both take the same 64 keys; each
 //     computes S^T and dP^T for half the tile's queries, writes P^T and dS^T
 //     to shared memory, and accumulates dK and dV for half the head dim
 //     (64 + 64 registers, where whole rows would take 256) with both
@@ -86,7 +86,11 @@ using Ops = ElementOps<Element>;
 // Each sequence's lengths and rows: dense, or a packed varlen batch.
 using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 
-constexpr int kHeadDim = kHeadDimQK;
+// The tiled head dim (64, 128 or 256; common/fwd_sm90_layout.cuh): a
+// problem's between has zero columns past its own in Q, K, V and dO (TMA
+// fills them), so S^T, dP^T and the products keep them zero; dK, dV and dQ
+// store and reduce only the problem's columns.
+constexpr int kHeadDim = sm90_tile_head_dim(kHeadDimQK);
 constexpr int kThreads = kWarps * 32;
 constexpr int kConsumerWarps = 8;
 constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) swizzle columns
@@ -185,8 +189,8 @@ constexpr int kBarrierDQFree = 6;
 constexpr int kDQBarrierThreads = 128 + 32;
 
 static_assert(kHeadDimQK == kHeadDimV, "sm90 backward: head_dim_qk == head_dim_v");
-static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-              "sm90 backward: head dims 64, 128 and 256");
+static_assert(sm90_head_dim_served(kHeadDimQK),
+              "sm90 backward: head dims that are multiples of 8 from 32 to 256");
 static_assert(kBlockN == (kSplitHeadDim ? 64 : 128),
               "64 keys per consumer warpgroup, 2 of them; 64 shared under the head-dim split");
 static_assert(kBlockM == 64 || (kBlockM == 128 && !kSplitHeadDim), "query tiles of 64 or 128 rows");
@@ -312,8 +316,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
             const u32 stage = smem + kOffsetDQ + wg * kDQStageBytes;
 #pragma unroll
             for (int b = 0; b < kDQN / kDQBoxColumns; ++b)
-              tma_reduce_add_2d(&tma_dq_accum, stage + b * kDQBoxBytes,
-                                col0 + b * kDQBoxColumns, row0);
+              if (kHeadDim == kHeadDimQK || col0 + b * kDQBoxColumns < kHeadDimQK)
+                tma_reduce_add_2d(&tma_dq_accum, stage + b * kDQBoxBytes,
+                                  col0 + b * kDQBoxColumns, row0);
             tma_commit_group();
             tma_wait_group_read<0>();
           }
@@ -502,16 +507,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     float *const accum =
         p.dq_accum + (kVarlen ? workspace_row(head, 0)
                               : (static_cast<i64>(batch) * p.heads_q + head) * seqlen_q) *
-                         kHeadDim;
+                         kHeadDimQK;
     const int row0 = m0 + (kDQSplitRows ? cwg * 64 : 0) + warp * 16 + group;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + h * 8;
       if (row < seqlen_q) {
-        float *const dst = accum + static_cast<i64>(row) * kHeadDim + col0 + quad_lane * 2;
+        float *const dst = accum + static_cast<i64>(row) * kHeadDimQK + col0 + quad_lane * 2;
 #pragma unroll
         for (int nt = 0; nt < kDQTiles; ++nt)
-          red_add_v2(dst + nt * 8, acc_dq[4 * nt + 2 * h], acc_dq[4 * nt + 2 * h + 1]);
+          if (kHeadDim == kHeadDimQK || col0 + nt * 8 < kHeadDimQK)
+            red_add_v2(dst + nt * 8, acc_dq[4 * nt + 2 * h], acc_dq[4 * nt + 2 * h + 1]);
       }
     }
   };
@@ -715,6 +721,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     if (key < seqlen_k) {
 #pragma unroll
       for (int nt = 0; nt < kKVN / 8; ++nt) {
+        // Whole n8 tiles are in or past the problem's columns (a multiple of 8).
+        if (kHeadDim != kHeadDimQK && kv_col0 + nt * 8 >= kHeadDimQK) continue;
         const int col = kv_col0 + nt * 8 + quad_lane * 2;
         *reinterpret_cast<u32 *>(dk + key * p.dk_row_stride + col) =
             Ops::pack(acc_dk[4 * nt + 2 * h] * p.softmax_scale,

@@ -180,7 +180,7 @@ constexpr bool kIntraOverlap = kHeadDim < 256;
 constexpr int kBarrierPingPong = 1;
 
 static_assert(kHeadDimQK == kHeadDimV, "sm90 path: head_dim_qk == head_dim_v");
-static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK >= 32 && kHeadDimQK <= 256,
+static_assert(sm90_head_dim_served(kHeadDimQK),
               "sm90 path: head dims that are multiples of 8 from 32 to 256");
 static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
               "64 rows per consumer warpgroup, 1 to 3 of them");

@@ -1,4 +1,4 @@
-// The sm90 forward's layout arithmetic: rows per tile, shared memory per
+// The sm90 kernels' tiled head dim and the forward's layout arithmetic: rows per tile, shared memory per
 // stage, the Q buffers and the whole footprint. Plain constexpr C++ with no
 // CUDA and no includes, so the kernel (templates/fwd_sm90.cuh) and its host
 // twin (generator/fwd_sm90_traits.cpp, which prunes configs before any
@@ -16,13 +16,20 @@ constexpr int kv_box_rows(int page_size, int block_n) {
   return page_size > 0 ? gcd_of(page_size, block_n) : block_n;
 }
 
-// The head dim the sm90 forward tiles: the problem's (a multiple of 8 from
-// 32 to 256) rounded up to 64, 128 or 256, whole 64-column swizzle blocks
+// The head dim the sm90 kernels (forward and backward) tile: the problem's
+// rounded up to 64, 128 or 256, whole 64-column swizzle blocks, the shapes
 // the register tiles were sized for. The columns past the problem's are
-// zeros (TMA fills what lies outside the tensors), add nothing to S or O,
-// and are never stored: such a head dim pays for the tiled one's MMAs.
+// zeros (TMA fills what lies outside the tensors), add nothing to any
+// product, and are never stored: such a head dim pays for the tiled one's
+// MMAs.
 constexpr int sm90_tile_head_dim(int head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+}
+
+// The head dims the sm90 kernels serve: TMA rows of whole 16 bytes, at most
+// the widest tile.
+constexpr bool sm90_head_dim_served(int head_dim) {
+  return head_dim % 8 == 0 && head_dim >= 32 && head_dim <= 256;
 }
 
 struct FwdSm90Layout {

@@ -201,6 +201,19 @@ std::vector<Case> sm90_cases() {
        own_keys});
   cases.push_back({make_problem(DType::bf16, 2, 8, 1, 1000, 1000, 64, 64, MaskKind::causal),
                    own_keys});
+  // Head dims between 64, 128 and 256, asked for by path (tiled as the next;
+  // dK, dV and dQ cut at the problem's columns): every tiling (128-query
+  // tiles at 64, column-split dQ at 128, the head-dim split at 256), masks,
+  // GQA, softcap, tails, both dtypes.
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 113, 203, 40, 40, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 4, 257, 513, 32, 32, MaskKind::none), sm90});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 300, 77, 72, 72, MaskKind::window, 70, 9), sm90});
+  cases.push_back({make_problem(DType::fp16, 2, 8, 1, 1000, 1000, 96, 96, MaskKind::causal), sm90});
+  cases.push_back(
+      {make_problem(DType::bf16, 1, 4, 4, 190, 190, 80, 80, MaskKind::causal, -1, -1, 30.f), sm90});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 203, 113, 160, 160, MaskKind::none), sm90});
+  cases.push_back({make_problem(DType::fp16, 1, 6, 2, 333, 333, 200, 200, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::bf16, 1, 2, 2, 17, 17, 248, 248, MaskKind::causal), sm90});
   return cases;
 }
 

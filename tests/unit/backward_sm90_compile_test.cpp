@@ -62,6 +62,15 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
           cases.push_back({p, c});
         }
   ASSERT_EQ(cases.size(), (6u + 3 + 2) * 3 * 2);  // d=64: two query tiles; d=256: two stages
+  // Head dims between 64, 128 and 256 (tiled as the next; dK, dV and dQ cut
+  // at the problem's columns), causal with softcap, their default tiles.
+  for (int d : {32, 40, 72, 96, 160, 200}) {
+    Problem p;
+    p.head_dim_qk = p.head_dim_v = d;
+    p.mask = MaskKind::causal;
+    p.softcap = 30.f;
+    cases.push_back({p, BwdSm90Traits::default_config(d)});
+  }
   std::vector<Compiled> results(cases.size());
   {
     llvm::ThreadPool pool(llvm::hardware_concurrency());
@@ -78,8 +87,9 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     // 128-query tiles (64-wide S^T and dP^T: measured faster than 64-query
     // tiles all the same), and at d=256 (2026-11-30) up to 24 bytes with one
     // Q/dO stage and 72 with two. More means a change grew the tiles.
-    const bool wide = cases[j].problem.head_dim_qk == 64 && cases[j].config.block_m == 128;
-    const bool split = cases[j].problem.head_dim_qk == 256;
+    const int tiled = sm90_tile_head_dim(cases[j].problem.head_dim_qk);
+    const bool wide = tiled == 64 && cases[j].config.block_m == 128;
+    const bool split = tiled == 256;
     const int allowed = wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24;
     EXPECT_LE(r.report.spill_store_bytes, allowed);
     EXPECT_LE(r.report.spill_load_bytes, allowed);
@@ -125,18 +135,28 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   // the sm80 family; named, whole or partial, sm90 is refused with the
   // reason (never an sm80 kernel in its place).
   Problem odd;
-  odd.head_dim_qk = odd.head_dim_v = 192;
+  odd.head_dim_qk = odd.head_dim_v = 24;
   EXPECT_EQ(default_backward_config(odd, kSm90a).path, KernelPath::sm80);
   const KernelConfig kept = default_backward_config(odd, kSm90a, 0, KernelConfig{KernelPath::sm90});
   EXPECT_EQ(kept.path, KernelPath::sm90);
   EXPECT_EQ(refusal(odd, kept, kSm90a),
-            "backward kernel path sm90 is not available: head_dim=192: the sm90 backward serves "
-            "head dims 64, 128 and 256 (whole 128-byte swizzle columns of K and V, dK and dV in "
-            "registers); use sm80");
-  EXPECT_EQ(refusal(odd, {KernelPath::sm90, 64, 128, 12, 2}, kSm90a),
-            "backward kernel path sm90 is not available: head_dim=192: the sm90 backward serves "
-            "head dims 64, 128 and 256 (whole 128-byte swizzle columns of K and V, dK and dV in "
-            "registers); use sm80");
+            "backward kernel path sm90 is not available: head_dim=24: the sm90 backward serves "
+            "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 "
+            "or 256); use sm80");
+  // Head dims between 64, 128 and 256: served when asked for by path (the
+  // tiled dim's tiles), not taken on their own until checked on a GPU.
+  Problem between;
+  between.head_dim_qk = between.head_dim_v = 192;
+  EXPECT_EQ(default_backward_config(between, kSm90a).path, KernelPath::sm80);
+  EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
+  EXPECT_EQ(refusal(between, {KernelPath::sm90, 64, 64, 12, 1}, kSm90a), "");
+  EXPECT_EQ(sm90_backward_not_automatic_reason(between, kSm90a, false),
+            "head_dim=192: the sm90 backward runs head dims between 64, 128 and 256 (tiled as "
+            "the next) only when asked for by path (--path sm90)");
+  between.head_dim_qk = between.head_dim_v = 40;
+  EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
   EXPECT_EQ(refusal(p, {KernelPath::sm90, 128, 128, 12, 2}, kSm80),
             "backward kernel path sm90 is not available: the sm90 backward needs an sm_90a "
             "target (wgmma, setmaxnreg, TMA), not sm_80; use sm80");

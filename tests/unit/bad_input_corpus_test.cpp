@@ -488,10 +488,10 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
        "kernel path sm90 is not available: head_dim=24: the sm90 kernel serves head dims that "
        "are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256); use "
        "sm80"},
-      {{"gen", "--arch", "sm_90a", "--path", "sm90", "--pass", "bwd", "--hdim", "80"},
-       "backward kernel path sm90 is not available: head_dim=80: the sm90 backward serves head "
-       "dims 64, 128 and 256 (whole 128-byte swizzle columns of K and V, dK and dV in "
-       "registers); use sm80"},
+      {{"gen", "--arch", "sm_90a", "--path", "sm90", "--pass", "bwd", "--hdim", "16"},
+       "backward kernel path sm90 is not available: head_dim=16: the sm90 backward serves head "
+       "dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or "
+       "256); use sm80"},
       {{"gen", "--arch", "sm_80", "--path", "sm90"},
        "kernel path sm90 needs an sm_90a target (wgmma, setmaxnreg, TMA), not sm_80: use sm80"},
       {{"gen", "--arch", "sm_80", "--block-m", "-64"},

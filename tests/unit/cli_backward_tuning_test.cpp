@@ -213,8 +213,12 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       {{"--hdim", "96"}, "fwd_sm90_bf16_hdqk96_hdv96_none_nocap_bm128_bn128_w12_s2_sm_90a", ""},
       {{"--pass", "bwd", "--hdim", "192"},
        "bwd_sm80_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w8_s2_sm_90a",
-       "sm80 family: head_dim=192: the sm90 backward serves head dims 64, 128 and 256 (whole "
-       "128-byte swizzle columns of K and V, dK and dV in registers)"},
+       "sm80 family: head_dim=192: the sm90 backward runs head dims between 64, 128 and 256 "
+       "(tiled as the next) only when asked for by path (--path sm90)"},
+      {{"--pass", "bwd", "--hdim", "24"},
+       "bwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w8_s2_sm_90a",
+       "sm80 family: head_dim=24: the sm90 backward serves head dims that are multiples of 8 "
+       "from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)"},
       {{"--pass", "bwd", "--hdim", "256"},
        "bwd_sm90_bf16_hdqk256_hdv256_none_nocap_bm64_bn64_w12_s1_sm_90a",
        ""},
