@@ -6,6 +6,10 @@ hidden 2048 (heads = 2048 // head_dim), FLOPs 4*b*h*s^2*d, halved when causal.
 Median of CUDA-event timings after warm-up. Absolute numbers move between
 machines; the ratios ours/flash and ours/cudnn are the result.
 
+--models replaces the grid with attention shapes of real models (GQA 32/8,
+28/4 and 64/8 at head dim 128; head dims 40, 80 and 96; lengths 1500, 3000
+and 6000, causal; the same 16k tokens): SDPA takes GQA as enable_gqa=True.
+
 Backward (--pass bwd or both), as the anchors measure it: the time of forward +
 backward (torch.autograd.grad of the output with respect to q, k, v, a fixed
 random dout) minus the time of the forward in the same grad mode; backward
@@ -76,22 +80,39 @@ def short_error(e):
     return f"{type(e).__name__}: {text[:200]}"
 
 
-def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layout, passes):
-    b, h = max(1, tokens // s), hidden // d
+# Attention shapes of real models, off the power-of-two grid: (label, head
+# dim, query heads, KV heads, seqlen).
+MODEL_SHAPES = [
+    (label, d, hq, hkv, s)
+    for (label, d, hq, hkv) in (("llama3-8b", 128, 32, 8), ("qwen2-7b", 128, 28, 4),
+                                ("llama3-70b", 128, 64, 8), ("d40", 40, 16, 16),
+                                ("phi2", 80, 32, 32), ("phi3-mini", 96, 32, 32))
+    for s in (1500, 3000, 6000)
+]
+
+
+def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layout, passes,
+                heads=None, heads_kv=None):
+    b, h = max(1, tokens // s), heads or hidden // d
+    hkv = heads_kv or h
     row = {"hdim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
+    if hkv != h:
+        row["heads_kv"] = hkv
     if "fwd" in passes:
-        bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout)
+        bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv)
     if "bwd" in passes:
-        row["bwd"] = bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout)
+        row["bwd"] = bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv)
     torch.cuda.empty_cache()
     return row
 
 
-def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
+def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv):
     torch.manual_seed(0)
     # [b, s, h, d] for flashjit; SDPA takes [b, h, s, d]: transposed views of
     # the same memory, as FlashAttention's own layout is used through SDPA.
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
+    q = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+    gqa = {"enable_gqa": True} if hkv != h else {}
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     if sdpa_layout == "bhsd":  # SDPA on its own contiguous layout instead
         qt, kt, vt = (t.contiguous() for t in (qt, kt, vt))
@@ -126,7 +147,7 @@ def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
 
     for name, backend in BACKENDS.items():
         def sdpa():
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, **gqa)
         try:
             with sdpa_kernel([backend]):
                 outs[name] = sdpa().transpose(1, 2)
@@ -165,13 +186,15 @@ def time_backward(forward, leaves, dout, warmup, repeats, f):
     return {"ms": ms, "tflops": BWD_FLOPS_FACTOR * f / ms / 1e9, "fwd_ms": fwd_ms, "fwd_bwd_ms": fb_ms}
 
 
-def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
+def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv):
     """The backward row: {"ours", "flash", "cudnn", "ours/flash", "ours/cudnn",
     "max_abs_diff_vs_flash"} (the largest difference over dq, dk, dv)."""
     out = {}
     torch.manual_seed(1)
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype, requires_grad=True)
-               for _ in range(3))
+    q = torch.randn(b, s, h, d, device="cuda", dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+            for _ in range(2))
+    gqa = {"enable_gqa": True} if hkv != h else {}
     dout = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
     f = flops(b, h, s, d, causal)
     grads = {}
@@ -197,7 +220,7 @@ def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
         dout_t = dout.transpose(1, 2).contiguous()
 
         def sdpa():
-            return F.scaled_dot_product_attention(*leaves, is_causal=causal)
+            return F.scaled_dot_product_attention(*leaves, is_causal=causal, **gqa)
 
         def to_bshd(gs):
             return [g.transpose(1, 2) for g in gs]
@@ -207,7 +230,7 @@ def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
 
         def sdpa():
             return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                  v.transpose(1, 2), is_causal=causal)
+                                                  v.transpose(1, 2), is_causal=causal, **gqa)
 
         def to_bshd(gs):
             return list(gs)
@@ -234,7 +257,8 @@ def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout):
 
 def bwd_view(r):
     """A backward row shaped like a forward row, for the table and geomeans."""
-    return {**{k: r[k] for k in ("hdim", "causal", "seqlen", "batch", "heads")}, **r["bwd"]}
+    keys = ("hdim", "causal", "seqlen", "batch", "heads", "heads_kv")
+    return {**{k: r[k] for k in keys if k in r}, **r["bwd"]}
 
 
 def geomean(xs):
@@ -264,14 +288,15 @@ def print_row(r, tol):
     diff = r.get(diff_key)
     check = "-" if diff is None else f"{diff:.1e}" + ("" if diff < tol else " LARGE")
     mask = "causal" if r["causal"] else "full"
-    print(f"| {r['hdim']:4d} | {mask:6s} | {r['seqlen']:6d} | {r['batch']:3d}x{r['heads']:<3d} | "
+    heads = f"{r['heads']}/{r['heads_kv']}" if "heads_kv" in r else f"{r['heads']}"
+    print(f"| {r['hdim']:4d} | {mask:6s} | {r['seqlen']:6d} | {r['batch']:3d}x{heads:<5s} | "
           f"{fmt_t(r['ours'])} | {fmt_t(r['flash'])} | {fmt_t(r['cudnn'])} | "
           f"{fmt_r(r.get('ours/flash'))} | {fmt_r(r.get('ours/cudnn'))} | {check:>12s} |", flush=True)
 
 
 def print_header():
-    print("| hdim | mask   | seqlen |  b x h  |    ours |   flash |   cudnn | /flash | /cudnn | max|ours-ref| |")
-    print("| ---: | :---   | -----: | ------: | ------: | ------: | ------: | -----: | -----: | -----------: |",
+    print("| hdim | mask   | seqlen |  b x h    |    ours |   flash |   cudnn | /flash | /cudnn | max|ours-ref| |")
+    print("| ---: | :---   | -----: | --------: | ------: | ------: | ------: | -----: | -----: | -----------: |",
           flush=True)
 
 
@@ -309,6 +334,8 @@ def main():
     ap.add_argument("--sdpa-layout", default="bshd", choices=["bshd", "bhsd"],
                     help="bshd: SDPA gets transposed views of ours' [b,s,h,d] tensors (default); "
                          "bhsd: contiguous [b,h,s,d] copies")
+    ap.add_argument("--models", action="store_true",
+                    help="real models' shapes (MODEL_SHAPES, causal) instead of the grid")
     ap.add_argument("--json", help="write every row and the geometric means here")
     args = ap.parse_args()
     if args.repeats < 20:
@@ -335,23 +362,26 @@ def main():
     print(" | ".join(f"{k} {v}" for k, v in env.items()), flush=True)
     print_header()
     rows = []
-    for d in hdims:
-        for mask in masks:
-            for s in seqlens:
-                r = bench_shape(d, mask == "causal", s, dtype, args.warmup, args.repeats,
-                                args.tokens, args.hidden, args.sdpa_layout, passes)
-                rows.append(r)
-                if "fwd" in passes:
-                    print_row(r, tol)
-                    for name in ("ours", "flash", "cudnn"):
-                        if "error" in r[name]:
-                            print(f"    {name}: {r[name]['error']}", flush=True)
-                if "bwd" in passes:
-                    print("bwd", end=" ")
-                    print_row(bwd_view(r), bwd_tol)
-                    for name in ("ours", "flash", "cudnn"):
-                        if "error" in r["bwd"][name]:
-                            print(f"    bwd {name}: {r['bwd'][name]['error']}", flush=True)
+    if args.models:
+        shapes = [(d, True, s, hq, hkv) for (_, d, hq, hkv, s) in MODEL_SHAPES]
+    else:
+        shapes = [(d, mask == "causal", s, None, None)
+                  for d in hdims for mask in masks for s in seqlens]
+    for d, causal, s, hq, hkv in shapes:
+        r = bench_shape(d, causal, s, dtype, args.warmup, args.repeats,
+                        args.tokens, args.hidden, args.sdpa_layout, passes, hq, hkv)
+        rows.append(r)
+        if "fwd" in passes:
+            print_row(r, tol)
+            for name in ("ours", "flash", "cudnn"):
+                if "error" in r[name]:
+                    print(f"    {name}: {r[name]['error']}", flush=True)
+        if "bwd" in passes:
+            print("bwd", end=" ")
+            print_row(bwd_view(r), bwd_tol)
+            for name in ("ours", "flash", "cudnn"):
+                if "error" in r["bwd"][name]:
+                    print(f"    bwd {name}: {r['bwd'][name]['error']}", flush=True)
 
     # The whole tables again at the end, where a log's tail shows them.
     result = {"env": env, "rows": rows}

@@ -111,6 +111,7 @@ step latency 120 python_step python3 bench/latency.py --json "$LOGDIR/latency.js
 step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
 step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
+step models 600 python_step python3 bench/compare.py --models --repeats 20 --json "$LOGDIR/models.json"
 step decode 300 python_step python3 bench/decode.py "${quick[@]}" --json "$LOGDIR/decode.json"
 step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --json "$LOGDIR/varlen.json"
 
@@ -131,6 +132,8 @@ memory=$(grep -h '^memory: ' "$LOGDIR"/*-memory.log 2>/dev/null)
 [ -n "$memory" ] && printf '\nforward + backward memory (bench/memory.py):\n%s\n' "$memory"
 table=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-compare.log 2>/dev/null)
 [ -n "$table" ] && printf '\n%s\n' "$table"
+models=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-models.log 2>/dev/null)
+[ -n "$models" ] && printf '\nreal models'"'"' shapes (bench/compare.py --models):\n%s\n' "$models"
 decode=$(sed -n '/^=== flashjit vs SDPA (decode/,$p' "$LOGDIR"/*-decode.log 2>/dev/null)
 [ -n "$decode" ] && printf '\n%s\n' "$decode"
 varlen=$(sed -n '/^=== flashjit varlen/,$p' "$LOGDIR"/*-varlen.log 2>/dev/null)
