@@ -193,7 +193,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
     const std::string why =
         backward ? sm90_backward_not_automatic_reason(parsed->problem, target_arch,
                                                       requested.deterministic)
-                 : sm90_fallback_reason(parsed->problem, target_arch);
+                 : sm90_not_automatic_reason(parsed->problem, target_arch);
     if (!why.empty()) family_note = "sm80 family: " + why;
   }
   std::vector<std::string> notes;

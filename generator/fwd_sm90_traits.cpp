@@ -1,5 +1,6 @@
 #include "generator/fwd_sm90_traits.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -11,13 +12,11 @@
 namespace flashjit {
 
 std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
-  if (head_dim_qk != head_dim_v)
-    return llvm::formatv("head_dim_qk={0} != head_dim_v={1}: the sm90 kernel needs equal head dims",
-                         head_dim_qk, head_dim_v);
-  if (!sm90_head_dim_served(head_dim_qk))
-    return llvm::formatv("head_dim={0}: the sm90 kernel serves head dims that are multiples of "
-                         "8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
-                         head_dim_qk);
+  for (auto [name, d] : {std::pair{"head_dim", head_dim_qk}, {"head_dim_v", head_dim_v}})
+    if (!sm90_head_dim_served(d))
+      return llvm::formatv("{0}={1}: the sm90 kernel serves head dims that are multiples of 8 "
+                           "from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
+                           name, d);
   return "";
 }
 
@@ -25,6 +24,15 @@ std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch)
   if (!(arch.sm() == 90 && arch.arch_specific))
     return "the sm90 kernel needs an sm_90a target (wgmma, setmaxnreg, TMA), not " + arch.name();
   return FwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v);
+}
+
+std::string sm90_not_automatic_reason(const Problem &problem, const TargetArch &arch) {
+  if (std::string why = sm90_fallback_reason(problem, arch); !why.empty()) return why;
+  if (!FwdSm90Traits::chosen_automatically(problem.head_dim_qk, problem.head_dim_v))
+    return llvm::formatv("head_dim_qk={0} != head_dim_v={1}: the sm90 kernel runs unequal head "
+                         "dims only when asked for by path (--path sm90)",
+                         problem.head_dim_qk, problem.head_dim_v);
+  return "";
 }
 
 int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
@@ -116,10 +124,13 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
                                                  int block_n, int warps, int stages,
                                                  int max_smem_bytes) {
   FwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages};
+  t.head_dim_v = head_dim_v;
   std::vector<std::string> why;
   std::string dims = unsupported_reason(head_dim_qk, head_dim_v);
   if (!dims.empty()) why.push_back(dims);
-  if (!block_m_allowed(head_dim_qk, block_m))
+  // Unequal head dims are bound by the wider one (O's registers, K's bytes).
+  const int head_dim = std::max(head_dim_qk, head_dim_v);
+  if (!block_m_allowed(head_dim, block_m))
     why.push_back(llvm::formatv("block_m={0} is not 64 or 128 (one or two consumer warpgroups "
                                 "of 64 rows) or, at head dim 64, 192 (three)",
                                 block_m));
@@ -129,10 +140,10 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
                                 warps, warps_for(block_m), block_m / 64, block_m));
   if (block_n < 16 || block_n % 16 || block_n > 256)
     why.push_back(llvm::formatv("block_n={0} is not a multiple of 16 in [16, 256]", block_n));
-  else if (dims.empty() && block_n > max_block_n(head_dim_qk, block_m))
+  else if (dims.empty() && block_n > max_block_n(head_dim, block_m))
     why.push_back(llvm::formatv("block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel "
                                 "spills)",
-                                block_n, max_block_n(head_dim_qk, block_m), head_dim_qk, block_m));
+                                block_n, max_block_n(head_dim, block_m), head_dim, block_m));
   if (stages < 2 || stages > 4)
     why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
   if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)

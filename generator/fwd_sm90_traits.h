@@ -19,13 +19,14 @@ struct KernelConfig;
 struct TargetArch;
 
 struct FwdSm90Traits {
-  int head_dim = 0;  // qk == v
+  int head_dim = 0;  // of Q and K, the problem's (tiled as sm90_tile_head_dim)
   int block_m = 0;
   int block_n = 0;
   int warps = 0;
   int stages = 0;
   int pack_gqa = 1;  // query heads packed into a tile's rows (1: none)
   int page_size = 0;  // K/V rows per page (0: contiguous)
+  int head_dim_v = 0;  // of V and O (0: head_dim)
 
   // 64 query rows per consumer warpgroup: two (block_m 128) at every head
   // dim, three (block_m 192) at head dim 64, whose short GEMMs leave a
@@ -46,10 +47,11 @@ struct FwdSm90Traits {
 
   // The layout arithmetic, compiled from the header the kernel uses.
   FwdSm90Layout layout() const {
-    return {sm90_tile_head_dim(head_dim), block_m, block_n, stages, pack_gqa, page_size};
+    return {sm90_tile_head_dim(head_dim), block_m,   block_n,
+            stages,                       pack_gqa,  page_size,
+            sm90_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim)};
   }
   int threads() const { return 32 * warps; }
-  int tile_bytes() const { return layout().kv_tile_bytes(); }  // one K or V tile
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q
   // loads while this one's is still in use), else one.
   int q_stages() const { return layout().q_stages(); }
@@ -58,6 +60,13 @@ struct FwdSm90Traits {
 
   // Why the sm90 kernel cannot serve this head-dim pair at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
+  // Whether the heuristic and the tuner take the family for this pair on
+  // their own: equal head dims. Unequal ones (e.g. 192/128: Q and K tiled
+  // as 256, V and O as 128) run only when asked for by path, until they
+  // have been checked on a GPU (docs/PERF.md, twelfth session).
+  static bool chosen_automatically(int head_dim_qk, int head_dim_v) {
+    return head_dim_qk == head_dim_v;
+  }
   // The grid: one CTA per SM (each looping over work tiles) rather than one
   // CTA per work tile. Without a mask every work tile costs the same. Under
   // a mask the tiles of a head cost from 1 to `query_blocks` K/V tiles, and
@@ -100,5 +109,8 @@ struct FwdSm90Traits {
 // Why the sm90 family cannot serve `problem` on `arch` (empty: it can): the
 // target is not sm_90a, or the head dims are not ones it has.
 std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch);
+// Why the heuristic and the tuner do not take it on their own: the above, or
+// a head-dim pair it serves only when asked for by path (empty: they take it).
+std::string sm90_not_automatic_reason(const Problem &problem, const TargetArch &arch);
 
 }  // namespace flashjit

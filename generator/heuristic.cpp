@@ -145,17 +145,24 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
   const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
-  if (want_sm90 && sm90_fallback_reason(problem, arch).empty()) {
+  // Unequal head dims only when asked for by path (FwdSm90Traits::chosen_automatically).
+  const bool sm90_serves = partial.path == KernelPath::sm90
+                               ? sm90_fallback_reason(problem, arch).empty()
+                               : sm90_not_automatic_reason(problem, arch).empty();
+  if (want_sm90 && sm90_serves) {
     // The seqlen's choice first, then the 128-row tile every head dim has
     // (a caller's partial config, e.g. block_n 128 at d=64, may rule out
     // three consumer warpgroups).
     // Packed heads count as rows (decode takes one consumer warpgroup).
     const bool pack = partial.pack_gqa == GqaPacking::on ||
                       (partial.pack_gqa == GqaPacking::automatic && pack_gqa_pays(problem));
+    // Unequal head dims take the wider one's tiles (O's registers and K's
+    // shared memory both bound them).
+    const int head_dim = std::max(problem.head_dim_qk, problem.head_dim_v);
     const KernelConfig first = FwdSm90Traits::default_config(
-        problem.head_dim_qk, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
+        head_dim, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
         problem.page_size);
-    const KernelConfig second = FwdSm90Traits::default_config(problem.head_dim_qk, 0);
+    const KernelConfig second = FwdSm90Traits::default_config(head_dim, 0);
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tiles, [&](const KernelConfig &c) {

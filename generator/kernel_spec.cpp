@@ -241,8 +241,9 @@ LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, i
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                        int sm_count, int num_splits) {
   if (spec.config.path == KernelPath::sm90) {
-    const FwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n,
-                          spec.config.warps, spec.config.stages, spec.pack_gqa, spec.page_size};
+    const FwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
+                          spec.config.warps, spec.config.stages,  spec.pack_gqa,
+                          spec.page_size,    spec.head_dim_v};
     const FwdSm90Layout layout = t.layout();
     // Packed: the work tiles' rows are positions x the group's heads, and
     // there is one per KV head.

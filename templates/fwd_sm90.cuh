@@ -115,12 +115,16 @@ using Ops = ElementOps<Element>;
 // The tiled head dim (64, 128 or 256): a problem's between has zero columns
 // past its own (TMA fills them), which the epilogue never stores.
 constexpr int kHeadDim = sm90_tile_head_dim(kHeadDimQK);
+// V's and O's (kHeadDimV may differ from kHeadDimQK, e.g. 192/128).
+constexpr int kHeadDimVTile = sm90_tile_head_dim(kHeadDimV);
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
-constexpr FwdSm90Layout kLayout{kHeadDim, kBlockM, kBlockN, kStages, kPackGqa, kPageSize};
+constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,      kStages,
+                                 kPackGqa, kPageSize, kHeadDimVTile};
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
-constexpr int kColBlocks = kLayout.col_blocks();  // 64-element (128-byte) swizzle columns
+constexpr int kColBlocks = kLayout.col_blocks();  // 64-element (128-byte) swizzle columns of Q, K
+constexpr int kVColBlocks = kLayout.v_col_blocks();  // and of V
 constexpr int kRowBytes = FwdSm90Layout::kRowBytes;
 // Packed GQA (kPackGqa > 1): a warpgroup's rows are kQRowsPerWg positions
 // times the kPackGqa query heads of one KV head, head fastest.
@@ -135,7 +139,8 @@ constexpr int kQWarpgroupBytes = kLayout.q_warpgroup_bytes();
 constexpr int kQBytes = kLayout.q_bytes();
 constexpr int kQLoadedBytes = kLayout.q_loaded_bytes();  // what TMA writes per Q buffer
 constexpr int kKVColBlockBytes = kLayout.kv_col_block_bytes();
-constexpr int kKVTileBytes = kLayout.kv_tile_bytes();  // one K or V tile
+constexpr int kKTileBytes = kLayout.k_tile_bytes();  // one K tile
+constexpr int kVTileBytes = kLayout.v_tile_bytes();  // one V tile
 // The host allocates the used bytes + kSmemAlign: the base is rounded up to
 // the 1024 bytes at which the 128-byte swizzle pattern repeats (TMA and
 // wgmma both apply it to absolute shared addresses). Two Q buffers where
@@ -157,16 +162,16 @@ using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 constexpr bool kWarpProducer = Sequence::kPaged;
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
-using Epilogue = Sm90Epilogue<Element, kHeadDim, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv>;
+using Epilogue = Sm90Epilogue<Element, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
 // why they are what they are).
 
 constexpr int kSRegisters = kBlockN / 2;    // S accumulators per thread
-constexpr int kORegisters = kHeadDim / 2;   // O accumulators per thread
+constexpr int kORegisters = kHeadDimVTile / 2;  // O accumulators per thread
 constexpr int kSTiles = kBlockN / 8;        // n8 column tiles of S
-constexpr int kOTiles = kHeadDim / 8;       // n8 column tiles of O
+constexpr int kOTiles = kHeadDimVTile / 8;  // n8 column tiles of O
 constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
 constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S = Q K^T
 
@@ -174,12 +179,13 @@ constexpr bool kPingPong = kConsumerWarpgroups >= 2;
 // Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: at head dim
 // 256 (O alone is 128 registers) that spilled (40-130 bytes, ptxas -v), so
 // the 256 kernel runs S, softmax, P V in sequence.
-constexpr bool kIntraOverlap = kHeadDim < 256;
+constexpr bool kIntraOverlap = kHeadDimVTile < 256;
 // Named barrier ids: 0 is __syncthreads; 1.. the turns, one per consumer
 // warpgroup.
 constexpr int kBarrierPingPong = 1;
 
-static_assert(kHeadDimQK == kHeadDimV, "sm90 path: head_dim_qk == head_dim_v");
+static_assert(sm90_head_dim_served(kHeadDimV), "sm90 path: head dims that are multiples of 8 "
+                                               "from 32 to 256");
 static_assert(sm90_head_dim_served(kHeadDimQK),
               "sm90 path: head dims that are multiples of 8 from 32 to 256");
 static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
@@ -314,10 +320,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           int lane_page = seq.outer;
           if constexpr (Sequence::kPaged) lane_page = seq.box_page(p, n0, tid % 32);
           const u32 full = v ? v_full(stage) : k_full(stage);
-          const u32 dst = smem + (v ? kOffsetV : kOffsetK) + stage * kKVTileBytes;
+          const u32 dst = smem + (v ? kOffsetV + stage * kVTileBytes : kOffsetK + stage * kKTileBytes);
           if (leader) {
             mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
-            mbarrier_arrive_expect_tx(full, kKVTileBytes);
+            mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
           }
 #pragma unroll
           for (int box = 0; box < Sequence::kBoxesPerTile; ++box) {
@@ -325,7 +331,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             if constexpr (Sequence::kPaged) outer = __shfl_sync(0xffffffffu, lane_page, box);
             if (leader) {
 #pragma unroll
-              for (int cb = 0; cb < kColBlocks; ++cb)
+              for (int cb = 0; cb < (kVColBlocks > kColBlocks ? kVColBlocks : kColBlocks); ++cb)
+                if (cb < (v ? kVColBlocks : kColBlocks))
                 tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
                             v ? &tma_v : &tma_k, full, cb * 64, static_cast<int>(seq.box_row(n0, box)), kv_head,
                             outer);
@@ -422,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 
   // Issues S = Q K^T of the K tile in `stage` (one commit group).
   auto issue_s = [&](float (&acc_s)[kSRegisters], u64 q_desc, int stage) {
-    const u64 k_desc = k_desc0 + ((stage * kKVTileBytes) >> 4);
+    const u64 k_desc = k_desc0 + ((stage * kKTileBytes) >> 4);
     wgmma_fence_operands(acc_s);
     wgmma_fence();
 #pragma unroll
@@ -437,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   };
   // Issues O += P V of the V tile in `stage` (one commit group).
   auto issue_pv = [&](u32 (&p_frag)[kPVSteps][4], int stage) {
-    const u64 v_desc = v_desc0 + ((stage * kKVTileBytes) >> 4);
+    const u64 v_desc = v_desc0 + ((stage * kVTileBytes) >> 4);
     wgmma_fence_operands(acc_o);
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
@@ -445,7 +452,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       // k-step kk: V rows 16kk.. = two 8-row (1024-byte) groups further on.
-      Wgmma<Element, kHeadDim>::rs_bt(acc_o, p_frag[kk], v_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+      Wgmma<Element, kHeadDimVTile>::rs_bt(acc_o, p_frag[kk],
+                                           v_desc + ((kk * 16 * kRowBytes) >> 4), 1);
     }
     wgmma_commit();
     wgmma_fence_operands(acc_o);

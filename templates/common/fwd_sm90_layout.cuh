@@ -33,12 +33,13 @@ constexpr bool sm90_head_dim_served(int head_dim) {
 }
 
 struct FwdSm90Layout {
-  int head_dim;   // tiled (sm90_tile_head_dim): 64, 128 or 256
+  int head_dim;   // of Q and K, tiled (sm90_tile_head_dim): 64, 128 or 256
   int block_m;    // 64 rows per consumer warpgroup: 64, 128 or 192
   int block_n;    // keys per K/V tile
   int stages;     // K/V ring depth
   int pack_gqa;   // query heads packed into a tile's rows (1: none)
   int page_size = 0;  // K/V rows per page (0: contiguous)
+  int head_dim_v = 0;  // of V and O, tiled (0: head_dim)
 
   static constexpr int kSmemAlign = 1024;         // the 128-byte swizzle repeats every 1024 B
   static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
@@ -47,7 +48,9 @@ struct FwdSm90Layout {
 
   constexpr int consumer_warpgroups() const { return block_m / kWarpgroupRows; }
   constexpr int warps() const { return 4 * (1 + consumer_warpgroups()); }  // + the producer
-  constexpr int col_blocks() const { return head_dim / 64; }
+  constexpr int col_blocks() const { return head_dim / 64; }  // of Q and K
+  constexpr int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  constexpr int v_col_blocks() const { return v_dim() / 64; }
 
   // Packed GQA: a warpgroup's 64 rows are (query position, head in group)
   // pairs, head fastest, so a tile holds whole groups of kPack heads of
@@ -66,7 +69,8 @@ struct FwdSm90Layout {
     return consumer_warpgroups() * col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
   }
   constexpr int kv_col_block_bytes() const { return block_n * kRowBytes; }
-  constexpr int kv_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }
+  constexpr int k_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }
+  constexpr int v_tile_bytes() const { return v_col_blocks() * kv_col_block_bytes(); }
   constexpr int kv_box_rows() const { return flashjit::kv_box_rows(page_size, block_n); }
 
   // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
@@ -75,15 +79,15 @@ struct FwdSm90Layout {
   // a tile slot per Q buffer (8 bytes each): the work tile whose Q the
   // buffer holds, when the producer takes tiles from a counter.
   constexpr int smem_used(int q_buffers) const {
-    return q_buffers * q_bytes() + 2 * stages * kv_tile_bytes() +
+    return q_buffers * q_bytes() + stages * (k_tile_bytes() + v_tile_bytes()) +
            8 * (2 * q_buffers + 4 * stages) + 8 * q_buffers;
   }
   // Two Q buffers where they fit: the next work tile's Q loads while this
   // one's is still in use (until its last S).
   constexpr int q_stages() const { return smem_used(2) + kSmemAlign <= kSmemBudget ? 2 : 1; }
   constexpr int offset_k() const { return q_stages() * q_bytes(); }
-  constexpr int offset_v() const { return offset_k() + stages * kv_tile_bytes(); }
-  constexpr int offset_barriers() const { return offset_v() + stages * kv_tile_bytes(); }
+  constexpr int offset_v() const { return offset_k() + stages * k_tile_bytes(); }
+  constexpr int offset_barriers() const { return offset_v() + stages * v_tile_bytes(); }
   constexpr int offset_tile_slots() const {
     return offset_barriers() + 8 * (2 * q_stages() + 4 * stages);
   }

@@ -69,6 +69,17 @@ std::vector<Sm90Case> sm90_cases() {
     c.splits = 4;
     cases.push_back({decode, c});
   }
+  // Unequal head dims (asked for by path), the wider one's tiles.
+  for (auto [dq, dv] : {std::pair{192, 128}, {128, 192}, {64, 128}, {128, 64}}) {
+    Problem p;
+    p.head_dim_qk = dq;
+    p.head_dim_v = dv;
+    p.mask = MaskKind::causal;
+    p.softcap = 30.f;
+    KernelConfig partial;
+    partial.path = KernelPath::sm90;
+    cases.push_back({p, default_forward_config(p, kSm90a, 0, partial)});
+  }
   // Every tile of the search space, with the register-hungriest variant
   // (sliding window + softcap: both mask bounds and the tanh).
   for (int d : {64, 128, 256})
@@ -205,10 +216,31 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   ASSERT_FALSE(bool(named));
   EXPECT_NE(llvm::toString(named.takeError()).find("head_dim=24"), std::string::npos);
   EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
+  // Unequal head dims (DeepSeek-V3's 192/128: Q and K tiled as 256, V and
+  // O as 128): served when asked for by path, with the wider one's tiles;
+  // not taken on their own until checked on a GPU.
   p.head_dim_qk = 192;
   p.head_dim_v = 128;
-  EXPECT_EQ(sm90_fallback_reason(p, kSm90a),
-            "head_dim_qk=192 != head_dim_v=128: the sm90 kernel needs equal head dims");
+  EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "");
+  EXPECT_EQ(sm90_not_automatic_reason(p, kSm90a),
+            "head_dim_qk=192 != head_dim_v=128: the sm90 kernel runs unequal head dims only when "
+            "asked for by path (--path sm90)");
+  EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
+  const KernelConfig unequal = default_forward_config(p, kSm90a, 0, partial);
+  EXPECT_EQ(unequal.path, KernelPath::sm90);
+  EXPECT_EQ(unequal.block_n, 80);  // d=256's
+  ASSERT_TRUE(bool(make_forward_spec(p, unequal, kSm90a)));
+  // K tiles of 256 columns, V tiles of 128: K 80 x 512 B, V 80 x 256 B a stage.
+  FwdSm90Traits t{192, unequal.block_m, unequal.block_n, unequal.warps, unequal.stages};
+  t.head_dim_v = 128;
+  EXPECT_EQ(t.layout().k_tile_bytes(), 80 * 512);
+  EXPECT_EQ(t.layout().v_tile_bytes(), 80 * 256);
+  EXPECT_EQ(t.layout().offset_v() - t.layout().offset_k(), unequal.stages * 80 * 512);
+  p.head_dim_qk = 24;
+  EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("head_dim=24"), std::string::npos);
+  p.head_dim_qk = 128;
+  p.head_dim_v = 264;
+  EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("head_dim_v=264"), std::string::npos);
   // Head dims between 64, 128 and 256: tiled as the next of them, with its
   // tiles and shared memory.
   for (auto [d, tiled] : {std::pair{40, 64}, {72, 128}, {96, 128}, {160, 256}, {200, 256}}) {
