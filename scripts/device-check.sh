@@ -96,7 +96,7 @@ quick=()
 [ "${QUICK:-0}" = 1 ] && quick=(--quick)
 
 step nvidia-smi 60 nvidia-smi -L
-step gpu-tests 600 "$BIN/flashjit_gpu_tests" --gtest_brief=1
+step gpu-tests 600 bash scripts/gpu-tests.sh "$BIN/flashjit_gpu_tests"
 step unit-tests 300 "$BIN/flashjit_unit_tests" --gtest_brief=1
 step info 60 "$BIN/flashjit" info
 step compile 120 "$BIN/flashjit" compile --hdim 128 --causal
