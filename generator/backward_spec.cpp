@@ -74,9 +74,9 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
     // make_backward_spec to name the reason.
     const KernelConfig d128 = BwdSm90Traits::default_config(128);
     const TileChoice tile{d128.block_m, d128.block_n, d128.warps, d128.stages};
-    return choose_tiles(partial, KernelPath::sm90, tile, [](const KernelConfig &) {
-             return llvm::Error::success();
-           }).config;
+    return choose_tiles(partial, KernelPath::sm90, tile,
+                        [](const KernelConfig &) { return llvm::Error::success(); })
+        .config;
   }
   const int d = std::max(problem.head_dim_qk, problem.head_dim_v);
   // FlashAttention-2's flash_bwd_launch_template.h choices for sm80, then

@@ -48,9 +48,10 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
         "head_dim_qk={0} != head_dim_v={1}: the sm90 backward needs equal head dims", head_dim_qk,
         head_dim_v);
   if (!sm90_head_dim_served(head_dim_qk))
-    return llvm::formatv("head_dim={0}: the sm90 backward serves head dims that are multiples "
-                         "of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
-                         head_dim_qk);
+    return llvm::formatv(
+        "head_dim={0}: the sm90 backward serves head dims that are multiples "
+        "of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
+        head_dim_qk);
   return "";
 }
 
@@ -67,9 +68,10 @@ std::string sm90_backward_not_automatic_reason(const Problem &problem, const Tar
   if (std::string why = sm90_backward_fallback_reason(problem, arch, deterministic); !why.empty())
     return why;
   if (!BwdSm90Traits::chosen_automatically(problem.head_dim_qk))
-    return llvm::formatv("head_dim={0}: the sm90 backward runs head dims between 64, 128 and "
-                         "256 (tiled as the next) only when asked for by path (--path sm90)",
-                         problem.head_dim_qk);
+    return llvm::formatv(
+        "head_dim={0}: the sm90 backward runs head dims between 64, 128 and "
+        "256 (tiled as the next) only when asked for by path (--path sm90)",
+        problem.head_dim_qk);
   return "";
 }
 
@@ -110,10 +112,10 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
   const std::string dims = unsupported_reason(head_dim_qk, head_dim_v, deterministic);
   if (!dims.empty()) why.push_back(dims);
   if (dims.empty() && !block_m_allowed(head_dim_qk, block_m))
-    why.push_back(llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
-                                "dK and dV of a warpgroup)",
-                                block_m, sm90_tile_head_dim(head_dim_qk) == 64 ? "64 or 128" : "64",
-                                head_dim_qk));
+    why.push_back(llvm::formatv(
+        "block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
+        "dK and dV of a warpgroup)",
+        block_m, sm90_tile_head_dim(head_dim_qk) == 64 ? "64 or 128" : "64", head_dim_qk));
   if (dims.empty() && block_n != block_n_for(head_dim_qk))
     why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
                                 block_n_for(head_dim_qk), head_dim_qk,

@@ -14,9 +14,10 @@ namespace flashjit {
 std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   for (auto [name, d] : {std::pair{"head_dim", head_dim_qk}, {"head_dim_v", head_dim_v}})
     if (!sm90_head_dim_served(d))
-      return llvm::formatv("{0}={1}: the sm90 kernel serves head dims that are multiples of 8 "
-                           "from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
-                           name, d);
+      return llvm::formatv(
+          "{0}={1}: the sm90 kernel serves head dims that are multiples of 8 "
+          "from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
+          name, d);
   return "";
 }
 
@@ -29,9 +30,10 @@ std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch)
 std::string sm90_not_automatic_reason(const Problem &problem, const TargetArch &arch) {
   if (std::string why = sm90_fallback_reason(problem, arch); !why.empty()) return why;
   if (!FwdSm90Traits::chosen_automatically(problem.head_dim_qk, problem.head_dim_v))
-    return llvm::formatv("head_dim_qk={0} != head_dim_v={1}: the sm90 kernel runs unequal head "
-                         "dims only when asked for by path (--path sm90)",
-                         problem.head_dim_qk, problem.head_dim_v);
+    return llvm::formatv(
+        "head_dim_qk={0} != head_dim_v={1}: the sm90 kernel runs unequal head "
+        "dims only when asked for by path (--path sm90)",
+        problem.head_dim_qk, problem.head_dim_v);
   return "";
 }
 
@@ -141,9 +143,10 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
   if (block_n < 16 || block_n % 16 || block_n > 256)
     why.push_back(llvm::formatv("block_n={0} is not a multiple of 16 in [16, 256]", block_n));
   else if (dims.empty() && block_n > max_block_n(head_dim, block_m))
-    why.push_back(llvm::formatv("block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel "
-                                "spills)",
-                                block_n, max_block_n(head_dim, block_m), head_dim, block_m));
+    why.push_back(
+        llvm::formatv("block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel "
+                      "spills)",
+                      block_n, max_block_n(head_dim, block_m), head_dim, block_m));
   if (stages < 2 || stages > 4)
     why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
   if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)

@@ -47,8 +47,12 @@ struct FwdSm90Traits {
 
   // The layout arithmetic, compiled from the header the kernel uses.
   FwdSm90Layout layout() const {
-    return {sm90_tile_head_dim(head_dim), block_m,   block_n,
-            stages,                       pack_gqa,  page_size,
+    return {sm90_tile_head_dim(head_dim),
+            block_m,
+            block_n,
+            stages,
+            pack_gqa,
+            page_size,
             sm90_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim)};
   }
   int threads() const { return 32 * warps; }

@@ -181,9 +181,9 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     // filling what the caller left unset, for validation to name the reason.
     const KernelConfig d128 = FwdSm90Traits::default_config(128, 0);
     const TileChoice tile{d128.block_m, d128.block_n, d128.warps, d128.stages};
-    return choose_tiles(partial, KernelPath::sm90, tile, [](const KernelConfig &) {
-             return llvm::Error::success();
-           }).config;
+    return choose_tiles(partial, KernelPath::sm90, tile,
+                        [](const KernelConfig &) { return llvm::Error::success(); })
+        .config;
   }
   TileChoice list[4];
   preferred(problem.head_dim_qk, problem.head_dim_v, list);

@@ -162,7 +162,8 @@ using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 constexpr bool kWarpProducer = Sequence::kPaged;
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
-using Epilogue = Sm90Epilogue<Element, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv>;
+using Epilogue =
+    Sm90Epilogue<Element, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
@@ -176,17 +177,15 @@ constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
 constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S = Q K^T
 
 constexpr bool kPingPong = kConsumerWarpgroups >= 2;
-// Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: at head dim
-// 256 (O alone is 128 registers) that spilled (40-130 bytes, ptxas -v), so
-// the 256 kernel runs S, softmax, P V in sequence.
+// Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: with V's
+// head dim tiled as 256 (O alone is 128 registers) that spilled (40-130
+// bytes, ptxas -v), so that kernel runs S, softmax, P V in sequence.
 constexpr bool kIntraOverlap = kHeadDimVTile < 256;
 // Named barrier ids: 0 is __syncthreads; 1.. the turns, one per consumer
 // warpgroup.
 constexpr int kBarrierPingPong = 1;
 
-static_assert(sm90_head_dim_served(kHeadDimV), "sm90 path: head dims that are multiples of 8 "
-                                               "from 32 to 256");
-static_assert(sm90_head_dim_served(kHeadDimQK),
+static_assert(sm90_head_dim_served(kHeadDimQK) && sm90_head_dim_served(kHeadDimV),
               "sm90 path: head dims that are multiples of 8 from 32 to 256");
 static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
               "64 rows per consumer warpgroup, 1 to 3 of them");
@@ -320,7 +319,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           int lane_page = seq.outer;
           if constexpr (Sequence::kPaged) lane_page = seq.box_page(p, n0, tid % 32);
           const u32 full = v ? v_full(stage) : k_full(stage);
-          const u32 dst = smem + (v ? kOffsetV + stage * kVTileBytes : kOffsetK + stage * kKTileBytes);
+          const u32 dst =
+              smem + (v ? kOffsetV + stage * kVTileBytes : kOffsetK + stage * kKTileBytes);
           if (leader) {
             mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
             mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
@@ -330,12 +330,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             int outer = lane_page;
             if constexpr (Sequence::kPaged) outer = __shfl_sync(0xffffffffu, lane_page, box);
             if (leader) {
+              // K's column blocks, or V's (fewer or more under unequal head dims).
+              constexpr int kMaxColBlocks = kVColBlocks > kColBlocks ? kVColBlocks : kColBlocks;
 #pragma unroll
-              for (int cb = 0; cb < (kVColBlocks > kColBlocks ? kVColBlocks : kColBlocks); ++cb)
+              for (int cb = 0; cb < kMaxColBlocks; ++cb)
                 if (cb < (v ? kVColBlocks : kColBlocks))
-                tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
-                            v ? &tma_v : &tma_k, full, cb * 64, static_cast<int>(seq.box_row(n0, box)), kv_head,
-                            outer);
+                  tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
+                              v ? &tma_v : &tma_k, full, cb * 64,
+                              static_cast<int>(seq.box_row(n0, box)), kv_head, outer);
             }
           }
         };

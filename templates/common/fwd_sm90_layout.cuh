@@ -1,5 +1,6 @@
-// The sm90 kernels' tiled head dim and the forward's layout arithmetic: rows per tile, shared memory per
-// stage, the Q buffers and the whole footprint. Plain constexpr C++ with no
+// The sm90 kernels' tiled head dim, and the forward's layout arithmetic:
+// rows per tile, shared memory per stage, the Q buffers and the whole
+// footprint. Plain constexpr C++ with no
 // CUDA and no includes, so the kernel (templates/fwd_sm90.cuh) and its host
 // twin (generator/fwd_sm90_traits.cpp, which prunes configs before any
 // compile and sizes the launch) compile the same code and cannot disagree.

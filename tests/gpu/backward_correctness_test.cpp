@@ -207,7 +207,8 @@ std::vector<Case> sm90_cases() {
   // GQA, softcap, tails, both dtypes.
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 113, 203, 40, 40, MaskKind::causal), sm90});
   cases.push_back({make_problem(DType::fp16, 1, 4, 4, 257, 513, 32, 32, MaskKind::none), sm90});
-  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 300, 77, 72, 72, MaskKind::window, 70, 9), sm90});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 2, 300, 77, 72, 72, MaskKind::window, 70, 9), sm90});
   cases.push_back({make_problem(DType::fp16, 2, 8, 1, 1000, 1000, 96, 96, MaskKind::causal), sm90});
   cases.push_back(
       {make_problem(DType::bf16, 1, 4, 4, 190, 190, 80, 80, MaskKind::causal, -1, -1, 30.f), sm90});

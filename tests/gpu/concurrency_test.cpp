@@ -20,15 +20,15 @@
 #include "cache/tuning_db.h"
 #include "flashjit/forward.h"
 #include "gpu_environment.h"
-#include "reference/accuracy.h"
-#include "runtime/launch_forward.h"
-#include "tests/db_integrity.h"
-#include "tests/unit/cli_runner.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
+#include "reference/accuracy.h"
+#include "runtime/launch_forward.h"
+#include "tests/db_integrity.h"
+#include "tests/unit/cli_runner.h"
 
 extern char **environ;
 
@@ -104,9 +104,9 @@ TEST(Concurrency, SixteenThreadsFirstCallCompileOnce) {
   // tiles on many SMs).
   auto spec = resolve_forward_spec(concurrent_problem(), KernelConfig{});
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
-  const std::string expected = "CONCURRENT threads=16 compiles=1 module_loads=" +
-                               std::to_string(spec->split_kv ? 2 : 1) +
-                               " ok=16 identical=16 correct=1";
+  const std::string expected =
+      "CONCURRENT threads=16 compiles=1 module_loads=" + std::to_string(spec->split_kv ? 2 : 1) +
+      " ok=16 identical=16 correct=1";
   EXPECT_NE(output.find(expected), std::string::npos) << expected << "\n" << output;
   llvm::sys::fs::remove_directories(dir);
 }

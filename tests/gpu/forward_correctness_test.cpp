@@ -139,21 +139,37 @@ std::vector<Case> sm90_cases() {
   // Head dims between 64, 128 and 256, tiled as the next of them (zero
   // columns past the problem's, never stored): tails, causal rows that see
   // no key, GQA, softcap, windows, both dtypes.
-  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 203, 113, 32, 32, MaskKind::causal), sm90_path()});
-  cases.push_back({make_problem(DType::fp16, 2, 4, 2, 257, 391, 40, 40, MaskKind::none), sm90_path()});
-  cases.push_back({make_problem(DType::bf16, 1, 8, 2, 1023, 1023, 72, 72, MaskKind::causal), sm90_path()});
-  cases.push_back({make_problem(DType::fp16, 2, 4, 4, 300, 77, 80, 80, MaskKind::causal, -1, -1, 30.f), sm90_path()});
-  cases.push_back({make_problem(DType::bf16, 2, 6, 3, 113, 203, 96, 96, MaskKind::window, 40, 8), sm90_path()});
-  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 517, 517, 96, 96, MaskKind::none), sm90_path(), true});
-  cases.push_back({make_problem(DType::fp16, 1, 4, 1, 333, 333, 160, 160, MaskKind::causal), sm90_path()});
-  cases.push_back({make_problem(DType::bf16, 2, 2, 2, 129, 257, 200, 200, MaskKind::none, -1, -1, 5.f), sm90_path()});
-  cases.push_back({make_problem(DType::bf16, 1, 4, 4, 17, 17, 248, 248, MaskKind::causal), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 4, 203, 113, 32, 32, MaskKind::causal), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::fp16, 2, 4, 2, 257, 391, 40, 40, MaskKind::none), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 1, 8, 2, 1023, 1023, 72, 72, MaskKind::causal), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::fp16, 2, 4, 4, 300, 77, 80, 80, MaskKind::causal, -1, -1, 30.f),
+       sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 6, 3, 113, 203, 96, 96, MaskKind::window, 40, 8), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 4, 517, 517, 96, 96, MaskKind::none), sm90_path(), true});
+  cases.push_back(
+      {make_problem(DType::fp16, 1, 4, 1, 333, 333, 160, 160, MaskKind::causal), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 2, 2, 129, 257, 200, 200, MaskKind::none, -1, -1, 5.f),
+       sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 1, 4, 4, 17, 17, 248, 248, MaskKind::causal), sm90_path()});
   // Unequal head dims, asked for by path (Q and K tiled apart from V and O):
   // DeepSeek-V3's 192/128, and each side wider.
-  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 257, 391, 192, 128, MaskKind::causal), sm90_path()});
-  cases.push_back({make_problem(DType::fp16, 1, 8, 8, 1023, 1023, 192, 128, MaskKind::none), sm90_path()});
-  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 203, 113, 128, 64, MaskKind::causal, -1, -1, 30.f), sm90_path()});
-  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 113, 203, 64, 128, MaskKind::window, 40, 8), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 2, 257, 391, 192, 128, MaskKind::causal), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::fp16, 1, 8, 8, 1023, 1023, 192, 128, MaskKind::none), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 4, 203, 113, 128, 64, MaskKind::causal, -1, -1, 30.f),
+       sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 4, 113, 203, 64, 128, MaskKind::window, 40, 8),
+                   sm90_path()});
   // Three consumer warpgroups (block_m 192, d=64): windows, GQA, softcap,
   // fp16, rows that see no key.
   const KernelConfig three_wg{KernelPath::sm90, 192, 112, 16, 3};

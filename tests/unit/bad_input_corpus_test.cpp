@@ -481,7 +481,8 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
        "--scale: expected a finite number >= 0 (0: 1/sqrt(hdim)), got 1e39"},
       {{"gen", "--arch", "sm_80", "--scale", "-0.125"},
        "--scale: expected a finite number >= 0 (0: 1/sqrt(hdim)), got -0.125"},
-      {{"gen", "--arch", "sm_80", "--path", "sm70"}, "--path: expected auto, sm80 or sm90, got sm70"},
+      {{"gen", "--arch", "sm_80", "--path", "sm70"},
+       "--path: expected auto, sm80 or sm90, got sm70"},
       {{"gen", "--arch", "sm_80", "--pass", "both"}, "--pass: expected fwd or bwd, got both"},
       // An explicit path the problem cannot use: refused, never run on sm80.
       {{"gen", "--arch", "sm_90a", "--path", "sm90", "--hdim", "24"},
@@ -496,13 +497,15 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
        "kernel path sm90 needs an sm_90a target (wgmma, setmaxnreg, TMA), not sm_80: use sm80"},
       {{"gen", "--arch", "sm_80", "--block-m", "-64"},
        "--block-m: expected 0 (heuristic) or a positive integer, got -64"},
-      {{"gen", "--arch", "sm_80", "--block-n", "2048"}, "--block-n: expected at most 1024, got 2048"},
+      {{"gen", "--arch", "sm_80", "--block-n", "2048"},
+       "--block-n: expected at most 1024, got 2048"},
       {{"gen", "--arch", "sm_80", "--stages", "x"},
        "--stages: expected 0 (heuristic) or a positive integer, got x"},
       {{"gen", "--arch", "sm_75"},
        "--arch: architecture 'sm_75' not understood: expected sm_XY or sm_XYa with XY >= 80 "
        "(sm_80, sm_86, sm_89, sm_90a)"},
-      {{"gen", "--arch", "sm_80a"}, "--arch: architecture 'sm_80a': the 'a' suffix exists from sm_90 on"},
+      {{"gen", "--arch", "sm_80a"},
+       "--arch: architecture 'sm_80a': the 'a' suffix exists from sm_90 on"},
       {{"compile", "--arch", "compute_90"},
        "--arch: architecture 'compute_90' not understood: expected sm_XY or sm_XYa with XY >= 80 "
        "(sm_80, sm_86, sm_89, sm_90a)"},

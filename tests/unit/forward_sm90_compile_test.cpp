@@ -252,7 +252,8 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
     t.head_dim_qk = t.head_dim_v = tiled;
     EXPECT_EQ(c, default_forward_config(t, kSm90a)) << d;
     auto traits = FwdSm90Traits::make(d, d, c.block_m, c.block_n, c.warps, c.stages, 0);
-    auto tiled_traits = FwdSm90Traits::make(tiled, tiled, c.block_m, c.block_n, c.warps, c.stages, 0);
+    auto tiled_traits =
+        FwdSm90Traits::make(tiled, tiled, c.block_m, c.block_n, c.warps, c.stages, 0);
     ASSERT_TRUE(bool(traits) && bool(tiled_traits)) << d;
     EXPECT_EQ(traits->smem_bytes(), tiled_traits->smem_bytes()) << d;
   }
