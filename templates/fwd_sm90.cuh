@@ -320,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           if constexpr (Sequence::kPaged) lane_page = seq.box_page(p, n0, tid % 32);
           const u32 full = v ? v_full(stage) : k_full(stage);
           const u32 dst =
-              smem + (v ? kOffsetV + stage * kVTileBytes : kOffsetK + stage * kKTileBytes);
+              smem + (v ? kOffsetV : kOffsetK) + stage * (v ? kVTileBytes : kKTileBytes);
           if (leader) {
             mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
             mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
@@ -331,10 +331,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             if constexpr (Sequence::kPaged) outer = __shfl_sync(0xffffffffu, lane_page, box);
             if (leader) {
               // K's column blocks, or V's (fewer or more under unequal head dims).
-              constexpr int kMaxColBlocks = kVColBlocks > kColBlocks ? kVColBlocks : kColBlocks;
 #pragma unroll
-              for (int cb = 0; cb < kMaxColBlocks; ++cb)
-                if (cb < (v ? kVColBlocks : kColBlocks))
+              for (int cb = 0; cb < (v ? kVColBlocks : kColBlocks); ++cb)
                   tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
                               v ? &tma_v : &tma_k, full, cb * 64,
                               static_cast<int>(seq.box_row(n0, box)), kv_head, outer);
