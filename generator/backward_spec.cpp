@@ -68,15 +68,7 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
     // then says why.
     if (sm90.fits || partial.path == KernelPath::sm90) return sm90.config;
   } else if (partial.path == KernelPath::sm90) {
-    // An explicit sm90 that cannot serve the problem (head dims, target,
-    // deterministic mode) is an error, never an sm80 kernel in its place:
-    // kept, d=128's tiles filling what the caller left unset, for
-    // make_backward_spec to name the reason.
-    const KernelConfig d128 = BwdSm90Traits::default_config(128);
-    const TileChoice tile{d128.block_m, d128.block_n, d128.warps, d128.stages};
-    return choose_tiles(partial, KernelPath::sm90, tile,
-                        [](const KernelConfig &) { return llvm::Error::success(); })
-        .config;
+    return keep_named_sm90(partial, BwdSm90Traits::default_config(128));
   }
   const int d = std::max(problem.head_dim_qk, problem.head_dim_v);
   // FlashAttention-2's flash_bwd_launch_template.h choices for sm80, then

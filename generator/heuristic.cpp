@@ -176,14 +176,7 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     if (sm90.fits || partial.path == KernelPath::sm90) return sm90.config;
     // Too big for this device's shared memory: the sm80 family below.
   } else if (partial.path == KernelPath::sm90) {
-    // An explicit sm90 that cannot serve the problem (head dim, target) is
-    // an error, never an sm80 kernel in its place: kept, d=128's tiles
-    // filling what the caller left unset, for validation to name the reason.
-    const KernelConfig d128 = FwdSm90Traits::default_config(128, 0);
-    const TileChoice tile{d128.block_m, d128.block_n, d128.warps, d128.stages};
-    return choose_tiles(partial, KernelPath::sm90, tile,
-                        [](const KernelConfig &) { return llvm::Error::success(); })
-        .config;
+    return keep_named_sm90(partial, FwdSm90Traits::default_config(128, 0));
   }
   TileChoice list[4];
   preferred(problem.head_dim_qk, problem.head_dim_v, list);
@@ -196,6 +189,13 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
 }
 
 }  // namespace
+
+KernelConfig keep_named_sm90(const KernelConfig &partial, const KernelConfig &fill) {
+  const TileChoice tile{fill.block_m, fill.block_n, fill.warps, fill.stages};
+  return choose_tiles(partial, KernelPath::sm90, tile,
+                      [](const KernelConfig &) { return llvm::Error::success(); })
+      .config;
+}
 
 TileOutcome choose_tiles(const KernelConfig &partial, KernelPath path,
                          llvm::ArrayRef<TileChoice> tiles,

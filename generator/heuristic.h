@@ -51,6 +51,12 @@ TileOutcome choose_tiles(const KernelConfig &partial, KernelPath path,
                          llvm::ArrayRef<TileChoice> tiles,
                          llvm::function_ref<llvm::Error(const KernelConfig &)> fits);
 
+// An explicit sm90 that cannot serve the problem (head dim, target, mode):
+// `partial` kept on path sm90, `fill`'s tiles in the fields it leaves unset,
+// so that validation names the reason rather than an sm80 kernel running in
+// its place.
+KernelConfig keep_named_sm90(const KernelConfig &partial, const KernelConfig &fill);
+
 // Opt-in shared memory per block the architecture allows.
 int max_smem_per_block(const TargetArch &arch);
 
