@@ -71,8 +71,15 @@ def time_ms(fn, warmup, repeats, min_sample_ms=1.0):
 SLEEP_CYCLES = 2_000_000
 
 
-def flops(b, h, s, d, causal):
-    return 4 * b * h * s * s * d / (2 if causal else 1)
+def flops(b, h, s, d, causal, dv=None):
+    """2 b h s^2 (d_qk + d_v): QK^T then PV; halved when causal."""
+    return 2 * b * h * s * s * (d + (dv or d)) / (2 if causal else 1)
+
+
+def parse_hdim(text):
+    """"128" -> (128, 128); "192/128" -> (192, 128): Q/K's head dim, then V's."""
+    qk, _, v = text.partition("/")
+    return int(qk), int(v or qk)
 
 
 def short_error(e):
@@ -92,31 +99,35 @@ MODEL_SHAPES = [
 
 
 def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layout, passes,
-                heads=None, heads_kv=None):
+                heads=None, heads_kv=None, dv=None):
+    dv = dv or d
     b, h = max(1, tokens // s), heads or hidden // d
     hkv = heads_kv or h
     row = {"hdim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
+    if dv != d:
+        row["hdim_v"] = dv
     if hkv != h:
         row["heads_kv"] = hkv
     if "fwd" in passes:
-        bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv)
+        bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv, dv)
     if "bwd" in passes:
-        row["bwd"] = bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv)
+        row["bwd"] = bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv, dv)
     torch.cuda.empty_cache()
     return row
 
 
-def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv):
+def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv, dv):
     torch.manual_seed(0)
     # [b, s, h, d] for flashjit; SDPA takes [b, h, s, d]: transposed views of
     # the same memory, as FlashAttention's own layout is used through SDPA.
     q = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
-    k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+    k = torch.randn(b, s, hkv, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, s, hkv, dv, device="cuda", dtype=dtype)
     gqa = {"enable_gqa": True} if hkv != h else {}
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     if sdpa_layout == "bhsd":  # SDPA on its own contiguous layout instead
         qt, kt, vt = (t.contiguous() for t in (qt, kt, vt))
-    f = flops(b, h, s, d, causal)
+    f = flops(b, h, s, d, causal, dv)
     outs = {}
 
     def ours():
@@ -135,7 +146,9 @@ def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, 
         row["ours"] = {"error": short_error(e)}
 
     # flashjit's sm80 (mma.sync) family pinned, for the plots: the heuristic
-    # takes sm90 on Hopper where it serves the head dim.
+    # takes sm90 on Hopper where it serves the head dim. A path the caller
+    # pinned in the environment is put back afterwards.
+    pinned = os.environ.get("FLASHJIT_KERNEL_PATH")
     os.environ["FLASHJIT_KERNEL_PATH"] = "sm80"
     try:
         ms = time_ms(ours, warmup, repeats)
@@ -143,7 +156,10 @@ def bench_forward(row, d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, 
     except Exception as e:
         row["ours_sm80"] = {"error": short_error(e)}
     finally:
-        del os.environ["FLASHJIT_KERNEL_PATH"]
+        if pinned is None:
+            del os.environ["FLASHJIT_KERNEL_PATH"]
+        else:
+            os.environ["FLASHJIT_KERNEL_PATH"] = pinned
 
     for name, backend in BACKENDS.items():
         def sdpa():
@@ -186,17 +202,17 @@ def time_backward(forward, leaves, dout, warmup, repeats, f):
     return {"ms": ms, "tflops": BWD_FLOPS_FACTOR * f / ms / 1e9, "fwd_ms": fwd_ms, "fwd_bwd_ms": fb_ms}
 
 
-def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv):
+def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv, dv):
     """The backward row: {"ours", "flash", "cudnn", "ours/flash", "ours/cudnn",
     "max_abs_diff_vs_flash"} (the largest difference over dq, dk, dv)."""
     out = {}
     torch.manual_seed(1)
     q = torch.randn(b, s, h, d, device="cuda", dtype=dtype, requires_grad=True)
-    k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
-            for _ in range(2))
+    k = torch.randn(b, s, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(b, s, hkv, dv, device="cuda", dtype=dtype, requires_grad=True)
     gqa = {"enable_gqa": True} if hkv != h else {}
-    dout = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
-    f = flops(b, h, s, d, causal)
+    dout = torch.randn(b, s, h, dv, device="cuda", dtype=dtype)
+    f = flops(b, h, s, d, causal, dv)
     grads = {}
 
     def ours():
@@ -257,7 +273,7 @@ def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv)
 
 def bwd_view(r):
     """A backward row shaped like a forward row, for the table and geomeans."""
-    keys = ("hdim", "causal", "seqlen", "batch", "heads", "heads_kv")
+    keys = ("hdim", "hdim_v", "causal", "seqlen", "batch", "heads", "heads_kv")
     return {**{k: r[k] for k in keys if k in r}, **r["bwd"]}
 
 
@@ -266,10 +282,14 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def hdim_label(r):
+    return f"{r['hdim']}/{r['hdim_v']}" if "hdim_v" in r else str(r["hdim"])
+
+
 def summarize(rows):
     out = {}
-    for d in sorted({r["hdim"] for r in rows}):
-        sel = [r for r in rows if r["hdim"] == d]
+    for d in sorted({hdim_label(r) for r in rows}, key=lambda x: [int(p) for p in x.split("/")]):
+        sel = [r for r in rows if hdim_label(r) == d]
         out[f"hdim{d}"] = {k: geomean([r.get(k) for r in sel]) for k in ("ours/flash", "ours/cudnn")}
     out["all"] = {k: geomean([r.get(k) for r in rows]) for k in ("ours/flash", "ours/cudnn")}
     return out
@@ -289,7 +309,7 @@ def print_row(r, tol):
     check = "-" if diff is None else f"{diff:.1e}" + ("" if diff < tol else " LARGE")
     mask = "causal" if r["causal"] else "full"
     heads = f"{r['heads']}/{r['heads_kv']}" if "heads_kv" in r else f"{r['heads']}"
-    print(f"| {r['hdim']:4d} | {mask:6s} | {r['seqlen']:6d} | {r['batch']:3d}x{heads:<5s} | "
+    print(f"| {hdim_label(r):>4s} | {mask:6s} | {r['seqlen']:6d} | {r['batch']:3d}x{heads:<5s} | "
           f"{fmt_t(r['ours'])} | {fmt_t(r['flash'])} | {fmt_t(r['cudnn'])} | "
           f"{fmt_r(r.get('ours/flash'))} | {fmt_r(r.get('ours/cudnn'))} | {check:>12s} |", flush=True)
 
@@ -302,7 +322,7 @@ def print_header():
 
 def print_summary(summary):
     for key, g in summary.items():
-        print(f"geomean {key:7s}: ours/flash {fmt_r(g['ours/flash'])}   ours/cudnn {fmt_r(g['ours/cudnn'])}")
+        print(f"geomean {key:11s}: ours/flash {fmt_r(g['ours/flash'])}   ours/cudnn {fmt_r(g['ours/cudnn'])}")
 
 
 def print_table(header, env, args, rows, tol):
@@ -320,7 +340,8 @@ def print_table(header, env, args, rows, tol):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hdims", default="64,128,256")
+    ap.add_argument("--hdims", default="64,128,256",
+                    help="comma list; 192/128 is Q/K's head dim 192 with V's 128")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--masks", default="full,causal", help="comma list of full, causal")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
@@ -343,7 +364,7 @@ def main():
     if args.quick:
         args.seqlens = "1024,8192"
     passes = ("fwd", "bwd") if args.passes == "both" else (args.passes,)
-    hdims = [int(x) for x in args.hdims.split(",")]
+    hdims = [parse_hdim(x) for x in args.hdims.split(",")]
     seqlens = [int(x) for x in args.seqlens.split(",")]
     masks = [m.strip() for m in args.masks.split(",")]
     if not set(masks) <= {"full", "causal"}:
@@ -363,13 +384,13 @@ def main():
     print_header()
     rows = []
     if args.models:
-        shapes = [(d, True, s, hq, hkv) for (_, d, hq, hkv, s) in MODEL_SHAPES]
+        shapes = [(d, d, True, s, hq, hkv) for (_, d, hq, hkv, s) in MODEL_SHAPES]
     else:
-        shapes = [(d, mask == "causal", s, None, None)
-                  for d in hdims for mask in masks for s in seqlens]
-    for d, causal, s, hq, hkv in shapes:
+        shapes = [(d, dv, mask == "causal", s, None, None)
+                  for d, dv in hdims for mask in masks for s in seqlens]
+    for d, dv, causal, s, hq, hkv in shapes:
         r = bench_shape(d, causal, s, dtype, args.warmup, args.repeats,
-                        args.tokens, args.hidden, args.sdpa_layout, passes, hq, hkv)
+                        args.tokens, args.hidden, args.sdpa_layout, passes, hq, hkv, dv)
         rows.append(r)
         if "fwd" in passes:
             print_row(r, tol)
