@@ -50,13 +50,7 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
   const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
-  // Head dims between 64, 128 and 256 only when asked for by path
-  // (BwdSm90Traits::chosen_automatically).
-  const bool sm90_serves =
-      partial.path == KernelPath::sm90
-          ? sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()
-          : sm90_backward_not_automatic_reason(problem, arch, partial.deterministic).empty();
-  if (want_sm90 && sm90_serves) {
+  if (want_sm90 && sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()) {
     const KernelConfig first = BwdSm90Traits::default_config(problem.head_dim_qk);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {

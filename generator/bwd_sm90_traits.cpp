@@ -63,18 +63,6 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
                                            deterministic);
 }
 
-std::string sm90_backward_not_automatic_reason(const Problem &problem, const TargetArch &arch,
-                                               bool deterministic) {
-  if (std::string why = sm90_backward_fallback_reason(problem, arch, deterministic); !why.empty())
-    return why;
-  if (!BwdSm90Traits::chosen_automatically(problem.head_dim_qk))
-    return llvm::formatv(
-        "head_dim={0}: the sm90 backward runs head dims between 64, 128 and "
-        "256 (tiled as the next) only when asked for by path (--path sm90)",
-        problem.head_dim_qk);
-  return "";
-}
-
 // d=64: 128-query tiles, though they spill 44-84 bytes (ptxas -v): on the
 // H200 at seqlen 8k they ran 318/264 TFLOP/s (full/causal) against 239/225
 // for 64-query tiles, whose dQ over each warpgroup's own keys doubles the

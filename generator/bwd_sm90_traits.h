@@ -52,13 +52,6 @@ struct BwdSm90Traits {
   static bool block_m_allowed(int head_dim, int block_m) {
     return block_m == 64 || (block_m == 128 && sm90_tile_head_dim(head_dim) == 64);
   }
-  // Whether the heuristic and the tuner take the family at `head_dim` on
-  // their own: the head dims it tiles natively (64, 128, 256). Those between
-  // run only when asked for by path, until their gradients have been checked
-  // on a GPU (docs/PERF.md, twelfth session).
-  static bool chosen_automatically(int head_dim) {
-    return sm90_tile_head_dim(head_dim) == head_dim;
-  }
   static int default_block_m(int head_dim);
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
@@ -71,9 +64,5 @@ struct BwdSm90Traits {
 // Why the sm90 backward cannot serve `problem` on `arch` (empty: it can).
 std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch,
                                           bool deterministic);
-// Why the heuristic and the tuner do not take it on their own: the above, or
-// a head dim it serves only when asked for by path (empty: they take it).
-std::string sm90_backward_not_automatic_reason(const Problem &problem, const TargetArch &arch,
-                                               bool deterministic);
 
 }  // namespace flashjit

@@ -27,16 +27,6 @@ std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch)
   return FwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v);
 }
 
-std::string sm90_not_automatic_reason(const Problem &problem, const TargetArch &arch) {
-  if (std::string why = sm90_fallback_reason(problem, arch); !why.empty()) return why;
-  if (!FwdSm90Traits::chosen_automatically(problem.head_dim_qk, problem.head_dim_v))
-    return llvm::formatv(
-        "head_dim_qk={0} != head_dim_v={1}: the sm90 kernel runs unequal head "
-        "dims only when asked for by path (--path sm90)",
-        problem.head_dim_qk, problem.head_dim_v);
-  return "";
-}
-
 int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
   // d=64 at block_n 192 and d=128 at 144..176 spilled 64-280 bytes; d=256
   // (no intra-warpgroup overlap) fits 96 in registers but only 80 in shared

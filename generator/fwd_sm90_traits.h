@@ -64,13 +64,6 @@ struct FwdSm90Traits {
 
   // Why the sm90 kernel cannot serve this head-dim pair at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
-  // Whether the heuristic and the tuner take the family for this pair on
-  // their own: equal head dims. Unequal ones (e.g. 192/128: Q and K tiled
-  // as 256, V and O as 128) run only when asked for by path, until they
-  // have been checked on a GPU (docs/PERF.md, twelfth session).
-  static bool chosen_automatically(int head_dim_qk, int head_dim_v) {
-    return head_dim_qk == head_dim_v;
-  }
   // The grid: one CTA per SM (each looping over work tiles) rather than one
   // CTA per work tile. Without a mask every work tile costs the same. Under
   // a mask the tiles of a head cost from 1 to `query_blocks` K/V tiles, and
@@ -113,8 +106,5 @@ struct FwdSm90Traits {
 // Why the sm90 family cannot serve `problem` on `arch` (empty: it can): the
 // target is not sm_90a, or the head dims are not ones it has.
 std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch);
-// Why the heuristic and the tuner do not take it on their own: the above, or
-// a head-dim pair it serves only when asked for by path (empty: they take it).
-std::string sm90_not_automatic_reason(const Problem &problem, const TargetArch &arch);
 
 }  // namespace flashjit

@@ -145,11 +145,7 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
   const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
-  // Unequal head dims only when asked for by path (FwdSm90Traits::chosen_automatically).
-  const bool sm90_serves = partial.path == KernelPath::sm90
-                               ? sm90_fallback_reason(problem, arch).empty()
-                               : sm90_not_automatic_reason(problem, arch).empty();
-  if (want_sm90 && sm90_serves) {
+  if (want_sm90 && sm90_fallback_reason(problem, arch).empty()) {
     // The seqlen's choice first, then the 128-row tile every head dim has
     // (a caller's partial config, e.g. block_n 128 at d=64, may rule out
     // three consumer warpgroups).

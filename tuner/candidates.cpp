@@ -75,8 +75,8 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
         for (int stages : {2, 3})
           consider(KernelConfig{KernelPath::sm80, block_m, block_n, warps, stages});
   // Both families on Hopper: the sm90 kernel's own tiles where it serves the
-  // problem and is taken on its own (sm90_not_automatic_reason says why not).
-  if (sm90_not_automatic_reason(problem, arch).empty())
+  // problem (sm90_fallback_reason says why not).
+  if (sm90_fallback_reason(problem, arch).empty())
     for (const KernelConfig &config :
          FwdSm90Traits::search_space(problem.head_dim_qk, max_smem_bytes))
       consider(config);

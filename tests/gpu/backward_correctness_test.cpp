@@ -201,7 +201,7 @@ std::vector<Case> sm90_cases() {
        own_keys});
   cases.push_back({make_problem(DType::bf16, 2, 8, 1, 1000, 1000, 64, 64, MaskKind::causal),
                    own_keys});
-  // Head dims between 64, 128 and 256, asked for by path (tiled as the next;
+  // Head dims between 64, 128 and 256 (tiled as the next;
   // dK, dV and dQ cut at the problem's columns): every tiling (128-query
   // tiles at 64, column-split dQ at 128, the head-dim split at 256), masks,
   // GQA, softcap, tails, both dtypes.

@@ -159,7 +159,7 @@ std::vector<Case> sm90_cases() {
        sm90_path()});
   cases.push_back(
       {make_problem(DType::bf16, 1, 4, 4, 17, 17, 248, 248, MaskKind::causal), sm90_path()});
-  // Unequal head dims, asked for by path (Q and K tiled apart from V and O):
+  // Unequal head dims (Q and K tiled apart from V and O):
   // DeepSeek-V3's 192/128, and each side wider.
   cases.push_back(
       {make_problem(DType::bf16, 2, 4, 2, 257, 391, 192, 128, MaskKind::causal), sm90_path()});

@@ -143,17 +143,14 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
             "backward kernel path sm90 is not available: head_dim=24: the sm90 backward serves "
             "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 "
             "or 256); use sm80");
-  // Head dims between 64, 128 and 256: served when asked for by path (the
-  // tiled dim's tiles), not taken on their own until checked on a GPU.
+  // Head dims between 64, 128 and 256: the tiled dim's tiles, taken on
+  // their own (checked on the H200, docs/PERF.md, thirteenth session).
   Problem between;
   between.head_dim_qk = between.head_dim_v = 192;
-  EXPECT_EQ(default_backward_config(between, kSm90a).path, KernelPath::sm80);
+  EXPECT_EQ(default_backward_config(between, kSm90a), (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
   EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
             (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
   EXPECT_EQ(refusal(between, {KernelPath::sm90, 64, 64, 12, 1}, kSm90a), "");
-  EXPECT_EQ(sm90_backward_not_automatic_reason(between, kSm90a, false),
-            "head_dim=192: the sm90 backward runs head dims between 64, 128 and 256 (tiled as "
-            "the next) only when asked for by path (--path sm90)");
   between.head_dim_qk = between.head_dim_v = 40;
   EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
             (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));

@@ -212,9 +212,11 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       // Head dims between 64, 128 and 256 are tiled as the next of them.
       {{"--hdim", "96"}, "fwd_sm90_bf16_hdqk96_hdv96_none_nocap_bm128_bn128_w12_s2_sm_90a", ""},
       {{"--pass", "bwd", "--hdim", "192"},
-       "bwd_sm80_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w8_s2_sm_90a",
-       "sm80 family: head_dim=192: the sm90 backward runs head dims between 64, 128 and 256 "
-       "(tiled as the next) only when asked for by path (--path sm90)"},
+       "bwd_sm90_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w12_s1_sm_90a",
+       ""},
+      {{"--pass", "bwd", "--hdim", "192", "--hdim-v", "128"},
+       "bwd_sm80_bf16_hdqk192_hdv128_none_nocap_bm64_bn64_w8_s2_sm_90a",
+       "sm80 family: head_dim_qk=192 != head_dim_v=128: the sm90 backward needs equal head dims"},
       {{"--pass", "bwd", "--hdim", "24"},
        "bwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w8_s2_sm_90a",
        "sm80 family: head_dim=24: the sm90 backward serves head dims that are multiples of 8 "

@@ -69,7 +69,7 @@ std::vector<Sm90Case> sm90_cases() {
     c.splits = 4;
     cases.push_back({decode, c});
   }
-  // Unequal head dims (asked for by path), the wider one's tiles.
+  // Unequal head dims, the wider one's tiles.
   for (auto [dq, dv] : {std::pair{192, 128}, {128, 192}, {64, 128}, {128, 64}}) {
     Problem p;
     p.head_dim_qk = dq;
@@ -217,15 +217,11 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   EXPECT_NE(llvm::toString(named.takeError()).find("head_dim=24"), std::string::npos);
   EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
   // Unequal head dims (DeepSeek-V3's 192/128: Q and K tiled as 256, V and
-  // O as 128): served when asked for by path, with the wider one's tiles;
-  // not taken on their own until checked on a GPU.
+  // O as 128), with the wider one's tiles, chosen on their own as by path.
   p.head_dim_qk = 192;
   p.head_dim_v = 128;
   EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "");
-  EXPECT_EQ(sm90_not_automatic_reason(p, kSm90a),
-            "head_dim_qk=192 != head_dim_v=128: the sm90 kernel runs unequal head dims only when "
-            "asked for by path (--path sm90)");
-  EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
+  EXPECT_EQ(default_forward_config(p, kSm90a), default_forward_config(p, kSm90a, 0, partial));
   const KernelConfig unequal = default_forward_config(p, kSm90a, 0, partial);
   EXPECT_EQ(unequal.path, KernelPath::sm90);
   EXPECT_EQ(unequal.block_n, 80);  // d=256's
