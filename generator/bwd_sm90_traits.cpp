@@ -68,7 +68,7 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
 // for 64-query tiles, whose dQ over each warpgroup's own keys doubles the
 // reductions (docs/PERF.md, 2026-11-29).
 int BwdSm90Traits::default_block_m(int head_dim) {
-  return sm90_tile_head_dim(head_dim) == 64 ? 128 : 64;
+  return sm90_backward_tile_head_dim(head_dim) == 64 ? 128 : 64;
 }
 
 // One Q/dO stage: tuning the benchmark grid on the H200 (2026-11-30,
@@ -103,11 +103,11 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
     why.push_back(llvm::formatv(
         "block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
         "dK and dV of a warpgroup)",
-        block_m, sm90_tile_head_dim(head_dim_qk) == 64 ? "64 or 128" : "64", head_dim_qk));
+        block_m, sm90_backward_tile_head_dim(head_dim_qk) == 64 ? "64 or 128" : "64", head_dim_qk));
   if (dims.empty() && block_n != block_n_for(head_dim_qk))
     why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
                                 block_n_for(head_dim_qk), head_dim_qk,
-                                sm90_tile_head_dim(head_dim_qk) == 256
+                                sm90_backward_tile_head_dim(head_dim_qk) == 256
                                     ? "64 keys shared by two consumer warpgroups"
                                     : "64 keys per consumer warpgroup, two"));
   if (warps != kWarps)

@@ -16,7 +16,7 @@ struct KernelConfig;
 struct TargetArch;
 
 struct BwdSm90Traits {
-  int head_dim = 0;  // qk == v, the problem's (tiled as sm90_tile_head_dim)
+  int head_dim = 0;  // qk == v, the problem's (tiled as sm90_backward_tile_head_dim)
   int block_m = 0;   // query rows per tile of the inner loop
   int block_n = 0;   // keys per CTA: block_n_for(head_dim)
   int warps = 0;
@@ -29,8 +29,8 @@ struct BwdSm90Traits {
   // The two consumer warpgroups own 64 keys each (128 per CTA) or, at head
   // dim 256, split the head dim of 64 shared keys (dK and dV of 64 keys x 256
   // would take 256 registers per thread).
-  static int block_n_for(int head_dim) { return sm90_tile_head_dim(head_dim) == 256 ? 64 : 128; }
-  int tiled_head_dim() const { return sm90_tile_head_dim(head_dim); }
+  static int block_n_for(int head_dim) { return sm90_backward_tile_head_dim(head_dim) == 256 ? 64 : 128; }
+  int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim); }
   bool splits_head_dim() const { return tiled_head_dim() == 256; }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
@@ -50,7 +50,7 @@ struct BwdSm90Traits {
   // each warpgroup's own keys, or split by rows), 64 at 128 and 256 (split by
   // columns).
   static bool block_m_allowed(int head_dim, int block_m) {
-    return block_m == 64 || (block_m == 128 && sm90_tile_head_dim(head_dim) == 64);
+    return block_m == 64 || (block_m == 128 && sm90_backward_tile_head_dim(head_dim) == 64);
   }
   static int default_block_m(int head_dim);
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,

@@ -16,7 +16,7 @@ std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
     if (!sm90_head_dim_served(d))
       return llvm::formatv(
           "{0}={1}: the sm90 kernel serves head dims that are multiples of 8 "
-          "from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
+          "from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or 256)",
           name, d);
   return "";
 }
@@ -32,9 +32,11 @@ int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
   // (no intra-warpgroup overlap) fits 96 in registers but only 80 in shared
   // memory with two stages. Three consumer warpgroups at d=64 (160 registers
   // each): 128 spilled 4-152 bytes under a mask or softcap, 112 none.
+  // d=192 (intra-warpgroup overlap, O 96 registers): 112, FlashAttention-3's
+  // tile there, and the widest whose two stages fit beside one Q buffer.
   if (block_m == 192) return 112;
-  head_dim = sm90_tile_head_dim(head_dim);
-  return head_dim == 64 ? 128 : head_dim == 128 ? 128 : 96;
+  head_dim = sm90_forward_tile_head_dim(head_dim);
+  return head_dim == 64 ? 128 : head_dim == 128 ? 128 : head_dim == 192 ? 112 : 96;
 }
 
 KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
@@ -56,8 +58,9 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   against 492 at causal 2k).
   // - decode (seqlen_q times the packed heads within 64 rows): 64 rows, one
   //   consumer warpgroup; the kernel must stay bound by reading K and V.
-  // Head dims between tile as the next of 64, 128 and 256, and take its tiles.
-  head_dim = sm90_tile_head_dim(head_dim);
+  // - d=192: 128x112 with 2 stages and one Q buffer, FlashAttention-3's.
+  // Head dims between tile as the next of 64, 128, 192 and 256, and take its tiles.
+  head_dim = sm90_forward_tile_head_dim(head_dim);
   KernelConfig c;
   c.path = KernelPath::sm90;
   if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {
@@ -87,8 +90,8 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
     c.stages = 3;
   } else {
     c.block_m = kBlockM;
-    c.block_n = head_dim == 256 ? 80 : 128;
-    c.stages = head_dim == 128 ? 2 : head_dim == 256 ? 2 : 3;
+    c.block_n = head_dim == 256 ? 80 : head_dim == 192 ? 112 : 128;
+    c.stages = head_dim == 64 ? 3 : 2;
   }
   c.warps = warps_for(c.block_m);
   return c;

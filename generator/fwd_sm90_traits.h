@@ -19,7 +19,7 @@ struct KernelConfig;
 struct TargetArch;
 
 struct FwdSm90Traits {
-  int head_dim = 0;  // of Q and K, the problem's (tiled as sm90_tile_head_dim)
+  int head_dim = 0;  // of Q and K, the problem's (tiled as sm90_forward_tile_head_dim)
   int block_m = 0;
   int block_n = 0;
   int warps = 0;
@@ -39,7 +39,7 @@ struct FwdSm90Traits {
   static constexpr int kMaxPackedHeads = FwdSm90Layout::kWarpgroupRows;
   static bool block_m_allowed(int head_dim, int block_m) {
     return block_m == 64 || block_m == 128 ||
-           (block_m == 192 && sm90_tile_head_dim(head_dim) == 64);
+           (block_m == 192 && sm90_forward_tile_head_dim(head_dim) == 64);
   }
   static int warps_for(int block_m) { return 4 * (1 + block_m / 64); }  // + the producer
   static constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
@@ -47,13 +47,13 @@ struct FwdSm90Traits {
 
   // The layout arithmetic, compiled from the header the kernel uses.
   FwdSm90Layout layout() const {
-    return {sm90_tile_head_dim(head_dim),
+    return {sm90_forward_tile_head_dim(head_dim),
             block_m,
             block_n,
             stages,
             pack_gqa,
             page_size,
-            sm90_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim)};
+            sm90_forward_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim)};
   }
   int threads() const { return 32 * warps; }
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q

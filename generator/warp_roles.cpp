@@ -22,7 +22,7 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   const bool paged = spec.page_size > 0;
   if (spec.config.block_m == 64) {
     if (paged) return WarpRoleRegisters{56, 240, 1};
-    return sm90_tile_head_dim(spec.head_dim_qk) == 256 ? WarpRoleRegisters{40, 232, 1}
+    return sm90_forward_tile_head_dim(spec.head_dim_qk) == 256 ? WarpRoleRegisters{40, 232, 1}
                                                        : WarpRoleRegisters{24, 240, 1};
   }
   if (paged && spec.config.block_m == 128) return WarpRoleRegisters{40, 232, 2};
@@ -30,7 +30,7 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // FlashAttention-3's 24/240 split, except at head dim 256, whose producer
   // (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and whose
   // consumers, without intra-warpgroup overlap, need fewer than 232.
-  if (sm90_tile_head_dim(spec.head_dim_qk) == 256) return WarpRoleRegisters{40, 232, 2};
+  if (sm90_forward_tile_head_dim(spec.head_dim_qk) == 256) return WarpRoleRegisters{40, 232, 2};
   // Three consumer warpgroups (block_m 192, 512 threads, a pool of 4 x 128):
   // FlashAttention-3's 32/160, which fills it exactly.
   if (spec.config.block_m == 192) return WarpRoleRegisters{32, 160, 3};

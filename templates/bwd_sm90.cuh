@@ -90,7 +90,7 @@ using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 // problem's between has zero columns past its own in Q, K, V and dO (TMA
 // fills them), so S^T, dP^T and the products keep them zero; dK, dV and dQ
 // store and reduce only the problem's columns.
-constexpr int kHeadDim = sm90_tile_head_dim(kHeadDimQK);
+constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK);
 constexpr int kThreads = kWarps * 32;
 constexpr int kConsumerWarps = 8;
 constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) swizzle columns

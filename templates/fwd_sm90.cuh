@@ -6,7 +6,7 @@
 // one other warpgroup's turn to hide under when there are two. Each
 // consumer warpgroup owns 64 consecutive query rows and walks every visible
 // K/V tile of kBlockN keys itself, so softmax statistics never cross
-// warpgroups. Head dims 64, 128 and 256 (qk == v).
+// warpgroups. Head dims tiled as 64, 128, 192 or 256; Q/K and V tiled apart.
 //
 // Work tiles. Every CTA loops over work tiles: in round k, CTA c takes tile
 // k * gridDim.x + (c + k) % gridDim.x, query blocks fastest (heaviest first
@@ -112,11 +112,11 @@ namespace fwd_sm90 {
 using namespace cfg;
 using Ops = ElementOps<Element>;
 
-// The tiled head dim (64, 128 or 256): a problem's between has zero columns
+// The tiled head dim (64, 128, 192 or 256): a problem's between has zero columns
 // past its own (TMA fills them), which the epilogue never stores.
-constexpr int kHeadDim = sm90_tile_head_dim(kHeadDimQK);
+constexpr int kHeadDim = sm90_forward_tile_head_dim(kHeadDimQK);
 // V's and O's (kHeadDimV may differ from kHeadDimQK, e.g. 192/128).
-constexpr int kHeadDimVTile = sm90_tile_head_dim(kHeadDimV);
+constexpr int kHeadDimVTile = sm90_forward_tile_head_dim(kHeadDimV);
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
 constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,      kStages,
                                  kPackGqa, kPageSize, kHeadDimVTile};

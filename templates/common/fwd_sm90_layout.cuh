@@ -17,13 +17,22 @@ constexpr int kv_box_rows(int page_size, int block_n) {
   return page_size > 0 ? gcd_of(page_size, block_n) : block_n;
 }
 
-// The head dim the sm90 kernels (forward and backward) tile: the problem's
-// rounded up to 64, 128 or 256, whole 64-column swizzle blocks, the shapes
-// the register tiles were sized for. The columns past the problem's are
-// zeros (TMA fills what lies outside the tensors), add nothing to any
-// product, and are never stored: such a head dim pays for the tiled one's
-// MMAs.
-constexpr int sm90_tile_head_dim(int head_dim) {
+// The head dim the sm90 forward tiles: the problem's rounded up to 64, 128,
+// 192 or 256, whole 64-column swizzle blocks, the shapes the register tiles
+// were sized for. The columns past the problem's are zeros (TMA fills what
+// lies outside the tensors), add nothing to any product, and are never
+// stored: such a head dim pays for the tiled one's MMAs. 192 (DeepSeek-V3's
+// Q/K, and 136..184) rather than 256 saves a quarter of them: O takes 96
+// registers, which leaves S room for 112-key tiles with the intra-warpgroup
+// overlap that 256 cannot afford.
+constexpr int sm90_forward_tile_head_dim(int head_dim) {
+  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
+}
+
+// The head dim the sm90 backward tiles: 64, 128 or 256, the shapes its
+// register tiles (dK and dV next to S^T and dP^T) and its dQ split were
+// written for.
+constexpr int sm90_backward_tile_head_dim(int head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
 }
 
@@ -34,7 +43,7 @@ constexpr bool sm90_head_dim_served(int head_dim) {
 }
 
 struct FwdSm90Layout {
-  int head_dim;   // of Q and K, tiled (sm90_tile_head_dim): 64, 128 or 256
+  int head_dim;   // of Q and K, tiled (sm90_forward_tile_head_dim): 64, 128, 192 or 256
   int block_m;    // 64 rows per consumer warpgroup: 64, 128 or 192
   int block_n;    // keys per K/V tile
   int stages;     // K/V ring depth

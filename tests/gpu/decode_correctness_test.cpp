@@ -83,6 +83,7 @@ std::vector<DecodeCase> decode_cases() {
   add(make_problem(DType::fp16, 1, 16, 4, 3, 2000, 40, 40, MaskKind::causal), 3, GqaPacking::on);
   add(make_problem(DType::bf16, 1, 16, 2, 1, 1500, 160, 160, MaskKind::none, -1, -1, 30.f), 5,
       GqaPacking::on);
+  add(make_problem(DType::fp16, 2, 32, 8, 2, 2500, 192, 192, MaskKind::causal), 3, GqaPacking::on);
   // Unequal head dims (192/128): partials and the combine over V's columns.
   add(make_problem(DType::bf16, 2, 32, 8, 1, 3000, 192, 128, MaskKind::none), 4, GqaPacking::on);
   // MQA with 64 heads on one KV head: a warpgroup holds one position.

@@ -136,7 +136,7 @@ std::vector<Case> sm90_cases() {
   cases.push_back({make_problem(DType::fp16, 2, 4, 4, 333, 333, 128, 128, MaskKind::none), sm90_path(), true});
   cases.push_back({make_problem(DType::bf16, 2, 2, 2, 200, 300, 256, 256, MaskKind::causal), sm90_path(), true});
   cases.push_back({make_problem(DType::bf16, 1, 2, 2, 300, 100, 128, 128, MaskKind::causal), sm90_path()});
-  // Head dims between 64, 128 and 256, tiled as the next of them (zero
+  // Head dims between 64, 128, 192 and 256, tiled as the next of them (zero
   // columns past the problem's, never stored): tails, causal rows that see
   // no key, GQA, softcap, windows, both dtypes.
   cases.push_back(
@@ -159,6 +159,16 @@ std::vector<Case> sm90_cases() {
        sm90_path()});
   cases.push_back(
       {make_problem(DType::bf16, 1, 4, 4, 17, 17, 248, 248, MaskKind::causal), sm90_path()});
+  // Tiled as 192 (O 96 registers, 112-key tiles, intra-warpgroup overlap):
+  // 192 itself and 136, every mask, softcap, GQA, tails, both dtypes.
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 192, MaskKind::causal), sm90_path()});
+  cases.push_back(
+      {make_problem(DType::fp16, 2, 4, 4, 129, 700, 192, 192, MaskKind::none, -1, -1, 30.f),
+       sm90_path(), true});
+  cases.push_back(
+      {make_problem(DType::bf16, 1, 6, 3, 517, 517, 136, 136, MaskKind::window, 100, 0),
+       sm90_path()});
   // Unequal head dims (Q and K tiled apart from V and O):
   // DeepSeek-V3's 192/128, and each side wider.
   cases.push_back(

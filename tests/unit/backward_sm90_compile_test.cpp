@@ -87,7 +87,7 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     // 128-query tiles (64-wide S^T and dP^T: measured faster than 64-query
     // tiles all the same), and at d=256 (2026-11-30) up to 24 bytes with one
     // Q/dO stage and 72 with two. More means a change grew the tiles.
-    const int tiled = sm90_tile_head_dim(cases[j].problem.head_dim_qk);
+    const int tiled = sm90_backward_tile_head_dim(cases[j].problem.head_dim_qk);
     const bool wide = tiled == 64 && cases[j].config.block_m == 128;
     const bool split = tiled == 256;
     const int allowed = wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24;

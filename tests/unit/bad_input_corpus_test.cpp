@@ -487,8 +487,8 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
       // An explicit path the problem cannot use: refused, never run on sm80.
       {{"gen", "--arch", "sm_90a", "--path", "sm90", "--hdim", "24"},
        "kernel path sm90 is not available: head_dim=24: the sm90 kernel serves head dims that "
-       "are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256); use "
-       "sm80"},
+       "are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or 256); "
+       "use sm80"},
       {{"gen", "--arch", "sm_90a", "--path", "sm90", "--pass", "bwd", "--hdim", "16"},
        "backward kernel path sm90 is not available: head_dim=16: the sm90 backward serves head "
        "dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or "

@@ -35,8 +35,8 @@ struct Sm90Case {
 
 std::vector<Sm90Case> sm90_cases() {
   std::vector<Sm90Case> cases;
-  // Every head dim x mask x dtype x softcap with the default tiles.
-  for (int d : {64, 128, 256})
+  // Every tiled head dim x mask x dtype x softcap with the default tiles.
+  for (int d : {64, 128, 192, 256})
     for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
       for (DType dtype : {DType::bf16, DType::fp16})
         for (float softcap : {0.f, 30.f}) {
@@ -49,7 +49,7 @@ std::vector<Sm90Case> sm90_cases() {
           p.softcap = softcap;
           cases.push_back({p, FwdSm90Traits::default_config(d, 0)});
         }
-  // Head dims between, tiled as 64, 128 or 256 (their stores cut at the
+  // Head dims between, tiled as 64, 128, 192 or 256 (their stores cut at the
   // problem's columns): causal with softcap, packed-GQA decode with splits,
   // a varlen batch.
   for (int d : {32, 40, 72, 96, 160, 200}) {
@@ -82,7 +82,7 @@ std::vector<Sm90Case> sm90_cases() {
   }
   // Every tile of the search space, with the register-hungriest variant
   // (sliding window + softcap: both mask bounds and the tanh).
-  for (int d : {64, 128, 256})
+  for (int d : {64, 128, 192, 256})
     for (const KernelConfig &c : FwdSm90Traits::search_space(d, max_smem_per_block(kSm90a))) {
       Problem p;
       p.head_dim_qk = p.head_dim_v = d;
@@ -206,8 +206,8 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   ASSERT_FALSE(bool(full));
   EXPECT_EQ(llvm::toString(full.takeError()),
             "kernel path sm90 is not available: head_dim=24: the sm90 kernel serves head dims "
-            "that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256); "
-            "use sm80");
+            "that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or "
+            "256); use sm80");
   KernelConfig partial;
   partial.path = KernelPath::sm90;
   const KernelConfig kept = default_forward_config(p, kSm90a, 0, partial);
