@@ -51,7 +51,8 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
   if (want_sm90 && sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()) {
-    const KernelConfig first = BwdSm90Traits::default_config(problem.head_dim_qk);
+    const KernelConfig first =
+        BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
       return BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
@@ -62,7 +63,7 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
     // then says why.
     if (sm90.fits || partial.path == KernelPath::sm90) return sm90.config;
   } else if (partial.path == KernelPath::sm90) {
-    return keep_named_sm90(partial, BwdSm90Traits::default_config(128));
+    return keep_named_sm90(partial, BwdSm90Traits::default_config(128, 128));
   }
   const int d = std::max(problem.head_dim_qk, problem.head_dim_v);
   // FlashAttention-2's flash_bwd_launch_template.h choices for sm80, then
@@ -81,8 +82,8 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
 
 LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
   if (spec.config.path == KernelPath::sm90) {
-    BwdSm90Traits t{spec.head_dim_qk, spec.config.block_m, spec.config.block_n, spec.config.warps,
-                    spec.config.stages};
+    BwdSm90Traits t{spec.head_dim_qk,     spec.config.block_m, spec.config.block_n,
+                    spec.config.warps,    spec.config.stages,  spec.head_dim_v};
     return row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv, problem.batch,
                               t.threads(), t.smem_bytes());
   }

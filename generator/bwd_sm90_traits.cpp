@@ -1,5 +1,7 @@
 #include "generator/bwd_sm90_traits.h"
 
+#include <algorithm>
+
 #include "flashjit/problem.h"
 #include "generator/config_error.h"
 #include "generator/target_arch.h"
@@ -13,8 +15,9 @@ constexpr int kSmemLimit = 232448;  // sm_90's 227 KB per CTA
 
 // Everything but the staged dQ buffers.
 static int unstaged_smem_bytes(const BwdSm90Traits &t) {
-  const int kv = 2 * t.block_n * t.tiled_head_dim() * 2;
-  const int q_do = 2 * t.stages * t.block_m * t.tiled_head_dim() * 2;
+  const int dims = t.tiled_head_dim() + t.tiled_head_dim_v();
+  const int kv = t.block_n * dims * 2;
+  const int q_do = t.stages * t.block_m * dims * 2;
   const int ds = (t.splits_head_dim() ? 2 : 1) * 2 * t.block_n * t.block_m * 2;
   const int stat_rows = t.splits_head_dim() ? t.block_m / 2 : t.block_m;
   const int stats = 2 * 2 * 2 * stat_rows * 4;  // per consumer warpgroup, two buffers
@@ -23,8 +26,8 @@ static int unstaged_smem_bytes(const BwdSm90Traits &t) {
 }
 
 // Two consumer warpgroups' dQ parts, 64 rows x their columns of fp32 each:
-// the whole head dim when they split the tile by rows (block_m 128) or
-// take their own keys (d=64 with block_m 64), else half of it.
+// the whole Q/K head dim when they split the tile by rows (block_m 128) or
+// take their own keys (tiled 64 with block_m 64), else half of it.
 static int dq_stage_bytes(const BwdSm90Traits &t) {
   const int d = t.tiled_head_dim();
   const bool whole = t.block_m == 128 || (t.block_m == 64 && d == 64);
@@ -43,15 +46,21 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
                                               bool deterministic) {
   if (deterministic)
     return "the deterministic backward is the sm80 family's (dQ without atomics)";
-  if (head_dim_qk != head_dim_v)
+  for (auto [name, d] : {std::pair{"head_dim", head_dim_qk}, {"head_dim_v", head_dim_v}})
+    if (!sm90_head_dim_served(d))
+      return llvm::formatv(
+          "{0}={1}: the sm90 backward serves head dims that are multiples "
+          "of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
+          name, d);
+  // Under the head-dim split each warpgroup takes half of each head dim's
+  // columns, whole 64-column swizzle blocks: no 64 beside a 256.
+  if (widest_tile(head_dim_qk, head_dim_v) == 256 &&
+      std::min(sm90_backward_tile_head_dim(head_dim_qk), sm90_backward_tile_head_dim(head_dim_v)) ==
+          64)
     return llvm::formatv(
-        "head_dim_qk={0} != head_dim_v={1}: the sm90 backward needs equal head dims", head_dim_qk,
-        head_dim_v);
-  if (!sm90_head_dim_served(head_dim_qk))
-    return llvm::formatv(
-        "head_dim={0}: the sm90 backward serves head dims that are multiples "
-        "of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
-        head_dim_qk);
+        "head_dim_qk={0}, head_dim_v={1}: the sm90 backward splits a head dim tiled as 256 "
+        "between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)",
+        head_dim_qk, head_dim_v);
   return "";
 }
 
@@ -67,8 +76,8 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
 // H200 at seqlen 8k they ran 318/264 TFLOP/s (full/causal) against 239/225
 // for 64-query tiles, whose dQ over each warpgroup's own keys doubles the
 // reductions (docs/PERF.md, 2026-11-29).
-int BwdSm90Traits::default_block_m(int head_dim) {
-  return sm90_backward_tile_head_dim(head_dim) == 64 ? 128 : 64;
+int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
+  return widest_tile(head_dim_qk, head_dim_v) == 64 ? 128 : 64;
 }
 
 // One Q/dO stage: tuning the benchmark grid on the H200 (2026-11-30,
@@ -76,17 +85,19 @@ int BwdSm90Traits::default_block_m(int head_dim) {
 // over 2) and for d=64 without a mask (1.01-1.02x); at d=64 causal 1 and 2
 // tied. A query tile's work is long enough that the producer's next load
 // hides under it, and a stage less leaves shared memory to L1.
-KernelConfig BwdSm90Traits::default_config(int head_dim) {
-  return KernelConfig{KernelPath::sm90, default_block_m(head_dim), block_n_for(head_dim), kWarps,
-                      1};
+KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v) {
+  return KernelConfig{KernelPath::sm90, default_block_m(head_dim_qk, head_dim_v),
+                      block_n_for(head_dim_qk, head_dim_v), kWarps, 1};
 }
 
-std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
+std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim_qk, int head_dim_v,
+                                                      int max_smem_bytes) {
   std::vector<KernelConfig> out;
   for (int block_m : {64, 128})
     for (int stages = 1; stages <= 3; ++stages) {
-      BwdSm90Traits t{head_dim, block_m, block_n_for(head_dim), kWarps, stages};
-      if (block_m_allowed(head_dim, block_m) && t.smem_bytes() <= max_smem_bytes)
+      BwdSm90Traits t{head_dim_qk, block_m, block_n_for(head_dim_qk, head_dim_v), kWarps, stages,
+                      head_dim_v};
+      if (block_m_allowed(head_dim_qk, head_dim_v, block_m) && t.smem_bytes() <= max_smem_bytes)
         out.push_back(KernelConfig{KernelPath::sm90, block_m, t.block_n, kWarps, stages});
     }
   return out;
@@ -95,21 +106,25 @@ std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim, int max_smem
 llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_v, int block_m,
                                                  int block_n, int warps, int stages,
                                                  int max_smem_bytes, bool deterministic) {
-  BwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages};
+  BwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages, head_dim_v};
   std::vector<std::string> why;
   const std::string dims = unsupported_reason(head_dim_qk, head_dim_v, deterministic);
   if (!dims.empty()) why.push_back(dims);
-  if (dims.empty() && !block_m_allowed(head_dim_qk, block_m))
+  // The head dims as the messages name them: "128", or "192/128" when they differ.
+  const std::string dims_text = head_dim_v == head_dim_qk
+                                    ? std::to_string(head_dim_qk)
+                                    : llvm::formatv("{0}/{1}", head_dim_qk, head_dim_v).str();
+  const int widest = widest_tile(head_dim_qk, head_dim_v);
+  if (dims.empty() && !block_m_allowed(head_dim_qk, head_dim_v, block_m))
     why.push_back(llvm::formatv(
         "block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
         "dK and dV of a warpgroup)",
-        block_m, sm90_backward_tile_head_dim(head_dim_qk) == 64 ? "64 or 128" : "64", head_dim_qk));
-  if (dims.empty() && block_n != block_n_for(head_dim_qk))
+        block_m, widest == 64 ? "64 or 128" : "64", dims_text));
+  if (dims.empty() && block_n != block_n_for(head_dim_qk, head_dim_v))
     why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
-                                block_n_for(head_dim_qk), head_dim_qk,
-                                sm90_backward_tile_head_dim(head_dim_qk) == 256
-                                    ? "64 keys shared by two consumer warpgroups"
-                                    : "64 keys per consumer warpgroup, two"));
+                                block_n_for(head_dim_qk, head_dim_v), dims_text,
+                                widest == 256 ? "64 keys shared by two consumer warpgroups"
+                                              : "64 keys per consumer warpgroup, two"));
   if (warps != kWarps)
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",
                                 warps, kWarps));

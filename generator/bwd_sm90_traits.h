@@ -16,22 +16,34 @@ struct KernelConfig;
 struct TargetArch;
 
 struct BwdSm90Traits {
-  int head_dim = 0;  // qk == v, the problem's (tiled as sm90_backward_tile_head_dim)
+  int head_dim = 0;  // of Q and K, the problem's (tiled as sm90_backward_tile_head_dim)
   int block_m = 0;   // query rows per tile of the inner loop
-  int block_n = 0;   // keys per CTA: block_n_for(head_dim)
+  int block_n = 0;   // keys per CTA: block_n_for(head_dim, head_dim_v)
   int warps = 0;
   int stages = 0;    // Q/dO buffers
+  int head_dim_v = 0;  // of V and dO, the problem's (0: head_dim)
 
   static constexpr int kWarps = 12;  // a producer and two consumer warpgroups
   static constexpr int kSmemAlign = 1024;
 
   int threads() const { return 32 * warps; }
-  // The two consumer warpgroups own 64 keys each (128 per CTA) or, at head
-  // dim 256, split the head dim of 64 shared keys (dK and dV of 64 keys x 256
-  // would take 256 registers per thread).
-  static int block_n_for(int head_dim) { return sm90_backward_tile_head_dim(head_dim) == 256 ? 64 : 128; }
+  // The wider of the two tiled head dims: it sets the key tile, the split
+  // and the query tiles.
+  static int widest_tile(int head_dim_qk, int head_dim_v) {
+    const int qk = sm90_backward_tile_head_dim(head_dim_qk);
+    const int v = sm90_backward_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim_qk);
+    return qk > v ? qk : v;
+  }
+  // The two consumer warpgroups own 64 keys each (128 per CTA) or, where a
+  // head dim is tiled as 256, split the head dims of 64 shared keys (dK and
+  // dV of 64 keys x 256 would take 256 registers per thread).
+  static int block_n_for(int head_dim_qk, int head_dim_v) {
+    return widest_tile(head_dim_qk, head_dim_v) == 256 ? 64 : 128;
+  }
+  int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim); }
-  bool splits_head_dim() const { return tiled_head_dim() == 256; }
+  int tiled_head_dim_v() const { return sm90_backward_tile_head_dim(v_dim()); }
+  bool splits_head_dim() const { return widest_tile(head_dim, head_dim_v) == 256; }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
   // each consumer warpgroup's dQ part when staged; the mbarriers; slack to
@@ -46,19 +58,20 @@ struct BwdSm90Traits {
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v, bool deterministic);
   // The query tiles each head dim's registers allow: S^T and dP^T (block_m/2
   // each) next to dK and dV (head_dim/2 each; a quarter at 256) within 240
-  // per thread, and dQ in 64-column parts: 64 or 128 at head dim 64 (dQ over
-  // each warpgroup's own keys, or split by rows), 64 at 128 and 256 (split by
-  // columns).
-  static bool block_m_allowed(int head_dim, int block_m) {
-    return block_m == 64 || (block_m == 128 && sm90_backward_tile_head_dim(head_dim) == 64);
+  // per thread, and dQ in 64-column parts: 64 or 128 where both head dims
+  // are tiled as 64 (dQ over each warpgroup's own keys, or split by rows),
+  // else 64 (split by columns).
+  static bool block_m_allowed(int head_dim_qk, int head_dim_v, int block_m) {
+    return block_m == 64 || (block_m == 128 && widest_tile(head_dim_qk, head_dim_v) == 64);
   }
-  static int default_block_m(int head_dim);
+  static int default_block_m(int head_dim_qk, int head_dim_v);
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);
-  static KernelConfig default_config(int head_dim);
-  // Every config the kernel claims at `head_dim` within `max_smem_bytes`.
-  static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes);
+  static KernelConfig default_config(int head_dim_qk, int head_dim_v);
+  // Every config the kernel claims at these head dims within `max_smem_bytes`.
+  static std::vector<KernelConfig> search_space(int head_dim_qk, int head_dim_v,
+                                                int max_smem_bytes);
 };
 
 // Why the sm90 backward cannot serve `problem` on `arch` (empty: it can).

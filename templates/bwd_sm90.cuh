@@ -86,25 +86,37 @@ using Ops = ElementOps<Element>;
 // Each sequence's lengths and rows: dense, or a packed varlen batch.
 using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 
-// The tiled head dim (64, 128 or 256; common/fwd_sm90_layout.cuh): a
-// problem's between has zero columns past its own in Q, K, V and dO (TMA
-// fills them), so S^T, dP^T and the products keep them zero; dK, dV and dQ
-// store and reduce only the problem's columns.
+// The tiled head dims (64, 128 or 256; common/fwd_sm90_layout.cuh) of Q and
+// K, and of V and dO (they may differ, e.g. 192/128): a problem's between
+// has zero columns past its own (TMA fills them), so S^T, dP^T and the
+// products keep them zero; dK, dV and dQ store and reduce only the
+// problem's columns.
 constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK);
+constexpr int kHeadDimVTile = sm90_backward_tile_head_dim(kHeadDimV);
 constexpr int kThreads = kWarps * 32;
 constexpr int kConsumerWarps = 8;
-constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) swizzle columns
+constexpr int kColBlocks = kHeadDim / 64;        // 64-element (128-byte) swizzle columns of Q, K
+constexpr int kVColBlocks = kHeadDimVTile / 64;  // and of V, dO
 constexpr int kRowBytes = 128;
 
-constexpr bool kSplitHeadDim = kHeadDim == 256;
-constexpr int kSN = kSplitHeadDim ? kBlockM / 2 : kBlockM;     // query columns of a warpgroup's S^T
-constexpr int kKVN = kSplitHeadDim ? kHeadDim / 2 : kHeadDim;  // its columns of dK and dV
+// The head-dim split wherever either tile is 256 wide.
+constexpr bool kSplitHeadDim = kHeadDim == 256 || kHeadDimVTile == 256;
+constexpr int kSN = kSplitHeadDim ? kBlockM / 2 : kBlockM;  // query columns of a warpgroup's S^T
+constexpr int kKN = kSplitHeadDim ? kHeadDim / 2 : kHeadDim;  // its columns of dK
+constexpr int kVN = kSplitHeadDim ? kHeadDimVTile / 2 : kHeadDimVTile;  // and of dV
+// Loops over both head dims' column blocks or n8 tiles at once, each side
+// guarded, so that equal head dims interleave K with V (Q with dO, dK with
+// dV) as one loop.
+constexpr int kMaxColBlocks = kColBlocks > kVColBlocks ? kColBlocks : kVColBlocks;
+constexpr int kMaxKVN = kKN > kVN ? kKN : kVN;
 
 // Tiles as 128-byte swizzled column blocks ([col block][row][128 B]).
 constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
-constexpr int kKVTileBytes = kColBlocks * kKVColBlockBytes;
+constexpr int kKTileBytes = kColBlocks * kKVColBlockBytes;
+constexpr int kVTileBytes = kVColBlocks * kKVColBlockBytes;
 constexpr int kQColBlockBytes = kBlockM * kRowBytes;
-constexpr int kQTileBytes = kColBlocks * kQColBlockBytes;  // one Q or dO tile
+constexpr int kQTileBytes = kColBlocks * kQColBlockBytes;    // one Q tile
+constexpr int kDOTileBytes = kVColBlocks * kQColBlockBytes;  // one dO tile
 // dS^T: keys as rows, queries as columns.
 constexpr int kDsColBlockBytes = kBlockN * kRowBytes;
 constexpr int kDsBytes = (kBlockM / 64) * kDsColBlockBytes;
@@ -113,10 +125,10 @@ constexpr int kDsBufferBytes = (kSplitHeadDim ? 2 : 1) * kDsBytes;
 
 // Bytes, relative to the 1024-byte aligned base of dynamic shared memory.
 constexpr int kOffsetK = 0;
-constexpr int kOffsetV = kOffsetK + kKVTileBytes;
-constexpr int kOffsetQ = kOffsetV + kKVTileBytes;
+constexpr int kOffsetV = kOffsetK + kKTileBytes;
+constexpr int kOffsetQ = kOffsetV + kVTileBytes;
 constexpr int kOffsetDO = kOffsetQ + kStages * kQTileBytes;
-constexpr int kOffsetDS = kOffsetDO + kStages * kQTileBytes;       // 2 buffers
+constexpr int kOffsetDS = kOffsetDO + kStages * kDOTileBytes;       // 2 buffers
 // Per consumer warpgroup, two buffers of [LSE_log2 | D][kSN] fp32: the
 // statistics of its S^T columns.
 constexpr int kStatsBytes = 2 * 2 * kSN * 4;
@@ -136,8 +148,10 @@ constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
 constexpr int kSRegisters = kSN / 2;    // S^T (and dP^T) accumulators per thread
 constexpr int kSTiles = kSN / 8;        // n8 column (query) tiles of S^T
 constexpr int kSSteps = kSN / 16;       // S^T's columns as k16 steps of dV and dK
-constexpr int kKVRegisters = kKVN / 2;  // dK (and dV) accumulators per thread
-constexpr int kQKSteps = kHeadDim / 16; // k16 steps of S^T and dP^T
+constexpr int kKRegisters = kKN / 2;   // dK accumulators per thread
+constexpr int kVRegisters = kVN / 2;   // dV accumulators per thread
+constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S^T
+constexpr int kVSteps = kHeadDimVTile / 16;  // and of dP^T
 constexpr int kPSteps = kBlockM / 16;   // k16 steps of dV and dK
 // dQ's tile (kBlockM x head dim) over the two warpgroups, three ways:
 //   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;
@@ -188,9 +202,10 @@ constexpr int kBarrierDQFull = 4;
 constexpr int kBarrierDQFree = 6;
 constexpr int kDQBarrierThreads = 128 + 32;
 
-static_assert(kHeadDimQK == kHeadDimV, "sm90 backward: head_dim_qk == head_dim_v");
-static_assert(sm90_head_dim_served(kHeadDimQK),
+static_assert(sm90_head_dim_served(kHeadDimQK) && sm90_head_dim_served(kHeadDimV),
               "sm90 backward: head dims that are multiples of 8 from 32 to 256");
+static_assert(kKN % 64 == 0 && kVN % 64 == 0,
+              "a warpgroup's dK and dV columns are whole 64-column swizzle blocks of Q and dO");
 static_assert(kBlockN == (kSplitHeadDim ? 64 : 128),
               "64 keys per consumer warpgroup, 2 of them; 64 shared under the head-dim split");
 static_assert(kBlockM == 64 || (kBlockM == 128 && !kSplitHeadDim), "query tiles of 64 or 128 rows");
@@ -198,13 +213,20 @@ static_assert(kWarps == 12, "one producer warpgroup + two consumers");
 static_assert(kStages >= 1 && kStages <= 3, "1 to 3 Q/dO buffers");
 static_assert(!kDeterministic, "the deterministic backward is the sm80 family's");
 static_assert(kDQN % 64 == 0, "dQ parts are whole 64-column swizzle blocks of K");
-static_assert(2 * kKVRegisters + 2 * kSRegisters <= 200,
+static_assert(kKRegisters + kVRegisters + 2 * kSRegisters <= 200,
               "dK, dV, S^T and dP^T must fit the consumers' registers");
 static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "the consumers' setmaxnreg.inc would wait for registers nobody frees");
 static_assert(kSmemUsed + kSmemAlign <= kSmemLimit, "shared memory exceeds sm_90's 227 KB");
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// A k16 step count as a type, so that one lambda unrolls S^T's (Q/K head
+// dim) and dP^T's (V head dim) loops each to its own length.
+template <int N>
+struct KSteps {
+  static constexpr int value = N;
+};
 
 // dst[0..1] += {a, b}: one vectorised reduction (sm_90) instead of two.
 __device__ __forceinline__ void red_add_v2(float *dst, float a, float b) {
@@ -341,13 +363,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     if (iterations > 0) {
       tma_prefetch_descriptor(&tma_q);
       tma_prefetch_descriptor(&tma_do);
-      mbarrier_arrive_expect_tx(kv_full, 2 * kKVTileBytes);
+      mbarrier_arrive_expect_tx(kv_full, kKTileBytes + kVTileBytes);
 #pragma unroll
-      for (int cb = 0; cb < kColBlocks; ++cb) {
-        tma_load_4d(smem + kOffsetK + cb * kKVColBlockBytes, &tma_k, kv_full, cb * 64,
-                    k_row0 + n0, kv_head, outer);
-        tma_load_4d(smem + kOffsetV + cb * kKVColBlockBytes, &tma_v, kv_full, cb * 64,
-                    k_row0 + n0, kv_head, outer);
+      for (int cb = 0; cb < kMaxColBlocks; ++cb) {
+        if (cb < kColBlocks)
+          tma_load_4d(smem + kOffsetK + cb * kKVColBlockBytes, &tma_k, kv_full, cb * 64,
+                      k_row0 + n0, kv_head, outer);
+        if (cb < kVColBlocks)
+          tma_load_4d(smem + kOffsetV + cb * kKVColBlockBytes, &tma_v, kv_full, cb * 64,
+                      k_row0 + n0, kv_head, outer);
       }
     }
     for (int it = 0; it < iterations; ++it) {
@@ -359,15 +383,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       const int head = kv_head * p.heads_per_kv + it / m_blocks;
       const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
       {
-        mbarrier_arrive_expect_tx(full(stage), 2 * kQTileBytes);
+        mbarrier_arrive_expect_tx(full(stage), kQTileBytes + kDOTileBytes);
         const u32 q_dst = smem + kOffsetQ + stage * kQTileBytes;
-        const u32 do_dst = smem + kOffsetDO + stage * kQTileBytes;
+        const u32 do_dst = smem + kOffsetDO + stage * kDOTileBytes;
 #pragma unroll
-        for (int cb = 0; cb < kColBlocks; ++cb) {
-          tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * 64, q_row0 + m0,
-                      head, outer);
-          tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * 64, q_row0 + m0,
-                      head, outer);
+        for (int cb = 0; cb < kMaxColBlocks; ++cb) {
+          if (cb < kColBlocks)
+            tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * 64, q_row0 + m0,
+                        head, outer);
+          if (cb < kVColBlocks)
+            tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * 64,
+                        q_row0 + m0, head, outer);
         }
       }
     }
@@ -400,10 +426,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   const int group = lane / 4;      // fragment row (and row + 8)
   const int quad_lane = lane % 4;  // fragment column pair
   // This warpgroup's first key (of the CTA's), first query column of S^T (of
-  // the tile's) and first column of dK and dV.
+  // the tile's) and first columns of dK and of dV.
   const int key0 = kSplitHeadDim ? 0 : cwg * 64;
   const int query0 = kSplitHeadDim ? cwg * kSN : 0;
-  const int kv_col0 = kSplitHeadDim ? cwg * kKVN : 0;
+  const int k_col0 = kSplitHeadDim ? cwg * kKN : 0;
+  const int v_col0 = kSplitHeadDim ? cwg * kVN : 0;
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
   // K-major: this warpgroup's 64 rows of K and V (the A operands of S^T, dP^T).
@@ -418,9 +445,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
                           : cwg * (kDQN / 64) * kKVColBlockBytes),
       kKVColBlockBytes, 1024);
 
-  float acc_dk[kKVRegisters], acc_dv[kKVRegisters];
+  float acc_dk[kKRegisters], acc_dv[kVRegisters];
 #pragma unroll
-  for (int i = 0; i < kKVRegisters; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+  for (int i = 0; i < kKRegisters; ++i) acc_dk[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVRegisters; ++i) acc_dv[i] = 0.f;
 
   // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D of query
   // column `ctid` of this warpgroup's S^T in tile `it`, loaded one tile
@@ -528,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
     const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
     const u32 q_tile = smem + kOffsetQ + stage * kQTileBytes;
-    const u32 do_tile = smem + kOffsetDO + stage * kQTileBytes;
+    const u32 do_tile = smem + kOffsetDO + stage * kDOTileBytes;
     const u32 ds_tile = smem + kOffsetDS + (it % 2) * kDsBufferBytes;
     mbarrier_wait(full(stage), static_cast<u32>(it / kStages) & 1);
 
@@ -543,17 +572,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       // One commit group of acc = A B^T, A this warpgroup's 64 rows of K or V
       // and B its kSN rows of the Q or dO tile, both K-major: k-step ks is
       // column block ks/4, byte (ks%4)*32 within the 128-byte row.
-      auto issue = [&](float (&acc)[kSRegisters], u64 a_desc, u64 b_desc) {
+      auto issue = [&](float (&acc)[kSRegisters], u64 a_desc, u64 b_desc, auto steps) {
 #pragma unroll
-        for (int ks = 0; ks < kQKSteps; ++ks) {
+        for (int ks = 0; ks < decltype(steps)::value; ++ks) {
           const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
           const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
           Wgmma<Element, kSN>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
         }
         wgmma_commit();
       };
-      issue(acc_s, k_rows_desc, q_desc);
-      issue(acc_dp, v_rows_desc, do_desc);
+      issue(acc_s, k_rows_desc, q_desc, KSteps<kQKSteps>{});
+      issue(acc_dp, v_rows_desc, do_desc, KSteps<kVSteps>{});
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
     }
@@ -619,9 +648,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     // MN-major dO and Q (B of dV and dK): k-step kk = query rows 16kk.. = two
     // 8-row (1024-byte) groups on; this warpgroup's columns of them.
     const u64 do_cols_desc = smem_descriptor_sw128(
-        do_tile + (kv_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
+        do_tile + (v_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
     const u64 q_cols_desc = smem_descriptor_sw128(
-        q_tile + (kv_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
+        q_tile + (k_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
 
     if constexpr (kSplitHeadDim) {
       // ---- P^T and dS^T to shared memory: both warpgroups' query halves ------
@@ -639,11 +668,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       // K-major P^T and dS^T: k-step kk is byte 32kk of the 128-byte row.
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk)
-        Wgmma<Element, kKVN>::ss_bt(acc_dv, p_desc + ((kk * 32) >> 4),
+        Wgmma<Element, kVN>::ss_bt(acc_dv, p_desc + ((kk * 32) >> 4),
                                     do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk)
-        Wgmma<Element, kKVN>::ss_bt(acc_dk, ds_desc + ((kk * 32) >> 4),
+        Wgmma<Element, kKN>::ss_bt(acc_dk, ds_desc + ((kk * 32) >> 4),
                                     q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
       wgmma_commit();
       wgmma_fence_operands(acc_dv);
@@ -669,11 +698,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk)
-        Wgmma<Element, kKVN>::rs_bt(acc_dv, p_frag[kk],
+        Wgmma<Element, kVN>::rs_bt(acc_dv, p_frag[kk],
                                     do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk)
-        Wgmma<Element, kKVN>::rs_bt(acc_dk, ds_frag[kk],
+        Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
                                     q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
       wgmma_commit();
       wgmma_fence_operands(acc_dv);
@@ -719,16 +748,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   for (int h = 0; h < 2; ++h) {
     const int key = n0 + key0 + warp * 16 + group + h * 8;
     if (key < seqlen_k) {
+      // Whole n8 tiles are in or past the problem's columns (a multiple of 8).
 #pragma unroll
-      for (int nt = 0; nt < kKVN / 8; ++nt) {
-        // Whole n8 tiles are in or past the problem's columns (a multiple of 8).
-        if (kHeadDim != kHeadDimQK && kv_col0 + nt * 8 >= kHeadDimQK) continue;
-        const int col = kv_col0 + nt * 8 + quad_lane * 2;
-        *reinterpret_cast<u32 *>(dk + key * p.dk_row_stride + col) =
-            Ops::pack(acc_dk[4 * nt + 2 * h] * p.softmax_scale,
-                      acc_dk[4 * nt + 2 * h + 1] * p.softmax_scale);
-        *reinterpret_cast<u32 *>(dv + key * p.dv_row_stride + col) =
-            Ops::pack(acc_dv[4 * nt + 2 * h], acc_dv[4 * nt + 2 * h + 1]);
+      for (int nt = 0; nt < kMaxKVN / 8; ++nt) {
+        if (nt < kKN / 8 && (kHeadDim == kHeadDimQK || k_col0 + nt * 8 < kHeadDimQK)) {
+          const int col = k_col0 + nt * 8 + quad_lane * 2;
+          *reinterpret_cast<u32 *>(dk + key * p.dk_row_stride + col) =
+              Ops::pack(acc_dk[4 * nt + 2 * h] * p.softmax_scale,
+                        acc_dk[4 * nt + 2 * h + 1] * p.softmax_scale);
+        }
+        if (nt < kVN / 8 && (kHeadDimVTile == kHeadDimV || v_col0 + nt * 8 < kHeadDimV)) {
+          const int col = v_col0 + nt * 8 + quad_lane * 2;
+          *reinterpret_cast<u32 *>(dv + key * p.dv_row_stride + col) =
+              Ops::pack(acc_dv[4 * nt + 2 * h], acc_dv[4 * nt + 2 * h + 1]);
+        }
       }
     }
   }

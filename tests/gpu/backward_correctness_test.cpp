@@ -215,6 +215,17 @@ std::vector<Case> sm90_cases() {
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 203, 113, 160, 160, MaskKind::none), sm90});
   cases.push_back({make_problem(DType::fp16, 1, 6, 2, 333, 333, 200, 200, MaskKind::causal), sm90});
   cases.push_back({make_problem(DType::bf16, 1, 2, 2, 17, 17, 248, 248, MaskKind::causal), sm90});
+  // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
+  // (the head-dim split, staged dQ), each side wider, both below 256.
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 128, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 4, 257, 700, 192, 128, MaskKind::none, -1, -1,
+                                30.f),
+                   sm90});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 4, 203, 113, 128, 256, MaskKind::window, 70, 9), sm90});
+  cases.push_back({make_problem(DType::bf16, 2, 6, 2, 300, 300, 64, 128, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 4, 190, 257, 96, 40, MaskKind::none), sm90});
   return cases;
 }
 

@@ -49,7 +49,7 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
   std::vector<Case> cases;
   int i = 0;
   for (int d : {64, 128, 256})
-    for (const KernelConfig &c : BwdSm90Traits::search_space(d, max_smem_per_block(kSm90a)))
+    for (const KernelConfig &c : BwdSm90Traits::search_space(d, d, max_smem_per_block(kSm90a)))
       for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
         for (bool softcap : {false, true}) {
           Problem p;
@@ -69,7 +69,19 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     p.head_dim_qk = p.head_dim_v = d;
     p.mask = MaskKind::causal;
     p.softcap = 30.f;
-    cases.push_back({p, BwdSm90Traits::default_config(d)});
+    cases.push_back({p, BwdSm90Traits::default_config(d, d)});
+  }
+  // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
+  // (the split, dV's halves one swizzle block each), each side wider, and
+  // both below 256.
+  for (auto [dq, dv] : {std::pair{192, 128}, {128, 192}, {256, 128}, {64, 128}, {128, 64},
+                        {96, 40}}) {
+    Problem p;
+    p.head_dim_qk = dq;
+    p.head_dim_v = dv;
+    p.mask = MaskKind::causal;
+    p.softcap = dq == 192 ? 30.f : 0.f;
+    cases.push_back({p, BwdSm90Traits::default_config(dq, dv)});
   }
   std::vector<Compiled> results(cases.size());
   {
@@ -87,7 +99,8 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     // 128-query tiles (64-wide S^T and dP^T: measured faster than 64-query
     // tiles all the same), and at d=256 (2026-11-30) up to 24 bytes with one
     // Q/dO stage and 72 with two. More means a change grew the tiles.
-    const int tiled = sm90_backward_tile_head_dim(cases[j].problem.head_dim_qk);
+    const int tiled =
+        BwdSm90Traits::widest_tile(cases[j].problem.head_dim_qk, cases[j].problem.head_dim_v);
     const bool wide = tiled == 64 && cases[j].config.block_m == 128;
     const bool split = tiled == 256;
     const int allowed = wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24;
@@ -186,8 +199,8 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(deep->smem_bytes(), 2 * 128 * 128 * 2 + 3 * 2 * 64 * 128 * 2 + 2 * 128 * 64 * 2 +
                                     2 * 2 * 2 * 64 * 4 + 56 + 1024);
   EXPECT_EQ(t->threads(), 384);
-  EXPECT_EQ(BwdSm90Traits::search_space(128, 232448).size(), 3u);
-  EXPECT_EQ(BwdSm90Traits::search_space(64, 232448).size(), 6u);
+  EXPECT_EQ(BwdSm90Traits::search_space(128, 128, 232448).size(), 3u);
+  EXPECT_EQ(BwdSm90Traits::search_space(64, 64, 232448).size(), 6u);
 
   // d=256: K, V: 64x256; Q, dO: 2 stages of 64x256; dS^T and P^T: 2 x 2 x
   // 64x64; LSE and D of each warpgroup's 32 queries: 2 x 2 x 2 x 32 fp32; no
@@ -198,7 +211,22 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
                                      2 * 2 * 2 * 32 * 4 + 40 + 1024);
   EXPECT_LE(split->smem_bytes(), 232448);
   EXPECT_FALSE(split->dq_staged());
-  EXPECT_EQ(BwdSm90Traits::search_space(256, 232448).size(), 2u);
+  EXPECT_EQ(BwdSm90Traits::search_space(256, 256, 232448).size(), 2u);
+
+  // 192/128 (Q/K tiled as 256, V/dO as 128): K 64x256 and V 64x128; Q 64x256
+  // and dO 64x128 per stage; the split's dS^T and P^T and statistics as at 256.
+  auto unequal = BwdSm90Traits::make(192, 128, 64, 64, 12, 2, 0);
+  ASSERT_TRUE(bool(unequal)) << llvm::toString(unequal.takeError());
+  EXPECT_TRUE(unequal->splits_head_dim());
+  EXPECT_EQ(unequal->smem_bytes(), 64 * (256 + 128) * 2 + 2 * 64 * (256 + 128) * 2 +
+                                       2 * 2 * 64 * 64 * 2 + 2 * 2 * 2 * 32 * 4 + 40 + 1024);
+  EXPECT_EQ(BwdSm90Traits::default_config(192, 128), (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
+  EXPECT_EQ(BwdSm90Traits::default_config(64, 128), (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
+  // Under the split each warpgroup takes whole 64-column blocks of both.
+  EXPECT_EQ(BwdSm90Traits::unsupported_reason(256, 64, false),
+            "head_dim_qk=256, head_dim_v=64: the sm90 backward splits a head dim tiled as 256 "
+            "between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)");
+  EXPECT_EQ(BwdSm90Traits::unsupported_reason(192, 128, false), "");
 }
 
 }  // namespace

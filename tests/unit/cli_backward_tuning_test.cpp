@@ -215,8 +215,12 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
        "bwd_sm90_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w12_s1_sm_90a",
        ""},
       {{"--pass", "bwd", "--hdim", "192", "--hdim-v", "128"},
-       "bwd_sm80_bf16_hdqk192_hdv128_none_nocap_bm64_bn64_w8_s2_sm_90a",
-       "sm80 family: head_dim_qk=192 != head_dim_v=128: the sm90 backward needs equal head dims"},
+       "bwd_sm90_bf16_hdqk192_hdv128_none_nocap_bm64_bn64_w12_s1_sm_90a",
+       ""},
+      {{"--pass", "bwd", "--hdim", "256", "--hdim-v", "64"},
+       "bwd_sm80_bf16_hdqk256_hdv64_none_nocap_bm64_bn64_w8_s2_sm_90a",
+       "sm80 family: head_dim_qk=256, head_dim_v=64: the sm90 backward splits a head dim tiled "
+       "as 256 between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)"},
       {{"--pass", "bwd", "--hdim", "24"},
        "bwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w8_s2_sm_90a",
        "sm80 family: head_dim=24: the sm90 backward serves head dims that are multiples of 8 "

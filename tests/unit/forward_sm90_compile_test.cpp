@@ -216,7 +216,7 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   ASSERT_FALSE(bool(named));
   EXPECT_NE(llvm::toString(named.takeError()).find("head_dim=24"), std::string::npos);
   EXPECT_EQ(default_forward_config(p, kSm90a).path, KernelPath::sm80);
-  // Unequal head dims (DeepSeek-V3's 192/128: Q and K tiled as 256, V and
+  // Unequal head dims (DeepSeek-V3's 192/128: Q and K tiled as 192, V and
   // O as 128), with the wider one's tiles, chosen on their own as by path.
   p.head_dim_qk = 192;
   p.head_dim_v = 128;
@@ -224,22 +224,25 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   EXPECT_EQ(default_forward_config(p, kSm90a), default_forward_config(p, kSm90a, 0, partial));
   const KernelConfig unequal = default_forward_config(p, kSm90a, 0, partial);
   EXPECT_EQ(unequal.path, KernelPath::sm90);
-  EXPECT_EQ(unequal.block_n, 80);  // d=256's
+  Problem wider = p;
+  wider.head_dim_v = 192;
+  EXPECT_EQ(unequal, default_forward_config(wider, kSm90a));
   ASSERT_TRUE(bool(make_forward_spec(p, unequal, kSm90a)));
-  // K tiles of 256 columns, V tiles of 128: K 80 x 512 B, V 80 x 256 B a stage.
+  // K tiles of 192 columns, V tiles of 128: K n x 384 B, V n x 256 B a stage.
   FwdSm90Traits t{192, unequal.block_m, unequal.block_n, unequal.warps, unequal.stages};
   t.head_dim_v = 128;
-  EXPECT_EQ(t.layout().k_tile_bytes(), 80 * 512);
-  EXPECT_EQ(t.layout().v_tile_bytes(), 80 * 256);
-  EXPECT_EQ(t.layout().offset_v() - t.layout().offset_k(), unequal.stages * 80 * 512);
+  EXPECT_EQ(t.layout().k_tile_bytes(), unequal.block_n * 384);
+  EXPECT_EQ(t.layout().v_tile_bytes(), unequal.block_n * 256);
+  EXPECT_EQ(t.layout().offset_v() - t.layout().offset_k(), unequal.stages * unequal.block_n * 384);
   p.head_dim_qk = 24;
   EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("head_dim=24"), std::string::npos);
   p.head_dim_qk = 128;
   p.head_dim_v = 264;
   EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("head_dim_v=264"), std::string::npos);
-  // Head dims between 64, 128 and 256: tiled as the next of them, with its
-  // tiles and shared memory.
-  for (auto [d, tiled] : {std::pair{40, 64}, {72, 128}, {96, 128}, {160, 256}, {200, 256}}) {
+  // Head dims between 64, 128, 192 and 256: tiled as the next of them, with
+  // its tiles and shared memory.
+  for (auto [d, tiled] :
+       {std::pair{40, 64}, {72, 128}, {96, 128}, {136, 192}, {160, 192}, {200, 256}}) {
     p.head_dim_qk = p.head_dim_v = d;
     EXPECT_EQ(sm90_fallback_reason(p, kSm90a), "") << d;
     const KernelConfig c = default_forward_config(p, kSm90a);
