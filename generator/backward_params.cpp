@@ -1,5 +1,6 @@
 #include "generator/backward_params.h"
 
+#include "generator/bwd_sm90_traits.h"
 #include "generator/forward_params.h"
 #include "generator/kernel_spec.h"
 
@@ -73,6 +74,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   p.softmax_scale_log2 = fwd.softmax_scale_log2;
   p.softmax_scale = problem.effective_scale();
   p.batch = static_cast<int>(problem.batch);
+  p.dispatch_section = BwdSm90Traits::dispatch_section(problem);
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;

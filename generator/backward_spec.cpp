@@ -84,8 +84,12 @@ LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &p
   if (spec.config.path == KernelPath::sm90) {
     BwdSm90Traits t{spec.head_dim_qk,     spec.config.block_m, spec.config.block_n,
                     spec.config.warps,    spec.config.stages,  spec.head_dim_v};
-    return row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv, problem.batch,
-                              t.threads(), t.smem_bytes());
+    // One dimension: the kernel orders its CTAs itself (dispatch_section).
+    LaunchGeometry g = row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv,
+                                          problem.batch, t.threads(), t.smem_bytes());
+    g.grid.x *= g.grid.y * g.grid.z;
+    g.grid.y = g.grid.z = 1;
+    return g;
   }
   BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
                   spec.config.warps, spec.config.stages};

@@ -90,6 +90,19 @@ KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v) {
                       block_n_for(head_dim_qk, head_dim_v), kWarps, 1};
 }
 
+int BwdSm90Traits::dispatch_section(const Problem &problem) {
+  if (problem.mask == MaskKind::none) return 1;
+  constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
+  const int64_t element = 2;  // bf16 or fp16
+  const int64_t head_bytes =
+      std::max<int64_t>(1, problem.seqlen_q) *
+      ((problem.head_dim_qk + problem.head_dim_v) * element + problem.head_dim_qk * 4);
+  const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
+  int64_t section = 1;
+  while (section * 2 * head_bytes <= kL2Bytes && section * 2 <= pairs) section *= 2;
+  return static_cast<int>(section);
+}
+
 std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim_qk, int head_dim_v,
                                                       int max_smem_bytes) {
   std::vector<KernelConfig> out;

@@ -69,6 +69,20 @@ struct BwdSm90Traits {
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);
   static KernelConfig default_config(int head_dim_qk, int head_dim_v);
+  // The (KV head, batch) pairs per section of the kernel's dispatch order
+  // (BwdParams::dispatch_section). A CTA under a causal mask costs the query
+  // tiles its keys see, most for the first key block; dispatched pair by
+  // pair, the last pair's heaviest CTAs start near the end and run on alone
+  // (a simulation of 132 SMs, busiest SM over the average: GQA 28/4 heads,
+  // 6000 causal 1.34, 64/8 1.18, MHA 8k 1.06). Key blocks outer over all
+  // pairs balances them (1.11, 1.01, 1.00), but then every CTA streams its
+  // Q and dO from HBM and the dQ reductions leave L2; so sections of as
+  // many pairs as one query head's Q, dO and dQ accumulator of each fit in
+  // L2 (the CTAs running at once walk a group's query heads in step), a
+  // power of two (FlashAttention's backward LPT scheduler sizes its
+  // sections so). 1 without a mask: every CTA costs the same, and the
+  // pair-by-pair order keeps the fewest heads' Q and dO live.
+  static int dispatch_section(const Problem &problem);
   // Every config the kernel claims at these head dims within `max_smem_bytes`.
   static std::vector<KernelConfig> search_space(int head_dim_qk, int head_dim_v,
                                                 int max_smem_bytes);

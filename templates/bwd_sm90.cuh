@@ -5,7 +5,9 @@
 // flashjit_bwd_sm90 below, which computes dK, dV and adds dQ's
 // contributions to the fp32 accumulator.
 //
-// Tiling. One CTA per (kBlockN keys, KV head, batch). K and V rows stay in
+// Tiling. One CTA per (kBlockN keys, KV head, batch), in sections of (KV
+// head, batch) pairs with the first (under a mask the heaviest) key blocks
+// first (cta_keys, BwdSm90Traits::dispatch_section). K and V rows stay in
 // shared memory and dK and dV accumulate in registers across every query
 // head of the KV head's group (GQA sums there) and every query tile of
 // kBlockM rows that can see these keys (causal and window bounds skip the
@@ -228,6 +230,29 @@ struct KSteps {
   static constexpr int value = N;
 };
 
+// The CTA's keys: its first key, KV head and batch entry, from its place in
+// the one-dimensional grid: sections of p.dispatch_section (KV head, batch)
+// pairs (the last may hold fewer), key blocks outer within a section, so
+// that a section's heaviest CTAs under a mask (the first key blocks) start
+// first (BwdSm90Traits::dispatch_section says why). Each role computes them
+// after its setmaxnreg: values live across the register reallocation are
+// spilled (at d = 256, 0 -> 68 bytes when computed once up front).
+struct CtaKeys {
+  int n0, kv_head, batch;
+};
+__device__ __forceinline__ CtaKeys cta_keys(const BwdParams &p) {
+  const int heads_kv = p.heads_q / p.heads_per_kv;
+  const int pairs = heads_kv * p.batch;
+  const int n_blocks = static_cast<int>(gridDim.x) / pairs;
+  const int section_ctas = p.dispatch_section * n_blocks;
+  const int section = static_cast<int>(blockIdx.x) / section_ctas;
+  const int in_section = static_cast<int>(blockIdx.x) - section * section_ctas;
+  const int first_pair = section * p.dispatch_section;
+  const int section_pairs = min(p.dispatch_section, pairs - first_pair);
+  const int pair = first_pair + in_section % section_pairs;
+  return {in_section / section_pairs * kBlockN, pair % heads_kv, pair / heads_kv};
+}
+
 // dst[0..1] += {a, b}: one vectorised reduction (sm_90) instead of two.
 __device__ __forceinline__ void red_add_v2(float *dst, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
@@ -259,10 +284,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   const int tid = threadIdx.x;
   const int warpgroup = tid / 128;
-  const int n_block = blockIdx.x;
-  const int kv_head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int n0 = n_block * kBlockN;
   // The lengths of a dense batch (a packed one's come from its sequence).
   const int dense_seqlen_q = p.seqlen_q;
   const int dense_seqlen_k = p.seqlen_k;
@@ -281,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // before sequences: the register allocation at d = 256 is at the edge (the
   // lengths computed after setmaxnreg spilled 68 bytes against 24), and the
   // dense kernel's sequence dies unused.
-  auto query_tiles = [&](const Sequence &seq) {
+  auto query_tiles = [&](const Sequence &seq, int n0) {
     if constexpr (kVarlen) {
       if (n0 >= seq.seqlen_k) return QueryTiles{0, 0, 0};
       const TileSpan span =
@@ -314,8 +335,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       // store to shared memory and arrive, never wait for each other or
       // for the issue. Its barrier phases: one "free" per warpgroup up
       // front, then per tile "full" in and "free" out.
+      const auto [n0, kv_head, batch] = cta_keys(p);
       const Sequence seq(p, batch);
-      const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq);
+      const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq, n0);
       const int lane = tid % 32;
 #pragma unroll
       for (int wg = 0; wg < 2; ++wg) named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
@@ -353,8 +375,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       return;
     }
     if (tid / 32 != 0) return;
+    const auto [n0, kv_head, batch] = cta_keys(p);
     const Sequence seq(p, batch);
-    const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq);
+    const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq, n0);
     const int k_row0 = kVarlen ? static_cast<int>(seq.k_row0) : 0;
     const int q_row0 = kVarlen ? static_cast<int>(seq.q_row0) : 0;
     const int outer = kVarlen ? seq.outer : batch;
@@ -402,6 +425,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   // ---- consumers ---------------------------------------------------------------
   setmaxnreg_inc<kConsumerRegisters>();
+  const CtaKeys keys = cta_keys(p);  // lambdas below capture them: no structured binding
+  const int n0 = keys.n0, kv_head = keys.kv_head, batch = keys.batch;
   const Sequence seq(p, batch);
   const int seqlen_q = kVarlen ? seq.seqlen_q : dense_seqlen_q;
   const int seqlen_k = kVarlen ? seq.seqlen_k : dense_seqlen_k;
@@ -416,7 +441,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     if constexpr (kVarlen) return seq.workspace_row(p, head, q);
     return lse_row(head, q);
   };
-  const QueryTiles tiles = query_tiles(seq);
+  const QueryTiles tiles = query_tiles(seq, n0);
   const int m_block_begin = tiles.m_block_begin, m_blocks = tiles.m_blocks;
   const int iterations = tiles.iterations;
   const int cwg = warpgroup - 1;   // consumer warpgroup

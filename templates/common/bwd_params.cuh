@@ -51,6 +51,13 @@ struct BwdParams {
   const int *cu_seqlens_k;
   int total_q;
   int total_k;
+
+  // The sm90 kernel's dispatch order (BwdSm90Traits::dispatch_section): its
+  // one-dimensional grid runs in sections of this many (KV head, batch)
+  // pairs, key blocks outer within a section, so that under a mask the
+  // heaviest CTAs (the first key blocks) of a section start first; 1 is
+  // each pair's key blocks in turn.
+  int dispatch_section;
 };
 
 }  // namespace flashjit

@@ -215,6 +215,11 @@ std::vector<Case> sm90_cases() {
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 203, 113, 160, 160, MaskKind::none), sm90});
   cases.push_back({make_problem(DType::fp16, 1, 6, 2, 333, 333, 200, 200, MaskKind::causal), sm90});
   cases.push_back({make_problem(DType::bf16, 1, 2, 2, 17, 17, 248, 248, MaskKind::causal), sm90});
+  // Dispatch sections that do not divide the (KV head, batch) pairs: 15
+  // pairs in sections of 8 (BwdSm90Traits::dispatch_section), GQA.
+  cases.push_back({make_problem(DType::bf16, 3, 10, 5, 300, 300, 128, 128, MaskKind::causal), sm90});
+  cases.push_back(
+      {make_problem(DType::fp16, 5, 6, 3, 200, 450, 64, 64, MaskKind::window, 50, 20), sm90});
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
   // (the head-dim split, staged dQ), each side wider, both below 256.
   cases.push_back(

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/ptxas_report.h"
+#include "generator/backward_params.h"
 #include "generator/backward_spec.h"
 #include "generator/bwd_sm90_traits.h"
 #include "generator/heuristic.h"
@@ -227,6 +228,40 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
             "head_dim_qk=256, head_dim_v=64: the sm90 backward splits a head dim tiled as 256 "
             "between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)");
   EXPECT_EQ(BwdSm90Traits::unsupported_reason(192, 128, false), "");
+}
+
+TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
+  // Per query head: seqlen_q x (Q + dO in 16 bits + the fp32 dQ accumulator).
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.mask = MaskKind::causal;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 16;
+  p.seqlen_q = p.seqlen_k = 8192;  // 8 MB a head: 4 pairs in 40 MB
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  p.seqlen_q = p.seqlen_k = 2048;  // 2 MB: 16
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 16);
+  p.heads_q = 28;  // GQA 28/4 at 6000: 6 MB a head, 4 of the 8 pairs
+  p.heads_kv = 4;
+  p.seqlen_q = p.seqlen_k = 6000;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  p.batch = 4;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  p.seqlen_q = p.seqlen_k = 1 << 20;  // more than L2 a head: pair by pair
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 1);
+  // Without a mask every CTA costs the same: pair by pair.
+  p.seqlen_q = p.seqlen_k = 2048;
+  p.mask = MaskKind::none;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 1);
+  // The kernel orders its CTAs itself: a one-dimensional grid.
+  p.mask = MaskKind::causal;
+  auto spec = make_backward_spec(p, BwdSm90Traits::default_config(128, 128), kSm90a);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  const LaunchGeometry g = backward_launch_geometry(*spec, p);
+  EXPECT_EQ(g.grid.x, 2048u / 128 * 4 * 4);
+  EXPECT_EQ(g.grid.y, 1u);
+  EXPECT_EQ(g.grid.z, 1u);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}).dispatch_section, 16);
 }
 
 }  // namespace
