@@ -82,8 +82,8 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
 
 LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
   if (spec.config.path == KernelPath::sm90) {
-    BwdSm90Traits t{spec.head_dim_qk,     spec.config.block_m, spec.config.block_n,
-                    spec.config.warps,    spec.config.stages,  spec.head_dim_v};
+    BwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
+                    spec.config.warps, spec.config.stages,  spec.head_dim_v};
     // One dimension: the kernel orders its CTAs itself (dispatch_section).
     LaunchGeometry g = row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv,
                                           problem.batch, t.threads(), t.smem_bytes());

@@ -93,7 +93,7 @@ KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v) {
 int BwdSm90Traits::dispatch_section(const Problem &problem) {
   if (problem.mask == MaskKind::none) return 1;
   constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
-  const int64_t element = 2;  // bf16 or fp16
+  const int64_t element = 2;                // bf16 or fp16
   const int64_t head_bytes =
       std::max<int64_t>(1, problem.seqlen_q) *
       ((problem.head_dim_qk + problem.head_dim_v) * element + problem.head_dim_qk * 4);
@@ -108,8 +108,8 @@ std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim_qk, int head_
   std::vector<KernelConfig> out;
   for (int block_m : {64, 128})
     for (int stages = 1; stages <= 3; ++stages) {
-      BwdSm90Traits t{head_dim_qk, block_m, block_n_for(head_dim_qk, head_dim_v), kWarps, stages,
-                      head_dim_v};
+      BwdSm90Traits t{head_dim_qk, block_m, block_n_for(head_dim_qk, head_dim_v),
+                      kWarps,      stages,  head_dim_v};
       if (block_m_allowed(head_dim_qk, head_dim_v, block_m) && t.smem_bytes() <= max_smem_bytes)
         out.push_back(KernelConfig{KernelPath::sm90, block_m, t.block_n, kWarps, stages});
     }
@@ -129,10 +129,10 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
                                     : llvm::formatv("{0}/{1}", head_dim_qk, head_dim_v).str();
   const int widest = widest_tile(head_dim_qk, head_dim_v);
   if (dims.empty() && !block_m_allowed(head_dim_qk, head_dim_v, block_m))
-    why.push_back(llvm::formatv(
-        "block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
-        "dK and dV of a warpgroup)",
-        block_m, widest == 64 ? "64 or 128" : "64", dims_text));
+    why.push_back(
+        llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
+                      "dK and dV of a warpgroup)",
+                      block_m, widest == 64 ? "64 or 128" : "64", dims_text));
   if (dims.empty() && block_n != block_n_for(head_dim_qk, head_dim_v))
     why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
                                 block_n_for(head_dim_qk, head_dim_v), dims_text,

@@ -23,7 +23,7 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   if (spec.config.block_m == 64) {
     if (paged) return WarpRoleRegisters{56, 240, 1};
     return sm90_forward_tile_head_dim(spec.head_dim_qk) == 256 ? WarpRoleRegisters{40, 232, 1}
-                                                       : WarpRoleRegisters{24, 240, 1};
+                                                               : WarpRoleRegisters{24, 240, 1};
   }
   if (paged && spec.config.block_m == 128) return WarpRoleRegisters{40, 232, 2};
   if (paged && spec.config.block_m == 192) return WarpRoleRegisters{48, 152, 3};

@@ -166,9 +166,8 @@ std::vector<Case> sm90_cases() {
   cases.push_back(
       {make_problem(DType::fp16, 2, 4, 4, 129, 700, 192, 192, MaskKind::none, -1, -1, 30.f),
        sm90_path(), true});
-  cases.push_back(
-      {make_problem(DType::bf16, 1, 6, 3, 517, 517, 136, 136, MaskKind::window, 100, 0),
-       sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 1, 6, 3, 517, 517, 136, 136, MaskKind::window, 100, 0),
+                   sm90_path()});
   // Unequal head dims (Q and K tiled apart from V and O):
   // DeepSeek-V3's 192/128, and each side wider.
   cases.push_back(

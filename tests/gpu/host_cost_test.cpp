@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "flashjit/forward.h"
-#include "gpu_environment.h"
 #include "generator/forward_params.h"
+#include "gpu_environment.h"
 #include "runtime/launch_forward.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tensor_maps.h"
@@ -98,7 +98,8 @@ void median_bare_launch_us(const Problem &p, double &us) {
   FLASHJIT_ASSERT_OK(maps.takeError());
   void *kernel_args[] = {&params, &maps->q, &maps->k, &maps->v};
   const LaunchGeometry geometry = forward_launch_geometry(*spec, p, kernel->sm_count(), 1);
-  for (int i = 0; i < 20; ++i) FLASHJIT_ASSERT_OK(kernel->launch(geometry, nullptr, kernel_args, true));
+  for (int i = 0; i < 20; ++i)
+    FLASHJIT_ASSERT_OK(kernel->launch(geometry, nullptr, kernel_args, true));
   us = median_group_us(*driver, [&] {
     llvm::consumeError(kernel->launch(geometry, nullptr, kernel_args, /*dependent=*/true));
   });

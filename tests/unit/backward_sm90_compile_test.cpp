@@ -75,8 +75,8 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
   // (the split, dV's halves one swizzle block each), each side wider, and
   // both below 256.
-  for (auto [dq, dv] : {std::pair{192, 128}, {128, 192}, {256, 128}, {64, 128}, {128, 64},
-                        {96, 40}}) {
+  for (auto [dq, dv] :
+       {std::pair{192, 128}, {128, 192}, {256, 128}, {64, 128}, {128, 64}, {96, 40}}) {
     Problem p;
     p.head_dim_qk = dq;
     p.head_dim_v = dv;
@@ -161,7 +161,8 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   // their own (checked on the H200, docs/PERF.md, thirteenth session).
   Problem between;
   between.head_dim_qk = between.head_dim_v = 192;
-  EXPECT_EQ(default_backward_config(between, kSm90a), (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
+  EXPECT_EQ(default_backward_config(between, kSm90a),
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
   EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
             (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
   EXPECT_EQ(refusal(between, {KernelPath::sm90, 64, 64, 12, 1}, kSm90a), "");
@@ -221,8 +222,10 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_TRUE(unequal->splits_head_dim());
   EXPECT_EQ(unequal->smem_bytes(), 64 * (256 + 128) * 2 + 2 * 64 * (256 + 128) * 2 +
                                        2 * 2 * 64 * 64 * 2 + 2 * 2 * 2 * 32 * 4 + 40 + 1024);
-  EXPECT_EQ(BwdSm90Traits::default_config(192, 128), (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
-  EXPECT_EQ(BwdSm90Traits::default_config(64, 128), (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
+  EXPECT_EQ(BwdSm90Traits::default_config(192, 128),
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
+  EXPECT_EQ(BwdSm90Traits::default_config(64, 128),
+            (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
   // Under the split each warpgroup takes whole 64-column blocks of both.
   EXPECT_EQ(BwdSm90Traits::unsupported_reason(256, 64, false),
             "head_dim_qk=256, head_dim_v=64: the sm90 backward splits a head dim tiled as 256 "
