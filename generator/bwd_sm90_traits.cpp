@@ -46,12 +46,10 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
                                               bool deterministic) {
   if (deterministic)
     return "the deterministic backward is the sm80 family's (dQ without atomics)";
-  for (auto [name, d] : {std::pair{"head_dim", head_dim_qk}, {"head_dim_v", head_dim_v}})
-    if (!sm90_head_dim_served(d))
-      return llvm::formatv(
-          "{0}={1}: the sm90 backward serves head dims that are multiples "
-          "of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 or 256)",
-          name, d);
+  if (std::string why =
+          sm90_head_dims_reason("the sm90 backward", "64, 128 or 256", head_dim_qk, head_dim_v);
+      !why.empty())
+    return why;
   // Under the head-dim split each warpgroup takes half of each head dim's
   // columns, whole 64-column swizzle blocks: no 64 beside a 256.
   if (widest_tile(head_dim_qk, head_dim_v) == 256 &&

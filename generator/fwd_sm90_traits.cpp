@@ -12,13 +12,8 @@
 namespace flashjit {
 
 std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
-  for (auto [name, d] : {std::pair{"head_dim", head_dim_qk}, {"head_dim_v", head_dim_v}})
-    if (!sm90_head_dim_served(d))
-      return llvm::formatv(
-          "{0}={1}: the sm90 kernel serves head dims that are multiples of 8 "
-          "from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or 256)",
-          name, d);
-  return "";
+  return sm90_head_dims_reason("the sm90 kernel", "64, 128, 192 or 256", head_dim_qk,
+                               head_dim_v);
 }
 
 std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch) {
