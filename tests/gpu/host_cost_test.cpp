@@ -73,10 +73,19 @@ void median_host_us(const Problem &p, double &us) {
   ASSERT_GT(us, 0.0);
 }
 
+// The driver's work a warm call adds to its launch, for the breakdown.
+enum DriverWork : unsigned {
+  kLaunchOnly = 0,
+  kPointerChecks = 1,  // the four cuPointerGetAttribute of the argument checks
+  kTensorMaps = 2,     // the three cuTensorMapEncodeTiled, per call
+  kContextQuery = 4,   // cuCtxGetCurrent
+};
+
 // Sets `us` to the median time of the driver's bare launch of `p`'s warm
 // kernel (cuLaunchKernelEx with the same parameters, tensor maps and
-// attributes, encoded once): what a call costs without flashjit.
-void median_bare_launch_us(const Problem &p, double &us) {
+// attributes, encoded once): what a call costs without flashjit; with
+// `work`, that driver work too before each launch.
+void median_bare_launch_us(const Problem &p, double &us, unsigned work = kLaunchOnly) {
   auto buffer = DeviceBuffer::allocate(q_elements(p) * 2 + o_elements(p) * 2);
   auto lse = DeviceBuffer::allocate(lse_elements(p) * 4);
   FLASHJIT_ASSERT_OK(buffer.takeError());
@@ -100,7 +109,19 @@ void median_bare_launch_us(const Problem &p, double &us) {
   const LaunchGeometry geometry = forward_launch_geometry(*spec, p, kernel->sm_count(), 1);
   for (int i = 0; i < 20; ++i)
     FLASHJIT_ASSERT_OK(kernel->launch(geometry, nullptr, kernel_args, true));
+  CUcontext context = nullptr;
   us = median_group_us(*driver, [&] {
+    if (work & kPointerChecks)
+      for (const void *ptr : {args.q, args.k, args.v, static_cast<const void *>(args.o)})
+        llvm::consumeError(check_device_pointer(*driver, "x", ptr));
+    if (work & kContextQuery) (void)driver->cuCtxGetCurrent(&context);
+    if (work & kTensorMaps) {
+      auto encoded = make_forward_tensor_maps(*spec, p, args);
+      if (encoded)
+        *maps = *encoded;
+      else
+        llvm::consumeError(encoded.takeError());
+    }
     llvm::consumeError(kernel->launch(geometry, nullptr, kernel_args, /*dependent=*/true));
   });
   ASSERT_GT(us, 0.0);
@@ -185,6 +206,17 @@ TEST(HostCost, DriverCallsOfAWarmCall) {
               "3 tensor maps (%s) %.3f us\n",
               pointer, context_query, spec->id().c_str(), maps);
   EXPECT_GT(pointer, 0.0);
+  // The same work interleaved with launches, as a call does it: the
+  // launch's cost moves with what the driver did just before.
+  double launch = -1, with_pointers = -1, with_maps = -1, with_all = -1;
+  median_bare_launch_us(p, launch);
+  median_bare_launch_us(p, with_pointers, kPointerChecks);
+  median_bare_launch_us(p, with_maps, kTensorMaps);
+  median_bare_launch_us(p, with_all, kPointerChecks | kTensorMaps | kContextQuery);
+  std::printf(
+      "interleaved with launches, us per call: launch %.2f, + pointer checks %.2f, "
+      "+ tensor maps %.2f, + all three kinds %.2f\n",
+      launch, with_pointers, with_maps, with_all);
 }
 
 }  // namespace
