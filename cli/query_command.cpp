@@ -190,8 +190,8 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   std::string family_note;
   if (chosen->config.path == KernelPath::sm80 && target_arch.sm() == 90 &&
       target_arch.arch_specific) {
-    const std::string why = backward ? sm90_backward_fallback_reason(parsed->problem, target_arch,
-                                                                     requested.deterministic)
+    const std::string why = backward ? sm90_backward_automatic_reason(parsed->problem, target_arch,
+                                                                      requested.deterministic)
                                      : sm90_fallback_reason(parsed->problem, target_arch);
     if (!why.empty()) family_note = "sm80 family: " + why;
   }

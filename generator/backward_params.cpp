@@ -10,8 +10,9 @@ size_t backward_workspace_bytes(const Problem &p, int64_t total_q) {
   // One row per LSE row: [batch][head][query], or [head][token] (varlen).
   const size_t rows = static_cast<size_t>(forward_lse_rows(p, total_q));
   // The dQ accumulator first (16-byte aligned rows of head_dim_qk floats,
-  // head_dim_qk a multiple of 8), then D.
-  return rows * static_cast<size_t>(p.head_dim_qk) * 4 + rows * 4;
+  // head_dim_qk a multiple of 8), then D, then the deterministic sm90
+  // backward's dQ semaphores (an int per row; BwdParams::dq_semaphore).
+  return rows * static_cast<size_t>(p.head_dim_qk) * 4 + rows * 4 + rows * 4;
 }
 
 BackwardArgs BackwardArgs::packed(const Problem &p, const void *q, const void *k, const void *v,
@@ -56,6 +57,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   const size_t rows = static_cast<size_t>(forward_lse_rows(problem, args.varlen.total_q));
   p.dq_accum = static_cast<float *>(args.workspace);
   p.dsum = p.dq_accum + rows * static_cast<size_t>(problem.head_dim_qk);
+  p.dq_semaphore = reinterpret_cast<int *>(p.dsum + rows);
   set_strides(args.q_strides, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
   set_strides(args.k_strides, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   set_strides(args.v_strides, p.v_batch_stride, p.v_row_stride, p.v_head_stride);

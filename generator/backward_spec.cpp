@@ -50,7 +50,11 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
   const bool no_tiles = !partial.block_m && !partial.block_n && !partial.warps && !partial.stages;
   const bool want_sm90 = partial.path == KernelPath::sm90 ||
                          (partial.path == KernelPath::automatic && no_tiles);
-  if (want_sm90 && sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()) {
+  const bool sm90_serves =
+      partial.path == KernelPath::sm90
+          ? sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()
+          : sm90_backward_automatic_reason(problem, arch, partial.deterministic).empty();
+  if (want_sm90 && sm90_serves) {
     const KernelConfig first =
         BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};

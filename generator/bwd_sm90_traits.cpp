@@ -44,8 +44,7 @@ int BwdSm90Traits::smem_bytes() const {
 
 std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
                                               bool deterministic) {
-  if (deterministic)
-    return "the deterministic backward is the sm80 family's (dQ without atomics)";
+  (void)deterministic;  // a matter of tiles (dq_staged), checked by make()
   if (std::string why =
           sm90_head_dims_reason("the sm90 backward", "64, 128 or 256", head_dim_qk, head_dim_v);
       !why.empty())
@@ -59,6 +58,16 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
         "head_dim_qk={0}, head_dim_v={1}: the sm90 backward splits a head dim tiled as 256 "
         "between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)",
         head_dim_qk, head_dim_v);
+  return "";
+}
+
+std::string sm90_backward_automatic_reason(const Problem &problem, const TargetArch &arch,
+                                           bool deterministic) {
+  if (std::string why = sm90_backward_fallback_reason(problem, arch, deterministic); !why.empty())
+    return why;
+  if (deterministic)
+    return "the deterministic sm90 backward (dQ added in key-block order) runs only when asked "
+           "for by path (--path sm90) until checked on a GPU";
   return "";
 }
 
@@ -141,6 +150,10 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
                                 warps, kWarps));
   if (stages < 1 || stages > 3)
     why.push_back(llvm::formatv("stages={0} is not in [1, 3] (Q/dO buffers)", stages));
+  if (dims.empty() && deterministic && why.empty() && !t.dq_staged())
+    why.push_back(
+        "the deterministic sm90 backward orders dQ's reduce-adds through shared memory, which "
+        "has no room for the staged dQ at these head dims and tiles (use sm80, or fewer stages)");
   if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
     why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
   if (!why.empty())

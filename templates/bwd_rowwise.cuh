@@ -1,6 +1,7 @@
 // The backward's row-wise kernels, shared by both backward families:
 //   flashjit_bwd_preprocess  D = rowsum(dO * O) in fp32, and the fp32 dQ
-//                            accumulator zeroed;
+//                            accumulator (and, deterministic, the dQ
+//                            semaphores) zeroed;
 //   flashjit_bwd_convert_dq  dQ = softmax_scale * accumulator, to 16 bits.
 // Both are bound by memory bandwidth and run once per backward whatever the
 // sequence length, so at short sequences they are a visible part of it: a
@@ -90,7 +91,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
 #pragma unroll
     for (int offset = kLanes / 2; offset > 0; offset /= 2)
       sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (chunk == 0 && r < rows) p.dsum[first + r] = sum;
+    if (chunk == 0 && r < rows) {
+      p.dsum[first + r] = sum;
+      if constexpr (cfg::kDeterministic) p.dq_semaphore[first + r] = 0;
+    }
   }
   // The CTA's rows of the accumulator are one contiguous range.
   if (rows > 0) {

@@ -213,7 +213,8 @@ static_assert(kBlockN == (kSplitHeadDim ? 64 : 128),
 static_assert(kBlockM == 64 || (kBlockM == 128 && !kSplitHeadDim), "query tiles of 64 or 128 rows");
 static_assert(kWarps == 12, "one producer warpgroup + two consumers");
 static_assert(kStages >= 1 && kStages <= 3, "1 to 3 Q/dO buffers");
-static_assert(!kDeterministic, "the deterministic backward is the sm80 family's");
+static_assert(!kDeterministic || kDQStaged,
+              "the deterministic sm90 backward orders dQ's TMA reduce-adds: dQ staged");
 static_assert(kDQN % 64 == 0, "dQ parts are whole 64-column swizzle blocks of K");
 static_assert(kKRegisters + kVRegisters + 2 * kSRegisters <= 200,
               "dK, dV, S^T and dP^T must fit the consumers' registers");
@@ -251,6 +252,25 @@ __device__ __forceinline__ CtaKeys cta_keys(const BwdParams &p) {
   const int section_pairs = min(p.dispatch_section, pairs - first_pair);
   const int pair = first_pair + in_section % section_pairs;
   return {in_section / section_pairs * kBlockN, pair % heads_kv, pair / heads_kv};
+}
+
+// The deterministic dQ order's semaphores (BwdParams::dq_semaphore): an
+// acquire load, a release add, and a short sleep between polls.
+__device__ __forceinline__ int load_acquire(const int *src) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(src) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_add(int *dst, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(dst), "r"(v) : "memory");
+}
+__device__ __forceinline__ void nanosleep(unsigned ns) {
+  asm volatile("nanosleep.u32 %0;\n" ::"r"(ns));
+}
+// Orders this thread's completed bulk (TMA) writes to global memory before
+// its later generic-proxy accesses.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 // dst[0..1] += {a, b}: one vectorised reduction (sm_90) instead of two.
@@ -343,7 +363,29 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       for (int wg = 0; wg < 2; ++wg) named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
       for (int it = 0; it < iterations; ++it) {
         const int head = kv_head * p.heads_per_kv + it / m_blocks;
-        const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+        const int m_block = m_block_begin + it % m_blocks;
+        const int m0 = m_block * kBlockM;
+        // The accumulator's row of query m0 of `head`.
+        const i64 tile_row = kVarlen ? seq.workspace_row(p, head, m0)
+                                     : (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + m0;
+        if constexpr (kDeterministic) {
+          // A tile's dQ goes in after that of every key block before this
+          // one that sees the tile, always in that order (so the fp32 sums
+          // are the same every run): wait until the tile's semaphore has
+          // counted them. They were dispatched before this CTA (key blocks
+          // ascend within a dispatch section), so they never wait for it.
+          int before = 0;
+          for (int nb = lane; nb * kBlockN < n0; nb += 32) {
+            const QueryTiles seen = query_tiles(seq, nb * kBlockN);
+            before += m_block >= seen.m_block_begin && m_block < seen.m_block_begin + seen.m_blocks;
+          }
+#pragma unroll
+          for (int offset = 16; offset > 0; offset /= 2)
+            before += __shfl_xor_sync(0xffffffffu, before, offset);
+          if (lane == 0)
+            while (load_acquire(p.dq_semaphore + tile_row) != before) nanosleep(32);
+          __syncwarp();
+        }
 #pragma unroll
         for (int wg = 0; wg < 2; ++wg) {
           named_barrier_sync(kBarrierDQFull + wg, kDQBarrierThreads);
@@ -352,10 +394,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
             // of the accumulator; they add exact zeros there (P = 0 for
             // those queries, so dS and their dQ rows are 0), and TMA skips
             // rows past the tensor.
-            const int q = m0 + (kDQSplitRows ? wg * 64 : 0);
-            const int row0 = static_cast<int>(
-                kVarlen ? seq.workspace_row(p, head, q)
-                        : (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + q);
+            const int row0 = static_cast<int>(tile_row + (kDQSplitRows ? wg * 64 : 0));
             const int col0 = kDQSplitRows || kDQOwnKeys ? 0 : wg * kDQN;
             const u32 stage = smem + kOffsetDQ + wg * kDQStageBytes;
 #pragma unroll
@@ -364,10 +403,22 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
                 tma_reduce_add_2d(&tma_dq_accum, stage + b * kDQBoxBytes,
                                   col0 + b * kDQBoxColumns, row0);
             tma_commit_group();
-            tma_wait_group_read<0>();
+            // Deterministic: performed (not only read) before the next
+            // key block is let in.
+            if constexpr (kDeterministic)
+              tma_wait_group<0>();
+            else
+              tma_wait_group_read<0>();
           }
           __syncwarp();
           named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
+        }
+        if constexpr (kDeterministic) {
+          if (lane == 0) {
+            fence_proxy_async_global();  // the TMA unit's adds, before the release
+            red_release_add(p.dq_semaphore + tile_row, 1);
+          }
+          __syncwarp();
         }
       }
       // The reductions are performed before the CTA's shared memory goes away.

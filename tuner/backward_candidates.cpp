@@ -28,9 +28,10 @@ std::vector<KernelConfig> backward_sm80_configs(const Problem &, const TargetArc
 
 std::vector<KernelConfig> backward_sm90_configs(const Problem &problem, const TargetArch &arch,
                                                 bool deterministic) {
-  // Nothing where the family cannot serve the class (not sm_90a, the
-  // deterministic mode, a head dim it lacks): no candidates to prune.
-  if (!sm90_backward_fallback_reason(problem, arch, deterministic).empty()) return {};
+  // Nothing where the family cannot serve the class (not sm_90a, a head dim
+  // it lacks) or is not taken on its own (the deterministic mode): no
+  // candidates to prune.
+  if (!sm90_backward_automatic_reason(problem, arch, deterministic).empty()) return {};
   return BwdSm90Traits::search_space(problem.head_dim_qk, problem.head_dim_v,
                                      max_smem_per_block(arch));
 }

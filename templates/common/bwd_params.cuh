@@ -19,6 +19,10 @@ struct BwdParams {
   // total_q rows, each sequence's a block: SequenceInfo::workspace_row).
   float *dq_accum;
   float *dsum;
+  // The deterministic sm90 backward's dQ order: per accumulator row (a query
+  // tile's first row), how many key blocks have added their dQ to its tile
+  // (zeroed by the preprocess kernel). After D in the workspace.
+  int *dq_semaphore;
 
   // Element strides of [batch, seqlen, heads, dim] tensors.
   long long q_batch_stride, q_row_stride, q_head_stride;

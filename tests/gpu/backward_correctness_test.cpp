@@ -221,6 +221,20 @@ std::vector<Case> sm90_cases() {
       {make_problem(DType::bf16, 3, 10, 5, 300, 300, 128, 128, MaskKind::causal), sm90});
   cases.push_back(
       {make_problem(DType::fp16, 5, 6, 3, 200, 450, 64, 64, MaskKind::window, 50, 20), sm90});
+  // The deterministic mode (dQ added in key-block order through per-tile
+  // semaphores), asked for by path: every dQ tiling that stages dQ (rows
+  // at 64, columns at 128, the head-dim split at 256 with one stage),
+  // GQA, masks, dispatch sections, 192/128.
+  const KernelConfig sm90_det = deterministic(sm90);
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 6, 2, 333, 333, 64, 64, MaskKind::causal), sm90_det});
+  cases.push_back(
+      {make_problem(DType::fp16, 3, 4, 4, 300, 517, 128, 128, MaskKind::window, 90, 7, 25.f),
+       sm90_det});
+  cases.push_back(
+      {make_problem(DType::bf16, 1, 4, 2, 200, 300, 256, 256, MaskKind::none), sm90_det});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 2, 257, 257, 192, 128, MaskKind::causal), sm90_det});
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
   // (the head-dim split, staged dQ), each side wider, both below 256.
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 128, MaskKind::causal), sm90});
@@ -257,8 +271,9 @@ INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardCorrectness,
 
 // Deterministic gradients are bit-identical over repeated runs (the default
 // mode's atomics may reorder the dQ sums; its dK and dV are always stable).
-TEST(BackwardDeterminism, DeterministicModeIsBitIdentical) {
-  FLASHJIT_REQUIRE_GPU();
+// Four runs of the deterministic backward give the same bits, on `config`'s
+// family.
+void expect_bit_identical_runs(const KernelConfig &config) {
   const Problem p = make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 128, 128, MaskKind::causal);
   auto buffers = BackwardBuffers::allocate(p, random_values(p.dtype, q_elements(p), 11),
                                            random_values(p.dtype, k_elements(p), 12),
@@ -269,7 +284,7 @@ TEST(BackwardDeterminism, DeterministicModeIsBitIdentical) {
   const BackwardArgs args = buffers->backward_args(p);
   std::vector<uint16_t> first[3], again[3];
   for (int run = 0; run < 4; ++run) {
-    FLASHJIT_ASSERT_OK(launch_backward(p, args, nullptr, deterministic()));
+    FLASHJIT_ASSERT_OK(launch_backward(p, args, nullptr, config));
     std::vector<uint16_t> *out = run == 0 ? first : again;
     const DeviceBuffer *tensors[3] = {&buffers->dq, &buffers->dk, &buffers->dv};
     for (int t = 0; t < 3; ++t) {
@@ -280,6 +295,18 @@ TEST(BackwardDeterminism, DeterministicModeIsBitIdentical) {
       for (int t = 0; t < 3; ++t) EXPECT_TRUE(first[t] == again[t]) << "tensor " << t << " run " << run;
     }
   }
+}
+
+TEST(BackwardDeterminism, DeterministicModeIsBitIdentical) {
+  FLASHJIT_REQUIRE_GPU();
+  expect_bit_identical_runs(deterministic());
+}
+
+// The sm90 family's deterministic mode (asked for by path): dQ's TMA
+// reduce-adds in key-block order.
+TEST(BackwardDeterminism, Sm90DeterministicModeIsBitIdentical) {
+  FLASHJIT_REQUIRE_SM90();
+  expect_bit_identical_runs(deterministic(KernelConfig{KernelPath::sm90}));
 }
 
 }  // namespace

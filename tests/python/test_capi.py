@@ -123,8 +123,8 @@ def main(argv):
     else:
         ws = _capi.lib().flashjit_backward_workspace_bytes(ctypes.byref(problem))
         rows = problem.batch * problem.heads_q * problem.seqlen_q
-        if ws < rows * (problem.head_dim_qk + 1) * 4:
-            errors.append(f"workspace_bytes {ws} < {rows * (problem.head_dim_qk + 1) * 4}")
+        if ws < rows * (problem.head_dim_qk + 2) * 4:
+            errors.append(f"workspace_bytes {ws} < {rows * (problem.head_dim_qk + 2) * 4}")
         bad = _capi.Problem(dtype=_capi.BF16, mask=_capi.MASK_NONE, batch=0, heads_q=2,
                             heads_kv=2, seqlen_q=16, seqlen_k=16, head_dim_qk=64, head_dim_v=64,
                             window_left=-1, window_right=-1)

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/ptxas_report.h"
@@ -83,6 +84,24 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     p.mask = MaskKind::causal;
     p.softcap = dq == 192 ? 30.f : 0.f;
     cases.push_back({p, BwdSm90Traits::default_config(dq, dv)});
+  }
+  // The deterministic mode (dQ's reduce-adds in key-block order, staged dQ
+  // only): every tiling that stages dQ, masks, softcap.
+  for (auto [dq, dv, mask] : {std::tuple{64, 64, MaskKind::causal},
+                              {128, 128, MaskKind::none},
+                              {96, 96, MaskKind::window},
+                              {192, 128, MaskKind::causal},
+                              {256, 256, MaskKind::causal}}) {
+    Problem p;
+    p.head_dim_qk = dq;
+    p.head_dim_v = dv;
+    p.mask = mask;
+    p.window_left = 100;
+    p.window_right = 3;
+    p.softcap = dq == 96 ? 30.f : 0.f;
+    KernelConfig c = BwdSm90Traits::default_config(dq, dv);
+    c.deterministic = true;
+    cases.push_back({p, c});
   }
   std::vector<Compiled> results(cases.size());
   {
@@ -172,10 +191,21 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   EXPECT_EQ(refusal(p, {KernelPath::sm90, 128, 128, 12, 2}, kSm80),
             "backward kernel path sm90 is not available: the sm90 backward needs an sm_90a "
             "target (wgmma, setmaxnreg, TMA), not sm_80; use sm80");
+  // Deterministic (dQ's reduce-adds in key-block order): where dQ is staged,
+  // asked for by path only until checked on a GPU.
   KernelConfig det{KernelPath::sm90, 128, 128, 12, 2};
   det.deterministic = true;
-  EXPECT_NE(refusal(p, det, kSm90a).find("the deterministic backward is the sm80 family's"),
-            std::string::npos);
+  EXPECT_EQ(refusal(p, det, kSm90a), "");
+  KernelConfig det_partial;
+  det_partial.deterministic = true;
+  EXPECT_EQ(default_backward_config(p, kSm90a, 0, det_partial).path, KernelPath::sm80);
+  det_partial.path = KernelPath::sm90;
+  EXPECT_EQ(default_backward_config(p, kSm90a, 0, det_partial).path, KernelPath::sm90);
+  Problem d256;
+  d256.head_dim_qk = d256.head_dim_v = 256;
+  KernelConfig det256{KernelPath::sm90, 64, 64, 12, 2};  // two stages: dQ not staged
+  det256.deterministic = true;
+  EXPECT_NE(refusal(d256, det256, kSm90a).find("has no room for the staged dQ"), std::string::npos);
   Problem d128;
   d128.head_dim_qk = d128.head_dim_v = 128;
   EXPECT_EQ(refusal(d128, {KernelPath::sm90, 128, 128, 12, 4}, kSm90a),

@@ -230,7 +230,8 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
        ""},
       {{"--pass", "bwd", "--deterministic"},
        "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_det_sm_90a",
-       "sm80 family: the deterministic backward is the sm80 family's (dQ without atomics)"},
+       "sm80 family: the deterministic sm90 backward (dQ added in key-block order) runs only "
+       "when asked for by path (--path sm90) until checked on a GPU"},
       {{"--pass", "bwd"}, "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a", ""},
   };
   for (const Case &c : cases) {
