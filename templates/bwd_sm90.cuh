@@ -355,7 +355,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       // store to shared memory and arrive, never wait for each other or
       // for the issue. Its barrier phases: one "free" per warpgroup up
       // front, then per tile "full" in and "free" out.
-      const auto [n0, kv_head, batch] = cta_keys(p);
+      const CtaKeys keys = cta_keys(p);  // a lambda below captures them: no structured binding
+      const int n0 = keys.n0, kv_head = keys.kv_head, batch = keys.batch;
       const Sequence seq(p, batch);
       const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq, n0);
       const int lane = tid % 32;
@@ -365,9 +366,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         const int head = kv_head * p.heads_per_kv + it / m_blocks;
         const int m_block = m_block_begin + it % m_blocks;
         const int m0 = m_block * kBlockM;
-        // The accumulator's row of query m0 of `head`.
-        const i64 tile_row = kVarlen ? seq.workspace_row(p, head, m0)
-                                     : (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + m0;
+        // The accumulator's row of query q of `head`.
+        auto accum_row = [&](int q) {
+          return kVarlen ? seq.workspace_row(p, head, q)
+                         : (static_cast<i64>(batch) * p.heads_q + head) * p.seqlen_q + q;
+        };
         if constexpr (kDeterministic) {
           // A tile's dQ goes in after that of every key block before this
           // one that sees the tile, always in that order (so the fp32 sums
@@ -383,7 +386,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           for (int offset = 16; offset > 0; offset /= 2)
             before += __shfl_xor_sync(0xffffffffu, before, offset);
           if (lane == 0)
-            while (load_acquire(p.dq_semaphore + tile_row) != before) nanosleep(32);
+            while (load_acquire(p.dq_semaphore + accum_row(m0)) != before) nanosleep(32);
           __syncwarp();
         }
 #pragma unroll
@@ -394,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
             // of the accumulator; they add exact zeros there (P = 0 for
             // those queries, so dS and their dQ rows are 0), and TMA skips
             // rows past the tensor.
-            const int row0 = static_cast<int>(tile_row + (kDQSplitRows ? wg * 64 : 0));
+            const int row0 = static_cast<int>(accum_row(m0 + (kDQSplitRows ? wg * 64 : 0)));
             const int col0 = kDQSplitRows || kDQOwnKeys ? 0 : wg * kDQN;
             const u32 stage = smem + kOffsetDQ + wg * kDQStageBytes;
 #pragma unroll
@@ -416,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         if constexpr (kDeterministic) {
           if (lane == 0) {
             fence_proxy_async_global();  // the TMA unit's adds, before the release
-            red_release_add(p.dq_semaphore + tile_row, 1);
+            red_release_add(p.dq_semaphore + accum_row(m0), 1);
           }
           __syncwarp();
         }
