@@ -120,8 +120,8 @@ TEST(VarlenSource, TheBackwardReadsSequencesToo) {
   EXPECT_EQ(bwd->id(), "bwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm64_bn128_w12_s1_varlen_sm_90a");
   EXPECT_NE(generate_backward(*bwd).source.find("constexpr bool kVarlen = true;\n"),
             std::string::npos);
-  // The workspace has a row per token and head: [heads_q, total_q].
-  EXPECT_EQ(backward_workspace_bytes(varlen_problem(), 6000), 16u * 6000 * (128 + 1) * 4);
+  // The workspace has a row per token and head: [heads_q, total_q] (dQ, D, semaphore).
+  EXPECT_EQ(backward_workspace_bytes(varlen_problem(), 6000), 16u * 6000 * (128 + 2) * 4);
 }
 
 TEST(VarlenSource, IdPreludeAndKeys) {
