@@ -24,8 +24,7 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
                 " (fill it with default_backward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   if (config.path == KernelPath::sm90) {
-    if (std::string why = sm90_backward_fallback_reason(problem, arch, config.deterministic);
-        !why.empty())
+    if (std::string why = sm90_backward_fallback_reason(problem, arch); !why.empty())
       return fail("backward kernel path sm90 is not available: " + why + "; use sm80");
     auto traits = BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages,
@@ -52,7 +51,7 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
                          (partial.path == KernelPath::automatic && no_tiles);
   const bool sm90_serves =
       partial.path == KernelPath::sm90
-          ? sm90_backward_fallback_reason(problem, arch, partial.deterministic).empty()
+          ? sm90_backward_fallback_reason(problem, arch).empty()
           : sm90_backward_automatic_reason(problem, arch, partial.deterministic).empty();
   if (want_sm90 && sm90_serves) {
     const KernelConfig first =

@@ -42,9 +42,7 @@ int BwdSm90Traits::smem_bytes() const {
   return unstaged_smem_bytes(*this) + (dq_staged() ? dq_stage_bytes(*this) : 0);
 }
 
-std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
-                                              bool deterministic) {
-  (void)deterministic;  // a matter of tiles (dq_staged), checked by make()
+std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (std::string why =
           sm90_head_dims_reason("the sm90 backward", "64, 128 or 256", head_dim_qk, head_dim_v);
       !why.empty())
@@ -63,20 +61,17 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v,
 
 std::string sm90_backward_automatic_reason(const Problem &problem, const TargetArch &arch,
                                            bool deterministic) {
-  if (std::string why = sm90_backward_fallback_reason(problem, arch, deterministic); !why.empty())
-    return why;
+  if (std::string why = sm90_backward_fallback_reason(problem, arch); !why.empty()) return why;
   if (deterministic)
     return "the deterministic sm90 backward (dQ added in key-block order) runs only when asked "
            "for by path (--path sm90) until checked on a GPU";
   return "";
 }
 
-std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch,
-                                          bool deterministic) {
+std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch) {
   if (!(arch.sm() == 90 && arch.arch_specific))
     return "the sm90 backward needs an sm_90a target (wgmma, setmaxnreg, TMA), not " + arch.name();
-  return BwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v,
-                                           deterministic);
+  return BwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v);
 }
 
 // d=64: 128-query tiles, though they spill 44-84 bytes (ptxas -v): on the
@@ -128,7 +123,7 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
                                                  int max_smem_bytes, bool deterministic) {
   BwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages, head_dim_v};
   std::vector<std::string> why;
-  const std::string dims = unsupported_reason(head_dim_qk, head_dim_v, deterministic);
+  const std::string dims = unsupported_reason(head_dim_qk, head_dim_v);
   if (!dims.empty()) why.push_back(dims);
   // The head dims as the messages name them: "128", or "192/128" when they differ.
   const std::string dims_text = head_dim_v == head_dim_qk
@@ -150,7 +145,8 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
                                 warps, kWarps));
   if (stages < 1 || stages > 3)
     why.push_back(llvm::formatv("stages={0} is not in [1, 3] (Q/dO buffers)", stages));
-  if (dims.empty() && deterministic && why.empty() && !t.dq_staged())
+  // The deterministic mode is a matter of tiles: dQ must be staged.
+  if (deterministic && why.empty() && !t.dq_staged())
     why.push_back(
         "the deterministic sm90 backward orders dQ's reduce-adds through shared memory, which "
         "has no room for the staged dQ at these head dims and tiles (use sm80, or fewer stages)");

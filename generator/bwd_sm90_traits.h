@@ -55,7 +55,7 @@ struct BwdSm90Traits {
   bool dq_staged() const;
 
   // Why the sm90 backward cannot serve this problem at all (empty: it can).
-  static std::string unsupported_reason(int head_dim_qk, int head_dim_v, bool deterministic);
+  static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
   // The query tiles each head dim's registers allow: S^T and dP^T (block_m/2
   // each) next to dK and dV (head_dim/2 each; a quarter at 256) within 240
   // per thread, and dQ in 64-column parts: 64 or 128 where both head dims
@@ -89,8 +89,7 @@ struct BwdSm90Traits {
 };
 
 // Why the sm90 backward cannot serve `problem` on `arch` (empty: it can).
-std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch,
-                                          bool deterministic);
+std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch);
 // Why the heuristic and the tuner do not take it on their own: the above,
 // or the deterministic mode, which runs only when asked for by path until
 // checked on a GPU (empty: they take it).

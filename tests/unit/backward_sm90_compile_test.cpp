@@ -257,10 +257,10 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(BwdSm90Traits::default_config(64, 128),
             (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
   // Under the split each warpgroup takes whole 64-column blocks of both.
-  EXPECT_EQ(BwdSm90Traits::unsupported_reason(256, 64, false),
+  EXPECT_EQ(BwdSm90Traits::unsupported_reason(256, 64),
             "head_dim_qk=256, head_dim_v=64: the sm90 backward splits a head dim tiled as 256 "
             "between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)");
-  EXPECT_EQ(BwdSm90Traits::unsupported_reason(192, 128, false), "");
+  EXPECT_EQ(BwdSm90Traits::unsupported_reason(192, 128), "");
 }
 
 TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
