@@ -267,8 +267,9 @@ __device__ __forceinline__ void red_release_add(int *dst, int v) {
 __device__ __forceinline__ void nanosleep(unsigned ns) {
   asm volatile("nanosleep.u32 %0;\n" ::"r"(ns));
 }
-// Orders this thread's completed bulk (TMA) writes to global memory before
-// its later generic-proxy accesses.
+// Orders this thread's global accesses across the generic and async (TMA)
+// proxies: completed bulk writes before a later release, an acquire before
+// later bulk operations.
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
@@ -385,8 +386,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 #pragma unroll
           for (int offset = 16; offset > 0; offset /= 2)
             before += __shfl_xor_sync(0xffffffffu, before, offset);
-          if (lane == 0)
+          if (lane == 0) {
             while (load_acquire(p.dq_semaphore + accum_row(m0)) != before) nanosleep(32);
+            fence_proxy_async_global();  // the acquire, before the TMA unit's adds below
+          }
           __syncwarp();
         }
 #pragma unroll
