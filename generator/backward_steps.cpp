@@ -9,7 +9,9 @@ llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec,
   const LaunchGeometry rowwise = backward_rowwise_geometry(problem);
   const char *main_entry =
       spec.config.path == KernelPath::sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80";
-  if (spec.config.deterministic)
+  // The sm90 kernel orders its own dQ reduce-adds in deterministic mode (a
+  // semaphore per tile, bwd_sm90.cuh) and ends with the usual conversion.
+  if (spec.config.deterministic && spec.config.path != KernelPath::sm90)
     return {{"flashjit_bwd_preprocess", rowwise},
             {main_entry, backward_launch_geometry(spec, problem)},
             {"flashjit_bwd_dq", backward_dq_geometry(spec, problem)}};

@@ -16,8 +16,8 @@ struct BackwardStep {
   LaunchGeometry geometry;
 };
 
-// sm80: preprocess (D = rowsum(dO·O), dQ accumulator zeroed), the main
-// kernel, then the dQ conversion, or with `deterministic` the dQ kernel.
+// Preprocess (D = rowsum(dO·O), dQ accumulator zeroed), the main kernel,
+// then the dQ conversion, or with sm80's `deterministic` the dQ kernel.
 // The dynamic shared memory of each step depends on `spec` alone, so a
 // problem of any size of the class gives the amounts to load the kernels
 // with.

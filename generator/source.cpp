@@ -144,8 +144,9 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
   out.program_name = spec.id() + ".cu";
   const bool sm90 = c.path == KernelPath::sm90;
   out.entry = sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80";
+  // The entries backward_steps launches (generator/backward_steps.h).
   out.entries = {out.entry, "flashjit_bwd_preprocess",
-                 c.deterministic ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq"};
+                 c.deterministic && !sm90 ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq"};
   out.headers = embedded_templates();
   if (sm90)
     out.source = write_source("backward kernels", spec, false, {"bwd_sm90.cuh"});

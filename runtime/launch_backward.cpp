@@ -1,10 +1,12 @@
 #include "runtime/launch_backward.h"
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 
 #include "generator/backward_params.h"
+#include "generator/backward_steps.h"
 #include "generator/backward_spec.h"
 #include "generator/source.h"
 #include "runtime/backward_source.h"
@@ -113,25 +115,17 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
 
-  const LaunchGeometry main_geometry = backward_launch_geometry(*spec, problem);
-  const LaunchGeometry rowwise = backward_rowwise_geometry(problem);
-  auto preprocess = backward_kernel(*spec, context->context, "flashjit_bwd_preprocess", 0);
-  if (!preprocess) return with_context(problem, preprocess.takeError());
+  // Preprocess, the main kernel, the dQ conversion or kernel
+  // (generator/backward_steps.h).
+  const auto steps = backward_steps(*spec, problem);
+  std::array<const LoadedKernel *, 3> kernels{};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto kernel = backward_kernel(*spec, context->context, steps[i].entry,
+                                  steps[i].geometry.dynamic_smem_bytes);
+    if (!kernel) return with_context(problem, kernel.takeError());
+    kernels[i] = &*kernel;
+  }
   const bool sm90 = spec->config.path == KernelPath::sm90;
-  auto main = backward_kernel(*spec, context->context,
-                              sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80",
-                              main_geometry.dynamic_smem_bytes);
-  if (!main) return with_context(problem, main.takeError());
-  // Deterministic: dQ from its own kernel, in a fixed order; else the
-  // accumulator the main kernel's atomics filled, converted.
-  const bool deterministic = spec->config.deterministic;
-  const LaunchGeometry last_geometry =
-      deterministic ? backward_dq_geometry(*spec, problem) : rowwise;
-  auto last = backward_kernel(*spec, context->context,
-                              deterministic ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq",
-                              last_geometry.dynamic_smem_bytes);
-  if (!last) return with_context(problem, last.takeError());
-
   BwdParams params = make_backward_params(problem, args);
   void *kernel_args[] = {&params};
   // The sm90 kernel also takes TMA tensor maps of Q, K, V, dO and the dQ
@@ -144,11 +138,13 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
     maps = *encoded;
   }
   void *sm90_args[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout, &maps.dq_accum};
-  if (llvm::Error e = preprocess->launch(rowwise, stream, kernel_args))
-    return with_context(problem, std::move(e));
-  if (llvm::Error e = main->launch(main_geometry, stream, sm90 ? sm90_args : kernel_args))
-    return with_context(problem, std::move(e));
-  return with_context(problem, last->launch(last_geometry, stream, kernel_args));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    // The main kernel (step 1) alone takes the tensor maps.
+    if (llvm::Error e = kernels[i]->launch(steps[i].geometry, stream,
+                                           sm90 && i == 1 ? sm90_args : kernel_args))
+      return with_context(problem, std::move(e));
+  }
+  return llvm::Error::success();
 }
 
 }  // namespace flashjit
