@@ -218,11 +218,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     sets.push_back(std::move(*set));
   }
 
-  // As a call runs: the resolved tiles, and the split left to each call's
-  // heuristic (balanced shares or equal splits) unless --splits names one.
-  KernelConfig call_config = spec.config;
-  call_config.splits = parsed->config.splits;
-  if (auto error = launch_forward(p, sets[0].args, nullptr, call_config))
+  if (auto error = launch_forward(p, sets[0].args, nullptr, spec.config))
     return report_error(kExitFailure, std::move(error));
   if (auto error = synchronize()) return report_error(kExitFailure, std::move(error));
   std::optional<AccuracyReport> accuracy;
@@ -235,7 +231,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   size_t next = 0;
   auto timing = time_on_stream(nullptr, warmup, repeats, [&]() -> llvm::Error {
     const ForwardArgs &args = sets[next++ % sets.size()].args;
-    return launch_forward(p, args, nullptr, call_config);
+    return launch_forward(p, args, nullptr, spec.config);
   });
   if (!timing) return report_error(kExitFailure, timing.takeError());
   // A KV cache's sequences attend to their own keys only: both rates count

@@ -91,8 +91,8 @@ struct BwdSm90Traits {
 // Why the sm90 backward cannot serve `problem` on `arch` (empty: it can).
 std::string sm90_backward_fallback_reason(const Problem &problem, const TargetArch &arch);
 // Why the heuristic and the tuner do not take it on their own: the above,
-// or the deterministic mode, which runs only when asked for by path until
-// checked on a GPU (empty: they take it).
+// or, in the deterministic mode, default tiles that do not stage dQ (empty:
+// they take it).
 std::string sm90_backward_automatic_reason(const Problem &problem, const TargetArch &arch,
                                            bool deterministic);
 

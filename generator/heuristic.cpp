@@ -2,7 +2,6 @@
 
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
-#include "templates/common/key_shares.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -80,20 +79,19 @@ bool pack_gqa_pays(const Problem &problem) {
   return efficiency(problem.seqlen_q * ratio) > efficiency(problem.seqlen_q) / 0.9;
 }
 
-namespace {
-// forward_splits_heuristic's equal splits: the count and its longest CTA
-// chain in key tiles.
-struct EqualSplit {
-  int64_t splits, cost;
-};
-EqualSplit equal_split_heuristic(const Problem &problem, const KernelConfig &config,
-                                 int64_t slots) {
+int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count) {
+  if (config.block_n <= 0 || config.block_m <= 0) return 1;
+  if (sm_count <= 0) sm_count = kDefaultSmCount;
+  // The slots work tiles fill: one CTA an SM (every sm90 forward config;
+  // for the sm80 family, which may fit more, a conservative count).
+  const int64_t slots = sm_count;
   const int64_t work = forward_work_tiles(problem, config);
   // Work tiles that fill ~80% of the SMs already: no split. Splitting them
   // would only trade the last wave's idle SMs for partials in fp32 and a
   // combine, and the persistent scheduler balances that wave anyway.
+  if (work * 10 >= slots * 8) return 1;
   const int64_t key_tiles = ceil_div(problem.seqlen_k, config.block_n);
-  const int64_t start = ceil_div(kSplitStartKeys, config.block_n);
+  const int64_t max_splits = std::min<int64_t>(key_tiles, kMaxHeuristicSplits);
   // The time of the longest CTA chain, in key tiles: per wave, the CTA's
   // share of the key tiles plus its start (launch, the first TMA round trip
   // with every CTA's loads queued at once, the epilogue: ~2 us on the H200,
@@ -101,12 +99,11 @@ EqualSplit equal_split_heuristic(const Problem &problem, const KernelConfig &con
   // Measured at 1 x 8k (8 packed work tiles, 128 key tiles of 64): 15
   // splits, the old wave-efficiency rule's, leave one CTA 9 tiles where 16
   // give every CTA 8 (docs/PERF.md, ninth session).
+  const int64_t start = ceil_div(kSplitStartKeys, config.block_n);
   auto cost = [&](int64_t splits) {
     const int64_t waves = ceil_div(work * splits, slots);
     return waves * (ceil_div(key_tiles, splits) + start) + (splits > 1 ? start : 0);
   };
-  if (work * 10 >= slots * 8) return {1, cost(1)};
-  const int64_t max_splits = std::min<int64_t>(key_tiles, kMaxHeuristicSplits);
   // Past two waves the cost only grows with the count (waves x start grows
   // faster than the share shrinks), so the search stops there: a decode
   // call runs this per call, and 128 candidates' divisions took ~2 us.
@@ -114,48 +111,7 @@ EqualSplit equal_split_heuristic(const Problem &problem, const KernelConfig &con
   int64_t best = 1, best_cost = cost(1);
   for (int64_t s = 2; s <= last; ++s)
     if (const int64_t c = cost(s); c < best_cost) best = s, best_cost = c;
-  return {best, best_cost};
-}
-}  // namespace
-
-int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count) {
-  return forward_key_split_heuristic(problem, config, sm_count).splits;
-}
-
-bool walks_key_shares(const KernelConfig &config) {
-  return config.path == KernelPath::sm90 &&
-         FwdSm90Layout{128, config.block_m, config.block_n, 2, 1}.walks_key_shares();
-}
-
-KeySplit forward_key_split_heuristic(const Problem &problem, const KernelConfig &config,
-                                     int sm_count) {
-  if (config.block_n <= 0 || config.block_m <= 0) return {};
-  if (sm_count <= 0) sm_count = kDefaultSmCount;
-  // The slots work tiles fill: one CTA an SM (every sm90 forward config;
-  // for the sm80 family, which may fit more, a conservative count).
-  const int64_t slots = sm_count;
-  const EqualSplit equal = equal_split_heuristic(problem, config, slots);
-  // Balanced shares need the sm90 decode tile's scheduler (one consumer
-  // warpgroup: FwdSm90Layout::walks_key_shares), every work tile's keys
-  // alike (one query block per head, no left window bound, one length for
-  // all sequences or a cache's capacity) and at least a key tile per share.
-  const int64_t work = forward_work_tiles(problem, config);
-  const int64_t heads = config.pack_gqa == GqaPacking::on ? problem.heads_kv : problem.heads_q;
-  const bool left_bound = problem.mask == MaskKind::window && problem.window_left >= 0;
-  const int64_t key_tiles = ceil_div(problem.seqlen_k, config.block_n);
-  const int64_t total = work * key_tiles;
-  if (!walks_key_shares(config) || problem.varlen || left_bound || work != heads * problem.batch || total < slots)
-    return {static_cast<int>(equal.splits), 0, 0};
-  // The longest share, its start and the combine (the same model as the
-  // equal splits': a share's segments start under the one before, the
-  // producer running ahead across work tiles).
-  const int64_t start = ceil_div(kSplitStartKeys, config.block_n);
-  const KeyShares shares{total, static_cast<int>(slots), static_cast<int>(key_tiles)};
-  const int64_t cut = total % slots != 0 || (total / slots) % key_tiles != 0;
-  const int64_t balanced_cost = ceil_div(total, slots) + start + (cut ? start : 0);
-  if (!cut || shares.max_cuts() < 2 || balanced_cost >= equal.cost)
-    return {static_cast<int>(equal.splits), 0, 0};
-  return {shares.max_cuts(), static_cast<int>(slots), 0};
+  return static_cast<int>(best);
 }
 
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,

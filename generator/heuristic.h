@@ -2,7 +2,6 @@
 #pragma once
 
 #include "flashjit/problem.h"
-#include "generator/launch_geometry.h"
 #include "generator/target_arch.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -34,18 +33,6 @@ bool pack_gqa_pays(const Problem &problem);
 // that minimises the longest CTA chain, waves x (key tiles per split + a
 // split's fixed cost) + the combine's; the smallest such count.
 int forward_splits_heuristic(const Problem &problem, const KernelConfig &config, int sm_count);
-
-// Whether kernels of `config` can walk balanced key shares when they split
-// (the sm90 decode tile: FwdSm90Layout::walks_key_shares).
-bool walks_key_shares(const KernelConfig &config);
-
-// The split forward_splits_heuristic stands for: balanced shares where the
-// sm90 family serves one query block per head (decode) and they shorten the
-// longest CTA chain against every equal split count (share_ctas = the SMs,
-// splits = the most shares a work tile is cut among, share_rows unset:
-// forward_key_split fills it); else equal splits.
-KeySplit forward_key_split_heuristic(const Problem &problem, const KernelConfig &config,
-                                     int sm_count);
 
 // Tile sizes a heuristic tries, in order.
 struct TileChoice {

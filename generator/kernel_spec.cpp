@@ -239,14 +239,6 @@ LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, i
 }
 
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
-                                       int sm_count, const KeySplit &split) {
-  LaunchGeometry g = forward_launch_geometry(spec, problem, sm_count, split.splits);
-  // Balanced shares: one CTA per share (common/fwd_scheduler.cuh).
-  if (split.share_ctas > 0) g.grid.x = static_cast<unsigned>(split.share_ctas);
-  return g;
-}
-
-LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                        int sm_count, int num_splits) {
   if (spec.config.path == KernelPath::sm90) {
     const FwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
@@ -285,16 +277,12 @@ bool forward_grid_is_persistent(const KernelSpec &spec, const Problem &problem, 
              forward_launch_geometry(spec, problem, 0, num_splits).grid.x;
 }
 
-LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q,
-                                        const KeySplit &split) {
-  // fwd_combine.cuh: 8 warps per CTA, one row each; balanced, a CTA per
-  // boundary between shares.
+LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q) {
+  // fwd_combine.cuh: 8 warps per CTA, one row each.
   constexpr int kRowsPerBlock = 8;
   const int64_t rows = forward_lse_rows(problem, total_q);
   LaunchGeometry g;
-  g.grid.x = static_cast<unsigned>(split.share_ctas > 0
-                                       ? std::max(split.share_ctas - 1, 1)
-                                       : (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  g.grid.x = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   g.block.x = 32 * kRowsPerBlock;
   g.dynamic_smem_bytes = 0;
   return g;
@@ -316,29 +304,14 @@ int64_t forward_key_tiles(const Problem &problem, int block_n) {
   return (problem.seqlen_k + block_n - 1) / block_n;
 }
 
-KeySplit forward_key_split(const KernelSpec &spec, const Problem &problem, int requested,
-                           int sm_count) {
-  if (!spec.split_kv) return {};
-  KeySplit split;
-  if (requested <= 0) {
-    split = forward_key_split_heuristic(problem, spec.config, sm_count);
-    if (split.share_ctas > 0) {
-      // One query block per head (the heuristic's condition): a work tile's
-      // rows are its group's heads at every query position.
-      split.share_rows = static_cast<int>(spec.pack_gqa * problem.seqlen_q);
-      return split;
-    }
-  } else {
-    split.splits = requested;
-  }
-  const int64_t tiles = forward_key_tiles(problem, spec.config.block_n);
-  split.splits = static_cast<int>(std::max<int64_t>(std::min<int64_t>(split.splits, tiles), 1));
-  return split;
-}
-
 int forward_num_splits(const KernelSpec &spec, const Problem &problem, int requested,
                        int sm_count) {
-  return forward_key_split(spec, problem, requested, sm_count).splits;
+  if (!spec.split_kv) return 1;
+  const int64_t tiles = forward_key_tiles(problem, spec.config.block_n);
+  int64_t splits =
+      requested > 0 ? requested : forward_splits_heuristic(problem, spec.config, sm_count);
+  splits = std::min<int64_t>(splits, tiles);
+  return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
 int64_t forward_lse_rows(const Problem &problem, int64_t total_q) {

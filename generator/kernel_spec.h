@@ -83,20 +83,15 @@ Problem class_problem(const KernelSpec &spec);
 // per work tile.
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                        int sm_count = 0, int num_splits = 1);
-// The same for a call's key split: balanced shares run one CTA per share.
-LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
-                                       int sm_count, const KeySplit &split);
 // Whether that launch runs persistent CTAs (fewer than its work tiles), as
 // forward_launch_geometry decides: only then does a masked packed batch
 // take its tiles from a counter (common/fwd_scheduler.cuh).
 bool forward_grid_is_persistent(const KernelSpec &spec, const Problem &problem, int sm_count,
                                 int num_splits = 1);
 
-// The split-KV combine kernel's launch: one warp per output row; under
-// balanced shares one CTA per boundary between shares. `total_q`: the tokens
-// of a packed varlen batch (read only for varlen).
-LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q = 0,
-                                        const KeySplit &split = {});
+// The split-KV combine kernel's launch: one warp per output row.
+// `total_q`: the tokens of a packed varlen batch (read only for varlen).
+LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q = 0);
 
 // The KV-cache append kernel's launch: one CTA per new row and sequence.
 LaunchGeometry kv_append_geometry(const Problem &problem, int64_t seqlen_new);
@@ -105,13 +100,9 @@ LaunchGeometry kv_append_geometry(const Problem &problem, int64_t seqlen_new);
 // (a split count above it leaves splits with nothing to do).
 int64_t forward_key_tiles(const Problem &problem, int block_n);
 
-// How a launch of `spec` splits `problem`'s keys: `requested` equal splits
-// (the caller's or the tuning's) clamped to [1, key tiles]; with 0 the
-// heuristic's (forward_key_split_heuristic: balanced shares or equal
-// splits); none where the kernel cannot split.
-KeySplit forward_key_split(const KernelSpec &spec, const Problem &problem, int requested,
-                           int sm_count);
-// Its split count alone.
+// The split count a launch of `spec` uses for `problem`: `requested` (the
+// caller's or the tuning's; 0 lets forward_splits_heuristic pick) clamped to
+// [1, key tiles]; 1 where the kernel cannot split.
 int forward_num_splits(const KernelSpec &spec, const Problem &problem, int requested,
                        int sm_count);
 

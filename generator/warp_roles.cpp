@@ -17,14 +17,14 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // the budgets of two, which the register tiles were sized for. Two such
   // CTAs an SM (launch bounds of 2, 24/232 from a pool of 2 x 128) measured
   // slower on the H200 (docs/PERF.md), so one.
-  // The pool leaves the producer room: 56 registers, where 24 spilled a
-  // paged cache's producer warp (it also reads page indices and shuffles
-  // them to its leader: 12-16 bytes) and the balanced split-KV scheduler's
-  // (84 bytes; ptxas -v).
+  // A paged cache's producer warp also reads page indices and shuffles them
+  // to its leader: 24 registers spilled 12-16 bytes there (ptxas -v).
   const bool paged = spec.page_size > 0;
-  if (spec.config.block_m == 64)
-    return WarpRoleRegisters{56, sm90_forward_tile_head_dim(spec.head_dim_qk) == 256 ? 232 : 240,
-                             1};
+  if (spec.config.block_m == 64) {
+    if (paged) return WarpRoleRegisters{56, 240, 1};
+    return sm90_forward_tile_head_dim(spec.head_dim_qk) == 256 ? WarpRoleRegisters{40, 232, 1}
+                                                               : WarpRoleRegisters{24, 240, 1};
+  }
   if (paged && spec.config.block_m == 128) return WarpRoleRegisters{40, 232, 2};
   if (paged && spec.config.block_m == 192) return WarpRoleRegisters{48, 152, 3};
   // FlashAttention-3's 24/240 split, except at head dim 256, whose producer

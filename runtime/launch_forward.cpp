@@ -9,7 +9,6 @@
 #include <unordered_map>
 
 #include "generator/forward_params.h"
-#include "generator/heuristic.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
@@ -227,27 +226,21 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
 namespace {
 // The main kernel and, with split-KV, its combine over a workspace of partials.
 llvm::Error enqueue_main_and_combine(const ForwardKernels &kernels, const Problem &problem,
-                                     const ForwardArgs &args, FwdParams &params,
-                                     const KeySplit &split, CUstream stream,
+                                     const ForwardArgs &args, FwdParams &params, int num_splits,
+                                     CUstream stream,
                                      llvm::function_ref<llvm::Error()> launch_main);
 }  // namespace
 
 llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spec,
                             const Problem &problem, const ForwardArgs &args, FwdParams params,
-                            const KeySplit &split, CUstream stream) {
-  // Balanced shares change what the combine merges: only kernels that walk
-  // them may be given them (a kernel that cannot would split evenly).
-  if (split.share_ctas > 0 && !(spec.split_kv && !spec.varlen && walks_key_shares(spec.config)))
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "balanced key shares need a split sm90 decode kernel (block_m 64), not " + spec.id());
+                            int num_splits, CUstream stream) {
   auto launch_main = [&]() -> llvm::Error {
     if (spec.config.path == KernelPath::sm90)  // + TMA tensor maps
       return launch_forward_sm90(*kernels.main, spec, problem, args, params, stream,
                                  kernels.resident_ctas);
     void *kernel_args[] = {&params};
     return kernels.main->launch(forward_launch_geometry(spec, problem, 0, params.num_splits),
-                                stream, kernel_args);  // sm80: equal splits only
+                                stream, kernel_args);
   };
   if (args.cache.k_new) {
     // The new keys and values land in the cache before the forward reads it
@@ -270,7 +263,7 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   // 568-586 TFLOP/s and causal from 457 to 524-528. A grid of one CTA per
   // work tile never reads it.
   CUdeviceptr counter = 0;
-  const int splits = split.splits > 1 && kernels.combine ? split.splits : 1;
+  const int splits = num_splits > 1 && kernels.combine ? num_splits : 1;
   if (spec.varlen && spec.config.path == KernelPath::sm90 && problem.mask != MaskKind::none &&
       forward_grid_is_persistent(
           spec, problem,
@@ -286,8 +279,8 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
     }
     params.tile_counter = reinterpret_cast<int *>(counter);
   }
-  llvm::Error error =
-      enqueue_main_and_combine(kernels, problem, args, params, split, stream, launch_main);
+  llvm::Error error = enqueue_main_and_combine(kernels, problem, args, params, num_splits,
+                                               stream, launch_main);
   if (counter) {
     if (llvm::Error e = free_workspace(counter, stream))
       error = llvm::joinErrors(std::move(error), std::move(e));
@@ -297,12 +290,10 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
 
 namespace {
 llvm::Error enqueue_main_and_combine(const ForwardKernels &kernels, const Problem &problem,
-                                     const ForwardArgs &args, FwdParams &params,
-                                     const KeySplit &split, CUstream stream,
+                                     const ForwardArgs &args, FwdParams &params, int num_splits,
+                                     CUstream stream,
                                      llvm::function_ref<llvm::Error()> launch_main) {
   params.num_splits = 1;
-  params.key_share_ctas = params.key_share_rows = 0;
-  const int num_splits = split.splits;
   if (num_splits <= 1 || !kernels.combine) return launch_main();
 
   // The kernels' device: no second context query per call.
@@ -319,15 +310,12 @@ llvm::Error enqueue_main_and_combine(const ForwardKernels &kernels, const Proble
   const CUdeviceptr workspace = *allocated;
   const uint64_t rows = uint64_t(forward_lse_rows(problem, args.varlen.total_q));
   params.num_splits = num_splits;
-  params.key_share_ctas = split.share_ctas;
-  params.key_share_rows = split.share_rows;
   params.o_partial = reinterpret_cast<float *>(workspace);
   params.lse_partial = params.o_partial + uint64_t(num_splits) * rows * problem.head_dim_v;
   llvm::Error error = launch_main();
   if (!error) {
     void *combine_args[] = {&params};
-    error = kernels.combine->launch(forward_combine_geometry(problem, args.varlen.total_q, split),
-                                    stream,
+    error = kernels.combine->launch(forward_combine_geometry(problem, args.varlen.total_q), stream,
                                    combine_args,
                                    /*dependent=*/true);
   }
@@ -376,10 +364,10 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
                                      problem.seqlen_k)
                            .str()));
   }
-  const KeySplit split =
-      forward_key_split(plan->spec, problem, plan->splits, plan->kernels.main->sm_count());
+  const int num_splits =
+      forward_num_splits(plan->spec, problem, plan->splits, plan->kernels.main->sm_count());
   return with_context(problem, enqueue_forward(plan->kernels, plan->spec, problem, args,
-                                               make_forward_params(problem, args), split,
+                                               make_forward_params(problem, args), num_splits,
                                                stream));
 }
 

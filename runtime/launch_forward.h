@@ -40,15 +40,14 @@ struct ForwardKernels {
 };
 llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec);
 
-// Enqueues `spec`'s kernels on `stream` with `split` (forward_key_split):
+// Enqueues `spec`'s kernels on `stream` with `num_splits` (forward_num_splits):
 // first the append of args.cache's new keys and values where there are any;
-// with more than one split, the split-KV workspace is allocated
-// stream-ordered from flashjit's own pool (runtime/workspace_pool.h) and
-// freed after the combine kernel: the caller provides none. `params` comes
-// from make_forward_params.
+// with more than one, the split-KV workspace is allocated stream-ordered
+// from flashjit's own pool (runtime/workspace_pool.h) and freed after the
+// combine kernel: the caller provides none. `params` comes from make_forward_params.
 llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spec,
                             const Problem &problem, const ForwardArgs &args, FwdParams params,
-                            const KeySplit &split, CUstream stream);
+                            int num_splits, CUstream stream);
 
 // Validates everything, then launches. Never launches on bad input.
 llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,

@@ -238,8 +238,7 @@ llvm::Error launch_forward_sm90(const LoadedKernel &kernel, const KernelSpec &sp
   void *kernel_args[] = {&params, &maps->q, &maps->k, &maps->v};
   return kernel.launch(
       forward_launch_geometry(spec, problem, resident_ctas > 0 ? resident_ctas : kernel.sm_count(),
-                              KeySplit{params.num_splits, params.key_share_ctas,
-                                       params.key_share_rows}),
+                              params.num_splits),
       stream, kernel_args,
       // The kernel waits (griddepcontrol.wait) before its first global access,
       // so its launch and prologue may overlap the tail of the grid before.

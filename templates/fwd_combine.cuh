@@ -10,11 +10,6 @@
 // [kHeadDimV], then lse_partial[split][LSE row], an LSE row being
 // [batch][head][query], or [head][token] of a packed batch (kVarlen).
 //
-// Balanced split-KV (p.key_share_ctas > 0, common/fwd_scheduler.cuh): only
-// the work tiles cut among CTAs' shares have partials (at most one per
-// boundary between shares); a block per boundary merges the rows of the
-// tile it cuts, and the rest of O came from the main kernel.
-//
 // One warp per row: each lane holds one split's LSE (a loop beyond 32
 // splits) for the max and the sum, and accumulates 4 columns per 128 of the
 // row with 16-byte loads; the first kPreload splits' rows load together with
@@ -25,7 +20,6 @@
 #pragma once
 
 #include "common/fwd_params.cuh"
-#include "common/fwd_scheduler.cuh"
 #include "common/ptx.cuh"
 #include "common/split_merge.cuh"
 #include "common/types.cuh"
@@ -41,13 +35,29 @@ constexpr int kPreload = cfg::kHeadDimV > 128 ? 8 : 16;
 static_assert(kPreload <= 32, "the preloaded splits' weights are the first 32 lanes'");
 static_assert(cfg::kHeadDimV % 4 == 0, "head_dim_v: whole float4 column groups");
 
-// Merges the `splits` partials of LSE row `row` (of `rows`) into O and the
-// LSE: one warp, `lane` its lane.
-__device__ __forceinline__ void merge_row(const FwdParams &p, i64 row, i64 rows, int splits,
-                                          int lane) {
+}  // namespace fwd_combine
+}  // namespace flashjit
+
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
+    flashjit_fwd_combine(const flashjit::FwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::fwd_combine;
   using Ops = ElementOps<cfg::Element>;
   constexpr int kDim = cfg::kHeadDimV;
   const float kNegInf = __int_as_float(0xff800000);
+
+  // Launched as a programmatic dependent of the main kernel: the launch
+  // overlapped its tail; its partials are complete and visible past here.
+  grid_dependency_wait();
+  // The next call's forward may be scheduled: it waits for this grid.
+  grid_dependents_launch();
+  const int lane = threadIdx.x % 32;
+  // Rows: [batch][head][query], or [head][token] of a packed batch (kVarlen).
+  const i64 rows = cfg::kVarlen ? static_cast<i64>(p.heads_q) * p.total_q
+                                : static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
+  const i64 row = static_cast<i64>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int splits = p.num_splits;
   const float *lse_split = p.lse_partial + row;
   const float *const o_split = p.o_partial + row * kDim;
   constexpr int kColumnGroups = (kDim + 127) / 128;  // 4 columns per lane per 128
@@ -141,46 +151,4 @@ __device__ __forceinline__ void merge_row(const FwdParams &p, i64 row, i64 rows,
           U32x2{Ops::pack(acc[g][0], acc[g][1]), Ops::pack(acc[g][2], acc[g][3])};
   }
   if (p.lse && lane == 0) p.lse[row] = lse;
-}
-
-}  // namespace fwd_combine
-}  // namespace flashjit
-
-extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
-    flashjit_fwd_combine(const flashjit::FwdParams p) {
-  using namespace flashjit;
-  using namespace flashjit::fwd_combine;
-
-  // Launched as a programmatic dependent of the main kernel: the launch
-  // overlapped its tail; its partials are complete and visible past here.
-  grid_dependency_wait();
-  // The next call's forward may be scheduled: it waits for this grid.
-  grid_dependents_launch();
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  // Rows: [batch][head][query], or [head][token] of a packed batch (kVarlen).
-  const i64 rows = cfg::kVarlen ? static_cast<i64>(p.heads_q) * p.total_q
-                                : static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
-  auto merge = [&](i64 row, int splits) { merge_row(p, row, rows, splits, lane); };
-  if (p.key_share_ctas > 0) {
-    // Balanced split-KV (common/fwd_scheduler.cuh): block b looks at the
-    // boundary between shares b and b + 1, and merges the work tile it cuts,
-    // if any, unless an earlier boundary cuts it too (that block does).
-    // One query block per head: a work tile's rows are consecutive, and
-    // there are rows / key_share_rows work tiles, as the main kernel counts.
-    const int per_tile = (p.seqlen_k + cfg::kBlockN - 1) / cfg::kBlockN;
-    const KeyShares shares{rows / p.key_share_rows * per_tile, p.key_share_ctas, per_tile};
-    const int c = static_cast<int>(blockIdx.x) + 1;
-    const i64 x = shares.begin(c);
-    const int w = static_cast<int>(x / shares.per_tile);
-    const i64 tile_lo = static_cast<i64>(w) * shares.per_tile;
-    if (x == tile_lo || shares.share_of(tile_lo) != c - 1) return;
-    const int splits = shares.cuts(w);
-    for (i64 row = static_cast<i64>(w) * p.key_share_rows + warp;
-         row < static_cast<i64>(w + 1) * p.key_share_rows; row += kWarpsPerBlock)
-      merge(row, splits);
-    return;
-  }
-  const i64 row = static_cast<i64>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (row < rows) merge(row, p.num_splits);
 }

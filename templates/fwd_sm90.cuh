@@ -155,14 +155,11 @@ constexpr int kOffsetTileSlots = kLayout.offset_tile_slots();
 static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
-using Scheduler = FwdTileScheduler<kQRowsPerTile, kBlockN, kPack, kSplitKv, kVarlen,
-                                   kSplitKv && !kVarlen && kLayout.walks_key_shares()>;
+using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv, kVarlen>;
 using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
 constexpr bool kWarpProducer = Sequence::kPaged;
-// K/V tiles the producer asks L2 for ahead of its loads (contiguous K/V).
-constexpr int kL2PrefetchTiles = kSplitKv && !Sequence::kPaged ? 2 : 0;
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
 using Epilogue =
@@ -325,16 +322,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           const u32 dst =
               smem + (v ? kOffsetV : kOffsetK) + stage * (v ? kVTileBytes : kKTileBytes);
           if (leader) {
-            // Decode streams K/V once: L2 prefetches kL2PrefetchTiles ahead
-            // put more bytes in flight than the ring's stages hold.
-            if (kL2PrefetchTiles > 0 && t + kL2PrefetchTiles < key_tiles.count) {
-#pragma unroll
-              for (int cb = 0; cb < (v ? kVColBlocks : kColBlocks); ++cb)
-                tma_prefetch_l2_4d(
-                    v ? &tma_v : &tma_k, cb * 64,
-                    static_cast<int>(seq.box_row(n0 + kL2PrefetchTiles * kBlockN, 0)), kv_head,
-                    seq.outer);
-            }
             mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
             mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
           }

@@ -146,8 +146,8 @@ ForwardBench::~ForwardBench() {
 
 llvm::Error ForwardBench::launch(const ForwardKernels &kernels, const KernelSpec &spec) {
   InputSet &set = sets_[next_++ % sets_.size()];
-  const KeySplit splits =
-      forward_key_split(spec, problem_, spec.config.splits, kernels.main->sm_count());
+  const int splits =
+      forward_num_splits(spec, problem_, spec.config.splits, kernels.main->sm_count());
   return enqueue_forward(kernels, spec, problem_, set.args, set.params, splits, stream_);
 }
 
@@ -231,8 +231,7 @@ llvm::Expected<AccuracyReport> check_packed_forward_kernel(const ForwardKernels 
   // Uploads and the NaN poison run on the legacy stream, which `stream`
   // (created non-blocking) does not wait for.
   if (llvm::Error e = check_context_health()) return e;
-  const KeySplit splits =
-      forward_key_split(spec, p, spec.config.splits, kernels.main->sm_count());
+  const int splits = forward_num_splits(spec, p, spec.config.splits, kernels.main->sm_count());
   if (llvm::Error e = enqueue_forward(kernels, spec, p, in->args,
                                      make_forward_params(p, in->args), splits, stream))
     return e;
@@ -280,8 +279,7 @@ llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernel
   if (!cache) return cache.takeError();
   // As a call runs it: the config's split count (clamped to this problem's
   // key tiles), the workspace and the combine kernel where it splits.
-  const KeySplit splits =
-      forward_key_split(spec, p, spec.config.splits, kernels.main->sm_count());
+  const int splits = forward_num_splits(spec, p, spec.config.splits, kernels.main->sm_count());
   if (llvm::Error e = enqueue_forward(kernels, spec, p, kernel_args,
                                      make_forward_params(p, kernel_args), splits, stream))
     return e;

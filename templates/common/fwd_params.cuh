@@ -41,17 +41,6 @@ struct FwdParams {
   float *o_partial;
   float *lse_partial;
   int num_splits;
-  // Balanced split-KV (sm90, a single query block per head; generator/
-  // kernel_spec.h, forward_key_split): key_share_ctas > 0 lays the key tiles
-  // [0, ceil(seqlen_k / block_n)) of every work tile end to end and cuts
-  // them into key_share_ctas equal shares, one per CTA
-  // (common/fwd_scheduler.cuh, KeyShares). A work tile one CTA covers
-  // whole writes O and lse directly; one cut among several CTAs writes a
-  // partial per CTA (split 0: the first), num_splits bounding their count.
-  // key_share_rows: a work tile's LSE rows, which are consecutive, so the
-  // combine merges the cut tiles' rows alone.
-  int key_share_ctas;
-  int key_share_rows;
 
   // A KV cache (kernels compiled with kSeqUsedK and/or kPageSize > 0;
   // common/sequence.cuh). seqused_k: [batch] int32, each sequence's

@@ -15,21 +15,6 @@
 // of tile costs (generator/fwd_sm90_traits.h, persistent_grid, says when the
 // host launches one CTA per SM rather than one per work tile).
 //
-// Balanced split-KV (kSplitKv, p.key_share_ctas > 0; the host chooses it
-// for decode: one query block per head, generator/kernel_spec.h). Equal
-// splits leave the SMs a wave quantisation: 64 x 4k decode is 512 work tiles
-// of 64 key tiles on 132 SMs, four rounds for 116 CTAs and three for 16
-// (97%), and a split count only multiplies both sides. Instead the key
-// tiles of all work tiles, laid end to end ([w * K, (w + 1) * K) for work
-// tile w, K = ceil(seqlen_k / block_n)), are cut into one equal share per
-// CTA (KeyShares), as stream-K cuts a GEMM's k-loop: CTA c walks the
-// segments of its share, work tile after work tile. A work tile inside one
-// share writes O directly; one cut among shares writes one partial per
-// share, numbered from the first (its split), which the combine merges.
-// Under a KV cache a sequence may hold fewer keys than seqlen_k (the
-// cache's capacity): a segment then covers only its visible part (maybe
-// none), so the shares are even when the sequences fill the cache.
-//
 // A packed varlen batch (kVarlen) sized by its longest sequence has empty
 // tiles: the query blocks past a shorter sequence's end. With one CTA per
 // tile they cost a CTA start each and the hardware's block scheduler
@@ -48,7 +33,6 @@
 // 1.04x taking tiles as CTAs free up; on the H200 457 -> 528 TFLOP/s).
 #pragma once
 
-#include "common/key_shares.cuh"
 #include "common/mask.cuh"
 #include "common/sequence.cuh"
 #include "common/types.cuh"
@@ -71,28 +55,17 @@ struct WorkTile {
   int q0;     // first query position
   int head;   // query head, or KV head when GQA is packed
   int batch;
-  int split;  // the partial it writes (0 without split-KV)
-  // Balanced split-KV: the key tiles [key_begin, key_end) of this CTA's
-  // share; `partial`: other shares hold the rest of the tile's keys.
-  int key_begin = 0, key_end = 0;
-  bool partial = false;
+  int split;  // 0 without split-KV
 };
 
-// kBalanced: the kernel can walk balanced key shares (a split kernel whose
-// layout walks_key_shares; FwdParams::key_share_ctas picks them per call).
-template <int kQRowsPerTile, int kBlockN, int kPack, bool kSplitKv, bool kVarlen, bool kBalanced>
+template <int kQRowsPerTile, int kPack, bool kSplitKv, bool kVarlen>
 struct FwdTileScheduler {
-  static_assert(!kBalanced || (kSplitKv && !kVarlen), "balanced shares split a dense batch");
   int m_blocks, heads, splits, num_work;
   // The varlen cursor (compact numbering, persistent grids only): sequence
   // `seq` owns tiles [seq_first, seq_first + seq_tiles) and has seq_blocks
   // query blocks.
   bool compact = false;
   int seq = -1, seq_first = 0, seq_tiles = 0, seq_blocks = 0;
-
-  // Balanced split-KV (kSplitKv and p.key_share_ctas > 0): this CTA's share.
-  bool balanced = false;
-  ShareWalk share{};
 
   template <class Params>
   __device__ __forceinline__ explicit FwdTileScheduler(const Params &p)
@@ -101,38 +74,12 @@ struct FwdTileScheduler {
         splits(kSplitKv ? p.num_splits : 1) {
     num_work = m_blocks * splits * heads * p.batch;
     if constexpr (kVarlen) compact = static_cast<int>(gridDim.x) < num_work;
-    if constexpr (kBalanced) {
-      balanced = p.key_share_ctas > 0;
-      if (balanced) {
-        num_work = m_blocks * heads * p.batch;  // whole work tiles, cut by the shares
-        const int per_tile = (p.seqlen_k + kBlockN - 1) / kBlockN;
-        share = ShareWalk(KeyShares{static_cast<i64>(num_work) * per_tile, p.key_share_ctas,
-                                    per_tile},
-                          static_cast<int>(blockIdx.x));
-      }
-    }
   }
 
   // The CTA's work tile of round j into `tile`; false when none is left.
-  // Balanced: the j-th segment of the CTA's share.
   template <class Params>
   __device__ __forceinline__ bool next(const Params &p, int j, WorkTile &tile) {
-    if constexpr (kBalanced) {
-      if (balanced) return segment(j, tile);
-    }
     return at(p, work_index(j), tile);
-  }
-
-  // Segment j of this CTA's share: the part of its j-th work tile in it.
-  __device__ __forceinline__ bool segment(int j, WorkTile &t) const {
-    ShareSegment seg{};
-    if (!share.segment(j, num_work, seg)) return false;
-    t = tile(seg.tile);
-    t.split = seg.split;
-    t.key_begin = seg.first;
-    t.key_end = seg.last;
-    t.partial = seg.partial;
-    return true;
   }
 
   // Work tile `w` into `tile`; false when there is none. A thread's calls
@@ -169,14 +116,10 @@ struct FwdTileScheduler {
     int rest = w / m_blocks;
     int split = 0;
     if constexpr (kSplitKv) {
-      if (!kBalanced || !balanced) {
-        split = rest % splits;
-        rest /= splits;
-      }
+      split = rest % splits;
+      rest /= splits;
     }
-    WorkTile t{m_block * kQRowsPerTile, rest % heads, rest / heads, split};
-    t.partial = kSplitKv && !(kBalanced && balanced) && splits > 1;
-    return t;
+    return WorkTile{m_block * kQRowsPerTile, rest % heads, rest / heads, split};
   }
 
   // The KV head whose K/V the tile reads.
@@ -193,16 +136,7 @@ struct FwdTileScheduler {
   __device__ __forceinline__ TileSpan key_tiles(const Params &p, const WorkTile &t, int seqlen_k,
                                                 i64 offset, int block) const {
     const TileSpan span = visible_key_tiles<Mask>(p, seqlen_k, t.q0, kQRowsPerTile, offset, block);
-    if constexpr (kSplitKv) {
-      if (kBalanced && balanced) {
-        // The share's key tiles that the sequence's queries see (all of them
-        // unless a KV cache holds fewer keys than its capacity).
-        const int first = span.first > t.key_begin ? span.first : t.key_begin;
-        const int end = span.first + span.count < t.key_end ? span.first + span.count : t.key_end;
-        return TileSpan{first, end > first ? end - first : 0};
-      }
-      return split_share(span, t.split, splits);
-    }
+    if constexpr (kSplitKv) return split_share(span, t.split, splits);
     return span;
   }
 };

@@ -57,11 +57,6 @@ struct FwdSm90Layout {
   static constexpr int kWarpgroupRows = 64;       // rows of one consumer warpgroup's wgmma
 
   constexpr int consumer_warpgroups() const { return block_m / kWarpgroupRows; }
-  // Whether a split kernel of this layout can walk balanced key shares
-  // (common/fwd_scheduler.cuh): the one-warpgroup decode tile, whose
-  // producer has room for the walk (56 registers of a 2 x 256 pool; at two
-  // or three consumer warpgroups the producer's 24-32 spilled 4-32 bytes).
-  constexpr bool walks_key_shares() const { return consumer_warpgroups() == 1; }
   constexpr int warps() const { return 4 * (1 + consumer_warpgroups()); }  // + the producer
   constexpr int col_blocks() const { return head_dim / 64; }  // of Q and K
   constexpr int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }

@@ -91,17 +91,6 @@ __device__ __forceinline__ void tma_load_5d(u32 dst, const TmaDescriptor *desc, 
       : "memory");
 }
 
-// Asks the TMA unit to bring the box at (c0 innermost .. c3) of a 4-d tensor
-// map into L2, without waiting and without shared memory: a later load of
-// it then meets L2's latency rather than HBM's.
-__device__ __forceinline__ void tma_prefetch_l2_4d(const TmaDescriptor *desc, int c0, int c1,
-                                                   int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<u64>(desc)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
 __device__ __forceinline__ void tma_load_3d(u32 dst, const TmaDescriptor *desc, u32 bar, int c0,
                                             int c1, int c2) {
   asm volatile(

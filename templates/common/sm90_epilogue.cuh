@@ -50,7 +50,7 @@ struct Sm90Epilogue {
                                                const float (&row_sum)[2], float scale_log2) {
     const float kNegInf = __int_as_float(0xff800000);
     const float kInf = __int_as_float(0x7f800000);
-    const bool partial = kSplitKv && tile.partial;
+    const bool partial = kSplitKv && p.num_splits > 1;
     const bool odd = quad_lane & 1, high = quad_lane & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -151,9 +151,12 @@ KernelConfig deterministic(KernelConfig c = {}) {
   return c;
 }
 
-// The deterministic mode: dQ from its own kernel, no atomics.
+// The deterministic mode: on sm_90a the sm90 family's (dQ's reduce-adds in
+// key-block order) where its tiles stage dQ, else sm80's (dQ from its own
+// kernel, no atomics), which the first and last cases ask for.
 std::vector<Case> deterministic_cases() {
-  return {{make_problem(DType::bf16, 2, 4, 2, 201, 259, 64, 64, MaskKind::causal), deterministic()},
+  return {{make_problem(DType::bf16, 2, 4, 2, 201, 259, 64, 64, MaskKind::causal),
+           deterministic(KernelConfig{KernelPath::sm80})},
           {make_problem(DType::fp16, 1, 4, 4, 130, 130, 128, 128, MaskKind::window, 40, 8, 25.f),
            deterministic()},
           {make_problem(DType::bf16, 1, 2, 2, 97, 150, 256, 256, MaskKind::none), deterministic()},
@@ -222,7 +225,7 @@ std::vector<Case> sm90_cases() {
   cases.push_back(
       {make_problem(DType::fp16, 5, 6, 3, 200, 450, 64, 64, MaskKind::window, 50, 20), sm90});
   // The deterministic mode (dQ added in key-block order through per-tile
-  // semaphores), asked for by path: every dQ tiling that stages dQ (rows
+  // semaphores): every dQ tiling that stages dQ (rows
   // at 64, columns at 128, the head-dim split at 256 with one stage),
   // GQA, masks, dispatch sections, 192/128.
   const KernelConfig sm90_det = deterministic(sm90);
@@ -302,8 +305,13 @@ TEST(BackwardDeterminism, DeterministicModeIsBitIdentical) {
   expect_bit_identical_runs(deterministic());
 }
 
-// The sm90 family's deterministic mode (asked for by path): dQ's TMA
-// reduce-adds in key-block order.
+// The sm80 family's (the default on sm_90a is sm90's): dQ from its own kernel.
+TEST(BackwardDeterminism, Sm80DeterministicModeIsBitIdentical) {
+  FLASHJIT_REQUIRE_GPU();
+  expect_bit_identical_runs(deterministic(KernelConfig{KernelPath::sm80}));
+}
+
+// The sm90 family's: dQ's TMA reduce-adds in key-block order.
 TEST(BackwardDeterminism, Sm90DeterministicModeIsBitIdentical) {
   FLASHJIT_REQUIRE_SM90();
   expect_bit_identical_runs(deterministic(KernelConfig{KernelPath::sm90}));

@@ -6,8 +6,6 @@
 // these into tests of something else.
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include "forward_check.h"
 #include "generator/kernel_spec.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -104,52 +102,6 @@ std::vector<DecodeCase> decode_cases() {
     cases.push_back({{make_problem(DType::fp16, 40, 32, 8, 1, 777, 128, 128, MaskKind::none), c},
                      splits > 1, 4});
   }
-  // Balanced split-KV shares (common/fwd_scheduler.cuh) among a few CTAs:
-  // work tiles cut among 2..many shares and whole in one, packed and not,
-  // masks (rows that see no key: seqlen_q > seqlen_k under causal),
-  // softcap, strided views, one key tile per work tile, head dims off the
-  // tile set, unequal head dims.
-  struct Shared {
-    Problem p;
-    int block_n, shares;
-    GqaPacking pack;
-    bool strided;
-  };
-  const Shared shared[] = {
-      {make_problem(DType::bf16, 2, 16, 4, 3, 1000, 128, 128, MaskKind::none), 64, 7,
-       GqaPacking::on, false},
-      {make_problem(DType::fp16, 3, 8, 8, 1, 300, 64, 64, MaskKind::causal), 64, 5,
-       GqaPacking::off, true},
-      {make_problem(DType::bf16, 2, 32, 8, 2, 4097, 256, 256, MaskKind::none, -1, -1, 30.f), 64,
-       13, GqaPacking::on, false},
-      {make_problem(DType::bf16, 1, 8, 2, 1, 17, 128, 128, MaskKind::none), 64, 2,
-       GqaPacking::on, false},
-      {make_problem(DType::fp16, 2, 16, 2, 5, 3, 128, 128, MaskKind::causal), 64, 3,
-       GqaPacking::on, false},
-      {make_problem(DType::bf16, 5, 32, 8, 1, 2000, 96, 96, MaskKind::none), 128, 11,
-       GqaPacking::on, true},
-      {make_problem(DType::fp16, 2, 32, 8, 1, 3000, 192, 128, MaskKind::causal), 64, 9,
-       GqaPacking::on, false},
-      {make_problem(DType::bf16, 1, 64, 1, 1, 5000, 128, 128, MaskKind::none), 64, 31,
-       GqaPacking::on, false},
-  };
-  for (const Shared &sh : shared) {
-    KernelConfig c{KernelPath::sm90, 64, sh.block_n, 8, 2};
-    c.splits = 2;  // the split kernel; the shares decide the rest
-    c.pack_gqa = sh.pack;
-    const int64_t ratio = sh.p.heads_q / sh.p.heads_kv;
-    Case shared_case{sh.p, c, sh.strided};
-    shared_case.share_ctas = sh.shares;
-    cases.push_back({shared_case, true, sh.pack == GqaPacking::on ? static_cast<int>(ratio) : 1});
-  }
-  // The heuristic's balanced shares on the SMs: Llama-3-8B decode steps
-  // with work tiles in more than one round, and unpacked MHA.
-  add(make_problem(DType::bf16, 64, 32, 8, 1, 4096, 128, 128, MaskKind::none), 0,
-      GqaPacking::automatic);
-  add(make_problem(DType::fp16, 20, 32, 8, 1, 8000, 128, 128, MaskKind::causal), 0,
-      GqaPacking::automatic);
-  add(make_problem(DType::bf16, 150, 8, 8, 1, 2048, 64, 64, MaskKind::none), 0,
-      GqaPacking::automatic);
   // Long keys: the fp32 GPU reference; the heuristic's split count.
   add(make_problem(DType::bf16, 1, 32, 8, 1, 131072, 128, 128, MaskKind::none), 0,
       GqaPacking::automatic);
@@ -173,9 +125,6 @@ TEST_P(DecodeCorrectness, MatchesReference) {
   if (dc.c.config.splits != 0) {
     EXPECT_EQ(spec->split_kv, dc.expect_split) << spec->id();
   }
-  if (dc.c.share_ctas > 0) {
-    ASSERT_EQ(spec->config.block_m, 64) << "balanced shares need the decode tile: " << spec->id();
-  }
   if (dc.c.config.pack_gqa != GqaPacking::automatic) {
     EXPECT_EQ(spec->pack_gqa, dc.expect_pack) << spec->id();
   }
@@ -198,25 +147,6 @@ TEST(DecodeHeuristic, SplitsAndPacksLlamaDecode) {
   EXPECT_EQ(spec->pack_gqa, 4) << spec->id();
   EXPECT_TRUE(spec->split_kv) << spec->id();
   EXPECT_EQ(spec->config.block_m, 64) << spec->id();
-}
-
-// The heuristic cuts these decode steps into balanced shares on the H200's
-// 132 SMs (so the cases above with splits 0 test them), and leaves 1 x 8k
-// to equal splits.
-TEST(DecodeHeuristic, BalancesSingleRoundDecodeOnTheSms) {
-  FLASHJIT_REQUIRE_SM90();
-  auto device = query_device(0);
-  FLASHJIT_ASSERT_OK(device.takeError());
-  for (auto [batch, seqlen, balanced] : {std::tuple{64, 4096, true}, std::tuple{1, 8192, false}}) {
-    Problem p = make_problem(DType::bf16, batch, 32, 8, 1, seqlen, 128, 128, MaskKind::none);
-    auto spec = resolve_forward_spec(p, {});
-    FLASHJIT_ASSERT_OK(spec.takeError());
-    const KeySplit split = forward_key_split(*spec, p, 0, device->sm_count);
-    EXPECT_EQ(split.share_ctas > 0, balanced) << spec->id() << " on " << device->sm_count;
-    if (balanced) {
-      EXPECT_EQ(split.share_ctas, device->sm_count);
-    }
-  }
 }
 
 // The sm80 family's split-KV (no packing there): split counts from 2 to the

@@ -12,13 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "generator/forward_params.h"
 #include "gpu_environment.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
 #include "runtime/device.h"
 #include "runtime/launch_forward.h"
-#include "templates/common/key_shares.cuh"
 
 namespace flashjit {
 namespace testing {
@@ -80,35 +78,13 @@ struct Case {
   Problem problem;
   KernelConfig config{};  // zeros: the heuristic
   bool strided = false;
-  // Balanced split-KV shares to run with instead of the call's choice (0:
-  // the call's): small problems cut among a few CTAs, as a decode step is
-  // among the SMs (enqueue_forward with that KeySplit).
-  int share_ctas = 0;
   std::string name() const {
     std::string s = describe(problem);
     if (config.block_m) s += " | " + describe(config);
     if (strided) s += " | strided";
-    if (share_ctas) s += " | " + std::to_string(share_ctas) + " shares";
     return s;
   }
 };
-
-// Launches `c` as a call would, or with its share_ctas balanced shares.
-inline llvm::Error launch_case(const Case &c, const ForwardArgs &args) {
-  if (c.share_ctas == 0) return launch_forward(c.problem, args, nullptr, c.config);
-  auto spec = resolve_forward_spec(c.problem, c.config);
-  if (!spec) return spec.takeError();
-  auto kernels = get_forward_kernels(*spec);
-  if (!kernels) return kernels.takeError();
-  const Problem &p = c.problem;
-  const int64_t per_tile = forward_key_tiles(p, spec->config.block_n);
-  const int64_t work = p.batch * p.heads_q / spec->pack_gqa;  // one query block per head
-  KeySplit split;
-  split.share_ctas = c.share_ctas;
-  split.share_rows = static_cast<int>(spec->pack_gqa * p.seqlen_q);
-  split.splits = KeyShares{work * per_tile, c.share_ctas, static_cast<int>(per_tile)}.max_cuts();
-  return enqueue_forward(*kernels, *spec, p, args, make_forward_params(p, args), split, nullptr);
-}
 
 inline void run_case(const Case &c, uint64_t seed) {
   SCOPED_TRACE(c.name());
@@ -148,7 +124,7 @@ inline void run_case(const Case &c, uint64_t seed) {
   args.k_strides = k_layout.strides;
   args.v_strides = v_layout.strides;
   args.o_strides = o_layout.strides;
-  FLASHJIT_ASSERT_OK(launch_case(c, args));
+  FLASHJIT_ASSERT_OK(launch_forward(p, args, nullptr, c.config));
 
   std::vector<uint16_t> o_storage(o_layout.storage_elements);
   std::vector<float> lse(lse_elements(p));

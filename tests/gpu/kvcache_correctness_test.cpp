@@ -284,30 +284,6 @@ TEST(KvCache, LlamaDecodeContiguousAndPaged) {
   }
 }
 
-// Balanced split-KV shares over a cache (common/fwd_scheduler.cuh): 20
-// sequences of very different lengths, contiguous and paged, one key
-// appended; the shares cut the cache's capacity, each segment keeps the
-// keys its sequence holds (none for some).
-TEST(KvCache, BalancedSharesOverSequencesOfDifferentLengths) {
-  FLASHJIT_REQUIRE_SM90();
-  auto device = query_device(0);
-  FLASHJIT_ASSERT_OK(device.takeError());
-  for (int page : {0, 64}) {
-    Problem p = make_problem(DType::bf16, 20, 32, 8, 1, 4096, 128, 128, MaskKind::causal);
-    p.seqused_k = true;
-    p.page_size = page;
-    auto spec = resolve_forward_spec(p, {});
-    FLASHJIT_ASSERT_OK(spec.takeError());
-    ASSERT_GT(forward_key_split(*spec, p, 0, device->sm_count).share_ctas, 0) << spec->id();
-    run_kv_case({p,
-                 {4095, 1000, 0, 4095, 17, 2048, 3000, 64, 65, 4000, 1, 4095, 512, 700, 3500, 0,
-                  4095, 129, 2222, 3333},
-                 1,
-                 0},
-                77);
-  }
-}
-
 // Small paged shapes for compute-sanitizer (memcheck, racecheck):
 // --gtest_filter='Sm90Sanitizer*'. Table entries past the keys point outside
 // the cache, one used entry too (read as zeros), keys are appended.

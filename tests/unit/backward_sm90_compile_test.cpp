@@ -192,13 +192,14 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
             "backward kernel path sm90 is not available: the sm90 backward needs an sm_90a "
             "target (wgmma, setmaxnreg, TMA), not sm_80; use sm80");
   // Deterministic (dQ's reduce-adds in key-block order): where dQ is staged,
-  // asked for by path only until checked on a GPU.
+  // chosen automatically as the default mode is.
   KernelConfig det{KernelPath::sm90, 128, 128, 12, 2};
   det.deterministic = true;
   EXPECT_EQ(refusal(p, det, kSm90a), "");
   KernelConfig det_partial;
   det_partial.deterministic = true;
-  EXPECT_EQ(default_backward_config(p, kSm90a, 0, det_partial).path, KernelPath::sm80);
+  EXPECT_EQ(default_backward_config(p, kSm90a, 0, det_partial).path, KernelPath::sm90);
+  EXPECT_EQ(sm90_backward_automatic_reason(p, kSm90a, true), "");
   det_partial.path = KernelPath::sm90;
   EXPECT_EQ(default_backward_config(p, kSm90a, 0, det_partial).path, KernelPath::sm90);
   Problem d256;

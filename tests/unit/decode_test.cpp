@@ -16,7 +16,6 @@
 #include "generator/source.h"
 #include "llvm/Support/ThreadPool.h"
 #include "sm90_compile_check.h"
-#include "templates/common/key_shares.cuh"
 #include "templates/common/split_merge.cuh"
 
 namespace flashjit {
@@ -62,11 +61,9 @@ TEST(DecodeHeuristic, LlamaDecodePacksSplitsAndTakesOneWarpgroup) {
 TEST(DecodeHeuristic, SplitsOnlyWhenTheWorkTilesLeaveSmsIdle) {
   KernelConfig c{KernelPath::sm90, 64, 128, 8, 3};
   c.pack_gqa = GqaPacking::on;
-  // 64 x 8 = 512 work tiles, 16 x 8 = 128 (97% of 132): no equal split,
-  // but balanced shares (DecodeBalancedSplit below), a tile cut among at
-  // most 2 and 3 of them.
-  EXPECT_EQ(forward_splits_heuristic(decode_problem(64, 32, 8, 1, 4096), c, 132), 2);
-  EXPECT_EQ(forward_splits_heuristic(decode_problem(16, 32, 8, 1, 32768), c, 132), 3);
+  // 64 x 8 = 512 work tiles, 16 x 8 = 128 (97% of 132): no split.
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(64, 32, 8, 1, 4096), c, 132), 1);
+  EXPECT_EQ(forward_splits_heuristic(decode_problem(16, 32, 8, 1, 32768), c, 132), 1);
   // 8 x 8 = 64 tiles: 2 splits fill 128.
   EXPECT_EQ(forward_splits_heuristic(decode_problem(8, 32, 8, 1, 8192), c, 132), 2);
   // Never more splits than key tiles: 3 keys tiles of 128.
@@ -89,145 +86,6 @@ TEST(DecodeHeuristic, SplitsOnlyWhenTheWorkTilesLeaveSmsIdle) {
   EXPECT_EQ(forward_splits_heuristic(decode_problem(1, 32, 8, 1, 8192), c, 108), 13);
   // 2 x 8 = 16 work tiles: 8 splits fill 128 SMs with 8 key tiles each.
   EXPECT_EQ(forward_splits_heuristic(decode_problem(2, 32, 8, 1, 8192), c, 132), 8);
-}
-
-// ---- balanced split-KV ------------------------------------------------------------
-
-// Every share of `s` walked as the kernel's scheduler walks it
-// (common/key_shares.cuh): the segments cover each work tile's key tiles
-// exactly once, a tile's partials are numbered 0.. without gaps in key
-// order, `partial` says whether it has more than one, cuts() counts them and
-// max_cuts() bounds them, and the combine's boundary rule picks each cut
-// tile once.
-void expect_shares_partition_the_keys(const KeyShares &s) {
-  SCOPED_TRACE(::testing::Message() << "total " << s.total << " ctas " << s.ctas << " per_tile "
-                                  << s.per_tile);
-  const int work = static_cast<int>(s.total / s.per_tile);
-  std::vector<int> next_key(work, 0), next_split(work, 0), whole(work, 0);
-  for (int c = 0; c < s.ctas; ++c) {
-    ASSERT_EQ(s.share_of(s.begin(c)), c);
-    if (s.begin(c + 1) > s.begin(c)) {
-      ASSERT_EQ(s.share_of(s.begin(c + 1) - 1), c);
-    }
-    const ShareWalk walk(s, c);
-    ShareSegment seg{};
-    long long covered = 0;
-    for (int j = 0; walk.segment(j, work, seg); ++j) {
-      ASSERT_LT(seg.tile, work);
-      ASSERT_EQ(seg.first, next_key[seg.tile]) << "share " << c << " segment " << j;
-      ASSERT_LT(seg.first, seg.last);
-      ASSERT_EQ(seg.split, next_split[seg.tile]) << "share " << c << " segment " << j;
-      ASSERT_EQ(seg.partial, s.cuts(seg.tile) > 1);
-      next_key[seg.tile] = seg.last;
-      ++next_split[seg.tile];
-      covered += seg.last - seg.first;
-    }
-    ASSERT_EQ(covered, s.begin(c + 1) - s.begin(c));
-  }
-  int cut_tiles = 0, merged = 0;
-  for (int w = 0; w < work; ++w) {
-    ASSERT_EQ(next_key[w], s.per_tile) << "work tile " << w;
-    ASSERT_EQ(next_split[w], s.cuts(w)) << "work tile " << w;
-    ASSERT_LE(s.cuts(w), s.max_cuts()) << "work tile " << w;
-    cut_tiles += s.cuts(w) > 1;
-  }
-  // fwd_combine.cuh: boundary c (between shares c - 1 and c) merges the
-  // tile it cuts when share c - 1 holds that tile's start.
-  for (int c = 1; c < s.ctas; ++c) {
-    const long long x = s.begin(c);
-    const long long tile_lo = x / s.per_tile * s.per_tile;
-    merged += x != tile_lo && s.share_of(tile_lo) == c - 1;
-  }
-  EXPECT_EQ(merged, cut_tiles);
-}
-
-TEST(DecodeBalancedSplit, SharesPartitionEveryWorkTilesKeysOnce) {
-  for (int ctas : {1, 2, 7, 108, 132})
-    for (int per_tile : {1, 2, 3, 16, 64, 130, 512})
-      for (int work : {1, 3, 8, 64, 131, 512, 2048}) {
-        const long long total = static_cast<long long>(work) * per_tile;
-        if (total < ctas) continue;  // the host never cuts fewer key tiles than shares
-        expect_shares_partition_the_keys(KeyShares{total, ctas, per_tile});
-      }
-}
-
-TEST(DecodeBalancedSplit, HeuristicBalancesSingleWaveDecode) {
-  KernelConfig c{KernelPath::sm90, 64, 64, 8, 2};
-  c.pack_gqa = GqaPacking::on;
-  // 64 x 4k: 512 work tiles of 64 key tiles; equal splits leave four rounds
-  // for 116 CTAs and three for 16. Shares of 248-249 key tiles cut a tile
-  // among at most 2.
-  KeySplit s = forward_key_split_heuristic(decode_problem(64, 32, 8, 1, 4096), c, 132);
-  EXPECT_EQ(s.share_ctas, 132);
-  EXPECT_EQ(s.splits, 2);
-  // 16 x 32k (one round of 128 CTAs), 256 x 1k, 1 x 128k (16 splits of
-  // 128 tiles against shares of 124-125) and 8 x 8k (2 splits of 64 against
-  // 62-63) likewise.
-  EXPECT_EQ(forward_key_split_heuristic(decode_problem(16, 32, 8, 1, 32768), c, 132).share_ctas,
-            132);
-  EXPECT_EQ(forward_key_split_heuristic(decode_problem(256, 32, 8, 1, 1024), c, 132).share_ctas,
-            132);
-  s = forward_key_split_heuristic(decode_problem(1, 32, 8, 1, 131072), c, 132);
-  EXPECT_EQ(s.share_ctas, 132);
-  EXPECT_EQ(s.splits, 18);  // 2048 key tiles a work tile, shares of >= 124
-  EXPECT_EQ(forward_key_split_heuristic(decode_problem(8, 32, 8, 1, 8192), c, 132).share_ctas,
-            132);
-  // 1 x 8k: shares of 7-8 key tiles are no shorter than 16 equal splits of
-  // 8: equal splits, which need no cut bookkeeping.
-  s = forward_key_split_heuristic(decode_problem(1, 32, 8, 1, 8192), c, 132);
-  EXPECT_EQ(s.share_ctas, 0);
-  EXPECT_EQ(s.splits, 16);
-  // Whole tiles per share (264 = 2 x 132 work tiles): nothing to balance.
-  EXPECT_EQ(forward_key_split_heuristic(decode_problem(33, 32, 8, 1, 4096), c, 132).share_ctas,
-            0);
-  // Not for: more than one query block per head (prefill), a left window
-  // bound (shares past the window would hold nothing), a packed varlen
-  // batch, the sm80 family.
-  EXPECT_EQ(forward_key_split_heuristic(decode_problem(64, 32, 8, 64, 4096), c, 132).share_ctas,
-            0);
-  Problem windowed = decode_problem(64, 32, 8, 1, 4096);
-  windowed.mask = MaskKind::window;
-  windowed.window_left = 1000;
-  windowed.window_right = 0;
-  EXPECT_EQ(forward_key_split_heuristic(windowed, c, 132).share_ctas, 0);
-  Problem causal = decode_problem(64, 32, 8, 1, 4096);
-  causal.mask = MaskKind::causal;
-  EXPECT_EQ(forward_key_split_heuristic(causal, c, 132).share_ctas, 132);
-  Problem varlen = decode_problem(64, 32, 8, 1, 4096);
-  varlen.varlen = true;
-  EXPECT_EQ(forward_key_split_heuristic(varlen, c, 132).share_ctas, 0);
-  KernelConfig sm80{KernelPath::sm80, 128, 64, 4, 2};
-  EXPECT_EQ(forward_key_split_heuristic(decode_problem(64, 32, 8, 1, 4096), sm80, 132).share_ctas,
-            0);
-}
-
-TEST(DecodeBalancedSplit, CallSplitGridAndCombine) {
-  const Problem p = decode_problem(64, 32, 8, 1, 4096);
-  const KernelConfig c = default_forward_config(p, kSm90a, 0, {}, 132);
-  EXPECT_EQ(c.splits, 2);  // the most cuts: the kernel is compiled to split
-  auto spec = make_forward_spec(p, c, kSm90a);
-  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
-  ASSERT_TRUE(spec->split_kv);
-  // Left to the heuristic (0): balanced, one CTA per share, a work tile's
-  // rows its group's 4 heads at the one position.
-  const KeySplit split = forward_key_split(*spec, p, 0, 132);
-  EXPECT_EQ(split.splits, 2);
-  EXPECT_EQ(split.share_ctas, 132);
-  EXPECT_EQ(split.share_rows, 4);
-  EXPECT_EQ(forward_launch_geometry(*spec, p, 132, split).grid.x, 132u);
-  EXPECT_EQ(forward_combine_geometry(p, 0, split).grid.x, 131u);  // a CTA per boundary
-  // An explicit count: equal splits, the row-wise combine.
-  const KeySplit equal = forward_key_split(*spec, p, 2, 132);
-  EXPECT_EQ(equal.splits, 2);
-  EXPECT_EQ(equal.share_ctas, 0);
-  EXPECT_EQ(forward_combine_geometry(p, 0, equal).grid.x, 64u * 32 / 8);
-  // Without the split kernel: no split.
-  KernelConfig unsplit = c;
-  unsplit.splits = 1;
-  auto plain = make_forward_spec(p, unsplit, kSm90a);
-  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
-  EXPECT_EQ(forward_key_split(*plain, p, 0, 132).splits, 1);
-  EXPECT_EQ(forward_key_split(*plain, p, 0, 132).share_ctas, 0);
 }
 
 TEST(DecodeHeuristic, PacksWhenItFillsTheTiles) {
