@@ -149,7 +149,7 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
                  c.deterministic && !sm90 ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq"};
   out.headers = embedded_templates();
   if (sm90)
-    out.source = write_source("backward kernels", spec, false, {"bwd_sm90.cuh"});
+    out.source = write_source("backward kernels", spec, c.deterministic, {"bwd_sm90.cuh"});
   else if (c.deterministic)
     out.source = write_source("backward kernels", spec, true, {"bwd_sm80.cuh", "bwd_dq_sm80.cuh"});
   else

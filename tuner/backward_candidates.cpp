@@ -29,11 +29,14 @@ std::vector<KernelConfig> backward_sm80_configs(const Problem &, const TargetArc
 std::vector<KernelConfig> backward_sm90_configs(const Problem &problem, const TargetArch &arch,
                                                 bool deterministic) {
   // Nothing where the family cannot serve the class (not sm_90a, a head dim
-  // it lacks) or is not taken on its own (the deterministic mode): no
-  // candidates to prune.
+  // it lacks, default tiles that cannot stage dQ for the deterministic
+  // mode): no candidates to prune. In the deterministic mode the traits
+  // prune the tiles that do not stage dQ.
   if (!sm90_backward_automatic_reason(problem, arch, deterministic).empty()) return {};
-  return BwdSm90Traits::search_space(problem.head_dim_qk, problem.head_dim_v,
-                                     max_smem_per_block(arch));
+  std::vector<KernelConfig> configs = BwdSm90Traits::search_space(
+      problem.head_dim_qk, problem.head_dim_v, max_smem_per_block(arch));
+  for (KernelConfig &c : configs) c.deterministic = deterministic;
+  return configs;
 }
 
 namespace {

@@ -84,7 +84,7 @@ TEST(BackwardCompile, EveryHeadDimAndConfigCompiles) {
 TEST(BackwardSpec, ValidatesConfigs) {
   Problem p;
   // On sm_90a the heuristic takes the sm90 family (its own tests:
-  // backward_sm90_compile_test.cpp); the deterministic mode is sm80's.
+  // backward_sm90_compile_test.cpp), in the deterministic mode too.
   auto ok = make_backward_spec(p, default_backward_config(p, kSm90a), kSm90a);
   ASSERT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
   EXPECT_EQ(ok->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a");
@@ -93,10 +93,21 @@ TEST(BackwardSpec, ValidatesConfigs) {
   EXPECT_EQ(on_a100->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_sm_80");
   KernelConfig det_request;
   det_request.deterministic = true;
-  KernelConfig det = default_backward_config(p, kSm90a, 0, det_request);
-  auto det_spec = make_backward_spec(p, det, kSm90a);
+  KernelConfig det90 = default_backward_config(p, kSm90a, 0, det_request);
+  auto det90_spec = make_backward_spec(p, det90, kSm90a);
+  ASSERT_TRUE(bool(det90_spec));
+  EXPECT_EQ(det90_spec->id(),
+            "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_det_sm_90a");
+  // Its dQ reduce-adds are ordered in the main kernel, which the usual
+  // conversion follows: no dQ kernel.
+  const GeneratedSource det90_source = generate_backward(*det90_spec);
+  EXPECT_EQ(det90_source.entries.back(), "flashjit_bwd_convert_dq");
+  EXPECT_NE(det90_source.source.find("constexpr bool kDeterministic = true;"), std::string::npos);
+  // On an A100 the sm80 family's: dQ from its own kernel.
+  KernelConfig det = default_backward_config(p, kSm80, 0, det_request);
+  auto det_spec = make_backward_spec(p, det, kSm80);
   ASSERT_TRUE(bool(det_spec));
-  EXPECT_EQ(det_spec->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_det_sm_90a");
+  EXPECT_EQ(det_spec->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_det_sm_80");
   const GeneratedSource det_source = generate_backward(*det_spec);
   EXPECT_EQ(det_source.entries.back(), "flashjit_bwd_dq");
   EXPECT_NE(det_source.source.find("#include \"bwd_dq_sm80.cuh\""), std::string::npos);

@@ -181,6 +181,18 @@ TEST(BackwardCandidates, HeuristicFirstThenEveryValidSm80Config) {
   const CandidateSet det = backward_candidates(p, a100, 163 * 1024, true);
   ASSERT_FALSE(det.configs.empty());
   for (const KernelConfig &c : det.configs) EXPECT_TRUE(c.deterministic) << describe(c);
+  // On sm_90a both families' candidates, every one deterministic (the sm90
+  // tiles that cannot stage dQ pruned), the sm90 heuristic's first.
+  const TargetArch h100{9, 0, true};
+  const CandidateSet det90 = backward_candidates(p, h100, 227 * 1024, true);
+  ASSERT_FALSE(det90.configs.empty());
+  EXPECT_EQ(det90.configs.front().path, KernelPath::sm90);
+  int sm90 = 0;
+  for (const KernelConfig &c : det90.configs) {
+    EXPECT_TRUE(c.deterministic) << describe(c);
+    sm90 += c.path == KernelPath::sm90;
+  }
+  EXPECT_GT(sm90, 1);
 }
 
 }  // namespace
