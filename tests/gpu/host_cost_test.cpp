@@ -85,46 +85,66 @@ enum DriverWork : unsigned {
 };
 
 // Sets `us` to the median time of the driver's bare launch of `p`'s warm
-// kernel (cuLaunchKernelEx with the same parameters, tensor maps and
-// attributes, encoded once): what a call costs without flashjit; with
-// `work`, that driver work too before each launch.
+// kernels (cuLaunchKernelEx with the same parameters, tensor maps and
+// attributes, encoded once; a split-KV problem's forward and combine):
+// what a call costs without flashjit; with `work`, that driver work too
+// before each launch (kWorkspace: a split problem's partials, allocated
+// and freed as a call does).
 void median_bare_launch_us(const Problem &p, double &us, unsigned work = kLaunchOnly) {
-  auto buffer = DeviceBuffer::allocate(q_elements(p) * 2 + o_elements(p) * 2);
+  const size_t inputs = std::max({q_elements(p), k_elements(p), v_elements(p)}) * 2;
+  auto buffer = DeviceBuffer::allocate(inputs + o_elements(p) * 2);
   auto lse = DeviceBuffer::allocate(lse_elements(p) * 4);
   FLASHJIT_ASSERT_OK(buffer.takeError());
   FLASHJIT_ASSERT_OK(lse.takeError());
   FLASHJIT_ASSERT_OK(buffer->fill_bytes(0));
   char *base = static_cast<char *>(buffer->data());
-  const ForwardArgs args = ForwardArgs::packed(p, base, base, base, base + q_elements(p) * 2,
+  const ForwardArgs args = ForwardArgs::packed(p, base, base, base, base + inputs,
                                                static_cast<float *>(lse->data()));
   auto driver = cuda_driver();
   FLASHJIT_ASSERT_OK(driver.takeError());
   auto spec = resolve_forward_spec(p, {});
   FLASHJIT_ASSERT_OK(spec.takeError());
   ASSERT_EQ(spec->config.path, KernelPath::sm90);
-  ASSERT_FALSE(spec->split_kv) << "one launch";
-  auto kernel = get_forward_kernel(*spec);
-  FLASHJIT_ASSERT_OK(kernel.takeError());
+  auto kernels = get_forward_kernels(*spec);
+  FLASHJIT_ASSERT_OK(kernels.takeError());
+  const LoadedKernel &kernel = *kernels->main;
+  const int splits = forward_num_splits(*spec, p, 0, kernel.sm_count());
+  ASSERT_TRUE(splits == 1 || kernels->combine);
   FwdParams params = make_forward_params(p, args);
   auto maps = make_forward_tensor_maps(*spec, p, args);
   FLASHJIT_ASSERT_OK(maps.takeError());
   void *kernel_args[] = {&params, &maps->q, &maps->k, &maps->v};
-  const LaunchGeometry geometry = forward_launch_geometry(*spec, p, kernel->sm_count(), 1);
-  for (int i = 0; i < 20; ++i)
-    FLASHJIT_ASSERT_OK(kernel->launch(geometry, nullptr, kernel_args, true));
+  void *combine_args[] = {&params};
+  const LaunchGeometry geometry = forward_launch_geometry(*spec, p, kernel.sm_count(), splits);
+  const LaunchGeometry combine_geometry = forward_combine_geometry(p);
+  const uint64_t workspace_bytes = forward_split_workspace_bytes(p, splits);
+  const uint64_t rows = static_cast<uint64_t>(forward_lse_rows(p, 0));
+  // The call's launches, with its workspace when split (allocated with
+  // `work`, else once here).
+  CUdeviceptr fixed = 0;
+  auto launch = [&](CUdeviceptr workspace) {
+    if (splits > 1) {
+      params.num_splits = splits;
+      params.o_partial = reinterpret_cast<float *>(workspace);
+      params.lse_partial = params.o_partial + uint64_t(splits) * rows * p.head_dim_v;
+    }
+    llvm::consumeError(kernel.launch(geometry, nullptr, kernel_args, /*dependent=*/true));
+    if (splits > 1)
+      llvm::consumeError(
+          kernels->combine->launch(combine_geometry, nullptr, combine_args, /*dependent=*/true));
+  };
+  if (splits > 1) {
+    auto allocated = allocate_workspace(kernel.device(), workspace_bytes, nullptr);
+    FLASHJIT_ASSERT_OK(allocated.takeError());
+    fixed = *allocated;
+  }
+  for (int i = 0; i < 20; ++i) launch(fixed);
   CUcontext context = nullptr;
   us = median_group_us(*driver, [&] {
     if (work & kPointerChecks)
       for (const void *ptr : {args.q, args.k, args.v, static_cast<const void *>(args.o)})
         llvm::consumeError(check_device_pointer(*driver, "x", ptr));
     if (work & kContextQuery) (void)driver->cuCtxGetCurrent(&context);
-    if (work & kWorkspace) {
-      auto allocated = allocate_workspace(kernel->device(), 1 << 20, nullptr);
-      if (allocated)
-        llvm::consumeError(free_workspace(*allocated, nullptr));
-      else
-        llvm::consumeError(allocated.takeError());
-    }
     if (work & kTensorMaps) {
       auto encoded = make_forward_tensor_maps(*spec, p, args);
       if (encoded)
@@ -132,8 +152,19 @@ void median_bare_launch_us(const Problem &p, double &us, unsigned work = kLaunch
       else
         llvm::consumeError(encoded.takeError());
     }
-    llvm::consumeError(kernel->launch(geometry, nullptr, kernel_args, /*dependent=*/true));
+    if (splits > 1 && (work & kWorkspace)) {
+      auto allocated = allocate_workspace(kernel.device(), workspace_bytes, nullptr);
+      if (!allocated) {
+        llvm::consumeError(allocated.takeError());
+        return;
+      }
+      launch(*allocated);
+      llvm::consumeError(free_workspace(*allocated, nullptr));
+    } else {
+      launch(fixed);
+    }
   });
+  if (fixed) FLASHJIT_ASSERT_OK(free_workspace(fixed, nullptr));
   ASSERT_GT(us, 0.0);
 }
 
@@ -142,8 +173,7 @@ void median_bare_launch_us(const Problem &p, double &us, unsigned work = kLaunch
 // the argument checks' pointer queries, the context query and, split-KV,
 // the workspace's pool allocation and free (against the stub driver in CI
 // the own share is 0.6-1.1 us: tests/host/host_overhead.cpp; on the H200's
-// host 0.6-1.2 us alone, and a decode call measured 0.45 us over 1.5 in a
-// process that had run the other serial tests first).
+// host 0.6-1.2 us alone).
 constexpr double kOwnShareUs = 2.0;
 
 TEST(HostCost, WarmForwardCallCostsItsDriverWorkPlusAtMostTwoMicroseconds) {
@@ -168,15 +198,9 @@ TEST(HostCost, WarmForwardCallCostsItsDriverWorkPlusAtMostTwoMicroseconds) {
        testing::make_problem(DType::bf16, 8, 32, 8, 1, 8192, 128, 128, MaskKind::none), true},
   };
   for (const Row &row : rows) {
-    // The driver work: a single-launch row's own kernel; the decode step's
-    // as the b=1 kernel's launch with the workspace, plus a second launch.
+    // The driver work: the row's own kernels, launched as the call does.
     double driver_us = -1;
-    if (row.split) {
-      median_bare_launch_us(small, driver_us, kPointerChecks | kContextQuery | kWorkspace);
-      driver_us += bare;
-    } else {
-      median_bare_launch_us(row.problem, driver_us, kPointerChecks | kContextQuery);
-    }
+    median_bare_launch_us(row.problem, driver_us, kPointerChecks | kContextQuery | kWorkspace);
     double us = -1;
     median_host_us(row.problem, us);
     std::printf("host cost per warm call, %s: %.2f us (forward entry to launch return), the "
