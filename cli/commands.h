@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/cli_common.h"
+#include "cli/modifier_options.h"
 #include "llvm/Support/CommandLine.h"
 
 namespace flashjit::cli {
@@ -25,6 +26,7 @@ struct GenCommand {
   llvm::cl::SubCommand sub{"gen", "Print the generated kernel source"};
   llvm::cl::opt<bool> expanded;
   llvm::cl::opt<std::string> arch;
+  ModifierOptions modifiers;
   int run(const CommonOptions &common, const ProblemOptions &problem) const;
 };
 
@@ -33,6 +35,7 @@ struct CompileCommand {
   llvm::cl::SubCommand sub{"compile", "Compile the kernel to a cubin and report its resources"};
   llvm::cl::opt<std::string> arch;
   llvm::cl::opt<std::string> output;
+  ModifierOptions modifiers;
   int run(const CommonOptions &common, const ProblemOptions &problem) const;
 };
 

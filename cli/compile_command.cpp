@@ -21,7 +21,8 @@ CompileCommand::CompileCommand(cl::OptionCategory &category)
     : arch("arch", cl::desc("Target architecture (default: the GPU's); needs no GPU"),
            cl::value_desc("sm_90a|sm_80|..."), cl::cat(category), cl::sub(sub)),
       output("o", cl::desc("Write the cubin to FILE"), cl::value_desc("FILE"), cl::cat(category),
-             cl::sub(sub)) {}
+             cl::sub(sub)),
+      modifiers(category, sub) {}
 
 namespace {
 
@@ -54,6 +55,7 @@ int CompileCommand::run(const CommonOptions &common, const ProblemOptions &probl
   int code = kExitOk;
   auto kernel = resolve_kernel(problem, arch, code);
   if (!kernel) return report_error(code, kernel.takeError());
+  if (llvm::Error e = modifiers.apply(*kernel, code)) return report_error(code, std::move(e));
   GeneratedSource source = kernel->spec.pass == Pass::backward ? generate_backward(kernel->spec)
                                                                 : generate_forward(kernel->spec);
   source.options.push_back("--ptxas-options=-v");

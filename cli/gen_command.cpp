@@ -12,12 +12,14 @@ GenCommand::GenCommand(cl::OptionCategory &category)
                cl::desc("Inline every template, giving one file nvcc compiles offline"),
                cl::cat(category), cl::sub(sub)),
       arch("arch", cl::desc("Target architecture (default: the GPU's)"),
-           cl::value_desc("sm_90a|sm_80|..."), cl::cat(category), cl::sub(sub)) {}
+           cl::value_desc("sm_90a|sm_80|..."), cl::cat(category), cl::sub(sub)),
+      modifiers(category, sub) {}
 
 int GenCommand::run(const CommonOptions &common, const ProblemOptions &problem) const {
   int code = kExitOk;
   auto kernel = resolve_kernel(problem, arch, code);
   if (!kernel) return report_error(code, kernel.takeError());
+  if (llvm::Error e = modifiers.apply(*kernel, code)) return report_error(code, std::move(e));
   const GeneratedSource source = kernel->spec.pass == Pass::backward
                                      ? generate_backward(kernel->spec)
                                      : generate_forward(kernel->spec);

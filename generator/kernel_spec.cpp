@@ -8,6 +8,7 @@
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
+#include "generator/modifier_source.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -168,6 +169,7 @@ std::string KernelSpec::id() const {
   if (seqused_k) decode += "_seqused";
   if (page_size > 0) decode += llvm::formatv("_page{0}", page_size).str();
   if (varlen) decode += "_varlen";
+  if (!modifiers.empty()) decode += "_mod" + modifiers_hash(modifiers);
   return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}{13}_{10}",
                        to_string(config.path), to_string(dtype), head_dim_qk, head_dim_v,
                        to_string(mask), softcap ? "softcap" : "nocap", config.block_m,

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "flashjit/modifiers.h"
 #include "flashjit/problem.h"
 #include "generator/launch_geometry.h"
 #include "generator/target_arch.h"
@@ -38,12 +39,15 @@ struct KernelSpec {
   int page_size = 0;
   // A packed batch of sequences of different lengths (Problem::varlen).
   bool varlen = false;
+  // Forward only: the caller's score and mask modifiers, compiled in.
+  Modifiers modifiers;
 
   // Readable and unique: every parameter appears in it, e.g.
   // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
   // (the pass first: bwd_... for the backward kernels; _gqa4, _split,
   // _seqused and _page64 before the arch where the forward packs GQA heads,
-  // splits the keys, reads per-sequence key counts or pages)
+  // splits the keys, reads per-sequence key counts or pages; _mod and 16
+  // hex digits of their hash where it compiles a caller's modifiers)
   std::string id() const;
   bool operator==(const KernelSpec &) const = default;
 };

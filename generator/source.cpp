@@ -1,5 +1,6 @@
 #include "generator/source.h"
 
+#include "generator/modifier_source.h"
 #include "generator/warp_roles.h"
 
 #include <initializer_list>
@@ -66,6 +67,7 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
      << "// templates " << templates_hash().substr(0, 16) << "\n"
      << "#include \"common/types.cuh\"\n"
      << "#include \"common/mask.cuh\"\n"
+     << "#include \"common/modifiers.cuh\"\n"
      << "\n"
      << "namespace flashjit {\n"
      << "namespace cfg {\n"
@@ -91,8 +93,12 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   os << "using Element = " << element_type(spec.dtype) << ";\n"
      << "using Mask = " << mask_policy(spec.mask) << ";\n"
      << "}  // namespace cfg\n"
-     << "}  // namespace flashjit\n"
-     << "\n";
+     << "}  // namespace flashjit\n";
+  // The caller's modifiers (forward only), numbered from the line they start on.
+  os.flush();
+  int line = 1;
+  for (char c : out) line += c == '\n';
+  os << modifiers_prelude(spec.modifiers, line, spec.id() + ".cu") << "\n";
   for (llvm::StringRef header : kernel_headers) os << "#include \"" << header << "\"\n";
   return os.str();
 }

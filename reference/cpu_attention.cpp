@@ -117,7 +117,8 @@ size_t lse_elements(const Problem &p) {
 }
 
 AttentionOutputs cpu_attention(const Problem &p, llvm::ArrayRef<float> q, llvm::ArrayRef<float> k,
-                               llvm::ArrayRef<float> v, ReferencePrecision precision) {
+                               llvm::ArrayRef<float> v, ReferencePrecision precision,
+                               const ReferenceModifiers &modifiers) {
   assert(q.size() == q_elements(p) && k.size() == k_elements(p) && v.size() == v_elements(p));
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t heads_per_kv = p.heads_q / p.heads_kv;
@@ -139,14 +140,15 @@ AttentionOutputs cpu_attention(const Problem &p, llvm::ArrayRef<float> q, llvm::
         const float *qrow = &q[((b * p.seqlen_q + i) * p.heads_q + h) * dqk];
         double row_max = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < p.seqlen_k; ++j) {
-          if (!key_visible(p, i, j)) {
+          if (!key_visible(p, i, j) || (modifiers.visible && !modifiers.visible(b, h, i, j))) {
             scores[j] = -std::numeric_limits<double>::infinity();
             continue;
           }
           const float *krow = &k[((b * p.seqlen_k + j) * p.heads_kv + hk) * dqk];
           double dot = 0;
           for (int64_t d = 0; d < dqk; ++d) dot += double(qrow[d]) * double(krow[d]);
-          const double s = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+          double s = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+          if (modifiers.score) s = modifiers.score(s, b, h, i, j);
           scores[j] = s;
           row_max = std::max(row_max, s);
         }

@@ -5,6 +5,7 @@
 // very same inputs.
 #pragma once
 
+#include <functional>
 #include <cstdint>
 #include <vector>
 
@@ -50,11 +51,21 @@ struct AttentionOutputs {
   std::vector<float> lse;  // [batch, heads_q, seqlen_q], natural log
 };
 
+// The reference's twin of a caller's modifiers (include/flashjit/modifiers.h),
+// as C++ over the same logical indices (batch, query head, query and key
+// positions): `score` maps each scaled (and softcapped) score, `visible`
+// hides keys on top of the problem's mask. Empty: none.
+struct ReferenceModifiers {
+  std::function<double(double score, int64_t b, int64_t h, int64_t q, int64_t k)> score;
+  std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)> visible;
+};
+
 // A row that sees no key gets O = 0 and LSE = +infinity, as FlashAttention
 // writes it. `q`, `k` and `v` must be packed and sized for `problem`.
 AttentionOutputs cpu_attention(const Problem &problem, llvm::ArrayRef<float> q,
                                llvm::ArrayRef<float> k, llvm::ArrayRef<float> v,
-                               ReferencePrecision precision = ReferencePrecision::exact);
+                               ReferencePrecision precision = ReferencePrecision::exact,
+                               const ReferenceModifiers &modifiers = {});
 
 // Element counts of the packed tensors of `problem`.
 size_t q_elements(const Problem &problem);

@@ -55,6 +55,7 @@ namespace fwd_sm80 {
 
 using namespace cfg;
 using Ops = ElementOps<Element>;
+using Modifiers = cfg::Modifiers;
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kWarpRows = kBlockM / kWarps;
@@ -332,6 +333,34 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
         for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = tanh_approx(acc_s[mt][nt][i] * p.score_scale);
+    }
+
+    // ---- the caller's modifiers (common/modifiers.cuh) ------------------------
+    // score_mod in the softmax's natural units (S times `unit`), mask_mod
+    // hiding keys; only on queries and keys the sequence holds (the built-in
+    // mask and the epilogue take care of the rest).
+    if constexpr (Modifiers::kScore || Modifiers::kMask) {
+      const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
+      const float inv_unit = 1.f / unit;
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int q = m0 + warp_row0 + mt * 16 + group + h * 8;
+#pragma unroll
+          for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int k = n0 + nt * 8 + quad_lane * 2 + c;
+              float &s = acc_s[mt][nt][h * 2 + c];
+              if (q < seqlen_q && k < seqlen_k) {
+                if constexpr (Modifiers::kScore)
+                  s = Modifiers::score(s * unit, batch, head, q, k, p.aux) * inv_unit;
+                if constexpr (Modifiers::kMask)
+                  if (!Modifiers::visible(batch, head, q, k, p.aux)) s = kNegInf;
+              }
+            }
+        }
     }
 
     // ---- mask: only tiles an edge cuts --------------------------------------

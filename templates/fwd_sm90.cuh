@@ -111,6 +111,7 @@ namespace fwd_sm90 {
 
 using namespace cfg;
 using Ops = ElementOps<Element>;
+using Modifiers = cfg::Modifiers;
 
 // The tiled head dim (64, 128, 192 or 256): a problem's between has zero columns
 // past its own (TMA fills them), which the epilogue never stores.
@@ -461,19 +462,50 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
   };
 
-  // Softcap, mask and online softmax of the S tile of keys [n0, n0 + kBlockN)
-  // for the warpgroup's 64 query rows from wg_m0: S becomes unnormalised P in
-  // place; `correction` is the factor O must be scaled by (applied by the
-  // caller once the previous P V is complete). acc_s[4*nt + 2*h + c] is row
-  // (group + 8h), column 8nt + 2*quad_lane + c.
-  auto softmax = [&](float (&acc_s)[kSRegisters], const Sequence &seq, int wg_m0, int n0,
-                     float (&correction)[2]) {
+  // The caller's modifiers (common/modifiers.cuh) on the S tile of work tile
+  // `tile`: score_mod on every score whose query and key the sequence holds
+  // (in the softmax's natural units: S times `unit`), mask_mod hiding the
+  // keys it refuses. Rows and columns past the sequence are left to the
+  // built-in mask and the epilogue, so a snippet never sees such an index.
+  auto modify = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
+                    int wg_m0, int n0) {
+    const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
+    const float inv_unit = 1.f / unit;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int local = warp * 16 + group + h * 8;
+      const int q = wg_m0 + local / kPack;  // packed rows: head fastest
+      const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int k = n0 + nt * 8 + 2 * quad_lane + c;
+          float &s = acc_s[4 * nt + 2 * h + c];
+          if (q < seq.seqlen_q && k < seq.seqlen_k) {
+            if constexpr (Modifiers::kScore)
+              s = Modifiers::score(s * unit, tile.batch, head, q, k, p.aux) * inv_unit;
+            if constexpr (Modifiers::kMask)
+              if (!Modifiers::visible(tile.batch, head, q, k, p.aux)) s = kNegInf;
+          }
+        }
+    }
+  };
+
+  // Softcap, modifiers, mask and online softmax of the S tile of keys
+  // [n0, n0 + kBlockN) for the warpgroup's 64 query rows from wg_m0: S
+  // becomes unnormalised P in place; `correction` is the factor O must be
+  // scaled by (applied by the caller once the previous P V is complete).
+  // acc_s[4*nt + 2*h + c] is row (group + 8h), column 8nt + 2*quad_lane + c.
+  auto softmax = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
+                     int wg_m0, int n0, float (&correction)[2]) {
     const int seqlen_k = seq.seqlen_k;
     const i64 offset = seq.offset;
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
     }
+    if constexpr (Modifiers::kScore || Modifiers::kMask) modify(acc_s, tile, seq, wg_m0, n0);
     // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's rows).
     if (tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset)) {
 #pragma unroll
@@ -650,7 +682,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // other's GEMMs.
       for (int t = 0; t < num_tiles; ++t) {
         s_alone(acc_s, j, kv_iter + t);
-        softmax(acc_s, seq, wg_m0, n0_of(t), correction);
+        softmax(acc_s, tile, seq, wg_m0, n0_of(t), correction);
         rescale_o(correction);
         to_p(acc_s, p_frag);
         if (t + 1 == num_tiles) release_q(j);  // its last S is done
@@ -661,14 +693,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // then O += P(t) V(t) back to back, computes the softmax of S(t+1)
       // while P V runs, and only then rescales O and replaces P.
       s_alone(acc_s, j, kv_iter);
-      softmax(acc_s, seq, wg_m0, n0_of(0), correction);  // O is still 0
+      softmax(acc_s, tile, seq, wg_m0, n0_of(0), correction);  // O is still 0
       to_p(acc_s, p_frag);
       // The last tile is peeled off: with a fixed number of commit groups per
       // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
       // asynchronous (a conditional S issue made it serialise them, C7514).
       for (int t = 0; t + 1 < num_tiles; ++t) {
         s_and_pv(acc_s, j, kv_iter + t + 1, p_frag, kv_iter + t);
-        softmax(acc_s, seq, wg_m0, n0_of(t + 1), correction);
+        softmax(acc_s, tile, seq, wg_m0, n0_of(t + 1), correction);
         finish_pv(kv_iter + t);
         rescale_o(correction);
         to_p(acc_s, p_frag);

@@ -69,6 +69,11 @@ struct FwdParams {
   // tiles taken past each CTA's first (common/fwd_scheduler.cuh); null: the
   // static rotation.
   int *tile_counter;
+
+  // The extra inputs of a caller's modifiers (common/modifiers.cuh), laid
+  // out as the snippet's struct Aux (generator/modifier_source.h: at most
+  // 64 bytes, C layout).
+  unsigned long long aux[8];
 };
 
 // The append kernel's block (kv_append.cuh): this step's keys and values,

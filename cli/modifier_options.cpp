@@ -1,0 +1,59 @@
+#include "cli/modifier_options.h"
+
+#include "generator/modifier_source.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+namespace cl = llvm::cl;
+
+namespace flashjit::cli {
+
+ModifierOptions::ModifierOptions(cl::OptionCategory &category, cl::SubCommand &sub)
+    : score_mod("score-mod",
+                cl::desc("Forward: compile FILE's score_mod(float score, int b, int h, int q, "
+                         "int k) in, applied to every scaled score"),
+                cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
+      mask_mod("mask-mod",
+               cl::desc("Forward: compile FILE's mask_mod(int b, int h, int q, int k) in (true: "
+                        "visible), on top of the built-in mask"),
+               cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
+      aux("aux",
+          cl::desc("The modifiers' extra inputs, e.g. \"const float* slopes, int prefix\": each "
+                   "function then takes `const Aux& aux` last"),
+          cl::value_desc("DECLS"), cl::cat(category), cl::sub(sub)) {}
+
+llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
+  if (score_mod.empty() && mask_mod.empty() && aux.empty()) return llvm::Error::success();
+  code = kExitUsage;
+  if (kernel.spec.pass != Pass::forward)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--score-mod/--mask-mod/--aux: the forward only (--pass fwd); "
+                                   "the backward does not take modifiers yet");
+  Modifiers modifiers;
+  for (const auto &[path, flag, out] :
+       {std::tuple{&score_mod, "--score-mod", &modifiers.score_mod},
+        std::tuple{&mask_mod, "--mask-mod", &modifiers.mask_mod}}) {
+    if (path->empty()) continue;
+    auto file = llvm::MemoryBuffer::getFile(path->getValue());
+    if (!file)
+      return llvm::createStringError(
+          file.getError(),
+          llvm::formatv("{0} {1}: {2}", flag, path->getValue(), file.getError().message())
+              .str());
+    *out = (*file)->getBuffer().str();
+    if (llvm::StringRef(*out).trim().empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     llvm::formatv("{0} {1}: the file is empty", flag,
+                                                   path->getValue())
+                                         .str());
+  }
+  auto fields = parse_aux_declarations(aux);
+  if (!fields) return fields.takeError();
+  modifiers.aux = std::move(*fields);
+  if (llvm::Error e = validate_modifiers(modifiers)) return e;
+  kernel.spec.modifiers = std::move(modifiers);
+  code = kExitOk;
+  return llvm::Error::success();
+}
+
+}  // namespace flashjit::cli

@@ -1,0 +1,23 @@
+// The flags that compile a caller's modifiers (include/flashjit/modifiers.h)
+// into the forward kernel of gen and compile: --score-mod FILE,
+// --mask-mod FILE, --aux "const float* slopes, int prefix".
+#pragma once
+
+#include <string>
+
+#include "cli/aux_declarations.h"
+#include "cli/cli_common.h"
+#include "llvm/Support/CommandLine.h"
+
+namespace flashjit::cli {
+
+struct ModifierOptions {
+  ModifierOptions(llvm::cl::OptionCategory &category, llvm::cl::SubCommand &sub);
+  llvm::cl::opt<std::string> score_mod, mask_mod, aux;
+
+  // Reads the files and the declarations into `kernel`'s spec (forward only);
+  // a usage error (code kExitUsage) names the flag and what was expected.
+  llvm::Error apply(ResolvedKernel &kernel, int &code) const;
+};
+
+}  // namespace flashjit::cli

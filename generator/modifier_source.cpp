@@ -1,0 +1,149 @@
+#include "generator/modifier_source.h"
+
+#include <cctype>
+#include <cstdint>
+#include <set>
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace flashjit {
+
+namespace {
+
+struct AuxType {
+  const char *name;
+  int size;  // and alignment
+};
+constexpr AuxType kAuxTypes[] = {{"const float*", 8},         {"const int*", 8},
+                                 {"const long long*", 8},     {"const unsigned char*", 8},
+                                 {"float", 4},                {"int", 4},
+                                 {"long long", 8}};
+
+const AuxType *find_type(const std::string &name) {
+  for (const AuxType &t : kAuxTypes)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+bool is_identifier(const std::string &s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+llvm::Error modifier_error(const std::string &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "modifiers: " + message);
+}
+
+std::string type_list() {
+  std::string out;
+  for (const AuxType &t : kAuxTypes) out += std::string(out.empty() ? "" : ", ") + t.name;
+  return out;
+}
+
+// FNV-1a, 64 bits: the same in every process and build (std::hash and
+// llvm::hash_value promise neither).
+uint64_t fnv1a(uint64_t h, const std::string &s) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return (h ^ 0xffu) * 1099511628211ull;  // a separator, so "ab"+"c" differs from "a"+"bc"
+}
+
+}  // namespace
+
+llvm::Expected<std::vector<AuxSlot>> aux_layout(const Modifiers &modifiers) {
+  std::vector<AuxSlot> slots;
+  std::set<std::string> names;
+  int offset = 0;
+  for (const AuxField &field : modifiers.aux) {
+    const AuxType *type = find_type(field.type);
+    if (!type)
+      return modifier_error(llvm::formatv("aux field '{0}' has type '{1}': expected one of {2}",
+                                          field.name, field.type, type_list())
+                                .str());
+    if (!is_identifier(field.name))
+      return modifier_error(llvm::formatv("aux field name '{0}' is not a C identifier",
+                                          field.name)
+                                .str());
+    if (!names.insert(field.name).second)
+      return modifier_error(llvm::formatv("aux field '{0}' is declared twice", field.name).str());
+    offset = (offset + type->size - 1) / type->size * type->size;
+    slots.push_back({offset, type->size});
+    offset += type->size;
+  }
+  if (offset > kAuxBytes)
+    return modifier_error(llvm::formatv("the aux fields take {0} bytes as a struct: at most {1}",
+                                        offset, kAuxBytes)
+                              .str());
+  return slots;
+}
+
+llvm::Error validate_modifiers(const Modifiers &modifiers) {
+  if (!modifiers.aux.empty() && modifiers.empty())
+    return modifier_error("aux fields are declared but there is no score_mod or mask_mod");
+  auto layout = aux_layout(modifiers);
+  return layout ? llvm::Error::success() : layout.takeError();
+}
+
+std::string modifiers_hash(const Modifiers &modifiers) {
+  if (modifiers.empty()) return "";
+  uint64_t h = 14695981039346656037ull;
+  h = fnv1a(h, modifiers.score_mod);
+  h = fnv1a(h, modifiers.mask_mod);
+  for (const AuxField &field : modifiers.aux) h = fnv1a(fnv1a(h, field.type), field.name);
+  return llvm::formatv("{0:x-16}", h).str();
+}
+
+std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
+                              const std::string &program) {
+  if (modifiers.empty())
+    return "namespace flashjit {\nnamespace cfg {\nusing Modifiers = NoModifiers;\n}  // "
+           "namespace cfg\n}  // namespace flashjit\n";
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  const bool aux = !modifiers.aux.empty();
+  os << "// The caller's modifiers (include/flashjit/modifiers.h).\n";
+  if (aux) {
+    os << "struct Aux {\n";
+    for (const AuxField &field : modifiers.aux) os << "  " << field.type << " " << field.name << ";\n";
+    os << "};\n";
+  }
+  auto snippet = [&](const char *name, const std::string &text) {
+    if (text.empty()) return;
+    os << "#line 1 \"" << name << "\"\n" << text;
+    if (text.back() != '\n') os << '\n';
+  };
+  snippet("score_mod", modifiers.score_mod);
+  snippet("mask_mod", modifiers.mask_mod);
+  os.flush();
+  int lines = 0;  // the prelude's lines so far
+  for (char c : out) lines += c == '\n';
+  // Back to the generated file's numbering: this directive is line
+  // first_line + lines, so the next is one more.
+  os << "#line " << first_line + lines + 1 << " \"" << program << "\"\n";
+  const char *aux_arg = aux ? ", *static_cast<const ::Aux *>(aux)" : "";
+  os << "namespace flashjit {\nnamespace cfg {\n"
+     << "struct Modifiers {\n"
+     << "  static constexpr bool kScore = " << (modifiers.score_mod.empty() ? "false" : "true")
+     << ";\n"
+     << "  static constexpr bool kMask = " << (modifiers.mask_mod.empty() ? "false" : "true")
+     << ";\n"
+     << "  __device__ __forceinline__ static float score(float s, int b, int h, int q, int k, "
+        "const void *aux) {\n";
+  if (modifiers.score_mod.empty())
+    os << "    return s;\n";
+  else
+    os << "    return ::score_mod(s, b, h, q, k" << aux_arg << ");\n";
+  os << "  }\n"
+     << "  __device__ __forceinline__ static bool visible(int b, int h, int q, int k, "
+        "const void *aux) {\n";
+  if (modifiers.mask_mod.empty())
+    os << "    return true;\n";
+  else
+    os << "    return ::mask_mod(b, h, q, k" << aux_arg << ");\n";
+  os << "  }\n};\n}  // namespace cfg\n}  // namespace flashjit\n";
+  return os.str();
+}
+
+}  // namespace flashjit

@@ -1,0 +1,42 @@
+// A caller's modifiers (include/flashjit/modifiers.h) in a generated
+// program: their validation, the part of a kernel's id that names them, and
+// the prelude that compiles them in (templates/common/modifiers.cuh says how
+// the kernels call them).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashjit/modifiers.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+// The bytes FwdParams::aux holds: the extra inputs' struct must fit.
+constexpr int kAuxBytes = 64;
+
+// Checks the aux fields (known types, C identifiers, no name twice, at most
+// kAuxBytes laid out as a C struct) and that a declared input has a
+// modifier to read it.
+llvm::Error validate_modifiers(const Modifiers &modifiers);
+
+// 16 hex digits of a hash of the snippets and the fields, the same in every
+// process ("" for none): part of the kernel's id, so of its cubin's key.
+std::string modifiers_hash(const Modifiers &modifiers);
+
+// The offset of each aux field in struct Aux (C layout), and its size.
+struct AuxSlot {
+  int offset, size;
+};
+llvm::Expected<std::vector<AuxSlot>> aux_layout(const Modifiers &modifiers);
+
+// The program text that defines struct Aux, the caller's functions (each
+// after a `#line 1 "score_mod"` / `"mask_mod"`, so NVRTC reports errors in
+// the snippet's own lines) and flashjit::cfg::Modifiers; `first_line` is
+// the generated file's line where it starts (`program` the file's name), so
+// a `#line` after the snippets puts the numbering back. Empty modifiers
+// give `using Modifiers = NoModifiers;` in flashjit::cfg.
+std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
+                              const std::string &program);
+
+}  // namespace flashjit

@@ -1,0 +1,44 @@
+// A caller's own variant of attention (FlexAttention's score_mod and
+// mask_mod): CUDA source that NVRTC compiles into the forward kernel, so the
+// variant runs at the kernel's speed and a new sequence length compiles
+// nothing. Plain data: no CUDA, no LLVM.
+//
+// A snippet runs with the caller's privileges, like any kernel: it is code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace flashjit {
+
+// An extra input of the modifiers, passed at call time: a device pointer or
+// a scalar, declared by C type and name. The types: "const float*",
+// "const int*", "const long long*", "const unsigned char*", "float", "int",
+// "long long".
+struct AuxField {
+  std::string type;
+  std::string name;
+  bool operator==(const AuxField &) const = default;
+};
+
+struct Modifiers {
+  // Defines
+  //   __device__ float score_mod(float score, int b, int h, int q, int k)
+  // applied to every scaled score (after the built-in softcap) before the
+  // softmax; b is the batch index (the sequence of a packed batch), h the
+  // query head, q and k the query and key positions within the sequence.
+  std::string score_mod;
+  // Defines
+  //   __device__ bool mask_mod(int b, int h, int q, int k)
+  // true where query q sees key k; it composes with the built-in mask (a
+  // key is visible when both say so).
+  std::string mask_mod;
+  // Extra inputs: where there are any, each function takes one more
+  // parameter, `const Aux &aux`, a struct of these fields in this order.
+  std::vector<AuxField> aux;
+
+  bool empty() const { return score_mod.empty() && mask_mod.empty(); }
+  bool operator==(const Modifiers &) const = default;
+};
+
+}  // namespace flashjit

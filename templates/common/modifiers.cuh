@@ -1,0 +1,22 @@
+// The hook of a caller's modifiers (include/flashjit/modifiers.h) in the
+// forward kernels: a policy with two switches and two functions of logical
+// indices (batch, query head, query position, key position), which the
+// kernel calls per element of its S tile, having mapped its fragments to
+// those indices. The generator's prelude defines cfg::Modifiers: NoModifiers,
+// or a struct of the same shape that calls the caller's score_mod and
+// mask_mod (generator/modifier_source.cpp). `aux` points at the call's extra
+// inputs (FwdParams::aux), laid out as the snippet's struct Aux.
+#pragma once
+
+namespace flashjit {
+
+struct NoModifiers {
+  static constexpr bool kScore = false;
+  static constexpr bool kMask = false;
+  __device__ __forceinline__ static float score(float s, int, int, int, int, const void *) {
+    return s;
+  }
+  __device__ __forceinline__ static bool visible(int, int, int, int, const void *) { return true; }
+};
+
+}  // namespace flashjit

@@ -1,0 +1,272 @@
+// A caller's modifiers (issue #15) without a GPU: validation and its
+// messages, the aux struct's layout, the hash in the kernel id, the
+// generated prelude and its #line numbering, NVRTC compiles for sm_90a and
+// sm_80 (compile errors reported in the snippet's own lines), the CLI's
+// --score-mod/--mask-mod/--aux, and the reference's modifier hook.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "cli/aux_declarations.h"
+#include "cli_files.h"
+#include "cli_runner.h"
+#include "generator/heuristic.h"
+#include "generator/kernel_spec.h"
+#include "generator/modifier_source.h"
+#include "generator/source.h"
+#include "reference/cpu_attention.h"
+#include "runtime/nvrtc_compiler.h"
+#include "sm90_compile_check.h"
+
+namespace flashjit {
+namespace {
+
+const TargetArch kSm90a{9, 0, true};
+const TargetArch kSm80{8, 0, false};
+
+const char *kAlibi =
+    "// ALiBi\n"
+    "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+    "  return score + aux.slopes[h] * (k - q);\n"
+    "}\n";
+const char *kDocuments =
+    "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+    "  return aux.doc_ids[q] == aux.doc_ids[k];\n"
+    "}\n";
+
+Modifiers alibi_and_documents() {
+  Modifiers m;
+  m.score_mod = kAlibi;
+  m.mask_mod = kDocuments;
+  m.aux = {{"const float*", "slopes"}, {"const int*", "doc_ids"}};
+  return m;
+}
+
+std::string error_of(llvm::Error e) { return e ? llvm::toString(std::move(e)) : ""; }
+
+TEST(Modifiers, ValidationNamesTheFieldAndWhatWasExpected) {
+  EXPECT_EQ(error_of(validate_modifiers({})), "");
+  EXPECT_EQ(error_of(validate_modifiers(alibi_and_documents())), "");
+  Modifiers m = alibi_and_documents();
+  m.aux[0].type = "double";
+  EXPECT_EQ(error_of(validate_modifiers(m)),
+            "modifiers: aux field 'slopes' has type 'double': expected one of const float*, "
+            "const int*, const long long*, const unsigned char*, float, int, long long");
+  m = alibi_and_documents();
+  m.aux[1].name = "2ids";
+  EXPECT_EQ(error_of(validate_modifiers(m)), "modifiers: aux field name '2ids' is not a C identifier");
+  m = alibi_and_documents();
+  m.aux[1].name = "slopes";
+  EXPECT_EQ(error_of(validate_modifiers(m)), "modifiers: aux field 'slopes' is declared twice");
+  m = alibi_and_documents();
+  for (int i = 0; i < 7; ++i) m.aux.push_back({"long long", "x" + std::to_string(i)});
+  EXPECT_EQ(error_of(validate_modifiers(m)),
+            "modifiers: the aux fields take 72 bytes as a struct: at most 64");
+  Modifiers no_function;
+  no_function.aux = {{"int", "n"}};
+  EXPECT_EQ(error_of(validate_modifiers(no_function)),
+            "modifiers: aux fields are declared but there is no score_mod or mask_mod");
+}
+
+TEST(Modifiers, AuxIsLaidOutAsACStruct) {
+  Modifiers m;
+  m.score_mod = "x";
+  m.aux = {{"float", "a"}, {"const float*", "p"}, {"int", "n"}, {"long long", "big"},
+           {"int", "m"}};
+  auto layout = aux_layout(m);
+  ASSERT_TRUE(bool(layout)) << llvm::toString(layout.takeError());
+  ASSERT_EQ(layout->size(), 5u);
+  const int offsets[] = {0, 8, 16, 24, 32}, sizes[] = {4, 8, 4, 8, 4};
+  for (size_t i = 0; i < layout->size(); ++i) {
+    EXPECT_EQ((*layout)[i].offset, offsets[i]) << i;
+    EXPECT_EQ((*layout)[i].size, sizes[i]) << i;
+  }
+}
+
+TEST(Modifiers, HashIsStableAndTellsEveryPartApart) {
+  const Modifiers m = alibi_and_documents();
+  // The same in every process and build: it names cubins in the database.
+  EXPECT_EQ(modifiers_hash(m), "41a667243c1c2c09");
+  EXPECT_EQ(modifiers_hash({}), "");
+  Modifiers swapped = m;
+  std::swap(swapped.score_mod, swapped.mask_mod);
+  Modifiers renamed = m;
+  renamed.aux[1].name = "docs";
+  Modifiers reordered = m;
+  std::swap(reordered.aux[0], reordered.aux[1]);
+  Modifiers edited = m;
+  edited.score_mod += " ";
+  for (const Modifiers &other : {swapped, renamed, reordered, edited})
+    EXPECT_NE(modifiers_hash(other), modifiers_hash(m));
+}
+
+KernelSpec modified_spec(const Problem &p, const TargetArch &arch, const Modifiers &m) {
+  KernelConfig c = default_forward_config(p, arch, 0, {}, 132);
+  auto spec = make_forward_spec(p, c, arch);
+  EXPECT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  KernelSpec s = spec ? *spec : KernelSpec{};
+  s.modifiers = m;
+  return s;
+}
+
+TEST(Modifiers, PreludeDefinesAuxAndNumbersTheSnippetsLines) {
+  Problem p;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 16;
+  p.seqlen_q = p.seqlen_k = 8192;
+  p.mask = MaskKind::causal;
+  const KernelSpec spec = modified_spec(p, kSm90a, alibi_and_documents());
+  EXPECT_EQ(spec.id(),
+            "fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2_mod41a667243c1c2c09_"
+            "sm_90a");
+  const GeneratedSource source = generate_forward(spec);
+  const std::string &text = source.source;
+  for (const char *piece :
+       {"struct Aux {\n  const float* slopes;\n  const int* doc_ids;\n};\n",
+        "#line 1 \"score_mod\"\n// ALiBi\n", "#line 1 \"mask_mod\"\n__device__ bool mask_mod",
+        "static constexpr bool kScore = true;", "static constexpr bool kMask = true;",
+        "return ::score_mod(s, b, h, q, k, *static_cast<const ::Aux *>(aux));"})
+    EXPECT_NE(text.find(piece), std::string::npos) << piece;
+  // The #line after the snippets gives the next line its own number in the
+  // generated file.
+  const std::string directive = "#line ";
+  const size_t resume = text.find(directive, text.find("#line 1 \"mask_mod\"") + 1);
+  ASSERT_NE(resume, std::string::npos);
+  const int claimed = std::stoi(text.substr(resume + directive.size()));
+  int line = 1;
+  for (size_t i = 0; i < resume; ++i) line += text[i] == '\n';
+  EXPECT_EQ(claimed, line + 1);
+  EXPECT_NE(text.find(source.program_name, resume), std::string::npos);
+  // No modifiers: the default policy, the same id as before.
+  KernelSpec plain = spec;
+  plain.modifiers = {};
+  EXPECT_EQ(plain.id(), "fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2_sm_90a");
+  EXPECT_NE(generate_forward(plain).source.find("using Modifiers = NoModifiers;"),
+            std::string::npos);
+}
+
+TEST(ModifiersCompile, BothFamiliesCompileTheModifiersIn) {
+  struct Variant {
+    TargetArch arch;
+    Problem p;
+    bool clean;  // no spills expected (the sm90 family; sm80's 128-row tiles are at 255)
+  };
+  Problem causal;
+  causal.batch = 2;
+  causal.heads_q = causal.heads_kv = 16;
+  causal.seqlen_q = causal.seqlen_k = 4096;
+  causal.mask = MaskKind::causal;
+  Problem decode;
+  decode.heads_q = 32;
+  decode.heads_kv = 8;
+  decode.seqlen_q = 1;
+  decode.seqlen_k = 8192;
+  Problem windowed = causal;
+  windowed.head_dim_qk = windowed.head_dim_v = 64;
+  windowed.mask = MaskKind::window;
+  windowed.window_left = 100;
+  windowed.window_right = 0;
+  windowed.softcap = 30.f;
+  Problem wide = causal;
+  wide.mask = MaskKind::none;
+  wide.head_dim_qk = wide.head_dim_v = 256;
+  const Variant variants[] = {{kSm90a, causal, true}, {kSm90a, decode, true},
+                              {kSm90a, windowed, true}, {kSm90a, wide, true},
+                              {kSm80, causal, true}};
+  for (const Variant &v : variants) {
+    const auto compiled = testing::compile_forward_variants(
+        1,
+        [&](size_t) -> llvm::Expected<KernelSpec> {
+          return modified_spec(v.p, v.arch, alibi_and_documents());
+        },
+        v.arch);
+    if (v.clean)
+      testing::expect_clean(compiled[0], {v.arch.sm() == 90 ? "flashjit_fwd_sm90"
+                                                            : "flashjit_fwd_sm80"});
+  }
+}
+
+TEST(ModifiersCompile, ErrorsPointIntoTheSnippet) {
+  Modifiers bad;
+  bad.score_mod =
+      "// line 1\n"
+      "__device__ float score_mod(float score, int b, int h, int q, int k) {\n"
+      "  return score + undefined_thing;\n"
+      "}\n";
+  const KernelSpec spec = modified_spec(Problem{}, kSm90a, bad);
+  auto cubin = compile_to_cubin(generate_forward(spec), kSm90a);
+  ASSERT_FALSE(bool(cubin));
+  const std::string message = llvm::toString(cubin.takeError());
+  EXPECT_NE(message.find("score_mod(3): error: identifier \"undefined_thing\" is undefined"),
+            std::string::npos)
+      << message;
+}
+
+TEST(ModifiersCli, ParsesAuxDeclarations) {
+  auto fields = cli::parse_aux_declarations("const float *slopes, int  n,const int* ids");
+  ASSERT_TRUE(bool(fields)) << llvm::toString(fields.takeError());
+  ASSERT_EQ(fields->size(), 3u);
+  EXPECT_EQ((*fields)[0], (AuxField{"const float*", "slopes"}));
+  EXPECT_EQ((*fields)[1], (AuxField{"int", "n"}));
+  EXPECT_EQ((*fields)[2], (AuxField{"const int*", "ids"}));
+  EXPECT_TRUE(cli::parse_aux_declarations("")->empty());
+  EXPECT_EQ(error_of(cli::parse_aux_declarations("slopes").takeError()),
+            "--aux: 'slopes' is not a declaration TYPE NAME (e.g. 'const float* slopes')");
+}
+
+TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
+  using namespace testing_cli;
+  TempDir dir;
+  write_file(dir.file("alibi.cu"), kAlibi);
+  write_file(dir.file("empty.cu"), "  \n");
+  CliResult r = run_cli({"gen", "--arch", "sm_90a", "--causal", "--score-mod",
+                         dir.file("alibi.cu"), "--aux", "const float* slopes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("#line 1 \"score_mod\"\n// ALiBi\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("_mod"), std::string::npos);
+  r = run_cli({"compile", "--arch", "sm_90a", "--pass", "bwd", "--score-mod",
+               dir.file("alibi.cu"), "--aux", "const float* slopes"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "flashjit: error: --score-mod/--mask-mod/--aux: the forward only (--pass fwd); the "
+            "backward does not take modifiers yet\n");
+  r = run_cli({"gen", "--arch", "sm_90a", "--mask-mod", dir.file("empty.cu")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "flashjit: error: --mask-mod " + dir.file("empty.cu") + ": the file is empty\n");
+  r = run_cli({"gen", "--arch", "sm_90a", "--aux", "int n"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "flashjit: error: modifiers: aux fields are declared but there is no score_mod or "
+            "mask_mod\n");
+}
+
+TEST(ModifiersReference, HookAppliesScoreAndMask) {
+  Problem p;
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 2;
+  p.seqlen_q = p.seqlen_k = 5;
+  p.head_dim_qk = p.head_dim_v = 8;
+  const auto q = random_values(p.dtype, q_elements(p), 1);
+  const auto k = random_values(p.dtype, k_elements(p), 2);
+  const auto v = random_values(p.dtype, v_elements(p), 3);
+  // A mask_mod of causal is the built-in causal; a score_mod adding a
+  // constant changes nothing but the LSE (by that constant).
+  ReferenceModifiers causal;
+  causal.visible = [](int64_t, int64_t, int64_t q, int64_t k) { return k <= q; };
+  Problem built_in = p;
+  built_in.mask = MaskKind::causal;
+  const AttentionOutputs a = cpu_attention(p, q, k, v, ReferencePrecision::exact, causal);
+  const AttentionOutputs b = cpu_attention(built_in, q, k, v);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+  ReferenceModifiers shift;
+  shift.score = [](double s, int64_t, int64_t, int64_t, int64_t) { return s + 2.0; };
+  const AttentionOutputs c = cpu_attention(p, q, k, v, ReferencePrecision::exact, shift);
+  const AttentionOutputs d = cpu_attention(p, q, k, v);
+  for (size_t i = 0; i < c.out.size(); ++i) EXPECT_NEAR(c.out[i], d.out[i], 1e-6) << i;
+  for (size_t i = 0; i < c.lse.size(); ++i) EXPECT_NEAR(c.lse[i], d.lse[i] + 2.0, 1e-5) << i;
+}
+
+}  // namespace
+}  // namespace flashjit
