@@ -98,8 +98,7 @@ std::string modifiers_hash(const Modifiers &modifiers) {
 std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
                               const std::string &program) {
   if (modifiers.empty())
-    return "namespace flashjit {\nnamespace cfg {\nusing Modifiers = NoModifiers;\n}  // "
-           "namespace cfg\n}  // namespace flashjit\n";
+    return "namespace flashjit::cfg { using Modifiers = NoModifiers; }\n";
   std::string out;
   llvm::raw_string_ostream os(out);
   const bool aux = !modifiers.aux.empty();
