@@ -8,8 +8,7 @@ namespace cl = llvm::cl;
 namespace flashjit::cli {
 
 GenCommand::GenCommand(cl::OptionCategory &category)
-    : expanded("expanded",
-               cl::desc("Inline every template, giving one file nvcc compiles offline"),
+    : expanded("expanded", cl::desc("Inline every template, giving one file nvcc compiles offline"),
                cl::cat(category), cl::sub(sub)),
       arch("arch", cl::desc("Target architecture (default: the GPU's)"),
            cl::value_desc("sm_90a|sm_80|..."), cl::cat(category), cl::sub(sub)),

@@ -30,22 +30,19 @@ llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
                                    "--score-mod/--mask-mod/--aux: the forward only (--pass fwd); "
                                    "the backward does not take modifiers yet");
   Modifiers modifiers;
-  for (const auto &[path, flag, out] :
-       {std::tuple{&score_mod, "--score-mod", &modifiers.score_mod},
-        std::tuple{&mask_mod, "--mask-mod", &modifiers.mask_mod}}) {
+  for (const auto &[path, flag, out] : {std::tuple{&score_mod, "--score-mod", &modifiers.score_mod},
+                                        std::tuple{&mask_mod, "--mask-mod", &modifiers.mask_mod}}) {
     if (path->empty()) continue;
     auto file = llvm::MemoryBuffer::getFile(path->getValue());
     if (!file)
       return llvm::createStringError(
           file.getError(),
-          llvm::formatv("{0} {1}: {2}", flag, path->getValue(), file.getError().message())
-              .str());
+          llvm::formatv("{0} {1}: {2}", flag, path->getValue(), file.getError().message()).str());
     *out = (*file)->getBuffer().str();
     if (llvm::StringRef(*out).trim().empty())
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     llvm::formatv("{0} {1}: the file is empty", flag,
-                                                   path->getValue())
-                                         .str());
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          llvm::formatv("{0} {1}: the file is empty", flag, path->getValue()).str());
   }
   auto fields = parse_aux_declarations(aux);
   if (!fields) return fields.takeError();

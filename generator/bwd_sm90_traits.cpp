@@ -68,9 +68,8 @@ std::string sm90_backward_automatic_reason(const Problem &problem, const TargetA
   // sm80 family's deterministic mode; docs/PERF.md, fourteenth session).
   if (deterministic) {
     const KernelConfig c = BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v);
-    auto traits = BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m,
-                                      c.block_n, c.warps, c.stages, max_smem_per_block(arch),
-                                      true);
+    auto traits = BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
+                                      c.warps, c.stages, max_smem_per_block(arch), true);
     if (!traits) return llvm::toString(traits.takeError());
   }
   return "";

@@ -15,10 +15,9 @@ struct AuxType {
   const char *name;
   int size;  // and alignment
 };
-constexpr AuxType kAuxTypes[] = {{"const float*", 8},         {"const int*", 8},
-                                 {"const long long*", 8},     {"const unsigned char*", 8},
-                                 {"float", 4},                {"int", 4},
-                                 {"long long", 8}};
+constexpr AuxType kAuxTypes[] = {
+    {"const float*", 8}, {"const int*", 8}, {"const long long*", 8}, {"const unsigned char*", 8},
+    {"float", 4},        {"int", 4},        {"long long", 8}};
 
 const AuxType *find_type(const std::string &name) {
   for (const AuxType &t : kAuxTypes)
@@ -63,9 +62,8 @@ llvm::Expected<std::vector<AuxSlot>> aux_layout(const Modifiers &modifiers) {
                                           field.name, field.type, type_list())
                                 .str());
     if (!is_identifier(field.name))
-      return modifier_error(llvm::formatv("aux field name '{0}' is not a C identifier",
-                                          field.name)
-                                .str());
+      return modifier_error(
+          llvm::formatv("aux field name '{0}' is not a C identifier", field.name).str());
     if (!names.insert(field.name).second)
       return modifier_error(llvm::formatv("aux field '{0}' is declared twice", field.name).str());
     offset = (offset + type->size - 1) / type->size * type->size;
@@ -73,9 +71,9 @@ llvm::Expected<std::vector<AuxSlot>> aux_layout(const Modifiers &modifiers) {
     offset += type->size;
   }
   if (offset > kAuxBytes)
-    return modifier_error(llvm::formatv("the aux fields take {0} bytes as a struct: at most {1}",
-                                        offset, kAuxBytes)
-                              .str());
+    return modifier_error(
+        llvm::formatv("the aux fields take {0} bytes as a struct: at most {1}", offset, kAuxBytes)
+            .str());
   return slots;
 }
 
@@ -97,15 +95,15 @@ std::string modifiers_hash(const Modifiers &modifiers) {
 
 std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
                               const std::string &program) {
-  if (modifiers.empty())
-    return "namespace flashjit::cfg { using Modifiers = NoModifiers; }\n";
+  if (modifiers.empty()) return "namespace flashjit::cfg { using Modifiers = NoModifiers; }\n";
   std::string out;
   llvm::raw_string_ostream os(out);
   const bool aux = !modifiers.aux.empty();
   os << "// The caller's modifiers (include/flashjit/modifiers.h).\n";
   if (aux) {
     os << "struct Aux {\n";
-    for (const AuxField &field : modifiers.aux) os << "  " << field.type << " " << field.name << ";\n";
+    for (const AuxField &field : modifiers.aux)
+      os << "  " << field.type << " " << field.name << ";\n";
     os << "};\n";
   }
   auto snippet = [&](const char *name, const std::string &text) {

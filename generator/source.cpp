@@ -1,13 +1,12 @@
 #include "generator/source.h"
 
-#include "generator/modifier_source.h"
-#include "generator/warp_roles.h"
-
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "generator/modifier_source.h"
+#include "generator/warp_roles.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"

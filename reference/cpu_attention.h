@@ -5,8 +5,8 @@
 // very same inputs.
 #pragma once
 
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "flashjit/problem.h"

@@ -6,17 +6,17 @@
 #include <mutex>
 
 #include "generator/backward_params.h"
-#include "generator/backward_steps.h"
 #include "generator/backward_spec.h"
+#include "generator/backward_steps.h"
 #include "generator/source.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "runtime/backward_source.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tensor_checks.h"
-#include "runtime/tuning_key.h"
 #include "runtime/tensor_maps.h"
-#include "llvm/Support/FormatVariadic.h"
+#include "runtime/tuning_key.h"
 
 namespace flashjit {
 
@@ -140,8 +140,8 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   void *sm90_args[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout, &maps.dq_accum};
   for (size_t i = 0; i < steps.size(); ++i) {
     // The main kernel (step 1) alone takes the tensor maps.
-    if (llvm::Error e = kernels[i]->launch(steps[i].geometry, stream,
-                                           sm90 && i == 1 ? sm90_args : kernel_args))
+    if (llvm::Error e =
+            kernels[i]->launch(steps[i].geometry, stream, sm90 && i == 1 ? sm90_args : kernel_args))
       return with_context(problem, std::move(e));
   }
   return llvm::Error::success();

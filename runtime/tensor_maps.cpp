@@ -154,8 +154,8 @@ llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, c
                                       tma_stride(strides.batch, batch, head_dim)};
   const cuuint32_t box[5] = {kBoxColumns, static_cast<cuuint32_t>(ratio), 1,
                              static_cast<cuuint32_t>(kQBoxRows / ratio), 1};
-  return encode_tiled(cu, "q packed by its group's heads (dims: the group second)", tma_type(dtype), data,
-                      5, dims, byte_strides, box);
+  return encode_tiled(cu, "q packed by its group's heads (dims: the group second)", tma_type(dtype),
+                      data, 5, dims, byte_strides, box);
 }
 
 }  // namespace

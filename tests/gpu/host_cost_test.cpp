@@ -6,9 +6,9 @@
 // the same kernel with the same arguments, the pointer and context queries,
 // the workspace), so that flashjit's share is asserted apart from the
 // driver's (whose cost moves with the machine: a bare launch took 3 us,
-// later 3.9-4.3 us on the same kind of host). Calls are timed in groups small enough that the launch
-// queue never fills (a full queue would make the host wait on the GPU), with
-// a synchronisation between groups.
+// later 3.9-4.3 us on the same kind of host). Calls are timed in groups small enough that the
+// launch queue never fills (a full queue would make the host wait on the GPU), with a
+// synchronisation between groups.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -98,8 +98,8 @@ void median_bare_launch_us(const Problem &p, double &us, unsigned work = kLaunch
   FLASHJIT_ASSERT_OK(lse.takeError());
   FLASHJIT_ASSERT_OK(buffer->fill_bytes(0));
   char *base = static_cast<char *>(buffer->data());
-  const ForwardArgs args = ForwardArgs::packed(p, base, base, base, base + inputs,
-                                               static_cast<float *>(lse->data()));
+  const ForwardArgs args =
+      ForwardArgs::packed(p, base, base, base, base + inputs, static_cast<float *>(lse->data()));
   auto driver = cuda_driver();
   FLASHJIT_ASSERT_OK(driver.takeError());
   auto spec = resolve_forward_spec(p, {});
@@ -192,8 +192,7 @@ TEST(HostCost, WarmForwardCallCostsItsDriverWorkPlusAtMostTwoMicroseconds) {
   const Row rows[] = {
       {"b=1 s=128 h=16 d=128 causal", small, false},
       {"b=32 s=512 h=16 d=128 causal",
-       testing::make_problem(DType::bf16, 32, 16, 16, 512, 512, 128, 128, MaskKind::causal),
-       false},
+       testing::make_problem(DType::bf16, 32, 16, 16, 512, 512, 128, 128, MaskKind::causal), false},
       {"decode b=8 h=32/8 kv=8192 (split-KV + combine)",
        testing::make_problem(DType::bf16, 8, 32, 8, 1, 8192, 128, 128, MaskKind::none), true},
   };
@@ -203,15 +202,15 @@ TEST(HostCost, WarmForwardCallCostsItsDriverWorkPlusAtMostTwoMicroseconds) {
     median_bare_launch_us(row.problem, driver_us, kPointerChecks | kContextQuery | kWorkspace);
     double us = -1;
     median_host_us(row.problem, us);
-    std::printf("host cost per warm call, %s: %.2f us (forward entry to launch return), the "
-                "driver's work %.2f us, flashjit's own %.2f us\n",
-                row.name, us, driver_us, us - driver_us);
+    std::printf(
+        "host cost per warm call, %s: %.2f us (forward entry to launch return), the "
+        "driver's work %.2f us, flashjit's own %.2f us\n",
+        row.name, us, driver_us, us - driver_us);
     ::testing::Test::RecordProperty(row.name, std::to_string(us));
     EXPECT_GT(us, 0.0) << row.name;
     EXPECT_GT(driver_us, 0.0) << row.name;
-    EXPECT_LE(us, driver_us + kOwnShareUs)
-        << row.name << ": the driver's work " << driver_us << " us + flashjit's own <= "
-        << kOwnShareUs << " us";
+    EXPECT_LE(us, driver_us + kOwnShareUs) << row.name << ": the driver's work " << driver_us
+                                           << " us + flashjit's own <= " << kOwnShareUs << " us";
     const int launches = row.split ? 2 : 1;
     if (us > 5.0 * launches)  // issue #17's absolute figure, where the driver allows it
       std::printf("  over 5 us per launch: the driver's own launch takes %.2f us here\n", bare);
@@ -249,9 +248,10 @@ TEST(HostCost, DriverCallsOfAWarmCall) {
     auto m = make_forward_tensor_maps(*spec, p, args);
     if (!m) llvm::consumeError(m.takeError());
   });
-  std::printf("driver work per warm call: pointer check %.3f us, context query %.3f us, "
-              "3 tensor maps (%s; recent encodes) %.3f us\n",
-              pointer, context_query, spec->id().c_str(), maps);
+  std::printf(
+      "driver work per warm call: pointer check %.3f us, context query %.3f us, "
+      "3 tensor maps (%s; recent encodes) %.3f us\n",
+      pointer, context_query, spec->id().c_str(), maps);
   EXPECT_GT(pointer, 0.0);
   // The same work interleaved with launches, as a call does it: the
   // launch's cost moves with what the driver did just before.

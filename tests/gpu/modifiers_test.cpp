@@ -50,8 +50,8 @@ Outputs run_forward(const Problem &p, const KernelConfig &config, const Modifier
   }
   EXPECT_FALSE(bool(dout->fill_bytes(0xff)));
   EXPECT_FALSE(bool(dlse->fill_bytes(0xff)));
-  const ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(),
-                                               dout->data(), static_cast<float *>(dlse->data()));
+  const ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(), dout->data(),
+                                               static_cast<float *>(dlse->data()));
   FwdParams params = make_forward_params(p, args);
   EXPECT_LE(aux.size(), sizeof(params.aux));
   std::memcpy(params.aux, aux.data(), std::min(aux.size(), sizeof(params.aux)));

@@ -11,8 +11,8 @@ using namespace testing_cli;
 
 TEST(CliBackward, GenPrintsTheBackwardPrelude) {
   // sm_80: the deterministic mode's own dQ kernel (sm_90a takes sm90's).
-  const CliResult r = run_cli({"gen", "--pass", "bwd", "--arch", "sm_80", "--hdim", "72",
-                               "--causal", "--deterministic"});
+  const CliResult r = run_cli(
+      {"gen", "--pass", "bwd", "--arch", "sm_80", "--hdim", "72", "--causal", "--deterministic"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("// flashjit backward kernels "
                        "bwd_sm80_bf16_hdqk72_hdv72_causal_nocap_bm64_bn128_w8_s2_det_sm_80"),

@@ -55,7 +55,8 @@ TEST(Modifiers, ValidationNamesTheFieldAndWhatWasExpected) {
             "const int*, const long long*, const unsigned char*, float, int, long long");
   m = alibi_and_documents();
   m.aux[1].name = "2ids";
-  EXPECT_EQ(error_of(validate_modifiers(m)), "modifiers: aux field name '2ids' is not a C identifier");
+  EXPECT_EQ(error_of(validate_modifiers(m)),
+            "modifiers: aux field name '2ids' is not a C identifier");
   m = alibi_and_documents();
   m.aux[1].name = "slopes";
   EXPECT_EQ(error_of(validate_modifiers(m)), "modifiers: aux field 'slopes' is declared twice");
@@ -72,8 +73,7 @@ TEST(Modifiers, ValidationNamesTheFieldAndWhatWasExpected) {
 TEST(Modifiers, AuxIsLaidOutAsACStruct) {
   Modifiers m;
   m.score_mod = "x";
-  m.aux = {{"float", "a"}, {"const float*", "p"}, {"int", "n"}, {"long long", "big"},
-           {"int", "m"}};
+  m.aux = {{"float", "a"}, {"const float*", "p"}, {"int", "n"}, {"long long", "big"}, {"int", "m"}};
   auto layout = aux_layout(m);
   ASSERT_TRUE(bool(layout)) << llvm::toString(layout.takeError());
   ASSERT_EQ(layout->size(), 5u);
@@ -171,8 +171,10 @@ TEST(ModifiersCompile, BothFamiliesCompileTheModifiersIn) {
   Problem wide = causal;
   wide.mask = MaskKind::none;
   wide.head_dim_qk = wide.head_dim_v = 256;
-  const Variant variants[] = {{kSm90a, causal, true}, {kSm90a, decode, true},
-                              {kSm90a, windowed, true}, {kSm90a, wide, true},
+  const Variant variants[] = {{kSm90a, causal, true},
+                              {kSm90a, decode, true},
+                              {kSm90a, windowed, true},
+                              {kSm90a, wide, true},
                               {kSm80, causal, true}};
   for (const Variant &v : variants) {
     const auto compiled = testing::compile_forward_variants(
@@ -182,8 +184,8 @@ TEST(ModifiersCompile, BothFamiliesCompileTheModifiersIn) {
         },
         v.arch);
     if (v.clean)
-      testing::expect_clean(compiled[0], {v.arch.sm() == 90 ? "flashjit_fwd_sm90"
-                                                            : "flashjit_fwd_sm80"});
+      testing::expect_clean(compiled[0],
+                            {v.arch.sm() == 90 ? "flashjit_fwd_sm90" : "flashjit_fwd_sm80"});
   }
 }
 
@@ -220,13 +222,13 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
   TempDir dir;
   write_file(dir.file("alibi.cu"), kAlibi);
   write_file(dir.file("empty.cu"), "  \n");
-  CliResult r = run_cli({"gen", "--arch", "sm_90a", "--causal", "--score-mod",
-                         dir.file("alibi.cu"), "--aux", "const float* slopes"});
+  CliResult r = run_cli({"gen", "--arch", "sm_90a", "--causal", "--score-mod", dir.file("alibi.cu"),
+                         "--aux", "const float* slopes"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("#line 1 \"score_mod\"\n// ALiBi\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("_mod"), std::string::npos);
-  r = run_cli({"compile", "--arch", "sm_90a", "--pass", "bwd", "--score-mod",
-               dir.file("alibi.cu"), "--aux", "const float* slopes"});
+  r = run_cli({"compile", "--arch", "sm_90a", "--pass", "bwd", "--score-mod", dir.file("alibi.cu"),
+               "--aux", "const float* slopes"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "flashjit: error: --score-mod/--mask-mod/--aux: the forward only (--pass fwd); the "
