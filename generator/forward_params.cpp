@@ -1,5 +1,7 @@
 #include "generator/forward_params.h"
 
+#include <cstring>
+
 #include "generator/kernel_spec.h"
 
 namespace flashjit {
@@ -37,6 +39,9 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
       break;
   }
   p.num_splits = 1;  // the launch sets the split-KV workspace and count
+  // The modifiers' aux values (checked against their struct by the launch).
+  if (args.aux && args.aux_bytes > 0)
+    std::memcpy(p.aux, args.aux, args.aux_bytes < sizeof(p.aux) ? args.aux_bytes : sizeof(p.aux));
   if (problem.seqused_k) {
     p.seqused_k = args.cache.cache_seqlens;
     p.seqlen_new = static_cast<int>(args.cache.k_new ? args.cache.seqlen_new : 0);

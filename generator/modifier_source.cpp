@@ -77,6 +77,15 @@ llvm::Expected<std::vector<AuxSlot>> aux_layout(const Modifiers &modifiers) {
   return slots;
 }
 
+int aux_struct_bytes(const std::vector<AuxSlot> &slots) {
+  int end = 0, align = 1;
+  for (const AuxSlot &slot : slots) {
+    end = slot.offset + slot.size;
+    align = slot.size > align ? slot.size : align;
+  }
+  return (end + align - 1) / align * align;
+}
+
 llvm::Error validate_modifiers(const Modifiers &modifiers) {
   if (!modifiers.aux.empty() && modifiers.empty())
     return modifier_error("aux fields are declared but there is no score_mod or mask_mod");
@@ -84,13 +93,18 @@ llvm::Error validate_modifiers(const Modifiers &modifiers) {
   return layout ? llvm::Error::success() : layout.takeError();
 }
 
-std::string modifiers_hash(const Modifiers &modifiers) {
-  if (modifiers.empty()) return "";
+uint64_t modifiers_hash_value(const Modifiers &modifiers) {
+  if (modifiers.empty()) return 0;
   uint64_t h = 14695981039346656037ull;
   h = fnv1a(h, modifiers.score_mod);
   h = fnv1a(h, modifiers.mask_mod);
   for (const AuxField &field : modifiers.aux) h = fnv1a(fnv1a(h, field.type), field.name);
-  return llvm::formatv("{0:x-16}", h).str();
+  return h;
+}
+
+std::string modifiers_hash(const Modifiers &modifiers) {
+  if (modifiers.empty()) return "";
+  return llvm::formatv("{0:x-16}", modifiers_hash_value(modifiers)).str();
 }
 
 std::string modifiers_prelude(const Modifiers &modifiers, int first_line,

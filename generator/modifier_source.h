@@ -4,6 +4,7 @@
 // the kernels call them).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,17 @@ llvm::Error validate_modifiers(const Modifiers &modifiers);
 // 16 hex digits of a hash of the snippets and the fields, the same in every
 // process ("" for none): part of the kernel's id, so of its cubin's key.
 std::string modifiers_hash(const Modifiers &modifiers);
+// The same as a number (0 for none), for call keys.
+uint64_t modifiers_hash_value(const Modifiers &modifiers);
 
 // The offset of each aux field in struct Aux (C layout), and its size.
 struct AuxSlot {
   int offset, size;
 };
 llvm::Expected<std::vector<AuxSlot>> aux_layout(const Modifiers &modifiers);
+// sizeof(struct Aux) of those slots: the last one's end, rounded up to the
+// widest field (0 without fields).
+int aux_struct_bytes(const std::vector<AuxSlot> &slots);
 
 // The program text that defines struct Aux, the caller's functions (each
 // after a `#line 1 "score_mod"` / `"mask_mod"`, so NVRTC reports errors in

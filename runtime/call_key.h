@@ -31,6 +31,9 @@ struct CallKey {
   bool seqused_k = false;
   int page_size = 0;
   bool varlen = false;  // a packed batch: compiled into the kernel too
+  // The caller's modifiers (their hash, modifiers_hash_value; 0: none):
+  // compiled into the kernel.
+  uint64_t modifiers = 0;
   // Zero (and -1 for the window) when `requested` is complete; the window
   // stays -1 when only splits or pack_gqa are open (the database is not
   // consulted then either).
@@ -39,10 +42,11 @@ struct CallKey {
   int seqlen_q_bucket = 0, seqlen_k_bucket = 0, batch_heads_bucket = 0;
   bool operator==(const CallKey &) const = default;
 
-  static CallKey make(uintptr_t owner, const Problem &p, const KernelConfig &requested) {
+  static CallKey make(uintptr_t owner, const Problem &p, const KernelConfig &requested,
+                      uint64_t modifiers = 0) {
     CallKey k{owner,         p.dtype,      normalized_mask(p), p.softcap != 0,
               p.head_dim_qk, p.head_dim_v, requested,          p.seqused_k,
-              p.page_size,   p.varlen};
+              p.page_size,   p.varlen,     modifiers};
     const bool sized_heuristic =
         requested.splits == 0 || requested.pack_gqa == GqaPacking::automatic;
     if (requested.is_complete() && !sized_heuristic) return k;  // nothing left to choose
@@ -62,9 +66,9 @@ struct CallKey {
 struct CallKeyHash {
   size_t operator()(const CallKey &k) const {
     llvm::hash_code hash = llvm::hash_combine(
-        k.owner, k.dtype, k.mask, k.softcap, k.head_dim_qk, k.head_dim_v, k.seqused_k,
-        k.page_size, k.varlen, k.gqa_ratio,
-        k.window_left, k.window_right, k.seqlen_q_bucket, k.seqlen_k_bucket, k.batch_heads_bucket);
+        k.owner, k.dtype, k.mask, k.softcap, k.head_dim_qk, k.head_dim_v, k.seqused_k, k.page_size,
+        k.varlen, k.modifiers, k.gqa_ratio, k.window_left, k.window_right, k.seqlen_q_bucket,
+        k.seqlen_k_bucket, k.batch_heads_bucket);
     // Every field of the requested config (operator== compares them all).
     for_each_kernel_config_field([&](const auto &field) {
       hash = llvm::hash_combine(hash, k.requested.*field.member);

@@ -9,17 +9,18 @@
 #include <unordered_map>
 
 #include "generator/forward_params.h"
+#include "generator/modifier_source.h"
+#include "llvm/ADT/Hashing.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "runtime/call_key.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
-#include "runtime/tensor_maps.h"
-#include "runtime/call_key.h"
 #include "runtime/kernel_source.h"
 #include "runtime/tensor_checks.h"
+#include "runtime/tensor_maps.h"
 #include "runtime/tuning_key.h"
 #include "runtime/workspace_pool.h"
-#include "llvm/ADT/Hashing.h"
-#include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
 namespace {
@@ -326,21 +327,53 @@ llvm::Error enqueue_main_and_combine(const ForwardKernels &kernels, const Proble
 }
 }  // namespace
 
+namespace {
+// A call's modifiers and aux values: valid fields, and exactly the bytes of
+// their struct Aux (AuxValues packs them); aux without modifiers is a
+// mistake, not something to ignore.
+llvm::Error validate_modifier_args(const ForwardArgs &args) {
+  const bool modified = args.modifiers && !args.modifiers->empty();
+  if (!modified) {
+    if (args.aux || args.aux_bytes)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "argument aux: given without modifiers to read it");
+    return llvm::Error::success();
+  }
+  if (llvm::Error e = validate_modifiers(*args.modifiers)) return e;
+  auto layout = aux_layout(*args.modifiers);
+  if (!layout) return layout.takeError();
+  const size_t bytes = static_cast<size_t>(aux_struct_bytes(*layout));
+  if (args.aux_bytes != bytes || (bytes > 0 && !args.aux))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("argument aux: {0} bytes{1}, the modifiers' struct Aux takes {2} "
+                      "(flashjit::AuxValues packs it)",
+                      args.aux_bytes, args.aux ? "" : " at a null pointer", bytes)
+            .str());
+  return llvm::Error::success();
+}
+}  // namespace
+
 llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,
                            const KernelConfig &config) {
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_modifier_args(args)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_forward_args(problem, args))
     return with_context(problem, std::move(e));
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
+  // The caller's modifiers key the plan and are compiled into its kernel.
+  const bool modified = args.modifiers && !args.modifiers->empty();
   // A packed batch is classed by its longest sequence and its total.
   const Problem chooser = class_view(problem, args.varlen.total_q);
-  const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), chooser, config);
+  const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), chooser, config,
+                                    modified ? modifiers_hash_value(*args.modifiers) : 0);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
     auto resolved = resolve(chooser, config, *context);
     if (!resolved) return with_context(problem, resolved.takeError());
+    if (modified) resolved->spec.modifiers = *args.modifiers;
     auto kernels = get_forward_kernels(resolved->spec);
     if (!kernels) return with_context(problem, kernels.takeError());
     // The split count of every call: the caller's or the tuning's; else the

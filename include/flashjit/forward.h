@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "flashjit/modifiers.h"
 #include "flashjit/problem.h"
 
 struct CUstream_st;  // cuda.h's CUstream is CUstream_st*; so is cudaStream_t
@@ -82,6 +83,15 @@ struct ForwardArgs {
   KvCacheArgs cache;
   // Read only when the problem is a packed batch (varlen).
   VarlenArgs varlen;
+  // A caller's score and mask modifiers (flashjit/modifiers.h), compiled
+  // into the kernel on the first call that passes them (the snippets' hash
+  // keys the kernel); null: none. `aux` holds the values of modifiers->aux
+  // laid out as its struct Aux (AuxValues packs them by name), aux_bytes
+  // its size; both are read at the call. The snippets run with the caller's
+  // privileges: what they read through aux pointers is theirs to bound.
+  const Modifiers *modifiers = nullptr;
+  const void *aux = nullptr;
+  size_t aux_bytes = 0;
 
   // Strides of densely packed [batch, seqlen, heads, dim] tensors.
   static ForwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,

@@ -41,4 +41,32 @@ struct Modifiers {
   bool operator==(const Modifiers &) const = default;
 };
 
+// The values of a Modifiers' aux fields, by name, laid out as its struct Aux
+// (C layout): what ForwardArgs::aux and aux_bytes point at.
+class AuxValues {
+ public:
+  explicit AuxValues(const Modifiers &modifiers);
+  // Each returns "" or why not: no such field, or a value of another kind
+  // (a pointer for a pointer field, an integer for int and long long, a
+  // float for float).
+  std::string set(const std::string &name, const void *device_pointer);
+  std::string set(const std::string &name, long long value);
+  std::string set(const std::string &name, float value);
+  // Why the fields cannot be laid out ("" when they can: the same checks as
+  // a call's).
+  const std::string &error() const { return error_; }
+  const void *data() const { return bytes_; }
+  size_t size() const { return size_; }
+
+ private:
+  struct Slot {
+    std::string name, type;
+    int offset;
+  };
+  std::vector<Slot> slots_;
+  std::string error_;
+  alignas(8) unsigned char bytes_[64] = {};
+  size_t size_ = 0;
+};
+
 }  // namespace flashjit

@@ -3,15 +3,11 @@
 // ALiBi (a score_mod over per-head slopes) and document masking (a mask_mod
 // over per-token document ids, with the built-in causal mask) match the
 // reference's hook with DESIGN.md's criterion. Outputs are poisoned before
-// each run. The modifiers reach the kernel through the spec and
-// FwdParams::aux (the public API does not take them yet).
+// each run. Through flashjit::forward (ForwardArgs::modifiers, AuxValues).
 #include <gtest/gtest.h>
 
-#include <cstring>
-
+#include "flashjit/forward.h"
 #include "forward_check.h"
-#include "generator/forward_params.h"
-#include "generator/kernel_spec.h"
 
 namespace flashjit {
 namespace {
@@ -23,19 +19,13 @@ struct Outputs {
   std::vector<float> out, lse;
 };
 
-// Runs `p` with `config` and `modifiers` (aux: the bytes of struct Aux) on
-// q, k, v; `out` comes back poisoned where the kernel did not write.
+// Runs `p` through flashjit::forward with `config` (its path) and
+// `modifiers` (aux: their values, packed); `out` comes back poisoned where
+// the kernel did not write.
 Outputs run_forward(const Problem &p, const KernelConfig &config, const Modifiers &modifiers,
-                    const std::vector<unsigned char> &aux, const std::vector<float> &q,
-                    const std::vector<float> &k, const std::vector<float> &v) {
+                    const AuxValues *aux, const std::vector<float> &q, const std::vector<float> &k,
+                    const std::vector<float> &v) {
   Outputs r;
-  auto spec = resolve_forward_spec(p, config);
-  EXPECT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
-  if (!spec) return r;
-  spec->modifiers = modifiers;
-  auto kernels = get_forward_kernels(*spec);
-  EXPECT_TRUE(bool(kernels)) << llvm::toString(kernels.takeError());
-  if (!kernels) return r;
   auto dq = upload_values(p.dtype, q), dk = upload_values(p.dtype, k),
        dv = upload_values(p.dtype, v);
   auto dout = DeviceBuffer::allocate(o_elements(p) * 2);
@@ -50,30 +40,25 @@ Outputs run_forward(const Problem &p, const KernelConfig &config, const Modifier
   }
   EXPECT_FALSE(bool(dout->fill_bytes(0xff)));
   EXPECT_FALSE(bool(dlse->fill_bytes(0xff)));
-  const ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(), dout->data(),
-                                               static_cast<float *>(dlse->data()));
-  FwdParams params = make_forward_params(p, args);
-  EXPECT_LE(aux.size(), sizeof(params.aux));
-  std::memcpy(params.aux, aux.data(), std::min(aux.size(), sizeof(params.aux)));
-  const int splits = forward_num_splits(*spec, p, config.splits, kernels->main->sm_count());
-  llvm::Error e = enqueue_forward(*kernels, *spec, p, args, params, splits, nullptr);
-  EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+  ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(), dout->data(),
+                                         static_cast<float *>(dlse->data()));
+  if (!modifiers.empty()) args.modifiers = &modifiers;
+  if (aux) {
+    EXPECT_EQ(aux->error(), "");
+    args.aux = aux->data();
+    args.aux_bytes = aux->size();
+  }
+  ForwardOptions options;
+  options.config = config;
+  options.use_config = true;
+  const Status status = forward(p, args, nullptr, options);
+  EXPECT_TRUE(status.ok()) << status.message();
   auto out = testing::download_values(p.dtype, *dout, o_elements(p));
   EXPECT_TRUE(bool(out)) << llvm::toString(out.takeError());
   if (out) r.out = std::move(*out);
   r.lse.resize(lse_elements(p));
   EXPECT_FALSE(bool(dlse->download(r.lse.data(), r.lse.size() * 4)));
   return r;
-}
-
-std::vector<unsigned char> pointer_bytes(std::initializer_list<const void *> pointers) {
-  std::vector<unsigned char> bytes(pointers.size() * 8);
-  size_t at = 0;
-  for (const void *ptr : pointers) {
-    std::memcpy(bytes.data() + at, &ptr, 8);
-    at += 8;
-  }
-  return bytes;
 }
 
 const KernelConfig kFamilies[] = {KernelConfig{KernelPath::sm90}, KernelConfig{KernelPath::sm80}};
@@ -89,8 +74,8 @@ TEST(ModifiersGpu, CausalAsMaskModEqualsTheBuiltInCausal) {
     const auto q = random_values(plain.dtype, q_elements(plain), 1);
     const auto k = random_values(plain.dtype, k_elements(plain), 2);
     const auto v = random_values(plain.dtype, v_elements(plain), 3);
-    const Outputs a = run_forward(plain, family, causal, {}, q, k, v);
-    const Outputs b = run_forward(built_in, family, {}, {}, q, k, v);
+    const Outputs a = run_forward(plain, family, causal, nullptr, q, k, v);
+    const Outputs b = run_forward(built_in, family, {}, nullptr, q, k, v);
     EXPECT_EQ(a.out, b.out) << to_string(family.path);
     EXPECT_EQ(a.lse, b.lse) << to_string(family.path);
   }
@@ -125,15 +110,15 @@ TEST(ModifiersGpu, AlibiAndDocumentsMatchTheReference) {
       FLASHJIT_ASSERT_OK(ddocs.takeError());
       FLASHJIT_ASSERT_OK(dslopes->upload(slopes.data(), slopes.size() * 4));
       FLASHJIT_ASSERT_OK(ddocs->upload(docs.data(), docs.size() * 4));
-      std::vector<unsigned char> aux = pointer_bytes({dslopes->data(), ddocs->data()});
-      const int seqlen = static_cast<int>(p.seqlen_q);
-      aux.resize(20);
-      std::memcpy(aux.data() + 16, &seqlen, 4);
+      AuxValues aux(m);
+      EXPECT_EQ(aux.set("slopes", static_cast<const void *>(dslopes->data())), "");
+      EXPECT_EQ(aux.set("doc_ids", static_cast<const void *>(ddocs->data())), "");
+      EXPECT_EQ(aux.set("seqlen", static_cast<long long>(p.seqlen_q)), "");
 
       const auto q = random_values(p.dtype, q_elements(p), 11);
       const auto k = random_values(p.dtype, k_elements(p), 12);
       const auto v = random_values(p.dtype, v_elements(p), 13);
-      const Outputs got = run_forward(p, family, m, aux, q, k, v);
+      const Outputs got = run_forward(p, family, m, &aux, q, k, v);
       ReferenceModifiers ref;
       ref.score = [&](double s, int64_t, int64_t h, int64_t qi, int64_t ki) {
         return s + double(slopes[h]) * double(ki - qi);

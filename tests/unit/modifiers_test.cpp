@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "cli/aux_declarations.h"
 #include "cli_files.h"
 #include "cli_runner.h"
+#include "flashjit/forward.h"
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/modifier_source.h"
@@ -268,6 +270,66 @@ TEST(ModifiersReference, HookAppliesScoreAndMask) {
   const AttentionOutputs d = cpu_attention(p, q, k, v);
   for (size_t i = 0; i < c.out.size(); ++i) EXPECT_NEAR(c.out[i], d.out[i], 1e-6) << i;
   for (size_t i = 0; i < c.lse.size(); ++i) EXPECT_NEAR(c.lse[i], d.lse[i] + 2.0, 1e-5) << i;
+}
+
+}  // namespace
+}  // namespace flashjit
+
+namespace flashjit {
+namespace {
+
+TEST(ModifiersApi, AuxValuesPackTheStructByName) {
+  Modifiers m;
+  m.score_mod = "x";
+  m.aux = {{"float", "scale"}, {"const float*", "slopes"}, {"int", "prefix"}};
+  AuxValues aux(m);
+  EXPECT_EQ(aux.error(), "");
+  EXPECT_EQ(aux.size(), 24u);  // float at 0, pointer at 8, int at 16, padded to 8
+  const float *slopes = reinterpret_cast<const float *>(0x1000);
+  EXPECT_EQ(aux.set("scale", 0.5f), "");
+  EXPECT_EQ(aux.set("slopes", static_cast<const void *>(slopes)), "");
+  EXPECT_EQ(aux.set("prefix", 7LL), "");
+  const unsigned char *bytes = static_cast<const unsigned char *>(aux.data());
+  float scale = 0;
+  const void *pointer = nullptr;
+  int prefix = 0;
+  std::memcpy(&scale, bytes, 4);
+  std::memcpy(&pointer, bytes + 8, 8);
+  std::memcpy(&prefix, bytes + 16, 4);
+  EXPECT_EQ(scale, 0.5f);
+  EXPECT_EQ(pointer, slopes);
+  EXPECT_EQ(prefix, 7);
+  EXPECT_EQ(aux.set("missing", 1LL), "no aux field 'missing'");
+  EXPECT_EQ(aux.set("prefix", 1.5f), "aux field 'prefix' is int: expected an integer, not a float");
+  EXPECT_EQ(aux.set("scale", static_cast<const void *>(slopes)),
+            "aux field 'scale' is float: expected a float, not a pointer");
+  EXPECT_EQ(aux.set("prefix", 1LL << 40), "aux field 'prefix' is int: 1099511627776 does not fit");
+  Modifiers bad = m;
+  bad.aux[0].type = "double";
+  EXPECT_NE(AuxValues(bad).error().find("has type 'double'"), std::string::npos);
+}
+
+TEST(ModifiersApi, ACallChecksItsAuxBeforeAnyGpuWork) {
+  Problem p;
+  p.seqlen_q = p.seqlen_k = 128;
+  Modifiers m;
+  m.score_mod = "x";
+  m.aux = {{"const float*", "slopes"}};
+  ForwardArgs args = ForwardArgs::packed(p, nullptr, nullptr, nullptr, nullptr, nullptr);
+  args.modifiers = &m;
+  Status s = forward(p, args);
+  EXPECT_EQ(s.message(),
+            "flashjit forward (" + describe(p) +
+                "): argument aux: 0 bytes at a null pointer, the modifiers' struct Aux takes 8 "
+                "(flashjit::AuxValues packs it)");
+  Modifiers none;
+  args.modifiers = &none;
+  const int value = 3;
+  args.aux = &value;
+  args.aux_bytes = 4;
+  s = forward(p, args);
+  EXPECT_EQ(s.message(), "flashjit forward (" + describe(p) +
+                             "): argument aux: given without modifiers to read it");
 }
 
 }  // namespace
