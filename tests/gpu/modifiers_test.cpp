@@ -6,7 +6,11 @@
 // each run. Through flashjit::forward (ForwardArgs::modifiers, AuxValues).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "flashjit/forward.h"
+#include "flashjit/mods.h"
 #include "forward_check.h"
 
 namespace flashjit {
@@ -133,6 +137,126 @@ TEST(ModifiersGpu, AlibiAndDocumentsMatchTheReference) {
       EXPECT_TRUE(report.passed) << to_string(family.path) << " " << to_string(mask) << ": "
                                  << report.describe();
     }
+}
+
+// Every shipped modifier (flashjit/mods.h) against the reference's twin of
+// it, both families, both dtypes; then a new sequence length with the same
+// modifier compiles nothing.
+TEST(ModifiersGpu, ShippedModifiersMatchTheReference) {
+  FLASHJIT_REQUIRE_SM90();
+  const Problem base = make_problem(DType::bf16, 2, 6, 2, 300, 300, 128, 128, MaskKind::none);
+  std::vector<float> slopes(base.heads_q), table(base.heads_q * 9);
+  for (size_t i = 0; i < slopes.size(); ++i) slopes[i] = -std::exp2(-8.0 * (i + 1) / 6);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.25f * std::sin(0.7f * float(i));
+  std::vector<int> docs(base.batch * base.seqlen_q);
+  for (size_t i = 0, doc = 0; i < docs.size(); ++i) {
+    if (i % 41 == 0) ++doc;
+    docs[i] = static_cast<int>(doc);
+  }
+  auto dslopes = DeviceBuffer::allocate(slopes.size() * 4);
+  auto dtable = DeviceBuffer::allocate(table.size() * 4);
+  auto ddocs = DeviceBuffer::allocate(docs.size() * 4);
+  FLASHJIT_ASSERT_OK(dslopes.takeError());
+  FLASHJIT_ASSERT_OK(dtable.takeError());
+  FLASHJIT_ASSERT_OK(ddocs.takeError());
+  FLASHJIT_ASSERT_OK(dslopes->upload(slopes.data(), slopes.size() * 4));
+  FLASHJIT_ASSERT_OK(dtable->upload(table.data(), table.size() * 4));
+  FLASHJIT_ASSERT_OK(ddocs->upload(docs.data(), docs.size() * 4));
+  const int64_t seqlen = base.seqlen_q;
+  struct Shipped {
+    const char *name;
+    Modifiers modifiers;
+    ReferenceModifiers reference;
+  };
+  std::vector<Shipped> shipped;
+  {
+    ReferenceModifiers r;
+    r.score = [&](double s, int64_t, int64_t h, int64_t q, int64_t k) {
+      return s + double(slopes[h]) * double(k - q);
+    };
+    shipped.push_back({"alibi", mods::alibi(), r});
+  }
+  {
+    ReferenceModifiers r;
+    r.score = [&](double s, int64_t, int64_t h, int64_t q, int64_t k) {
+      const int64_t d = std::clamp<int64_t>(k - q, -4, 4);
+      return s + double(table[h * 9 + d + 4]);
+    };
+    shipped.push_back({"relative_bias", mods::relative_bias(), r});
+  }
+  {
+    ReferenceModifiers r;
+    r.visible = [&](int64_t b, int64_t, int64_t q, int64_t k) {
+      return docs[b * seqlen + q] == docs[b * seqlen + k];
+    };
+    shipped.push_back({"document_mask", mods::document_mask(), r});
+  }
+  {
+    ReferenceModifiers r;
+    r.visible = [](int64_t, int64_t, int64_t q, int64_t k) { return k < 50 || k <= q; };
+    shipped.push_back({"prefix_lm", mods::prefix_lm(), r});
+  }
+  {
+    ReferenceModifiers r;
+    r.visible = [](int64_t, int64_t, int64_t q, int64_t k) {
+      return k <= q && (q - k < 64 || k < 4);
+    };
+    shipped.push_back({"sliding_window_with_sinks", mods::sliding_window_with_sinks(), r});
+  }
+  {
+    ReferenceModifiers r;
+    r.score = [](double s, int64_t, int64_t, int64_t, int64_t) {
+      return 20.0 * std::tanh(s / 20.0);
+    };
+    shipped.push_back({"tanh_softcap", mods::tanh_softcap(), r});
+  }
+  for (const Shipped &one : shipped) {
+    AuxValues aux(one.modifiers);
+    ASSERT_EQ(aux.error(), "") << one.name;
+    // Each sets the fields it has; the others answer "no aux field".
+    (void)aux.set("slopes", static_cast<const void *>(dslopes->data()));
+    (void)aux.set("table", static_cast<const void *>(dtable->data()));
+    (void)aux.set("max_distance", 4LL);
+    (void)aux.set("doc_ids", static_cast<const void *>(ddocs->data()));
+    (void)aux.set("seqlen", static_cast<long long>(seqlen));
+    (void)aux.set("prefix", 50LL);
+    (void)aux.set("window", 64LL);
+    (void)aux.set("sinks", 4LL);
+    (void)aux.set("cap", 20.f);
+    for (const KernelConfig &family : kFamilies)
+      for (DType dtype : {DType::bf16, DType::fp16}) {
+        Problem p = base;
+        p.dtype = dtype;
+        const auto q = random_values(p.dtype, q_elements(p), 21);
+        const auto k = random_values(p.dtype, k_elements(p), 22);
+        const auto v = random_values(p.dtype, v_elements(p), 23);
+        const Outputs got = run_forward(p, family, one.modifiers, &aux, q, k, v);
+        const AttentionOutputs exact =
+            cpu_attention(p, q, k, v, ReferencePrecision::exact, one.reference);
+        const AttentionOutputs element =
+            cpu_attention(p, q, k, v, ReferencePrecision::element, one.reference);
+        const AccuracyReport report =
+            check_forward_accuracy(got.out, exact.out, element.out, got.lse, exact.lse);
+        EXPECT_TRUE(report.passed) << one.name << " " << to_string(family.path) << " "
+                                   << to_string(dtype) << ": " << report.describe();
+      }
+  }
+  // A new sequence length with the same modifier compiles nothing.
+  const Modifiers alibi = mods::alibi();
+  AuxValues aux(alibi);
+  (void)aux.set("slopes", static_cast<const void *>(dslopes->data()));
+  Problem p = base;
+  const auto q = random_values(p.dtype, 2 * 777 * 6 * 128, 31);
+  for (int64_t n : {300, 301, 777}) {
+    p.seqlen_q = p.seqlen_k = n;
+    const std::vector<float> qs(q.begin(), q.begin() + q_elements(p));
+    const std::vector<float> ks(q.begin(), q.begin() + k_elements(p));
+    const uint64_t before = runtime_stats().compiles;
+    (void)run_forward(p, KernelConfig{KernelPath::sm90}, alibi, &aux, qs, ks, ks);
+    if (n != 300) {
+      EXPECT_EQ(runtime_stats().compiles, before) << "seqlen " << n;
+    }
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "cli_files.h"
 #include "cli_runner.h"
 #include "flashjit/forward.h"
+#include "flashjit/mods.h"
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/modifier_source.h"
@@ -330,6 +331,42 @@ TEST(ModifiersApi, ACallChecksItsAuxBeforeAnyGpuWork) {
   s = forward(p, args);
   EXPECT_EQ(s.message(), "flashjit forward (" + describe(p) +
                              "): argument aux: given without modifiers to read it");
+}
+
+}  // namespace
+}  // namespace flashjit
+
+namespace flashjit {
+namespace {
+
+// Every shipped modifier validates, packs its aux, and compiles into the
+// sm90 forward without spills (and into the sm80 one).
+TEST(ModifiersLibrary, EveryShippedModifierCompiles) {
+  const Modifiers library[] = {mods::alibi(),
+                               mods::relative_bias(),
+                               mods::document_mask(),
+                               mods::prefix_lm(),
+                               mods::sliding_window_with_sinks(),
+                               mods::causal_mask(),
+                               mods::tanh_softcap()};
+  Problem p;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 16;
+  p.seqlen_q = p.seqlen_k = 4096;
+  for (const Modifiers &m : library) {
+    EXPECT_EQ(error_of(validate_modifiers(m)), "");
+    EXPECT_EQ(AuxValues(m).error(), "");
+  }
+  const auto sm90 = testing::compile_forward_variants(
+      std::size(library),
+      [&](size_t i) -> llvm::Expected<KernelSpec> { return modified_spec(p, kSm90a, library[i]); },
+      kSm90a);
+  for (const testing::CompiledVariant &v : sm90) testing::expect_clean(v, {"flashjit_fwd_sm90"});
+  const auto sm80 = testing::compile_forward_variants(
+      std::size(library),
+      [&](size_t i) -> llvm::Expected<KernelSpec> { return modified_spec(p, kSm80, library[i]); },
+      kSm80);
+  for (const testing::CompiledVariant &v : sm80) EXPECT_EQ(v.result.error, "") << v.id;
 }
 
 }  // namespace

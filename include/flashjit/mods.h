@@ -1,0 +1,39 @@
+// Shipped modifiers (include/flashjit/modifiers.h): common variants of
+// attention as snippets, each with the aux fields it reads (set them with
+// AuxValues by these names). Indices are positions within the sequence
+// (q, k) and the query head h; b is the batch index.
+#pragma once
+
+#include "flashjit/modifiers.h"
+
+namespace flashjit::mods {
+
+// ALiBi: score + slopes[h] * (k - q). Aux: const float* slopes ([heads_q]).
+Modifiers alibi();
+
+// A learned relative position bias: score + table[h][clamp(k - q, -max_distance,
+// max_distance) + max_distance]. Aux: const float* table ([heads_q][2 *
+// max_distance + 1]), int max_distance.
+Modifiers relative_bias();
+
+// Document masking of a packed sequence: query q sees key k of its own
+// document. Aux: const int* doc_ids ([batch][seqlen], one id per token of
+// each row, queries and keys alike), int seqlen (the row length).
+Modifiers document_mask();
+
+// Prefix-LM: the first `prefix` keys are visible to every query, the rest
+// causally (k <= q). Aux: int prefix.
+Modifiers prefix_lm();
+
+// A causal sliding window of `window` keys plus the first `sinks` keys
+// (StreamingLLM's attention sinks): k <= q and (q - k < window or k < sinks).
+// Aux: int window, int sinks.
+Modifiers sliding_window_with_sinks();
+
+// The built-in causal mask and tanh softcap, written as modifiers: what a
+// caller's own can be checked against. causal_mask: k <= q (equal lengths);
+// tanh_softcap: cap * tanh(score / cap), aux: float cap.
+Modifiers causal_mask();
+Modifiers tanh_softcap();
+
+}  // namespace flashjit::mods

@@ -1,0 +1,75 @@
+// The shipped modifiers' snippets (include/flashjit/mods.h).
+#include "flashjit/mods.h"
+
+namespace flashjit::mods {
+
+Modifiers alibi() {
+  Modifiers m;
+  m.score_mod =
+      "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return score + aux.slopes[h] * static_cast<float>(k - q);\n"
+      "}\n";
+  m.aux = {{"const float*", "slopes"}};
+  return m;
+}
+
+Modifiers relative_bias() {
+  Modifiers m;
+  m.score_mod =
+      "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+      "  const int m = aux.max_distance;\n"
+      "  const int d = k - q < -m ? -m : k - q > m ? m : k - q;\n"
+      "  return score + aux.table[h * (2 * m + 1) + d + m];\n"
+      "}\n";
+  m.aux = {{"const float*", "table"}, {"int", "max_distance"}};
+  return m;
+}
+
+Modifiers document_mask() {
+  Modifiers m;
+  m.mask_mod =
+      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+      "  const long long row = static_cast<long long>(b) * aux.seqlen;\n"
+      "  return aux.doc_ids[row + q] == aux.doc_ids[row + k];\n"
+      "}\n";
+  m.aux = {{"const int*", "doc_ids"}, {"int", "seqlen"}};
+  return m;
+}
+
+Modifiers prefix_lm() {
+  Modifiers m;
+  m.mask_mod =
+      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return k < aux.prefix || k <= q;\n"
+      "}\n";
+  m.aux = {{"int", "prefix"}};
+  return m;
+}
+
+Modifiers sliding_window_with_sinks() {
+  Modifiers m;
+  m.mask_mod =
+      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return k <= q && (q - k < aux.window || k < aux.sinks);\n"
+      "}\n";
+  m.aux = {{"int", "window"}, {"int", "sinks"}};
+  return m;
+}
+
+Modifiers causal_mask() {
+  Modifiers m;
+  m.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }\n";
+  return m;
+}
+
+Modifiers tanh_softcap() {
+  Modifiers m;
+  m.score_mod =
+      "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return aux.cap * tanhf(score / aux.cap);\n"
+      "}\n";
+  m.aux = {{"float", "cap"}};
+  return m;
+}
+
+}  // namespace flashjit::mods
