@@ -5,7 +5,6 @@
 
 #include <string>
 
-#include "cli/aux_declarations.h"
 #include "cli/cli_common.h"
 #include "llvm/Support/CommandLine.h"
 

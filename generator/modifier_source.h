@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "flashjit/modifiers.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 namespace flashjit {
@@ -35,6 +36,12 @@ llvm::Expected<std::vector<AuxSlot>> aux_layout(const Modifiers &modifiers);
 // sizeof(struct Aux) of those slots: the last one's end, rounded up to the
 // widest field (0 without fields).
 int aux_struct_bytes(const std::vector<AuxSlot> &slots);
+
+// "const float* slopes, int prefix" as fields (types with their spaces
+// normalised: "const float *" is "const float*"); an error names the
+// declaration that is not "TYPE NAME". The CLI's --aux and the C API's
+// declarations.
+llvm::Expected<std::vector<AuxField>> parse_aux_declarations(llvm::StringRef text);
 
 // The program text that defines struct Aux, the caller's functions (each
 // after a `#line 1 "score_mod"` / `"mask_mod"`, so NVRTC reports errors in

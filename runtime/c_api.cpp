@@ -1,17 +1,18 @@
 // The C API (include/flashjit/flashjit.h): plain structs in, an int out, the
 // message in a thread-local string. Nothing may unwind across this boundary,
 // so every entry point catches everything (bad_alloc is the only candidate).
-#include "flashjit/flashjit.h"
-
+#include <optional>
 #include <string>
 #include <type_traits>
 
 #include "flashjit/backward.h"
+#include "flashjit/flashjit.h"
 #include "flashjit/forward.h"
 #include "flashjit/kernel_config_fields.h"
 #include "flashjit/problem_fields.h"
-#include "runtime/runtime_counters.h"
+#include "generator/modifier_source.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "runtime/runtime_counters.h"
 
 namespace {
 
@@ -109,9 +110,48 @@ std::string convert_config(const char *fn, const flashjit_config *c,
   return "";
 }
 
+// A flashjit_modifiers into `out` and its aux values into `aux` (created
+// here: it needs the fields); "" or why not.
+std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flashjit::Modifiers &out,
+                              std::optional<flashjit::AuxValues> &aux) {
+  if (m.score_mod) out.score_mod = m.score_mod;
+  if (m.mask_mod) out.mask_mod = m.mask_mod;
+  if (m.aux) {
+    auto fields = flashjit::parse_aux_declarations(m.aux);
+    if (!fields) return std::string(fn) + ": " + llvm::toString(fields.takeError());
+    out.aux = std::move(*fields);
+  }
+  aux.emplace(out);
+  if (!aux->error().empty()) return std::string(fn) + ": " + aux->error();
+  if (m.aux_count != static_cast<int64_t>(out.aux.size()) || (m.aux_count > 0 && !m.aux_values))
+    return llvm::formatv("{0}: {1} aux values given, {2} fields declared: give one per field", fn,
+                         m.aux_count, out.aux.size())
+        .str();
+  for (int64_t i = 0; i < m.aux_count; ++i) {
+    const flashjit_aux_value &v = m.aux_values[i];
+    const std::string name = v.name ? v.name : "";
+    std::string e;
+    switch (v.kind) {
+      case FLASHJIT_AUX_POINTER:
+        e = aux->set(name, v.pointer);
+        break;
+      case FLASHJIT_AUX_INTEGER:
+        e = aux->set(name, static_cast<long long>(v.integer));
+        break;
+      case FLASHJIT_AUX_REAL:
+        e = aux->set(name, static_cast<float>(v.real));
+        break;
+      default:
+        e = llvm::formatv("aux value '{0}' has kind {1}: expected 0, 1 or 2", name, v.kind);
+    }
+    if (!e.empty()) return std::string(fn) + ": " + e;
+  }
+  return "";
+}
+
 int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forward_args *a,
                  const flashjit_kvcache_args *kv, const flashjit_varlen_args *vl, void *stream,
-                 const flashjit_config *c) {
+                 const flashjit_config *c, const flashjit_modifiers *mods = nullptr) {
   if (!p) return fail(std::string(fn) + ": problem is NULL");
   if (!a) return fail(std::string(fn) + ": args is NULL");
   flashjit::Problem problem;
@@ -148,6 +188,16 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
     args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
     args.varlen.total_q = vl->total_q;
     args.varlen.total_k = vl->total_k;
+  }
+  flashjit::Modifiers modifiers;
+  std::optional<flashjit::AuxValues> aux;
+  if (mods) {
+    if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return fail(e);
+    args.modifiers = &modifiers;
+    if (aux->size() > 0) {
+      args.aux = aux->data();
+      args.aux_bytes = aux->size();
+    }
   }
 
   flashjit::Status status =
@@ -219,6 +269,15 @@ int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_arg
                      void *stream, const flashjit_config *config) {
   return guarded("flashjit_forward", [&] {
     return forward_impl("flashjit_forward", problem, args, nullptr, nullptr, stream, config);
+  });
+}
+
+int flashjit_forward_modified(const flashjit_problem *problem, const flashjit_forward_args *args,
+                              const flashjit_modifiers *modifiers, void *stream,
+                              const flashjit_config *config) {
+  return guarded("flashjit_forward_modified", [&] {
+    return forward_impl("flashjit_forward_modified", problem, args, nullptr, nullptr, stream,
+                        config, modifiers);
   });
 }
 

@@ -104,6 +104,7 @@ step run-check 300 run_shapes
 step python-tests 600 python_step python3 tests/python/test_attention.py
 step python-kvcache 300 python_step python3 tests/python/test_kvcache.py
 step python-varlen 300 python_step python3 tests/python/test_varlen.py
+step python-modifiers 300 python_step python3 tests/python/test_modifiers.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step python-compile 300 python_step python3 tests/python/test_torch_compile.py
 step wheel 400 wheel_step

@@ -18,7 +18,7 @@ if [ -z "$wheel" ]; then
        "scripts/build-device-bundle.sh)" >&2
   exit 2
 fi
-TESTS=${TESTS:-test_attention.py test_varlen.py test_kvcache.py test_torch_compile.py}
+TESTS=${TESTS:-test_attention.py test_varlen.py test_kvcache.py test_modifiers.py test_torch_compile.py}
 
 if [ "${FLASHJIT_IN_NAMESPACE:-0}" != 1 ]; then
   # Re-run inside a private mount namespace, so the covering mounts vanish

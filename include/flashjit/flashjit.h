@@ -127,6 +127,39 @@ int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forw
                             const flashjit_varlen_args *varlen, void *stream,
                             const flashjit_config *config);
 
+/* A caller's score and mask modifiers (include/flashjit/modifiers.h): CUDA
+ * source compiled into the forward kernel, its hash keying the kernel.
+ * score_mod, mask_mod: NUL-terminated source defining
+ *   float score_mod(float score, int b, int h, int q, int k)
+ *   bool mask_mod(int b, int h, int q, int k)
+ * or NULL; aux: the extra inputs' declarations, "const float* slopes, int n"
+ * (each function then takes `const Aux &aux` last), or NULL; aux_values:
+ * aux_count values, one per declared field, by name. Forward only. */
+enum flashjit_aux_kind {
+  FLASHJIT_AUX_POINTER = 0,
+  FLASHJIT_AUX_INTEGER = 1,
+  FLASHJIT_AUX_REAL = 2
+};
+typedef struct flashjit_aux_value {
+  const char *name;
+  int32_t kind;     /* enum flashjit_aux_kind: which of the three below is read */
+  int32_t reserved; /* 0 */
+  const void *pointer;
+  int64_t integer;
+  double real;
+} flashjit_aux_value;
+typedef struct flashjit_modifiers {
+  const char *score_mod, *mask_mod, *aux;
+  const flashjit_aux_value *aux_values;
+  int64_t aux_count;
+} flashjit_modifiers;
+
+/* flashjit_forward with modifiers (NULL: none); the other arguments as
+ * flashjit_forward's. */
+int flashjit_forward_modified(const flashjit_problem *problem, const flashjit_forward_args *args,
+                              const flashjit_modifiers *modifiers, void *stream,
+                              const flashjit_config *config);
+
 int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
                       void *stream, const flashjit_config *config);
 /* The backward of a packed batch (varlen = 1): the tensors as

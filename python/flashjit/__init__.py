@@ -199,9 +199,10 @@ def _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits
     return _Call(problem, dim_qk, dim_v, pad_qk, pad_v, empty, splits, pack)
 
 
-def _forward(torch, q, k, v, call, want_lse):
+def _forward(torch, q, k, v, call, want_lse, modifiers=None):
     """Runs the forward. Returns (out, lse, qp, kp, vp): out [b, sq, hq, dv + pad_v]
-    (padded; the caller slices), lse or None, and the (padded) inputs the kernel read."""
+    (padded; the caller slices), lse or None, and the (padded) inputs the kernel read.
+    modifiers: a flashjit_modifiers struct (flashjit/modifiers.py) or None."""
     p = call.problem
     out = torch.empty((p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), dtype=q.dtype, device=q.device)
     lse = (torch.empty((p.batch, p.heads_q, p.seqlen_q), dtype=torch.float32, device=q.device)
@@ -231,9 +232,14 @@ def _forward(torch, q, k, v, call, want_lse):
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
         config = _forward_config(call.splits, call.pack_gqa)
-        _check_rc(lib.flashjit_forward(ctypes.byref(p), ctypes.byref(args),
-                                       ctypes.c_void_p(stream),
-                                       ctypes.byref(config) if config is not None else None))
+        config_ref = ctypes.byref(config) if config is not None else None
+        if modifiers is not None:
+            _check_rc(lib.flashjit_forward_modified(ctypes.byref(p), ctypes.byref(args),
+                                                    ctypes.byref(modifiers),
+                                                    ctypes.c_void_p(stream), config_ref))
+        else:
+            _check_rc(lib.flashjit_forward(ctypes.byref(p), ctypes.byref(args),
+                                           ctypes.c_void_p(stream), config_ref))
     return out, lse, qp, kp, vp
 
 
@@ -367,7 +373,8 @@ def _autograd_function(torch):
 
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
-              return_lse=False, num_splits=0, pack_gqa=None):
+              return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
+              aux=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -394,6 +401,16 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     num_splits and pack_gqa set the forward's kernel only; the backward
     ignores them. The result is the same attention either way (up to
     floating-point rounding).
+    score_mod, mask_mod: CUDA source of the caller's own variant, compiled
+        into the kernel once per text (a new length compiles nothing):
+        `float score_mod(float score, int b, int h, int q, int k)` maps each
+        scaled score (after softcap), `bool mask_mod(int b, int h, int q,
+        int k)` hides keys on top of the mask; q and k are positions in the
+        sequence, h the query head. aux: their extra inputs, a dict of CUDA
+        tensors (device pointers by dtype), ints and floats, read as
+        aux.<name> from one more parameter, `const Aux &aux`. Forward only
+        for now (no gradients, not under torch.compile). The snippets run
+        with the caller's privileges, like any kernel.
 
     Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
     current CUDA stream of the tensors' device.
@@ -406,6 +423,9 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     """
     import torch
 
+    if score_mod is not None or mask_mod is not None or aux is not None:
+        return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
+                                   return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
@@ -443,6 +463,27 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
             and not _POISON_OUTPUT):
         _warm.store(call_key, call, [_kernel_strides(t) for t in (q, k, v)],
                     _forward_config(call.splits, call.pack_gqa), q.get_device())
+    if call.pad_v:
+        out = out[..., :call.dim_v]
+    return (out, lse) if return_lse else out
+
+
+def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
+                        num_splits, pack_gqa, score_mod, mask_mod, aux):
+    """attention() with a caller's modifiers (flashjit/modifiers.py): the
+    forward only, eager."""
+    if torch.compiler.is_compiling():
+        raise NotImplementedError("flashjit.attention: score_mod/mask_mod are not traceable by "
+                                  "torch.compile yet; call it eagerly")
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
+        raise NotImplementedError("flashjit.attention: score_mod/mask_mod run the forward only "
+                                  "for now: call under torch.no_grad(), or with inputs that do "
+                                  "not require grad")
+    call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
+    from . import modifiers as _modifiers
+    mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device)
+    out, lse, _, _, _ = _forward(torch, q, k, v, call, want_lse=return_lse, modifiers=mods)
+    del keep  # the aux values' array, alive until the call has read it
     if call.pad_v:
         out = out[..., :call.dim_v]
     return (out, lse) if return_lse else out

@@ -104,6 +104,30 @@ class Config(ctypes.Structure):
                              "splits", "pack_gqa")]
 
 
+AUX_POINTER, AUX_INTEGER, AUX_REAL = 0, 1, 2
+
+
+class AuxValue(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("pointer", ctypes.c_void_p),
+        ("integer", ctypes.c_int64),
+        ("real", ctypes.c_double),
+    ]
+
+
+class Modifiers(ctypes.Structure):
+    _fields_ = [
+        ("score_mod", ctypes.c_char_p),
+        ("mask_mod", ctypes.c_char_p),
+        ("aux", ctypes.c_char_p),
+        ("aux_values", ctypes.POINTER(AuxValue)),
+        ("aux_count", ctypes.c_int64),
+    ]
+
+
 class LibraryNotFound(ImportError):
     """libflashjit.so could not be found or loaded."""
 
@@ -142,6 +166,11 @@ def _declare(lib):
         ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
         ctypes.POINTER(Config)]
     lib.flashjit_forward.restype = ctypes.c_int
+    if hasattr(lib, "flashjit_forward_modified"):
+        lib.flashjit_forward_modified.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(Modifiers),
+            ctypes.c_void_p, ctypes.POINTER(Config)]
+        lib.flashjit_forward_modified.restype = ctypes.c_int
     if hasattr(lib, "flashjit_forward_kvcache"):
         lib.flashjit_forward_kvcache.argtypes = [
             ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(KvCacheArgs),

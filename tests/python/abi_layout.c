@@ -47,6 +47,21 @@ int main(void) {
   FIELD(flashjit_forward_args, o_stride_seq)
   FIELD(flashjit_forward_args, o_stride_head)
 
+  printf("flashjit_aux_value sizeof %zu\n", sizeof(flashjit_aux_value));
+  FIELD(flashjit_aux_value, name)
+  FIELD(flashjit_aux_value, kind)
+  FIELD(flashjit_aux_value, reserved)
+  FIELD(flashjit_aux_value, pointer)
+  FIELD(flashjit_aux_value, integer)
+  FIELD(flashjit_aux_value, real)
+
+  printf("flashjit_modifiers sizeof %zu\n", sizeof(flashjit_modifiers));
+  FIELD(flashjit_modifiers, score_mod)
+  FIELD(flashjit_modifiers, mask_mod)
+  FIELD(flashjit_modifiers, aux)
+  FIELD(flashjit_modifiers, aux_values)
+  FIELD(flashjit_modifiers, aux_count)
+
   printf("flashjit_kvcache_args sizeof %zu\n", sizeof(flashjit_kvcache_args));
   FIELD(flashjit_kvcache_args, cache_seqlens)
   FIELD(flashjit_kvcache_args, page_table)

@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.join(_REPO, "python"))
 def check_layout(layout_binary, capi):
     mirrors = {"flashjit_problem": capi.Problem, "flashjit_forward_args": capi.ForwardArgs,
                "flashjit_kvcache_args": capi.KvCacheArgs,
-               "flashjit_backward_args": capi.BackwardArgs, "flashjit_config": capi.Config}
+               "flashjit_backward_args": capi.BackwardArgs, "flashjit_config": capi.Config,
+               "flashjit_aux_value": capi.AuxValue, "flashjit_modifiers": capi.Modifiers}
     seen = {name: set() for name in mirrors}
     errors = []
     for line in subprocess.run([layout_binary], check=True, capture_output=True,
@@ -115,6 +116,28 @@ def main(argv):
         if rc == 0 or f"config.{field}={value} is invalid" not in message:
             errors.append(f"config.{field}={value}: rc={rc}, message {message!r}")
     errors += check_forward_knobs(flashjit)
+
+    # Modifiers: the declarations and values are checked before any GPU work.
+    mods = _capi.Modifiers(score_mod=b"float score_mod(float s, int b, int h, int q, int k, "
+                                     b"const Aux &aux) { return s + aux.bias; }",
+                           aux=b"float bias", aux_values=None, aux_count=0)
+    for aux_count, values, expected in (
+            (0, None, "flashjit_forward_modified: 0 aux values given, 1 fields declared: give "
+                      "one per field"),
+            (1, (_capi.AuxValue * 1)(_capi.AuxValue(name=b"bias", kind=_capi.AUX_INTEGER,
+                                                    integer=3)),
+             "flashjit_forward_modified: aux field 'bias' is float: expected a float, not an "
+             "integer"),
+            (1, (_capi.AuxValue * 1)(_capi.AuxValue(name=b"other", kind=_capi.AUX_REAL,
+                                                    real=0.5)),
+             "flashjit_forward_modified: no aux field 'other'")):
+        mods.aux_count = aux_count
+        mods.aux_values = values
+        rc = _capi.lib().flashjit_forward_modified(ctypes.byref(problem), ctypes.byref(args),
+                                                   ctypes.byref(mods), None, None)
+        message = _capi.last_error()
+        if rc == 0 or message != expected:
+            errors.append(f"modifiers: rc={rc}, message {message!r}, expected {expected!r}")
 
     # The backward: the workspace size (O(seqlen): the fp32 dQ accumulator and
     # D = rowsum(dO * O)), 0 for invalid sizes, and a refused call.

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <string>
 
-#include "cli/aux_declarations.h"
 #include "cli_files.h"
 #include "cli_runner.h"
 #include "flashjit/forward.h"
@@ -209,14 +208,14 @@ TEST(ModifiersCompile, ErrorsPointIntoTheSnippet) {
 }
 
 TEST(ModifiersCli, ParsesAuxDeclarations) {
-  auto fields = cli::parse_aux_declarations("const float *slopes, int  n,const int* ids");
+  auto fields = parse_aux_declarations("const float *slopes, int  n,const int* ids");
   ASSERT_TRUE(bool(fields)) << llvm::toString(fields.takeError());
   ASSERT_EQ(fields->size(), 3u);
   EXPECT_EQ((*fields)[0], (AuxField{"const float*", "slopes"}));
   EXPECT_EQ((*fields)[1], (AuxField{"int", "n"}));
   EXPECT_EQ((*fields)[2], (AuxField{"const int*", "ids"}));
-  EXPECT_TRUE(cli::parse_aux_declarations("")->empty());
-  EXPECT_EQ(error_of(cli::parse_aux_declarations("slopes").takeError()),
+  EXPECT_TRUE(parse_aux_declarations("")->empty());
+  EXPECT_EQ(error_of(parse_aux_declarations("slopes").takeError()),
             "--aux: 'slopes' is not a declaration TYPE NAME (e.g. 'const float* slopes')");
 }
 

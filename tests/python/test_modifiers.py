@@ -1,0 +1,139 @@
+"""flashjit.attention with a caller's score_mod / mask_mod (issue #15)
+against a PyTorch reference that applies the same bias and mask, on the GPU.
+
+    FLASHJIT_LIB=build/libflashjit.so python3 tests/python/test_modifiers.py
+
+ALiBi over per-head slopes, a document mask over per-token ids (int32
+tensor aux), a prefix-LM mask over an int aux, both dtypes; causal as a
+mask_mod equal to the built-in causal; the forward-only and bad-argument
+errors. Outputs are poisoned before every launch (FLASHJIT_POISON_OUTPUT=1).
+Skips cleanly (exit 0) where torch or a CUDA device is missing.
+"""
+import math
+import os
+import sys
+
+os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
+
+ALIBI = """
+__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {
+  return score + aux.slopes[h] * (k - q);
+}
+"""
+DOCUMENTS = """
+__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
+  return aux.doc_ids[b * aux.seqlen + q] == aux.doc_ids[b * aux.seqlen + k];
+}
+"""
+PREFIX_LM = """
+__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
+  return k < aux.prefix || k <= q;
+}
+"""
+CAUSAL = "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }\n"
+
+
+def reference(q, k, v, bias=None, allowed=None, upcast=True):
+    """(out, lse) of softmax(q k^T / sqrt(d) + bias, masked by allowed) v."""
+    dtype = q.dtype
+    if upcast:
+        q, k, v = q.float(), k.float(), v.float()
+    b, sq, hq, d = q.shape
+    k = k.repeat_interleave(hq // k.shape[2], dim=2)
+    v = v.repeat_interleave(hq // v.shape[2], dim=2)
+    scores = torch.einsum("bthd,bshd->bhts", q / math.sqrt(d), k)
+    if bias is not None:
+        scores = scores + bias
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores.float(), dim=-1)
+    p = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.einsum("bhts,bshd->bthd", p, v).to(dtype), lse
+
+
+def check(out, lse, q, k, v, **ref):
+    exact, exact_lse = reference(q, k, v, **ref)
+    low, _ = reference(q, k, v, upcast=False, **ref)
+    err = (out.float() - exact.float()).abs().max().item()
+    base = (low.float() - exact.float()).abs().max().item()
+    assert err <= 2 * base + 1e-5, f"max error {err} against the low-precision baseline {base}"
+    finite = exact_lse.isfinite()
+    assert torch.allclose(lse[finite], exact_lse[finite], atol=1e-3), "lse"
+
+
+def inputs(b, s, hq, hkv, d, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=g)
+            for h in (hq, hkv, hkv)]
+
+
+def test_alibi_matches_the_reference():
+    require_gpu()
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = inputs(2, 333, 8, 2, 128, dtype)
+        slopes = torch.tensor([-2.0 ** (-8 * (h + 1) / 8) for h in range(8)], device="cuda")
+        with torch.no_grad():
+            out, lse = flashjit.attention(q, k, v, score_mod=ALIBI, aux={"slopes": slopes},
+                                          return_lse=True)
+        pos = torch.arange(333, device="cuda")
+        bias = slopes[None, :, None, None] * (pos[None, None, None, :] - pos[None, None, :, None])
+        check(out, lse, q, k, v, bias=bias)
+
+
+def test_document_and_prefix_masks_match_the_reference():
+    require_gpu()
+    q, k, v = inputs(2, 300, 4, 4, 64, torch.bfloat16, seed=1)
+    pos = torch.arange(300, device="cuda")
+    docs = torch.stack([pos // 37, pos // 91]).to(torch.int32)
+    with torch.no_grad():
+        out, lse = flashjit.attention(q, k, v, mask_mod=DOCUMENTS,
+                                      aux={"doc_ids": docs, "seqlen": 300}, return_lse=True)
+    allowed = (docs[:, None, :, None] == docs[:, None, None, :])
+    check(out, lse, q, k, v, allowed=allowed)
+    with torch.no_grad():
+        out, lse = flashjit.attention(q, k, v, mask_mod=PREFIX_LM, aux={"prefix": 50},
+                                      return_lse=True)
+    allowed = (pos[None, :] < 50) | (pos[None, :] <= pos[:, None])
+    check(out, lse, q, k, v, allowed=allowed[None, None])
+
+
+def test_causal_as_a_mask_mod_is_the_built_in_causal():
+    require_gpu()
+    q, k, v = inputs(2, 257, 8, 8, 128, torch.bfloat16, seed=2)
+    with torch.no_grad():
+        a = flashjit.attention(q, k, v, mask_mod=CAUSAL)
+        b = flashjit.attention(q, k, v, causal=True)
+    assert torch.equal(a, b)
+
+
+def test_errors():
+    require_gpu()
+    q, k, v = inputs(1, 64, 2, 2, 64, torch.bfloat16)
+    q.requires_grad_(True)
+    for call, message in (
+            (lambda: flashjit.attention(q, k, v, score_mod=ALIBI, aux={"slopes": q.detach()}),
+             "forward only"),
+            (lambda: flashjit.attention(q.detach(), k, v, aux={"n": 1}), "without score_mod"),
+            (lambda: flashjit.attention(q.detach(), k, v, score_mod=ALIBI,
+                                        aux={"slopes": [1.0]}), "expected a CUDA tensor"),
+            (lambda: flashjit.attention(q.detach(), k, v, score_mod=1), "CUDA source text")):
+        try:
+            call()
+        except (NotImplementedError, TypeError, ValueError) as e:
+            assert message in str(e), str(e)
+        else:
+            raise AssertionError(f"no error for {message}")
+    # A snippet that does not compile: NVRTC's message in the snippet's lines.
+    try:
+        flashjit.attention(q.detach(), k, v, score_mod="float score_mod(float s, int b, int h, "
+                           "int q, int k) {\n  return s + nope;\n}\n")
+    except RuntimeError as e:
+        assert "score_mod(2): error" in str(e), str(e)
+    else:
+        raise AssertionError("a snippet that does not compile ran")
+
+
+if __name__ == "__main__":
+    sys.exit(run_tests(globals()))
