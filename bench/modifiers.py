@@ -1,0 +1,154 @@
+"""A caller's modifiers (issue #15): flashjit.attention(score_mod=, mask_mod=,
+aux=) against PyTorch's FlexAttention (torch.compile(flex_attention), its
+block mask built once) and against flashjit's own kernels without the
+modifier, in one process; forward, kernel time (bench/compare.py's timer).
+
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/modifiers.py [--quick] [--json out.json]
+
+Shapes: bf16, batch 2, 16 heads, 8k tokens, d = 64 and 128. Modifiers:
+ALiBi (against flashjit without bias), causal as a mask_mod (against the
+built-in causal), a document mask (8 documents), prefix-LM (prefix 1024),
+a sliding window of 1024 with 4 sinks. TFLOP/s count every score's work
+(no sparsity credit), the same for all three, so the ratios are time
+ratios. Also the one-time cost of each: flashjit's first call (NVRTC) and
+Flex's compile plus create_block_mask, and a second sequence length's
+first call (flashjit compiles nothing; Flex may recompile).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import flashjit  # noqa: E402
+from compare import short_error, time_ms  # noqa: E402
+
+SNIPPETS = {
+    "alibi": ("""
+__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {
+  return score + aux.slopes[h] * (k - q);
+}""", None),
+    "causal": (None, "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }"),
+    "document": (None, """
+__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
+  return aux.doc_ids[q] == aux.doc_ids[k];
+}"""),
+    "prefix_lm": (None, """
+__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
+  return k < aux.prefix || k <= q;
+}"""),
+    "window_sinks": (None, """
+__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
+  return k <= q && (q - k < aux.window || k < aux.sinks);
+}"""),
+}
+
+
+def flex_variant(name, s, h, slopes, docs):
+    """(score_mod, mask_mod) for FlexAttention."""
+    if name == "alibi":
+        return (lambda score, b, hh, q, k: score + slopes[hh] * (k - q)), None
+    if name == "causal":
+        return None, lambda b, hh, q, k: k <= q
+    if name == "document":
+        return None, lambda b, hh, q, k: docs[q] == docs[k]
+    if name == "prefix_lm":
+        return None, lambda b, hh, q, k: (k < 1024) | (k <= q)
+    return None, lambda b, hh, q, k: (k <= q) & ((q - k < 1024) | (k < 4))
+
+
+def aux_of(name, slopes, docs):
+    return {"alibi": {"slopes": slopes}, "causal": None, "document": {"doc_ids": docs},
+            "prefix_lm": {"prefix": 1024}, "window_sinks": {"window": 1024, "sinks": 4}}[name]
+
+
+def bench(name, d, s, warmup, repeats):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    b, h = 2, 16
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    slopes = torch.tensor([-2.0 ** (-8 * (i + 1) / h) for i in range(h)], device="cuda")
+    docs = (torch.arange(s, device="cuda") // (s // 8)).to(torch.int32)
+    flops = 4 * b * h * s * s * d
+    row = {"modifier": name, "hdim": d, "seqlen": s}
+    score_mod, mask_mod = SNIPPETS[name]
+    aux = aux_of(name, slopes, docs)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        flashjit.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
+        torch.cuda.synchronize()
+        row["flashjit_first_call_s"] = time.perf_counter() - t0
+        ms = time_ms(lambda: flashjit.attention(q, k, v, score_mod=score_mod,
+                                                mask_mod=mask_mod, aux=aux), warmup, repeats)
+        row["flashjit"] = flops / ms / 1e9
+        base = (lambda: flashjit.attention(q, k, v, causal=True)) if name == "causal" else (
+            lambda: flashjit.attention(q, k, v))
+        row["flashjit_plain"] = flops / time_ms(base, warmup, repeats) / 1e9
+        # FlexAttention: [b, h, s, d], compiled, its block mask built once.
+        qf, kf, vf = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        f_score, f_mask = flex_variant(name, s, h, slopes, docs)
+        try:
+            compiled = torch.compile(flex_attention)
+            t0 = time.perf_counter()
+            block_mask = create_block_mask(f_mask, None, None, s, s) if f_mask else None
+            compiled(qf, kf, vf, score_mod=f_score, block_mask=block_mask)
+            torch.cuda.synchronize()
+            row["flex_first_call_s"] = time.perf_counter() - t0
+            row["flex"] = flops / time_ms(
+                lambda: compiled(qf, kf, vf, score_mod=f_score, block_mask=block_mask),
+                warmup, repeats) / 1e9
+        except Exception as e:  # noqa: BLE001
+            row["flex_error"] = short_error(e)
+        # A new sequence length: flashjit compiles nothing.
+        s2 = s - 512
+        q2, k2, v2 = (t[:, :s2].contiguous() for t in (q, k, v))
+        before = flashjit.compile_count()
+        t0 = time.perf_counter()
+        flashjit.attention(q2, k2, v2, score_mod=score_mod, mask_mod=mask_mod,
+                           aux=aux if name != "document" else {"doc_ids": docs[:s2]})
+        torch.cuda.synchronize()
+        row["flashjit_new_length_s"] = time.perf_counter() - t0
+        row["flashjit_new_length_compiles"] = flashjit.compile_count() - before
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="d=128 only, fewer repeats")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    dims = (128,) if args.quick else (64, 128)
+    warmup, repeats = (3, 7) if args.quick else (5, 15)
+    rows = []
+    for d in dims:
+        for name in SNIPPETS:
+            try:
+                rows.append(bench(name, d, 8192, warmup, repeats))
+            except Exception as e:  # noqa: BLE001
+                rows.append({"modifier": name, "hdim": d, "error": short_error(e)})
+            print(json.dumps(rows[-1]), flush=True)
+    print("\n=== flashjit modifiers vs FlexAttention (forward TFLOP/s, bf16 2x16 heads 8k) ===")
+    print("| modifier | d | flashjit | without modifier | × | Flex | × Flex | first call s "
+          "(ours / Flex) | new length compiles |")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['modifier']} | {r['hdim']} | {r['error']} |")
+            continue
+        flex = r.get("flex")
+        print(f"| {r['modifier']} | {r['hdim']} | {r['flashjit']:.1f} | {r['flashjit_plain']:.1f} "
+              f"| {r['flashjit'] / r['flashjit_plain']:.2f} | "
+              f"{flex if flex is None else round(flex, 1)} | "
+              f"{'' if flex is None else round(r['flashjit'] / flex, 2)} | "
+              f"{r['flashjit_first_call_s']:.2f} / {r.get('flex_first_call_s', float('nan')):.2f} "
+              f"| {r['flashjit_new_length_compiles']} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
