@@ -26,50 +26,52 @@ Kind kind_of(const std::string &type) {
   return type == "float" ? Kind::real : Kind::integer;
 }
 const char *kind_name(Kind kind) {
-  return kind == Kind::pointer ? "a device pointer" : kind == Kind::real ? "a float" : "an integer";
+  return kind == Kind::pointer ? "a pointer" : kind == Kind::real ? "a float" : "an integer";
 }
 }  // namespace
 
-std::string AuxValues::set(const std::string &name, const void *device_pointer) {
+// The field `name` if it takes values of `kind`; else null and why not.
+const AuxValues::Slot *AuxValues::slot_for(const std::string &name, int kind,
+                                           std::string &error) const {
   for (const Slot &slot : slots_) {
     if (slot.name != name) continue;
-    if (kind_of(slot.type) != Kind::pointer)
-      return "aux field '" + name + "' is " + slot.type + ": expected " +
-             kind_name(kind_of(slot.type)) + ", not a pointer";
-    std::memcpy(bytes_ + slot.offset, &device_pointer, sizeof(device_pointer));
-    return "";
+    const Kind want = kind_of(slot.type);
+    if (static_cast<int>(want) == kind) return &slot;
+    error = "aux field '" + name + "' is " + slot.type + ": expected " + kind_name(want) +
+            ", not " + kind_name(static_cast<Kind>(kind));
+    return nullptr;
   }
-  return "no aux field '" + name + "'";
+  error = "no aux field '" + name + "'";
+  return nullptr;
+}
+
+std::string AuxValues::set(const std::string &name, const void *device_pointer) {
+  std::string error;
+  const Slot *slot = slot_for(name, static_cast<int>(Kind::pointer), error);
+  if (slot) std::memcpy(bytes_ + slot->offset, &device_pointer, sizeof(device_pointer));
+  return error;
 }
 
 std::string AuxValues::set(const std::string &name, long long value) {
-  for (const Slot &slot : slots_) {
-    if (slot.name != name) continue;
-    if (kind_of(slot.type) != Kind::integer)
-      return "aux field '" + name + "' is " + slot.type + ": expected " +
-             kind_name(kind_of(slot.type)) + ", not an integer";
-    if (slot.type == "int") {
-      const int narrow = static_cast<int>(value);
-      if (narrow != value) return "aux field '" + name + "' is int: " + std::to_string(value) + " does not fit";
-      std::memcpy(bytes_ + slot.offset, &narrow, sizeof(narrow));
-    } else {
-      std::memcpy(bytes_ + slot.offset, &value, sizeof(value));
-    }
-    return "";
+  std::string error;
+  const Slot *slot = slot_for(name, static_cast<int>(Kind::integer), error);
+  if (!slot) return error;
+  if (slot->type == "int") {
+    const int narrow = static_cast<int>(value);
+    if (narrow != value)
+      return "aux field '" + name + "' is int: " + std::to_string(value) + " does not fit";
+    std::memcpy(bytes_ + slot->offset, &narrow, sizeof(narrow));
+  } else {
+    std::memcpy(bytes_ + slot->offset, &value, sizeof(value));
   }
-  return "no aux field '" + name + "'";
+  return "";
 }
 
 std::string AuxValues::set(const std::string &name, float value) {
-  for (const Slot &slot : slots_) {
-    if (slot.name != name) continue;
-    if (kind_of(slot.type) != Kind::real)
-      return "aux field '" + name + "' is " + slot.type + ": expected " +
-             kind_name(kind_of(slot.type)) + ", not a float";
-    std::memcpy(bytes_ + slot.offset, &value, sizeof(value));
-    return "";
-  }
-  return "no aux field '" + name + "'";
+  std::string error;
+  const Slot *slot = slot_for(name, static_cast<int>(Kind::real), error);
+  if (slot) std::memcpy(bytes_ + slot->offset, &value, sizeof(value));
+  return error;
 }
 
 }  // namespace flashjit

@@ -63,6 +63,7 @@ class AuxValues {
     std::string name, type;
     int offset;
   };
+  const Slot *slot_for(const std::string &name, int kind, std::string &error) const;
   std::vector<Slot> slots_;
   std::string error_;
   alignas(8) unsigned char bytes_[64] = {};
