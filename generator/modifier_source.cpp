@@ -134,26 +134,24 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
   // first_line + lines, so the next is one more.
   os << "#line " << first_line + lines + 1 << " \"" << program << "\"\n";
   const char *aux_arg = aux ? ", *static_cast<const ::Aux *>(aux)" : "";
+  // One of the policy's two functions: the caller's, or the identity.
+  auto function = [&](const char *head, const std::string &snippet, const char *call,
+                      const char *identity) {
+    os << "  __device__ __forceinline__ static " << head << " {\n    return "
+       << (snippet.empty() ? std::string(identity) : std::string(call) + aux_arg + ")")
+       << ";\n  }\n";
+  };
   os << "namespace flashjit {\nnamespace cfg {\n"
      << "struct Modifiers {\n"
      << "  static constexpr bool kScore = " << (modifiers.score_mod.empty() ? "false" : "true")
      << ";\n"
      << "  static constexpr bool kMask = " << (modifiers.mask_mod.empty() ? "false" : "true")
-     << ";\n"
-     << "  __device__ __forceinline__ static float score(float s, int b, int h, int q, int k, "
-        "const void *aux) {\n";
-  if (modifiers.score_mod.empty())
-    os << "    return s;\n";
-  else
-    os << "    return ::score_mod(s, b, h, q, k" << aux_arg << ");\n";
-  os << "  }\n"
-     << "  __device__ __forceinline__ static bool visible(int b, int h, int q, int k, "
-        "const void *aux) {\n";
-  if (modifiers.mask_mod.empty())
-    os << "    return true;\n";
-  else
-    os << "    return ::mask_mod(b, h, q, k" << aux_arg << ");\n";
-  os << "  }\n};\n}  // namespace cfg\n}  // namespace flashjit\n";
+     << ";\n";
+  function("float score(float s, int b, int h, int q, int k, const void *aux)", modifiers.score_mod,
+           "::score_mod(s, b, h, q, k", "s");
+  function("bool visible(int b, int h, int q, int k, const void *aux)", modifiers.mask_mod,
+           "::mask_mod(b, h, q, k", "true");
+  os << "};\n}  // namespace cfg\n}  // namespace flashjit\n";
   return os.str();
 }
 

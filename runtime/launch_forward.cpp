@@ -339,7 +339,8 @@ llvm::Error validate_modifier_args(const ForwardArgs &args) {
                                      "argument aux: given without modifiers to read it");
     return llvm::Error::success();
   }
-  if (llvm::Error e = validate_modifiers(*args.modifiers)) return e;
+  // With a function to read them, the fields' layout is all there is to
+  // check (validate_modifiers' other case): one pass over them per call.
   auto layout = aux_layout(*args.modifiers);
   if (!layout) return layout.takeError();
   const size_t bytes = static_cast<size_t>(aux_struct_bytes(*layout));
