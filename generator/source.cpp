@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "generator/backward_steps.h"
 #include "generator/modifier_source.h"
 #include "generator/warp_roles.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -149,9 +150,10 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
   out.program_name = spec.id() + ".cu";
   const bool sm90 = c.path == KernelPath::sm90;
   out.entry = sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80";
-  // The entries backward_steps launches (generator/backward_steps.h).
-  out.entries = {out.entry, "flashjit_bwd_preprocess",
-                 c.deterministic && !sm90 ? "flashjit_bwd_dq" : "flashjit_bwd_convert_dq"};
+  // The entries backward_steps launches, the main kernel first.
+  out.entries = {out.entry};
+  for (const BackwardStep &step : backward_steps(spec, class_problem(spec)))
+    if (step.entry != out.entry) out.entries.push_back(step.entry);
   out.headers = embedded_templates();
   if (sm90)
     out.source = write_source("backward kernels", spec, c.deterministic, {"bwd_sm90.cuh"});
