@@ -20,10 +20,15 @@ ModifierOptions::ModifierOptions(cl::OptionCategory &category, cl::SubCommand &s
       aux("aux",
           cl::desc("The modifiers' extra inputs, e.g. \"const float* slopes, int prefix\": each "
                    "function then takes `const Aux& aux` last"),
-          cl::value_desc("DECLS"), cl::cat(category), cl::sub(sub)) {}
+          cl::value_desc("DECLS"), cl::cat(category), cl::sub(sub)),
+      mask_mod_qk_only("mask-mod-qk-only",
+                       cl::desc("The --mask-mod reads only q and k: one block map of the tiles "
+                                "it hides or shows whole serves every batch and head"),
+                       cl::cat(category), cl::sub(sub)) {}
 
 llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
-  if (score_mod.empty() && mask_mod.empty() && aux.empty()) return llvm::Error::success();
+  if (score_mod.empty() && mask_mod.empty() && aux.empty() && !mask_mod_qk_only)
+    return llvm::Error::success();
   code = kExitUsage;
   if (kernel.spec.pass != Pass::forward)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -47,6 +52,7 @@ llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
   auto fields = parse_aux_declarations(aux);
   if (!fields) return fields.takeError();
   modifiers.aux = std::move(*fields);
+  modifiers.mask_mod_qk_only = mask_mod_qk_only;
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
   kernel.spec.modifiers = std::move(modifiers);
   code = kExitOk;

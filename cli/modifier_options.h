@@ -1,6 +1,6 @@
 // The flags that compile a caller's modifiers (include/flashjit/modifiers.h)
 // into the forward kernel of gen and compile: --score-mod FILE,
-// --mask-mod FILE, --aux "const float* slopes, int prefix".
+// --mask-mod FILE, --aux "const float* slopes, int prefix", --mask-mod-qk-only.
 #pragma once
 
 #include <string>
@@ -13,6 +13,7 @@ namespace flashjit::cli {
 struct ModifierOptions {
   ModifierOptions(llvm::cl::OptionCategory &category, llvm::cl::SubCommand &sub);
   llvm::cl::opt<std::string> score_mod, mask_mod, aux;
+  llvm::cl::opt<bool> mask_mod_qk_only;
 
   // Reads the files and the declarations into `kernel`'s spec (forward only);
   // a usage error (code kExitUsage) names the flag and what was expected.

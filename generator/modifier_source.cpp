@@ -89,6 +89,8 @@ int aux_struct_bytes(const std::vector<AuxSlot> &slots) {
 llvm::Error validate_modifiers(const Modifiers &modifiers) {
   if (!modifiers.aux.empty() && modifiers.empty())
     return modifier_error("aux fields are declared but there is no score_mod or mask_mod");
+  if (modifiers.mask_mod_qk_only && modifiers.mask_mod.empty())
+    return modifier_error("mask_mod_qk_only is set but there is no mask_mod it could describe");
   auto layout = aux_layout(modifiers);
   return layout ? llvm::Error::success() : layout.takeError();
 }
@@ -99,6 +101,8 @@ uint64_t modifiers_hash_value(const Modifiers &modifiers) {
   h = fnv1a(h, modifiers.score_mod);
   h = fnv1a(h, modifiers.mask_mod);
   for (const AuxField &field : modifiers.aux) h = fnv1a(fnv1a(h, field.type), field.name);
+  // The block map's extent is compiled in: a shared map is another kernel.
+  if (modifiers.mask_mod_qk_only) h = fnv1a(h, "qk_only");
   return h;
 }
 
@@ -146,7 +150,9 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
      << "  static constexpr bool kScore = " << (modifiers.score_mod.empty() ? "false" : "true")
      << ";\n"
      << "  static constexpr bool kMask = " << (modifiers.mask_mod.empty() ? "false" : "true")
-     << ";\n";
+     << ";\n"
+     << "  static constexpr bool kMaskQkOnly = "
+     << (modifiers.mask_mod_qk_only && !modifiers.mask_mod.empty() ? "true" : "false") << ";\n";
   function("float score(float s, int b, int h, int q, int k, const void *aux)", modifiers.score_mod,
            "::score_mod(s, b, h, q, k", "s");
   function("bool visible(int b, int h, int q, int k, const void *aux)", modifiers.mask_mod,

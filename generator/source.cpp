@@ -133,6 +133,13 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
     out.entries.push_back("flashjit_fwd_combine");
     headers.push_back("fwd_combine.cuh");
   }
+  if (sm90 && !spec.modifiers.mask_mod.empty()) {
+    // The block map of the caller's mask_mod, built before each call
+    // (fwd_block_map.cuh).
+    out.entries.push_back("flashjit_fwd_block_kinds");
+    out.entries.push_back("flashjit_fwd_block_list");
+    headers.push_back("fwd_block_map.cuh");
+  }
   if (spec.seqused_k) {
     // A KV cache's append of this step's keys and values (kv_append.cuh).
     out.entries.push_back("flashjit_kv_append");

@@ -116,6 +116,10 @@ std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flash
                               std::optional<flashjit::AuxValues> &aux) {
   if (m.score_mod) out.score_mod = m.score_mod;
   if (m.mask_mod) out.mask_mod = m.mask_mod;
+  if (m.mask_mod_qk_only != 0 && m.mask_mod_qk_only != 1)
+    return llvm::formatv("{0}: mask_mod_qk_only is {1}: expected 0 or 1", fn, m.mask_mod_qk_only)
+        .str();
+  out.mask_mod_qk_only = m.mask_mod_qk_only == 1;
   if (m.aux) {
     auto fields = flashjit::parse_aux_declarations(m.aux);
     if (!fields) return std::string(fn) + ": " + llvm::toString(fields.takeError());

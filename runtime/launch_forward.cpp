@@ -8,6 +8,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "generator/block_map.h"
 #include "generator/forward_params.h"
 #include "generator/modifier_source.h"
 #include "llvm/ADT/Hashing.h"
@@ -221,6 +222,14 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
     if (!append) return append.takeError();
     out.append = &*append;
   }
+  if (has_block_map(spec)) {
+    auto kinds = load(spec.id() + "#block_kinds", 0, "flashjit_fwd_block_kinds");
+    if (!kinds) return kinds.takeError();
+    out.block_kinds = &*kinds;
+    auto list = load(spec.id() + "#block_list", 0, "flashjit_fwd_block_list");
+    if (!list) return list.takeError();
+    out.block_list = &*list;
+  }
   return out;
 }
 
@@ -230,6 +239,50 @@ llvm::Error enqueue_main_and_combine(const ForwardKernels &kernels, const Proble
                                      const ForwardArgs &args, FwdParams &params, int num_splits,
                                      CUstream stream,
                                      llvm::function_ref<llvm::Error()> launch_main);
+}  // namespace
+
+namespace {
+// The block map of the call (templates/fwd_block_map.cuh) into a workspace
+// of its own, pointed to by `params`; returns the workspace, for the caller
+// to free in stream order after the main kernel.
+llvm::Expected<CUdeviceptr> enqueue_block_map(const ForwardKernels &kernels,
+                                              const KernelSpec &spec, const Problem &problem,
+                                              FwdParams &params, CUstream stream) {
+  const BlockMapGeometry map = forward_block_map_geometry(spec, problem);
+  // The kernel indexes the map with an int (common/block_map.cuh).
+  if (map.list_bytes() / 4 >= (uint64_t(1) << 31))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("the mask_mod's block map would hold {0} entries ({1} rows of {2} key "
+                      "tiles), more than 2^31: split the batch, or set mask_mod_qk_only where "
+                      "the mask reads only q and k",
+                      map.list_bytes() / 4, map.rows(), map.key_tiles)
+            .str());
+  auto allocated = allocate_workspace(kernels.main->device(), map.workspace_bytes(), stream);
+  if (!allocated)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("the mask_mod's block map of {0} bytes could not be allocated: {1}",
+                      map.workspace_bytes(), llvm::toString(allocated.takeError()))
+            .str());
+  const CUdeviceptr workspace = *allocated;
+  params.block_map = reinterpret_cast<int *>(workspace);
+  params.block_kinds = reinterpret_cast<unsigned char *>(workspace + map.kinds_offset());
+  params.block_map_batch_stride = map.batch_stride();
+  params.block_map_head_stride = map.head_stride();
+  params.block_map_row_stride = static_cast<int>(map.key_tiles + 1);
+  params.block_map_q_blocks = static_cast<int>(map.q_blocks);
+  int rows = static_cast<int>(map.rows());
+  void *kinds_args[] = {&params};
+  void *list_args[] = {&params, &rows};
+  llvm::Error error = map.rows() == 0 || map.key_tiles == 0
+                          ? llvm::Error::success()
+                          : kernels.block_kinds->launch(map.kinds_launch(), stream, kinds_args);
+  if (!error && map.rows() > 0)
+    error = kernels.block_list->launch(map.list_launch(), stream, list_args);
+  if (error) return llvm::joinErrors(std::move(error), free_workspace(workspace, stream));
+  return workspace;
+}
 }  // namespace
 
 llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spec,
@@ -256,6 +309,20 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
                                                stream, append_args, /*dependent=*/true))
       return e;
   }
+  // The caller's mask_mod's block map, built in stream order before the
+  // main kernel reads it, in a workspace freed after it.
+  CUdeviceptr block_map = 0;
+  if (kernels.block_kinds) {
+    auto built = enqueue_block_map(kernels, spec, problem, params, stream);
+    if (!built) return built.takeError();
+    block_map = *built;
+  }
+  auto free_block_map = [&](llvm::Error error) {
+    if (block_map)
+      if (llvm::Error e = free_workspace(block_map, stream))
+        error = llvm::joinErrors(std::move(error), std::move(e));
+    return error;
+  };
   // A masked packed batch on the sm90 kernel's persistent CTAs takes its
   // work tiles from a counter (common/fwd_scheduler.cuh), zeroed here in
   // stream order. Without a mask a sequence's tiles all cost the same and
@@ -270,13 +337,13 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
           spec, problem,
           kernels.resident_ctas > 0 ? kernels.resident_ctas : kernels.main->sm_count(), splits)) {
     auto allocated = allocate_workspace(kernels.main->device(), sizeof(int), stream);
-    if (!allocated) return allocated.takeError();
+    if (!allocated) return free_block_map(allocated.takeError());
     counter = *allocated;
     auto driver = cuda_driver();
-    if (!driver) return driver.takeError();
+    if (!driver) return free_block_map(llvm::joinErrors(driver.takeError(), free_workspace(counter, stream)));
     if (llvm::Error e = cuda_check(driver->cuMemsetD32Async(counter, 0, 1, stream),
                                    "cuMemsetD32Async")) {
-      return llvm::joinErrors(std::move(e), free_workspace(counter, stream));
+      return free_block_map(llvm::joinErrors(std::move(e), free_workspace(counter, stream)));
     }
     params.tile_counter = reinterpret_cast<int *>(counter);
   }
@@ -286,7 +353,7 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
     if (llvm::Error e = free_workspace(counter, stream))
       error = llvm::joinErrors(std::move(error), std::move(e));
   }
-  return error;
+  return free_block_map(std::move(error));
 }
 
 namespace {
@@ -339,6 +406,8 @@ llvm::Error validate_modifier_args(const ForwardArgs &args) {
                                      "argument aux: given without modifiers to read it");
     return llvm::Error::success();
   }
+  if (args.modifiers->mask_mod_qk_only && args.modifiers->mask_mod.empty())
+    return validate_modifiers(*args.modifiers);
   // With a function to read them, the fields' layout is all there is to
   // check (validate_modifiers' other case): one pass over them per call.
   auto layout = aux_layout(*args.modifiers);

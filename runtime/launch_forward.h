@@ -37,6 +37,10 @@ struct ForwardKernels {
   int resident_ctas = 0;
   // A KV cache's append of new keys and values (specs with seqused_k).
   const LoadedKernel *append = nullptr;
+  // The block map of a caller's mask_mod (has_block_map): classification
+  // and list, run before the main kernel.
+  const LoadedKernel *block_kinds = nullptr;
+  const LoadedKernel *block_list = nullptr;
 };
 llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec);
 

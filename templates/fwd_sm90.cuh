@@ -50,7 +50,11 @@
 // Per K/V tile, per consumer warpgroup: S = Q K^T by wgmma with both operands
 // in shared memory (SS, fp32 accumulators); optional softcap; the mask,
 // element-wise only on tiles an edge or the seqlen_k tail cuts (fully masked
-// tiles are never loaded); online softmax in base 2 with an unnormalised O;
+// tiles are never loaded); a caller's score_mod and mask_mod
+// (common/modifiers.cuh) on every score the sequence holds, a mask_mod's
+// work tiles walking only the key tiles its block map lists
+// (fwd_block_map.cuh) and calling it only on the ones it does not show
+// whole; online softmax in base 2 with an unnormalised O;
 // P converted to 16 bits in registers is the A operand of O += P V (RS
 // wgmma, V read transposed from shared memory). The accumulator layout of
 // m64nNk16 is the mma.m16n8 C fragment per warp (16 rows) repeated over N/8
@@ -95,6 +99,7 @@
 // constant below is generator/fwd_sm90_traits.cpp.
 #pragma once
 
+#include "common/block_map.cuh"
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
 #include "common/fwd_sm90_layout.cuh"
@@ -157,6 +162,9 @@ static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
               "shared memory exceeds sm_90's 227 KB");
 
 using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv, kVarlen>;
+// A caller's mask_mod: the work tiles walk the key tiles its block map lists
+// (common/block_map.cuh), hidden ones never loaded.
+constexpr bool kBlockMap = Modifiers::kMask;
 using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
@@ -248,10 +256,33 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // (this split's share of them): producer and consumers walk the same ones.
   // None for a tile past its sequence's queries (varlen: sequences shorter
   // than the longest).
+  // With a block map the span counts its listed entries, not key tiles.
   auto key_tiles_of = [&](const WorkTile &tile, const Sequence &seq) {
     if (tile.q0 >= seq.seqlen_q) return TileSpan{0, 0};
+    if constexpr (kBlockMap) {
+      const TileSpan listed{0, p.block_map[block_map_row(p, tile.batch, tile.head,
+                                                         tile.q0 / kQRowsPerTile)]};
+      if constexpr (kSplitKv) return split_share(listed, tile.split, sched.splits);
+      return listed;
+    }
     return sched.key_tiles<Mask>(p, tile, seq.seqlen_k, seq.offset, kBlockN);
   };
+  // Key tile t of a work tile is entry_base + t, or the map's entry there
+  // (its index, with kBlockMapFull where mask_mod shows all of it): one
+  // register across the tile either way, an int offset into the map rather
+  // than a pointer (at d = 64 with three consumer warpgroups a pointer
+  // spilled 144 bytes under ALiBi plus documents).
+  auto entry_base_of = [&](const WorkTile &tile, TileSpan span) {
+    if constexpr (kBlockMap)
+      return static_cast<int>(block_map_row(p, tile.batch, tile.head, tile.q0 / kQRowsPerTile)) +
+             1 + span.first;
+    return span.first;
+  };
+  auto key_tile_entry = [&](int entry_base, int t) {
+    if constexpr (kBlockMap) return p.block_map[entry_base + t];
+    return entry_base + t;
+  };
+  auto key_tile_index = [](int entry) { return kBlockMap ? entry & ~kBlockMapFull : entry; };
 
   // The K/V ring's stage and phase of K/V tile `it` (counted over all work
   // tiles), and the Q buffer and phase of work tile j (counted per CTA), for
@@ -309,6 +340,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         const int kv_head = sched.kv_head(p, tile);
         const Sequence seq(p, tile.batch);
         const TileSpan key_tiles = key_tiles_of(tile, seq);
+        const int entry_base = entry_base_of(tile, key_tiles);
         // K (or V) of tile t in its stage, once the consumers have released
         // what the stage held kStages tiles back (a fresh barrier's parity-1
         // wait passes at once: the phase before its first). Paged, each lane
@@ -316,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         // under it.
         auto load_kv = [&](int t, bool v) {
           const int stage = stage_of(kv_iter + t);
-          const int n0 = (key_tiles.first + t) * kBlockN;
+          const int n0 = key_tile_index(key_tile_entry(entry_base, t)) * kBlockN;
           int lane_page = seq.outer;
           if constexpr (Sequence::kPaged) lane_page = seq.box_page(p, n0, tid % 32);
           const u32 full = v ? v_full(stage) : k_full(stage);
@@ -467,10 +499,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // (in the softmax's natural units: S times `unit`), mask_mod hiding the
   // keys it refuses. Rows and columns past the sequence are left to the
   // built-in mask and the epilogue, so a snippet never sees such an index.
+  // `shown`: the block map says mask_mod shows the whole tile.
   auto modify = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
-                    int wg_m0, int n0) {
+                    int wg_m0, int n0, bool shown) {
     const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
     const float inv_unit = 1.f / unit;
+    // Two copies of the loop, with and without mask_mod, so that neither
+    // carries the other's live values (one loop testing `shown` per element
+    // spilled 144 bytes at d = 64 under ALiBi plus documents).
+    auto apply = [&](auto with_mask) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int local = warp * 16 + group + h * 8;
@@ -485,11 +522,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           if (q < seq.seqlen_q && k < seq.seqlen_k) {
             if constexpr (Modifiers::kScore)
               s = Modifiers::score(s * unit, tile.batch, head, q, k, p.aux) * inv_unit;
-            if constexpr (Modifiers::kMask)
+            if constexpr (decltype(with_mask)::value)
               if (!Modifiers::visible(tile.batch, head, q, k, p.aux)) s = kNegInf;
           }
         }
     }
+    };
+    if (!Modifiers::kMask || shown)
+      apply(BoolConstant<false>{});
+    else
+      apply(BoolConstant<Modifiers::kMask>{});
   };
 
   // Softcap, modifiers, mask and online softmax of the S tile of keys
@@ -498,14 +540,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // scaled by (applied by the caller once the previous P V is complete).
   // acc_s[4*nt + 2*h + c] is row (group + 8h), column 8nt + 2*quad_lane + c.
   auto softmax = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
-                     int wg_m0, int n0, float (&correction)[2]) {
+                     int wg_m0, int entry, float (&correction)[2]) {
+    const int n0 = key_tile_index(entry) * kBlockN;
     const int seqlen_k = seq.seqlen_k;
     const i64 offset = seq.offset;
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
     }
-    if constexpr (Modifiers::kScore || Modifiers::kMask) modify(acc_s, tile, seq, wg_m0, n0);
+    if constexpr (Modifiers::kScore || Modifiers::kMask)
+      modify(acc_s, tile, seq, wg_m0, n0, kBlockMap && (entry & kBlockMapFull));
     // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's rows).
     if (tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset)) {
 #pragma unroll
@@ -666,7 +710,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     const Sequence seq(p, tile.batch);
     const TileSpan key_tiles = key_tiles_of(tile, seq);
     const int num_tiles = key_tiles.count;
-    auto n0_of = [&](int t) { return (key_tiles.first + t) * kBlockN; };
+    const int entry_base = entry_base_of(tile, key_tiles);
+    auto entry_of = [&](int t) { return key_tile_entry(entry_base, t); };
     reset_o();
     row_max[0] = row_max[1] = kNegInf;
     row_sum[0] = row_sum[1] = 0.f;
@@ -682,7 +727,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // other's GEMMs.
       for (int t = 0; t < num_tiles; ++t) {
         s_alone(acc_s, j, kv_iter + t);
-        softmax(acc_s, tile, seq, wg_m0, n0_of(t), correction);
+        softmax(acc_s, tile, seq, wg_m0, entry_of(t), correction);
         rescale_o(correction);
         to_p(acc_s, p_frag);
         if (t + 1 == num_tiles) release_q(j);  // its last S is done
@@ -693,14 +738,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // then O += P(t) V(t) back to back, computes the softmax of S(t+1)
       // while P V runs, and only then rescales O and replaces P.
       s_alone(acc_s, j, kv_iter);
-      softmax(acc_s, tile, seq, wg_m0, n0_of(0), correction);  // O is still 0
+      softmax(acc_s, tile, seq, wg_m0, entry_of(0), correction);  // O is still 0
       to_p(acc_s, p_frag);
       // The last tile is peeled off: with a fixed number of commit groups per
       // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
       // asynchronous (a conditional S issue made it serialise them, C7514).
       for (int t = 0; t + 1 < num_tiles; ++t) {
         s_and_pv(acc_s, j, kv_iter + t + 1, p_frag, kv_iter + t);
-        softmax(acc_s, tile, seq, wg_m0, n0_of(t + 1), correction);
+        softmax(acc_s, tile, seq, wg_m0, entry_of(t + 1), correction);
         finish_pv(kv_iter + t);
         rescale_o(correction);
         to_p(acc_s, p_frag);

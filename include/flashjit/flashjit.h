@@ -152,6 +152,11 @@ typedef struct flashjit_modifiers {
   const char *score_mod, *mask_mod, *aux;
   const flashjit_aux_value *aux_values;
   int64_t aux_count;
+  /* 1: mask_mod reads only q and k, so one block map of the tiles it hides
+   * or shows whole serves every batch and head (Modifiers::mask_mod_qk_only);
+   * 0 otherwise. */
+  int32_t mask_mod_qk_only;
+  int32_t reserved; /* 0 */
 } flashjit_modifiers;
 
 /* flashjit_forward with modifiers (NULL: none); the other arguments as

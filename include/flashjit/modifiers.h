@@ -33,6 +33,13 @@ struct Modifiers {
   // true where query q sees key k; it composes with the built-in mask (a
   // key is visible when both say so).
   std::string mask_mod;
+  // Declares that mask_mod reads only q and k (not b, h, nor anything that
+  // differs between sequences or heads): the block map of the tiles it
+  // hides or shows whole (templates/fwd_block_map.cuh) is then built once
+  // for all batches and heads instead of once per (batch, head), 1/(batch x
+  // heads) of its cost. A mask that does read b or h gives wrong results
+  // under it: the map of (0, 0) is used for every (b, h).
+  bool mask_mod_qk_only = false;
   // Extra inputs: where there are any, each function takes one more
   // parameter, `const Aux &aux`, a struct of these fields in this order.
   std::vector<AuxField> aux;

@@ -22,7 +22,9 @@ Modifiers relative_bias();
 Modifiers document_mask();
 
 // Prefix-LM: the first `prefix` keys are visible to every query, the rest
-// causally (k <= q). Aux: int prefix.
+// causally (k <= q). Aux: int prefix. The masks of (q, k) alone (this one,
+// the sliding window and causal_mask) set mask_mod_qk_only: one block map
+// for every batch and head.
 Modifiers prefix_lm();
 
 // A causal sliding window of `window` keys plus the first `sinks` keys

@@ -374,7 +374,7 @@ def _autograd_function(torch):
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
-              aux=None):
+              aux=None, mask_mod_qk_only=False):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -408,7 +408,12 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         int k)` hides keys on top of the mask; q and k are positions in the
         sequence, h the query head. aux: their extra inputs, a dict of CUDA
         tensors (device pointers by dtype), ints and floats, read as
-        aux.<name> from one more parameter, `const Aux &aux`. Forward only
+        aux.<name> from one more parameter, `const Aux &aux`. The tiles
+        mask_mod hides whole are skipped and the ones it shows whole run
+        without calling it, from a block map built on the GPU per call;
+        mask_mod_qk_only=True declares that mask_mod reads only q and k (no
+        b, h, nor per-sequence data), so one map serves every batch and
+        head (a mask that reads b or h is then wrong). Forward only
         for now (no gradients, not under torch.compile). The snippets run
         with the caller's privileges, like any kernel.
 
@@ -423,9 +428,10 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     """
     import torch
 
-    if score_mod is not None or mask_mod is not None or aux is not None:
+    if score_mod is not None or mask_mod is not None or aux is not None or mask_mod_qk_only:
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
-                                   return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux)
+                                   return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
+                                   mask_mod_qk_only)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
@@ -469,7 +475,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 
 def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
-                        num_splits, pack_gqa, score_mod, mask_mod, aux):
+                        num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only):
     """attention() with a caller's modifiers (flashjit/modifiers.py): the
     forward only, eager."""
     if torch.compiler.is_compiling():
@@ -481,7 +487,7 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
                                   "not require grad")
     call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
     from . import modifiers as _modifiers
-    mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device)
+    mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device, mask_mod_qk_only)
     out, lse, _, _, _ = _forward(torch, q, k, v, call, want_lse=return_lse, modifiers=mods)
     del keep  # the aux values' array, alive until the call has read it
     if call.pad_v:

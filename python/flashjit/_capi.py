@@ -125,6 +125,8 @@ class Modifiers(ctypes.Structure):
         ("aux", ctypes.c_char_p),
         ("aux_values", ctypes.POINTER(AuxValue)),
         ("aux_count", ctypes.c_int64),
+        ("mask_mod_qk_only", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
     ]
 
 

@@ -20,7 +20,7 @@ def _pointer_types(torch):
     return _POINTER_TYPES
 
 
-def build(torch, score_mod, mask_mod, aux, device):
+def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False):
     """The flashjit_modifiers struct (and what keeps its buffers alive) for
     score_mod / mask_mod source strings and the aux dict; raises TypeError or
     ValueError naming the argument that is wrong."""
@@ -28,6 +28,12 @@ def build(torch, score_mod, mask_mod, aux, device):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"flashjit.attention: {name} must be CUDA source text (str), got "
                             f"{type(text).__name__}")
+    if not isinstance(mask_mod_qk_only, bool):
+        raise TypeError(f"flashjit.attention: mask_mod_qk_only must be a bool, got "
+                        f"{type(mask_mod_qk_only).__name__}")
+    if mask_mod_qk_only and not mask_mod:
+        raise ValueError("flashjit.attention: mask_mod_qk_only=True without a mask_mod it could "
+                         "describe")
     if not score_mod and not mask_mod:
         raise ValueError("flashjit.attention: aux given without score_mod or mask_mod to read it")
     decls, values = [], []
@@ -59,5 +65,5 @@ def build(torch, score_mod, mask_mod, aux, device):
         mask_mod=mask_mod.encode() if mask_mod else None,
         aux=", ".join(decls).encode() if decls else None,
         aux_values=ctypes.cast(array, ctypes.POINTER(_capi.AuxValue)) if array else None,
-        aux_count=len(values))
+        aux_count=len(values), mask_mod_qk_only=int(mask_mod_qk_only), reserved=0)
     return mods, array

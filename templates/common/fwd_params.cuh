@@ -70,6 +70,20 @@ struct FwdParams {
   // static rotation.
   int *tile_counter;
 
+  // The block map of a caller's mask_mod (sm90 kernels with
+  // Modifiers::kMask; fwd_block_map.cuh builds it before each call): per
+  // (batch, head, query block of the kernel's work tiles) a row of
+  // block_map_row_stride ints, the count of key tiles that mask_mod and the
+  // built-in mask leave any key of, then their indices in order, each with
+  // kBlockMapFull set where mask_mod shows every key of the tile. Strides in
+  // rows, 0 where the map is shared (Modifiers::kMaskQkOnly).
+  // block_kinds: the classification pass's [row][key tile] bytes.
+  int *block_map;
+  unsigned char *block_kinds;
+  long long block_map_batch_stride, block_map_head_stride;
+  int block_map_row_stride;  // 1 + key tiles
+  int block_map_q_blocks;
+
   // The extra inputs of a caller's modifiers (common/modifiers.cuh), laid
   // out as the snippet's struct Aux (generator/modifier_source.h: at most
   // 64 bytes, C layout).

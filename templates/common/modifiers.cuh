@@ -5,7 +5,9 @@
 // those indices. The generator's prelude defines cfg::Modifiers: NoModifiers,
 // or a struct of the same shape that calls the caller's score_mod and
 // mask_mod (generator/modifier_source.cpp). `aux` points at the call's extra
-// inputs (FwdParams::aux), laid out as the snippet's struct Aux.
+// inputs (FwdParams::aux), laid out as the snippet's struct Aux. kMaskQkOnly:
+// the caller declared that mask_mod reads only q and k, so one block map
+// serves every batch and head (fwd_block_map.cuh).
 #pragma once
 
 namespace flashjit {
@@ -13,6 +15,7 @@ namespace flashjit {
 struct NoModifiers {
   static constexpr bool kScore = false;
   static constexpr bool kMask = false;
+  static constexpr bool kMaskQkOnly = false;
   __device__ __forceinline__ static float score(float s, int, int, int, int, const void *) {
     return s;
   }

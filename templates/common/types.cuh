@@ -77,4 +77,10 @@ struct ElementOps<fp16> {
   }
 };
 
+// A compile-time bool as a value, for lambdas that take either (no <type_traits>).
+template <bool B>
+struct BoolConstant {
+  static constexpr bool value = B;
+};
+
 }  // namespace flashjit

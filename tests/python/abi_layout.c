@@ -61,6 +61,8 @@ int main(void) {
   FIELD(flashjit_modifiers, aux)
   FIELD(flashjit_modifiers, aux_values)
   FIELD(flashjit_modifiers, aux_count)
+  FIELD(flashjit_modifiers, mask_mod_qk_only)
+  FIELD(flashjit_modifiers, reserved)
 
   printf("flashjit_kvcache_args sizeof %zu\n", sizeof(flashjit_kvcache_args));
   FIELD(flashjit_kvcache_args, cache_seqlens)

@@ -50,7 +50,7 @@ def reference(q, k, v, bias=None, allowed=None, upcast=True):
         scores = scores.masked_fill(~allowed, float("-inf"))
     lse = torch.logsumexp(scores.float(), dim=-1)
     p = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return torch.einsum("bhts,bshd->bthd", p, v).to(dtype), lse
+    return torch.einsum("bhts,bshd->bthd", p.to(v.dtype), v).to(dtype), lse
 
 
 def check(out, lse, q, k, v, **ref):
@@ -108,6 +108,30 @@ def test_causal_as_a_mask_mod_is_the_built_in_causal():
     assert torch.equal(a, b)
 
 
+def test_block_map_shared_over_batch_and_heads_equals_one_per_head():
+    # Documents of 1..133 tokens shared by both sequences: mask_mod_qk_only's
+    # one map and the map per (batch, head) list the same tiles, so the
+    # results are bit-identical, and both match the reference; whole key
+    # tiles are hidden (and skipped) and shown (no mask_mod call).
+    require_gpu()
+    q, k, v = inputs(2, 1000, 4, 2, 128, torch.bfloat16, seed=3)
+    pos = torch.arange(1000, device="cuda")
+    docs = ((pos // 133) + (pos % 211 == 7).cumsum(0)).to(torch.int32)
+    shared = """
+__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
+  return aux.doc_ids[q] == aux.doc_ids[k];
+}
+"""
+    with torch.no_grad():
+        a, lse_a = flashjit.attention(q, k, v, mask_mod=shared, aux={"doc_ids": docs},
+                                      mask_mod_qk_only=True, return_lse=True)
+        b, lse_b = flashjit.attention(q, k, v, mask_mod=shared, aux={"doc_ids": docs},
+                                      return_lse=True)
+    assert torch.equal(a, b) and torch.equal(lse_a, lse_b)
+    allowed = docs[:, None] == docs[None, :]
+    check(a, lse_a, q, k, v, allowed=allowed[None, None])
+
+
 def test_errors():
     require_gpu()
     q, k, v = inputs(1, 64, 2, 2, 64, torch.bfloat16)
@@ -118,6 +142,9 @@ def test_errors():
             (lambda: flashjit.attention(q.detach(), k, v, aux={"n": 1}), "without score_mod"),
             (lambda: flashjit.attention(q.detach(), k, v, score_mod=ALIBI,
                                         aux={"slopes": [1.0]}), "expected a CUDA tensor"),
+            (lambda: flashjit.attention(q.detach(), k, v, score_mod=ALIBI,
+                                        aux={"slopes": q.detach()}, mask_mod_qk_only=True),
+             "without a mask_mod"),
             (lambda: flashjit.attention(q.detach(), k, v, score_mod=1), "CUDA source text")):
         try:
             call()

@@ -5,6 +5,7 @@
 // --score-mod/--mask-mod/--aux, and the reference's modifier hook.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@
 #include "cli_runner.h"
 #include "flashjit/forward.h"
 #include "flashjit/mods.h"
+#include "generator/block_map.h"
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/modifier_source.h"
@@ -189,6 +191,116 @@ TEST(ModifiersCompile, BothFamiliesCompileTheModifiersIn) {
       testing::expect_clean(compiled[0],
                             {v.arch.sm() == 90 ? "flashjit_fwd_sm90" : "flashjit_fwd_sm80"});
   }
+}
+
+// The block map of a mask_mod (templates/fwd_block_map.cuh): the sm90
+// program carries its two kernels (sm80 and a score_mod alone do not), the
+// host's extent of it, and mask_mod_qk_only in the hash and validation.
+TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
+  Problem p;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 16;
+  p.seqlen_q = p.seqlen_k = 8192;
+  Modifiers documents;
+  documents.mask_mod = kDocuments;
+  documents.aux = {{"const int*", "doc_ids"}};
+  Modifiers shared = documents;
+  shared.mask_mod_qk_only = true;
+  auto has_entry = [](const GeneratedSource &g, const char *entry) {
+    return std::find(g.entries.begin(), g.entries.end(), entry) != g.entries.end();
+  };
+  const KernelSpec sm90 = modified_spec(p, kSm90a, documents);
+  const GeneratedSource program = generate_forward(sm90);
+  EXPECT_TRUE(has_entry(program, "flashjit_fwd_block_kinds"));
+  EXPECT_TRUE(has_entry(program, "flashjit_fwd_block_list"));
+  EXPECT_TRUE(has_block_map(sm90));
+  Modifiers score_only;
+  score_only.score_mod = kAlibi;
+  score_only.aux = {{"const float*", "slopes"}};
+  for (const KernelSpec &other :
+       {modified_spec(p, kSm80, documents), modified_spec(p, kSm90a, score_only)}) {
+    EXPECT_FALSE(has_block_map(other)) << other.id();
+    EXPECT_FALSE(has_entry(generate_forward(other), "flashjit_fwd_block_kinds")) << other.id();
+    EXPECT_EQ(forward_block_map_geometry(other, p).rows(), 0) << other.id();
+  }
+  // 128-row work tiles, 128-key tiles: 64 x 64 per (batch, head).
+  const BlockMapGeometry per_head = forward_block_map_geometry(sm90, p);
+  EXPECT_EQ(per_head.q_blocks, 64);
+  EXPECT_EQ(per_head.key_tiles, 64);
+  EXPECT_EQ(per_head.heads, 16);
+  EXPECT_EQ(per_head.batches, 2);
+  EXPECT_EQ(per_head.rows(), 2048);
+  EXPECT_EQ(per_head.head_stride(), 64);
+  EXPECT_EQ(per_head.batch_stride(), 1024);
+  EXPECT_EQ(per_head.list_bytes(), 2048u * 65 * 4);
+  EXPECT_EQ(per_head.kinds_offset() % 256, 0u);
+  EXPECT_EQ(per_head.workspace_bytes(), per_head.kinds_offset() + 2048u * 64);
+  const LaunchGeometry kinds = per_head.kinds_launch();
+  EXPECT_EQ(kinds.grid.x * kinds.grid.y * kinds.grid.z, 2048u * 64);
+  EXPECT_EQ(per_head.list_launch().grid.x * per_head.list_launch().block.x, 2048u * 32);
+  const KernelSpec qk_only = modified_spec(p, kSm90a, shared);
+  EXPECT_NE(qk_only.id(), sm90.id());
+  const BlockMapGeometry one = forward_block_map_geometry(qk_only, p);
+  EXPECT_EQ(one.rows(), 64);
+  EXPECT_EQ(one.head_stride(), 0);
+  EXPECT_EQ(one.batch_stride(), 0);
+  EXPECT_NE(generate_forward(qk_only).source.find("static constexpr bool kMaskQkOnly = true;"),
+            std::string::npos);
+  // Sequences of their own lengths keep a map each, qk-only or not.
+  KernelSpec varlen = qk_only;
+  varlen.varlen = true;
+  EXPECT_EQ(forward_block_map_geometry(varlen, p).batches, 2);
+  EXPECT_EQ(forward_block_map_geometry(varlen, p).heads, 1);
+  // Decode with packed GQA: one row per KV head's 64-row tile.
+  Problem decode;
+  decode.heads_q = 32;
+  decode.heads_kv = 8;
+  decode.seqlen_q = 1;
+  decode.seqlen_k = 8192;
+  const KernelSpec packed = modified_spec(decode, kSm90a, documents);
+  ASSERT_GT(packed.pack_gqa, 1);
+  const BlockMapGeometry packed_map = forward_block_map_geometry(packed, decode);
+  EXPECT_EQ(packed_map.heads, 8);
+  EXPECT_EQ(packed_map.q_blocks, 1);
+  EXPECT_EQ(packed_map.key_tiles, (8192 + packed.config.block_n - 1) / packed.config.block_n);
+  // qk-only without a mask_mod is a mistake, named.
+  Modifiers orphan = score_only;
+  orphan.mask_mod_qk_only = true;
+  EXPECT_NE(error_of(validate_modifiers(orphan)).find("mask_mod_qk_only is set but there is no "
+                                                      "mask_mod"),
+            std::string::npos);
+}
+
+// The map's two kernels compile for sm_90a with the forward, without
+// spills: per head, shared, packed GQA, varlen.
+TEST(ModifiersBlockMap, ItsKernelsCompileCleanly) {
+  Problem p;
+  p.batch = 2;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.seqlen_q = p.seqlen_k = 2048;
+  p.mask = MaskKind::causal;
+  Modifiers documents;
+  documents.mask_mod = kDocuments;
+  documents.aux = {{"const int*", "doc_ids"}};
+  Modifiers shared = documents;
+  shared.mask_mod_qk_only = true;
+  Problem decode = p;
+  decode.seqlen_q = 1;
+  decode.mask = MaskKind::none;
+  Problem varlen = p;
+  varlen.varlen = true;
+  const std::vector<std::pair<Problem, Modifiers>> cases = {
+      {p, documents}, {p, shared}, {decode, documents}, {varlen, shared}};
+  const auto compiled = testing::compile_forward_variants(
+      cases.size(),
+      [&](size_t i) -> llvm::Expected<KernelSpec> {
+        return modified_spec(cases[i].first, kSm90a, cases[i].second);
+      },
+      kSm90a);
+  for (const auto &one : compiled)
+    testing::expect_clean(one, {"flashjit_fwd_sm90", "flashjit_fwd_block_kinds",
+                                "flashjit_fwd_block_list"});
 }
 
 TEST(ModifiersCompile, ErrorsPointIntoTheSnippet) {

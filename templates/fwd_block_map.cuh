@@ -1,0 +1,99 @@
+// The block map of a caller's mask_mod for the sm90 forward (fwd_sm90.cuh,
+// whose constants and sequence type it shares; layout in
+// common/block_map.cuh and FwdParams::block_map). Two small kernels, run
+// before the forward on its stream each call (the map depends on the
+// call's aux values, e.g. document ids, so it is never reused):
+//   flashjit_fwd_block_kinds  one CTA per (map head and batch, query block,
+//       key tile): its 128 threads evaluate mask_mod on every (query, key) of
+//       the work tile's rows and the key tile that the sequence holds and
+//       the built-in mask shows, and classify the tile: 0 hidden, 1
+//       partial, 2 shown whole (__syncthreads_or / _and). Threads take
+//       consecutive keys, so a mask reading per-key data (document ids)
+//       reads it coalesced.
+//   flashjit_fwd_block_list   one warp per map row: the row's non-hidden
+//       tiles in order, by ballot and popcount, and their count.
+// A map serves every (batch, head) when the caller declared mask_mod a
+// function of (q, k) alone (Modifiers::kMaskQkOnly) and the sequences all
+// have the problem's lengths; one per batch under a qk-only mask with
+// per-sequence lengths (varlen, a KV cache's key counts); otherwise one per
+// (batch, head of the work tiles). Cost: one mask_mod call per element of
+// the map's rows, e.g. 64M calls at 8k x 8k for a shared map.
+#pragma once
+
+#include "common/block_map.cuh"
+#include "fwd_sm90.cuh"
+
+namespace flashjit {
+namespace fwd_block_map {
+
+using namespace cfg;
+using fwd_sm90::kPack;
+using fwd_sm90::kQRowsPerTile;
+using Sequence = fwd_sm90::Sequence;
+
+constexpr int kThreads = 128;
+// Query rows of a work tile: positions x the packed heads, or positions
+// alone where mask_mod reads no head.
+constexpr int kRows = Modifiers::kMaskQkOnly ? kQRowsPerTile : kQRowsPerTile * kPack;
+
+}  // namespace fwd_block_map
+}  // namespace flashjit
+
+// Grid (map heads x map batches, query blocks, key tiles), the one
+// dimension that can pass 65535 in x; the map's heads are
+// block_map_head_stride != 0 ? the work tiles' heads : 1.
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
+    flashjit_fwd_block_kinds(const flashjit::FwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::fwd_block_map;
+  const int n_block = blockIdx.z, m_block = blockIdx.y;
+  const int map_heads = p.block_map_head_stride != 0 ? p.heads_q / kPack : 1;
+  const int head = static_cast<int>(blockIdx.x) % map_heads;
+  const int batch = static_cast<int>(blockIdx.x) / map_heads;
+  const Sequence seq(p, batch);
+  const int q0 = m_block * kQRowsPerTile, n0 = n_block * kBlockN;
+  bool any = false, all = true;
+  if (q0 < seq.seqlen_q && n0 < seq.seqlen_k) {
+    for (int e = threadIdx.x; e < kRows * kBlockN; e += kThreads) {
+      const int r = e / kBlockN, c = e % kBlockN;
+      const int q = q0 + (Modifiers::kMaskQkOnly ? r : r / kPack);
+      if (q >= seq.seqlen_q) break;  // rows only grow with e
+      int lo, hi;  // the keys the built-in mask shows row q, tile-local
+      visible_keys_in_tile<Mask>(p, seq.seqlen_k, q, n0, kBlockN, seq.offset, lo, hi);
+      if (c < lo || c > hi) continue;
+      const int h = Modifiers::kMaskQkOnly ? 0 : kPack > 1 ? head * kPack + r % kPack : head;
+      const bool shown = Modifiers::visible(batch, h, q, n0 + c, p.aux);
+      any |= shown;
+      all &= shown;
+    }
+  }
+  any = __syncthreads_or(any);
+  all = __syncthreads_and(all);
+  if (threadIdx.x == 0) {
+    const i64 row = batch * p.block_map_batch_stride + head * p.block_map_head_stride + m_block;
+    p.block_kinds[row * (p.block_map_row_stride - 1) + n_block] = any ? (all ? 2 : 1) : 0;
+  }
+}
+
+// Grid: one warp per map row (kThreads / 32 rows a CTA), `rows` in all.
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
+    flashjit_fwd_block_list(const flashjit::FwdParams p, int rows) {
+  using namespace flashjit;
+  using namespace flashjit::fwd_block_map;
+  const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int key_tiles = p.block_map_row_stride - 1;
+  const unsigned char *kinds = p.block_kinds + static_cast<i64>(row) * key_tiles;
+  int *out = p.block_map + static_cast<i64>(row) * p.block_map_row_stride;
+  int count = 0;
+  for (int t0 = 0; t0 < key_tiles; t0 += 32) {
+    const int t = t0 + lane;
+    const int kind = t < key_tiles ? kinds[t] : 0;
+    const unsigned listed = __ballot_sync(0xffffffffu, kind != 0);
+    if (kind != 0)
+      out[1 + count + __popc(listed & ((1u << lane) - 1))] = t | (kind == 2 ? kBlockMapFull : 0);
+    count += __popc(listed);
+  }
+  if (lane == 0) out[0] = count;
+}
