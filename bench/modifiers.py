@@ -33,6 +33,11 @@ SNIPPETS = {
 __device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {
   return score + aux.slopes[h] * (k - q);
 }""", None),
+    # The same, its distance converted on the FMA pipe (flashjit::position_to_float).
+    "alibi_fast": ("""
+__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {
+  return score + aux.slopes[h] * flashjit::position_to_float(k - q);
+}""", None),
     "causal": (None, "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }"),
     "document": (None, """
 __device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
@@ -51,7 +56,7 @@ __device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
 
 def flex_variant(name, s, h, slopes, docs):
     """(score_mod, mask_mod) for FlexAttention."""
-    if name == "alibi":
+    if name in ("alibi", "alibi_fast"):
         return (lambda score, b, hh, q, k: score + slopes[hh] * (k - q)), None
     if name == "causal":
         return None, lambda b, hh, q, k: k <= q
@@ -63,7 +68,7 @@ def flex_variant(name, s, h, slopes, docs):
 
 
 def aux_of(name, slopes, docs):
-    return {"alibi": {"slopes": slopes}, "causal": None, "document": {"doc_ids": docs},
+    return {"alibi": {"slopes": slopes}, "alibi_fast": {"slopes": slopes}, "causal": None, "document": {"doc_ids": docs},
             "prefix_lm": {"prefix": 1024}, "window_sinks": {"window": 1024, "sinks": 4}}[name]
 
 

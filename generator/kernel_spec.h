@@ -87,6 +87,10 @@ Problem class_problem(const KernelSpec &spec);
 // per work tile.
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                        int sm_count = 0, int num_splits = 1);
+// Whether the work tiles of `spec`'s forward differ in cost: a mask, or a
+// caller's mask_mod (whose block map skips tiles as a mask does). Decides
+// the persistent grid and the varlen tile counter.
+bool forward_tile_costs_vary(const KernelSpec &spec);
 // Whether that launch runs persistent CTAs (fewer than its work tiles), as
 // forward_launch_geometry decides: only then does a masked packed batch
 // take its tiles from a counter (common/fwd_scheduler.cuh).

@@ -332,7 +332,7 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   // work tile never reads it.
   CUdeviceptr counter = 0;
   const int splits = num_splits > 1 && kernels.combine ? num_splits : 1;
-  if (spec.varlen && spec.config.path == KernelPath::sm90 && problem.mask != MaskKind::none &&
+  if (spec.varlen && spec.config.path == KernelPath::sm90 && forward_tile_costs_vary(spec) &&
       forward_grid_is_persistent(
           spec, problem,
           kernels.resident_ctas > 0 ? kernels.resident_ctas : kernels.main->sm_count(), splits)) {

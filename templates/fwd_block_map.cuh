@@ -53,7 +53,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
   const Sequence seq(p, batch);
   const int q0 = m_block * kQRowsPerTile, n0 = n_block * kBlockN;
   bool any = false, all = true;
-  if (q0 < seq.seqlen_q && n0 < seq.seqlen_k) {
+  // Only the key tiles the built-in mask leaves the block any of are
+  // evaluated (a causal mask's upper half costs a CTA start each).
+  const TileSpan span =
+      visible_key_tiles<Mask>(p, seq.seqlen_k, q0, kQRowsPerTile, seq.offset, kBlockN);
+  if (q0 < seq.seqlen_q && n_block >= span.first && n_block < span.first + span.count) {
     for (int e = threadIdx.x; e < kRows * kBlockN; e += kThreads) {
       const int r = e / kBlockN, c = e % kBlockN;
       const int q = q0 + (Modifiers::kMaskQkOnly ? r : r / kPack);

@@ -440,7 +440,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   float acc_o[kORegisters];
   // Per thread: rows `group` (h = 0) and `group + 8` (h = 1) of its warp.
   float row_max[2], row_sum[2];
-  const float scale_log2 = p.softmax_scale_log2;
+  // Under a score_mod, S leaves modify() in the softmax's natural units
+  // (the snippet's result, not scaled back), so the softmax and the LSE
+  // scale by log2(e) alone: one multiply per score fewer.
+  const float scale_log2 = Modifiers::kScore ? 1.4426950408889634f : p.softmax_scale_log2;
 
   // Turn-taking between the consumer warpgroups (ping-pong, round robin with
   // three): a warpgroup issues its GEMMs only in its turn and hands the turn
@@ -496,14 +499,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 
   // The caller's modifiers (common/modifiers.cuh) on the S tile of work tile
   // `tile`: score_mod on every score whose query and key the sequence holds
-  // (in the softmax's natural units: S times `unit`), mask_mod hiding the
+  // (in the softmax's natural units: S times `unit`; its result stays in
+  // them, see scale_log2), mask_mod hiding the
   // keys it refuses. Rows and columns past the sequence are left to the
   // built-in mask and the epilogue, so a snippet never sees such an index.
   // `shown`: the block map says mask_mod shows the whole tile.
   auto modify = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
                     int wg_m0, int n0, bool shown) {
     const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
-    const float inv_unit = 1.f / unit;
     // Two copies of the loop, with and without mask_mod, so that neither
     // carries the other's live values (one loop testing `shown` per element
     // spilled 144 bytes at d = 64 under ALiBi plus documents).
@@ -521,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           float &s = acc_s[4 * nt + 2 * h + c];
           if (q < seq.seqlen_q && k < seq.seqlen_k) {
             if constexpr (Modifiers::kScore)
-              s = Modifiers::score(s * unit, tile.batch, head, q, k, p.aux) * inv_unit;
+              s = Modifiers::score(s * unit, tile.batch, head, q, k, p.aux);
             if constexpr (decltype(with_mask)::value)
               if (!Modifiers::visible(tile.batch, head, q, k, p.aux)) s = kNegInf;
           }

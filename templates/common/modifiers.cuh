@@ -12,6 +12,15 @@
 
 namespace flashjit {
 
+// An index or a difference of positions as a float, exact for |i| < 2^22:
+// the integer added to the bits of 1.5 * 2^23, whose ulp is 1, then that
+// constant taken off. An integer add and a float add on the FMA pipe where
+// a conversion (I2F) would go to the pipe the softmax's exp2 needs; for a
+// snippet's hot arithmetic, e.g. ALiBi's slope * (k - q).
+__device__ __forceinline__ float position_to_float(int i) {
+  return __int_as_float(0x4B400000 + i) - 12582912.f;
+}
+
 struct NoModifiers {
   static constexpr bool kScore = false;
   static constexpr bool kMask = false;
