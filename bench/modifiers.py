@@ -28,6 +28,15 @@ import torch  # noqa: E402
 import flashjit  # noqa: E402
 from compare import short_error, time_ms  # noqa: E402
 
+# d score_mod / d score of the score_mods, for the backward.
+GRADS = {
+    "alibi": """
+__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) {
+  return 1.f;
+}""",
+}
+GRADS["alibi_fast"] = GRADS["alibi"]
+
 SNIPPETS = {
     "alibi": ("""
 __device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {
@@ -72,7 +81,7 @@ def aux_of(name, slopes, docs):
             "prefix_lm": {"prefix": 1024}, "window_sinks": {"window": 1024, "sinks": 4}}[name]
 
 
-def bench(name, d, s, warmup, repeats):
+def bench(name, d, s, warmup, repeats, args_backward=True):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     b, h = 2, 16
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -114,6 +123,37 @@ def bench(name, d, s, warmup, repeats):
                 warmup, repeats) / 1e9
         except Exception as e:  # noqa: BLE001
             row["flex_error"] = short_error(e)
+        # The backward: forward + backward minus forward, FLOPs 2.5x the
+        # forward's (bench/compare.py's convention), both libraries.
+        if args_backward:
+            dout = torch.randn_like(q)
+            qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+            grad = GRADS.get(name)
+
+            def fj_fwd_bwd():
+                with torch.enable_grad():
+                    flashjit.attention(qg, kg, vg, score_mod=score_mod, mask_mod=mask_mod,
+                                       aux=aux, mask_mod_qk_only=qk_only,
+                                       score_mod_grad=grad).backward(dout)
+            try:
+                total = time_ms(fj_fwd_bwd, warmup, repeats)
+                row["flashjit_bwd"] = 2.5 * flops / max(total - ms, 1e-6) / 1e9
+            except Exception as e:  # noqa: BLE001
+                row["flashjit_bwd_error"] = short_error(e)
+            if "flex" in row:
+                qfg, kfg, vfg = (t.detach().clone().requires_grad_(True) for t in (qf, kf, vf))
+                doutf = dout.transpose(1, 2).contiguous()
+
+                def flex_fwd_bwd():
+                    with torch.enable_grad():
+                        compiled(qfg, kfg, vfg, score_mod=f_score,
+                                 block_mask=block_mask).backward(doutf)
+                try:
+                    flex_ms = flops / row["flex"] / 1e9
+                    total = time_ms(flex_fwd_bwd, warmup, repeats)
+                    row["flex_bwd"] = 2.5 * flops / max(total - flex_ms, 1e-6) / 1e9
+                except Exception as e:  # noqa: BLE001
+                    row["flex_bwd_error"] = short_error(e)
         # A new sequence length: flashjit compiles nothing.
         s2 = s - 512
         q2, k2, v2 = (t[:, :s2].contiguous() for t in (q, k, v))
@@ -132,6 +172,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="d=128 only, fewer repeats")
     ap.add_argument("--json", default="")
+    ap.add_argument("--no-backward", action="store_true", help="the forward alone")
     args = ap.parse_args()
     dims = (128,) if args.quick else (64, 128)
     warmup, repeats = (3, 7) if args.quick else (5, 15)
@@ -139,7 +180,7 @@ def main():
     for d in dims:
         for name in SNIPPETS:
             try:
-                rows.append(bench(name, d, 8192, warmup, repeats))
+                rows.append(bench(name, d, 8192, warmup, repeats, not args.no_backward))
             except Exception as e:  # noqa: BLE001
                 rows.append({"modifier": name, "hdim": d, "error": short_error(e)})
             print(json.dumps(rows[-1]), flush=True)
@@ -157,6 +198,15 @@ def main():
               f"{'' if flex is None else round(r['flashjit'] / flex, 2)} | "
               f"{r['flashjit_first_call_s']:.2f} / {r.get('flex_first_call_s', float('nan')):.2f} "
               f"| {r['flashjit_new_length_compiles']} |")
+    print("\n=== backward TFLOP/s (2.5x the forward's FLOPs, no sparsity credit) ===")
+    print("| modifier | d | flashjit | Flex | × Flex |")
+    for r in rows:
+        if "flashjit_bwd" in r or "flashjit_bwd_error" in r:
+            ours, flex = r.get("flashjit_bwd"), r.get("flex_bwd")
+            print(f"| {r['modifier']} | {r['hdim']} | "
+                  f"{round(ours, 1) if ours else r.get('flashjit_bwd_error')} | "
+                  f"{round(flex, 1) if flex else r.get('flex_bwd_error', '')} | "
+                  f"{round(ours / flex, 2) if ours and flex else ''} |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

@@ -13,6 +13,10 @@ ModifierOptions::ModifierOptions(cl::OptionCategory &category, cl::SubCommand &s
                 cl::desc("Forward: compile FILE's score_mod(float score, int b, int h, int q, "
                          "int k) in, applied to every scaled score"),
                 cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
+      score_mod_grad("score-mod-grad",
+                     cl::desc("Compile FILE's score_mod_grad(float score, int b, int h, int q, "
+                              "int k), d score_mod / d score, in: the backward of a --score-mod"),
+                     cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
       mask_mod("mask-mod",
                cl::desc("Forward: compile FILE's mask_mod(int b, int h, int q, int k) in (true: "
                         "visible), on top of the built-in mask"),
@@ -27,16 +31,15 @@ ModifierOptions::ModifierOptions(cl::OptionCategory &category, cl::SubCommand &s
                        cl::cat(category), cl::sub(sub)) {}
 
 llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
-  if (score_mod.empty() && mask_mod.empty() && aux.empty() && !mask_mod_qk_only)
+  if (score_mod.empty() && score_mod_grad.empty() && mask_mod.empty() && aux.empty() &&
+      !mask_mod_qk_only)
     return llvm::Error::success();
   code = kExitUsage;
-  if (kernel.spec.pass != Pass::forward)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--score-mod/--mask-mod/--aux: the forward only (--pass fwd); "
-                                   "the backward does not take modifiers yet");
   Modifiers modifiers;
-  for (const auto &[path, flag, out] : {std::tuple{&score_mod, "--score-mod", &modifiers.score_mod},
-                                        std::tuple{&mask_mod, "--mask-mod", &modifiers.mask_mod}}) {
+  for (const auto &[path, flag, out] :
+       {std::tuple{&score_mod, "--score-mod", &modifiers.score_mod},
+        std::tuple{&score_mod_grad, "--score-mod-grad", &modifiers.score_mod_grad},
+        std::tuple{&mask_mod, "--mask-mod", &modifiers.mask_mod}}) {
     if (path->empty()) continue;
     auto file = llvm::MemoryBuffer::getFile(path->getValue());
     if (!file)
@@ -54,6 +57,11 @@ llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
   modifiers.aux = std::move(*fields);
   modifiers.mask_mod_qk_only = mask_mod_qk_only;
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
+  if (kernel.spec.pass == Pass::backward && !modifiers.score_mod.empty() &&
+      modifiers.score_mod_grad.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--pass bwd with --score-mod needs --score-mod-grad (d "
+                                   "score_mod / d score): the backward scales by it");
   kernel.spec.modifiers = std::move(modifiers);
   code = kExitOk;
   return llvm::Error::success();

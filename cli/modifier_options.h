@@ -1,5 +1,6 @@
 // The flags that compile a caller's modifiers (include/flashjit/modifiers.h)
-// into the forward kernel of gen and compile: --score-mod FILE,
+// into the kernels of gen and compile (either pass): --score-mod FILE,
+// --score-mod-grad FILE (the backward's),
 // --mask-mod FILE, --aux "const float* slopes, int prefix", --mask-mod-qk-only.
 #pragma once
 
@@ -12,10 +13,10 @@ namespace flashjit::cli {
 
 struct ModifierOptions {
   ModifierOptions(llvm::cl::OptionCategory &category, llvm::cl::SubCommand &sub);
-  llvm::cl::opt<std::string> score_mod, mask_mod, aux;
+  llvm::cl::opt<std::string> score_mod, score_mod_grad, mask_mod, aux;
   llvm::cl::opt<bool> mask_mod_qk_only;
 
-  // Reads the files and the declarations into `kernel`'s spec (forward only);
+  // Reads the files and the declarations into `kernel`'s spec;
   // a usage error (code kExitUsage) names the flag and what was expected.
   llvm::Error apply(ResolvedKernel &kernel, int &code) const;
 };

@@ -1,5 +1,7 @@
 #include "generator/backward_params.h"
 
+#include <cstring>
+
 #include "generator/bwd_sm90_traits.h"
 #include "generator/forward_params.h"
 #include "generator/kernel_spec.h"
@@ -68,6 +70,9 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   set_strides(args.dv_strides, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.seqlen_q = fwd.seqlen_q;
   p.seqlen_k = fwd.seqlen_k;
+  // The modifiers' aux values (checked against their struct by the launch).
+  if (args.aux && args.aux_bytes > 0)
+    std::memcpy(p.aux, args.aux, args.aux_bytes < sizeof(p.aux) ? args.aux_bytes : sizeof(p.aux));
   p.heads_q = fwd.heads_q;
   p.heads_per_kv = fwd.heads_per_kv;
   p.window_left = fwd.window_left;

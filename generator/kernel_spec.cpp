@@ -258,7 +258,7 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
     const int64_t work = query_blocks * std::max(num_splits, 1) * g.grid.y * g.grid.z;
     const bool persistent =
         sm_count > 0 &&
-        FwdSm90Traits::persistent_grid(forward_tile_costs_vary(spec), query_blocks, work, sm_count);
+        FwdSm90Traits::persistent_grid(spec.mask != MaskKind::none, query_blocks, work, sm_count);
     g.grid.x = static_cast<unsigned>(persistent ? std::min<int64_t>(work, sm_count) : work);
     g.grid.y = g.grid.z = 1;
     return g;
@@ -274,8 +274,11 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
 
 bool forward_tile_costs_vary(const KernelSpec &spec) {
   // A mask_mod hides whole key tiles as a mask does (its block map), so its
-  // work tiles cost as unevenly: a causal mask_mod on the static rotation
-  // of a persistent grid ran 0.82x the built-in causal (H200, 8k, d=128).
+  // work tiles may cost as unevenly: a causal mask_mod on the static
+  // rotation of a persistent grid ran 0.82x the built-in causal (H200, 8k,
+  // d=128); on one CTA per work tile 0.92x, but a document mask (even
+  // tiles) lost 9% there. So its persistent CTAs take tiles from the
+  // counter instead.
   return spec.mask != MaskKind::none || !spec.modifiers.mask_mod.empty();
 }
 

@@ -88,8 +88,9 @@ Problem class_problem(const KernelSpec &spec);
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                        int sm_count = 0, int num_splits = 1);
 // Whether the work tiles of `spec`'s forward differ in cost: a mask, or a
-// caller's mask_mod (whose block map skips tiles as a mask does). Decides
-// the persistent grid and the varlen tile counter.
+// caller's mask_mod (whose block map skips tiles as a mask does). Where
+// they do, persistent sm90 CTAs take their tiles from a counter (packed
+// batches, and mask_mods on any batch).
 bool forward_tile_costs_vary(const KernelSpec &spec);
 // Whether that launch runs persistent CTAs (fewer than its work tiles), as
 // forward_launch_geometry decides: only then does a masked packed batch

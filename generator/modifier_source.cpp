@@ -89,6 +89,9 @@ int aux_struct_bytes(const std::vector<AuxSlot> &slots) {
 llvm::Error validate_modifiers(const Modifiers &modifiers) {
   if (!modifiers.aux.empty() && modifiers.empty())
     return modifier_error("aux fields are declared but there is no score_mod or mask_mod");
+  if (!modifiers.score_mod_grad.empty() && modifiers.score_mod.empty())
+    return modifier_error("score_mod_grad is given but there is no score_mod it is the "
+                          "derivative of");
   if (modifiers.mask_mod_qk_only && modifiers.mask_mod.empty())
     return modifier_error("mask_mod_qk_only is set but there is no mask_mod it could describe");
   auto layout = aux_layout(modifiers);
@@ -103,6 +106,7 @@ uint64_t modifiers_hash_value(const Modifiers &modifiers) {
   for (const AuxField &field : modifiers.aux) h = fnv1a(fnv1a(h, field.type), field.name);
   // The block map's extent is compiled in: a shared map is another kernel.
   if (modifiers.mask_mod_qk_only) h = fnv1a(h, "qk_only");
+  if (!modifiers.score_mod_grad.empty()) h = fnv1a(fnv1a(h, "grad"), modifiers.score_mod_grad);
   return h;
 }
 
@@ -130,6 +134,7 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
     if (text.back() != '\n') os << '\n';
   };
   snippet("score_mod", modifiers.score_mod);
+  snippet("score_mod_grad", modifiers.score_mod_grad);
   snippet("mask_mod", modifiers.mask_mod);
   os.flush();
   int lines = 0;  // the prelude's lines so far
@@ -157,6 +162,8 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
            "::score_mod(s, b, h, q, k", "s");
   function("bool visible(int b, int h, int q, int k, const void *aux)", modifiers.mask_mod,
            "::mask_mod(b, h, q, k", "true");
+  function("float score_grad(float s, int b, int h, int q, int k, const void *aux)",
+           modifiers.score_mod_grad, "::score_mod_grad(s, b, h, q, k", "1.f");
   os << "};\n}  // namespace cfg\n}  // namespace flashjit\n";
   return os.str();
 }

@@ -116,6 +116,7 @@ std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flash
                               std::optional<flashjit::AuxValues> &aux) {
   if (m.score_mod) out.score_mod = m.score_mod;
   if (m.mask_mod) out.mask_mod = m.mask_mod;
+  if (m.score_mod_grad) out.score_mod_grad = m.score_mod_grad;
   if (m.mask_mod_qk_only != 0 && m.mask_mod_qk_only != 1)
     return llvm::formatv("{0}: mask_mod_qk_only is {1}: expected 0 or 1", fn, m.mask_mod_qk_only)
         .str();
@@ -212,7 +213,8 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
 }
 
 int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_backward_args *a,
-                  const flashjit_varlen_args *vl, void *stream, const flashjit_config *c) {
+                  const flashjit_varlen_args *vl, void *stream, const flashjit_config *c,
+                  const flashjit_modifiers *mods = nullptr) {
   if (!p) return fail(std::string(fn) + ": problem is NULL");
   if (!a) return fail(std::string(fn) + ": args is NULL");
   flashjit::Problem problem;
@@ -245,6 +247,16 @@ int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_back
     args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
     args.varlen.total_q = vl->total_q;
     args.varlen.total_k = vl->total_k;
+  }
+  flashjit::Modifiers modifiers;
+  std::optional<flashjit::AuxValues> aux;
+  if (mods) {
+    if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return fail(e);
+    args.modifiers = &modifiers;
+    if (aux->size() > 0) {
+      args.aux = aux->data();
+      args.aux_bytes = aux->size();
+    }
   }
 
   flashjit::Status status =
@@ -308,6 +320,15 @@ int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_a
                       void *stream, const flashjit_config *config) {
   return guarded("flashjit_backward", [&] {
     return backward_impl("flashjit_backward", problem, args, nullptr, stream, config);
+  });
+}
+
+int flashjit_backward_modified(const flashjit_problem *problem, const flashjit_backward_args *args,
+                               const flashjit_modifiers *modifiers, void *stream,
+                               const flashjit_config *config) {
+  return guarded("flashjit_backward_modified", [&] {
+    return backward_impl("flashjit_backward_modified", problem, args, nullptr, stream, config,
+                         modifiers);
   });
 }
 

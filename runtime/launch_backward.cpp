@@ -13,6 +13,7 @@
 #include "runtime/backward_source.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/launch_forward.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tensor_maps.h"
@@ -106,12 +107,23 @@ llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
 llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CUstream stream,
                             const KernelConfig &config) {
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
+  // The modifiers first: checked without the driver.
+  if (llvm::Error e = validate_modifier_args(args.modifiers, args.aux, args.aux_bytes))
+    return with_context(problem, std::move(e));
+  const bool modified = args.modifiers && !args.modifiers->empty();
+  if (modified && !args.modifiers->score_mod.empty() && args.modifiers->score_mod_grad.empty())
+    return with_context(problem,
+                        args_error("argument modifiers: the score_mod has no score_mod_grad, "
+                                   "d score_mod / d score, which the backward needs; give one "
+                                   "or run the forward alone"));
   if (llvm::Error e = validate_backward_args(problem, args))
     return with_context(problem, std::move(e));
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
   // A packed batch is classed by its longest sequence and its total.
   auto spec = resolve_backward_spec(class_view(problem, args.varlen.total_q), config);
   if (!spec) return with_context(problem, spec.takeError());
+  // The snippets are compiled into the kernels (their hash in the id).
+  if (modified) spec->modifiers = *args.modifiers;
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
 

@@ -332,7 +332,12 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   // work tile never reads it.
   CUdeviceptr counter = 0;
   const int splits = num_splits > 1 && kernels.combine ? num_splits : 1;
-  if (spec.varlen && spec.config.path == KernelPath::sm90 && forward_tile_costs_vary(spec) &&
+  // A mask_mod's block map makes any batch's tiles uneven (paged K/V aside,
+  // whose producer is a warp: fwd_sm90.cuh).
+  const bool takes_tiles = spec.config.path == KernelPath::sm90 &&
+                           (spec.varlen || (has_block_map(spec) && spec.page_size == 0)) &&
+                           forward_tile_costs_vary(spec);
+  if (takes_tiles &&
       forward_grid_is_persistent(
           spec, problem,
           kernels.resident_ctas > 0 ? kernels.resident_ctas : kernels.main->sm_count(), splits)) {
@@ -394,40 +399,39 @@ llvm::Error enqueue_main_and_combine(const ForwardKernels &kernels, const Proble
 }
 }  // namespace
 
-namespace {
-// A call's modifiers and aux values: valid fields, and exactly the bytes of
-// their struct Aux (AuxValues packs them); aux without modifiers is a
-// mistake, not something to ignore.
-llvm::Error validate_modifier_args(const ForwardArgs &args) {
-  const bool modified = args.modifiers && !args.modifiers->empty();
+llvm::Error validate_modifier_args(const Modifiers *modifiers, const void *aux,
+                                   size_t aux_bytes) {
+  const bool modified = modifiers && !modifiers->empty();
   if (!modified) {
-    if (args.aux || args.aux_bytes)
+    if (aux || aux_bytes)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "argument aux: given without modifiers to read it");
+    if (modifiers) return validate_modifiers(*modifiers);  // e.g. a lone score_mod_grad
     return llvm::Error::success();
   }
-  if (args.modifiers->mask_mod_qk_only && args.modifiers->mask_mod.empty())
-    return validate_modifiers(*args.modifiers);
+  if ((modifiers->mask_mod_qk_only && modifiers->mask_mod.empty()) ||
+      (!modifiers->score_mod_grad.empty() && modifiers->score_mod.empty()))
+    return validate_modifiers(*modifiers);
   // With a function to read them, the fields' layout is all there is to
   // check (validate_modifiers' other case): one pass over them per call.
-  auto layout = aux_layout(*args.modifiers);
+  auto layout = aux_layout(*modifiers);
   if (!layout) return layout.takeError();
   const size_t bytes = static_cast<size_t>(aux_struct_bytes(*layout));
-  if (args.aux_bytes != bytes || (bytes > 0 && !args.aux))
+  if (aux_bytes != bytes || (bytes > 0 && !aux))
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         llvm::formatv("argument aux: {0} bytes{1}, the modifiers' struct Aux takes {2} "
                       "(flashjit::AuxValues packs it)",
-                      args.aux_bytes, args.aux ? "" : " at a null pointer", bytes)
+                      aux_bytes, aux ? "" : " at a null pointer", bytes)
             .str());
   return llvm::Error::success();
 }
-}  // namespace
 
 llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,
                            const KernelConfig &config) {
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
-  if (llvm::Error e = validate_modifier_args(args)) return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_modifier_args(args.modifiers, args.aux, args.aux_bytes))
+    return with_context(problem, std::move(e));
   if (llvm::Error e = validate_forward_args(problem, args))
     return with_context(problem, std::move(e));
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query

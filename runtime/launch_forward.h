@@ -15,6 +15,11 @@ namespace flashjit {
 // Checks pointers (non-null, device-accessible) and strides against `problem`.
 llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &args);
 
+// A call's modifiers and aux values (either pass): valid fields, and exactly
+// the bytes of their struct Aux (AuxValues packs them); aux without
+// modifiers is a mistake, not something to ignore.
+llvm::Error validate_modifier_args(const Modifiers *modifiers, const void *aux, size_t aux_bytes);
+
 // The spec `problem` gets on the current device: `config` when complete, else
 // the process database's tuning for the problem class, else `config`
 // completed by the heuristic (choose_forward_config), validated against the

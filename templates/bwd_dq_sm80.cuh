@@ -159,11 +159,24 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
           s[0][nt][i] = tanh_s[nt][i];
         }
     }
+    // The caller's score_mod (its derivative kept for dS) and mask_mod, as
+    // the main kernel recomputes them (common/modifiers.cuh).
+    float grad[Modifiers::kScore ? kDqBlockN / 8 : 1][4];
 #pragma unroll
     for (int nt = 0; nt < kDqBlockN / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        s[0][nt][i] = exp2_approx(s[0][nt][i] * p.softmax_scale_log2 - lse_log2[i / 2]);
+      for (int i = 0; i < 4; ++i) {
+        float logit = s[0][nt][i] * p.softmax_scale_log2;
+        if constexpr (Modifiers::kScore || Modifiers::kMask) {
+          float g = 1.f;
+          logit = modified_logit2<Modifiers>(p, s[0][nt][i], batch, head,
+                                             m0 + warp * 16 + lane / 4 + (i / 2) * 8,
+                                             n0 + nt * 8 + (lane % 4) * 2 + (i & 1), seqlen_q,
+                                             seqlen_k, g);
+          if constexpr (Modifiers::kScore) grad[nt][i] = g;
+        }
+        s[0][nt][i] = exp2_approx(logit - lse_log2[i / 2]);
+      }
 
     if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kDqBlockN, offset)) {
 #pragma unroll
@@ -190,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float ds = s[0][nt][i] * (dp[0][nt][i] - dsum[i / 2]);
+        if constexpr (Modifiers::kScore) ds *= grad[nt][i];
         if constexpr (kSoftcap) ds *= 1.f - tanh_s[nt][i] * tanh_s[nt][i];
         dp[0][nt][i] = ds;
       }

@@ -248,7 +248,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
             }
       }
       const bool cut = tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
-      // P^T = exp2(S^T * scale_log2 - LSE_log2[query]).
+      // P^T = exp2(S^T * scale_log2 - LSE_log2[query]), or of the caller's
+      // score_mod (its derivative kept for dS^T) and mask_mod.
+      float grad[Modifiers::kScore ? kSMT : 1][Modifiers::kScore ? kSNT : 1][4];
 #pragma unroll
       for (int mt = 0; mt < kSMT; ++mt)
 #pragma unroll
@@ -256,7 +258,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int q_local = query0 + nt * 8 + (lane % 4) * 2 + (i & 1);
-            s[mt][nt][i] = exp2_approx(s[mt][nt][i] * p.softmax_scale_log2 - lse_log2[q_local]);
+            float logit = s[mt][nt][i] * p.softmax_scale_log2;
+            if constexpr (Modifiers::kScore || Modifiers::kMask) {
+              float g = 1.f;
+              logit = modified_logit2<Modifiers>(p, s[mt][nt][i], batch, head, m0 + q_local,
+                                                 n0 + key0 + mt * 16 + lane / 4 + (i / 2) * 8,
+                                                 seqlen_q, seqlen_k, g);
+              if constexpr (Modifiers::kScore) grad[mt][nt][i] = g;
+            }
+            s[mt][nt][i] = exp2_approx(logit - lse_log2[q_local]);
           }
       if (cut) {
         // Entries an edge or the seqlen_k tail hides: per row (key), the
@@ -291,6 +301,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
           for (int i = 0; i < 4; ++i) {
             const int q_local = query0 + nt * 8 + (lane % 4) * 2 + (i & 1);
             float ds = s[mt][nt][i] * (dp[mt][nt][i] - dsum[q_local]);
+            if constexpr (Modifiers::kScore) ds *= grad[mt][nt][i];
             if constexpr (kSoftcap)
               ds *= 1.f - tanh_s[mt][nt][i] * tanh_s[mt][nt][i];
             dp[mt][nt][i] = ds;

@@ -23,7 +23,9 @@
 // Per query tile, per consumer warpgroup, all on wgmma (own keys):
 //   S^T  = K_wg Q^T, dP^T = V_wg dO^T    SS, both operands K-major;
 //   P^T  = exp2(S^T * scale_log2 - LSE_log2[query]), dS^T = P^T (dP^T - D)
-//          in registers (times 1 - tanh^2 under softcap);
+//          in registers (times 1 - tanh^2 under softcap; a caller's
+//          score_mod and mask_mod recomputed per element, dS^T times
+//          score_mod_grad; common/modifiers.cuh);
 //   dV  += P^T dO, dK += dS^T Q          RS: the accumulators of S^T and dP^T
 //          are the A fragments (as P in the forward), dO and Q read
 //          transposed (MN-major);
@@ -709,9 +711,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           const int i = 4 * nt + 2 * h + c;
           float s = acc_s[i];
           if constexpr (kSoftcap) s = tanh_approx(s * p.score_scale);
-          float prob = exp2_approx(s * p.softmax_scale_log2 - lse);
+          float logit = s * p.softmax_scale_log2;  // base 2
+          float grad = 1.f;  // d score_mod / d score
+          if constexpr (Modifiers::kScore || Modifiers::kMask)
+            logit = modified_logit2<Modifiers>(p, s, batch, head, m0 + q_local,
+                                               n0 + key0 + warp * 16 + group + h * 8, seqlen_q,
+                                               seqlen_k, grad);
+          float prob = exp2_approx(logit - lse);
           if (q_local < q_lo[h] || q_local > q_hi[h]) prob = 0.f;
           float ds = prob * (acc_dp[i] - d);
+          if constexpr (Modifiers::kScore) ds *= grad;
           if constexpr (kSoftcap) ds *= 1.f - s * s;  // d tanh
           acc_s[i] = prob;
           acc_dp[i] = ds;

@@ -242,7 +242,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int warpgroup = tid / 128;
 
   Scheduler sched(p);  // per thread: the varlen cursor moves as it walks
-  // Taken from the counter (a packed batch on persistent CTAs): the producer
+  // Taken from the counter (on persistent CTAs, a packed batch or a
+  // mask_mod's block map: tiles of uneven cost): the producer
   // takes each work tile and writes its index into the slot of the Q buffer
   // it loads it into, before the arrival that completes q_full; consumers
   // read it after their wait on q_full, and their release of the buffer
@@ -250,7 +251,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // once it is read. Past the last tile the producer writes -1 and arrives
   // without a load. A CTA's first tile is its own index; the counter counts
   // the ones taken after.
-  const bool dynamic = kVarlen && p.tile_counter != nullptr && sched.compact;
+  constexpr bool kTakesTiles = kVarlen || (kBlockMap && !kWarpProducer);
+  const bool dynamic = kTakesTiles && p.tile_counter != nullptr && (!kVarlen || sched.compact);
   static_assert(!(kVarlen && kWarpProducer), "one producer thread takes the tiles");
   // The K/V tiles any row of the work tile sees among its sequence's keys
   // (this split's share of them): producer and consumers walk the same ones.

@@ -34,6 +34,12 @@ struct BackwardArgs {
   size_t workspace_bytes = 0;
   // Read only when the problem is a packed batch (varlen).
   VarlenArgs varlen;
+  // The forward's modifiers and aux values (ForwardArgs::modifiers): the
+  // backward recomputes the probabilities with them. A score_mod needs its
+  // score_mod_grad here.
+  const Modifiers *modifiers = nullptr;
+  const void *aux = nullptr;
+  size_t aux_bytes = 0;
 
   static BackwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,
                              const void *o, const void *dout, const float *lse, void *dq,

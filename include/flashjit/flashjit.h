@@ -134,7 +134,8 @@ int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forw
  *   bool mask_mod(int b, int h, int q, int k)
  * or NULL; aux: the extra inputs' declarations, "const float* slopes, int n"
  * (each function then takes `const Aux &aux` last), or NULL; aux_values:
- * aux_count values, one per declared field, by name. Forward only. */
+ * aux_count values, one per declared field, by name. The backward
+ * (flashjit_backward_modified) takes the same, with score_mod_grad. */
 enum flashjit_aux_kind {
   FLASHJIT_AUX_POINTER = 0,
   FLASHJIT_AUX_INTEGER = 1,
@@ -157,6 +158,10 @@ typedef struct flashjit_modifiers {
    * 0 otherwise. */
   int32_t mask_mod_qk_only;
   int32_t reserved; /* 0 */
+  /* NUL-terminated source defining
+   *   float score_mod_grad(float score, int b, int h, int q, int k)
+   * (d score_mod / d score, for the backward), or NULL. */
+  const char *score_mod_grad;
 } flashjit_modifiers;
 
 /* flashjit_forward with modifiers (NULL: none); the other arguments as
@@ -170,6 +175,11 @@ int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_a
 /* The backward of a packed batch (varlen = 1): the tensors as
  * flashjit_forward_varlen's (dq like q, dk/dv like k/v), lse [heads_q,
  * total_q]; workspace of flashjit_backward_varlen_workspace_bytes. */
+/* flashjit_backward with the forward's modifiers (NULL: none): a score_mod
+ * needs its score_mod_grad. */
+int flashjit_backward_modified(const flashjit_problem *problem, const flashjit_backward_args *args,
+                               const flashjit_modifiers *modifiers, void *stream,
+                               const flashjit_config *config);
 int flashjit_backward_varlen(const flashjit_problem *problem, const flashjit_backward_args *args,
                              const flashjit_varlen_args *varlen, void *stream,
                              const flashjit_config *config);

@@ -29,6 +29,13 @@ struct Modifiers {
   // query head, q and k the query and key positions within the sequence.
   std::string score_mod;
   // Defines
+  //   __device__ float score_mod_grad(float score, int b, int h, int q, int k)
+  // d score_mod(score) / d score at the same arguments, for the backward
+  // (flashjit::backward recomputes the probabilities with score_mod and
+  // scales each score's gradient by it). A score_mod without one serves the
+  // forward only: a backward call with it is an error.
+  std::string score_mod_grad;
+  // Defines
   //   __device__ bool mask_mod(int b, int h, int q, int k)
   // true where query q sees key k; it composes with the built-in mask (a
   // key is visible when both say so).

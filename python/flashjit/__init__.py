@@ -130,13 +130,17 @@ def _forward_knobs(num_splits, pack_gqa):
 class _Call:
     """What one attention() call needs besides the tensors: the validated
     arguments and the library's problem (with the padded head dims)."""
-    __slots__ = ("problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty", "splits", "pack_gqa")
+    __slots__ = ("problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty", "splits", "pack_gqa",
+                 "modifiers")
 
     def __init__(self, problem, dim_qk, dim_v, pad_qk, pad_v, empty, splits=0,
                  pack_gqa=_capi.PACK_GQA_AUTO):
         self.problem, self.dim_qk, self.dim_v = problem, dim_qk, dim_v
         self.pad_qk, self.pad_v, self.empty = pad_qk, pad_v, empty
         self.splits, self.pack_gqa = splits, pack_gqa
+        # (flashjit_modifiers, what keeps its buffers and aux tensors alive)
+        # of a call with modifiers, for both passes; None without.
+        self.modifiers = None
 
 
 def _check_rc(rc, what="flashjit.attention"):
@@ -314,10 +318,16 @@ def _backward(torch, call, dout, qp, kp, vp, out, lse):
     with torch.cuda.device(qp.device):
         stream = torch.cuda.current_stream(qp.device).cuda_stream
         config = _pinned_config("FLASHJIT_BACKWARD_PATH")
-        _check_rc(lib.flashjit_backward(ctypes.byref(p), ctypes.byref(args),
-                                        ctypes.c_void_p(stream),
-                                        ctypes.byref(config) if config is not None else None),
-                  "flashjit.attention backward")
+        config_ref = ctypes.byref(config) if config is not None else None
+        if call.modifiers is not None:
+            _check_rc(lib.flashjit_backward_modified(ctypes.byref(p), ctypes.byref(args),
+                                                     ctypes.byref(call.modifiers[0]),
+                                                     ctypes.c_void_p(stream), config_ref),
+                      "flashjit.attention backward")
+        else:
+            _check_rc(lib.flashjit_backward(ctypes.byref(p), ctypes.byref(args),
+                                            ctypes.c_void_p(stream), config_ref),
+                      "flashjit.attention backward")
     # The workspace and dout are freed when this returns: the caching
     # allocator reuses their blocks only in stream order on this stream, after
     # the kernels above.
@@ -338,7 +348,8 @@ def _autograd_function(torch):
         @staticmethod
         def forward(ctx, q, k, v, call):
             # The LSE is always computed: the backward recomputes P from it.
-            out, lse, qp, kp, vp = _forward(torch, q, k, v, call, want_lse=True)
+            mods = call.modifiers[0] if call.modifiers is not None else None
+            out, lse, qp, kp, vp = _forward(torch, q, k, v, call, want_lse=True, modifiers=mods)
             # Saved: the (padded) inputs the kernel read, O and the LSE; never P.
             ctx.save_for_backward(qp, kp, vp, out, lse)
             ctx.call = call
@@ -374,7 +385,7 @@ def _autograd_function(torch):
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
-              aux=None, mask_mod_qk_only=False):
+              aux=None, mask_mod_qk_only=False, score_mod_grad=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -413,9 +424,14 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         without calling it, from a block map built on the GPU per call;
         mask_mod_qk_only=True declares that mask_mod reads only q and k (no
         b, h, nor per-sequence data), so one map serves every batch and
-        head (a mask that reads b or h is then wrong). Forward only
-        for now (no gradients, not under torch.compile). The snippets run
-        with the caller's privileges, like any kernel.
+        head (a mask that reads b or h is then wrong; the forward on sm90
+        only, the backward calls mask_mod on every element).
+    score_mod_grad: CUDA source of `float score_mod_grad(float score, int b,
+        int h, int q, int k)`, d score_mod / d score at the same arguments:
+        with it a score_mod call is differentiable with respect to q, k and
+        v (a mask_mod alone always is). Eager only (not under
+        torch.compile). The snippets run with the caller's privileges, like
+        any kernel.
 
     Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
     current CUDA stream of the tensors' device.
@@ -428,10 +444,11 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     """
     import torch
 
-    if score_mod is not None or mask_mod is not None or aux is not None or mask_mod_qk_only:
+    if (score_mod is not None or mask_mod is not None or aux is not None or mask_mod_qk_only
+            or score_mod_grad is not None):
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
                                    return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
-                                   mask_mod_qk_only)
+                                   mask_mod_qk_only, score_mod_grad)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
@@ -475,19 +492,29 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 
 def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
-                        num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only):
-    """attention() with a caller's modifiers (flashjit/modifiers.py): the
-    forward only, eager."""
+                        num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only,
+                        score_mod_grad):
+    """attention() with a caller's modifiers (flashjit/modifiers.py), eager;
+    differentiable with respect to q, k and v (a score_mod then needs its
+    score_mod_grad)."""
     if torch.compiler.is_compiling():
         raise NotImplementedError("flashjit.attention: score_mod/mask_mod are not traceable by "
                                   "torch.compile yet; call it eagerly")
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
-        raise NotImplementedError("flashjit.attention: score_mod/mask_mod run the forward only "
-                                  "for now: call under torch.no_grad(), or with inputs that do "
-                                  "not require grad")
+    differentiable = torch.is_grad_enabled() and any(
+        getattr(t, "requires_grad", False) for t in (q, k, v))
+    if differentiable and score_mod is not None and score_mod_grad is None:
+        raise NotImplementedError("flashjit.attention: a score_mod without score_mod_grad runs "
+                                  "the forward only: give score_mod_grad (d score_mod / d score) "
+                                  "for gradients, or call under torch.no_grad()")
     call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
     from . import modifiers as _modifiers
-    mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device, mask_mod_qk_only)
+    mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device, mask_mod_qk_only,
+                                  score_mod_grad)
+    if differentiable:
+        # The aux tensors too: the backward reads them through their pointers.
+        call.modifiers = (mods, (keep, aux))
+        out, lse = _autograd_function(torch).apply(q, k, v, call)
+        return (out, lse) if return_lse else out
     out, lse, _, _, _ = _forward(torch, q, k, v, call, want_lse=return_lse, modifiers=mods)
     del keep  # the aux values' array, alive until the call has read it
     if call.pad_v:

@@ -127,6 +127,7 @@ class Modifiers(ctypes.Structure):
         ("aux_count", ctypes.c_int64),
         ("mask_mod_qk_only", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
+        ("score_mod_grad", ctypes.c_char_p),
     ]
 
 
@@ -192,6 +193,11 @@ def _declare(lib):
         lib.flashjit_backward.restype = ctypes.c_int
         lib.flashjit_backward_workspace_bytes.argtypes = [ctypes.POINTER(Problem)]
         lib.flashjit_backward_workspace_bytes.restype = ctypes.c_uint64
+    if hasattr(lib, "flashjit_backward_modified"):
+        lib.flashjit_backward_modified.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.POINTER(Modifiers),
+            ctypes.c_void_p, ctypes.POINTER(Config)]
+        lib.flashjit_backward_modified.restype = ctypes.c_int
     if hasattr(lib, "flashjit_backward_varlen"):
         lib.flashjit_backward_varlen.argtypes = [
             ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.POINTER(VarlenArgs),

@@ -20,11 +20,12 @@ def _pointer_types(torch):
     return _POINTER_TYPES
 
 
-def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False):
+def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score_mod_grad=None):
     """The flashjit_modifiers struct (and what keeps its buffers alive) for
     score_mod / mask_mod source strings and the aux dict; raises TypeError or
     ValueError naming the argument that is wrong."""
-    for name, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+    for name, text in (("score_mod", score_mod), ("mask_mod", mask_mod),
+                       ("score_mod_grad", score_mod_grad)):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"flashjit.attention: {name} must be CUDA source text (str), got "
                             f"{type(text).__name__}")
@@ -34,6 +35,9 @@ def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False):
     if mask_mod_qk_only and not mask_mod:
         raise ValueError("flashjit.attention: mask_mod_qk_only=True without a mask_mod it could "
                          "describe")
+    if score_mod_grad and not score_mod:
+        raise ValueError("flashjit.attention: score_mod_grad without the score_mod it is the "
+                         "derivative of")
     if not score_mod and not mask_mod:
         raise ValueError("flashjit.attention: aux given without score_mod or mask_mod to read it")
     decls, values = [], []
@@ -65,5 +69,6 @@ def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False):
         mask_mod=mask_mod.encode() if mask_mod else None,
         aux=", ".join(decls).encode() if decls else None,
         aux_values=ctypes.cast(array, ctypes.POINTER(_capi.AuxValue)) if array else None,
-        aux_count=len(values), mask_mod_qk_only=int(mask_mod_qk_only), reserved=0)
+        aux_count=len(values), mask_mod_qk_only=int(mask_mod_qk_only), reserved=0,
+        score_mod_grad=score_mod_grad.encode() if score_mod_grad else None)
     return mods, array

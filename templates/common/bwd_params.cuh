@@ -62,6 +62,9 @@ struct BwdParams {
   // heaviest CTAs (the first key blocks) of a section start first; 1 is
   // each pair's key blocks in turn.
   int dispatch_section;
+
+  // The caller's modifiers' extra inputs, as FwdParams::aux.
+  unsigned long long aux[8];
 };
 
 }  // namespace flashjit

@@ -63,6 +63,7 @@ int main(void) {
   FIELD(flashjit_modifiers, aux_count)
   FIELD(flashjit_modifiers, mask_mod_qk_only)
   FIELD(flashjit_modifiers, reserved)
+  FIELD(flashjit_modifiers, score_mod_grad)
 
   printf("flashjit_kvcache_args sizeof %zu\n", sizeof(flashjit_kvcache_args));
   FIELD(flashjit_kvcache_args, cache_seqlens)

@@ -5,8 +5,9 @@ against a PyTorch reference that applies the same bias and mask, on the GPU.
 
 ALiBi over per-head slopes, a document mask over per-token ids (int32
 tensor aux), a prefix-LM mask over an int aux, both dtypes; causal as a
-mask_mod equal to the built-in causal; the forward-only and bad-argument
-errors. Outputs are poisoned before every launch (FLASHJIT_POISON_OUTPUT=1).
+mask_mod equal to the built-in causal; gradients of score_mods (with their
+score_mod_grad) and mask_mods against the reference's autograd; the
+forward-only and bad-argument errors. Outputs are poisoned before every launch (FLASHJIT_POISON_OUTPUT=1).
 Skips cleanly (exit 0) where torch or a CUDA device is missing.
 """
 import math
@@ -132,6 +133,97 @@ __device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
     check(a, lse_a, q, k, v, allowed=allowed[None, None])
 
 
+ALIBI_GRAD = """
+__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) {
+  return 1.f;
+}
+"""
+TANH_CAP = """
+__device__ float score_mod(float score, int b, int h, int q, int k) {
+  return 20.f * tanhf(score / 20.f);
+}
+"""
+TANH_CAP_GRAD = """
+__device__ float score_mod_grad(float score, int b, int h, int q, int k) {
+  const float t = tanhf(score / 20.f);
+  return 1.f - t * t;
+}
+"""
+
+
+def grads(fn, q, k, v, dout):
+    """(dq, dk, dv) of sum(fn(q, k, v) * dout)."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    fn(q, k, v).backward(dout)
+    return q.grad, k.grad, v.grad
+
+
+def check_grads(got, q, k, v, dout, **ref):
+    """DESIGN.md's gradient criterion: 3x the same-precision reference's error."""
+    exact = grads(lambda a, b, c: reference(a, b, c, **ref)[0], q, k, v, dout)
+    low = grads(lambda a, b, c: reference(a, b, c, upcast=False, **ref)[0], q, k, v, dout)
+    for name, g, e, lo in zip(("dq", "dk", "dv"), got, exact, low):
+        assert torch.isfinite(g).all(), f"{name}: not finite (poisoned output left)"
+        err = (g.float() - e.float()).abs().max().item()
+        base = (lo.float() - e.float()).abs().max().item()
+        assert err <= 3 * base + 1e-5, f"{name}: max error {err} against the baseline {base}"
+
+
+def test_gradients_of_score_mods_match_the_reference():
+    # ALiBi and a tanh softcap written as score_mods, with their derivatives,
+    # under GQA and an irregular length, both dtypes.
+    require_gpu()
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = inputs(2, 333, 8, 2, 128, dtype, seed=4)
+        dout = torch.randn_like(q)
+        slopes = torch.tensor([-2.0 ** (-8 * (h + 1) / 8) for h in range(8)], device="cuda")
+        pos = torch.arange(333, device="cuda")
+        bias = slopes[None, :, None, None] * (pos[None, None, None, :] - pos[None, None, :, None])
+        got = grads(lambda a, b, c: flashjit.attention(
+            a, b, c, score_mod=ALIBI, score_mod_grad=ALIBI_GRAD, aux={"slopes": slopes}),
+            q, k, v, dout)
+        check_grads(got, q, k, v, dout, bias=bias)
+        got = grads(lambda a, b, c: flashjit.attention(
+            a, b, c, score_mod=TANH_CAP, score_mod_grad=TANH_CAP_GRAD), q, k, v, dout)
+        # The reference's softcap: 20 tanh(s / 20) of the scaled scores.
+        d = q.shape[-1]
+        capped = lambda a, b, c: _capped_reference(a, b, c, 20.0)  # noqa: E731
+        exact = grads(lambda a, b, c: capped(a.float(), b.float(), c.float()).to(dtype),
+                      q, k, v, dout)
+        low = grads(capped, q, k, v, dout)
+        for name, g, e, lo in zip(("dq", "dk", "dv"), got, exact, low):
+            err = (g.float() - e.float()).abs().max().item()
+            base = (lo.float() - e.float()).abs().max().item()
+            assert err <= 3 * base + 1e-5, f"softcap {name}: {err} against {base} (d={d})"
+
+
+def _capped_reference(q, k, v, cap):
+    hq = q.shape[2]
+    k = k.repeat_interleave(hq // k.shape[2], dim=2)
+    v = v.repeat_interleave(hq // v.shape[2], dim=2)
+    scores = torch.einsum("bthd,bshd->bhts", q / math.sqrt(q.shape[-1]), k)
+    p = torch.softmax((cap * torch.tanh(scores / cap)).float(), dim=-1).to(v.dtype)
+    return torch.einsum("bhts,bshd->bthd", p, v)
+
+
+def test_gradients_of_mask_mods_match_the_reference():
+    # Documents per sequence (b read), and causal as a mask_mod against the
+    # built-in causal's gradients.
+    require_gpu()
+    q, k, v = inputs(2, 300, 4, 4, 64, torch.bfloat16, seed=5)
+    dout = torch.randn_like(q)
+    pos = torch.arange(300, device="cuda")
+    docs = torch.stack([pos // 37, pos // 91]).to(torch.int32)
+    got = grads(lambda a, b, c: flashjit.attention(
+        a, b, c, mask_mod=DOCUMENTS, aux={"doc_ids": docs, "seqlen": 300}), q, k, v, dout)
+    allowed = (docs[:, None, :, None] == docs[:, None, None, :])
+    check_grads(got, q, k, v, dout, allowed=allowed)
+    got = grads(lambda a, b, c: flashjit.attention(a, b, c, mask_mod=CAUSAL,
+                                                   mask_mod_qk_only=True), q, k, v, dout)
+    allowed = pos[None, :] <= pos[:, None]
+    check_grads(got, q, k, v, dout, allowed=allowed[None, None])
+
+
 def test_errors():
     require_gpu()
     q, k, v = inputs(1, 64, 2, 2, 64, torch.bfloat16)
@@ -145,6 +237,8 @@ def test_errors():
             (lambda: flashjit.attention(q.detach(), k, v, score_mod=ALIBI,
                                         aux={"slopes": q.detach()}, mask_mod_qk_only=True),
              "without a mask_mod"),
+            (lambda: flashjit.attention(q.detach(), k, v, score_mod_grad=ALIBI_GRAD),
+             "without the score_mod"),
             (lambda: flashjit.attention(q.detach(), k, v, score_mod=1), "CUDA source text")):
         try:
             call()

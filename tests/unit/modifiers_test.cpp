@@ -15,12 +15,15 @@
 #include "flashjit/forward.h"
 #include "flashjit/mods.h"
 #include "generator/block_map.h"
+#include "flashjit/backward.h"
+#include "generator/backward_spec.h"
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/modifier_source.h"
 #include "generator/source.h"
 #include "reference/cpu_attention.h"
 #include "runtime/nvrtc_compiler.h"
+#include "llvm/Support/ThreadPool.h"
 #include "sm90_compile_check.h"
 
 namespace flashjit {
@@ -303,6 +306,91 @@ TEST(ModifiersBlockMap, ItsKernelsCompileCleanly) {
                                 "flashjit_fwd_block_list"});
 }
 
+// The backward with modifiers: score_mod_grad in the prelude, hash and
+// validation; the three backward programs (sm90, sm80, sm80's
+// deterministic dQ kernel) compile them in for sm_90a and sm_80; the host
+// refuses a score_mod without its derivative before any GPU work.
+TEST(ModifiersBackward, TheProgramsCompileTheDerivativeIn) {
+  Modifiers m = alibi_and_documents();
+  m.score_mod_grad =
+      "__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) "
+      "{\n  return 1.f;\n}\n";
+  EXPECT_NE(modifiers_hash(m), modifiers_hash(alibi_and_documents()));
+  Modifiers orphan;
+  orphan.score_mod_grad = m.score_mod_grad;
+  EXPECT_NE(error_of(validate_modifiers(orphan)).find("score_mod_grad is given but there is no "
+                                                      "score_mod"),
+            std::string::npos);
+  Problem p;
+  p.batch = 2;
+  p.heads_q = 8;
+  p.heads_kv = 2;
+  p.seqlen_q = p.seqlen_k = 1000;
+  p.mask = MaskKind::causal;
+  struct Variant {
+    TargetArch arch;
+    KernelConfig request;
+  };
+  KernelConfig deterministic;
+  deterministic.deterministic = true;
+  KernelConfig sm80{KernelPath::sm80};
+  KernelConfig sm80_det{KernelPath::sm80};
+  sm80_det.deterministic = true;
+  const Variant variants[] = {{kSm90a, {}}, {kSm90a, deterministic}, {kSm90a, sm80},
+                              {kSm90a, sm80_det}, {kSm80, {}}};
+  std::vector<std::string> failures(std::size(variants));
+  llvm::ThreadPool pool(llvm::hardware_concurrency());
+  for (size_t i = 0; i < std::size(variants); ++i)
+    pool.async([&, i] {
+      const Variant &v = variants[i];
+      auto spec = make_backward_spec(p, default_backward_config(p, v.arch, 0, v.request), v.arch);
+      if (!spec) {
+        failures[i] = llvm::toString(spec.takeError());
+        return;
+      }
+      spec->modifiers = m;
+      const GeneratedSource source = generate_backward(*spec);
+      for (const char *piece :
+           {"#line 1 \"score_mod_grad\"", "static constexpr bool kScore = true;",
+            "return ::score_mod_grad(s, b, h, q, k, *static_cast<const ::Aux *>(aux));"})
+        if (source.source.find(piece) == std::string::npos)
+          failures[i] = spec->id() + ": no " + piece;
+      auto cubin = compile_to_cubin(source, v.arch);
+      if (!cubin) failures[i] = spec->id() + ": " + llvm::toString(cubin.takeError());
+    });
+  pool.wait();
+  for (const std::string &f : failures) EXPECT_EQ(f, "");
+}
+
+TEST(ModifiersBackward, AScoreModWithoutItsDerivativeIsRefusedBeforeAnyGpuWork) {
+  Problem p;
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 2;
+  p.seqlen_q = p.seqlen_k = 64;
+  p.head_dim_qk = p.head_dim_v = 64;
+  Modifiers m;
+  m.score_mod = "__device__ float score_mod(float s, int b, int h, int q, int k) { return s; }\n";
+  // Pointers that are never read: the refusal comes first.
+  BackwardArgs args = BackwardArgs::packed(p, reinterpret_cast<const void *>(0x1000),
+                                           reinterpret_cast<const void *>(0x1000),
+                                           reinterpret_cast<const void *>(0x1000),
+                                           reinterpret_cast<const void *>(0x1000),
+                                           reinterpret_cast<const void *>(0x1000),
+                                           reinterpret_cast<const float *>(0x1000),
+                                           reinterpret_cast<void *>(0x1000),
+                                           reinterpret_cast<void *>(0x1000),
+                                           reinterpret_cast<void *>(0x1000),
+                                           reinterpret_cast<void *>(0x1000),
+                                           backward_workspace_bytes(p));
+  args.modifiers = &m;
+  const Status status = backward(p, args);
+  ASSERT_FALSE(status.ok());
+  // Checked before the pointers, which need the driver.
+  EXPECT_NE(status.message().find("argument modifiers: the score_mod has no score_mod_grad"),
+            std::string::npos)
+      << status.message();
+}
+
 TEST(ModifiersCompile, ErrorsPointIntoTheSnippet) {
   Modifiers bad;
   bad.score_mod =
@@ -345,8 +433,17 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
                "--aux", "const float* slopes"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "flashjit: error: --score-mod/--mask-mod/--aux: the forward only (--pass fwd); the "
-            "backward does not take modifiers yet\n");
+            "flashjit: error: --pass bwd with --score-mod needs --score-mod-grad (d score_mod / "
+            "d score): the backward scales by it\n");
+  // With the derivative the backward program takes them.
+  write_file(dir.file("alibi_grad.cu"),
+             "__device__ float score_mod_grad(float s, int b, int h, int q, int k, const Aux &a) "
+             "{ return 1.f; }\n");
+  r = run_cli({"gen", "--arch", "sm_90a", "--pass", "bwd", "--score-mod", dir.file("alibi.cu"),
+               "--score-mod-grad", dir.file("alibi_grad.cu"), "--aux", "const float* slopes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("#line 1 \"score_mod_grad\""), std::string::npos);
+  EXPECT_NE(r.out.find("#include \"bwd_sm90.cuh\""), std::string::npos);
   r = run_cli({"gen", "--arch", "sm_90a", "--mask-mod", dir.file("empty.cu")});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "flashjit: error: --mask-mod " + dir.file("empty.cu") + ": the file is empty\n");
