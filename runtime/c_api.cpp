@@ -154,6 +154,22 @@ std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flash
   return "";
 }
 
+// `mods` (or none) converted into `modifiers` and `aux`, and pointed to by
+// the call's arguments (ForwardArgs or BackwardArgs); "" or why not.
+template <class Args>
+std::string attach_modifiers(const char *fn, const flashjit_modifiers *mods,
+                             flashjit::Modifiers &modifiers,
+                             std::optional<flashjit::AuxValues> &aux, Args &args) {
+  if (!mods) return "";
+  if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return e;
+  args.modifiers = &modifiers;
+  if (aux->size() > 0) {
+    args.aux = aux->data();
+    args.aux_bytes = aux->size();
+  }
+  return "";
+}
+
 int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forward_args *a,
                  const flashjit_kvcache_args *kv, const flashjit_varlen_args *vl, void *stream,
                  const flashjit_config *c, const flashjit_modifiers *mods = nullptr) {
@@ -196,14 +212,7 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
   }
   flashjit::Modifiers modifiers;
   std::optional<flashjit::AuxValues> aux;
-  if (mods) {
-    if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return fail(e);
-    args.modifiers = &modifiers;
-    if (aux->size() > 0) {
-      args.aux = aux->data();
-      args.aux_bytes = aux->size();
-    }
-  }
+  if (std::string e = attach_modifiers(fn, mods, modifiers, aux, args); !e.empty()) return fail(e);
 
   flashjit::Status status =
       flashjit::forward(problem, args, static_cast<CUstream_st *>(stream), options);
@@ -250,14 +259,7 @@ int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_back
   }
   flashjit::Modifiers modifiers;
   std::optional<flashjit::AuxValues> aux;
-  if (mods) {
-    if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return fail(e);
-    args.modifiers = &modifiers;
-    if (aux->size() > 0) {
-      args.aux = aux->data();
-      args.aux_bytes = aux->size();
-    }
-  }
+  if (std::string e = attach_modifiers(fn, mods, modifiers, aux, args); !e.empty()) return fail(e);
 
   flashjit::Status status =
       flashjit::backward(problem, args, static_cast<CUstream_st *>(stream), options);

@@ -52,6 +52,25 @@ Modifiers alibi_and_documents() {
 
 std::string error_of(llvm::Error e) { return e ? llvm::toString(std::move(e)) : ""; }
 
+Problem problem_of(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen,
+                   MaskKind mask = MaskKind::none) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.mask = mask;
+  return p;
+}
+
+// kDocuments with its one field.
+Modifiers documents_only() {
+  Modifiers m;
+  m.mask_mod = kDocuments;
+  m.aux = {{"const int*", "doc_ids"}};
+  return m;
+}
+
 TEST(Modifiers, ValidationNamesTheFieldAndWhatWasExpected) {
   EXPECT_EQ(error_of(validate_modifiers({})), "");
   EXPECT_EQ(error_of(validate_modifiers(alibi_and_documents())), "");
@@ -200,13 +219,8 @@ TEST(ModifiersCompile, BothFamiliesCompileTheModifiersIn) {
 // program carries its two kernels (sm80 and a score_mod alone do not), the
 // host's extent of it, and mask_mod_qk_only in the hash and validation.
 TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
-  Problem p;
-  p.batch = 2;
-  p.heads_q = p.heads_kv = 16;
-  p.seqlen_q = p.seqlen_k = 8192;
-  Modifiers documents;
-  documents.mask_mod = kDocuments;
-  documents.aux = {{"const int*", "doc_ids"}};
+  const Problem p = problem_of(2, 16, 16, 8192);
+  const Modifiers documents = documents_only();
   Modifiers shared = documents;
   shared.mask_mod_qk_only = true;
   auto has_entry = [](const GeneratedSource &g, const char *entry) {
@@ -277,15 +291,8 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
 // The map's two kernels compile for sm_90a with the forward, without
 // spills: per head, shared, packed GQA, varlen.
 TEST(ModifiersBlockMap, ItsKernelsCompileCleanly) {
-  Problem p;
-  p.batch = 2;
-  p.heads_q = 32;
-  p.heads_kv = 8;
-  p.seqlen_q = p.seqlen_k = 2048;
-  p.mask = MaskKind::causal;
-  Modifiers documents;
-  documents.mask_mod = kDocuments;
-  documents.aux = {{"const int*", "doc_ids"}};
+  const Problem p = problem_of(2, 32, 8, 2048, MaskKind::causal);
+  const Modifiers documents = documents_only();
   Modifiers shared = documents;
   shared.mask_mod_qk_only = true;
   Problem decode = p;
@@ -321,12 +328,7 @@ TEST(ModifiersBackward, TheProgramsCompileTheDerivativeIn) {
   EXPECT_NE(error_of(validate_modifiers(orphan)).find("score_mod_grad is given but there is no "
                                                       "score_mod"),
             std::string::npos);
-  Problem p;
-  p.batch = 2;
-  p.heads_q = 8;
-  p.heads_kv = 2;
-  p.seqlen_q = p.seqlen_k = 1000;
-  p.mask = MaskKind::causal;
+  const Problem p = problem_of(2, 8, 2, 1000, MaskKind::causal);
   struct Variant {
     TargetArch arch;
     KernelConfig request;
@@ -363,10 +365,7 @@ TEST(ModifiersBackward, TheProgramsCompileTheDerivativeIn) {
 }
 
 TEST(ModifiersBackward, AScoreModWithoutItsDerivativeIsRefusedBeforeAnyGpuWork) {
-  Problem p;
-  p.batch = 1;
-  p.heads_q = p.heads_kv = 2;
-  p.seqlen_q = p.seqlen_k = 64;
+  Problem p = problem_of(1, 2, 2, 64);
   p.head_dim_qk = p.head_dim_v = 64;
   Modifiers m;
   m.score_mod = "__device__ float score_mod(float s, int b, int h, int q, int k) { return s; }\n";
