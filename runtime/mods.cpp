@@ -3,12 +3,21 @@
 
 namespace flashjit::mods {
 
+namespace {
+// A bias added to the score: d score_mod / d score is 1.
+const char *const kBiasGradient =
+    "__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+    "  return 1.f;\n"
+    "}\n";
+}  // namespace
+
 Modifiers alibi() {
   Modifiers m;
   m.score_mod =
       "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
       "  return score + aux.slopes[h] * flashjit::position_to_float(k - q);\n"
       "}\n";
+  m.score_mod_grad = kBiasGradient;
   m.aux = {{"const float*", "slopes"}};
   return m;
 }
@@ -21,6 +30,7 @@ Modifiers relative_bias() {
       "  const int d = k - q < -m ? -m : k - q > m ? m : k - q;\n"
       "  return score + aux.table[h * (2 * m + 1) + d + m];\n"
       "}\n";
+  m.score_mod_grad = kBiasGradient;
   m.aux = {{"const float*", "table"}, {"int", "max_distance"}};
   return m;
 }
@@ -70,6 +80,11 @@ Modifiers tanh_softcap() {
   m.score_mod =
       "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
       "  return aux.cap * tanhf(score / aux.cap);\n"
+      "}\n";
+  m.score_mod_grad =
+      "__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+      "  const float t = tanhf(score / aux.cap);\n"
+      "  return 1.f - t * t;\n"
       "}\n";
   m.aux = {{"float", "cap"}};
   return m;

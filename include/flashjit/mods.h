@@ -1,6 +1,7 @@
 // Shipped modifiers (include/flashjit/modifiers.h): common variants of
 // attention as snippets, each with the aux fields it reads (set them with
-// AuxValues by these names). Indices are positions within the sequence
+// AuxValues by these names); the score_mods carry their score_mod_grad, so
+// every one of them serves the backward too. Indices are positions within the sequence
 // (q, k) and the query head h; b is the batch index.
 #pragma once
 
