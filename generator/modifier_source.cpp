@@ -86,7 +86,7 @@ int aux_struct_bytes(const std::vector<AuxSlot> &slots) {
   return (end + align - 1) / align * align;
 }
 
-llvm::Error validate_modifiers(const Modifiers &modifiers) {
+llvm::Error validate_modifier_functions(const Modifiers &modifiers) {
   if (!modifiers.aux.empty() && modifiers.empty())
     return modifier_error("aux fields are declared but there is no score_mod or mask_mod");
   if (!modifiers.score_mod_grad.empty() && modifiers.score_mod.empty())
@@ -94,6 +94,11 @@ llvm::Error validate_modifiers(const Modifiers &modifiers) {
                           "derivative of");
   if (modifiers.mask_mod_qk_only && modifiers.mask_mod.empty())
     return modifier_error("mask_mod_qk_only is set but there is no mask_mod it could describe");
+  return llvm::Error::success();
+}
+
+llvm::Error validate_modifiers(const Modifiers &modifiers) {
+  if (llvm::Error e = validate_modifier_functions(modifiers)) return e;
   auto layout = aux_layout(modifiers);
   return layout ? llvm::Error::success() : layout.takeError();
 }

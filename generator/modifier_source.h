@@ -21,6 +21,9 @@ constexpr int kAuxBytes = 64;
 // kAuxBytes laid out as a C struct) and that a declared input has a
 // modifier to read it.
 llvm::Error validate_modifiers(const Modifiers &modifiers);
+// Its checks of which functions and flags go together, without the aux
+// layout (a call lays that out once itself).
+llvm::Error validate_modifier_functions(const Modifiers &modifiers);
 
 // 16 hex digits of a hash of the snippets and the fields, the same in every
 // process ("" for none): part of the kernel's id, so of its cubin's key.

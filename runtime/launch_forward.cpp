@@ -271,7 +271,6 @@ llvm::Expected<CUdeviceptr> enqueue_block_map(const ForwardKernels &kernels,
   params.block_map_batch_stride = map.batch_stride();
   params.block_map_head_stride = map.head_stride();
   params.block_map_row_stride = static_cast<int>(map.key_tiles + 1);
-  params.block_map_q_blocks = static_cast<int>(map.q_blocks);
   int rows = static_cast<int>(map.rows());
   void *kinds_args[] = {&params};
   void *list_args[] = {&params, &rows};
@@ -409,11 +408,8 @@ llvm::Error validate_modifier_args(const Modifiers *modifiers, const void *aux,
     if (modifiers) return validate_modifiers(*modifiers);  // e.g. a lone score_mod_grad
     return llvm::Error::success();
   }
-  if ((modifiers->mask_mod_qk_only && modifiers->mask_mod.empty()) ||
-      (!modifiers->score_mod_grad.empty() && modifiers->score_mod.empty()))
-    return validate_modifiers(*modifiers);
-  // With a function to read them, the fields' layout is all there is to
-  // check (validate_modifiers' other case): one pass over them per call.
+  if (llvm::Error e = validate_modifier_functions(*modifiers)) return e;
+  // Then the fields' layout, once per call.
   auto layout = aux_layout(*modifiers);
   if (!layout) return layout.takeError();
   const size_t bytes = static_cast<size_t>(aux_struct_bytes(*layout));

@@ -82,7 +82,6 @@ struct FwdParams {
   unsigned char *block_kinds;
   long long block_map_batch_stride, block_map_head_stride;
   int block_map_row_stride;  // 1 + key tiles
-  int block_map_q_blocks;
 
   // The extra inputs of a caller's modifiers (common/modifiers.cuh), laid
   // out as the snippet's struct Aux (generator/modifier_source.h: at most
