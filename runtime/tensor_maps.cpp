@@ -18,6 +18,16 @@ constexpr int kBoxColumns = 64;
 // Query rows per TMA box: one consumer warpgroup's rows (fwd_sm90.cuh).
 constexpr int kQBoxRows = 64;
 
+// The L2 promotion of a map's loads. The forward's maps take none: with
+// 256-byte promotion a K/V box's 128-byte rows fetch their neighbours too,
+// a quarter of the L2 sectors hit, and decode streamed the cache at 87% of
+// HBM's peak where cuDNN, missing every sector, reached 93% (ncu, 16 x 32k);
+// without it, decode's geometric mean 0.998 -> 1.015x cuDNN and a page-64
+// cache 0.92-0.95 -> 0.97-0.99x contiguous, the training forward unchanged
+// (H200, docs/PERF.md, sixteenth session). The backward's keep 256 bytes.
+constexpr CUtensorMapL2promotion kForwardPromotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+constexpr CUtensorMapL2promotion kBackwardPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+
 // A stride TMA accepts for a dimension: a multiple of 16 bytes below 2^40.
 // A dimension of extent 1 is never stepped over, so any stride serves there;
 // callers (PyTorch) give such dimensions arbitrary strides, which TMA would
@@ -38,8 +48,10 @@ struct EncodeInputs {
   cuuint64_t dims[5];
   cuuint64_t byte_strides[4];
   cuuint32_t box[5];
+  CUtensorMapL2promotion promotion;
   bool operator==(const EncodeInputs &o) const {
-    if (type != o.type || rank != o.rank || data != o.data) return false;
+    if (type != o.type || rank != o.rank || data != o.data || promotion != o.promotion)
+      return false;
     for (cuuint32_t i = 0; i < rank; ++i)
       if (dims[i] != o.dims[i] || box[i] != o.box[i] ||
           (i + 1 < rank && byte_strides[i] != o.byte_strides[i]))
@@ -79,9 +91,10 @@ class RecentMaps {
 llvm::Expected<CUtensorMap> encode_tiled(const CudaDriver &cu, llvm::StringRef what,
                                          CUtensorMapDataType type, const void *data,
                                          cuuint32_t rank, const cuuint64_t *dims,
-                                         const cuuint64_t *byte_strides, const cuuint32_t *box) {
+                                         const cuuint64_t *byte_strides, const cuuint32_t *box,
+                                         CUtensorMapL2promotion promotion) {
   thread_local RecentMaps recent;
-  EncodeInputs inputs{type, rank, data, {}, {}, {}};
+  EncodeInputs inputs{type, rank, data, {}, {}, {}, promotion};
   for (cuuint32_t i = 0; i < rank && i < 5; ++i) {
     inputs.dims[i] = dims[i];
     inputs.box[i] = box[i];
@@ -94,7 +107,7 @@ llvm::Expected<CUtensorMap> encode_tiled(const CudaDriver &cu, llvm::StringRef w
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   CUresult r = cu.cuTensorMapEncodeTiled(
       &map, type, rank, const_cast<void *>(data), dims, byte_strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // NONE: out-of-bounds elements read as zeros
   if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled")) {
     std::string dims_text, strides_text, box_text;
@@ -127,14 +140,15 @@ CUtensorMapDataType tma_type(DType dtype) {
 // batch) with the caller's strides, in boxes of 64 columns x `box_rows`.
 llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType dtype,
                                    const void *data, int head_dim, int64_t seqlen, int64_t heads,
-                                   int64_t batch, const TensorStrides &strides, int box_rows) {
+                                   int64_t batch, const TensorStrides &strides, int box_rows,
+                                   CUtensorMapL2promotion promotion) {
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seqlen),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t byte_strides[3] = {tma_stride(strides.seq, seqlen, head_dim),
                                       tma_stride(strides.head, heads, head_dim),
                                       tma_stride(strides.batch, batch, head_dim)};
   const cuuint32_t box[4] = {kBoxColumns, static_cast<cuuint32_t>(box_rows), 1, 1};
-  return encode_tiled(cu, name, tma_type(dtype), data, 4, dims, byte_strides, box);
+  return encode_tiled(cu, name, tma_type(dtype), data, 4, dims, byte_strides, box, promotion);
 }
 
 // Q with packed GQA (fwd_sm90.cuh, kPackGqa): a 5-d view [batch][seq][kv
@@ -155,7 +169,7 @@ llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, c
   const cuuint32_t box[5] = {kBoxColumns, static_cast<cuuint32_t>(ratio), 1,
                              static_cast<cuuint32_t>(kQBoxRows / ratio), 1};
   return encode_tiled(cu, "q packed by its group's heads (dims: the group second)", tma_type(dtype),
-                      data, 5, dims, byte_strides, box);
+                      data, 5, dims, byte_strides, box, kForwardPromotion);
 }
 
 }  // namespace
@@ -174,7 +188,7 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
                ? encode_packed_q(*driver, p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q,
                                  outer, args.q_strides, spec.pack_gqa)
                : encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q,
-                        outer, args.q_strides, kQBoxRows);
+                        outer, args.q_strides, kQBoxRows, kForwardPromotion);
   if (!q) return q.takeError();
   // Paged: [num_pages][page_size][heads_kv][d], read in boxes that never
   // cross a page (common/sequence.cuh).
@@ -183,10 +197,10 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   const int64_t kv_outer = paged ? args.cache.num_pages : keys.batch;
   const int box_rows = kv_box_rows(spec.page_size, spec.config.block_n);
   auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, kv_rows, p.heads_kv, kv_outer,
-                  args.k_strides, box_rows);
+                  args.k_strides, box_rows, kForwardPromotion);
   if (!k) return k.takeError();
   auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, kv_rows, p.heads_kv, kv_outer,
-                  args.v_strides, box_rows);
+                  args.v_strides, box_rows, kForwardPromotion);
   if (!v) return v.takeError();
   maps.q = *q;
   maps.k = *k;
@@ -204,16 +218,16 @@ llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &s
   const auto [q_outer, q_rows] = query_extent(p, args.varlen);
   const auto [k_outer, k_rows] = key_extent(p, args.varlen);
   auto q = encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q, q_outer,
-                  args.q_strides, block_m);
+                  args.q_strides, block_m, kBackwardPromotion);
   if (!q) return q.takeError();
   auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, k_rows, p.heads_kv, k_outer,
-                  args.k_strides, block_n);
+                  args.k_strides, block_n, kBackwardPromotion);
   if (!k) return k.takeError();
   auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, k_rows, p.heads_kv, k_outer,
-                  args.v_strides, block_n);
+                  args.v_strides, block_n, kBackwardPromotion);
   if (!v) return v.takeError();
   auto dout = encode(*driver, "dout", p.dtype, args.dout, spec.head_dim_v, q_rows, p.heads_q,
-                     q_outer, args.dout_strides, block_m);
+                     q_outer, args.dout_strides, block_m, kBackwardPromotion);
   if (!dout) return dout.takeError();
   // The fp32 dQ accumulator (the workspace's first rows x head_dim_qk, see
   // make_backward_params) as a 2-d map the kernel reduce-adds its dQ parts
@@ -225,7 +239,7 @@ llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &s
   const cuuint32_t accum_box[2] = {32, 64};
   auto dq_accum = encode_tiled(*driver, "the dQ accumulator (workspace)",
                                CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.workspace, 2, accum_dims,
-                               accum_stride, accum_box);
+                               accum_stride, accum_box, kBackwardPromotion);
   if (!dq_accum) return dq_accum.takeError();
   return BackwardTensorMaps{*q, *k, *v, *dout, *dq_accum};
 }
