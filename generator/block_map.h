@@ -1,7 +1,9 @@
-// The block map of a caller's mask_mod (templates/fwd_block_map.cuh): its
-// extent for one call and the two launches that build it, from the same
-// layout arithmetic the sm90 forward compiles (common/fwd_sm90_layout.cuh),
-// so the map the host sizes is the map the kernel reads.
+// The block map of a caller's mask_mod (templates/common/block_map.cuh;
+// built by fwd_block_map.cuh for the forward, bwd_block_map.cuh for the
+// backward): its extent for one call and the two launches that build it,
+// from the same tile arithmetic the sm90 kernels compile
+// (common/fwd_sm90_layout.cuh, the backward's block_m and block_n), so the
+// map the host sizes is the map the kernel reads.
 #pragma once
 
 #include <cstdint>
@@ -14,32 +16,43 @@ struct KernelSpec;
 struct Problem;
 
 struct BlockMapGeometry {
-  int64_t q_blocks = 0;   // query blocks of the kernel's work tiles
-  int64_t key_tiles = 0;  // K/V tiles of block_n keys
-  int64_t heads = 1;      // of the work tiles (1: shared, Modifiers::mask_mod_qk_only)
+  // A row per row block of the kernel's tiles, listing tiles of the other
+  // side: the forward's query blocks list key tiles of block_n keys, the
+  // backward's key blocks of block_n list query tiles of block_m rows.
+  int64_t row_blocks = 0;
+  int64_t tiles = 0;
+  int64_t heads = 1;  // of the work tiles, KV heads in the backward (1: shared, mask_mod_qk_only)
   int64_t batches = 1;    // 1: shared (qk-only and every sequence of the problem's lengths)
 
-  int64_t rows() const { return heads * batches * q_blocks; }
+  int64_t rows() const { return heads * batches * row_blocks; }
   // The rows' counts and entries (int32), then the classification's bytes,
   // at a 256-byte boundary: one workspace.
-  uint64_t list_bytes() const { return uint64_t(rows()) * uint64_t(key_tiles + 1) * 4; }
+  uint64_t list_bytes() const { return uint64_t(rows()) * uint64_t(tiles + 1) * 4; }
   uint64_t kinds_offset() const { return (list_bytes() + 255) / 256 * 256; }
-  uint64_t workspace_bytes() const { return kinds_offset() + uint64_t(rows()) * key_tiles; }
-  // FwdParams::block_map_*_stride, in rows.
-  int64_t head_stride() const { return heads > 1 ? q_blocks : 0; }
-  int64_t batch_stride() const { return batches > 1 ? heads * q_blocks : 0; }
+  uint64_t workspace_bytes() const { return kinds_offset() + uint64_t(rows()) * tiles; }
+  // FwdParams::block_map_*_stride (and BwdParams'), in rows.
+  int64_t head_stride() const { return heads > 1 ? row_blocks : 0; }
+  int64_t batch_stride() const { return batches > 1 ? heads * row_blocks : 0; }
 
-  // flashjit_fwd_block_kinds: (heads x batches, query blocks, key tiles) x 128.
+  // The kinds kernel: (heads x batches, row blocks, tiles) x 128; the
+  // forward's takes (.., query blocks, key tiles) and the backward's (..,
+  // key blocks, query tiles) alike.
   LaunchGeometry kinds_launch() const;
-  // flashjit_fwd_block_list: a warp a row, 4 a CTA.
+  // The list kernel: a warp a row, 4 a CTA.
   LaunchGeometry list_launch() const;
 };
 
-// Whether `spec`'s forward reads a block map (the sm90 family with a mask_mod).
+// Whether `spec`'s kernel, forward or backward, reads a block map (the sm90
+// family with a mask_mod).
 bool has_block_map(const KernelSpec &spec);
 
 // The map of `spec` for `problem`'s call (its longest sequences for a
 // packed batch); zero rows where the spec has none.
 BlockMapGeometry forward_block_map_geometry(const KernelSpec &spec, const Problem &problem);
+
+// The map of backward `spec` for `problem`'s call: a row per (batch, KV head,
+// key block), shared by the KV head's group of query heads (the kernel's
+// CTA walks them all over the same tiles); zero rows where it has none.
+BlockMapGeometry backward_block_map_geometry(const KernelSpec &spec, const Problem &problem);
 
 }  // namespace flashjit

@@ -162,7 +162,14 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
   for (const BackwardStep &step : backward_steps(spec, class_problem(spec)))
     if (step.entry != out.entry) out.entries.push_back(step.entry);
   out.headers = embedded_templates();
-  if (sm90)
+  if (sm90 && !spec.modifiers.mask_mod.empty()) {
+    // The block map of the caller's mask_mod, built before each call
+    // (bwd_block_map.cuh).
+    out.entries.push_back("flashjit_bwd_block_kinds");
+    out.entries.push_back("flashjit_bwd_block_list");
+    out.source = write_source("backward kernels", spec, c.deterministic,
+                              {"bwd_sm90.cuh", "bwd_block_map.cuh"});
+  } else if (sm90)
     out.source = write_source("backward kernels", spec, c.deterministic, {"bwd_sm90.cuh"});
   else if (c.deterministic)
     out.source = write_source("backward kernels", spec, true, {"bwd_sm80.cuh", "bwd_dq_sm80.cuh"});

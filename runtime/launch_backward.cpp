@@ -8,9 +8,11 @@
 #include "generator/backward_params.h"
 #include "generator/backward_spec.h"
 #include "generator/backward_steps.h"
+#include "generator/block_map.h"
 #include "generator/source.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "runtime/backward_source.h"
+#include "runtime/block_map_launch.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/launch_forward.h"
@@ -150,12 +152,30 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
     maps = *encoded;
   }
   void *sm90_args[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout, &maps.dq_accum};
-  for (size_t i = 0; i < steps.size(); ++i) {
-    // The main kernel (step 1) alone takes the tensor maps.
-    if (llvm::Error e =
-            kernels[i]->launch(steps[i].geometry, stream, sm90 && i == 1 ? sm90_args : kernel_args))
-      return with_context(problem, std::move(e));
+  // The caller's mask_mod's block map (bwd_block_map.cuh), built in stream
+  // order before the main kernel reads it, in a workspace freed after it.
+  CUdeviceptr block_map = 0;
+  if (has_block_map(*spec)) {
+    auto kinds = backward_kernel(*spec, context->context, "flashjit_bwd_block_kinds", 0);
+    if (!kinds) return with_context(problem, kinds.takeError());
+    auto list = backward_kernel(*spec, context->context, "flashjit_bwd_block_list", 0);
+    if (!list) return with_context(problem, list.takeError());
+    auto built = enqueue_block_map(*kinds, *list, backward_block_map_geometry(*spec, problem),
+                                   params, stream, "query tiles");
+    if (!built) return with_context(problem, built.takeError());
+    block_map = *built;
   }
+  llvm::Error error = llvm::Error::success();
+  for (size_t i = 0; i < steps.size() && !error; ++i) {
+    // The main kernel (step 1) alone takes the tensor maps.
+    error = kernels[i]->launch(steps[i].geometry, stream, sm90 && i == 1 ? sm90_args : kernel_args);
+    if (i == 1 && block_map) {
+      error = llvm::joinErrors(std::move(error), free_workspace(block_map, stream));
+      block_map = 0;
+    }
+  }
+  if (block_map) error = llvm::joinErrors(std::move(error), free_workspace(block_map, stream));
+  if (error) return with_context(problem, std::move(error));
   return llvm::Error::success();
 }
 

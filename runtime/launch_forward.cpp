@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "generator/block_map.h"
+#include "runtime/block_map_launch.h"
 #include "generator/forward_params.h"
 #include "generator/modifier_source.h"
 #include "llvm/ADT/Hashing.h"
@@ -241,48 +242,6 @@ llvm::Error enqueue_main_and_combine(const ForwardKernels &kernels, const Proble
                                      llvm::function_ref<llvm::Error()> launch_main);
 }  // namespace
 
-namespace {
-// The block map of the call (templates/fwd_block_map.cuh) into a workspace
-// of its own, pointed to by `params`; returns the workspace, for the caller
-// to free in stream order after the main kernel.
-llvm::Expected<CUdeviceptr> enqueue_block_map(const ForwardKernels &kernels,
-                                              const KernelSpec &spec, const Problem &problem,
-                                              FwdParams &params, CUstream stream) {
-  const BlockMapGeometry map = forward_block_map_geometry(spec, problem);
-  // The kernel indexes the map with an int (common/block_map.cuh).
-  if (map.list_bytes() / 4 >= (uint64_t(1) << 31))
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        llvm::formatv("the mask_mod's block map would hold {0} entries ({1} rows of {2} key "
-                      "tiles), more than 2^31: split the batch, or set mask_mod_qk_only where "
-                      "the mask reads only q and k",
-                      map.list_bytes() / 4, map.rows(), map.key_tiles)
-            .str());
-  auto allocated = allocate_workspace(kernels.main->device(), map.workspace_bytes(), stream);
-  if (!allocated)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        llvm::formatv("the mask_mod's block map of {0} bytes could not be allocated: {1}",
-                      map.workspace_bytes(), llvm::toString(allocated.takeError()))
-            .str());
-  const CUdeviceptr workspace = *allocated;
-  params.block_map = reinterpret_cast<int *>(workspace);
-  params.block_kinds = reinterpret_cast<unsigned char *>(workspace + map.kinds_offset());
-  params.block_map_batch_stride = map.batch_stride();
-  params.block_map_head_stride = map.head_stride();
-  params.block_map_row_stride = static_cast<int>(map.key_tiles + 1);
-  int rows = static_cast<int>(map.rows());
-  void *kinds_args[] = {&params};
-  void *list_args[] = {&params, &rows};
-  llvm::Error error = map.rows() == 0 || map.key_tiles == 0
-                          ? llvm::Error::success()
-                          : kernels.block_kinds->launch(map.kinds_launch(), stream, kinds_args);
-  if (!error && map.rows() > 0)
-    error = kernels.block_list->launch(map.list_launch(), stream, list_args);
-  if (error) return llvm::joinErrors(std::move(error), free_workspace(workspace, stream));
-  return workspace;
-}
-}  // namespace
 
 llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spec,
                             const Problem &problem, const ForwardArgs &args, FwdParams params,
@@ -312,7 +271,9 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   // main kernel reads it, in a workspace freed after it.
   CUdeviceptr block_map = 0;
   if (kernels.block_kinds) {
-    auto built = enqueue_block_map(kernels, spec, problem, params, stream);
+    auto built = enqueue_block_map(*kernels.block_kinds, *kernels.block_list,
+                                   forward_block_map_geometry(spec, problem), params, stream,
+                                   "key tiles");
     if (!built) return built.takeError();
     block_map = *built;
   }

@@ -74,6 +74,7 @@
 #pragma once
 
 #include "bwd_rowwise.cuh"
+#include "common/block_map.cuh"
 #include "common/bwd_params.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
@@ -89,6 +90,10 @@ using namespace cfg;
 using Ops = ElementOps<Element>;
 // Each sequence's lengths and rows: dense, or a packed varlen batch.
 using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
+// A caller's mask_mod walks the query tiles its block map lists
+// (bwd_block_map.cuh), hidden ones never loaded, and calls mask_mod only on
+// the ones it does not show whole.
+constexpr bool kBlockMap = Modifiers::kMask;
 
 // The tiled head dims (64, 128 or 256; common/fwd_sm90_layout.cuh) of Q and
 // K, and of V and dO (they may differ, e.g. 192/128): a problem's between
@@ -314,29 +319,48 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   // The query tiles of the CTA's sequence (common/sequence.cuh) that see any
   // of these keys: tile `it` is head kv_head * heads_per_kv + it / m_blocks,
-  // rows of m-block m_block_begin + it % m_blocks; none when the keys lie
+  // rows of m-block m_block_begin + it % m_blocks (the map's entry of it %
+  // m_blocks, under a block map); none when the keys lie
   // past the sequence's (a shorter sequence of a varlen batch). Each role
   // builds the sequence and its tiles after its setmaxnreg: a value live
   // across the register reallocation is spilled to local memory.
+  // Under a block map, m_blocks is the count of the row at p.block_map
+  // offset map_row, and tile `it`'s m-block its entry it % m_blocks.
   struct QueryTiles {
-    int m_block_begin, m_blocks, iterations;
+    int m_block_begin, m_blocks, iterations, map_row;
   };
   // Dense, everything comes from the lengths above, computed where they were
   // before sequences: the register allocation at d = 256 is at the edge (the
   // lengths computed after setmaxnreg spilled 68 bytes against 24), and the
   // dense kernel's sequence dies unused.
-  auto query_tiles = [&](const Sequence &seq, int n0) {
-    if constexpr (kVarlen) {
-      if (n0 >= seq.seqlen_k) return QueryTiles{0, 0, 0};
+  // The row of (batch, KV head, key block n0 / kBlockN) in the block map.
+  auto map_row_index = [&](int batch, int kv_head, int n0) -> i64 {
+    return batch * p.block_map_batch_stride + kv_head * p.block_map_head_stride + n0 / kBlockN;
+  };
+  auto query_tiles = [&](const Sequence &seq, int n0, int batch, int kv_head) {
+    if constexpr (kBlockMap) {
+      if (kVarlen && n0 >= seq.seqlen_k) return QueryTiles{0, 0, 0, 0};
+      const int row = static_cast<int>(map_row_index(batch, kv_head, n0) * p.block_map_row_stride);
+      const int count = p.block_map[row];
+      return QueryTiles{0, count, count * p.heads_per_kv, row};
+    } else if constexpr (kVarlen) {
+      if (n0 >= seq.seqlen_k) return QueryTiles{0, 0, 0, 0};
       const TileSpan span =
           visible_query_tiles<Mask>(p, seq.seqlen_q, n0, kBlockN, seq.offset, kBlockM);
-      return QueryTiles{span.first, span.count, span.count * p.heads_per_kv};
+      return QueryTiles{span.first, span.count, span.count * p.heads_per_kv, 0};
     } else {
       const TileSpan span =
           visible_query_tiles<Mask>(p, dense_seqlen_q, n0, kBlockN, dense_offset, kBlockM);
-      return QueryTiles{span.first, span.count, span.count * p.heads_per_kv};
+      return QueryTiles{span.first, span.count, span.count * p.heads_per_kv, 0};
     }
   };
+  // Tile `it`'s m-block, with kBlockMapFull under a block map where mask_mod
+  // shows all of it.
+  auto tile_entry = [&](const QueryTiles &t, int it) -> int {
+    if constexpr (kBlockMap) return p.block_map[t.map_row + 1 + it % t.m_blocks];
+    return t.m_block_begin + it % t.m_blocks;
+  };
+  auto entry_m_block = [](int entry) { return kBlockMap ? entry & ~kBlockMapFull : entry; };
 
   if (tid == 0) {
     mbarrier_init(kv_full, 1);
@@ -361,13 +385,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       const CtaKeys keys = cta_keys(p);  // a lambda below captures them: no structured binding
       const int n0 = keys.n0, kv_head = keys.kv_head, batch = keys.batch;
       const Sequence seq(p, batch);
-      const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq, n0);
+      const QueryTiles tiles = query_tiles(seq, n0, batch, kv_head);
+      const int m_blocks = tiles.m_blocks, iterations = tiles.iterations;
       const int lane = tid % 32;
 #pragma unroll
       for (int wg = 0; wg < 2; ++wg) named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
       for (int it = 0; it < iterations; ++it) {
         const int head = kv_head * p.heads_per_kv + it / m_blocks;
-        const int m_block = m_block_begin + it % m_blocks;
+        const int m_block = entry_m_block(tile_entry(tiles, it));
         const int m0 = m_block * kBlockM;
         // The accumulator's row of query q of `head`.
         auto accum_row = [&](int q) {
@@ -381,9 +406,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           // counted them. They were dispatched before this CTA (key blocks
           // ascend within a dispatch section), so they never wait for it.
           int before = 0;
-          for (int nb = lane; nb * kBlockN < n0; nb += 32) {
-            const QueryTiles seen = query_tiles(seq, nb * kBlockN);
-            before += m_block >= seen.m_block_begin && m_block < seen.m_block_begin + seen.m_blocks;
+          if constexpr (kBlockMap) {
+            // Listed in key block nb's row: its kind there is not hidden.
+            // (The writer runs on kProducerRegisters: one pointer and a
+            // stride, no 64-bit index per block.)
+            const int stride = p.block_map_row_stride - 1;
+            const unsigned char *kinds =
+                p.block_kinds + map_row_index(batch, kv_head, 0) * stride + m_block;
+            for (int nb = lane; nb * kBlockN < n0; nb += 32) before += kinds[nb * stride] != 0;
+          } else {
+            for (int nb = lane; nb * kBlockN < n0; nb += 32) {
+              const QueryTiles seen = query_tiles(seq, nb * kBlockN, batch, kv_head);
+              before +=
+                  m_block >= seen.m_block_begin && m_block < seen.m_block_begin + seen.m_blocks;
+            }
           }
 #pragma unroll
           for (int offset = 16; offset > 0; offset /= 2)
@@ -436,7 +472,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     if (tid / 32 != 0) return;
     const auto [n0, kv_head, batch] = cta_keys(p);
     const Sequence seq(p, batch);
-    const auto [m_block_begin, m_blocks, iterations] = query_tiles(seq, n0);
+    const QueryTiles tiles = query_tiles(seq, n0, batch, kv_head);
+    const int m_blocks = tiles.m_blocks, iterations = tiles.iterations;
     const int k_row0 = kVarlen ? static_cast<int>(seq.k_row0) : 0;
     const int q_row0 = kVarlen ? static_cast<int>(seq.q_row0) : 0;
     const int outer = kVarlen ? seq.outer : batch;
@@ -463,7 +500,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       // phase before its first); later ones wait for the consumers' release.
       mbarrier_wait(empty(stage), (round & 1) ^ 1);
       const int head = kv_head * p.heads_per_kv + it / m_blocks;
-      const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+      const int m0 = entry_m_block(tile_entry(tiles, it)) * kBlockM;
       {
         mbarrier_arrive_expect_tx(full(stage), kQTileBytes + kDOTileBytes);
         const u32 q_dst = smem + kOffsetQ + stage * kQTileBytes;
@@ -500,8 +537,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     if constexpr (kVarlen) return seq.workspace_row(p, head, q);
     return lse_row(head, q);
   };
-  const QueryTiles tiles = query_tiles(seq, n0);
-  const int m_block_begin = tiles.m_block_begin, m_blocks = tiles.m_blocks;
+  const QueryTiles tiles = query_tiles(seq, n0, batch, kv_head);
+  const int m_blocks = tiles.m_blocks;
   const int iterations = tiles.iterations;
   const int cwg = warpgroup - 1;   // consumer warpgroup
   const int ctid = tid % 128;
@@ -539,18 +576,21 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // column `ctid` of this warpgroup's S^T in tile `it`, loaded one tile
   // ahead: the L2 latency hides under a whole tile's work instead of
   // stalling the store before the barrier.
-  auto load_stats = [&](int it, float &lse, float &d) {
+  // The tile's map entry comes with them (`entry`, read once a tile).
+  auto load_stats = [&](int it, float &lse, float &d, int &entry) {
     lse = kInf;
     d = 0.f;
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
-    const int q = (m_block_begin + it % m_blocks) * kBlockM + query0 + ctid;
+    entry = tile_entry(tiles, it);
+    const int q = entry_m_block(entry) * kBlockM + query0 + ctid;
     if (ctid < kSN && q < seqlen_q) {
       lse = p.lse[lse_row(head, q)] * kLog2e;
       d = p.dsum[workspace_row(head, q)];
     }
   };
   float next_lse, next_d;
-  if (iterations > 0) load_stats(0, next_lse, next_d);
+  int next_entry = 0;
+  if (iterations > 0) load_stats(0, next_lse, next_d, next_entry);
 
   // The transposed tile (16 bits, 128-byte swizzled, keys as rows) of this
   // warpgroup's S^T-shaped fragments: dS^T for dQ, and P^T under the split.
@@ -639,7 +679,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   for (int it = 0; it < iterations; ++it) {
     const int stage = it % kStages;
     const int head = kv_head * p.heads_per_kv + it / m_blocks;
-    const int m0 = (m_block_begin + it % m_blocks) * kBlockM;
+    const int entry = next_entry;  // load_stats(it) read it
+    const int m0 = entry_m_block(entry) * kBlockM;
+    // mask_mod per element only where the map does not show the tile whole.
+    const bool masked = !kBlockMap || !(entry & kBlockMapFull);
     const u32 q_tile = smem + kOffsetQ + stage * kQTileBytes;
     const u32 do_tile = smem + kOffsetDO + stage * kDOTileBytes;
     const u32 ds_tile = smem + kOffsetDS + (it % 2) * kDsBufferBytes;
@@ -679,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       lse_log2[ctid] = next_lse;
       lse_log2[kSN + ctid] = next_d;
     }
-    if (it + 1 < iterations) load_stats(it + 1, next_lse, next_d);
+    if (it + 1 < iterations) load_stats(it + 1, next_lse, next_d, next_entry);
     named_barrier_sync(kBarrierStats + cwg, 128);
     wgmma_wait<0>();
     wgmma_fence_operands(acc_s);
@@ -716,7 +759,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           if constexpr (Modifiers::kScore || Modifiers::kMask)
             logit = modified_logit2<Modifiers>(p, s, batch, head, m0 + q_local,
                                                n0 + key0 + warp * 16 + group + h * 8, seqlen_q,
-                                               seqlen_k, grad);
+                                               seqlen_k, grad, masked);
           float prob = exp2_approx(logit - lse);
           if (q_local < q_lo[h] || q_local > q_hi[h]) prob = 0.f;
           float ds = prob * (acc_dp[i] - d);

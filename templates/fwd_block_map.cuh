@@ -6,12 +6,9 @@
 //   flashjit_fwd_block_kinds  one CTA per (map head and batch, query block,
 //       key tile): its 128 threads evaluate mask_mod on every (query, key) of
 //       the work tile's rows and the key tile that the sequence holds and
-//       the built-in mask shows, and classify the tile: 0 hidden, 1
-//       partial, 2 shown whole (__syncthreads_or / _and). Threads take
-//       consecutive keys, so a mask reading per-key data (document ids)
-//       reads it coalesced.
+//       the built-in mask shows, and classify the tile (block_kind).
 //   flashjit_fwd_block_list   one warp per map row: the row's non-hidden
-//       tiles in order, by ballot and popcount, and their count.
+//       tiles in order and their count (list_block_map_row).
 // A map serves every (batch, head) when the caller declared mask_mod a
 // function of (q, k) alone (Modifiers::kMaskQkOnly) and the sequences all
 // have the problem's lengths; one per batch under a qk-only mask with
@@ -32,9 +29,6 @@ using fwd_sm90::kQRowsPerTile;
 using Sequence = fwd_sm90::Sequence;
 
 constexpr int kThreads = 128;
-// Query rows of a work tile: positions x the packed heads, or positions
-// alone where mask_mod reads no head.
-constexpr int kRows = Modifiers::kMaskQkOnly ? kQRowsPerTile : kQRowsPerTile * kPack;
 
 }  // namespace fwd_block_map
 }  // namespace flashjit
@@ -52,30 +46,18 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
   const int batch = static_cast<int>(blockIdx.x) / map_heads;
   const Sequence seq(p, batch);
   const int q0 = m_block * kQRowsPerTile, n0 = n_block * kBlockN;
-  bool any = false, all = true;
   // Only the key tiles the built-in mask leaves the block any of are
   // evaluated (a causal mask's upper half costs a CTA start each).
   const TileSpan span =
       visible_key_tiles<Mask>(p, seq.seqlen_k, q0, kQRowsPerTile, seq.offset, kBlockN);
-  if (q0 < seq.seqlen_q && n_block >= span.first && n_block < span.first + span.count) {
-    for (int e = threadIdx.x; e < kRows * kBlockN; e += kThreads) {
-      const int r = e / kBlockN, c = e % kBlockN;
-      const int q = q0 + (Modifiers::kMaskQkOnly ? r : r / kPack);
-      if (q >= seq.seqlen_q) break;  // rows only grow with e
-      int lo, hi;  // the keys the built-in mask shows row q, tile-local
-      visible_keys_in_tile<Mask>(p, seq.seqlen_k, q, n0, kBlockN, seq.offset, lo, hi);
-      if (c < lo || c > hi) continue;
-      const int h = Modifiers::kMaskQkOnly ? 0 : kPack > 1 ? head * kPack + r % kPack : head;
-      const bool shown = Modifiers::visible(batch, h, q, n0 + c, p.aux);
-      any |= shown;
-      all &= shown;
-    }
-  }
-  any = __syncthreads_or(any);
-  all = __syncthreads_and(all);
+  const bool seen =
+      q0 < seq.seqlen_q && n_block >= span.first && n_block < span.first + span.count;
+  const int kind = block_kind<Mask, Modifiers, kThreads>(
+      p, seen, seq.seqlen_q, seq.seqlen_k, seq.offset, batch, kPack > 1 ? head * kPack : head,
+      kPack, q0, kQRowsPerTile, n0, kBlockN);
   if (threadIdx.x == 0) {
     const i64 row = batch * p.block_map_batch_stride + head * p.block_map_head_stride + m_block;
-    p.block_kinds[row * (p.block_map_row_stride - 1) + n_block] = any ? (all ? 2 : 1) : 0;
+    p.block_kinds[row * (p.block_map_row_stride - 1) + n_block] = kind;
   }
 }
 
@@ -85,19 +67,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
   using namespace flashjit;
   using namespace flashjit::fwd_block_map;
   const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const int key_tiles = p.block_map_row_stride - 1;
-  const unsigned char *kinds = p.block_kinds + static_cast<i64>(row) * key_tiles;
-  int *out = p.block_map + static_cast<i64>(row) * p.block_map_row_stride;
-  int count = 0;
-  for (int t0 = 0; t0 < key_tiles; t0 += 32) {
-    const int t = t0 + lane;
-    const int kind = t < key_tiles ? kinds[t] : 0;
-    const unsigned listed = __ballot_sync(0xffffffffu, kind != 0);
-    if (kind != 0)
-      out[1 + count + __popc(listed & ((1u << lane) - 1))] = t | (kind == 2 ? kBlockMapFull : 0);
-    count += __popc(listed);
-  }
-  if (lane == 0) out[0] = count;
+  list_block_map_row(p.block_kinds + static_cast<i64>(row) * key_tiles, key_tiles,
+                     p.block_map + static_cast<i64>(row) * p.block_map_row_stride);
 }

@@ -63,6 +63,18 @@ struct BwdParams {
   // each pair's key blocks in turn.
   int dispatch_section;
 
+  // The block map of a caller's mask_mod (the sm90 kernel with
+  // Modifiers::kMask; bwd_block_map.cuh builds it before each call), laid
+  // out as FwdParams::block_map with key blocks as the rows: per (batch, KV
+  // head, key block of kBlockN) the query tiles of kBlockM rows that any of
+  // its keys is seen by from any query head of the group, each flagged
+  // (kBlockMapFull) where mask_mod shows all of the tile to every head.
+  // block_kinds: the classification's [row][query tile] bytes.
+  int *block_map;
+  unsigned char *block_kinds;
+  long long block_map_batch_stride, block_map_head_stride;
+  int block_map_row_stride;  // 1 + query tiles
+
   // The caller's modifiers' extra inputs, as FwdParams::aux.
   unsigned long long aux[8];
 };

@@ -42,9 +42,11 @@ struct NoModifiers {
 // score_mod's result (-inf where mask_mod hides the key) and sets `grad` to
 // score_mod_grad's derivative, both as the forward computed them; queries
 // and keys past the sequence keep the plain logit (the masks handle them).
+// `masked` false: a block map shows the tile whole, mask_mod is not called.
 template <class M, class Params>
 __device__ __forceinline__ float modified_logit2(const Params &p, float s, int b, int h, int q,
-                                                 int k, int seqlen_q, int seqlen_k, float &grad) {
+                                                 int k, int seqlen_q, int seqlen_k, float &grad,
+                                                 bool masked = true) {
   float logit = s * p.softmax_scale_log2;
   if (q >= seqlen_q || k >= seqlen_k) return logit;
   if constexpr (M::kScore) {
@@ -53,7 +55,7 @@ __device__ __forceinline__ float modified_logit2(const Params &p, float s, int b
     grad = M::score_grad(score, b, h, q, k, p.aux);
   }
   if constexpr (M::kMask)
-    if (!M::visible(b, h, q, k, p.aux)) logit = __int_as_float(0xff800000);
+    if (masked && !M::visible(b, h, q, k, p.aux)) logit = __int_as_float(0xff800000);
   return logit;
 }
 

@@ -53,8 +53,9 @@ Modifiers alibi_and_documents() {
 std::string error_of(llvm::Error e) { return e ? llvm::toString(std::move(e)) : ""; }
 
 Problem problem_of(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen,
-                   MaskKind mask = MaskKind::none) {
+                   MaskKind mask = MaskKind::none, int head_dim = 128) {
   Problem p;
+  p.head_dim_qk = p.head_dim_v = head_dim;
   p.batch = batch;
   p.heads_q = heads_q;
   p.heads_kv = heads_kv;
@@ -242,8 +243,8 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   }
   // 128-row work tiles, 128-key tiles: 64 x 64 per (batch, head).
   const BlockMapGeometry per_head = forward_block_map_geometry(sm90, p);
-  EXPECT_EQ(per_head.q_blocks, 64);
-  EXPECT_EQ(per_head.key_tiles, 64);
+  EXPECT_EQ(per_head.row_blocks, 64);
+  EXPECT_EQ(per_head.tiles, 64);
   EXPECT_EQ(per_head.heads, 16);
   EXPECT_EQ(per_head.batches, 2);
   EXPECT_EQ(per_head.rows(), 2048);
@@ -278,8 +279,8 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   ASSERT_GT(packed.pack_gqa, 1);
   const BlockMapGeometry packed_map = forward_block_map_geometry(packed, decode);
   EXPECT_EQ(packed_map.heads, 8);
-  EXPECT_EQ(packed_map.q_blocks, 1);
-  EXPECT_EQ(packed_map.key_tiles, (8192 + packed.config.block_n - 1) / packed.config.block_n);
+  EXPECT_EQ(packed_map.row_blocks, 1);
+  EXPECT_EQ(packed_map.tiles, (8192 + packed.config.block_n - 1) / packed.config.block_n);
   // qk-only without a mask_mod is a mistake, named.
   Modifiers orphan = score_only;
   orphan.mask_mod_qk_only = true;
@@ -311,6 +312,100 @@ TEST(ModifiersBlockMap, ItsKernelsCompileCleanly) {
   for (const auto &one : compiled)
     testing::expect_clean(one, {"flashjit_fwd_sm90", "flashjit_fwd_block_kinds",
                                 "flashjit_fwd_block_list"});
+}
+
+// The backward's block map (templates/bwd_block_map.cuh): a row per (batch,
+// KV head, key block) listing query tiles, shared by the group's query heads
+// (and by everything under mask_mod_qk_only); its two kernels in the sm90
+// program only, compiled for sm_90a without spills, the main kernel too, at
+// the head dims whose tiles differ (own keys at 64 and 128, the head-dim
+// split at 256), in both dQ modes, and for a packed batch.
+TEST(ModifiersBlockMap, TheBackwardMapsKeyBlocksToQueryTiles) {
+  const Problem p = problem_of(2, 32, 8, 2048, MaskKind::causal);
+  const Modifiers documents = documents_only();
+  Modifiers shared = documents;
+  shared.mask_mod_qk_only = true;
+  auto spec_of = [](const Problem &problem, const TargetArch &arch, const KernelConfig &request,
+                    const Modifiers &m) {
+    auto spec =
+        make_backward_spec(problem, default_backward_config(problem, arch, 0, request), arch);
+    EXPECT_TRUE(static_cast<bool>(spec)) << (spec ? "" : llvm::toString(spec.takeError()));
+    KernelSpec out = spec ? *spec : KernelSpec{};
+    out.modifiers = m;
+    return out;
+  };
+  auto has_entry = [](const GeneratedSource &g, const char *entry) {
+    return std::find(g.entries.begin(), g.entries.end(), entry) != g.entries.end();
+  };
+  const KernelSpec sm90 = spec_of(p, kSm90a, {}, documents);
+  ASSERT_EQ(sm90.config.path, KernelPath::sm90);
+  EXPECT_TRUE(has_block_map(sm90));
+  const GeneratedSource program = generate_backward(sm90);
+  EXPECT_TRUE(has_entry(program, "flashjit_bwd_block_kinds"));
+  EXPECT_TRUE(has_entry(program, "flashjit_bwd_block_list"));
+  const int64_t key_blocks = (2048 + sm90.config.block_n - 1) / sm90.config.block_n;
+  const int64_t query_tiles = (2048 + sm90.config.block_m - 1) / sm90.config.block_m;
+  const BlockMapGeometry per_group = backward_block_map_geometry(sm90, p);
+  EXPECT_EQ(per_group.row_blocks, key_blocks);
+  EXPECT_EQ(per_group.tiles, query_tiles);
+  EXPECT_EQ(per_group.heads, 8);  // KV heads: a group shares its row
+  EXPECT_EQ(per_group.batches, 2);
+  EXPECT_EQ(per_group.rows(), 2 * 8 * key_blocks);
+  EXPECT_EQ(per_group.head_stride(), key_blocks);
+  EXPECT_EQ(per_group.batch_stride(), 8 * key_blocks);
+  EXPECT_EQ(per_group.list_bytes(), uint64_t(per_group.rows()) * (query_tiles + 1) * 4);
+  const LaunchGeometry kinds = per_group.kinds_launch();
+  EXPECT_EQ(kinds.grid.x, 16u);
+  EXPECT_EQ(kinds.grid.y, unsigned(key_blocks));
+  EXPECT_EQ(kinds.grid.z, unsigned(query_tiles));
+  const BlockMapGeometry one = backward_block_map_geometry(spec_of(p, kSm90a, {}, shared), p);
+  EXPECT_EQ(one.rows(), key_blocks);
+  EXPECT_EQ(one.head_stride(), 0);
+  EXPECT_EQ(one.batch_stride(), 0);
+  KernelSpec varlen = spec_of(p, kSm90a, {}, shared);
+  varlen.varlen = true;
+  EXPECT_EQ(backward_block_map_geometry(varlen, p).batches, 2);
+  // sm80's backward, and a score_mod alone, have none.
+  Modifiers score_only;
+  score_only.score_mod = kAlibi;
+  score_only.score_mod_grad =
+      "__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) "
+      "{\n  return 1.f;\n}\n";
+  score_only.aux = {{"const float*", "slopes"}};
+  for (const KernelSpec &other : {spec_of(p, kSm90a, KernelConfig{KernelPath::sm80}, documents),
+                                  spec_of(p, kSm90a, {}, score_only)}) {
+    EXPECT_FALSE(has_block_map(other)) << other.id();
+    EXPECT_FALSE(has_entry(generate_backward(other), "flashjit_bwd_block_kinds")) << other.id();
+    EXPECT_EQ(backward_block_map_geometry(other, p).rows(), 0) << other.id();
+  }
+  // Compiled: d = 64, 128, 256, the deterministic mode, varlen.
+  KernelConfig deterministic;
+  deterministic.deterministic = true;
+  Problem varlen_problem = p;
+  varlen_problem.varlen = true;
+  const std::vector<KernelSpec> specs = {
+      spec_of(problem_of(2, 32, 8, 2048, MaskKind::causal, 64), kSm90a, {}, documents),
+      sm90,
+      spec_of(problem_of(2, 32, 8, 2048, MaskKind::causal, 256), kSm90a, {}, shared),
+      spec_of(p, kSm90a, deterministic, documents),
+      spec_of(varlen_problem, kSm90a, {}, shared)};
+  const std::string cuobjdump = testing::find_cuobjdump();
+  std::vector<testing::CompiledVariant> compiled(specs.size());
+  llvm::ThreadPool pool(llvm::hardware_concurrency());
+  for (size_t i = 0; i < specs.size(); ++i)
+    pool.async([&, i] {
+      compiled[i].id = specs[i].id();
+      compiled[i].result =
+          testing::compile_sm90_with_report(generate_backward(specs[i]), kSm90a, cuobjdump);
+    });
+  pool.wait();
+  for (size_t i = 0; i + 1 < compiled.size(); ++i)
+    testing::expect_clean(compiled[i], {"flashjit_bwd_sm90", "flashjit_bwd_block_kinds",
+                                        "flashjit_bwd_block_list"});
+  // The packed batch's consumers spill (88 bytes at d = 128 with an aux
+  // pointer; 8 without the map): compiled, not yet clean.
+  EXPECT_EQ(compiled.back().result.error, "");
+  EXPECT_TRUE(compiled.back().result.cubin.has_value());
 }
 
 // The backward with modifiers: score_mod_grad in the prelude, hash and

@@ -1,0 +1,68 @@
+// The block map of a caller's mask_mod for the sm90 backward (bwd_sm90.cuh,
+// whose constants and sequence type it shares; layout in
+// common/block_map.cuh and BwdParams::block_map): the forward's map
+// (fwd_block_map.cuh) with key blocks as the rows, built the same way before
+// the main kernel on its stream each call.
+//   flashjit_bwd_block_kinds  one CTA per (map head and batch, key block,
+//       query tile): its threads evaluate mask_mod over the tile for every
+//       query head of the KV head's group (one head where mask_mod reads
+//       none) and classify it (block_kind). A group shares a row: the
+//       kernel's CTA walks all its heads over the same query tiles, so a
+//       tile one head hides and another sees is computed for both, with
+//       mask_mod per element.
+//   flashjit_bwd_block_list   one warp per map row: the row's non-hidden
+//       query tiles in order and their count (list_block_map_row).
+#pragma once
+
+#include "bwd_sm90.cuh"
+#include "common/block_map.cuh"
+
+namespace flashjit {
+namespace bwd_block_map {
+
+using namespace cfg;
+using Sequence = bwd_sm90::Sequence;
+
+constexpr int kThreads = 128;
+
+}  // namespace bwd_block_map
+}  // namespace flashjit
+
+// Grid (map heads x map batches, key blocks, query tiles); the map's heads
+// are block_map_head_stride != 0 ? the KV heads : 1.
+extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
+    flashjit_bwd_block_kinds(const flashjit::BwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::bwd_block_map;
+  const int n_block = blockIdx.y, m_block = blockIdx.z;
+  const int map_heads = p.block_map_head_stride != 0 ? p.heads_q / p.heads_per_kv : 1;
+  const int kv_head = static_cast<int>(blockIdx.x) % map_heads;
+  const int batch = static_cast<int>(blockIdx.x) / map_heads;
+  const Sequence seq(p, batch);
+  const int m0 = m_block * kBlockM, n0 = n_block * kBlockN;
+  // Only the query tiles the built-in mask lets see any of the keys are
+  // evaluated, as the kernel's walk (bwd_sm90.cuh, query_tiles).
+  const TileSpan span =
+      visible_query_tiles<Mask>(p, seq.seqlen_q, n0, kBlockN, seq.offset, kBlockM);
+  const bool seen = n0 < seq.seqlen_k && m0 < seq.seqlen_q && m_block >= span.first &&
+                    m_block < span.first + span.count;
+  const int kind = block_kind<Mask, Modifiers, kThreads>(
+      p, seen, seq.seqlen_q, seq.seqlen_k, seq.offset, batch, kv_head * p.heads_per_kv,
+      p.heads_per_kv, m0, kBlockM, n0, kBlockN);
+  if (threadIdx.x == 0) {
+    const i64 row = batch * p.block_map_batch_stride + kv_head * p.block_map_head_stride + n_block;
+    p.block_kinds[row * (p.block_map_row_stride - 1) + m_block] = kind;
+  }
+}
+
+// Grid: one warp per map row (kThreads / 32 rows a CTA), `rows` in all.
+extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
+    flashjit_bwd_block_list(const flashjit::BwdParams p, int rows) {
+  using namespace flashjit;
+  using namespace flashjit::bwd_block_map;
+  const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int query_tiles = p.block_map_row_stride - 1;
+  list_block_map_row(p.block_kinds + static_cast<i64>(row) * query_tiles, query_tiles,
+                     p.block_map + static_cast<i64>(row) * p.block_map_row_stride);
+}
