@@ -49,10 +49,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
   const int kind = block_kind<Mask, Modifiers, kThreads>(
       p, seen, seq.seqlen_q, seq.seqlen_k, seq.offset, batch, kv_head * p.heads_per_kv,
       p.heads_per_kv, m0, kBlockM, n0, kBlockN);
-  if (threadIdx.x == 0) {
-    const i64 row = batch * p.block_map_batch_stride + kv_head * p.block_map_head_stride + n_block;
-    p.block_kinds[row * (p.block_map_row_stride - 1) + m_block] = kind;
-  }
+  store_block_kind(p, batch, kv_head, n_block, m_block, kind);
 }
 
 // Grid: one warp per map row (kThreads / 32 rows a CTA), `rows` in all.
@@ -60,9 +57,5 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
     flashjit_bwd_block_list(const flashjit::BwdParams p, int rows) {
   using namespace flashjit;
   using namespace flashjit::bwd_block_map;
-  const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int query_tiles = p.block_map_row_stride - 1;
-  list_block_map_row(p.block_kinds + static_cast<i64>(row) * query_tiles, query_tiles,
-                     p.block_map + static_cast<i64>(row) * p.block_map_row_stride);
+  list_block_map<kThreads>(p, rows);
 }

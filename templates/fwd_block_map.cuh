@@ -55,10 +55,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
   const int kind = block_kind<Mask, Modifiers, kThreads>(
       p, seen, seq.seqlen_q, seq.seqlen_k, seq.offset, batch, kPack > 1 ? head * kPack : head,
       kPack, q0, kQRowsPerTile, n0, kBlockN);
-  if (threadIdx.x == 0) {
-    const i64 row = batch * p.block_map_batch_stride + head * p.block_map_head_stride + m_block;
-    p.block_kinds[row * (p.block_map_row_stride - 1) + n_block] = kind;
-  }
+  store_block_kind(p, batch, head, m_block, n_block, kind);
 }
 
 // Grid: one warp per map row (kThreads / 32 rows a CTA), `rows` in all.
@@ -66,9 +63,5 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
     flashjit_fwd_block_list(const flashjit::FwdParams p, int rows) {
   using namespace flashjit;
   using namespace flashjit::fwd_block_map;
-  const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int key_tiles = p.block_map_row_stride - 1;
-  list_block_map_row(p.block_kinds + static_cast<i64>(row) * key_tiles, key_tiles,
-                     p.block_map + static_cast<i64>(row) * p.block_map_row_stride);
+  list_block_map<kThreads>(p, rows);
 }

@@ -76,4 +76,25 @@ __device__ __forceinline__ void list_block_map_row(const unsigned char *kinds, i
   if (lane == 0) out[0] = count;
 }
 
+// Thread 0 stores the kind of (batch, head, row block)'s `tile` into the
+// classification bytes (p.block_kinds: [row][tile], rows as block_map_row's).
+template <class Params>
+__device__ __forceinline__ void store_block_kind(const Params &p, int batch, int head,
+                                                 int row_block, int tile, int kind) {
+  if (threadIdx.x != 0) return;
+  const i64 row = batch * p.block_map_batch_stride + head * p.block_map_head_stride + row_block;
+  p.block_kinds[row * (p.block_map_row_stride - 1) + tile] = static_cast<unsigned char>(kind);
+}
+
+// A list kernel's body: one warp per map row (kThreads / 32 rows a CTA),
+// `rows` in all (list_block_map_row).
+template <int kThreads, class Params>
+__device__ __forceinline__ void list_block_map(const Params &p, int rows) {
+  const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int tiles = p.block_map_row_stride - 1;
+  list_block_map_row(p.block_kinds + static_cast<i64>(row) * tiles, tiles,
+                     p.block_map + static_cast<i64>(row) * p.block_map_row_stride);
+}
+
 }  // namespace flashjit
