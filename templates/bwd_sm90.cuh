@@ -319,13 +319,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   // The query tiles of the CTA's sequence (common/sequence.cuh) that see any
   // of these keys: tile `it` is head kv_head * heads_per_kv + it / m_blocks,
-  // rows of m-block m_block_begin + it % m_blocks (the map's entry of it %
-  // m_blocks, under a block map); none when the keys lie
-  // past the sequence's (a shorter sequence of a varlen batch). Each role
-  // builds the sequence and its tiles after its setmaxnreg: a value live
-  // across the register reallocation is spilled to local memory.
-  // Under a block map, m_blocks is the count of the row at p.block_map
-  // offset map_row, and tile `it`'s m-block its entry it % m_blocks.
+  // rows of m-block m_block_begin + it % m_blocks (under a block map,
+  // m_blocks is the count of the row at p.block_map offset map_row and the
+  // m-block that row's entry it % m_blocks); none when the keys lie past the
+  // sequence's (a shorter sequence of a varlen batch). Each role builds the
+  // sequence and its tiles after its setmaxnreg: a value live across the
+  // register reallocation is spilled to local memory.
   struct QueryTiles {
     int m_block_begin, m_blocks, iterations, map_row;
   };
