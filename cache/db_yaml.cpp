@@ -188,17 +188,21 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
   auto positive = [&](const char *what, int n) {
     return n > 0 || reader.skip(what, llvm::formatv("{0} is not a positive integer", n));
   };
-  // "contiguous", "packed" (a varlen batch), or "paged<N>" with N a page
-  // size a problem can have.
+  // "contiguous", "packed" (a varlen batch), "paged<N>" with N a page size
+  // a problem can have, or "packed-paged<N>" (a varlen batch over such a cache).
   auto kv_layout = [&](const char *what, const std::string &value) {
     llvm::StringRef text(value);
     int page = 0;
-    if (text == "contiguous" || text == "packed" ||
-        (text.consume_front("paged") && !text.getAsInteger(10, page) && page >= 16 &&
-         page <= 512 && page % 16 == 0 && "paged" + std::to_string(page) == value))
+    auto is_pages = [&](llvm::StringRef pages) {
+      const std::string spelled = pages.str();
+      return pages.consume_front("paged") && !pages.getAsInteger(10, page) && page >= 16 &&
+             page <= 512 && page % 16 == 0 && "paged" + std::to_string(page) == spelled;
+    };
+    if (text == "contiguous" || text == "packed" || is_pages(text) ||
+        (text.consume_front("packed-") && is_pages(text)))
       return true;
-    return reader.skip(what, llvm::formatv("'{0}' is not contiguous, packed or paged<N> (N a "
-                                           "multiple of 16 in [16, 512])",
+    return reader.skip(what, llvm::formatv("'{0}' is not contiguous, packed, paged<N> or "
+                                           "packed-paged<N> (N a multiple of 16 in [16, 512])",
                                            value));
   };
   auto splits = [&](const char *what, int n) {

@@ -74,6 +74,12 @@ int64_t forward_work_tiles(const Problem &problem, const KernelConfig &config) {
 bool pack_gqa_pays(const Problem &problem) {
   const int64_t ratio = problem.heads_q / problem.heads_kv;
   if (ratio < 2 || ratio > FwdSm90Traits::kMaxPackedHeads) return false;
+  // The serving call (a packed batch over a KV cache) mixes decode steps,
+  // one query each, with prefill chunks: seqlen_q is the longest chunk, but
+  // every decode sequence's tile would otherwise hold one row and read its
+  // whole cache once per query head of the group. Packed, a prefill chunk
+  // fills its tiles as well as unpacked (rows are positions x heads).
+  if (problem.varlen && (problem.seqused_k || problem.page_size > 0)) return true;
   // Filled rows per 64-row warpgroup tile, unpacked against packed.
   auto efficiency = [](int64_t rows) { return double(rows) / (ceil_div(rows, 64) * 64); };
   return efficiency(problem.seqlen_q * ratio) > efficiency(problem.seqlen_q) / 0.9;

@@ -138,10 +138,6 @@ llvm::Error validate_problem(const Problem &p) {
         "seqlen_k={0} is not a multiple of page_size={1}: with a paged cache seqlen_k is the "
         "page table's width (pages per sequence) times page_size",
         p.seqlen_k, p.page_size));
-  if (p.varlen && (p.seqused_k || p.page_size > 0))
-    return problem_error(
-        "varlen with a KV cache (seqused_k, page_size) is not supported: pass the packed "
-        "sequences' K/V, or the cache through flashjit_forward_kvcache");
   if (p.mask != MaskKind::none && p.mask != MaskKind::causal && p.mask != MaskKind::window)
     return problem_error(llvm::formatv("mask={0} is not none, causal or window",
                                        static_cast<int>(p.mask)));

@@ -34,7 +34,8 @@ struct KernelSpec {
   int pack_gqa = 1;
   bool split_kv = false;
   // Forward only, the problem's KV cache: per-sequence key counts read on
-  // the device, and the rows of a K/V page (0: contiguous K/V).
+  // the device, and the rows of a K/V page (0: contiguous K/V); a packed
+  // batch (varlen) may read one too (the serving call).
   bool seqused_k = false;
   int page_size = 0;
   // A packed batch of sequences of different lengths (Problem::varlen).
@@ -55,6 +56,11 @@ struct KernelSpec {
 // The problem's mask with equivalent forms folded: a window with no bounds is
 // `none`, window(-1, 0) is `causal`.
 MaskKind normalized_mask(const Problem &problem);
+
+// Whether the forward program of `spec` carries the KV cache's append of
+// this step's keys (flashjit_kv_append): a dense batch's cache with
+// per-sequence counts; a packed batch reads its cache as it is.
+inline bool appends_keys(const KernelSpec &spec) { return spec.seqused_k && !spec.varlen; }
 
 // Checks the problem itself (shapes, head dims, heads ratio, window, scales).
 llvm::Error validate_problem(const Problem &problem);

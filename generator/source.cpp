@@ -140,7 +140,7 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
     out.entries.push_back("flashjit_fwd_block_list");
     headers.push_back("fwd_block_map.cuh");
   }
-  if (spec.seqused_k) {
+  if (appends_keys(spec)) {
     // A KV cache's append of this step's keys and values (kv_append.cuh).
     out.entries.push_back("flashjit_kv_append");
     headers.push_back("kv_append.cuh");

@@ -318,6 +318,19 @@ int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forw
   });
 }
 
+int flashjit_forward_varlen_kvcache(const flashjit_problem *problem,
+                                    const flashjit_forward_args *args,
+                                    const flashjit_varlen_args *varlen,
+                                    const flashjit_kvcache_args *cache, void *stream,
+                                    const flashjit_config *config) {
+  return guarded("flashjit_forward_varlen_kvcache", [&] {
+    if (!varlen) return fail("flashjit_forward_varlen_kvcache: varlen is NULL");
+    if (!cache) return fail("flashjit_forward_varlen_kvcache: cache is NULL");
+    return forward_impl("flashjit_forward_varlen_kvcache", problem, args, cache, varlen, stream,
+                        config);
+  });
+}
+
 int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_args *args,
                       void *stream, const flashjit_config *config) {
   return guarded("flashjit_backward", [&] {

@@ -91,7 +91,8 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
   llvm::SmallVector<PointerCheck, 5> extra;
   if (problem.varlen) {
     extra.push_back({"cu_seqlens_q", varlen.cu_seqlens_q, alignof(int32_t)});
-    extra.push_back({"cu_seqlens_k", varlen.cu_seqlens_k, alignof(int32_t)});
+    if (varlen.cu_seqlens_k)  // optional over a paged cache with seqused_k
+      extra.push_back({"cu_seqlens_k", varlen.cu_seqlens_k, alignof(int32_t)});
   }
   // The LSE output is optional.
   if (args.lse) extra.push_back({"lse", args.lse, alignof(float)});
@@ -109,6 +110,12 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
                       "(seqused_k); pass an int32 [batch] device array"
                     : "cache.cache_seqlens was given but the problem has no per-sequence key "
                       "counts: set Problem::seqused_k");
+  // A packed batch reads the cache as it is (flash_attn_varlen_func): its
+  // new keys are already in it.
+  if (problem.varlen && (cache.k_new || cache.v_new || cache.seqlen_new != 0))
+    return fail("cache.k_new/v_new/seqlen_new were given for a packed batch (varlen): it reads "
+                "the cache as it is; append the new keys first (flashjit_forward_kvcache, or "
+                "write them into the cache)");
   if (problem.seqused_k) extra.push_back({"cache_seqlens", cache.cache_seqlens, alignof(int32_t)});
   if (paged) {
     if (!cache.page_table)
@@ -218,7 +225,7 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
     if (!combine) return combine.takeError();
     out.combine = &*combine;
   }
-  if (spec.seqused_k) {
+  if (appends_keys(spec)) {
     auto append = load(spec.id() + "#append", 0, "flashjit_kv_append");
     if (!append) return append.takeError();
     out.append = &*append;

@@ -105,14 +105,24 @@ llvm::Error check_varlen_args(const Problem &problem, const VarlenArgs &varlen) 
     return args_error("varlen arguments (cu_seqlens_q/k, total_q/k) were given for a problem that "
                       "is not a packed batch: set Problem::varlen");
   }
-  if (!varlen.cu_seqlens_q || !varlen.cu_seqlens_k)
-    return args_error("varlen.cu_seqlens_q and cu_seqlens_k are required for a packed batch: "
-                      "int32 [batch + 1] device arrays of each sequence's first row (0 first, the "
-                      "total last)");
+  // Over a paged cache with seqused_k (vLLM's call) the keys need no
+  // offsets: each sequence's count is seqused_k[b], its rows its pages.
+  const bool paged = problem.page_size > 0;
+  const bool keys_from_cache = paged && problem.seqused_k;
+  if (!varlen.cu_seqlens_q || (!varlen.cu_seqlens_k && !keys_from_cache))
+    return args_error(
+        "varlen.cu_seqlens_q and cu_seqlens_k are required for a packed batch: int32 [batch + 1] "
+        "device arrays of each sequence's first row (0 first, the total last); cu_seqlens_k may "
+        "be null only over a paged cache with per-sequence key counts (seqused_k)");
+  if (paged && varlen.total_k != 0)
+    return args_error(llvm::formatv(
+        "varlen.total_k={0} was given for a packed batch over a paged cache (page_size={1}): "
+        "its keys are the cache's pages, not packed rows; pass 0",
+        varlen.total_k, problem.page_size));
   constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
   for (auto [name, side, rows, longest] :
        {std::tuple{"total_q", 'q', varlen.total_q, problem.seqlen_q},
-        std::tuple{"total_k", 'k', varlen.total_k, problem.seqlen_k}}) {
+        std::tuple{"total_k", 'k', varlen.total_k, paged ? int64_t(0) : problem.seqlen_k}}) {
     if (rows < 0 || rows > kMaxRows)
       return args_error(llvm::formatv("varlen.{0}={1} is invalid: expected 0 to 2^31-1 rows (the "
                                       "packed tensor's first dimension)",

@@ -110,10 +110,12 @@ ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass) 
   key.softcap = problem.softcap != 0.f;
   key.gqa_ratio = problem.heads_kv > 0 ? static_cast<int>(problem.heads_q / problem.heads_kv) : 1;
   // A packed batch's Q, K and V (and the kernel) differ from a dense one's:
-  // a class of its own ("packed"), sized by class_view.
-  key.kv_layout = problem.varlen           ? "packed"
-                  : problem.page_size > 0 ? "paged" + std::to_string(problem.page_size)
-                                          : "contiguous";
+  // a class of its own ("packed"), sized by class_view; over a paged cache
+  // (the serving call) another ("packed-paged64").
+  const std::string pages =
+      problem.page_size > 0 ? "paged" + std::to_string(problem.page_size) : "";
+  key.kv_layout = problem.varlen ? (pages.empty() ? "packed" : "packed-" + pages)
+                                 : (pages.empty() ? "contiguous" : pages);
   key.seqlen_q_bucket = size_bucket(problem.seqlen_q);
   key.seqlen_k_bucket = size_bucket(problem.seqlen_k);
   key.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);

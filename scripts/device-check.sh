@@ -5,7 +5,7 @@
 # Runs every check in order, continuing past failures, logs each step to
 # $OUT/NN-step.log (a temporary folder when OUT is unset) and prints a summary
 # LAST: pass/fail per step, then the first-call and memory lines and the
-# benchmark tables (forward, then backward, then decode, then varlen).
+# benchmark tables (forward, then backward, then decode, then varlen, then serving).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out (names as in the summary)
 set -uo pipefail
@@ -104,6 +104,7 @@ step run-check 300 run_shapes
 step python-tests 600 python_step python3 tests/python/test_attention.py
 step python-kvcache 300 python_step python3 tests/python/test_kvcache.py
 step python-varlen 300 python_step python3 tests/python/test_varlen.py
+step python-serving 300 python_step python3 tests/python/test_varlen_kvcache.py
 step python-modifiers 300 python_step python3 tests/python/test_modifiers.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step python-compile 300 python_step python3 tests/python/test_torch_compile.py
@@ -115,6 +116,7 @@ step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOG
 step models 600 python_step python3 bench/compare.py --models --repeats 20 --json "$LOGDIR/models.json"
 step decode 300 python_step python3 bench/decode.py "${quick[@]}" --json "$LOGDIR/decode.json"
 step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --json "$LOGDIR/varlen.json"
+step serving 300 python_step python3 bench/serving.py "${quick[@]}" --json "$LOGDIR/serving.json"
 
 echo
 echo "===== summary (logs in $LOGDIR)"
@@ -139,6 +141,8 @@ decode=$(sed -n '/^=== flashjit vs SDPA (decode/,$p' "$LOGDIR"/*-decode.log 2>/d
 [ -n "$decode" ] && printf '\n%s\n' "$decode"
 varlen=$(sed -n '/^=== flashjit varlen/,$p' "$LOGDIR"/*-varlen.log 2>/dev/null)
 [ -n "$varlen" ] && printf '\n%s\n' "$varlen"
+serving=$(sed -n '/^=== flashjit serving/,$p' "$LOGDIR"/*-serving.log 2>/dev/null)
+[ -n "$serving" ] && printf '\n%s\n' "$serving"
 echo
 echo "device-check: $failed step(s) failed"
 exit $((failed > 0))

@@ -251,9 +251,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // once it is read. Past the last tile the producer writes -1 and arrives
   // without a load. A CTA's first tile is its own index; the counter counts
   // the ones taken after.
+  // Under paged K/V the producer is a warp: its lane 0 takes each tile and
+  // hands it to the other lanes.
   constexpr bool kTakesTiles = kVarlen || (kBlockMap && !kWarpProducer);
   const bool dynamic = kTakesTiles && p.tile_counter != nullptr && (!kVarlen || sched.compact);
-  static_assert(!(kVarlen && kWarpProducer), "one producer thread takes the tiles");
   // The K/V tiles any row of the work tile sees among its sequence's keys
   // (this split's share of them): producer and consumers walk the same ones.
   // None for a tile past its sequence's queries (varlen: sequences shorter
@@ -333,7 +334,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       int w = static_cast<int>(blockIdx.x);  // the work tile taken (dynamic)
       auto next_tile = [&](int j, WorkTile &t) {
         if (!dynamic) return sched.next(p, j, t);
-        if (j > 0) w = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+        if (j > 0) {
+          int taken = 0;
+          if (leader) taken = atomicAdd(p.tile_counter, 1);
+          if constexpr (kWarpProducer) taken = __shfl_sync(0xffffffffu, taken, 0);
+          w = static_cast<int>(gridDim.x) + taken;
+        }
         return sched.at(p, w, t);
       };
       WorkTile tile;

@@ -127,6 +127,24 @@ int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forw
                             const flashjit_varlen_args *varlen, void *stream,
                             const flashjit_config *config);
 
+/* The serving call (flash_attn_varlen_func with seqused_k and block_table):
+ * a packed batch of queries, as flashjit_forward_varlen, over a KV cache,
+ * for a problem with varlen = 1 and seqused_k and/or page_size set.
+ * cache->cache_seqlens is seqused_k: sequence b's key count (int32 [batch]);
+ * without it the counts are cu_seqlens_k's differences. Paged (page_size >
+ * 0): k/v are the cache [num_pages, page_size, heads_kv, d], row b of
+ * cache->page_table lists sequence b's pages, seqlen_k is the table's width
+ * times page_size, varlen->total_k is 0 and cu_seqlens_k may be NULL when
+ * cache_seqlens is given. Contiguous: k/v are packed as in
+ * flashjit_forward_varlen and sequence b's keys start at cu_seqlens_k[b].
+ * Causal masks and windows align each sequence's queries with the end of
+ * its keys. The cache is read as it is (no k_new/v_new). */
+int flashjit_forward_varlen_kvcache(const flashjit_problem *problem,
+                                    const flashjit_forward_args *args,
+                                    const flashjit_varlen_args *varlen,
+                                    const flashjit_kvcache_args *cache, void *stream,
+                                    const flashjit_config *config);
+
 /* A caller's score and mask modifiers (include/flashjit/modifiers.h): CUDA
  * source compiled into the forward kernel, its hash keying the kernel.
  * score_mod, mask_mod: NUL-terminated source defining

@@ -30,7 +30,10 @@ struct TensorStrides {
 struct KvCacheArgs {
   // [batch] int32: each sequence's keys already in the cache (0 allowed).
   // Required when Problem::seqused_k; its key count is then
-  // min(cache_seqlens[b] + seqlen_new, seqlen_k).
+  // min(cache_seqlens[b] + seqlen_new, seqlen_k). For a packed batch
+  // (Problem::varlen; the serving call) it is flash_attn_varlen_func's
+  // seqused_k, and the cache is read as it is (no k_new/v_new): with a page
+  // table, VarlenArgs::total_k is 0 and cu_seqlens_k may be null.
   const int32_t *cache_seqlens = nullptr;
   // Problem::page_size > 0: K and V are [num_pages, page_size, heads_kv, d]
   // (their strides' `batch` steps from page to page) and row b of

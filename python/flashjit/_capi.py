@@ -184,6 +184,12 @@ def _declare(lib):
             ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(VarlenArgs),
             ctypes.c_void_p, ctypes.POINTER(Config)]
         lib.flashjit_forward_varlen.restype = ctypes.c_int
+    # The serving call (a packed batch over a KV cache): newer than varlen.
+    if hasattr(lib, "flashjit_forward_varlen_kvcache"):
+        lib.flashjit_forward_varlen_kvcache.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(VarlenArgs),
+            ctypes.POINTER(KvCacheArgs), ctypes.c_void_p, ctypes.POINTER(Config)]
+        lib.flashjit_forward_varlen_kvcache.restype = ctypes.c_int
     # A library older than the backward (issue #5) still serves the forward;
     # has_backward() tells, and the backward raises a clear error without it.
     if hasattr(lib, "flashjit_backward"):

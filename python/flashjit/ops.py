@@ -1,10 +1,11 @@
 """torch.library custom ops over flashjit's entry points, so that
 torch.compile(fullgraph=True) traces flashjit.attention (forward and
-backward), flashjit.attention_varlen (forward and backward) and
-flashjit.attention_with_kvcache with no graph break, and CUDA-graph capture
-keeps working (mode="reduce-overhead"). Registered when flashjit is imported
-with torch already imported, or on the first call (tests/python/
-test_torch_compile.py runs them on the GPU).
+backward), flashjit.attention_varlen (forward and backward; forward only over
+a KV cache, the serving call) and flashjit.attention_with_kvcache with no
+graph break, and CUDA-graph capture keeps working (mode="reduce-overhead").
+Registered when flashjit is imported with torch already imported, or on the
+first call (tests/python/test_torch_compile.py and, for the serving call,
+test_varlen_kvcache.py run them on the GPU).
 
     torch.ops.flashjit.attention_fwd(q, k, v, causal, window_left, window_right,
                                      softcap, softmax_scale, num_splits, pack_gqa)
@@ -27,9 +28,18 @@ test_torch_compile.py runs them on the GPU).
                                               softmax_scale, causal, window_left,
                                               window_right, softcap, num_splits)
         -> (out, lse)   (k_cache and v_cache are written when k/v are given)
+    torch.ops.flashjit.attention_varlen_kvcache(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                max_seqlen_q, max_seqlen_k, causal,
+                                                window_left, window_right, softcap,
+                                                softmax_scale, block_table, seqused_k)
+        -> (out [total_q, hq, dv], lse [hq, total_q] fp32)   (forward only;
+           cu_seqlens_k, block_table and seqused_k optional as in
+           attention_varlen; the cache is read, not written)
 
-The forward ops have registered autograd formulas (their backward ops) and
-every op has a fake implementation, so tracing needs no GPU work.
+The forward ops have registered autograd formulas (their backward ops), but
+for the KV-cache ones (no backward: attention_varlen refuses inputs that
+require grad before reaching it), and every op has a fake implementation,
+so tracing needs no GPU work.
 flashjit's functions call them while torch.compile traces; in eager mode
 they keep their direct paths (no dispatcher on the way to the launch).
 pack_gqa: 0 lets the library choose, 1 packs, 2 does not; softmax_scale None
@@ -229,3 +239,35 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, caus
     b, sq, hq, _ = q.shape
     return (q.new_empty((b, sq, hq, v_cache.shape[3])),
             q.new_empty((b, hq, sq), dtype=torch.float32))
+
+
+# ---- the serving call (flashjit.attention_varlen with block_table / seqused_k) ----
+
+@torch.library.custom_op("flashjit::attention_varlen_kvcache", mutates_args=(),
+                         device_types="cuda")
+def attention_varlen_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             cu_seqlens_q: torch.Tensor, cu_seqlens_k: Optional[torch.Tensor],
+                             max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                             window_left: int, window_right: int, softcap: float,
+                             softmax_scale: Optional[float], block_table: Optional[torch.Tensor],
+                             seqused_k: Optional[torch.Tensor]) -> Tuple[torch.Tensor,
+                                                                         torch.Tensor]:
+    call = _varlen.prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, softmax_scale, causal, (window_left, window_right),
+                                softcap, block_table=block_table, seqused_k=seqused_k)
+    if call is None:
+        return _varlen.empty_result(torch, q, v)
+    if block_table is None and seqused_k is None:  # no cache after all: the packed forward
+        out, lse = _varlen._forward(torch, call, q, k, v, want_lse=True)[:2]
+    else:
+        out, lse = _varlen.forward_cache(torch, call, q, k, v, want_lse=True)
+    return out.contiguous(), lse
+
+
+@attention_varlen_kvcache.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
+      window_right, softcap, softmax_scale, block_table, seqused_k):
+    total_q, hq, _ = q.shape
+    # v: packed [total_k, hkv, dv] or paged [num_pages, page_size, hkv, dv].
+    return (q.new_empty((total_q, hq, v.shape[-1])),
+            q.new_empty((hq, total_q), dtype=torch.float32))

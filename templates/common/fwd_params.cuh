@@ -48,7 +48,8 @@ struct FwdParams {
   // min(seqused_k[b] + seqlen_new, seqlen_k). Paged: K and V are
   // [num_pages][page_size][heads_kv][dim] (the k/v batch strides step over
   // pages) and row b of page_table (page_table_stride int32 apart) holds the
-  // pages of sequence b's keys in order.
+  // pages of sequence b's keys in order. A packed batch (kVarlen) over a
+  // cache: seqused_k[b] is sequence b's key count (seqlen_new is 0).
   const int *seqused_k;
   const int *page_table;
   long long page_table_stride;

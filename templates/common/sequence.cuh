@@ -29,7 +29,13 @@
 // read outside the cache. Rows of a sequence's last page past its key count
 // are read (the mask hides their scores, and their V rows meet P = 0): the
 // cache must hold finite values there, as a zero-initialised cache does.
-// The host refuses varlen together with a KV cache.
+// kVarlen with a KV cache (the serving call: flash_attn_varlen_func with
+// seqused_k and block_table): the queries are packed as above; sequence b
+// has seqused_k[b] keys (kSeqUsedK; no appended keys) or, without it,
+// cu_seqlens_k[b + 1] - cu_seqlens_k[b]; contiguous K/V start at row
+// cu_seqlens_k[b] (the count then clamped to the rows that follow it),
+// paged K/V at the sequence's page-table row. Every count is clamped to
+// [0, seqlen_k] as above.
 #pragma once
 
 #include "common/fwd_sm90_layout.cuh"
@@ -58,7 +64,6 @@ struct SequenceInfo {
   static constexpr int kBoxesPerTile = kBlockN / kBoxRows;
   static_assert(!kPaged || kPageSize % 16 == 0, "page size: a multiple of 16 rows");
   static_assert(kBoxesPerTile <= 32, "one lane of the producer warp per box");
-  static_assert(!(kVarlen && (kSeqUsedK || kPaged)), "varlen with a KV cache is not served");
 
   int seqlen_q;   // this sequence's queries
   int seqlen_k;   // this sequence's keys
@@ -70,23 +75,35 @@ struct SequenceInfo {
 
   template <class Params>
   __device__ __forceinline__ SequenceInfo(const Params &p, int b) : batch(b) {
+    auto clamp = [](int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; };
     if constexpr (kVarlen) {
-      auto clamp = [](int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; };
       const PackedQueries queries = packed_queries(p, b);
-      const int k0 = clamp(p.cu_seqlens_k[b], 0, p.total_k);
-      const int k1 = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k);
       q_row0 = queries.row0;
-      k_row0 = k0;
       seqlen_q = queries.count;
-      seqlen_k = k1 - k0 < p.seqlen_k ? k1 - k0 : p.seqlen_k;
       outer = 0;
+      int count;
+      if constexpr (kPaged) {  // the keys are the sequence's pages
+        k_row0 = 0;
+        if constexpr (kSeqUsedK)
+          count = p.seqused_k[b];
+        else
+          count = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+        count = clamp(count, 0, p.seqlen_k);
+      } else {
+        const int k0 = clamp(p.cu_seqlens_k[b], 0, p.total_k);
+        k_row0 = k0;
+        if constexpr (kSeqUsedK)
+          count = clamp(p.seqused_k[b], 0, p.total_k - k0);
+        else
+          count = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k) - k0;
+      }
+      seqlen_k = count < p.seqlen_k ? count : p.seqlen_k;
     } else {
       q_row0 = k_row0 = 0;
       seqlen_q = p.seqlen_q;
       outer = b;
       if constexpr (kSeqUsedK) {
-        const int used = p.seqused_k[b] + p.seqlen_new;
-        seqlen_k = used < 0 ? 0 : used < p.seqlen_k ? used : p.seqlen_k;
+        seqlen_k = clamp(p.seqused_k[b] + p.seqlen_new, 0, p.seqlen_k);
       } else {
         seqlen_k = p.seqlen_k;
       }

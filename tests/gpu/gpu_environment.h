@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -85,6 +86,16 @@ inline llvm::Expected<DeviceBuffer> upload_bits(const std::vector<uint16_t> &bit
   auto buffer = DeviceBuffer::allocate(bits.size() * sizeof(uint16_t));
   if (!buffer) return buffer.takeError();
   if (auto e = buffer->upload(bits.data(), bits.size() * sizeof(uint16_t))) return e;
+  return std::move(*buffer);
+}
+
+// Int32 values (offsets, key counts, page tables) into a new device buffer
+// (at least 4 bytes, so an empty list still has an address).
+inline llvm::Expected<DeviceBuffer> upload_ints(const std::vector<int32_t> &values) {
+  auto buffer = DeviceBuffer::allocate(std::max<size_t>(values.size(), 1) * sizeof(int32_t));
+  if (!buffer) return buffer.takeError();
+  if (!values.empty())
+    if (auto e = buffer->upload(values.data(), values.size() * sizeof(int32_t))) return e;
   return std::move(*buffer);
 }
 

@@ -710,12 +710,17 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
            "256]\n"},
       {"kv_layout paged24",
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged24,"), false,
-       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged24' is not contiguous, packed or "
-           "paged<N> (N a multiple of 16 in [16, 512])\n"},
+       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged24' is not contiguous, packed, "
+           "paged<N> or packed-paged<N> (N a multiple of 16 in [16, 512])\n"},
+      {"kv_layout packed-paged10",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: packed-paged10,"),
+       false, "",
+       "tunings[0] (line 4): skipped: problem.kv_layout: 'packed-paged10' is not contiguous, "
+       "packed, paged<N> or packed-paged<N> (N a multiple of 16 in [16, 512])\n"},
       {"kv_layout paged064",
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged064,"), false,
-       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged064' is not contiguous, packed or "
-           "paged<N> (N a multiple of 16 in [16, 512])\n"},
+       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged064' is not contiguous, packed, "
+           "paged<N> or packed-paged<N> (N a multiple of 16 in [16, 512])\n"},
       {"path sm99", doc + "tunings:\n" + with(t, "path: sm90", "path: sm99"), false, "",
        "tunings[0] (line 4): skipped: config.path: 'sm99' is not sm80 or sm90\n"},
       {"block_m -128", doc + "tunings:\n" + with(t, "block_m: 128", "block_m: -128"), false, "",

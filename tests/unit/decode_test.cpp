@@ -95,6 +95,14 @@ TEST(DecodeHeuristic, PacksWhenItFillsTheTiles) {
   EXPECT_FALSE(pack_gqa_pays(decode_problem(1, 32, 32, 1, 100)));   // no group
   EXPECT_FALSE(pack_gqa_pays(decode_problem(1, 128, 1, 1, 100)));   // group > 64 rows
   EXPECT_TRUE(pack_gqa_pays(decode_problem(1, 64, 1, 1, 100)));
+  // The serving call packs whatever its longest chunk: its decode steps
+  // would otherwise read their cache once per query head.
+  Problem serving = decode_problem(4, 32, 8, 2048, 4096);
+  serving.varlen = true;
+  serving.page_size = 64;
+  EXPECT_TRUE(pack_gqa_pays(serving));
+  serving.heads_kv = 32;
+  EXPECT_FALSE(pack_gqa_pays(serving));  // no group
 }
 
 TEST(DecodeHeuristic, TrainingShapesKeepTheirConfigs) {

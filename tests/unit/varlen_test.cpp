@@ -73,7 +73,9 @@ TEST(VarlenValidation, ArgumentsAreCheckedBeforeTheDriver) {
     a.varlen.cu_seqlens_k = nullptr;
     EXPECT_EQ(args_error(p, a),
               "varlen.cu_seqlens_q and cu_seqlens_k are required for a packed batch: int32 "
-              "[batch + 1] device arrays of each sequence's first row (0 first, the total last)");
+              "[batch + 1] device arrays of each sequence's first row (0 first, the total "
+              "last); cu_seqlens_k may be null only over a paged cache with per-sequence key "
+              "counts (seqused_k)");
   }
   EXPECT_EQ(args_error(p, varlen_args(p, 4000)),
             "varlen.total_q=4000 is less than the longest sequence's length 4096 (seqlen_q, "
@@ -103,14 +105,6 @@ TEST(VarlenValidation, ArgumentsAreCheckedBeforeTheDriver) {
   EXPECT_EQ(args_error(dense, a),
             "varlen arguments (cu_seqlens_q/k, total_q/k) were given for a problem that is not a "
             "packed batch: set Problem::varlen");
-}
-
-TEST(VarlenValidation, NoKvCache) {
-  Problem p = varlen_problem();
-  p.seqused_k = true;
-  EXPECT_EQ(llvm::toString(validate_problem(p)),
-            "varlen with a KV cache (seqused_k, page_size) is not supported: pass the packed "
-            "sequences' K/V, or the cache through flashjit_forward_kvcache");
 }
 
 TEST(VarlenSource, TheBackwardReadsSequencesToo) {
