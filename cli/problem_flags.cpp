@@ -138,6 +138,9 @@ llvm::Error parse_packed_lengths(const ProblemFlagValues &v, ParsedProblem &out)
     out.total_q += (*q)[b];
     out.total_k += k[b];
   }
+  // Over a paged cache seqlen_k is the cache's capacity per sequence: the
+  // longest sequence's keys rounded up to whole pages.
+  if (p.page_size > 0) p.seqlen_k = (p.seqlen_k + p.page_size - 1) / p.page_size * p.page_size;
   out.seqlens_q = std::move(*q);
   out.seqlens_k = std::move(k);
   return llvm::Error::success();

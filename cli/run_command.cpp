@@ -180,13 +180,6 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   // no GPU.
   auto parsed = parse_problem_flags(problem_options.values());
   if (!parsed) return report_error(kExitUsage, parsed.takeError());
-  // The serving call's inputs (a packed batch over a cache) have no random
-  // generator here yet: bench/serving.py times it, the GPU tests check it.
-  if (parsed->problem.varlen && (parsed->problem.page_size > 0 || parsed->problem.seqused_k))
-    return report_error(kExitUsage,
-                        "--varlen with --page-size/--cache-seqlens: run does not draw a packed "
-                        "batch over a KV cache yet; gen, compile and query take it, and "
-                        "bench/serving.py times it");
   auto device = query_device(0);
   if (!device)
     return report_error(kExitFailure,

@@ -1,5 +1,8 @@
 #include "cli/run_report.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "cli/cli_common.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -100,6 +103,34 @@ int report_backward_run(const BackwardRun &r, bool json) {
     os << llvm::formatv("perf     {0:f1} TFLOP/s (backward FLOPs = 2.5x forward)\n", r.tflops);
   }
   return r.accuracy && !r.accuracy->passed() ? kExitFailure : kExitOk;
+}
+
+size_t rotation_copies(double set_bytes, const DeviceInfo &device) {
+  return std::clamp<size_t>(size_t(std::ceil(2.0 * device.l2_bytes / std::max(set_bytes, 1.0))),
+                            1, 16);
+}
+
+int report_packed_forward_run(const PackedForwardRun &r, bool json) {
+  if (json) {
+    llvm::json::Object o = run_json(r.spec, r.device, r.problem, r.timing, r.repeats, r.input_sets);
+    add_packed_json(o, r.lengths);
+    o["tflops"] = r.tflops;
+    o["gbps"] = r.gbps;
+    if (r.accuracy) o["check"] = accuracy_json(*r.accuracy);
+    print_json(std::move(o));
+  } else {
+    llvm::raw_ostream &os = llvm::outs();
+    print_run_head(os, r.spec, r.device, r.problem);
+    print_packed_line(os, r.lengths);
+    if (!r.cache_line.empty()) os << "cache    " << r.cache_line << "\n";
+    os << llvm::formatv("config   {0}\n", describe(r.spec.config));
+    if (r.accuracy) os << llvm::formatv("check    {0}\n", r.accuracy->describe());
+    print_run_time(os, r.timing, r.repeats, r.input_sets);
+    os << llvm::formatv("perf     {0:f1} TFLOP/s of the sequences' own work, {1:f1} GB/s (K and "
+                        "V read once)\n",
+                        r.tflops, r.gbps);
+  }
+  return r.accuracy && !r.accuracy->passed ? kExitFailure : kExitOk;
 }
 
 }  // namespace flashjit::cli

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
 
 #include "generator/kernel_spec.h"
 #include "reference/accuracy.h"
@@ -33,6 +35,10 @@ void add_packed_json(llvm::json::Object &o, const PackedBatch &batch);
 // "packed   3 sequences, 4413 queries and 4413 keys in all".
 void print_packed_line(llvm::raw_ostream &os, const PackedBatch &batch);
 
+// Enough copies of an input set of `set_bytes` that one run's data has
+// left the L2 when it comes back (1 to 16).
+size_t rotation_copies(double set_bytes, const DeviceInfo &device);
+
 // FlashAttention's convention: the backward does 2.5x the forward's FLOPs.
 inline constexpr double kBackwardFlopsFactor = 2.5;
 
@@ -56,5 +62,24 @@ struct BackwardRun {
 // the config, the check, the time and TFLOP/s) and returns the exit code:
 // failure when the check failed.
 int report_backward_run(const BackwardRun &run, bool json);
+
+// What `run --varlen` measured in the forward, with or without a KV cache.
+struct PackedForwardRun {
+  const KernelSpec &spec;
+  const DeviceInfo &device;
+  const Problem &problem;
+  const Timing &timing;
+  int repeats = 0;
+  size_t input_sets = 0;
+  const PackedBatch &lengths;
+  double tflops = 0;  // of the sequences' own work
+  double gbps = 0;    // K and V read once
+  const std::optional<AccuracyReport> &accuracy;
+  std::string cache_line;  // the serving call's cache, for the text report ("" : none)
+};
+// Prints the report (JSON with `json`, else text: the head, the packed line,
+// the cache, the config, the check, the time and the rates) and returns the
+// exit code: 1 when the check failed.
+int report_packed_forward_run(const PackedForwardRun &run, bool json);
 
 }  // namespace flashjit::cli

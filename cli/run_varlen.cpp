@@ -6,6 +6,7 @@
 
 #include "cli/random_inputs.h"
 #include "cli/run_report.h"
+#include "cli/run_serving.h"
 #include "reference/accuracy.h"
 #include "reference/packed_check.h"
 #include "runtime/cuda_driver.h"
@@ -18,13 +19,6 @@
 namespace flashjit::cli {
 
 namespace {
-
-// Enough copies of a set of `set_bytes` that one run's data has left the L2
-// when it comes back.
-size_t rotation_copies(double set_bytes, const DeviceInfo &device) {
-  return std::clamp<size_t>(size_t(std::ceil(2.0 * device.l2_bytes / std::max(set_bytes, 1.0))),
-                            1, 16);
-}
 
 llvm::Error synchronize() {
   auto driver = cuda_driver();
@@ -83,25 +77,9 @@ int run_varlen_forward(const RunCommand &command, const CommonOptions &common,
   const double tflops = flops / (timing->median_ms * 1e-3) / 1e12;
   const double gbps = kv_bytes / (timing->median_ms * 1e-3) / 1e9;
 
-  if (common.json) {
-    llvm::json::Object o = run_json(spec, device, p, *timing, command.repeats, sets.size());
-    add_packed_json(o, lengths);
-    o["tflops"] = tflops;
-    o["gbps"] = gbps;
-    if (accuracy) o["check"] = accuracy_json(*accuracy);
-    print_json(std::move(o));
-  } else {
-    llvm::raw_ostream &os = llvm::outs();
-    print_run_head(os, spec, device, p);
-    print_packed_line(os, lengths);
-    os << llvm::formatv("config   {0}\n", describe(spec.config));
-    if (accuracy) os << llvm::formatv("check    {0}\n", accuracy->describe());
-    print_run_time(os, *timing, command.repeats, sets.size());
-    os << llvm::formatv("perf     {0:f1} TFLOP/s of the sequences' own work, {1:f1} GB/s (K and "
-                        "V read once)\n",
-                        tflops, gbps);
-  }
-  return accuracy && !accuracy->passed ? kExitFailure : kExitOk;
+  return report_packed_forward_run({spec, device, p, *timing, command.repeats, sets.size(), lengths,
+                                    tflops, gbps, accuracy, ""},
+                                   common.json);
 }
 
 // A set's O and LSE come from the forward a call would pick, as in
@@ -176,6 +154,8 @@ int run_varlen(const RunCommand &command, const CommonOptions &common,
                const ResolvedKernel &kernel, const ParsedProblem &parsed,
                const DeviceInfo &device) {
   const PackedBatch lengths = packed_lengths(parsed, command.seed);
+  if (kernel.problem.seqused_k || kernel.problem.page_size > 0)
+    return run_serving(command, common, kernel, lengths, device);
   if (kernel.spec.pass == Pass::backward)
     return run_varlen_backward(command, common, kernel, lengths, device);
   return run_varlen_forward(command, common, kernel, lengths, device);

@@ -70,6 +70,8 @@ run_shapes() {
     "--dtype bf16 --batch 3 --heads 4 --seqlen-q 113 --seqlen-k 1023 --hdim 256 --causal" \
     "--dtype bf16 --heads 16 --hdim 128 --causal --varlen --seqlens-q 17,4096,300,0,1023" \
     "--dtype fp16 --heads 32 --heads-kv 8 --hdim 64 --varlen --batch 9 --seqlen-q 700 --seqlen-k 2000" \
+    "--dtype bf16 --heads 32 --heads-kv 8 --hdim 128 --causal --varlen --seqlens-q 1,1,300,1,2000 --seqlens-k 4000,17,1300,0,2500 --page-size 64 --cache-seqlens" \
+    "--dtype fp16 --heads 16 --heads-kv 4 --hdim 96 --mask window:256,0 --varlen --seqlens-q 1,130,1 --seqlens-k 900,700,33 --page-size 16" \
     "--pass bwd --dtype bf16 --heads 16 --hdim 128 --causal --seqlen 2048" \
     "--pass bwd --dtype bf16 --heads 8 --heads-kv 2 --hdim 128 --causal --varlen --seqlens-q 0,1,17,113,1023 --seqlens-k 5,1,17,200,0" \
     "--pass bwd --dtype fp16 --heads 4 --hdim 256 --varlen --seqlens-q 300,17,700"; do
