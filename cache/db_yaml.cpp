@@ -7,6 +7,7 @@
 #include "cache/tuning_db.h"
 #include "cache/tuning_db_impl.h"
 #include "cache/tuning_fields.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -205,6 +206,16 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
                                            "packed-paged<N> (N a multiple of 16 in [16, 512])",
                                            value));
   };
+  // "" (none) or a modifiers hash: 16 lowercase hex digits.
+  auto modifiers = [&](const char *what, const std::string &value) {
+    const bool hash = value.size() == 16 && llvm::all_of(value, [](char c) {
+                        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                      });
+    return value.empty() || hash ||
+           reader.skip(what, llvm::formatv("'{0}' is not empty (no modifiers) or a modifiers "
+                                           "hash of 16 lowercase hex digits",
+                                           value));
+  };
   auto splits = [&](const char *what, int n) {
     return (n >= 0 && n <= kMaxSplits) ||
            reader.skip(what, llvm::formatv("{0} is not in [0, {1}]", n, kMaxSplits));
@@ -216,6 +227,7 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
                      one_of("problem.mask", record.problem.mask, "none", "causal", "window") &&
                      positive("problem.gqa_ratio", record.problem.gqa_ratio) &&
                      kv_layout("problem.kv_layout", record.problem.kv_layout) &&
+                     modifiers("problem.modifiers", record.problem.modifiers) &&
                      one_of("config.path", record.config.path, "sm80", "sm90") &&
                      positive("config.block_m", record.config.block_m) &&
                      positive("config.block_n", record.config.block_n) &&

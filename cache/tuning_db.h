@@ -52,6 +52,10 @@ struct ProblemClassKey {
   // Where K and V live: "contiguous", or "paged<N>" (a paged cache of N-row
   // pages; schema 3).
   std::string kv_layout = "contiguous";
+  // The caller's modifiers compiled into the kernels: their hash (16 hex
+  // digits, generator/modifier_source.h's modifiers_hash), "" for none
+  // (schema 4).
+  std::string modifiers;
   int seqlen_q_bucket = 0;     // ceil(log2(seqlen_q))
   int seqlen_k_bucket = 0;     // ceil(log2(seqlen_k))
   int batch_heads_bucket = 0;  // ceil(log2(batch * heads_q))
@@ -123,7 +127,7 @@ struct PruneReport {
 class TuningDb {
  public:
   // 2: the configs' splits and pack_gqa.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   // Opens (creating the file, its folder and the schema when absent) and
   // migrates older schemas. A file that is not a flashjit database, or one

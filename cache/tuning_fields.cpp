@@ -49,6 +49,8 @@ const Field kKeyFields[] = {
     FIELD("problem", "gqa_ratio", key, true, false, problem.gqa_ratio),
     // Schema 3. Not required: exports before it were all contiguous.
     FIELD("problem", "kv_layout", key, false, true, problem.kv_layout),
+    // Schema 4. Not required: exports before it had no modifiers.
+    FIELD("problem", "modifiers", key, false, false, problem.modifiers),
     FIELD("problem", "seqlen_q_bucket", bucket, true, false, problem.seqlen_q_bucket),
     FIELD("problem", "seqlen_k_bucket", bucket, true, false, problem.seqlen_k_bucket),
     FIELD("problem", "batch_heads_bucket", bucket, true, false, problem.batch_heads_bucket),

@@ -77,6 +77,7 @@ struct QueryCommand {
   llvm::cl::SubCommand sub{"query", "Show the config a problem gets, and why"};
   llvm::cl::opt<std::string> arch;
   llvm::cl::opt<std::string> device_name;
+  ModifierOptions modifiers;  // part of the class: a modified call's own tunings
   int run(const CommonOptions &common, const ProblemOptions &problem,
           const DbPathOption &db) const;
 };

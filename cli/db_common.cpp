@@ -116,10 +116,12 @@ std::string class_text(const ProblemClassKey &k) {
   if (k.mask == "window") mask = llvm::formatv("window({0},{1})", k.window_left, k.window_right);
   // The KV layout only where it is not the dense default.
   const std::string kv = k.kv_layout == "contiguous" ? "" : " " + k.kv_layout;
-  return llvm::formatv("{0} {1} d={2}/{3} {4}{5}{10} gqa={6} sq<=2^{7} sk<=2^{8} bh<=2^{9}",
+  // A caller's modifiers by their hash, where there are any.
+  const std::string mods = k.modifiers.empty() ? "" : " mod=" + k.modifiers;
+  return llvm::formatv("{0} {1} d={2}/{3} {4}{5}{10}{11} gqa={6} sq<=2^{7} sk<=2^{8} bh<=2^{9}",
                        k.pass, k.dtype, k.head_dim_qk, k.head_dim_v, mask,
                        k.softcap ? " softcap" : "", k.gqa_ratio, k.seqlen_q_bucket,
-                       k.seqlen_k_bucket, k.batch_heads_bucket, kv)
+                       k.seqlen_k_bucket, k.batch_heads_bucket, kv, mods)
       .str();
 }
 
@@ -132,6 +134,7 @@ llvm::json::Object class_json(const ProblemClassKey &k) {
                        {"softcap", k.softcap},
                        {"gqa_ratio", k.gqa_ratio},
                        {"kv_layout", k.kv_layout},
+                       {"modifiers", k.modifiers},
                        {"seqlen_q_bucket", k.seqlen_q_bucket},
                        {"seqlen_k_bucket", k.seqlen_k_bucket},
                        {"batch_heads_bucket", k.batch_heads_bucket}};

@@ -31,11 +31,20 @@ ModifierOptions::ModifierOptions(cl::OptionCategory &category, cl::SubCommand &s
                        cl::cat(category), cl::sub(sub)) {}
 
 llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
+  auto modifiers = read(kernel.spec.pass);
+  if (!modifiers) {
+    code = kExitUsage;
+    return modifiers.takeError();
+  }
+  if (!modifiers->empty()) kernel.spec.modifiers = std::move(*modifiers);
+  return llvm::Error::success();
+}
+
+llvm::Expected<Modifiers> ModifierOptions::read(Pass pass) const {
+  Modifiers modifiers;
   if (score_mod.empty() && score_mod_grad.empty() && mask_mod.empty() && aux.empty() &&
       !mask_mod_qk_only)
-    return llvm::Error::success();
-  code = kExitUsage;
-  Modifiers modifiers;
+    return modifiers;
   for (const auto &[path, flag, out] :
        {std::tuple{&score_mod, "--score-mod", &modifiers.score_mod},
         std::tuple{&score_mod_grad, "--score-mod-grad", &modifiers.score_mod_grad},
@@ -57,14 +66,11 @@ llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
   modifiers.aux = std::move(*fields);
   modifiers.mask_mod_qk_only = mask_mod_qk_only;
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
-  if (kernel.spec.pass == Pass::backward && !modifiers.score_mod.empty() &&
-      modifiers.score_mod_grad.empty())
+  if (pass == Pass::backward && !modifiers.score_mod.empty() && modifiers.score_mod_grad.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "--pass bwd with --score-mod needs --score-mod-grad (d "
                                    "score_mod / d score): the backward scales by it");
-  kernel.spec.modifiers = std::move(modifiers);
-  code = kExitOk;
-  return llvm::Error::success();
+  return modifiers;
 }
 
 }  // namespace flashjit::cli

@@ -1,5 +1,6 @@
 // The flags that compile a caller's modifiers (include/flashjit/modifiers.h)
-// into the kernels of gen and compile (either pass): --score-mod FILE,
+// into the kernels of gen and compile (either pass), and name the class
+// `query` looks up (their hash is part of it): --score-mod FILE,
 // --score-mod-grad FILE (the backward's),
 // --mask-mod FILE, --aux "const float* slopes, int prefix", --mask-mod-qk-only.
 #pragma once
@@ -19,6 +20,9 @@ struct ModifierOptions {
   // Reads the files and the declarations into `kernel`'s spec;
   // a usage error (code kExitUsage) names the flag and what was expected.
   llvm::Error apply(ResolvedKernel &kernel, int &code) const;
+  // The same for a pass without a kernel yet (none given: empty); every
+  // error is a usage error.
+  llvm::Expected<Modifiers> read(Pass pass) const;
 };
 
 }  // namespace flashjit::cli

@@ -12,6 +12,7 @@
 #include "generator/bwd_sm90_traits.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
+#include "generator/modifier_source.h"
 #include "runtime/device.h"
 #include "runtime/backward_source.h"
 #include "runtime/kernel_source.h"
@@ -28,7 +29,8 @@ QueryCommand::QueryCommand(cl::OptionCategory &category)
            cl::value_desc("sm_90a|sm_80|..."), cl::cat(category), cl::sub(sub)),
       device_name("device-name",
                   cl::desc("Ask for the tunings of this GPU model (as `flashjit info` names it)"),
-                  cl::value_desc("NAME"), cl::cat(category), cl::sub(sub)) {}
+                  cl::value_desc("NAME"), cl::cat(category), cl::sub(sub)),
+      modifiers(category, sub) {}
 
 namespace {
 
@@ -124,6 +126,10 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
                       const DbPathOption &db) const {
   auto parsed = parse_problem_flags(problem.values());
   if (!parsed) return report_error(kExitUsage, parsed.takeError());
+  // The caller's modifiers: their hash is part of the class a call looks up.
+  auto mods = modifiers.read(parsed->pass);
+  if (!mods) return report_error(kExitUsage, mods.takeError());
+  const std::string mods_hash = modifiers_hash(*mods);
   std::optional<TargetArch> target;
   if (!arch.empty()) {
     auto t = TargetArch::parse(arch);
@@ -169,8 +175,10 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   // A packed batch is classed as a call classes it: by its longest sequence
   // and its total (class_view).
   const Problem chooser = class_view(parsed->problem, parsed->total_q);
-  auto chosen = backward ? choose_backward_config(chooser, requested, *device, database.get())
-                         : choose_forward_config(chooser, requested, *device, database.get());
+  auto chosen =
+      backward
+          ? choose_backward_config(chooser, requested, *device, database.get(), mods_hash)
+          : choose_forward_config(chooser, requested, *device, database.get(), mods_hash);
   if (!chosen) return report_error(kExitFailure, chosen.takeError());
   std::string kernel_id;
   const TargetArch target_arch = device->target();
@@ -178,12 +186,13 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   if (auto spec = backward ? make_backward_spec(parsed->problem, chosen->config, target_arch,
                                                 max_smem)
                            : make_forward_spec(parsed->problem, chosen->config, target_arch,
-                                               max_smem))
+                                               max_smem)) {
+    spec->modifiers = *mods;
     kernel_id = spec->id();
-  else
+  } else
     llvm::consumeError(spec.takeError());
   const ProblemClassKey asked =
-      problem_class_key(chooser, class_pass(parsed->pass, requested.deterministic));
+      problem_class_key(chooser, class_pass(parsed->pass, requested.deterministic), mods_hash);
   const std::string packed = packed_class_text(parsed->problem, parsed->total_q, asked);
   // On Hopper, why the sm80 family runs where the sm90 one does not serve
   // the class (a head dim it lacks, the deterministic mode).

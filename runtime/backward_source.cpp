@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "generator/backward_spec.h"
+#include "generator/modifier_source.h"
 #include "runtime/call_key.h"
 #include "runtime/tuning_key.h"
 #include "llvm/ADT/Hashing.h"
@@ -12,11 +13,13 @@ namespace flashjit {
 
 llvm::Expected<ChosenConfig> choose_backward_config(const Problem &problem,
                                                     const KernelConfig &requested,
-                                                    const DeviceInfo &device, TuningDb *db) {
+                                                    const DeviceInfo &device, TuningDb *db,
+                                                    llvm::StringRef modifiers) {
   const TargetArch arch = device.target();
   const int max_smem = device.max_smem_per_block_optin;
   PassRules rules;
   rules.class_pass = class_pass(Pass::backward, requested.deterministic);
+  rules.modifiers = modifiers.str();
   rules.validate = [&](const KernelConfig &config) {
     return make_backward_spec(problem, config, arch, max_smem).takeError();
   };
@@ -28,22 +31,27 @@ llvm::Expected<ChosenConfig> choose_backward_config(const Problem &problem,
 
 llvm::Expected<ChosenConfig> explain_backward_config(const Problem &problem,
                                                      const KernelConfig &requested,
-                                                     const DeviceInfo &device) {
-  return choose_backward_config(problem, requested, device, process_tuning_db());
+                                                     const DeviceInfo &device,
+                                                     llvm::StringRef modifiers) {
+  return choose_backward_config(problem, requested, device, process_tuning_db(), modifiers);
 }
 
 llvm::Expected<KernelSpec> backward_spec_for_call(const Problem &problem,
-                                                  const KernelConfig &requested, int ordinal) {
+                                                  const KernelConfig &requested, int ordinal,
+                                                  const Modifiers *modifiers) {
   static std::mutex mutex;
   static auto *specs = new std::unordered_map<CallKey, KernelSpec, CallKeyHash>;
-  const CallKey key = CallKey::make(static_cast<uintptr_t>(ordinal), problem, requested);
+  const bool modified = modifiers && !modifiers->empty();
+  const CallKey key = CallKey::make(static_cast<uintptr_t>(ordinal), problem, requested,
+                                    modified ? modifiers_hash_value(*modifiers) : 0);
   {
     std::lock_guard lock(mutex);
     if (auto it = specs->find(key); it != specs->end()) return it->second;
   }
   auto device = cached_device_info(ordinal);
   if (!device) return device.takeError();
-  auto chosen = choose_backward_config(problem, requested, *device, process_tuning_db());
+  auto chosen = choose_backward_config(problem, requested, *device, process_tuning_db(),
+                                       modified ? modifiers_hash(*modifiers) : "");
   if (!chosen) return chosen.takeError();
   auto spec = make_backward_spec(problem, chosen->config, device->target(),
                                  device->max_smem_per_block_optin);

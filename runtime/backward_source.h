@@ -16,19 +16,24 @@ namespace flashjit {
 
 llvm::Expected<ChosenConfig> choose_backward_config(const Problem &problem,
                                                     const KernelConfig &requested,
-                                                    const DeviceInfo &device, TuningDb *db);
+                                                    const DeviceInfo &device, TuningDb *db,
+                                                    llvm::StringRef modifiers = "");
 
 // choose_backward_config with the process's database (`flashjit query --pass
 // bwd`, tests).
 llvm::Expected<ChosenConfig> explain_backward_config(const Problem &problem,
                                                      const KernelConfig &requested,
-                                                     const DeviceInfo &device);
+                                                     const DeviceInfo &device,
+                                                     llvm::StringRef modifiers = "");
 
 // The validated spec a backward call on device `ordinal` runs: the choice
 // above with the process's database, made once per device, problem class
 // (size buckets included) and requested config, so a repeat call costs one
 // hash lookup rather than a device query and two database reads.
+// `modifiers` (or null): the caller's, whose hash keys the class and the
+// remembered spec (the caller compiles them in: KernelSpec::modifiers).
 llvm::Expected<KernelSpec> backward_spec_for_call(const Problem &problem,
-                                                  const KernelConfig &requested, int ordinal);
+                                                  const KernelConfig &requested, int ordinal,
+                                                  const Modifiers *modifiers = nullptr);
 
 }  // namespace flashjit

@@ -147,7 +147,7 @@ llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelC
       append_note(chosen.note, "tunings not consulted: " + llvm::toString(software.takeError()));
     } else {
       const DeviceFingerprint dev = device_fingerprint(device);
-      const ProblemClassKey key = problem_class_key(problem, rules.class_pass);
+      const ProblemClassKey key = problem_class_key(problem, rules.class_pass, rules.modifiers);
       struct Lookup {
         ConfigSource source;
         const char *what;
@@ -186,9 +186,11 @@ llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelC
 
 llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
                                                    const KernelConfig &requested,
-                                                   const DeviceInfo &device, TuningDb *db) {
+                                                   const DeviceInfo &device, TuningDb *db,
+                                                   llvm::StringRef modifiers) {
   PassRules rules;
   rules.class_pass = class_pass(Pass::forward);
+  rules.modifiers = modifiers.str();
   rules.validate = [&](const KernelConfig &config) {
     return make_forward_spec(problem, config, device.target(), device.max_smem_per_block_optin)
         .takeError();
@@ -210,8 +212,9 @@ llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
 
 llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
                                                     const KernelConfig &requested,
-                                                    const DeviceInfo &device) {
-  return choose_forward_config(problem, requested, device, process_tuning_db());
+                                                    const DeviceInfo &device,
+                                                    llvm::StringRef modifiers) {
+  return choose_forward_config(problem, requested, device, process_tuning_db(), modifiers);
 }
 
 llvm::Expected<CubinSource> forward_cubin(const KernelSpec &spec, TuningDb *db) {

@@ -45,6 +45,7 @@ std::string process_tuning_db_status();
 // device (an error says why not), and its heuristic for what is left.
 struct PassRules {
   const char *class_pass = "fwd";
+  std::string modifiers;  // the caller's modifiers' hash ("": none), part of the class
   std::function<llvm::Error(const KernelConfig &)> validate;
   std::function<KernelConfig(const KernelConfig &requested)> heuristic;
 };
@@ -57,15 +58,18 @@ llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelC
                                            const PassRules &rules);
 
 // Decides nothing itself: reads what the tuner stored, or asks the heuristic.
+// `modifiers`: the hash of the caller's modifiers ("" for none).
 llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
                                                    const KernelConfig &requested,
-                                                   const DeviceInfo &device, TuningDb *db);
+                                                   const DeviceInfo &device, TuningDb *db,
+                                                   llvm::StringRef modifiers = "");
 
 // choose_forward_config with the process's database: what a forward call on
 // `device` would run, and why (for `flashjit query` and tests).
 llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
                                                     const KernelConfig &requested,
-                                                    const DeviceInfo &device);
+                                                    const DeviceInfo &device,
+                                                    llvm::StringRef modifiers = "");
 
 // The cubin for `spec`: from `db`'s cubin store when present and intact,
 // else compiled with NVRTC and stored (when `db` is non-null).

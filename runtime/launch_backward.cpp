@@ -99,11 +99,12 @@ llvm::Error validate_backward_args(const Problem &p, const BackwardArgs &a) {
 }
 
 llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
-                                                 const KernelConfig &config) {
+                                                 const KernelConfig &config,
+                                                 const Modifiers *modifiers) {
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
   // caller > tuned > nearest > heuristic, as the forward (backward_source.h).
-  return backward_spec_for_call(problem, config, static_cast<int>(context->device));
+  return backward_spec_for_call(problem, config, static_cast<int>(context->device), modifiers);
 }
 
 llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CUstream stream,
@@ -122,7 +123,8 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
     return with_context(problem, std::move(e));
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
   // A packed batch is classed by its longest sequence and its total.
-  auto spec = resolve_backward_spec(class_view(problem, args.varlen.total_q), config);
+  auto spec = resolve_backward_spec(class_view(problem, args.varlen.total_q), config,
+                                    modified ? args.modifiers : nullptr);
   if (!spec) return with_context(problem, spec.takeError());
   // The snippets are compiled into the kernels (their hash in the id).
   if (modified) spec->modifiers = *args.modifiers;

@@ -13,9 +13,11 @@ namespace flashjit {
 llvm::Error validate_backward_args(const Problem &problem, const BackwardArgs &args);
 
 // `config` as the caller gave it if complete, else the database's tuning of
-// the current device and the class, else completed by the backward heuristic.
+// the current device and the class (with the caller's `modifiers`, if any),
+// else completed by the backward heuristic.
 llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
-                                                 const KernelConfig &config);
+                                                 const KernelConfig &config,
+                                                 const Modifiers *modifiers = nullptr);
 
 // Validates everything, then enqueues preprocess, main and dQ conversion on
 // `stream`. Never launches on bad input.

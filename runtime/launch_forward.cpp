@@ -166,10 +166,10 @@ struct ResolvedSpec {
   ConfigSource source;
 };
 llvm::Expected<ResolvedSpec> resolve(const Problem &problem, const KernelConfig &config,
-                                     const ContextInfo &context) {
+                                     const ContextInfo &context, llvm::StringRef modifiers = "") {
   auto device = cached_device_info(int(context.device));  // a CUdevice is its ordinal
   if (!device) return device.takeError();
-  auto chosen = choose_forward_config(problem, config, *device, process_tuning_db());
+  auto chosen = choose_forward_config(problem, config, *device, process_tuning_db(), modifiers);
   if (!chosen) return chosen.takeError();
   auto spec = make_forward_spec(problem, chosen->config, device->target(),
                                 device->max_smem_per_block_optin);
@@ -409,7 +409,8 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
                                     modified ? modifiers_hash_value(*args.modifiers) : 0);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
-    auto resolved = resolve(chooser, config, *context);
+    auto resolved =
+        resolve(chooser, config, *context, modified ? modifiers_hash(*args.modifiers) : "");
     if (!resolved) return with_context(problem, resolved.takeError());
     if (modified) resolved->spec.modifiers = *args.modifiers;
     auto kernels = get_forward_kernels(resolved->spec);

@@ -93,7 +93,8 @@ int size_bucket(int64_t x) {
   return static_cast<int>(llvm::Log2_64_Ceil(static_cast<uint64_t>(x)));
 }
 
-ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass) {
+ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass,
+                                  llvm::StringRef modifiers) {
   ProblemClassKey key;
   key.pass = pass.str();
   key.dtype = to_string(problem.dtype);
@@ -116,6 +117,7 @@ ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass) 
       problem.page_size > 0 ? "paged" + std::to_string(problem.page_size) : "";
   key.kv_layout = problem.varlen ? (pages.empty() ? "packed" : "packed-" + pages)
                                  : (pages.empty() ? "contiguous" : pages);
+  key.modifiers = modifiers.str();
   key.seqlen_q_bucket = size_bucket(problem.seqlen_q);
   key.seqlen_k_bucket = size_bucket(problem.seqlen_k);
   key.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);

@@ -16,7 +16,10 @@ namespace flashjit {
 // ceil(log2(x)) for x >= 1: seqlens 4097..8192 share bucket 13.
 int size_bucket(int64_t x);
 
-ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass = "fwd");
+// `modifiers`: the caller's modifiers' hash (modifiers_hash; "" for none),
+// part of the class: a modified call takes only tunings of its snippets.
+ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass = "fwd",
+                                  llvm::StringRef modifiers = "");
 
 // The problem as the tuning classes and the config choice see it. A packed
 // batch (varlen) of `total_q` queries whose longest sequence has seqlen_q

@@ -677,8 +677,8 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        "{file}: schema_version is missing or not an integer", ""},
       {"schema_version x", "flashjit_db_export: 1\nschema_version: x\n", false,
        "{file}: schema_version is missing or not an integer", ""},
-      {"newer schema", "flashjit_db_export: 1\nschema_version: 4\ntunings:\n" + t, false,
-       "{file}:2: schema_version: 4 is newer than this flashjit's 3 (exported by a newer "
+      {"newer schema", "flashjit_db_export: 1\nschema_version: 5\ntunings:\n" + t, false,
+       "{file}:2: schema_version: 5 is newer than this flashjit's 4 (exported by a newer "
        "flashjit)",
        ""},
       {"cubins not a list", doc + "cubins: {a: 1}\n", true, "{file}:3: cubins: is not a list", ""},
@@ -712,6 +712,11 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged24,"), false,
        "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged24' is not contiguous, packed, "
            "paged<N> or packed-paged<N> (N a multiple of 16 in [16, 512])\n"},
+      {"modifiers not a hash",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, modifiers: 0123ABCD,"),
+       false, "",
+       "tunings[0] (line 4): skipped: problem.modifiers: '0123ABCD' is not empty (no modifiers) "
+       "or a modifiers hash of 16 lowercase hex digits\n"},
       {"kv_layout packed-paged10",
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: packed-paged10,"),
        false, "",
@@ -843,7 +848,7 @@ TEST(BadInputCorpus, NonFlashjitFilesAreRefusedAndLeftByteIdentical) {
          raw_sql(f, "CREATE TABLE meta (key TEXT, value TEXT); "
                     "INSERT INTO meta VALUES ('application', 'flashjit'), ('schema_version', '9')");
        },
-       "it has schema version 9, newer than this flashjit's 3 (written by a newer flashjit: "
+       "it has schema version 9, newer than this flashjit's 4 (written by a newer flashjit: "
        "upgrade to use it)"},
   };
   int n = 0;

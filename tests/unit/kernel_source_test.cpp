@@ -145,6 +145,35 @@ TEST_F(KernelSourceTest, NearestWhenOnlyAnotherBucketIsTuned) {
   EXPECT_EQ(choose(other).source, ConfigSource::heuristic);
 }
 
+// The caller's modifiers are part of the class (their hash): a modified
+// call never takes the plain class's tuning, nor one of other snippets, and
+// finds its own exact or nearest.
+TEST_F(KernelSourceTest, ModifiersAreAClassOfTheirOwn) {
+  const std::string alibi = "0123456789abcdef", documents = "fedcba9876543210";
+  put(problem(4096), kTuned);
+  auto modified = choose_forward_config(problem(4096), {}, fake_h200(), db_.get(), alibi);
+  ASSERT_TRUE(bool(modified)) << llvm::toString(modified.takeError());
+  EXPECT_EQ(modified->source, ConfigSource::heuristic);
+
+  TuningRecord r;
+  r.device = device_fingerprint(fake_h200());
+  r.software = software_;
+  r.problem = problem_class_key(problem(16384), "fwd", alibi);
+  r.config = to_stored(kOtherBucket);
+  r.median_ms = r.min_ms = r.max_ms = 1.0;
+  ASSERT_FALSE(bool(db_->put_tuning(r)));
+  modified = choose_forward_config(problem(4096), {}, fake_h200(), db_.get(), alibi);
+  ASSERT_TRUE(bool(modified));
+  EXPECT_EQ(modified->source, ConfigSource::nearest);
+  EXPECT_EQ(modified->config, resolved(kOtherBucket));
+  EXPECT_EQ(modified->record->problem.modifiers, alibi);
+  auto other = choose_forward_config(problem(4096), {}, fake_h200(), db_.get(), documents);
+  ASSERT_TRUE(bool(other));
+  EXPECT_EQ(other->source, ConfigSource::heuristic);
+  // The plain class still finds its own.
+  EXPECT_EQ(choose(problem(4096)).config, resolved(kTuned));
+}
+
 TEST_F(KernelSourceTest, StaleSoftwareOrOtherDeviceIsIgnored) {
   SoftwareFingerprint stale = software_;
   stale.templates_hash = "0000stale";

@@ -548,6 +548,36 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
             "mask_mod\n");
 }
 
+// The modifiers' hash is part of the tuning class (schema 4): query names
+// the class a modified call looks up, and the kernel it would run.
+TEST(ModifiersCli, QueryClassesTheCallByTheSnippetsHash) {
+  using namespace testing_cli;
+  TempDir dir;
+  write_file(dir.file("alibi.cu"), kAlibi);
+  const std::string db = dir.file("query.db");
+  CliResult r = run_cli({"query", "--arch", "sm_90a", "--causal", "--json", "--db", db,
+                         "--score-mod", dir.file("alibi.cu"), "--aux", "const float* slopes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  Modifiers alibi;
+  alibi.score_mod = kAlibi;
+  alibi.aux = *parse_aux_declarations("const float* slopes");
+  const std::string hash = modifiers_hash(alibi);
+  ASSERT_EQ(hash.size(), 16u);
+  EXPECT_NE(r.out.find("\"modifiers\": \"" + hash + "\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("_mod" + hash), std::string::npos) << r.out;
+  r = run_cli({"query", "--arch", "sm_90a", "--causal", "--json", "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"modifiers\": \"\""), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("_mod"), std::string::npos) << r.out;
+  // The backward's class needs the derivative, as the call does.
+  r = run_cli({"query", "--arch", "sm_90a", "--pass", "bwd", "--db", db, "--score-mod",
+               dir.file("alibi.cu"), "--aux", "const float* slopes"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "flashjit: error: --pass bwd with --score-mod needs --score-mod-grad (d score_mod / "
+            "d score): the backward scales by it\n");
+}
+
 TEST(ModifiersReference, HookAppliesScoreAndMask) {
   Problem p;
   p.batch = 1;

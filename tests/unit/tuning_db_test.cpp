@@ -39,7 +39,7 @@ TEST(TuningDb, OpenCreatesFolderSchemaAndWal) {
   ASSERT_TRUE(bool(raw));
   EXPECT_EQ(*raw->query_text("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'application'"), "flashjit");
-  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
+  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
 
   // Reopening an existing database is not a migration.
   db.reset();
@@ -458,7 +458,7 @@ TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
   raw_sql(path, kVersion1Database);
   auto db = open_ok(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(*db->schema_version(), 3);
+  EXPECT_EQ(*db->schema_version(), 4);
 
   const ProblemClassKey key = problem_class(13, 13, 6);
   auto found = db->find_tuning(h200(), software_a(), key);
@@ -507,7 +507,7 @@ TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
   ASSERT_TRUE(bool(dense_found) && dense_found->has_value());
   EXPECT_EQ((*dense_found)->cubin_key, "cubin-v1");
 
-  // Reopened: version 3 already, nothing to migrate, the rows as they were.
+  // Reopened: version 4 already, nothing to migrate, the rows as they were.
   db.reset();
   db = open_ok(path);
   ASSERT_TRUE(db);
@@ -537,7 +537,7 @@ UPDATE meta SET value = '2' WHERE key = 'schema_version';
   raw_sql(path, v2);
   auto db = open_ok(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(*db->schema_version(), 3);
+  EXPECT_EQ(*db->schema_version(), 4);
   const ProblemClassKey key = problem_class(13, 13, 6);
   auto found = db->find_tuning(h200(), software_a(), key);
   ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
@@ -547,6 +547,22 @@ UPDATE meta SET value = '2' WHERE key = 'schema_version';
   EXPECT_EQ((*found)->heuristic_config, (StoredConfig{"sm80", 128, 64, 4, 2, 15, "on"}));
   EXPECT_EQ((*found)->median_ms, 1.25);
   EXPECT_EQ((*found)->tuned_at, "2025-01-02T03:04:05Z");
+
+  // Schema 4: the old row has no modifiers, and a modified class is a row
+  // of its own beside it.
+  EXPECT_EQ((*found)->problem.modifiers, "");
+  {
+    TuningRecord modified = **found;
+    modified.problem.modifiers = "0123456789abcdef";
+    modified.cubin_key = "cubin-modified";
+    ASSERT_FALSE(bool(db->put_tuning(modified)));
+    auto mod_found = db->find_tuning(h200(), software_a(), modified.problem);
+    ASSERT_TRUE(bool(mod_found) && mod_found->has_value());
+    EXPECT_EQ((*mod_found)->cubin_key, "cubin-modified");
+    auto plain = db->find_tuning(h200(), software_a(), key);
+    ASSERT_TRUE(bool(plain) && plain->has_value());
+    EXPECT_EQ((*plain)->problem.modifiers, "");
+  }
 
   ProblemClassKey paged = key;
   paged.kv_layout = "paged16";
@@ -559,7 +575,7 @@ UPDATE meta SET value = '2' WHERE key = 'schema_version';
   ASSERT_FALSE(bool(db->put_tuning(r)));
   auto listed = db->list_tunings();
   ASSERT_TRUE(bool(listed));
-  EXPECT_EQ(listed->size(), 2u);
+  EXPECT_EQ(listed->size(), 3u);  // the old row, the modified class, the paged one
 }
 
 TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
@@ -569,21 +585,21 @@ TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
   ASSERT_FALSE(bool(open_ok(path)->put_tuning(full_record())));
 
   std::vector<schema::Migration> steps(schema::migrations().begin(), schema::migrations().end());
-  steps.push_back({4, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
+  steps.push_back({5, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
   {
     auto raw = sqlite::Connection::open(path, SQLITE_OPEN_READWRITE, 1000);
     ASSERT_TRUE(bool(raw));
     auto found = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
-    EXPECT_EQ(*found, 3);  // only step 4 ran: steps 1 to 3 would fail a second time
-    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
+    EXPECT_EQ(*found, 4);  // only step 5 ran: steps 1 to 4 would fail a second time
+    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "5");
     EXPECT_EQ(*raw->query_text("SELECT power_watts FROM tunings"), "700.0");
     // Running it again is a no-op.
     auto again = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(again));
-    EXPECT_EQ(*again, 4);
+    EXPECT_EQ(*again, 5);
   }
-  // And this flashjit, which knows version 3, now refuses the file.
+  // And this flashjit, which knows version 4, now refuses the file.
   EXPECT_NE(open_error(path).find("newer"), std::string::npos);
 }
 

@@ -196,7 +196,7 @@ TEST_F(TuningDbYaml, SplitsAndPackGqaTravelInTheConfigs) {
   std::string file = dir.file("export.yaml");
   ASSERT_FALSE(bool(source->export_yaml(file)));
   const std::string text = read_bytes(file);
-  EXPECT_NE(text.find("schema_version: 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("schema_version: 4\n"), std::string::npos) << text;
   // full_record: config splits 3, pack_gqa on; the heuristic's 2 and auto.
   EXPECT_NE(text.find("stages: 2\n      splits: 3\n      pack_gqa: \"on\"\n"), std::string::npos)
       << text;
