@@ -13,7 +13,6 @@
 #include "cli/run_varlen.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
-#include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/launch_forward.h"
@@ -85,12 +84,6 @@ llvm::Expected<InputSet> make_input_set(const Problem &p, llvm::ArrayRef<uint16_
   if (!cache) return cache.takeError();
   set.cache = std::move(*cache);
   return set;
-}
-
-llvm::Error synchronize() {
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
-  return cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 // The reference of a KV-cache problem, one sequence at a time on the keys it

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cli/cli_common.h"
+#include "runtime/cuda_driver.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit::cli {
@@ -103,6 +104,12 @@ int report_backward_run(const BackwardRun &r, bool json) {
     os << llvm::formatv("perf     {0:f1} TFLOP/s (backward FLOPs = 2.5x forward)\n", r.tflops);
   }
   return r.accuracy && !r.accuracy->passed() ? kExitFailure : kExitOk;
+}
+
+llvm::Error synchronize() {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  return cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 size_t rotation_copies(double set_bytes, const DeviceInfo &device) {

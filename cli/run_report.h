@@ -35,6 +35,10 @@ void add_packed_json(llvm::json::Object &o, const PackedBatch &batch);
 // "packed   3 sequences, 4413 queries and 4413 keys in all".
 void print_packed_line(llvm::raw_ostream &os, const PackedBatch &batch);
 
+// Waits for all work of the current context (before a check reads what a
+// run wrote).
+llvm::Error synchronize();
+
 // Enough copies of an input set of `set_bytes` that one run's data has
 // left the L2 when it comes back (1 to 16).
 size_t rotation_copies(double set_bytes, const DeviceInfo &device);

@@ -8,7 +8,6 @@
 #include "cli/random_inputs.h"
 #include "cli/run_report.h"
 #include "reference/packed_check.h"
-#include "runtime/cuda_driver.h"
 #include "runtime/launch_forward.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -44,14 +43,6 @@ std::vector<uint16_t> to_cache(const PackedBatch &batch, llvm::ArrayRef<uint16_t
   return cache;
 }
 
-llvm::Expected<DeviceBuffer> upload(const void *data, size_t bytes) {
-  auto buffer = DeviceBuffer::allocate(std::max<size_t>(bytes, 4));
-  if (!buffer) return buffer.takeError();
-  if (bytes > 0)
-    if (llvm::Error e = buffer->upload(data, bytes)) return e;
-  return std::move(*buffer);
-}
-
 llvm::Expected<ServingInputs> make_serving_inputs(const Problem &p, const Problem &packed,
                                                   const PackedBatch &batch,
                                                   llvm::ArrayRef<uint16_t> q,
@@ -64,7 +55,7 @@ llvm::Expected<ServingInputs> make_serving_inputs(const Problem &p, const Proble
   in.args = in.packed.args;  // Q, O, the LSE and cu_seqlens_q (and _k) as packed
   std::vector<int32_t> used(batch.seqlens_k.begin(), batch.seqlens_k.end());
   if (p.seqused_k) {
-    auto counts = upload(used.data(), used.size() * sizeof(int32_t));
+    auto counts = DeviceBuffer::from_host(used.data(), used.size() * sizeof(int32_t));
     if (!counts) return counts.takeError();
     in.seqused_k = std::move(*counts);
     in.args.cache.cache_seqlens = static_cast<const int32_t *>(in.seqused_k.data());
@@ -78,11 +69,11 @@ llvm::Expected<ServingInputs> make_serving_inputs(const Problem &p, const Proble
   const int64_t k_row = p.heads_kv * p.head_dim_qk, v_row = p.heads_kv * p.head_dim_v;
   const std::vector<uint16_t> k_pages = to_cache(batch, k, k_row, page, width, table);
   const std::vector<uint16_t> v_pages = to_cache(batch, v, v_row, page, width, table);
-  auto k_cache = upload(k_pages.data(), k_pages.size() * 2);
+  auto k_cache = DeviceBuffer::from_host(k_pages.data(), k_pages.size() * 2);
   if (!k_cache) return k_cache.takeError();
-  auto v_cache = upload(v_pages.data(), v_pages.size() * 2);
+  auto v_cache = DeviceBuffer::from_host(v_pages.data(), v_pages.size() * 2);
   if (!v_cache) return v_cache.takeError();
-  auto dtable = upload(table.data(), table.size() * sizeof(int32_t));
+  auto dtable = DeviceBuffer::from_host(table.data(), table.size() * sizeof(int32_t));
   if (!dtable) return dtable.takeError();
   in.k_cache = std::move(*k_cache);
   in.v_cache = std::move(*v_cache);
@@ -99,12 +90,6 @@ llvm::Expected<ServingInputs> make_serving_inputs(const Problem &p, const Proble
   in.args.varlen.total_k = 0;
   if (p.seqused_k) in.args.varlen.cu_seqlens_k = nullptr;
   return in;
-}
-
-llvm::Error synchronize() {
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
-  return cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 }  // namespace

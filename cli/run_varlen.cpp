@@ -9,7 +9,6 @@
 #include "cli/run_serving.h"
 #include "reference/accuracy.h"
 #include "reference/packed_check.h"
-#include "runtime/cuda_driver.h"
 #include "runtime/launch_backward.h"
 #include "runtime/launch_forward.h"
 #include "tuner/backward_bench.h"
@@ -19,12 +18,6 @@
 namespace flashjit::cli {
 
 namespace {
-
-llvm::Error synchronize() {
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
-  return cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize");
-}
 
 // The packed batch's random inputs: Q and dO per query token, K and V per
 // key token (seeded as the dense run draws them).

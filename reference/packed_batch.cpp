@@ -27,16 +27,6 @@ int64_t longest(const std::vector<int64_t> &lengths) {
   return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
 }
 
-// At least 16 bytes, so an empty tensor (a batch without keys) still has an
-// address the argument checks accept.
-llvm::Expected<DeviceBuffer> upload(const void *host, size_t bytes) {
-  auto buffer = DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
-  if (!buffer) return buffer.takeError();
-  if (bytes > 0)
-    if (llvm::Error e = buffer->upload(host, bytes)) return e;
-  return std::move(*buffer);
-}
-
 llvm::Expected<DeviceBuffer> poisoned(size_t bytes) {
   auto buffer = DeviceBuffer::allocate(std::max<size_t>(bytes, 16));
   if (!buffer) return buffer.takeError();
@@ -52,7 +42,7 @@ struct Upload {
 
 llvm::Error upload_all(std::initializer_list<Upload> uploads) {
   for (const Upload &u : uploads) {
-    auto buffer = upload(u.host, u.bytes);
+    auto buffer = DeviceBuffer::from_host(u.host, u.bytes);
     if (!buffer) return buffer.takeError();
     *u.into = std::move(*buffer);
   }

@@ -46,6 +46,14 @@ DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&other) noexcept {
 
 DeviceBuffer::~DeviceBuffer() { free_device(ptr_); }
 
+llvm::Expected<DeviceBuffer> DeviceBuffer::from_host(const void *host, size_t bytes) {
+  auto buffer = allocate(std::max<size_t>(bytes, 16));
+  if (!buffer) return buffer.takeError();
+  if (bytes > 0)
+    if (llvm::Error e = buffer->upload(host, bytes)) return e;
+  return std::move(*buffer);
+}
+
 llvm::Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();

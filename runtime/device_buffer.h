@@ -21,6 +21,10 @@ class DeviceBuffer {
   ~DeviceBuffer();
 
   static llvm::Expected<DeviceBuffer> allocate(size_t bytes);
+  // A new buffer holding `bytes` of `host`: at least 16 bytes, so that an
+  // empty array (a batch without keys, no pages) still has an address the
+  // argument checks accept.
+  static llvm::Expected<DeviceBuffer> from_host(const void *host, size_t bytes);
 
   CUdeviceptr address() const { return ptr_; }
   void *data() const { return reinterpret_cast<void *>(ptr_); }

@@ -11,7 +11,8 @@ of it is ever made. Not differentiable (an inference call).
 import ctypes
 
 from . import _capi
-from ._checks import check_inputs, check_tensor
+from ._checks import block_table as check_block_table
+from ._checks import check_inputs, check_tensor, int32_vector
 
 _NAME = "flashjit.attention_with_kvcache"
 
@@ -34,15 +35,6 @@ def _cache_ready(name, t):
                     f"of 8 elements and a 16-byte aligned start (got strides {tuple(t.stride())}); "
                     f"the cache is read and written in place, so flashjit does not copy it")
 
-
-def _int32_vector(torch, name, t, length, device):
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
-        raise _fail(TypeError, f"{name} must be an int32 tensor of shape [{length}]")
-    if tuple(t.shape) != (length,):
-        raise _fail(ValueError, f"{name} has shape {tuple(t.shape)}, expected [{length}]")
-    if t.device != device:
-        raise _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
-    return t.contiguous()
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
@@ -117,19 +109,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     page_size = 0
     table_stride = 0
     if block_table is not None:
-        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 \
-                or block_table.dim() != 2:
-            raise _fail(TypeError, "block_table must be an int32 tensor [batch, max_pages_per_seq]")
-        if block_table.shape[0] != batch:
-            raise _fail(ValueError, f"block_table has {block_table.shape[0]} rows, q has batch "
-                                    f"{batch}")
-        if block_table.device != device:
-            raise _fail(ValueError, f"block_table is on {block_table.device} but q is on {device}")
-        if block_table.stride(1) != 1:
-            block_table = block_table.contiguous()
+        block_table, table_stride = check_block_table(torch, _fail, block_table, batch, device,
+                                                      "q's batch")
         page_size = rows
         seqlen_k = block_table.shape[1] * page_size
-        table_stride = block_table.stride(0) if batch > 1 else block_table.shape[1]
     else:
         if outer != batch:
             raise _fail(ValueError, f"k_cache has batch {outer} but q has {batch} (pass "
@@ -139,7 +122,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
     if cache_seqlens is not None:
-        cache_seqlens = _int32_vector(torch, "cache_seqlens", cache_seqlens, batch, device)
+        cache_seqlens = int32_vector(torch, _fail, "cache_seqlens", cache_seqlens, batch, device,
+                                     "q's batch")
 
     seqlen_new = 0
     if (k is None) != (v is None):

@@ -19,7 +19,8 @@ only:
 import ctypes
 
 from . import _capi
-from ._checks import check_inputs, check_tensor
+from ._checks import block_table as check_block_table
+from ._checks import check_inputs, check_tensor, int32_vector
 
 _NAME = "flashjit.attention_varlen"
 
@@ -236,42 +237,7 @@ def _strides(t):
 _MAX_ROWS = 2 ** 31 - 1  # int32 row indices in the kernels
 
 
-def _int32_vector(torch, name, t, length, device):
-    """A 1-D int32 tensor of `length` entries on q's device (contiguous)."""
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
-        raise _fail(TypeError, f"{name} must be an int32 tensor of shape [batch] ([{length}]), "
-                               f"got {_describe(torch, t)}")
-    if t.shape[0] != length:
-        raise _fail(ValueError, f"{name} has {t.shape[0]} entries, expected batch = "
-                                f"len(cu_seqlens_q) - 1 = {length}")
-    if t.device != device:
-        raise _fail(ValueError, f"{name} is on {t.device} but q is on {device}")
-    return t.contiguous()
-
-
-def _describe(torch, t):
-    if isinstance(t, torch.Tensor):
-        return f"a {t.dtype} tensor of shape {tuple(t.shape)}"
-    return type(t).__name__
-
-
-def _block_table(torch, t, batch, device):
-    """block_table checked: (the int32 [batch, pages_per_seq] table with a
-    contiguous last dim, its row stride in elements)."""
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 2:
-        raise _fail(TypeError, f"block_table must be an int32 tensor of shape [batch, "
-                               f"pages_per_seq], got {_describe(torch, t)}")
-    if t.shape[0] != batch:
-        raise _fail(ValueError, f"block_table has {t.shape[0]} rows, expected batch = "
-                                f"len(cu_seqlens_q) - 1 = {batch}")
-    if t.device != device:
-        raise _fail(ValueError, f"block_table is on {t.device} but q is on {device}")
-    width = t.shape[1]
-    # Rows must not overlap (a broadcast table has row stride 0): the kernel
-    # reads row b at b * stride.
-    if t.stride(1) != 1 or (batch > 1 and t.stride(0) < width):
-        t = t.contiguous()
-    return t, (t.stride(0) if batch > 1 else max(width, 1))
+_BATCH_FROM = "len(cu_seqlens_q) - 1"
 
 
 def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -314,8 +280,8 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         raise _fail(ValueError, "cu_seqlens_k is required with seqused_k and no block_table: "
                                 "k/v are packed and sequence b's keys start at row "
                                 "cu_seqlens_k[b] (pass block_table for a paged cache)")
-    used = None if seqused_k is None else _int32_vector(torch, "seqused_k", seqused_k, batch,
-                                                        device)
+    used = None if seqused_k is None else int32_vector(torch, _fail, "seqused_k", seqused_k,
+                                                       batch, device, _BATCH_FROM)
     max_q = _length("max_seqlen_q", max_seqlen_q)
     max_k = _length("max_seqlen_k", max_seqlen_k)
     if max_q > total_q:
@@ -329,7 +295,8 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         if not 1 <= num_pages <= _MAX_ROWS:
             raise _fail(ValueError, f"k/v have {num_pages} pages (their dim 0): a paged cache "
                                     f"needs 1 to 2^31-1")
-        table, table_stride = _block_table(torch, block_table, batch, device)
+        table, table_stride = check_block_table(torch, _fail, block_table, batch, device,
+                                                _BATCH_FROM)
         width = table.shape[1]
         seqlen_k = width * page  # the capacity per sequence, what the C call asks
         if max_k > seqlen_k:

@@ -90,13 +90,9 @@ inline llvm::Expected<DeviceBuffer> upload_bits(const std::vector<uint16_t> &bit
 }
 
 // Int32 values (offsets, key counts, page tables) into a new device buffer
-// (at least 4 bytes, so an empty list still has an address).
+// (DeviceBuffer::from_host: an empty list still has an address).
 inline llvm::Expected<DeviceBuffer> upload_ints(const std::vector<int32_t> &values) {
-  auto buffer = DeviceBuffer::allocate(std::max<size_t>(values.size(), 1) * sizeof(int32_t));
-  if (!buffer) return buffer.takeError();
-  if (!values.empty())
-    if (auto e = buffer->upload(values.data(), values.size() * sizeof(int32_t))) return e;
-  return std::move(*buffer);
+  return DeviceBuffer::from_host(values.data(), values.size() * sizeof(int32_t));
 }
 
 inline llvm::Expected<DeviceBuffer> upload_values(DType dtype, const std::vector<float> &values) {
