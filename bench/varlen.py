@@ -14,7 +14,7 @@ benchmark), forward and backward, TFLOP/s on the real tokens:
     >= 1.5x padded cuDNN).
 
 Timing as bench/compare.py (median of CUDA-event samples with the GPU kept
-busy); backward = forward + backward minus forward, FLOPs 2.5x the forward's;
+busy), flashjit's sides measured in --rounds interleaved rounds (median); backward = forward + backward minus forward, FLOPs 2.5x the forward's;
 FLOPs 4*h*lq*lk*d per document, halved when causal.
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/varlen.py [--quick] [--json out.json]
@@ -66,6 +66,29 @@ def measure(forward, leaves, f, warmup, repeats, passes):
     return out
 
 
+def interleaved(measures, rounds):
+    """{name: result} for {name: () -> measure(...) result}, each measured
+    `rounds` times in turn (A, B, C, A, B, C, ...) and reduced to the median
+    per pass: the clocks' drift over a run then moves every side alike, so
+    the ratios between them hold (one round per side read the d=256 packed
+    forward at 0.90x and 1.03x the dense kernel in two runs of one build)."""
+    samples = {name: [] for name in measures}
+    for _ in range(rounds):
+        for name, m in measures.items():
+            samples[name].append(m())
+    out = {}
+    for name, results in samples.items():
+        merged = {}
+        for key in {k for r in results for k in r}:
+            values = sorted(r[key] for r in results if isinstance(r.get(key), float))
+            if values:
+                merged[key] = values[len(values) // 2]
+            else:
+                merged[key] = next(r[key] for r in results if key in r)
+        out[name] = merged
+    return out
+
+
 def packed_inputs(lens, h, d, requires_grad):
     t = sum(lens)
     make = lambda: torch.randn(t, h, d, device="cuda", dtype=torch.bfloat16,  # noqa: E731
@@ -73,18 +96,21 @@ def packed_inputs(lens, h, d, requires_grad):
     return make(), make(), make()
 
 
-def bench_equal(d, causal, warmup, repeats, passes):
+def bench_equal(d, causal, warmup, repeats, passes, rounds):
     h, b, s = HIDDEN // d, 4, 8192
     f = doc_flops([s] * b, h, d, causal)
     q, k, v = packed_inputs([s] * b, h, d, True)
     cu = cumulative([s] * b)
-    varlen = measure(lambda: flashjit.attention_varlen(q, k, v, cu, cu, s, s, causal=causal),
-                     (q, k, v), f, warmup, repeats, passes)
     qd, kd, vd = (t.detach().view(b, s, h, d).requires_grad_() for t in (q, k, v))
-    dense = measure(lambda: flashjit.attention(qd, kd, vd, causal=causal), (qd, kd, vd), f,
-                    warmup, repeats, passes)
-    return {"case": f"equal 4x8192 d={d} {'causal' if causal else 'full'}", "varlen": varlen,
-            "dense": dense}
+    row = {"case": f"equal 4x8192 d={d} {'causal' if causal else 'full'}"}
+    row.update(interleaved({
+        "varlen": lambda: measure(
+            lambda: flashjit.attention_varlen(q, k, v, cu, cu, s, s, causal=causal), (q, k, v), f,
+            warmup, repeats, passes),
+        "dense": lambda: measure(lambda: flashjit.attention(qd, kd, vd, causal=causal),
+                                 (qd, kd, vd), f, warmup, repeats, passes),
+    }, rounds))
+    return row
 
 
 def document_lengths(seed=0, docs=16, total=32768):
@@ -94,7 +120,7 @@ def document_lengths(seed=0, docs=16, total=32768):
     return [max(128, min(8192, int(n * scale) // 8 * 8)) for n in lens]
 
 
-def bench_mixed(d, causal, warmup, repeats, passes):
+def bench_mixed(d, causal, warmup, repeats, passes, rounds):
     h = HIDDEN // d
     lens = document_lengths()
     f = doc_flops(lens, h, d, causal)
@@ -102,25 +128,27 @@ def bench_mixed(d, causal, warmup, repeats, passes):
     cu, longest = cumulative(lens), max(lens)
     row = {"case": f"16 docs ({sum(lens)} tokens, longest {longest}) d={d} "
                    f"{'causal' if causal else 'full'}", "lens": lens}
-    row["varlen"] = measure(
-        lambda: flashjit.attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal),
-        (q, k, v), f, warmup, repeats, passes)
     # The dense kernel at the same total tokens: its TFLOP/s is the bar.
     b, s = 4, 8192
     qd, kd, vd = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
                               requires_grad=True) for _ in range(3))
-    row["dense_same_tokens"] = measure(lambda: flashjit.attention(qd, kd, vd, causal=causal),
-                                       (qd, kd, vd), doc_flops([s] * b, h, d, causal), warmup,
-                                       repeats, passes)
     # The dense kernel over as many sequences of the mean length (same
     # tokens, same count): what the documents' lengths allow, apart from
     # their spread.
     mean = sum(lens) // len(lens) // 8 * 8
     qm, km, vm = (torch.randn(len(lens), mean, h, d, device="cuda", dtype=torch.bfloat16,
                               requires_grad=True) for _ in range(3))
-    row["dense_mean_length"] = measure(lambda: flashjit.attention(qm, km, vm, causal=causal),
-                                       (qm, km, vm), doc_flops([mean] * len(lens), h, d, causal),
-                                       warmup, repeats, passes)
+    row.update(interleaved({
+        "varlen": lambda: measure(
+            lambda: flashjit.attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal),
+            (q, k, v), f, warmup, repeats, passes),
+        "dense_same_tokens": lambda: measure(
+            lambda: flashjit.attention(qd, kd, vd, causal=causal), (qd, kd, vd),
+            doc_flops([s] * b, h, d, causal), warmup, repeats, passes),
+        "dense_mean_length": lambda: measure(
+            lambda: flashjit.attention(qm, km, vm, causal=causal), (qm, km, vm),
+            doc_flops([mean] * len(lens), h, d, causal), warmup, repeats, passes),
+    }, rounds))
     # Padding every document to the longest, for SDPA ([b, h, s, d]): the
     # padding's work is done and wasted; TFLOP/s counts the real tokens'.
     n = len(lens)
@@ -152,6 +180,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="d=128 only, fewer repeats")
     ap.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "both"], default="both")
     ap.add_argument("--json", default="")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds of flashjit's sides (varlen, dense), median kept")
     ap.add_argument("--dims", default="", help="head dims, e.g. 64,256 (default: 64,128,256; "
                                                "--quick: 128)")
     args = ap.parse_args()
@@ -163,9 +193,9 @@ def main():
     rows = []
     for d in dims:
         for causal in (False, True):
-            rows.append(bench_equal(d, causal, warmup, repeats, passes))
+            rows.append(bench_equal(d, causal, warmup, repeats, passes, args.rounds))
             print(json.dumps(rows[-1]), flush=True)
-            rows.append(bench_mixed(d, causal, warmup, repeats, passes))
+            rows.append(bench_mixed(d, causal, warmup, repeats, passes, args.rounds))
             print(json.dumps(rows[-1]), flush=True)
     print()
     print(TABLE_HEADER)

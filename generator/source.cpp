@@ -140,6 +140,12 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
     out.entries.push_back("flashjit_fwd_block_list");
     headers.push_back("fwd_block_map.cuh");
   }
+  if (sm90 && spec.varlen) {
+    // The order of a packed batch's sequences for persistent CTAs,
+    // computed before each call (fwd_sequence_order.cuh).
+    out.entries.push_back("flashjit_fwd_sequence_order");
+    headers.push_back("fwd_sequence_order.cuh");
+  }
   if (appends_keys(spec)) {
     // A KV cache's append of this step's keys and values (kv_append.cuh).
     out.entries.push_back("flashjit_kv_append");

@@ -230,6 +230,11 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
     if (!append) return append.takeError();
     out.append = &*append;
   }
+  if (spec.config.path == KernelPath::sm90 && spec.varlen) {
+    auto order = load(spec.id() + "#sequence_order", 0, "flashjit_fwd_sequence_order");
+    if (!order) return order.takeError();
+    out.sequence_order = &*order;
+  }
   if (has_block_map(spec)) {
     auto kinds = load(spec.id() + "#block_kinds", 0, "flashjit_fwd_block_kinds");
     if (!kinds) return kinds.takeError();
@@ -297,35 +302,63 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   // 176..3216 tokens, d=128) the counter took full attention from 627 to
   // 568-586 TFLOP/s and causal from 457 to 524-528. A grid of one CTA per
   // work tile never reads it.
-  CUdeviceptr counter = 0;
+  // A packed batch on persistent CTAs also takes its sequences in the
+  // order fwd_sequence_order.cuh computes (heaviest tiles first), which
+  // zeroes the counter too; one workspace holds both.
+  CUdeviceptr workspace = 0;
   const int splits = num_splits > 1 && kernels.combine ? num_splits : 1;
   // A mask_mod's block map makes any batch's tiles uneven (paged K/V aside,
   // whose producer is a warp: fwd_sm90.cuh).
   const bool takes_tiles = spec.config.path == KernelPath::sm90 &&
                            (spec.varlen || (has_block_map(spec) && spec.page_size == 0)) &&
                            forward_tile_costs_vary(spec);
-  if (takes_tiles &&
+  const bool ordered = kernels.sequence_order != nullptr && problem.batch <= kOrderedSequencesMax;
+  if ((takes_tiles || ordered) &&
       forward_grid_is_persistent(
           spec, problem,
           kernels.resident_ctas > 0 ? kernels.resident_ctas : kernels.main->sm_count(), splits)) {
-    auto allocated = allocate_workspace(kernels.main->device(), sizeof(int), stream);
+    const int64_t ints = 1 + (ordered ? problem.batch : 0);
+    auto allocated = allocate_workspace(kernels.main->device(), ints * sizeof(int), stream);
     if (!allocated) return free_block_map(allocated.takeError());
-    counter = *allocated;
-    auto driver = cuda_driver();
-    if (!driver) return free_block_map(llvm::joinErrors(driver.takeError(), free_workspace(counter, stream)));
-    if (llvm::Error e = cuda_check(driver->cuMemsetD32Async(counter, 0, 1, stream),
-                                   "cuMemsetD32Async")) {
-      return free_block_map(llvm::joinErrors(std::move(e), free_workspace(counter, stream)));
+    workspace = *allocated;
+    if (takes_tiles) params.tile_counter = reinterpret_cast<int *>(workspace);
+    llvm::Error e = llvm::Error::success();
+    if (ordered) {
+      params.sequence_order = reinterpret_cast<int *>(workspace) + 1;
+      e = enqueue_sequence_order(*kernels.sequence_order, params, stream);
+    } else if (auto driver = cuda_driver()) {
+      e = cuda_check(driver->cuMemsetD32Async(workspace, 0, 1, stream), "cuMemsetD32Async");
+    } else {
+      e = driver.takeError();
     }
-    params.tile_counter = reinterpret_cast<int *>(counter);
+    if (e) return free_block_map(llvm::joinErrors(std::move(e), free_workspace(workspace, stream)));
   }
   llvm::Error error = enqueue_main_and_combine(kernels, problem, args, params, num_splits,
                                                stream, launch_main);
-  if (counter) {
-    if (llvm::Error e = free_workspace(counter, stream))
+  if (workspace) {
+    if (llvm::Error e = free_workspace(workspace, stream))
       error = llvm::joinErrors(std::move(error), std::move(e));
   }
   return free_block_map(std::move(error));
+}
+
+llvm::Error enqueue_sequence_order(const LoadedKernel &kernel, const FwdParams &params,
+                                   CUstream stream) {
+  if (params.batch > kOrderedSequencesMax || params.sequence_order == nullptr)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        llvm::formatv("the sequence order kernel orders at most {0} sequences into a buffer; "
+                      "got {1} sequences{2}",
+                      kOrderedSequencesMax, params.batch,
+                      params.sequence_order ? "" : " and no buffer")
+            .str());
+  LaunchGeometry g;  // fwd_sequence_order.cuh: one CTA of kOrderedSequencesMax threads
+  g.grid.x = 1;
+  g.block.x = static_cast<unsigned>(kOrderedSequencesMax);
+  g.dynamic_smem_bytes = 0;
+  FwdParams copy = params;
+  void *args[] = {&copy};
+  return kernel.launch(g, stream, args, /*dependent=*/true);
 }
 
 namespace {

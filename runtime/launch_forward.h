@@ -46,8 +46,21 @@ struct ForwardKernels {
   // and list, run before the main kernel.
   const LoadedKernel *block_kinds = nullptr;
   const LoadedKernel *block_list = nullptr;
+  // The order of a packed batch's sequences for persistent CTAs (sm90
+  // varlen specs; fwd_sequence_order.cuh), run before the main kernel.
+  const LoadedKernel *sequence_order = nullptr;
 };
 llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec);
+
+// The most sequences fwd_sequence_order.cuh orders (its CTA's threads); a
+// larger batch keeps its own order.
+constexpr int64_t kOrderedSequencesMax = 1024;
+
+// Enqueues `kernel` (ForwardKernels::sequence_order) on `stream`: it writes
+// the order of params.batch sequences (<= kOrderedSequencesMax) to
+// params.sequence_order and zeroes params.tile_counter where it is set.
+llvm::Error enqueue_sequence_order(const LoadedKernel &kernel, const FwdParams &params,
+                                   CUstream stream);
 
 // Enqueues `spec`'s kernels on `stream` with `num_splits` (forward_num_splits):
 // first the append of args.cache's new keys and values where there are any;

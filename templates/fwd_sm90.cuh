@@ -20,7 +20,8 @@
 // hardware's block scheduler balances: causal tiles differ in cost up to
 // the number of query blocks, and the static rotation lost 12% at causal 8k.
 // A packed varlen batch on persistent CTAs numbers its tiles sequence by
-// sequence without the empty ones, and under a mask takes them from a
+// sequence without the empty ones, heaviest sequences first
+// (fwd_sequence_order.cuh), and under a mask takes them from a
 // counter the host zeroes (a CTA's next tile when it frees up): the
 // producer passes each tile's index to the consumers in a slot beside its Q
 // buffer.

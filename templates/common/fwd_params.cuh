@@ -70,6 +70,9 @@ struct FwdParams {
   // tiles taken past each CTA's first (common/fwd_scheduler.cuh); null: the
   // static rotation.
   int *tile_counter;
+  // The same CTAs' order of the sequences (fwd_sequence_order.cuh writes it
+  // before each call: a permutation of [0, batch)); null: the batch's own.
+  int *sequence_order;
 
   // The block map of a caller's mask_mod (sm90 kernels with
   // Modifiers::kMask; fwd_block_map.cuh builds it before each call): per

@@ -22,10 +22,12 @@
 // (on the H200, 16 documents of 176..3216 tokens: the busiest SM ran 11% (full)
 // and 24% (causal) longer than the average), so there the tiles are
 // numbered without them: sequence by sequence, each with its own query
-// blocks. Every thread that walks the tiles keeps a cursor (the sequence
-// holding its current tile and that sequence's first tile index); its tile
-// indices only grow, so the cursor only moves forward, over all sequences
-// once per CTA. Which tile a CTA takes next is static (the rotation above)
+// blocks, the sequences in the order FwdParams::sequence_order gives
+// (fwd_sequence_order.cuh: heaviest tiles first, so the last rounds deal the
+// cheapest tiles) or else their own. Every thread that walks the tiles
+// keeps a cursor (the position in that order holding its current tile and
+// that sequence's first tile index); its tile indices only grow, so the
+// cursor only moves forward, over all sequences once per CTA. Which tile a CTA takes next is static (the rotation above)
 // or, when the host passes a zeroed counter (FwdParams::tile_counter; it
 // does under a mask), taken from it: tile costs of a causal packed batch
 // vary too much for any static deal (a simulation of 16 documents of
@@ -61,11 +63,11 @@ struct WorkTile {
 template <int kQRowsPerTile, int kPack, bool kSplitKv, bool kVarlen>
 struct FwdTileScheduler {
   int m_blocks, heads, splits, num_work;
-  // The varlen cursor (compact numbering, persistent grids only): sequence
-  // `seq` owns tiles [seq_first, seq_first + seq_tiles) and has seq_blocks
-  // query blocks.
+  // The varlen cursor (compact numbering, persistent grids only): the
+  // sequence at position `pos` of the order, `seq`, owns tiles
+  // [seq_first, seq_first + seq_tiles) and has seq_blocks query blocks.
   bool compact = false;
-  int seq = -1, seq_first = 0, seq_tiles = 0, seq_blocks = 0;
+  int pos = -1, seq = 0, seq_first = 0, seq_tiles = 0, seq_blocks = 0;
 
   template <class Params>
   __device__ __forceinline__ explicit FwdTileScheduler(const Params &p)
@@ -91,7 +93,8 @@ struct FwdTileScheduler {
       if (compact) {
         while (w >= seq_first + seq_tiles) {
           seq_first += seq_tiles;
-          if (++seq >= p.batch) return false;
+          if (++pos >= p.batch) return false;
+          seq = p.sequence_order != nullptr ? p.sequence_order[pos] : pos;
           seq_blocks = (packed_queries(p, seq).count + kQRowsPerTile - 1) / kQRowsPerTile;
           seq_tiles = seq_blocks * splits * heads;
         }

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "flashjit/backward.h"
+#include "generator/forward_params.h"
 #include "forward_check.h"
 #include "reference/cpu_attention_backward.h"
 #include "reference/packed_check.h"
@@ -405,6 +406,70 @@ TEST(Sm90SanitizerVarlen, PersistentCtasTakeTilesFromTheCounter) {
   VarlenCase bad{p, {300, 0, 1100, 17, 700}, {257, 40, 1100, 0, 900}};
   bad.cu_q = {0, 300, 300, 1400, 99999, 2117};
   run_varlen_case(bad, 35);
+}
+
+// The persistent CTAs' order of a packed batch's sequences
+// (fwd_sequence_order.cuh): the heaviest work tile first (its key tiles),
+// then more query blocks, then the batch's own order; a sequence without
+// queries last. The kernel also zeroes the tile counter.
+TEST(Varlen, PersistentCtasTakeTheHeaviestSequencesFirst) {
+  FLASHJIT_REQUIRE_SM90();
+  struct Case {
+    MaskKind mask;
+    std::vector<int32_t> cu_q, cu_k;
+    std::vector<int32_t> order;
+  };
+  const Case cases[] = {
+      // keys 257, 40, 1100, 0, 900 under queries 300, 0, 1100, 17, 700.
+      {MaskKind::none, {0, 300, 300, 1400, 1417, 2117}, {0, 257, 297, 1397, 1397, 2297},
+       {2, 4, 0, 3, 1}},
+      // Causal, bottom-right (the last query block sees every key): keys
+      // 600, 300, 1100, 300 under queries 300 each but 1100; equal
+      // sequences keep their order (1 before 3).
+      {MaskKind::causal, {0, 300, 600, 1700, 2000}, {0, 600, 900, 2000, 2300}, {2, 0, 1, 3}},
+  };
+  for (const Case &c : cases) {
+    const int64_t batch = static_cast<int64_t>(c.cu_q.size()) - 1;
+    Problem p = make_problem(DType::bf16, batch, 8, 2, 1100, 1100, 128, 128, c.mask);
+    p.varlen = true;
+    auto spec = resolve_forward_spec(p, KernelConfig{});
+    FLASHJIT_ASSERT_OK(spec.takeError());
+    ASSERT_EQ(spec->config.path, KernelPath::sm90);
+    auto kernels = get_forward_kernels(*spec);
+    FLASHJIT_ASSERT_OK(kernels.takeError());
+    ASSERT_NE(kernels->sequence_order, nullptr);
+    auto dcu_q = upload_offsets(c.cu_q);
+    auto dcu_k = upload_offsets(c.cu_k);
+    auto order = DeviceBuffer::allocate((batch + 1) * sizeof(int32_t));
+    for (auto *buffer : {&dcu_q, &dcu_k, &order}) FLASHJIT_ASSERT_OK(buffer->takeError());
+    FLASHJIT_ASSERT_OK(order->fill_bytes(0xff));
+    ForwardArgs args = ForwardArgs::packed(p, nullptr, nullptr, nullptr, nullptr, nullptr);
+    args.varlen = {static_cast<const int32_t *>(dcu_q->data()),
+                   static_cast<const int32_t *>(dcu_k->data()), c.cu_q.back(), c.cu_k.back()};
+    FwdParams params = make_forward_params(p, args);
+    params.tile_counter = static_cast<int *>(order->data());
+    params.sequence_order = static_cast<int *>(order->data()) + 1;
+    FLASHJIT_ASSERT_OK(enqueue_sequence_order(*kernels->sequence_order, params, nullptr));
+    std::vector<int32_t> got(batch + 1);
+    FLASHJIT_ASSERT_OK(order->download(got.data(), got.size() * sizeof(int32_t)));
+    std::vector<int32_t> expected = {0};
+    expected.insert(expected.end(), c.order.begin(), c.order.end());
+    EXPECT_EQ(got, expected) << to_string(c.mask);
+  }
+  // More sequences than the kernel orders, or no buffer: refused.
+  Problem p = make_problem(DType::bf16, 1, 8, 2, 64, 64, 128, 128, MaskKind::none);
+  p.varlen = true;
+  auto spec = resolve_forward_spec(p, KernelConfig{});
+  FLASHJIT_ASSERT_OK(spec.takeError());
+  auto kernels = get_forward_kernels(*spec);
+  FLASHJIT_ASSERT_OK(kernels.takeError());
+  FwdParams params{};
+  params.batch = static_cast<int>(kOrderedSequencesMax) + 1;
+  llvm::Error refused = enqueue_sequence_order(*kernels->sequence_order, params, nullptr);
+  ASSERT_TRUE(bool(refused));
+  EXPECT_EQ(llvm::toString(std::move(refused)),
+            "the sequence order kernel orders at most 1024 sequences into a buffer; got 1025 "
+            "sequences and no buffer");
 }
 
 TEST(Sm90SanitizerVarlen, Backward) {

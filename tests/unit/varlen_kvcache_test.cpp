@@ -158,8 +158,10 @@ TEST(VarlenKvCacheSource, IdPreludeEntriesAndKeys) {
   for (const char *line : {"constexpr bool kVarlen = true;\n", "constexpr bool kSeqUsedK = true;\n",
                            "constexpr int kPageSize = 64;\n"})
     EXPECT_NE(source.source.find(line), std::string::npos) << line;
-  // No append kernel: a packed batch's cache already holds its keys.
-  EXPECT_EQ(source.entries, std::vector<std::string>{"flashjit_fwd_sm90"});
+  // No append kernel: a packed batch's cache already holds its keys. The
+  // sequences' order for persistent CTAs, as any packed batch's.
+  EXPECT_EQ(source.entries,
+            (std::vector<std::string>{"flashjit_fwd_sm90", "flashjit_fwd_sequence_order"}));
   EXPECT_FALSE(appends_keys(*spec));
   const Problem class_of = class_problem(*spec);
   EXPECT_TRUE(class_of.varlen && class_of.seqused_k);

@@ -124,8 +124,13 @@ TEST(VarlenSource, IdPreludeAndKeys) {
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
   EXPECT_EQ(spec->id(),
             "fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2_varlen_sm_90a");
-  EXPECT_NE(generate_forward(*spec).source.find("constexpr bool kVarlen = true;\n"),
-            std::string::npos);
+  const GeneratedSource source = generate_forward(*spec);
+  EXPECT_NE(source.source.find("constexpr bool kVarlen = true;\n"), std::string::npos);
+  // The persistent CTAs' order of the sequences is computed in the same
+  // program, before each call.
+  EXPECT_EQ(source.entries,
+            (std::vector<std::string>{"flashjit_fwd_sm90", "flashjit_fwd_sequence_order"}));
+  EXPECT_NE(source.source.find("#include \"fwd_sequence_order.cuh\""), std::string::npos);
   EXPECT_TRUE(class_problem(*spec).varlen);
   Problem dense = varlen_problem();
   dense.varlen = false;
@@ -134,6 +139,7 @@ TEST(VarlenSource, IdPreludeAndKeys) {
   ASSERT_TRUE(bool(dense_spec));
   EXPECT_NE(generate_forward(*dense_spec).source.find("constexpr bool kVarlen = false;\n"),
             std::string::npos);
+  EXPECT_EQ(generate_forward(*dense_spec).entries, (std::vector<std::string>{"flashjit_fwd_sm90"}));
   // A varlen call never finds a dense call's plan.
   EXPECT_FALSE(CallKey::make(1, varlen_problem(), {}) == CallKey::make(1, dense, {}));
 }
@@ -301,7 +307,10 @@ TEST(VarlenCompile, Sm90KernelsCompileWithoutSpills) {
         return make_forward_spec(p, c, kSm90a);
       },
       kSm90a);
-  for (const auto &c : compiled) testing::expect_clean(c, {"flashjit_fwd_sm90"});
+  // Every sm90 varlen program also holds the sequence order kernel
+  // (fwd_sequence_order.cuh), spill-free like the main kernel.
+  for (const auto &c : compiled)
+    testing::expect_clean(c, {"flashjit_fwd_sm90", "flashjit_fwd_sequence_order"});
 }
 
 TEST(VarlenCompile, Sm80KernelsCompileWithoutSpills) {
