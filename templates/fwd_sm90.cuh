@@ -363,22 +363,30 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           const u32 full = v ? v_full(stage) : k_full(stage);
           const u32 dst =
               smem + (v ? kOffsetV : kOffsetK) + stage * (v ? kVTileBytes : kKTileBytes);
-          if (leader) {
+          // K's column blocks, or V's (fewer or more under unequal head dims),
+          // of box `box` from page (or batch entry) `outer`.
+          auto load_box = [&](int box, int outer) {
+#pragma unroll
+            for (int cb = 0; cb < (v ? kVColBlocks : kColBlocks); ++cb)
+              tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
+                          v ? &tma_v : &tma_k, full, cb * 64,
+                          static_cast<int>(seq.box_row(n0, box)), kv_head, outer);
+          };
+          if constexpr (Sequence::kPaged) {
+            // Every lane waits for the stage, and lane `box` issues its own
+            // box's loads: a tile of 16-row pages is 8 boxes (16 loads at
+            // d = 128), which one lane issued one after another on the
+            // pipeline's critical path. The bytes may land before lane 0's
+            // expect_tx (a phase's transaction count may go negative; it
+            // completes only with lane 0's arrival too).
+            mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
+            if (leader) mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
+            if (tid % 32 < Sequence::kBoxesPerTile) load_box(tid % 32, lane_page);
+          } else if (leader) {
             mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
             mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
-          }
-#pragma unroll
-          for (int box = 0; box < Sequence::kBoxesPerTile; ++box) {
-            int outer = lane_page;
-            if constexpr (Sequence::kPaged) outer = __shfl_sync(0xffffffffu, lane_page, box);
-            if (leader) {
-              // K's column blocks, or V's (fewer or more under unequal head dims).
-#pragma unroll
-              for (int cb = 0; cb < (v ? kVColBlocks : kColBlocks); ++cb)
-                  tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
-                              v ? &tma_v : &tma_k, full, cb * 64,
-                              static_cast<int>(seq.box_row(n0, box)), kv_head, outer);
-            }
+            static_assert(Sequence::kPaged || Sequence::kBoxesPerTile == 1, "one box per tile");
+            load_box(0, lane_page);
           }
         };
         auto load_k = [&](int t) { load_kv(t, false); };
