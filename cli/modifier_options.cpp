@@ -28,7 +28,11 @@ ModifierOptions::ModifierOptions(cl::OptionCategory &category, cl::SubCommand &s
       mask_mod_qk_only("mask-mod-qk-only",
                        cl::desc("The --mask-mod reads only q and k: one block map of the tiles "
                                 "it hides or shows whole serves every batch and head"),
-                       cl::cat(category), cl::sub(sub)) {}
+                       cl::cat(category), cl::sub(sub)),
+      sinks("sinks",
+            cl::desc("Learned attention sinks (GPT-OSS): one logit per query head joins each "
+                     "row's softmax; the backward also computes their gradient"),
+            cl::cat(category), cl::sub(sub)) {}
 
 llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
   auto modifiers = read(kernel.spec.pass);
@@ -43,7 +47,7 @@ llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
 llvm::Expected<Modifiers> ModifierOptions::read(Pass pass) const {
   Modifiers modifiers;
   if (score_mod.empty() && score_mod_grad.empty() && mask_mod.empty() && aux.empty() &&
-      !mask_mod_qk_only)
+      !mask_mod_qk_only && !sinks)
     return modifiers;
   for (const auto &[path, flag, out] :
        {std::tuple{&score_mod, "--score-mod", &modifiers.score_mod},
@@ -65,6 +69,7 @@ llvm::Expected<Modifiers> ModifierOptions::read(Pass pass) const {
   if (!fields) return fields.takeError();
   modifiers.aux = std::move(*fields);
   modifiers.mask_mod_qk_only = mask_mod_qk_only;
+  modifiers.sinks = sinks;
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
   if (pass == Pass::backward && !modifiers.score_mod.empty() && modifiers.score_mod_grad.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -70,6 +70,8 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   set_strides(args.dv_strides, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.seqlen_q = fwd.seqlen_q;
   p.seqlen_k = fwd.seqlen_k;
+  p.sinks = args.sinks;
+  p.dsinks = args.dsinks;
   // The modifiers' aux values (checked against their struct by the launch).
   if (args.aux && args.aux_bytes > 0)
     std::memcpy(p.aux, args.aux, args.aux_bytes < sizeof(p.aux) ? args.aux_bytes : sizeof(p.aux));

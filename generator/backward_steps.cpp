@@ -9,15 +9,27 @@ llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec,
   const LaunchGeometry rowwise = backward_rowwise_geometry(problem);
   const char *main_entry =
       spec.config.path == KernelPath::sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80";
+  llvm::SmallVector<BackwardStep, 3> steps;
   // The sm90 kernel orders its own dQ reduce-adds in deterministic mode (a
   // semaphore per tile, bwd_sm90.cuh) and ends with the usual conversion.
   if (spec.config.deterministic && spec.config.path != KernelPath::sm90)
-    return {{"flashjit_bwd_preprocess", rowwise},
-            {main_entry, backward_launch_geometry(spec, problem)},
-            {"flashjit_bwd_dq", backward_dq_geometry(spec, problem)}};
-  return {{"flashjit_bwd_preprocess", rowwise},
-          {main_entry, backward_launch_geometry(spec, problem)},
-          {"flashjit_bwd_convert_dq", rowwise}};
+    steps = {{"flashjit_bwd_preprocess", rowwise},
+             {main_entry, backward_launch_geometry(spec, problem)},
+             {"flashjit_bwd_dq", backward_dq_geometry(spec, problem)}};
+  else
+    steps = {{"flashjit_bwd_preprocess", rowwise},
+             {main_entry, backward_launch_geometry(spec, problem)},
+             {"flashjit_bwd_convert_dq", rowwise}};
+  if (spec.modifiers.sinks) {
+    // Learned sinks' gradient from the LSE and D (bwd_rowwise.cuh): one CTA
+    // of 128 threads per query head.
+    LaunchGeometry sink_grad;
+    sink_grad.grid.x = static_cast<unsigned>(problem.heads_q);
+    sink_grad.block.x = 128;
+    sink_grad.dynamic_smem_bytes = 0;
+    steps.push_back({"flashjit_bwd_sink_grad", sink_grad});
+  }
+  return steps;
 }
 
 }  // namespace flashjit

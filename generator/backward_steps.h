@@ -17,7 +17,8 @@ struct BackwardStep {
 };
 
 // Preprocess (D = rowsum(dO·O), dQ accumulator zeroed), the main kernel,
-// then the dQ conversion, or with sm80's `deterministic` the dQ kernel.
+// then the dQ conversion, or with sm80's `deterministic` the dQ kernel;
+// with learned sinks (Modifiers::sinks) last their gradient.
 // The dynamic shared memory of each step depends on `spec` alone, so a
 // problem of any size of the class gives the amounts to load the kernels
 // with.

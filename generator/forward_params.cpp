@@ -39,6 +39,7 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
       break;
   }
   p.num_splits = 1;  // the launch sets the split-KV workspace and count
+  p.sinks = args.sinks;
   // The modifiers' aux values (checked against their struct by the launch).
   if (args.aux && args.aux_bytes > 0)
     std::memcpy(p.aux, args.aux, args.aux_bytes < sizeof(p.aux) ? args.aux_bytes : sizeof(p.aux));

@@ -112,6 +112,7 @@ uint64_t modifiers_hash_value(const Modifiers &modifiers) {
   // The block map's extent is compiled in: a shared map is another kernel.
   if (modifiers.mask_mod_qk_only) h = fnv1a(h, "qk_only");
   if (!modifiers.score_mod_grad.empty()) h = fnv1a(fnv1a(h, "grad"), modifiers.score_mod_grad);
+  if (modifiers.sinks) h = fnv1a(h, "sinks");
   return h;
 }
 
@@ -162,7 +163,8 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
      << "  static constexpr bool kMask = " << (modifiers.mask_mod.empty() ? "false" : "true")
      << ";\n"
      << "  static constexpr bool kMaskQkOnly = "
-     << (modifiers.mask_mod_qk_only && !modifiers.mask_mod.empty() ? "true" : "false") << ";\n";
+     << (modifiers.mask_mod_qk_only && !modifiers.mask_mod.empty() ? "true" : "false") << ";\n"
+     << "  static constexpr bool kSinks = " << (modifiers.sinks ? "true" : "false") << ";\n";
   function("float score(float s, int b, int h, int q, int k, const void *aux)", modifiers.score_mod,
            "::score_mod(s, b, h, q, k", "s");
   function("bool visible(int b, int h, int q, int k, const void *aux)", modifiers.mask_mod,

@@ -120,12 +120,14 @@ AttentionOutputs cpu_attention(const Problem &p, llvm::ArrayRef<float> q, llvm::
                                llvm::ArrayRef<float> v, ReferencePrecision precision,
                                const ReferenceModifiers &modifiers) {
   assert(q.size() == q_elements(p) && k.size() == k_elements(p) && v.size() == v_elements(p));
+  assert(modifiers.sinks.empty() || modifiers.sinks.size() == size_t(p.heads_q));
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t heads_per_kv = p.heads_q / p.heads_kv;
   const double scale =
       p.softmax_scale != 0.f ? double(p.softmax_scale) : 1.0 / std::sqrt(double(dqk));
   const double softcap = p.softcap;
   const bool element = precision == ReferencePrecision::element;
+  const bool sinks = !modifiers.sinks.empty();
 
   AttentionOutputs result;
   result.out.assign(o_elements(p), 0.f);
@@ -154,11 +156,14 @@ AttentionOutputs cpu_attention(const Problem &p, llvm::ArrayRef<float> q, llvm::
         }
         float &lse = result.lse[(b * p.heads_q + h) * p.seqlen_q + i];
         float *orow = &result.out[((b * p.seqlen_q + i) * p.heads_q + h) * dv];
+        // The sink takes part in the max, so exp never overflows.
+        const double sink = sinks ? double(modifiers.sinks[h]) : 0.0;
+        if (sinks) row_max = std::max(row_max, sink);
         if (row_max == -std::numeric_limits<double>::infinity()) {
           lse = std::numeric_limits<float>::infinity();
           continue;  // O stays 0
         }
-        double sum = 0;
+        double sum = sinks ? std::exp(sink - row_max) : 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < p.seqlen_k; ++j) {
           if (scores[j] == -std::numeric_limits<double>::infinity()) continue;

@@ -58,10 +58,16 @@ struct AttentionOutputs {
 struct ReferenceModifiers {
   std::function<double(double score, int64_t b, int64_t h, int64_t q, int64_t k)> score;
   std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)> visible;
+  // Learned attention sinks (GPT-OSS): one logit per query head, in the
+  // scaled scores' units, that joins every row's softmax denominator with
+  // no value: O = sum_j exp(s_j) v_j / (exp(sink_h) + sum_j exp(s_j)), the
+  // LSE log(exp(sink_h) + sum_j exp(s_j)). Empty: none; else heads_q
+  // logits.
+  std::vector<float> sinks;
 };
 
 // A row that sees no key gets O = 0 and LSE = +infinity, as FlashAttention
-// writes it. `q`, `k` and `v` must be packed and sized for `problem`.
+// writes it (with sinks: O = 0 and LSE = the head's sink). `q`, `k` and `v` must be packed and sized for `problem`.
 AttentionOutputs cpu_attention(const Problem &problem, llvm::ArrayRef<float> q,
                                llvm::ArrayRef<float> k, llvm::ArrayRef<float> v,
                                ReferencePrecision precision = ReferencePrecision::exact,

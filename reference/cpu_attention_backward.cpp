@@ -9,9 +9,11 @@ namespace flashjit {
 AttentionGradients cpu_attention_backward(const Problem &p, llvm::ArrayRef<float> q,
                                           llvm::ArrayRef<float> k, llvm::ArrayRef<float> v,
                                           llvm::ArrayRef<float> dout,
-                                          ReferencePrecision precision) {
+                                          ReferencePrecision precision,
+                                          llvm::ArrayRef<float> sinks) {
   assert(q.size() == q_elements(p) && k.size() == k_elements(p) && v.size() == v_elements(p));
   assert(dout.size() == o_elements(p));
+  assert(sinks.empty() || sinks.size() == size_t(p.heads_q));
   const int64_t dqk = p.head_dim_qk, dv = p.head_dim_v;
   const int64_t heads_per_kv = p.heads_q / p.heads_kv;
   const double scale =
@@ -26,6 +28,7 @@ AttentionGradients cpu_attention_backward(const Problem &p, llvm::ArrayRef<float
   std::vector<double> dq_acc(q_elements(p), 0.0);
   std::vector<double> dk_acc(k_elements(p), 0.0);
   std::vector<double> dv_acc(v_elements(p), 0.0);
+  std::vector<double> dsink_acc(sinks.size(), 0.0);
   const size_t sk = static_cast<size_t>(p.seqlen_k);
   std::vector<double> scores(sk), tanhs(sk), probs(sk);
   std::vector<double> o(static_cast<size_t>(dv));
@@ -59,11 +62,14 @@ AttentionGradients cpu_attention_backward(const Problem &p, llvm::ArrayRef<float
           }
           row_max = std::max(row_max, scores[j]);
         }
+        // The sink joins the max and the denominator (cpu_attention's order).
+        const double sink = sinks.empty() ? 0.0 : double(sinks[h]);
+        if (!sinks.empty()) row_max = std::max(row_max, sink);
         if (row_max == minus_inf) continue;  // no visible key: P = 0, no gradient
 
         // P, and O from the same unnormalized weights the forward uses, so the
         // element-precision O is bit for bit cpu_attention(element)'s.
-        double sum = 0;
+        double sum = sinks.empty() ? 0.0 : std::exp(sink - row_max);
         std::fill(o.begin(), o.end(), 0.0);
         for (int64_t j = 0; j < p.seqlen_k; ++j) {
           if (scores[j] == minus_inf) {
@@ -81,6 +87,7 @@ AttentionGradients cpu_attention_backward(const Problem &p, llvm::ArrayRef<float
           const double od = element ? double(round_to(p.dtype, float(o[d] / sum))) : o[d] / sum;
           delta += double(dorow[d]) * od;
         }
+        if (!sinks.empty()) dsink_acc[h] -= std::exp(sink - row_max) / sum * delta;
 
         for (int64_t j = 0; j < p.seqlen_k; ++j) {
           if (scores[j] == minus_inf) continue;
@@ -121,6 +128,9 @@ AttentionGradients cpu_attention_backward(const Problem &p, llvm::ArrayRef<float
   grads.dq = finish(dq_acc, scale);
   grads.dk = finish(dk_acc, scale);
   grads.dv = finish(dv_acc, 1.0);
+  // The sinks' gradient is fp32 in a kernel (a per-head reduction), never
+  // rounded to the element type.
+  for (double x : dsink_acc) grads.dsinks.push_back(float(x));
   return grads;
 }
 

@@ -17,6 +17,10 @@ struct AttentionGradients {
   std::vector<float> dq;  // [batch, seqlen_q, heads_q, head_dim_qk]
   std::vector<float> dk;  // [batch, seqlen_k, heads_kv, head_dim_qk]
   std::vector<float> dv;  // [batch, seqlen_k, heads_kv, head_dim_v]
+  // With learned sinks: d L / d sink_h = -sum over the head's rows of
+  // P_sink * D (the sink's probability exp(sink_h - LSE) times rowsum(dO ∘
+  // O): its dP is 0, having no value). [heads_q]; empty without sinks.
+  std::vector<float> dsinks;
 };
 
 // The gradients of L = sum(O ∘ dout) with respect to q, k and v, O being
@@ -42,9 +46,13 @@ struct AttentionGradients {
 //   - dq, dk and dv are rounded to the element type.
 // Every sum is float64 in both modes; the exact mode rounds only the final
 // float64 → float conversion.
+// `sinks` (empty: none, else heads_q logits) as ReferenceModifiers::sinks:
+// they join each row's softmax denominator, which every P above is then
+// normalised by.
 AttentionGradients cpu_attention_backward(
     const Problem &problem, llvm::ArrayRef<float> q, llvm::ArrayRef<float> k,
     llvm::ArrayRef<float> v, llvm::ArrayRef<float> dout,
-    ReferencePrecision precision = ReferencePrecision::exact);
+    ReferencePrecision precision = ReferencePrecision::exact,
+    llvm::ArrayRef<float> sinks = {});
 
 }  // namespace flashjit

@@ -77,7 +77,7 @@ PackedReferenceGradients packed_reference_gradients(const Problem &p, const Pack
   ref.lse.assign(size_t(hq * tq), INFINITY);
   ref.exact = AttentionGradients{std::vector<float>(q.size(), 0.f),
                                  std::vector<float>(k.size(), 0.f),
-                                 std::vector<float>(v.size(), 0.f)};
+                                 std::vector<float>(v.size(), 0.f), {}};
   ref.element = ref.exact;
   for (size_t b = 0; b < batch.size(); ++b) {
     const int64_t q0 = cu_q[b], lq = batch.seqlens_q[b], k0 = cu_k[b], lk = batch.seqlens_k[b];

@@ -113,6 +113,8 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   // The modifiers first: checked without the driver.
   if (llvm::Error e = validate_modifier_args(args.modifiers, args.aux, args.aux_bytes))
     return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_sink_args(args.modifiers, args.sinks, args.dsinks, true))
+    return with_context(problem, std::move(e));
   const bool modified = args.modifiers && !args.modifiers->empty();
   if (modified && !args.modifiers->score_mod.empty() && args.modifiers->score_mod_grad.empty())
     return with_context(problem,
@@ -131,10 +133,10 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
 
-  // Preprocess, the main kernel, the dQ conversion or kernel
-  // (generator/backward_steps.h).
+  // Preprocess, the main kernel, the dQ conversion or kernel, the sinks'
+  // gradient (generator/backward_steps.h).
   const auto steps = backward_steps(*spec, problem);
-  std::array<const LoadedKernel *, 3> kernels{};
+  std::array<const LoadedKernel *, 4> kernels{};
   for (size_t i = 0; i < steps.size(); ++i) {
     auto kernel = backward_kernel(*spec, context->context, steps[i].entry,
                                   steps[i].geometry.dynamic_smem_bytes);

@@ -424,10 +424,32 @@ llvm::Error validate_modifier_args(const Modifiers *modifiers, const void *aux,
   return llvm::Error::success();
 }
 
+llvm::Error validate_sink_args(const Modifiers *modifiers, const float *sinks,
+                               const float *dsinks, bool backward) {
+  const bool wanted = modifiers && modifiers->sinks;
+  auto error = [](const char *message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  if (wanted && !sinks)
+    return error("argument sinks: null, but the modifiers ask for learned sinks "
+                 "(Modifiers::sinks): pass heads_q fp32 logits on the device");
+  if (!wanted && sinks)
+    return error("argument sinks: given, but the modifiers do not ask for learned sinks: set "
+                 "Modifiers::sinks (the sinks are compiled into the kernel)");
+  if (backward && wanted && !dsinks)
+    return error("argument dsinks: null, but the backward of learned sinks writes their "
+                 "gradient there: pass heads_q fp32 on the device");
+  if (backward && !wanted && dsinks)
+    return error("argument dsinks: given without learned sinks (Modifiers::sinks)");
+  return llvm::Error::success();
+}
+
 llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,
                            const KernelConfig &config) {
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_modifier_args(args.modifiers, args.aux, args.aux_bytes))
+    return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_sink_args(args.modifiers, args.sinks, nullptr, false))
     return with_context(problem, std::move(e));
   if (llvm::Error e = validate_forward_args(problem, args))
     return with_context(problem, std::move(e));

@@ -19,6 +19,10 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
 // the bytes of their struct Aux (AuxValues packs them); aux without
 // modifiers is a mistake, not something to ignore.
 llvm::Error validate_modifier_args(const Modifiers *modifiers, const void *aux, size_t aux_bytes);
+// Learned sinks' pointers against the modifiers: sinks (and, for the
+// backward, dsinks) given exactly when modifiers->sinks asks for them.
+llvm::Error validate_sink_args(const Modifiers *modifiers, const float *sinks,
+                               const float *dsinks, bool backward);
 
 // The spec `problem` gets on the current device: `config` when complete, else
 // the process database's tuning for the problem class, else `config`

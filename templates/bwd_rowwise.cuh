@@ -2,7 +2,9 @@
 //   flashjit_bwd_preprocess  D = rowsum(dO * O) in fp32, and the fp32 dQ
 //                            accumulator (and, deterministic, the dQ
 //                            semaphores) zeroed;
-//   flashjit_bwd_convert_dq  dQ = softmax_scale * accumulator, to 16 bits.
+//   flashjit_bwd_convert_dq  dQ = softmax_scale * accumulator, to 16 bits;
+//   flashjit_bwd_sink_grad   learned sinks' gradient from the LSE and D (one
+//                            CTA per head, below).
 // Both are bound by memory bandwidth and run once per backward whatever the
 // sequence length, so at short sequences they are a visible part of it: a
 // row is spread over a group of lanes, 16 bytes each, so a warp's accesses
@@ -127,5 +129,40 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
     *reinterpret_cast<U32x4 *>(dq) =
         U32x4{Ops::pack(lo.x * s, lo.y * s), Ops::pack(lo.z * s, lo.w * s),
               Ops::pack(hi.x * s, hi.y * s), Ops::pack(hi.z * s, hi.w * s)};
+  }
+}
+
+// d sink_h = -sum over the head's rows of exp(sink_h - LSE) * D: the sink's
+// probability times rowsum(dO * O) (a key with no value has dP = 0, so its
+// dS is -P * D). Learned sinks only (Modifiers::kSinks), after the
+// preprocess has written D. Grid (heads_q), kThreads threads: each CTA sums
+// its head's rows of every sequence in a fixed order and writes dsinks[h],
+// so the result is the same bits run to run and needs no zeroed output.
+// Its traffic is 8 bytes per row and head.
+extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
+    flashjit_bwd_sink_grad(const flashjit::BwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::bwd_rowwise;
+  __shared__ float warp_sums[kThreads / 32];
+  const int head = blockIdx.x;
+  const float sink = p.sinks[head];
+  float sum = 0.f;
+  for (int b = 0; b < p.batch; ++b) {
+    const Sequence seq(p, b);
+    for (int r = threadIdx.x; r < seq.seqlen_q; r += kThreads) {
+      const float lse = p.lse[seq.lse_row(p, head, r)];
+      // exp through exp2, as the kernels compute it (a row LSE +inf: 0).
+      sum += exp2f((sink - lse) * 1.4426950408889634f) * p.dsum[seq.workspace_row(p, head, r)];
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+    p.dsinks[head] = -total;
   }
 }

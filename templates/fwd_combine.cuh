@@ -20,6 +20,7 @@
 #pragma once
 
 #include "common/fwd_params.cuh"
+#include "common/modifiers.cuh"
 #include "common/ptx.cuh"
 #include "common/split_merge.cuh"
 #include "common/types.cuh"
@@ -88,23 +89,26 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
   for (int s = lane + 32; s < splits; s += 32) sum += split_merge::sum_term(lse_split[s * rows], m);
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  const float lse = split_merge::merged_lse(m, sum);
 
   u16 *o_row;
+  int head;
   if constexpr (cfg::kVarlen) {
     // A token no sequence owns (past cu_seqlens_q[batch]) gets whatever its
     // unwritten partials hold: its O row is unspecified, as FlashAttention's.
     const i64 token = row % p.total_q;
-    const int head = static_cast<int>(row / p.total_q);
+    head = static_cast<int>(row / p.total_q);
     o_row = static_cast<u16 *>(p.o) + token * p.o_row_stride + head * p.o_head_stride;
   } else {
     const int q = static_cast<int>(row % p.seqlen_q);
     const i64 bh = row / p.seqlen_q;
-    const int head = static_cast<int>(bh % p.heads_q);
+    head = static_cast<int>(bh % p.heads_q);
     const int batch = static_cast<int>(bh / p.heads_q);
     o_row = static_cast<u16 *>(p.o) + batch * p.o_batch_stride +
             static_cast<i64>(q) * p.o_row_stride + head * p.o_head_stride;
   }
+  // A learned sink counts once, here: the splits' partials leave it out.
+  if constexpr (cfg::Modifiers::kSinks) split_merge::add_sink(m, sum, p.sinks[head]);
+  const float lse = split_merge::merged_lse(m, sum);
   float acc[kColumnGroups][4] = {};
   auto accumulate = [&](float w, const F32x4 &v, int g) {
     acc[g][0] += w * v.x;

@@ -45,6 +45,7 @@
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
 #include "common/mask.cuh"
+#include "common/modifiers.cuh"
 #include "common/ptx.cuh"
 #include "common/sequence.cuh"
 #include "common/smem_tile.cuh"
@@ -155,7 +156,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   using namespace flashjit;
   using namespace flashjit::fwd_sm80;
   const float kNegInf = __int_as_float(0xff800000);
-  const float kInf = __int_as_float(0x7f800000);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   u16 *const sQ = reinterpret_cast<u16 *>(smem_raw);
@@ -481,8 +481,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(row_sum[mt][h]);
-      const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
-      const float inv = empty ? 0.f : 1.f / sum;
+      // The row's output factor and LSE, a learned sink joining its softmax
+      // (common/modifiers.cuh).
+      const RowFinish finish = finish_row<Modifiers::kSinks>(
+          row_max[mt][h], sum, scale_log2, Modifiers::kSinks ? p.sinks[head] : 0.f);
+      const float inv = finish.inv;
       const int row = warp_row0 + mt * 16 + group + h * 8;
 #pragma unroll
       for (int nt = 0; nt < kNTilesO; ++nt) {
@@ -490,12 +493,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
         const int col = nt * 8 + quad_lane * 2;
         *reinterpret_cast<u32 *>(sO + swizzle<kSmemDimV>(row, col / 8) + col % 8) = packed;
       }
-      if (lse_base && quad_lane == 0 && m0 + row < seqlen_q) {
-        // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
-        const float lse =
-            empty ? kInf : (row_max[mt][h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
-        lse_base[m0 + row] = lse;
-      }
+      if (lse_base && quad_lane == 0 && m0 + row < seqlen_q) lse_base[m0 + row] = finish.lse;
     }
   __syncthreads();
 

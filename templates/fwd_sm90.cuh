@@ -172,8 +172,8 @@ using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 constexpr bool kWarpProducer = Sequence::kPaged;
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
-using Epilogue =
-    Sm90Epilogue<Element, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv>;
+using Epilogue = Sm90Epilogue<Element, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv,
+                              Modifiers::kSinks>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says

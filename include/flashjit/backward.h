@@ -40,6 +40,11 @@ struct BackwardArgs {
   const Modifiers *modifiers = nullptr;
   const void *aux = nullptr;
   size_t aux_bytes = 0;
+  // With modifiers->sinks: the forward's sinks (heads_q fp32 logits) and
+  // where their gradient goes (heads_q fp32, written whole: no zeroing
+  // needed); else both null.
+  const float *sinks = nullptr;
+  float *dsinks = nullptr;
 
   static BackwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,
                              const void *o, const void *dout, const float *lse, void *dq,

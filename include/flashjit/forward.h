@@ -95,6 +95,9 @@ struct ForwardArgs {
   const Modifiers *modifiers = nullptr;
   const void *aux = nullptr;
   size_t aux_bytes = 0;
+  // With modifiers->sinks: the learned sinks, heads_q fp32 logits on the
+  // device (Modifiers::sinks); else null.
+  const float *sinks = nullptr;
 
   // Strides of densely packed [batch, seqlen, heads, dim] tensors.
   static ForwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,

@@ -47,11 +47,17 @@ struct Modifiers {
   // heads) of its cost. A mask that does read b or h gives wrong results
   // under it: the map of (0, 0) is used for every (b, h).
   bool mask_mod_qk_only = false;
+  // Learned attention sinks (GPT-OSS), built in rather than a snippet: one
+  // fp32 logit per query head (ForwardArgs::sinks, natural units like the
+  // scaled scores) joins each row's softmax denominator with no value, so a
+  // row's O shrinks by the sink's share and its LSE includes it. The
+  // backward also writes their gradient (BackwardArgs::dsinks).
+  bool sinks = false;
   // Extra inputs: where there are any, each function takes one more
   // parameter, `const Aux &aux`, a struct of these fields in this order.
   std::vector<AuxField> aux;
 
-  bool empty() const { return score_mod.empty() && mask_mod.empty(); }
+  bool empty() const { return score_mod.empty() && mask_mod.empty() && !sinks; }
   bool operator==(const Modifiers &) const = default;
 };
 

@@ -23,6 +23,10 @@ struct BwdParams {
   // tile's first row), how many key blocks have added their dQ to its tile
   // (zeroed by the preprocess kernel). After D in the workspace.
   int *dq_semaphore;
+  // Learned attention sinks (Modifiers::kSinks): the forward's logits and
+  // their gradient, fp32 [heads_q] (written by flashjit_bwd_sink_grad).
+  const float *sinks;
+  float *dsinks;
 
   // Element strides of [batch, seqlen, heads, dim] tensors.
   long long q_batch_stride, q_row_stride, q_head_stride;

@@ -87,6 +87,10 @@ struct FwdParams {
   long long block_map_batch_stride, block_map_head_stride;
   int block_map_row_stride;  // 1 + key tiles
 
+  // Learned attention sinks (Modifiers::kSinks): one fp32 logit per query
+  // head, natural units.
+  const float *sinks;
+
   // The extra inputs of a caller's modifiers (common/modifiers.cuh), laid
   // out as the snippet's struct Aux (generator/modifier_source.h: at most
   // 64 bytes, C layout).

@@ -9,10 +9,43 @@
 // backward of a score_mod without one is refused on the host). `aux` points at the call's extra
 // inputs (FwdParams::aux), laid out as the snippet's struct Aux. kMaskQkOnly:
 // the caller declared that mask_mod reads only q and k, so one block map
-// serves every batch and head (fwd_block_map.cuh).
+// serves every batch and head (fwd_block_map.cuh). kSinks: learned
+// attention sinks (FwdParams::sinks, one logit per query head), built in:
+// the forward's epilogues finish each row with finish_row, the split-KV
+// combine adds the sink once (split_merge::add_sink), and the backward's
+// flashjit_bwd_sink_grad reduces d sink (bwd_rowwise.cuh).
 #pragma once
 
 namespace flashjit {
+
+// A row's output factor (O's accumulator times it) and natural-log LSE from
+// its running max (`row_max`, in S's units: times scale_log2 it is the base-2
+// logit) and its sum of exponentials against that max. Without a sink: 1/sum
+// and the LSE of the keys; a row that saw no key (sum 0, or NaN) writes O = 0
+// and LSE = +inf. With kSinks, `sink` (natural units, like the scaled
+// scores) joins the sum, as a key with no value: O shrinks by the sink's
+// share, and a row that saw no key writes O = 0 and LSE = sink.
+struct RowFinish {
+  float inv, lse;
+};
+template <bool kSinks>
+__device__ __forceinline__ RowFinish finish_row(float row_max, float sum, float scale_log2,
+                                                float sink) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  const bool empty = !(sum > 0.f);
+  if constexpr (!kSinks) {
+    return {empty ? 0.f : 1.f / sum,
+            empty ? __int_as_float(0x7f800000) : (row_max * scale_log2 + __log2f(sum)) * kLn2};
+  } else {
+    // Everything in base 2 against the larger of the keys' max and the sink.
+    const float sink2 = sink * 1.4426950408889634f;
+    const float keys2 = empty ? sink2 : row_max * scale_log2;
+    const float top = fmaxf(keys2, sink2);
+    const float keys_scale = empty ? 0.f : exp2f(keys2 - top);
+    const float total = sum * keys_scale + exp2f(sink2 - top);
+    return {keys_scale / total, (top + __log2f(total)) * kLn2};
+  }
+}
 
 // An index or a difference of positions as a float, exact for |i| < 2^22:
 // the integer added to the bits of 1.5 * 2^23, whose ulp is 1, then that
@@ -27,6 +60,7 @@ struct NoModifiers {
   static constexpr bool kScore = false;
   static constexpr bool kMask = false;
   static constexpr bool kMaskQkOnly = false;
+  static constexpr bool kSinks = false;
   __device__ __forceinline__ static float score(float s, int, int, int, int, const void *) {
     return s;
   }

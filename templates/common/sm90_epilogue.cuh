@@ -20,6 +20,7 @@
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
+#include "common/modifiers.cuh"
 #include "common/ptx.cuh"
 #include "common/types.cuh"
 
@@ -27,9 +28,10 @@ namespace flashjit {
 
 // kHeadDim is the tiled head dim of O's fragments; kStoredColumns the
 // problem's (a multiple of 8, at most kHeadDim): the columns past it are
-// zeros, never stored.
+// zeros, never stored. kSinks: a learned sink per query head joins each
+// row's softmax (finish_row; a split's partial leaves it to the combine).
 template <class Element, int kHeadDim, int kStoredColumns, int kPack, int kLoadedRowsPerWg,
-          bool kSplitKv>
+          bool kSplitKv, bool kSinks = false>
 struct Sm90Epilogue {
   using Ops = ElementOps<Element>;
   static constexpr int kOTiles = kHeadDim / 8;  // n8 column tiles of O
@@ -49,18 +51,22 @@ struct Sm90Epilogue {
                                                const float (&row_max)[2],
                                                const float (&row_sum)[2], float scale_log2) {
     const float kNegInf = __int_as_float(0xff800000);
-    const float kInf = __int_as_float(0x7f800000);
     const bool partial = kSplitKv && p.num_splits > 1;
     const bool odd = quad_lane & 1, high = quad_lane & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(row_sum[h]);
       const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
-      const float inv = empty ? 0.f : 1.f / sum;
       // The row's query position and head (packed rows: head fastest).
       const int local = warp * 16 + group + h * 8;
       const int row = wg_m0 + local / kPack;
       const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
+      // A split's partial is normalised by its own sum; the whole row's
+      // output by its sum and the sink.
+      const RowFinish finish =
+          kSinks && !partial ? finish_row<kSinks>(row_max[h], sum, scale_log2, p.sinks[head])
+                             : finish_row<false>(row_max[h], sum, scale_log2, 0.f);
+      const float inv = finish.inv;
       const bool stored =
           (kLoadedRowsPerWg == 64 || local < kLoadedRowsPerWg) && row < seq.seqlen_q;
       // The LSE's index of (sequence, head, row) (common/sequence.cuh).
@@ -112,7 +118,7 @@ struct Sm90Epilogue {
         if (stored && in_row)
           *reinterpret_cast<U32x4 *>(o_row + b * 32) = U32x4{v[0], v[1], v[2], v[3]};
       }
-      if (p.lse && quad_lane == 0 && stored) p.lse[lse_row] = empty ? kInf : lse;
+      if (p.lse && quad_lane == 0 && stored) p.lse[lse_row] = finish.lse;
     }
   }
 };

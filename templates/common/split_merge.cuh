@@ -51,6 +51,17 @@ FLASHJIT_MERGE_FN float merged_lse(float m, float sum) {
 #endif
 }
 
+// A learned sink's logit (natural units; modifiers.cuh) joins the merged
+// row's max `m` and sum of exponentials `sum` (the splits' partials leave it
+// out, so that it counts once): both move to max(m, sink). merged_lse and
+// weight then give the row's LSE and the splits' weights with the sink's
+// share taken out of O; a row no split saw has LSE = sink.
+FLASHJIT_MERGE_FN void add_sink(float &m, float &sum, float sink) {
+  const float top = m > sink ? m : sink;
+  sum = (m == -infinity() ? 0.f : sum * exp_of(m - top)) + exp_of(sink - top);
+  m = top;
+}
+
 // Split i's weight in the merged O (0 for an empty split).
 FLASHJIT_MERGE_FN float weight(float lse_i, float lse) {
   return lse_i == -infinity() ? 0.f : exp_of(lse_i - lse);

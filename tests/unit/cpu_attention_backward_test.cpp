@@ -339,5 +339,121 @@ TEST(PackedReference, EachSequenceIsItsOwnProblemAtItsRows) {
     for (int64_t i = 3; i < 5; ++i) EXPECT_EQ(ref.lse[h * tq + i], INFINITY);
 }
 
+// Learned sinks (GPT-OSS): a head's sink logit joins each row's softmax
+// denominator with no value. That is attention over one more key whose
+// score is the sink and whose value is zero: a key with an extra
+// dimension, q' = [q, 1] and k_extra = [0.., sink / scale], v_extra = 0.
+// The references with sinks must equal the plain references on that
+// problem, O and LSE forward, dq/dk/dv backward, and d sink_h must be the
+// extra key's gradient in its last dimension over the scale.
+struct SinkProblems {
+  Problem plain, augmented;
+  std::vector<float> sinks;
+  Inputs in, augmented_in;
+};
+
+SinkProblems sink_problems() {
+  SinkProblems s;
+  Problem &p = s.plain;
+  p = tiny();
+  p.heads_kv = p.heads_q;  // a sink per query head rides on its own KV head
+  p.softmax_scale = 0.37f;  // the augmented head dim must not change it
+  s.in = random_inputs(p, 7);
+  s.sinks = {0.8f, -1.3f};
+  Problem &a = s.augmented;
+  a = p;
+  a.seqlen_k = p.seqlen_k + 1;
+  a.head_dim_qk = p.head_dim_qk + 1;
+  const int64_t d = p.head_dim_qk, dv = p.head_dim_v, h = p.heads_q;
+  Inputs &x = s.augmented_in;
+  x.q.assign(q_elements(a), 0.f);
+  x.k.assign(k_elements(a), 0.f);
+  x.v.assign(v_elements(a), 0.f);
+  x.dout = s.in.dout;
+  for (int64_t i = 0; i < p.seqlen_q; ++i)
+    for (int64_t hh = 0; hh < h; ++hh) {
+      for (int64_t c = 0; c < d; ++c)
+        x.q[(i * h + hh) * (d + 1) + c] = s.in.q[(i * h + hh) * d + c];
+      x.q[(i * h + hh) * (d + 1) + d] = 1.f;
+    }
+  for (int64_t j = 0; j < p.seqlen_k; ++j)
+    for (int64_t hh = 0; hh < h; ++hh) {
+      for (int64_t c = 0; c < d; ++c)
+        x.k[(j * h + hh) * (d + 1) + c] = s.in.k[(j * h + hh) * d + c];
+      for (int64_t c = 0; c < dv; ++c) x.v[(j * h + hh) * dv + c] = s.in.v[(j * h + hh) * dv + c];
+    }
+  for (int64_t hh = 0; hh < h; ++hh)
+    x.k[(p.seqlen_k * h + hh) * (d + 1) + d] = s.sinks[hh] / p.softmax_scale;
+  return s;
+}
+
+TEST(CpuAttentionSinks, ForwardIsAnExtraKeyWithoutValue) {
+  const SinkProblems s = sink_problems();
+  ReferenceModifiers with_sinks;
+  with_sinks.sinks = s.sinks;
+  const AttentionOutputs got = cpu_attention(s.plain, s.in.q, s.in.k, s.in.v,
+                                             ReferencePrecision::exact, with_sinks);
+  const AttentionOutputs want =
+      cpu_attention(s.augmented, s.augmented_in.q, s.augmented_in.k, s.augmented_in.v);
+  ASSERT_EQ(got.out.size(), want.out.size());
+  for (size_t n = 0; n < got.out.size(); ++n) EXPECT_NEAR(got.out[n], want.out[n], 1e-6) << n;
+  for (size_t n = 0; n < got.lse.size(); ++n) EXPECT_NEAR(got.lse[n], want.lse[n], 1e-6) << n;
+  // The sinks change the result: O shrinks by the sink's share.
+  const AttentionOutputs plain = cpu_attention(s.plain, s.in.q, s.in.k, s.in.v);
+  EXPECT_GT(std::fabs(plain.out[0] - got.out[0]), 1e-3);
+}
+
+TEST(CpuAttentionSinks, BackwardIsAnExtraKeyWithoutValue) {
+  const SinkProblems s = sink_problems();
+  const Problem &p = s.plain;
+  const AttentionGradients got = cpu_attention_backward(p, s.in.q, s.in.k, s.in.v, s.in.dout,
+                                                        ReferencePrecision::exact, s.sinks);
+  const AttentionGradients want =
+      cpu_attention_backward(s.augmented, s.augmented_in.q, s.augmented_in.k, s.augmented_in.v,
+                             s.augmented_in.dout);
+  const int64_t d = p.head_dim_qk, dv = p.head_dim_v, h = p.heads_q;
+  for (int64_t i = 0; i < p.seqlen_q; ++i)
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t c = 0; c < d; ++c)
+        EXPECT_NEAR(got.dq[(i * h + hh) * d + c], want.dq[(i * h + hh) * (d + 1) + c], 1e-6);
+  for (int64_t j = 0; j < p.seqlen_k; ++j)
+    for (int64_t hh = 0; hh < h; ++hh) {
+      for (int64_t c = 0; c < d; ++c)
+        EXPECT_NEAR(got.dk[(j * h + hh) * d + c], want.dk[(j * h + hh) * (d + 1) + c], 1e-6);
+      for (int64_t c = 0; c < dv; ++c)
+        EXPECT_NEAR(got.dv[(j * h + hh) * dv + c], want.dv[(j * h + hh) * dv + c], 1e-6);
+    }
+  ASSERT_EQ(got.dsinks.size(), size_t(h));
+  for (int64_t hh = 0; hh < h; ++hh) {
+    const float extra = want.dk[(p.seqlen_k * h + hh) * (d + 1) + d];
+    EXPECT_NEAR(got.dsinks[hh], extra / p.softmax_scale, 1e-6) << hh;
+    EXPECT_GT(std::fabs(got.dsinks[hh]), 1e-3) << "d sink is trivially zero";
+  }
+  // Without sinks there is no sink gradient.
+  EXPECT_TRUE(cpu_attention_backward(p, s.in.q, s.in.k, s.in.v, s.in.dout).dsinks.empty());
+}
+
+TEST(CpuAttentionSinks, ARowWithoutKeysHasTheSinkAsItsLse) {
+  Problem p = tiny(MaskKind::causal);
+  p.seqlen_q = 5;
+  p.seqlen_k = 3;  // bottom-right: rows 0 and 1 see no key
+  const Inputs in = random_inputs(p, 3);
+  ReferenceModifiers with_sinks;
+  with_sinks.sinks = {0.5f, -2.f};
+  const AttentionOutputs out =
+      cpu_attention(p, in.q, in.k, in.v, ReferencePrecision::exact, with_sinks);
+  for (int64_t h = 0; h < p.heads_q; ++h)
+    for (int64_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(out.lse[h * p.seqlen_q + i], with_sinks.sinks[h]);
+      for (int64_t c = 0; c < p.head_dim_v; ++c)
+        EXPECT_EQ(out.out[(i * p.heads_q + h) * p.head_dim_v + c], 0.f);
+    }
+  const AttentionGradients g = cpu_attention_backward(p, in.q, in.k, in.v, in.dout,
+                                                      ReferencePrecision::exact, with_sinks.sinks);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t c = 0; c < p.heads_q * p.head_dim_qk; ++c)
+      EXPECT_EQ(g.dq[i * p.heads_q * p.head_dim_qk + c], 0.f);
+}
+
 }  // namespace
 }  // namespace flashjit

@@ -1,0 +1,220 @@
+// Learned attention sinks (GPT-OSS; issue #15), built in (Modifiers::sinks):
+// the forward of both families, unsplit and split-KV (the combine adds the
+// sink once), against the float64 reference with the sinks, a row that sees
+// no key writing O = 0 and LSE = its head's sink; the backward's dq, dk, dv
+// with DESIGN.md's gradient criterion and d sinks against the reference's,
+// the deterministic mode bit-identical over runs. Outputs and gradients are
+// poisoned before each run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "flashjit/backward.h"
+#include "flashjit/forward.h"
+#include "forward_check.h"
+#include "reference/accuracy.h"
+#include "reference/cpu_attention_backward.h"
+#include "runtime/launch_backward.h"
+#include "runtime/launch_forward.h"
+
+namespace flashjit {
+namespace {
+
+using testing::make_problem;
+using testing::upload_values;
+
+Modifiers with_sinks() {
+  Modifiers m;
+  m.sinks = true;
+  return m;
+}
+
+// Logits of either sign and size: some rows are dominated by their sink.
+std::vector<float> sink_logits(int64_t heads) {
+  std::vector<float> s(heads);
+  for (int64_t h = 0; h < heads; ++h) s[h] = static_cast<float>((h % 5) - 2) * 1.7f + 0.3f;
+  return s;
+}
+
+struct SinkRun {
+  std::vector<float> out, lse;
+  AttentionGradients grads;  // dsinks included
+};
+
+// The forward (and, when `dout` is given, the backward) of `p` with sinks
+// through launch_forward / launch_backward.
+SinkRun run_sinks(const Problem &p, const KernelConfig &config, const std::vector<float> &sinks,
+                  const std::vector<float> &q, const std::vector<float> &k,
+                  const std::vector<float> &v, const std::vector<float> *dout) {
+  SinkRun r;
+  const Modifiers modifiers = with_sinks();
+  auto dq_in = upload_values(p.dtype, q), dk_in = upload_values(p.dtype, k),
+       dv_in = upload_values(p.dtype, v);
+  auto o = DeviceBuffer::allocate(o_elements(p) * 2);
+  auto lse = DeviceBuffer::allocate(lse_elements(p) * 4);
+  auto dsinks_in = DeviceBuffer::from_host(sinks.data(), sinks.size() * 4);
+  for (auto *buffer : {&dq_in, &dk_in, &dv_in, &o, &lse, &dsinks_in}) {
+    if (!*buffer) {
+      ADD_FAILURE() << llvm::toString(buffer->takeError());
+      return r;
+    }
+  }
+  EXPECT_FALSE(bool(o->fill_bytes(0xff)));
+  EXPECT_FALSE(bool(lse->fill_bytes(0xff)));
+  ForwardArgs fa = ForwardArgs::packed(p, dq_in->data(), dk_in->data(), dv_in->data(), o->data(),
+                                       static_cast<float *>(lse->data()));
+  fa.modifiers = &modifiers;
+  fa.sinks = static_cast<const float *>(dsinks_in->data());
+  if (llvm::Error e = launch_forward(p, fa, nullptr, config)) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return r;
+  }
+  auto out = testing::download_values(p.dtype, *o, o_elements(p));
+  if (!out) {
+    ADD_FAILURE() << llvm::toString(out.takeError());
+    return r;
+  }
+  r.out = std::move(*out);
+  r.lse.resize(lse_elements(p));
+  EXPECT_FALSE(bool(lse->download(r.lse.data(), r.lse.size() * 4)));
+  if (!dout) return r;
+
+  auto ddo = upload_values(p.dtype, *dout);
+  auto dq = DeviceBuffer::allocate(q_elements(p) * 2);
+  auto dk = DeviceBuffer::allocate(k_elements(p) * 2);
+  auto dv = DeviceBuffer::allocate(v_elements(p) * 2);
+  auto ds = DeviceBuffer::allocate(sinks.size() * 4);
+  auto ws = DeviceBuffer::allocate(backward_workspace_bytes(p));
+  for (auto *buffer : {&ddo, &dq, &dk, &dv, &ds, &ws}) {
+    if (!*buffer) {
+      ADD_FAILURE() << llvm::toString(buffer->takeError());
+      return r;
+    }
+  }
+  for (DeviceBuffer *poisoned : {&*dq, &*dk, &*dv, &*ds, &*ws})
+    EXPECT_FALSE(bool(poisoned->fill_bytes(0xff)));
+  BackwardArgs ba = BackwardArgs::packed(p, dq_in->data(), dk_in->data(), dv_in->data(), o->data(),
+                                         ddo->data(), static_cast<const float *>(lse->data()),
+                                         dq->data(), dk->data(), dv->data(), ws->data(),
+                                         ws->size());
+  ba.modifiers = &modifiers;
+  ba.sinks = static_cast<const float *>(dsinks_in->data());
+  ba.dsinks = static_cast<float *>(ds->data());
+  if (llvm::Error e = launch_backward(p, ba, nullptr, config)) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return r;
+  }
+  auto gq = testing::download_values(p.dtype, *dq, q_elements(p));
+  auto gk = testing::download_values(p.dtype, *dk, k_elements(p));
+  auto gv = testing::download_values(p.dtype, *dv, v_elements(p));
+  if (!gq || !gk || !gv) {
+    ADD_FAILURE() << "downloads";
+    llvm::consumeError(gq.takeError());
+    llvm::consumeError(gk.takeError());
+    llvm::consumeError(gv.takeError());
+    return r;
+  }
+  r.grads.dq = std::move(*gq);
+  r.grads.dk = std::move(*gk);
+  r.grads.dv = std::move(*gv);
+  r.grads.dsinks.resize(sinks.size());
+  EXPECT_FALSE(bool(ds->download(r.grads.dsinks.data(), sinks.size() * 4)));
+  return r;
+}
+
+// The forward with sinks: both families, unsplit and split over 3 CTAs per
+// row, full and causal; causal with more queries than keys leaves the first
+// rows without a key (O = 0, LSE = the sink). GQA 6/2, irregular lengths.
+TEST(SinksGpu, ForwardMatchesTheReference) {
+  FLASHJIT_REQUIRE_SM90();
+  struct Case {
+    KernelPath path;
+    MaskKind mask;
+    int64_t seqlen_q, seqlen_k;
+    int splits;
+  };
+  const Case cases[] = {
+      {KernelPath::sm90, MaskKind::none, 300, 421, 1},
+      {KernelPath::sm90, MaskKind::causal, 300, 421, 1},
+      {KernelPath::sm90, MaskKind::causal, 333, 200, 1},
+      {KernelPath::sm90, MaskKind::none, 5, 1000, 3},
+      {KernelPath::sm80, MaskKind::none, 300, 421, 1},
+      {KernelPath::sm80, MaskKind::causal, 333, 200, 1},
+      {KernelPath::sm80, MaskKind::none, 5, 1000, 3},
+  };
+  for (const Case &c : cases)
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      const Problem p = make_problem(dtype, 2, 6, 2, c.seqlen_q, c.seqlen_k, 128, 128, c.mask);
+      SCOPED_TRACE(describe(p) + " " + to_string(c.path) + " splits " + std::to_string(c.splits));
+      KernelConfig config{c.path};
+      config.splits = c.splits;
+      const std::vector<float> sinks = sink_logits(p.heads_q);
+      const auto q = random_values(p.dtype, q_elements(p), 51);
+      const auto k = random_values(p.dtype, k_elements(p), 52);
+      const auto v = random_values(p.dtype, v_elements(p), 53);
+      const SinkRun got = run_sinks(p, config, sinks, q, k, v, nullptr);
+      ASSERT_EQ(got.out.size(), o_elements(p));
+      ReferenceModifiers ref;
+      ref.sinks = sinks;
+      const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact, ref);
+      const AttentionOutputs element = cpu_attention(p, q, k, v, ReferencePrecision::element, ref);
+      const AccuracyReport report =
+          check_forward_accuracy(got.out, exact.out, element.out, got.lse, exact.lse);
+      EXPECT_TRUE(report.passed) << report.describe();
+      // Rows without a key: LSE is the head's sink (to fp32 rounding).
+      if (c.mask == MaskKind::causal && c.seqlen_q > c.seqlen_k) {
+        for (int64_t b = 0; b < p.batch; ++b)
+          for (int64_t h = 0; h < p.heads_q; ++h) {
+            EXPECT_NEAR(got.lse[(b * p.heads_q + h) * p.seqlen_q], sinks[h], 1e-5);
+          }
+      }
+    }
+}
+
+// The backward with sinks: dq, dk, dv with DESIGN.md's gradient criterion
+// and d sinks against the reference's (at most 3x the element reference's
+// error, plus 1e-3 of the largest); sm90 default and deterministic (the
+// same bits twice), sm80.
+TEST(SinksGpu, BackwardMatchesTheReferenceWithTheSinksGradient) {
+  FLASHJIT_REQUIRE_SM90();
+  KernelConfig deterministic{KernelPath::sm90};
+  deterministic.deterministic = true;
+  const KernelConfig configs[] = {KernelConfig{KernelPath::sm90}, deterministic,
+                                  KernelConfig{KernelPath::sm80}};
+  for (const KernelConfig &config : configs)
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+      const Problem p = make_problem(DType::bf16, 2, 6, 2, 257, 300, 128, 128, mask);
+      SCOPED_TRACE(describe(p) + " " + describe(config));
+      const std::vector<float> sinks = sink_logits(p.heads_q);
+      const auto q = random_values(p.dtype, q_elements(p), 61);
+      const auto k = random_values(p.dtype, k_elements(p), 62);
+      const auto v = random_values(p.dtype, v_elements(p), 63);
+      const auto dout = random_values(p.dtype, o_elements(p), 64);
+      const SinkRun got = run_sinks(p, config, sinks, q, k, v, &dout);
+      ASSERT_EQ(got.grads.dsinks.size(), sinks.size());
+      const AttentionGradients exact =
+          cpu_attention_backward(p, q, k, v, dout, ReferencePrecision::exact, sinks);
+      const AttentionGradients element =
+          cpu_attention_backward(p, q, k, v, dout, ReferencePrecision::element, sinks);
+      const GradientAccuracyReport report = check_gradient_accuracy(got.grads, exact, element);
+      EXPECT_TRUE(report.passed()) << report.describe();
+      double largest = 0;
+      for (float x : exact.dsinks) largest = std::max(largest, std::fabs(double(x)));
+      EXPECT_GT(largest, 1e-2) << "d sinks trivially zero";
+      for (size_t h = 0; h < sinks.size(); ++h) {
+        const double baseline = std::fabs(double(element.dsinks[h]) - exact.dsinks[h]);
+        EXPECT_LE(std::fabs(double(got.grads.dsinks[h]) - exact.dsinks[h]),
+                  3 * baseline + 1e-3 * largest)
+            << "d sink " << h << ": " << got.grads.dsinks[h] << " against " << exact.dsinks[h];
+      }
+      if (config.deterministic) {
+        const SinkRun again = run_sinks(p, config, sinks, q, k, v, &dout);
+        EXPECT_TRUE(again.grads.dq == got.grads.dq && again.grads.dk == got.grads.dk &&
+                    again.grads.dv == got.grads.dv && again.grads.dsinks == got.grads.dsinks);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace flashjit
