@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "reference/cpu_attention.h"
+#include "reference/cpu_attention_backward.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
@@ -105,6 +106,25 @@ inline llvm::Expected<std::vector<float>> download_values(DType dtype, const Dev
   std::vector<uint16_t> bits(n);
   if (auto e = buffer.download(bits.data(), n * sizeof(uint16_t))) return e;
   return from_storage(dtype, bits);
+}
+
+// A backward's dq, dk and dv of `p` (16-bit, packed as the problem's
+// tensors), as floats; dsinks left empty.
+inline llvm::Expected<AttentionGradients> download_gradients(const Problem &p,
+                                                             const DeviceBuffer &dq,
+                                                             const DeviceBuffer &dk,
+                                                             const DeviceBuffer &dv) {
+  AttentionGradients g;
+  auto gq = download_values(p.dtype, dq, q_elements(p));
+  if (!gq) return gq.takeError();
+  auto gk = download_values(p.dtype, dk, k_elements(p));
+  if (!gk) return gk.takeError();
+  auto gv = download_values(p.dtype, dv, v_elements(p));
+  if (!gv) return gv.takeError();
+  g.dq = std::move(*gq);
+  g.dk = std::move(*gk);
+  g.dv = std::move(*gv);
+  return g;
 }
 
 }  // namespace flashjit::testing

@@ -401,20 +401,12 @@ AttentionGradients run_backward(const Problem &p, const KernelConfig &config,
     ADD_FAILURE() << llvm::toString(std::move(e));
     return g;
   }
-  auto gq = testing::download_values(p.dtype, *dq, q_elements(p));
-  auto gk = testing::download_values(p.dtype, *dk, k_elements(p));
-  auto gv = testing::download_values(p.dtype, *dv, v_elements(p));
-  if (!gq || !gk || !gv) {
-    ADD_FAILURE() << "downloads";
-    llvm::consumeError(gq.takeError());
-    llvm::consumeError(gk.takeError());
-    llvm::consumeError(gv.takeError());
+  auto grads = testing::download_gradients(p, *dq, *dk, *dv);
+  if (!grads) {
+    ADD_FAILURE() << llvm::toString(grads.takeError());
     return g;
   }
-  g.dq = std::move(*gq);
-  g.dk = std::move(*gk);
-  g.dv = std::move(*gv);
-  return g;
+  return std::move(*grads);
 }
 
 // The backward's block map (templates/bwd_block_map.cuh): causal written as

@@ -105,19 +105,12 @@ SinkRun run_sinks(const Problem &p, const KernelConfig &config, const std::vecto
     ADD_FAILURE() << llvm::toString(std::move(e));
     return r;
   }
-  auto gq = testing::download_values(p.dtype, *dq, q_elements(p));
-  auto gk = testing::download_values(p.dtype, *dk, k_elements(p));
-  auto gv = testing::download_values(p.dtype, *dv, v_elements(p));
-  if (!gq || !gk || !gv) {
-    ADD_FAILURE() << "downloads";
-    llvm::consumeError(gq.takeError());
-    llvm::consumeError(gk.takeError());
-    llvm::consumeError(gv.takeError());
+  auto grads = testing::download_gradients(p, *dq, *dk, *dv);
+  if (!grads) {
+    ADD_FAILURE() << llvm::toString(grads.takeError());
     return r;
   }
-  r.grads.dq = std::move(*gq);
-  r.grads.dk = std::move(*gk);
-  r.grads.dv = std::move(*gv);
+  r.grads = std::move(*grads);
   r.grads.dsinks.resize(sinks.size());
   EXPECT_FALSE(bool(ds->download(r.grads.dsinks.data(), sinks.size() * 4)));
   return r;
