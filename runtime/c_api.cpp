@@ -163,6 +163,20 @@ std::string attach_modifiers(const char *fn, const flashjit_modifiers *mods,
   if (!mods) return "";
   if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return e;
   args.modifiers = &modifiers;
+  constexpr bool kBackward = requires { args.dsinks; };
+  if (mods->sinks) {
+    modifiers.sinks = true;
+    args.sinks = mods->sinks;
+    if constexpr (kBackward) {
+      if (!mods->dsinks)
+        return std::string(fn) + ": modifiers.sinks is set but modifiers.dsinks is NULL: the "
+                                 "backward writes the sinks' gradient there (heads_q floats)";
+      args.dsinks = mods->dsinks;
+    }
+  } else if (kBackward && mods->dsinks) {
+    return std::string(fn) + ": modifiers.dsinks is set without modifiers.sinks: give the "
+                             "forward's sinks too, or neither";
+  }
   if (aux->size() > 0) {
     args.aux = aux->data();
     args.aux_bytes = aux->size();

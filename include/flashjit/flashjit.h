@@ -180,6 +180,13 @@ typedef struct flashjit_modifiers {
    *   float score_mod_grad(float score, int b, int h, int q, int k)
    * (d score_mod / d score, for the backward), or NULL. */
   const char *score_mod_grad;
+  /* Learned attention sinks (GPT-OSS): heads_q fp32 logits on the device,
+   * in natural-log units (not multiplied by softmax_scale), each joining
+   * its head's softmax denominators as a key without a value; or NULL. The
+   * backward then also writes their gradient to dsinks (heads_q fp32 on the
+   * device, overwritten, not accumulated); the forward ignores dsinks. */
+  const float *sinks;
+  float *dsinks;
 } flashjit_modifiers;
 
 /* flashjit_forward with modifiers (NULL: none); the other arguments as

@@ -131,7 +131,7 @@ class _Call:
     """What one attention() call needs besides the tensors: the validated
     arguments and the library's problem (with the padded head dims)."""
     __slots__ = ("problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty", "splits", "pack_gqa",
-                 "modifiers")
+                 "modifiers", "sinks")
 
     def __init__(self, problem, dim_qk, dim_v, pad_qk, pad_v, empty, splits=0,
                  pack_gqa=_capi.PACK_GQA_AUTO):
@@ -141,6 +141,9 @@ class _Call:
         # (flashjit_modifiers, what keeps its buffers and aux tensors alive)
         # of a call with modifiers, for both passes; None without.
         self.modifiers = None
+        # The learned sinks as the kernels read them (float32 [heads_q],
+        # contiguous), or None.
+        self.sinks = None
 
 
 def _check_rc(rc, what="flashjit.attention"):
@@ -216,6 +219,9 @@ def _forward(torch, q, k, v, call, want_lse, modifiers=None):
         out.zero_()
         if lse is not None:
             lse.fill_(float("inf"))
+            if call.sinks is not None and p.seqlen_k == 0:
+                # Only the sink: its logit is the row's LSE (P = 1 on no value).
+                lse.copy_(call.sinks.view(1, -1, 1).expand_as(lse))
         return out, lse, q, k, v
 
     qp, kp, vp = (_prepare(torch, q, call.pad_qk), _prepare(torch, k, call.pad_qk),
@@ -285,7 +291,8 @@ def _grad_buffer(torch, like):
 
 
 def _backward(torch, call, dout, qp, kp, vp, out, lse):
-    """dq, dk, dv of the padded problem (the caller slices)."""
+    """dq, dk, dv of the padded problem (the caller slices), and d sinks
+    (float32 [heads_q]) for a call with learned sinks, else None."""
     lib = _capi.lib()
     if not _capi.has_backward():
         raise RuntimeError("flashjit.attention: the loaded libflashjit.so has no flashjit_backward "
@@ -319,6 +326,12 @@ def _backward(torch, call, dout, qp, kp, vp, out, lse):
         stream = torch.cuda.current_stream(qp.device).cuda_stream
         config = _pinned_config("FLASHJIT_BACKWARD_PATH")
         config_ref = ctypes.byref(config) if config is not None else None
+        dsinks = None
+        if call.sinks is not None:
+            dsinks = torch.empty_like(call.sinks)
+            if _POISON_OUTPUT:
+                dsinks.fill_(float("nan"))
+            call.modifiers[0].dsinks = dsinks.data_ptr()
         if call.modifiers is not None:
             _check_rc(lib.flashjit_backward_modified(ctypes.byref(p), ctypes.byref(args),
                                                      ctypes.byref(call.modifiers[0]),
@@ -331,7 +344,7 @@ def _backward(torch, call, dout, qp, kp, vp, out, lse):
     # The workspace and dout are freed when this returns: the caching
     # allocator reuses their blocks only in stream order on this stream, after
     # the kernels above.
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
 _function = None
@@ -346,7 +359,9 @@ def _autograd_function(torch):
 
     class FlashAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, call):
+        def forward(ctx, q, k, v, sinks, call):
+            # sinks: the caller's learned sinks (for autograd; the kernels
+            # read call.sinks, their float32 copy) or None.
             # The LSE is always computed: the backward recomputes P from it.
             mods = call.modifiers[0] if call.modifiers is not None else None
             out, lse, qp, kp, vp = _forward(torch, q, k, v, call, want_lse=True, modifiers=mods)
@@ -354,6 +369,7 @@ def _autograd_function(torch):
             ctx.save_for_backward(qp, kp, vp, out, lse)
             ctx.call = call
             ctx.shapes = (q.shape, k.shape, v.shape)
+            ctx.sinks_dtype = sinks.dtype if sinks is not None else None
             ctx.mark_non_differentiable(lse)
             if call.pad_v:
                 out = out[..., :call.dim_v]
@@ -367,17 +383,23 @@ def _autograd_function(torch):
             call = ctx.call
             qp, kp, vp, out, lse = ctx.saved_tensors
             if call.empty:
-                # No key for any row (or no row): O does not depend on q, k, v.
+                # No key for any row (or no row): O = 0 does not depend on q,
+                # k, v, nor on the sinks (D = rowsum(dO * O) = 0).
                 grads = [torch.zeros(s, dtype=dout.dtype, device=dout.device) for s in ctx.shapes]
+                dsinks = torch.zeros_like(call.sinks) if call.sinks is not None else None
             else:
-                grads = list(_backward(torch, call, dout, qp, kp, vp, out, lse))
+                *grads, dsinks = _backward(torch, call, dout, qp, kp, vp, out, lse)
                 if call.pad_qk:
                     grads[0] = grads[0][..., :call.dim_qk]
                     grads[1] = grads[1][..., :call.dim_qk]
                 if call.pad_v:
                     grads[2] = grads[2][..., :call.dim_v]
+            if dsinks is not None and ctx.needs_input_grad[3]:
+                dsinks = dsinks.to(ctx.sinks_dtype)
+            else:
+                dsinks = None
             return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])),
-                    None)
+                    dsinks, None)
 
     _function = FlashAttention
     return _function
@@ -385,7 +407,7 @@ def _autograd_function(torch):
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
-              aux=None, mask_mod_qk_only=False, score_mod_grad=None):
+              aux=None, mask_mod_qk_only=False, score_mod_grad=None, sinks=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -432,6 +454,12 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         v (a mask_mod alone always is). Eager only (not under
         torch.compile). The snippets run with the caller's privileges, like
         any kernel.
+    sinks: learned attention sinks (GPT-OSS), a CUDA tensor [heads_q] of
+        logits in natural-log units (not multiplied by softmax_scale): each
+        joins its head's softmax denominator as a key without a value, so
+        out = sum_j exp(s_j - lse) v_j with lse = log(exp(sink) +
+        sum_j exp(s_j)). Differentiable (the gradient comes back in the
+        sinks' dtype); composes with the masks and the modifiers. Eager only.
 
     Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
     current CUDA stream of the tensors' device.
@@ -445,10 +473,10 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     import torch
 
     if (score_mod is not None or mask_mod is not None or aux is not None or mask_mod_qk_only
-            or score_mod_grad is not None):
+            or score_mod_grad is not None or sinks is not None):
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
                                    return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
-                                   mask_mod_qk_only, score_mod_grad)
+                                   mask_mod_qk_only, score_mod_grad, sinks)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
@@ -478,7 +506,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
     call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
     if differentiable:
-        out, lse = _autograd_function(torch).apply(q, k, v, call)
+        out, lse = _autograd_function(torch).apply(q, k, v, None, call)
         return (out, lse) if return_lse else out
 
     out, lse, qp, kp, vp = _forward(torch, q, k, v, call, want_lse=return_lse)
@@ -493,33 +521,53 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
                         num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only,
-                        score_mod_grad):
-    """attention() with a caller's modifiers (flashjit/modifiers.py), eager;
-    differentiable with respect to q, k and v (a score_mod then needs its
-    score_mod_grad)."""
+                        score_mod_grad, sinks):
+    """attention() with a caller's modifiers (flashjit/modifiers.py) or
+    learned sinks, eager; differentiable with respect to q, k, v and the
+    sinks (a score_mod then needs its score_mod_grad)."""
     if torch.compiler.is_compiling():
-        raise NotImplementedError("flashjit.attention: score_mod/mask_mod are not traceable by "
-                                  "torch.compile yet; call it eagerly")
+        raise NotImplementedError("flashjit.attention: score_mod/mask_mod/sinks are not "
+                                  "traceable by torch.compile yet; call it eagerly")
     differentiable = torch.is_grad_enabled() and any(
-        getattr(t, "requires_grad", False) for t in (q, k, v))
+        getattr(t, "requires_grad", False) for t in (q, k, v, sinks))
     if differentiable and score_mod is not None and score_mod_grad is None:
         raise NotImplementedError("flashjit.attention: a score_mod without score_mod_grad runs "
                                   "the forward only: give score_mod_grad (d score_mod / d score) "
                                   "for gradients, or call under torch.no_grad()")
     call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
+    if sinks is not None:
+        call.sinks = _validate_sinks(torch, sinks, q)
     from . import modifiers as _modifiers
     mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device, mask_mod_qk_only,
-                                  score_mod_grad)
+                                  score_mod_grad, call.sinks)
     if differentiable:
         # The aux tensors too: the backward reads them through their pointers.
         call.modifiers = (mods, (keep, aux))
-        out, lse = _autograd_function(torch).apply(q, k, v, call)
+        out, lse = _autograd_function(torch).apply(q, k, v, sinks, call)
         return (out, lse) if return_lse else out
     out, lse, _, _, _ = _forward(torch, q, k, v, call, want_lse=return_lse, modifiers=mods)
     del keep  # the aux values' array, alive until the call has read it
     if call.pad_v:
         out = out[..., :call.dim_v]
     return (out, lse) if return_lse else out
+
+
+def _validate_sinks(torch, sinks, q):
+    """The learned sinks as the kernels read them: float32 [heads_q],
+    contiguous, on q's device (a copy unless they are that already)."""
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"flashjit.attention: sinks must be a torch.Tensor [heads_q], got "
+                        f"{type(sinks).__name__}")
+    heads_q = q.shape[2]
+    if tuple(sinks.shape) != (heads_q,):
+        raise ValueError(f"flashjit.attention: sinks has shape {tuple(sinks.shape)}: expected "
+                         f"({heads_q},), one logit per query head")
+    if not sinks.is_floating_point():
+        raise TypeError(f"flashjit.attention: sinks is {sinks.dtype}: expected a floating-point "
+                        f"tensor (float32, bf16 or fp16)")
+    if sinks.device != q.device:
+        raise ValueError(f"flashjit.attention: sinks is on {sinks.device} but q is on {q.device}")
+    return sinks.detach().to(torch.float32).contiguous()
 
 
 # Decode and chunked prefill over a KV cache (flash_attn_with_kvcache).

@@ -128,6 +128,8 @@ class Modifiers(ctypes.Structure):
         ("mask_mod_qk_only", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
         ("score_mod_grad", ctypes.c_char_p),
+        ("sinks", ctypes.c_void_p),
+        ("dsinks", ctypes.c_void_p),
     ]
 
 

@@ -20,9 +20,12 @@ def _pointer_types(torch):
     return _POINTER_TYPES
 
 
-def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score_mod_grad=None):
+def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score_mod_grad=None,
+          sinks=None):
     """The flashjit_modifiers struct (and what keeps its buffers alive) for
-    score_mod / mask_mod source strings and the aux dict; raises TypeError or
+    score_mod / mask_mod source strings, the aux dict and the learned sinks
+    (a contiguous float32 CUDA tensor [heads_q], or None; the caller keeps it
+    alive and sets the struct's dsinks for a backward); raises TypeError or
     ValueError naming the argument that is wrong."""
     for name, text in (("score_mod", score_mod), ("mask_mod", mask_mod),
                        ("score_mod_grad", score_mod_grad)):
@@ -38,7 +41,7 @@ def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score
     if score_mod_grad and not score_mod:
         raise ValueError("flashjit.attention: score_mod_grad without the score_mod it is the "
                          "derivative of")
-    if not score_mod and not mask_mod:
+    if aux and not score_mod and not mask_mod:
         raise ValueError("flashjit.attention: aux given without score_mod or mask_mod to read it")
     decls, values = [], []
     for name, value in (aux or {}).items():
@@ -70,5 +73,6 @@ def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score
         aux=", ".join(decls).encode() if decls else None,
         aux_values=ctypes.cast(array, ctypes.POINTER(_capi.AuxValue)) if array else None,
         aux_count=len(values), mask_mod_qk_only=int(mask_mod_qk_only), reserved=0,
-        score_mod_grad=score_mod_grad.encode() if score_mod_grad else None)
+        score_mod_grad=score_mod_grad.encode() if score_mod_grad else None,
+        sinks=sinks.data_ptr() if sinks is not None else None, dsinks=None)
     return mods, array

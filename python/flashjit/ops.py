@@ -104,7 +104,7 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     # The kernel's output had zero columns past dim_v (V's padding): the
     # same O, padded again.
     outp = _prepare(torch, out, call.pad_v)
-    dq, dk, dv = _backward(torch, call, dout, qp, kp, vp, outp, lse)
+    dq, dk, dv, _ = _backward(torch, call, dout, qp, kp, vp, outp, lse)
     if call.pad_qk:
         dq, dk = dq[..., :call.dim_qk], dk[..., :call.dim_qk]
     if call.pad_v:

@@ -241,12 +241,17 @@ TEST(Concurrency, AKilledTuneLeavesAnIntactDatabaseAndTheNextOneResumes) {
   const std::vector<std::string> args = {testing_cli::cli_path(), "tune", "--plan", plan,
                                          "--budget-s", "20", "--db", db};
   auto first = start(args, dir + "/first.log", environment_with({}));
+  ASSERT_NE(first.Pid, 0) << "could not start " << args[0];
 
   // Killed once the first class is stored, in the middle of the second.
   size_t rows_at_kill = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // A tune that has ended (it takes seconds per class) failed to start or
+    // crashed: waiting on will not bring a row.
+    std::string error;
+    if (llvm::sys::Wait(first, 0, /*WaitUntilTerminates=*/false, &error).Pid != 0) break;
     auto opened = TuningDb::open(db);
     if (!opened) {
       llvm::consumeError(opened.takeError());

@@ -116,6 +116,39 @@ SinkRun run_sinks(const Problem &p, const KernelConfig &config, const std::vecto
   return r;
 }
 
+// d sinks recomputed in float64 from what the kernels wrote: the forward's O
+// (element type) and LSE with dO; and per head the sum of the terms'
+// magnitudes, sum over rows of exp(sink - LSE) * sum |dO * O|, the scale of
+// the rounding any computation of D carries.
+struct SinkGradientCheck {
+  std::vector<double> from_kernel_outputs, magnitude;
+};
+
+SinkGradientCheck sink_gradient_check(const Problem &p, const std::vector<float> &sinks,
+                                      const SinkRun &run, const std::vector<float> &dout) {
+  SinkGradientCheck c;
+  c.from_kernel_outputs.assign(p.heads_q, 0.0);
+  c.magnitude.assign(p.heads_q, 0.0);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const double prob =
+            std::exp(double(sinks[h]) - run.lse[(b * p.heads_q + h) * p.seqlen_q + i]);
+        const size_t row = static_cast<size_t>(((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim_v);
+        double delta = 0, delta_magnitude = 0;
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          delta += double(dout[row + d]) * run.out[row + d];
+          delta_magnitude += std::fabs(double(dout[row + d]) * run.out[row + d]);
+        }
+        c.from_kernel_outputs[h] -= prob * delta;
+        c.magnitude[h] += prob * delta_magnitude;
+      }
+  return c;
+}
+
+// Half an ulp of 1 in the element type: the relative error of one rounding.
+double unit_roundoff(DType dtype) { return dtype == DType::bf16 ? 0x1p-8 : 0x1p-11; }
+
 // The forward with sinks: both families, unsplit and split over 3 CTAs per
 // row, full and causal; causal with more queries than keys leaves the first
 // rows without a key (O = 0, LSE = the sink). GQA 6/2, irregular lengths.
@@ -195,10 +228,20 @@ TEST(SinksGpu, BackwardMatchesTheReferenceWithTheSinksGradient) {
       double largest = 0;
       for (float x : exact.dsinks) largest = std::max(largest, std::fabs(double(x)));
       EXPECT_GT(largest, 1e-2) << "d sinks trivially zero";
+      const SinkGradientCheck check = sink_gradient_check(p, sinks, got, dout);
       for (size_t h = 0; h < sinks.size(); ++h) {
+        // The kernel's reduction: its own O and LSE in float64, to fp32
+        // accumulation.
+        EXPECT_LE(std::fabs(double(got.grads.dsinks[h]) - check.from_kernel_outputs[h]),
+                  1e-4 * check.magnitude[h] + 1e-7)
+            << "d sink " << h << ": " << got.grads.dsinks[h] << " against "
+            << check.from_kernel_outputs[h] << " from the kernel's O and LSE";
+        // The math: against float64 attention, within what rounding O to the
+        // element type moves D = rowsum(dO * O) (u |dO| |O| per row, twice
+        // for O's own rounding), or 3x the element reference's error.
         const double baseline = std::fabs(double(element.dsinks[h]) - exact.dsinks[h]);
         EXPECT_LE(std::fabs(double(got.grads.dsinks[h]) - exact.dsinks[h]),
-                  3 * baseline + 1e-3 * largest)
+                  3 * baseline + 2 * unit_roundoff(p.dtype) * check.magnitude[h])
             << "d sink " << h << ": " << got.grads.dsinks[h] << " against " << exact.dsinks[h];
       }
       if (config.deterministic) {

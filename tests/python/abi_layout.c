@@ -64,6 +64,8 @@ int main(void) {
   FIELD(flashjit_modifiers, mask_mod_qk_only)
   FIELD(flashjit_modifiers, reserved)
   FIELD(flashjit_modifiers, score_mod_grad)
+  FIELD(flashjit_modifiers, sinks)
+  FIELD(flashjit_modifiers, dsinks)
 
   printf("flashjit_kvcache_args sizeof %zu\n", sizeof(flashjit_kvcache_args));
   FIELD(flashjit_kvcache_args, cache_seqlens)

@@ -160,6 +160,21 @@ def main(argv):
         if rc == 0 or "null" not in message:
             errors.append(f"backward, null pointers: rc={rc}, message {message!r} should name "
                           f"the null argument")
+        # Learned sinks: the backward needs both pointers or neither (checked
+        # before any GPU work; the pointers are never read here).
+        for sinks, dsinks, expected in (
+                (16, None, "flashjit_backward_modified: modifiers.sinks is set but "
+                           "modifiers.dsinks is NULL: the backward writes the sinks' gradient "
+                           "there (heads_q floats)"),
+                (None, 16, "flashjit_backward_modified: modifiers.dsinks is set without "
+                           "modifiers.sinks: give the forward's sinks too, or neither")):
+            sink_mods = _capi.Modifiers(sinks=sinks, dsinks=dsinks)
+            rc = _capi.lib().flashjit_backward_modified(ctypes.byref(problem), ctypes.byref(bargs),
+                                                        ctypes.byref(sink_mods), None, None)
+            message = _capi.last_error()
+            if rc == 0 or message != expected:
+                errors.append(f"sinks {sinks} dsinks {dsinks}: rc={rc}, message {message!r}, "
+                              f"expected {expected!r}")
 
     # A wrong FLASHJIT_LIB is an ImportError that names the variable.
     _capi._lib = None

@@ -6,7 +6,8 @@ against a PyTorch reference that applies the same bias and mask, on the GPU.
 ALiBi over per-head slopes, a document mask over per-token ids (int32
 tensor aux), a prefix-LM mask over an int aux, both dtypes; causal as a
 mask_mod equal to the built-in causal; gradients of score_mods (with their
-score_mod_grad) and mask_mods against the reference's autograd; the
+score_mod_grad) and mask_mods against the reference's autograd; learned
+sinks (forward, LSE, d q/k/v and d sinks); the
 forward-only and bad-argument errors. Outputs are poisoned before every launch (FLASHJIT_POISON_OUTPUT=1).
 Skips cleanly (exit 0) where torch or a CUDA device is missing.
 """
@@ -224,6 +225,83 @@ def test_gradients_of_mask_mods_match_the_reference():
     check_grads(got, q, k, v, dout, allowed=allowed[None, None])
 
 
+def sink_reference(q, k, v, sinks, causal=False, upcast=True):
+    """(out, lse) of attention with learned sinks: each head's sink logit
+    joins the softmax as a key without a value (GPT-OSS)."""
+    dtype = q.dtype
+    if upcast:
+        q, k, v = q.float(), k.float(), v.float()
+    b, sq, hq, d = q.shape
+    sk = k.shape[1]
+    k = k.repeat_interleave(hq // k.shape[2], dim=2)
+    v = v.repeat_interleave(hq // v.shape[2], dim=2)
+    scores = torch.einsum("bthd,bshd->bhts", q / math.sqrt(d), k).float()
+    if causal:  # bottom-right aligned, as the built-in causal
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        scores = scores.masked_fill(j > i + sk - sq, float("-inf"))
+    sink = sinks.float()[None, :, None, None].expand(b, hq, sq, 1)
+    full = torch.cat([scores, sink], dim=-1)
+    lse = torch.logsumexp(full, dim=-1)
+    p = torch.softmax(full, dim=-1)[..., :sk]
+    return torch.einsum("bhts,bshd->bthd", p.to(v.dtype), v).to(dtype), lse
+
+
+def test_learned_sinks_forward_and_gradients_match_the_reference():
+    # GQA 8/2, an irregular length, full and causal with more queries than
+    # keys (the first rows see only their sink: O = 0, LSE = the sink);
+    # gradients of q, k, v and the sinks (bf16 sinks: d sinks comes back in
+    # bf16) against the reference's autograd.
+    require_gpu()
+    for causal, sq, sk in ((False, 333, 333), (True, 300, 211)):
+        g = torch.Generator(device="cuda").manual_seed(11)
+        q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        k, v = (torch.randn(2, sk, 2, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+                for _ in range(2))
+        sinks = torch.tensor([(h % 5 - 2) * 1.7 + 0.3 for h in range(8)], device="cuda")
+        out, lse = flashjit.attention(q, k, v, causal=causal, sinks=sinks, return_lse=True)
+        exact, exact_lse = sink_reference(q, k, v, sinks, causal)
+        low, _ = sink_reference(q, k, v, sinks, causal, upcast=False)
+        err = (out.float() - exact.float()).abs().max().item()
+        base = (low.float() - exact.float()).abs().max().item()
+        assert err <= 2 * base + 1e-5, f"causal={causal}: out error {err}, baseline {base}"
+        assert torch.allclose(lse, exact_lse, atol=1e-3), f"causal={causal}: lse"
+        if causal:
+            assert torch.equal(out[:, :sq - sk], torch.zeros_like(out[:, :sq - sk]))
+            assert torch.allclose(lse[:, :, :sq - sk], sinks[None, :, None].expand(2, 8, sq - sk))
+
+        dout = torch.randn_like(q)
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        bf16_sinks = sinks.to(torch.bfloat16).requires_grad_(True)
+        flashjit.attention(*leaves, causal=causal, sinks=bf16_sinks).backward(dout)
+        got = [t.grad for t in leaves]
+        assert bf16_sinks.grad.dtype == torch.bfloat16
+        ref_sinks = bf16_sinks.detach().float()
+
+        def reference_grads(upcast):
+            ins = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+            s = ref_sinks.clone().requires_grad_(True)
+            sink_reference(*ins, s, causal, upcast)[0].backward(dout)
+            return [t.grad for t in ins] + [s.grad]
+
+        exact_g, low_g = reference_grads(True), reference_grads(False)
+        for name, gg, e, lo in zip(("dq", "dk", "dv"), got, exact_g, low_g):
+            assert torch.isfinite(gg).all(), f"{name}: not finite (poisoned output left)"
+            err = (gg.float() - e.float()).abs().max().item()
+            base = (lo.float() - e.float()).abs().max().item()
+            assert err <= 3 * base + 1e-5, f"causal={causal} {name}: {err} against {base}"
+        # d sinks per head: within what rounding O to bf16 moves D = rowsum(dO
+        # * O) (2^-8 of sum |dO * O| per row, weighted by the sink's
+        # probability, twice), plus its own rounding to bf16.
+        prob = torch.exp(ref_sinks[None, :, None] - exact_lse)  # [b, h, t]
+        magnitude = (prob * (dout.float() * exact.float()).abs().sum(-1).transpose(1, 2)).sum((0, 2))
+        err = (bf16_sinks.grad.float() - exact_g[3]).abs()
+        base = (low_g[3].float() - exact_g[3]).abs()
+        bound = 3 * base + 2 * 2.0 ** -8 * magnitude + 2.0 ** -8 * exact_g[3].abs()
+        assert (err <= bound).all(), f"causal={causal} d sinks: {err.tolist()} > {bound.tolist()}"
+        assert exact_g[3].abs().max() > 1e-2, "d sinks trivially zero"
+
+
 def test_errors():
     require_gpu()
     q, k, v = inputs(1, 64, 2, 2, 64, torch.bfloat16)
@@ -239,7 +317,15 @@ def test_errors():
              "without a mask_mod"),
             (lambda: flashjit.attention(q.detach(), k, v, score_mod_grad=ALIBI_GRAD),
              "without the score_mod"),
-            (lambda: flashjit.attention(q.detach(), k, v, score_mod=1), "CUDA source text")):
+            (lambda: flashjit.attention(q.detach(), k, v, score_mod=1), "CUDA source text"),
+            (lambda: flashjit.attention(q.detach(), k, v, sinks=torch.zeros(3, device="cuda")),
+             "expected (2,), one logit per query head"),
+            (lambda: flashjit.attention(q.detach(), k, v, sinks=torch.zeros(2, device="cuda",
+                                                                            dtype=torch.int32)),
+             "expected a floating-point"),
+            (lambda: flashjit.attention(q.detach(), k, v, sinks=torch.zeros(2)), "but q is on"),
+            (lambda: flashjit.attention(q.detach(), k, v, sinks=[0.0, 0.0]),
+             "must be a torch.Tensor")):
         try:
             call()
         except (NotImplementedError, TypeError, ValueError) as e:

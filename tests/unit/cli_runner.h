@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "runtime/device.h"
 
@@ -40,11 +41,17 @@ inline std::string slurp(llvm::StringRef path) {
   return buffer ? (*buffer)->getBuffer().str() : std::string();
 }
 
-// The binary under test: the build tree's, or $FLASHJIT_CLI where the tests
-// run from a carried bundle (scripts/device-check.sh).
+// The binary under test: $FLASHJIT_CLI when set, else the build tree's, else
+// the `flashjit` beside this test binary (a carried bundle run without the
+// variable: the build tree's path does not exist on the GPU machine).
 inline std::string cli_path() {
   const char *env = std::getenv("FLASHJIT_CLI");
-  return env && *env ? env : FLASHJIT_CLI_PATH;
+  if (env && *env) return env;
+  if (llvm::sys::fs::can_execute(FLASHJIT_CLI_PATH)) return FLASHJIT_CLI_PATH;
+  llvm::SmallString<256> beside(llvm::sys::fs::getMainExecutable(nullptr, nullptr));
+  llvm::sys::path::remove_filename(beside);
+  llvm::sys::path::append(beside, "flashjit");
+  return beside.str().str();
 }
 
 // The environment of a command under test: this process's, but in the
