@@ -35,18 +35,15 @@ __device__ float score_mod_grad(float score, int b, int h, int q, int k, const A
   return 1.f;
 }""",
 }
-GRADS["alibi_fast"] = GRADS["alibi"]
 
 SNIPPETS = {
     "alibi": ("""
 __device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {
   return score + aux.slopes[h] * (k - q);
 }""", None),
-    # The same, its distance converted on the FMA pipe (flashjit::position_to_float).
-    "alibi_fast": ("""
-__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {
-  return score + aux.slopes[h] * flashjit::position_to_float(k - q);
-}""", None),
+    # The same through flashjit.mods.alibi (the library's snippet, its
+    # derivative included).
+    "alibi_shipped": ("flashjit.mods.alibi", None),
     "causal": (None, "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }"),
     "document": (None, """
 __device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
@@ -65,7 +62,7 @@ __device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
 
 def flex_variant(name, s, h, slopes, docs):
     """(score_mod, mask_mod) for FlexAttention."""
-    if name in ("alibi", "alibi_fast"):
+    if name in ("alibi", "alibi_shipped"):
         return (lambda score, b, hh, q, k: score + slopes[hh] * (k - q)), None
     if name == "causal":
         return None, lambda b, hh, q, k: k <= q
@@ -77,7 +74,7 @@ def flex_variant(name, s, h, slopes, docs):
 
 
 def aux_of(name, slopes, docs):
-    return {"alibi": {"slopes": slopes}, "alibi_fast": {"slopes": slopes}, "causal": None, "document": {"doc_ids": docs},
+    return {"alibi": {"slopes": slopes}, "alibi_shipped": None, "causal": None, "document": {"doc_ids": docs},
             "prefix_lm": {"prefix": 1024}, "window_sinks": {"window": 1024, "sinks": 4}}[name]
 
 
@@ -90,6 +87,8 @@ def bench(name, d, s, warmup, repeats, args_backward=True):
     flops = 4 * b * h * s * s * d
     row = {"modifier": name, "hdim": d, "seqlen": s}
     score_mod, mask_mod = SNIPPETS[name]
+    if score_mod == "flashjit.mods.alibi":
+        score_mod = flashjit.mods.alibi(slopes)
     aux = aux_of(name, slopes, docs)
     # Every mask here reads only (q, k) (the documents are the same in both
     # sequences): one block map for all batches and heads, as Flex's
@@ -135,9 +134,15 @@ def bench(name, d, s, warmup, repeats, args_backward=True):
                     flashjit.attention(qg, kg, vg, score_mod=score_mod, mask_mod=mask_mod,
                                        aux=aux, mask_mod_qk_only=qk_only,
                                        score_mod_grad=grad).backward(dout)
+            def plain_fwd_bwd():
+                with torch.enable_grad():
+                    flashjit.attention(qg, kg, vg, causal=name == "causal").backward(dout)
             try:
                 total = time_ms(fj_fwd_bwd, warmup, repeats)
                 row["flashjit_bwd"] = 2.5 * flops / max(total - ms, 1e-6) / 1e9
+                plain_ms = flops / row["flashjit_plain"] / 1e9
+                total = time_ms(plain_fwd_bwd, warmup, repeats)
+                row["flashjit_plain_bwd"] = 2.5 * flops / max(total - plain_ms, 1e-6) / 1e9
             except Exception as e:  # noqa: BLE001
                 row["flashjit_bwd_error"] = short_error(e)
             if "flex" in row:
@@ -173,12 +178,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="d=128 only, fewer repeats")
     ap.add_argument("--json", default="")
     ap.add_argument("--no-backward", action="store_true", help="the forward alone")
+    ap.add_argument("--only", default="", help="comma list of modifiers (default: all)")
     args = ap.parse_args()
     dims = (128,) if args.quick else (64, 128)
     warmup, repeats = (3, 7) if args.quick else (5, 15)
     rows = []
     for d in dims:
-        for name in SNIPPETS:
+        for name in (args.only.split(",") if args.only else SNIPPETS):
             try:
                 rows.append(bench(name, d, 8192, warmup, repeats, not args.no_backward))
             except Exception as e:  # noqa: BLE001
@@ -199,12 +205,15 @@ def main():
               f"{r['flashjit_first_call_s']:.2f} / {r.get('flex_first_call_s', float('nan')):.2f} "
               f"| {r['flashjit_new_length_compiles']} |")
     print("\n=== backward TFLOP/s (2.5x the forward's FLOPs, no sparsity credit) ===")
-    print("| modifier | d | flashjit | Flex | × Flex |")
+    print("| modifier | d | flashjit | without modifier | × | Flex | × Flex |")
     for r in rows:
         if "flashjit_bwd" in r or "flashjit_bwd_error" in r:
             ours, flex = r.get("flashjit_bwd"), r.get("flex_bwd")
+            plain = r.get("flashjit_plain_bwd")
             print(f"| {r['modifier']} | {r['hdim']} | "
                   f"{round(ours, 1) if ours else r.get('flashjit_bwd_error')} | "
+                  f"{round(plain, 1) if plain else ''} | "
+                  f"{round(ours / plain, 2) if ours and plain else ''} | "
                   f"{round(flex, 1) if flex else r.get('flex_bwd_error', '')} | "
                   f"{round(ours / flex, 2) if ours and flex else ''} |")
     if args.json:

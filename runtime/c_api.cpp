@@ -4,11 +4,14 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "flashjit/backward.h"
 #include "flashjit/flashjit.h"
 #include "flashjit/forward.h"
 #include "flashjit/kernel_config_fields.h"
+#include "flashjit/mods.h"
 #include "flashjit/problem_fields.h"
 #include "generator/modifier_source.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -282,6 +285,51 @@ int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_back
   return 0;
 }
 
+// A shipped modifier (include/flashjit/mods.h) with its aux declarations as
+// the C API spells them; built once, alive for the process (the strings
+// flashjit_shipped_modifiers hands out point into it).
+struct ShippedModifiers {
+  std::string name;
+  flashjit::Modifiers modifiers;
+  std::string aux_declarations;
+};
+
+const std::vector<ShippedModifiers> &shipped_table() {
+  static const std::vector<ShippedModifiers> table = [] {
+    namespace mods = flashjit::mods;
+    const std::pair<const char *, flashjit::Modifiers> entries[] = {
+        {"alibi", mods::alibi()},
+        {"relative_bias", mods::relative_bias()},
+        {"document_mask", mods::document_mask()},
+        {"prefix_lm", mods::prefix_lm()},
+        {"sliding_window_with_sinks", mods::sliding_window_with_sinks()},
+        {"causal_mask", mods::causal_mask()},
+        {"tanh_softcap", mods::tanh_softcap()},
+    };
+    std::vector<ShippedModifiers> out;
+    for (const auto &[name, m] : entries) {
+      std::string decls;
+      for (const flashjit::AuxField &f : m.aux)
+        decls += (decls.empty() ? "" : ", ") + f.type + " " + f.name;
+      out.push_back({name, m, decls});
+    }
+    return out;
+  }();
+  return table;
+}
+
+const ShippedModifiers *shipped_modifiers(llvm::StringRef name) {
+  for (const ShippedModifiers &s : shipped_table())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string shipped_modifier_names() {
+  std::string names;
+  for (const ShippedModifiers &s : shipped_table()) names += (names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+
 template <typename Fn>
 int guarded(const char *fn, Fn &&body) {
   try {
@@ -301,6 +349,25 @@ int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_arg
                      void *stream, const flashjit_config *config) {
   return guarded("flashjit_forward", [&] {
     return forward_impl("flashjit_forward", problem, args, nullptr, nullptr, stream, config);
+  });
+}
+
+int flashjit_shipped_modifiers(const char *name, flashjit_modifiers *out) {
+  return guarded("flashjit_shipped_modifiers", [&] {
+    if (!out) return fail("flashjit_shipped_modifiers: out is NULL");
+    const ShippedModifiers *found = name ? shipped_modifiers(name) : nullptr;
+    if (!found)
+      return fail(std::string("flashjit_shipped_modifiers: no shipped modifier '") +
+                  (name ? name : "(null)") + "': expected one of " + shipped_modifier_names());
+    *out = flashjit_modifiers{};
+    auto text = [](const std::string &s) { return s.empty() ? nullptr : s.c_str(); };
+    out->score_mod = text(found->modifiers.score_mod);
+    out->score_mod_grad = text(found->modifiers.score_mod_grad);
+    out->mask_mod = text(found->modifiers.mask_mod);
+    out->aux = text(found->aux_declarations);
+    out->mask_mod_qk_only = found->modifiers.mask_mod_qk_only ? 1 : 0;
+    g_last_error.clear();
+    return 0;
   });
 }
 

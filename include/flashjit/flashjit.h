@@ -189,6 +189,16 @@ typedef struct flashjit_modifiers {
   float *dsinks;
 } flashjit_modifiers;
 
+/* The shipped modifiers (include/flashjit/mods.h) by name: "alibi",
+ * "relative_bias", "document_mask", "prefix_lm", "sliding_window_with_sinks",
+ * "causal_mask", "tanh_softcap". Fills *out's score_mod, score_mod_grad,
+ * mask_mod and aux (the declarations, e.g. "const float* slopes") with
+ * strings that live as long as the process (NULL where the modifier has
+ * none) and mask_mod_qk_only; clears the rest (aux_values, sinks). The
+ * caller then gives the aux values by those names. Returns 0, or nonzero
+ * with flashjit_last_error naming the known modifiers. */
+int flashjit_shipped_modifiers(const char *name, flashjit_modifiers *out);
+
 /* flashjit_forward with modifiers (NULL: none); the other arguments as
  * flashjit_forward's. */
 int flashjit_forward_modified(const flashjit_problem *problem, const flashjit_forward_args *args,

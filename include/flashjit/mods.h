@@ -10,9 +10,9 @@
 namespace flashjit::mods {
 
 // ALiBi: score + slopes[h] * (k - q). Aux: const float* slopes ([heads_q]).
-// Its distance goes to float through flashjit::position_to_float
-// (templates/common/modifiers.cuh), which a snippet of a caller's may call
-// too: an integer conversion per score competes with the softmax's exp2.
+// Written plainly: on the H200 it ran faster than its distance through
+// flashjit::position_to_float or as slope * k - slope * q (docs/PERF.md,
+// nineteenth session).
 Modifiers alibi();
 
 // A learned relative position bias: score + table[h][clamp(k - q, -max_distance,

@@ -453,7 +453,11 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         with it a score_mod call is differentiable with respect to q, k and
         v (a mask_mod alone always is). Eager only (not under
         torch.compile). The snippets run with the caller's privileges, like
-        any kernel.
+        any kernel. score_mod and mask_mod also take the shipped modifiers
+        of flashjit.mods (alibi(slopes), relative_bias(table, n),
+        document(doc_ids), prefix_lm(n), sliding_window(w, sinks),
+        causal(), softcap(cap)), their aux values bound, their score
+        modifiers differentiable.
     sinks: learned attention sinks (GPT-OSS), a CUDA tensor [heads_q] of
         logits in natural-log units (not multiplied by softmax_scale): each
         joins its head's softmax denominator as a key without a value, so
@@ -530,13 +534,15 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
                                   "traceable by torch.compile yet; call it eagerly")
     differentiable = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, sinks))
-    if differentiable and score_mod is not None and score_mod_grad is None:
+    if (differentiable and isinstance(score_mod, str) and score_mod_grad is None):
         raise NotImplementedError("flashjit.attention: a score_mod without score_mod_grad runs "
                                   "the forward only: give score_mod_grad (d score_mod / d score) "
                                   "for gradients, or call under torch.no_grad()")
     call = _validate(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa)
     if sinks is not None:
         call.sinks = _validate_sinks(torch, sinks, q)
+    score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad = _shipped(
+        score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad, q, k)
     from . import modifiers as _modifiers
     mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device, mask_mod_qk_only,
                                   score_mod_grad, call.sinks)
@@ -550,6 +556,38 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
     if call.pad_v:
         out = out[..., :call.dim_v]
     return (out, lse) if return_lse else out
+
+
+def _shipped(score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad, q, k):
+    """score_mod / mask_mod given as flashjit.mods objects, unpacked into
+    their source, derivative, qk-only flag and aux values (merged with the
+    caller's aux); source text passes through."""
+    from .mods import Modifier
+    merged = dict(aux or {})
+
+    def take(modifier, slot, has):
+        if not has:
+            raise TypeError(f"flashjit.attention: {slot}={modifier!r} is not a "
+                            f"{'score' if slot == 'score_mod' else 'mask'} modifier: pass it as "
+                            f"{'mask_mod' if slot == 'score_mod' else 'score_mod'}=")
+        modifier.check(q, k)
+        for name, value in modifier.aux.items():
+            if name in merged:
+                raise ValueError(f"flashjit.attention: aux field {name!r} is given twice (by "
+                                 f"{modifier!r} and another)")
+            merged[name] = value
+
+    if isinstance(score_mod, Modifier):
+        take(score_mod, "score_mod", score_mod.score_mod is not None)
+        if score_mod_grad is not None:
+            raise ValueError(f"flashjit.attention: score_mod_grad given with {score_mod!r}, "
+                             f"which carries its own")
+        score_mod, score_mod_grad = score_mod.score_mod, score_mod.score_mod_grad
+    if isinstance(mask_mod, Modifier):
+        take(mask_mod, "mask_mod", mask_mod.mask_mod is not None)
+        mask_mod_qk_only = mask_mod_qk_only or mask_mod.mask_mod_qk_only
+        mask_mod = mask_mod.mask_mod
+    return score_mod, mask_mod, merged or None, mask_mod_qk_only, score_mod_grad
 
 
 def _validate_sinks(torch, sinks, q):
@@ -574,6 +612,7 @@ def _validate_sinks(torch, sinks, q):
 from .kvcache import attention_with_kvcache  # noqa: E402
 from .varlen import attention_varlen  # noqa: E402
 from .service import FlashjitCommandError, precompile, query, tune  # noqa: E402
+from . import mods  # noqa: E402,F401  (flashjit.mods: the shipped modifiers)
 
 
 _ops = None

@@ -206,6 +206,9 @@ def _declare(lib):
             ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.POINTER(Modifiers),
             ctypes.c_void_p, ctypes.POINTER(Config)]
         lib.flashjit_backward_modified.restype = ctypes.c_int
+    if hasattr(lib, "flashjit_shipped_modifiers"):
+        lib.flashjit_shipped_modifiers.argtypes = [ctypes.c_char_p, ctypes.POINTER(Modifiers)]
+        lib.flashjit_shipped_modifiers.restype = ctypes.c_int
     if hasattr(lib, "flashjit_backward_varlen"):
         lib.flashjit_backward_varlen.argtypes = [
             ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.POINTER(VarlenArgs),

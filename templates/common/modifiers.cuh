@@ -77,19 +77,30 @@ struct NoModifiers {
 // score_mod_grad's derivative, both as the forward computed them; queries
 // and keys past the sequence keep the plain logit (the masks handle them).
 // `masked` false: a block map shows the tile whole, mask_mod is not called.
+// score_mod runs on every element, at positions clamped into the sequence,
+// and its result is kept only inside: under a branch per element each of
+// its loads (aux.slopes[h]) was conditional and issued once per score, not
+// once per tile. mask_mod stays under the branch: its loads differ per
+// position anyway, and hoisted they held a register each (spills).
+// Called only for tiles of a sequence with queries and keys (q, k >= 0).
 template <class M, class Params>
 __device__ __forceinline__ float modified_logit2(const Params &p, float s, int b, int h, int q,
                                                  int k, int seqlen_q, int seqlen_k, float &grad,
                                                  bool masked = true) {
   float logit = s * p.softmax_scale_log2;
-  if (q >= seqlen_q || k >= seqlen_k) return logit;
+  const bool inside = q < seqlen_q && k < seqlen_k;
   if constexpr (M::kScore) {
+    const int qc = min(q, seqlen_q - 1), kc = min(k, seqlen_k - 1);
     const float score = s * (p.softmax_scale_log2 * 0.6931471805599453f);
-    logit = M::score(score, b, h, q, k, p.aux) * 1.4426950408889634f;
-    grad = M::score_grad(score, b, h, q, k, p.aux);
+    const float modified = M::score(score, b, h, qc, kc, p.aux) * 1.4426950408889634f;
+    const float derivative = M::score_grad(score, b, h, qc, kc, p.aux);
+    if (inside) {
+      logit = modified;
+      grad = derivative;
+    }
   }
   if constexpr (M::kMask)
-    if (masked && !M::visible(b, h, q, k, p.aux)) logit = __int_as_float(0xff800000);
+    if (inside && masked && !M::visible(b, h, q, k, p.aux)) logit = __int_as_float(0xff800000);
   return logit;
 }
 

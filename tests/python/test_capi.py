@@ -139,6 +139,28 @@ def main(argv):
         if rc == 0 or message != expected:
             errors.append(f"modifiers: rc={rc}, message {message!r}, expected {expected!r}")
 
+    # The shipped modifiers by name: their texts and declarations, and an
+    # unknown name refused with the list.
+    shipped = _capi.Modifiers()
+    rc = _capi.lib().flashjit_shipped_modifiers(b"alibi", ctypes.byref(shipped))
+    if (rc != 0 or b"aux.slopes[h]" not in (shipped.score_mod or b"")
+            or b"return 1.f;" not in (shipped.score_mod_grad or b"")
+            or shipped.mask_mod is not None or shipped.aux != b"const float* slopes"):
+        errors.append(f"shipped alibi: rc={rc}, {shipped.score_mod!r}, {shipped.aux!r}")
+    rc = _capi.lib().flashjit_shipped_modifiers(b"document_mask", ctypes.byref(shipped))
+    if (rc != 0 or shipped.score_mod is not None or b"aux.doc_ids" not in shipped.mask_mod
+            or shipped.aux != b"const int* doc_ids, int seqlen" or shipped.mask_mod_qk_only):
+        errors.append(f"shipped document_mask: rc={rc}, {shipped.mask_mod!r}, {shipped.aux!r}")
+    rc = _capi.lib().flashjit_shipped_modifiers(b"prefix_lm", ctypes.byref(shipped))
+    if rc != 0 or shipped.mask_mod_qk_only != 1 or shipped.aux != b"int prefix":
+        errors.append(f"shipped prefix_lm: rc={rc}, qk_only {shipped.mask_mod_qk_only}")
+    rc = _capi.lib().flashjit_shipped_modifiers(b"nope", ctypes.byref(shipped))
+    expected = ("flashjit_shipped_modifiers: no shipped modifier 'nope': expected one of alibi, "
+                "relative_bias, document_mask, prefix_lm, sliding_window_with_sinks, "
+                "causal_mask, tanh_softcap")
+    if rc == 0 or _capi.last_error() != expected:
+        errors.append(f"shipped 'nope': rc={rc}, message {_capi.last_error()!r}")
+
     # The backward: the workspace size (O(seqlen): the fp32 dQ accumulator and
     # D = rowsum(dO * O)), 0 for invalid sizes, and a refused call.
     if not _capi.has_backward():

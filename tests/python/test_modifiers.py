@@ -7,7 +7,8 @@ ALiBi over per-head slopes, a document mask over per-token ids (int32
 tensor aux), a prefix-LM mask over an int aux, both dtypes; causal as a
 mask_mod equal to the built-in causal; gradients of score_mods (with their
 score_mod_grad) and mask_mods against the reference's autograd; learned
-sinks (forward, LSE, d q/k/v and d sinks); the
+sinks (forward, LSE, d q/k/v and d sinks); the shipped modifiers of
+flashjit.mods; the
 forward-only and bad-argument errors. Outputs are poisoned before every launch (FLASHJIT_POISON_OUTPUT=1).
 Skips cleanly (exit 0) where torch or a CUDA device is missing.
 """
@@ -99,6 +100,56 @@ def test_document_and_prefix_masks_match_the_reference():
                                       return_lse=True)
     allowed = (pos[None, :] < 50) | (pos[None, :] <= pos[:, None])
     check(out, lse, q, k, v, allowed=allowed[None, None])
+
+
+def test_shipped_modifiers_match_the_reference():
+    # flashjit.mods: ALiBi (its forward and its gradients), documents with
+    # ALiBi at once (two modifiers' aux merged), a sliding window with sinks,
+    # relative bias from a table; irregular lengths, GQA.
+    require_gpu()
+    from flashjit import mods
+    q, k, v = inputs(2, 333, 8, 2, 128, torch.bfloat16, seed=7)
+    slopes = torch.tensor([-2.0 ** (-8 * (h + 1) / 8) for h in range(8)], device="cuda")
+    pos = torch.arange(333, device="cuda")
+    dist = pos[None, None, None, :] - pos[None, None, :, None]
+    bias = slopes[None, :, None, None] * dist
+    docs = torch.stack([pos // 37, pos // 91]).to(torch.int32)
+    allowed_docs = docs[:, None, :, None] == docs[:, None, None, :]
+    with torch.no_grad():
+        out, lse = flashjit.attention(q, k, v, score_mod=mods.alibi(slopes), return_lse=True)
+        check(out, lse, q, k, v, bias=bias)
+        out, lse = flashjit.attention(q, k, v, score_mod=mods.alibi(slopes),
+                                      mask_mod=mods.document(docs), return_lse=True)
+        check(out, lse, q, k, v, bias=bias, allowed=allowed_docs)
+        out, lse = flashjit.attention(q, k, v, mask_mod=mods.sliding_window(64, sinks=4),
+                                      return_lse=True)
+        window = (dist <= 0) & ((-dist < 64) | (pos[None, None, None, :] < 4))
+        check(out, lse, q, k, v, allowed=window)
+        table = torch.randn(8, 2 * 16 + 1, device="cuda")
+        out, lse = flashjit.attention(q, k, v, score_mod=mods.relative_bias(table, 16),
+                                      return_lse=True)
+        rel = table[:, (dist.clamp(-16, 16) + 16)[0, 0]]  # [h, t, s]
+        check(out, lse, q, k, v, bias=rel[None])
+    dout = torch.randn_like(q)
+    got = grads(lambda a, b, c: flashjit.attention(a, b, c, score_mod=mods.alibi(slopes)),
+                q, k, v, dout)
+    check_grads(got, q, k, v, dout, bias=bias)
+    for call, message in (
+            (lambda: flashjit.attention(q, k, v, mask_mod=mods.alibi(slopes)),
+             "is not a mask modifier: pass it as score_mod="),
+            (lambda: flashjit.attention(q, k, v, score_mod=mods.alibi(slopes[:4])),
+             "expected (8,): one per query head"),
+            (lambda: flashjit.attention(q, k, v, mask_mod=mods.document(docs[:, :100])),
+             "expected (2, 333)"),
+            (lambda: flashjit.attention(q, k, v, score_mod=mods.alibi(slopes),
+                                        aux={"slopes": slopes}), "given twice"),
+            (lambda: mods.alibi(slopes.double()), "must be a CUDA float32 tensor")):
+        try:
+            call()
+        except (TypeError, ValueError) as e:
+            assert message in str(e), str(e)
+        else:
+            raise AssertionError(f"no error for {message}")
 
 
 def test_causal_as_a_mask_mod_is_the_built_in_causal():
