@@ -46,6 +46,8 @@ struct RunCommand {
   llvm::cl::opt<int> warmup;
   llvm::cl::opt<int> repeats;
   llvm::cl::opt<unsigned> seed;
+  ModifierOptions modifiers;  // the dense forward's; run_modifiers.h makes their inputs
+  llvm::cl::list<std::string> aux_values;
   int run(const CommonOptions &common, const ProblemOptions &problem) const;
 };
 

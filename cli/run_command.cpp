@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/random_inputs.h"
 #include "cli/run_backward.h"
+#include "cli/run_modifiers.h"
 #include "cli/run_report.h"
 #include "cli/run_varlen.h"
 #include "reference/accuracy.h"
@@ -32,7 +33,12 @@ RunCommand::RunCommand(cl::OptionCategory &category)
       repeats("repeats", cl::desc("Timed runs (the median is reported)"), cl::init(20),
               cl::cat(category), cl::sub(sub)),
       seed("seed", cl::desc("Seed of the random inputs"), cl::init(0), cl::cat(category),
-           cl::sub(sub)) {}
+           cl::sub(sub)),
+      modifiers(category, sub),
+      aux_values("aux-value",
+                 cl::desc("The value of a scalar aux field of --aux, e.g. prefix=1024 (pointer "
+                          "fields get generated arrays)"),
+                 cl::value_desc("NAME=VALUE"), cl::cat(category), cl::sub(sub)) {}
 
 namespace {
 
@@ -173,6 +179,23 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   // no GPU.
   auto parsed = parse_problem_flags(problem_options.values());
   if (!parsed) return report_error(kExitUsage, parsed.takeError());
+  auto requested_modifiers = modifiers.read(parsed->pass);
+  if (!requested_modifiers) return report_error(kExitUsage, requested_modifiers.takeError());
+  std::optional<ModifierInputs> modifier_inputs;
+  if (!requested_modifiers->empty()) {
+    const Problem &requested = parsed->problem;
+    if (parsed->pass == Pass::backward || requested.varlen || requested.seqused_k ||
+        requested.page_size > 0)
+      return report_error(kExitUsage,
+                          "run: --score-mod, --mask-mod and --sinks run the forward of a dense "
+                          "batch (no --pass bwd, --varlen, --cache-seqlens or --page-size): "
+                          "drop those or the modifiers");
+    auto inputs = parse_modifier_inputs(*requested_modifiers, aux_values);
+    if (!inputs) return report_error(kExitUsage, inputs.takeError());
+    modifier_inputs.emplace(std::move(*inputs));
+  } else if (!aux_values.empty()) {
+    return report_error(kExitUsage, "--aux-value: given without --aux fields to set");
+  }
   auto device = query_device(0);
   if (!device)
     return report_error(kExitFailure,
@@ -180,6 +203,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   int code = kExitOk;
   auto kernel = resolve_kernel(problem_options, "", code);
   if (!kernel) return report_error(code, kernel.takeError());
+  if (modifier_inputs) kernel->spec.modifiers = modifier_inputs->modifiers;
   if (kernel->problem.varlen) return run_varlen(*this, common, *kernel, *parsed, *device);
   if (kernel->spec.pass == Pass::backward) return run_backward(*this, common, *kernel, *device);
   const Problem &p = kernel->problem;
@@ -204,10 +228,14 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   }
   const llvm::ArrayRef<uint16_t> k_stored = p.page_size > 0 ? k_pages : k;
   const llvm::ArrayRef<uint16_t> v_stored = p.page_size > 0 ? v_pages : v;
+  if (modifier_inputs)
+    if (llvm::Error e = upload_modifier_inputs(p, *modifier_inputs))
+      return report_error(kExitFailure, std::move(e));
   std::vector<InputSet> sets;
   for (size_t i = 0, n = rotation_sets(p, *device); i < n; ++i) {
     auto set = make_input_set(p, q, k_stored, v_stored);
     if (!set) return report_error(kExitFailure, set.takeError());
+    if (modifier_inputs) modifier_inputs->attach(set->args);
     sets.push_back(std::move(*set));
   }
 
@@ -251,6 +279,8 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     llvm::raw_ostream &os = llvm::outs();
     print_run_head(os, spec, *device, p);
     os << llvm::formatv("config   {0}\n", describe(spec.config));
+    if (modifier_inputs)
+      for (const std::string &line : modifier_inputs->lines) os << "aux      " << line << "\n";
     if (accuracy) os << llvm::formatv("check    {0}\n", accuracy->describe());
     print_run_time(os, *timing, repeats, sets.size());
     os << llvm::formatv("perf     {0:f1} TFLOP/s, {1:f1} GB/s (K and V read once)\n", tflops,

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
+#include "generator/modifier_source.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
@@ -54,17 +56,19 @@ llvm::Error check_supported(const Problem &p, const ForwardArgs &inputs) {
   return llvm::Error::success();
 }
 
-llvm::Expected<const LoadedKernel &> reference_kernel(TuningDb *store) {
+llvm::Expected<const LoadedKernel &> reference_kernel(TuningDb *store,
+                                                      const Modifiers &modifiers) {
   auto context = current_or_primary_context();
   if (!context) return context.takeError();
   auto device = query_device(static_cast<int>(context->device));
   if (!device) return device.takeError();
   const TargetArch arch = device->target();
+  const std::string id = "reference_attention_" + arch.name() +
+                         (modifiers.empty() ? "" : "_mod" + modifiers_hash(modifiers));
   return KernelCache::process().get_or_build(
-      "reference_attention_" + arch.name(), context->context,
-      [arch, store]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
-        auto cubin = stored_cubin(generate_reference_attention(), arch,
-                                  "reference_attention_" + arch.name(),
+      id, context->context,
+      [arch, store, modifiers, id]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
+        auto cubin = stored_cubin(generate_reference_attention(modifiers), arch, id,
                                   store ? store : process_tuning_db());
         if (!cubin) return cubin.takeError();
         auto kernel = LoadedKernel::load(cubin->bytes, kEntry, kMaxDynamicSmem);
@@ -75,11 +79,15 @@ llvm::Expected<const LoadedKernel &> reference_kernel(TuningDb *store) {
 
 }  // namespace
 
-GeneratedSource generate_reference_attention() {
+GeneratedSource generate_reference_attention(const Modifiers &modifiers) {
   GeneratedSource out;
   out.program_name = "reference_attention.cu";
   out.entry = kEntry;
-  out.source = "#include \"reference_attention.cuh\"\n";
+  // The policy types, then the caller's snippets (from line 2), then the
+  // kernel.
+  out.source = "#include \"common/modifiers.cuh\"\n" +
+               modifiers_prelude(modifiers, 2, out.program_name) +
+               "#include \"reference_attention.cuh\"\n";
   // No fast math: the reference must not trade accuracy (expf, tanhf, logf).
   out.options = {"-std=c++17"};
   out.headers = embedded_templates();
@@ -93,10 +101,26 @@ llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs
   if (!out)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "GPU reference: the output pointer is null");
-  auto kernel = reference_kernel(store);
+  const Modifiers modifiers = inputs.modifiers ? *inputs.modifiers : Modifiers{};
+  RefAttentionParams params{};
+  if (!modifiers.empty()) {
+    auto layout = aux_layout(modifiers);
+    if (!layout) return layout.takeError();
+    const size_t bytes = static_cast<size_t>(aux_struct_bytes(*layout));
+    if (inputs.aux_bytes != bytes || bytes > sizeof(params.aux) || (bytes > 0 && !inputs.aux))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          llvm::formatv("GPU reference: aux of {0} bytes, the modifiers' struct Aux takes {1}",
+                        inputs.aux_bytes, bytes));
+    if (bytes > 0) std::memcpy(params.aux, inputs.aux, bytes);
+    if (modifiers.sinks && !inputs.sinks)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "GPU reference: modifiers with sinks but no sinks pointer");
+    params.sinks = inputs.sinks;
+  }
+  auto kernel = reference_kernel(store, modifiers);
   if (!kernel) return kernel.takeError();
 
-  RefAttentionParams params{};
   params.q = inputs.q;
   params.k = inputs.k;
   params.v = inputs.v;

@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include "flashjit/forward.h"
+#include "flashjit/modifiers.h"
 #include "cache/tuning_db.h"
 #include "generator/source.h"
 #include "reference/cpu_attention.h"
@@ -19,11 +20,13 @@ namespace flashjit {
 // store `flashjit precompile` filled compiles nothing, this included.
 //
 // The NVRTC program of the reference kernel: one for every shape and dtype
-// (all of them are run-time parameters).
-GeneratedSource generate_reference_attention();
+// (all of them are run-time parameters), and one per set of modifiers (a
+// caller's snippets compiled in, as the fast kernels').
+GeneratedSource generate_reference_attention(const Modifiers &modifiers = {});
 
 // Enqueues the reference on `stream`: reads `inputs.q/k/v` with their
-// strides (inputs.o and inputs.lse are ignored), writes packed fp32 `out`
+// strides and, with inputs.modifiers, the snippets' aux values and the
+// learned sinks (inputs.o and inputs.lse are ignored), writes packed fp32 `out`
 // [batch, seqlen_q, heads_q, head_dim_v] and, when non-null, `lse`
 // [batch, heads_q, seqlen_q]. Compiles and loads the kernel on first use in
 // the current context (or the primary context of device 0).

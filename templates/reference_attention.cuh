@@ -9,6 +9,12 @@
 // same-precision variant rounds exactly the P that DESIGN.md's baseline
 // specifies, with no running-max rescaling) and accumulates P·V.
 //
+// A caller's modifiers come in through the program's prelude, as the fast
+// kernels' (generator/modifier_source.h: cfg::Modifiers, NoModifiers
+// without): score_mod on each scaled score after the softcap, mask_mod on
+// top of the built-in mask, both only where the sequence holds the query
+// and the key; learned sinks (kSinks) start each row's max and sum.
+//
 // The parameter block is plain data, so the host includes this file too.
 #pragma once
 
@@ -38,6 +44,10 @@ struct RefAttentionParams {
   int is_fp16;    // else bf16
   // Round P to the element type before P·V and the output after it.
   int same_precision;
+  // The modifiers' struct Aux (inline, as FwdParams::aux) and the learned
+  // sinks (heads_q logits; read under cfg::Modifiers::kSinks only).
+  const float *sinks;
+  unsigned long long aux[8];
 };
 
 constexpr int kRefBlockM = 16;
@@ -121,8 +131,9 @@ __device__ void load_tile(float *dst, int pitch, int rows, const void *src, long
 // warp's rows, masked to -inf where invisible or out of range.
 __device__ __forceinline__ void tile_scores(const RefAttentionParams &p, const float *qs,
                                             int q_pitch, const float *ks, int k_pitch,
-                                            int first_row, int first_key,
+                                            int first_row, int first_key, int b, int h,
                                             float (&s)[kRowsPerWarp]) {
+  using Modifiers = cfg::Modifiers;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float dot[kRowsPerWarp];
 #pragma unroll
@@ -142,11 +153,15 @@ __device__ __forceinline__ void tile_scores(const RefAttentionParams &p, const f
 #pragma unroll
   for (int t = 0; t < kRowsPerWarp; ++t) {
     const int i = first_row + warp + kWarps * t;
-    const bool visible = i < p.seqlen_q && j < p.seqlen_k &&
-                         (p.window_left < 0 || j >= i + offset - p.window_left) &&
-                         (p.window_right < 0 || j <= i + offset + p.window_right);
+    const bool inside = i < p.seqlen_q && j < p.seqlen_k;
+    bool visible = inside && (p.window_left < 0 || j >= i + offset - p.window_left) &&
+                   (p.window_right < 0 || j <= i + offset + p.window_right);
     float x = dot[t] * p.scale;
     if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+    if constexpr (Modifiers::kScore)
+      if (inside) x = Modifiers::score(x, b, h, i, j, p.aux);
+    if constexpr (Modifiers::kMask)
+      if (visible) visible = Modifiers::visible(b, h, i, j, p.aux);
     s[t] = visible ? x : neg_inf();
   }
 }
@@ -188,16 +203,20 @@ extern "C" __global__ void __launch_bounds__(kRefThreads)
   const int tile_begin = key_begin / kRefBlockN * kRefBlockN;
 
   // Pass 1: row max and sum, online. Every lane of a warp holds its rows' state.
+  // A learned sink is a key without a value: the rows start with it.
   float row_max[kRowsPerWarp], row_sum[kRowsPerWarp];
 #pragma unroll
-  for (int t = 0; t < kRowsPerWarp; ++t) row_max[t] = neg_inf(), row_sum[t] = 0.f;
+  for (int t = 0; t < kRowsPerWarp; ++t) {
+    row_max[t] = neg_inf(), row_sum[t] = 0.f;
+    if constexpr (cfg::Modifiers::kSinks) row_max[t] = p.sinks[h], row_sum[t] = 1.f;
+  }
   for (int n0 = tile_begin; n0 < key_end; n0 += kRefBlockN) {
     __syncthreads();
     load_tile(kvs, kv_pitch, kRefBlockN, p.k, k_base, p.k_row_stride, n0, p.seqlen_k,
               p.head_dim_qk, dqk_padded, fp16);
     __syncthreads();
     float s[kRowsPerWarp];
-    tile_scores(p, qs, q_pitch, kvs, kv_pitch, first_row, n0, s);
+    tile_scores(p, qs, q_pitch, kvs, kv_pitch, first_row, n0, b, h, s);
 #pragma unroll
     for (int t = 0; t < kRowsPerWarp; ++t) {
       const float new_max = fmaxf(row_max[t], warp_max(s[t]));
@@ -219,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(kRefThreads)
               p.head_dim_qk, dqk_padded, fp16);
     __syncthreads();
     float s[kRowsPerWarp];
-    tile_scores(p, qs, q_pitch, kvs, kv_pitch, first_row, n0, s);
+    tile_scores(p, qs, q_pitch, kvs, kv_pitch, first_row, n0, b, h, s);
 #pragma unroll
     for (int t = 0; t < kRowsPerWarp; ++t) {
       float prob = row_max[t] == neg_inf() ? 0.f : expf(s[t] - row_max[t]);
@@ -264,7 +283,9 @@ extern "C" __global__ void __launch_bounds__(kRefThreads)
     const int i = first_row + r;
     if (i >= p.seqlen_q) break;
     const float m = stats[r * 2], l = stats[r * 2 + 1];
-    const bool empty = m == neg_inf();  // no visible key: O = 0, LSE = +inf
+    // No visible key: O = 0, LSE = +inf (with a sink, m is the sink and
+    // l = 1: O = 0, LSE = the sink).
+    const bool empty = m == neg_inf();
     float *orow = p.o + ((static_cast<long long>(b) * p.seqlen_q + i) * p.heads_q + h) *
                             static_cast<long long>(p.head_dim_v);
 #pragma unroll

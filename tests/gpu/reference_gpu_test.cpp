@@ -7,7 +7,9 @@
 
 #include "gpu_environment.h"
 #include "reference/accuracy.h"
+#include "flashjit/mods.h"
 #include "reference/gpu_reference.h"
+#include "runtime/device_buffer.h"
 
 namespace flashjit {
 namespace {
@@ -115,6 +117,60 @@ TEST(GpuReference, FullyMaskedRowsAreZeroWithInfiniteLse) {
     EXPECT_EQ(out->out[i * 32], 0.0f) << i;
   }
   EXPECT_TRUE(std::isfinite(out->lse[35]));
+}
+
+// With a caller's modifiers (ALiBi from flashjit::mods over per-head
+// slopes, a mask_mod hiding every third key) and learned sinks, against
+// the float64 CPU reference given the same functions.
+TEST(GpuReference, AppliesModifiersAndSinksAsTheCpuReference) {
+  FLASHJIT_REQUIRE_GPU();
+  Problem p;
+  p.batch = 2;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seqlen_q = 70;
+  p.seqlen_k = 97;
+  p.head_dim_qk = p.head_dim_v = 64;
+  p.mask = MaskKind::causal;
+  Modifiers m = mods::alibi();
+  m.mask_mod =
+      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return (k + b) % 3 != 0;\n"
+      "}\n";
+  m.sinks = true;
+  const std::vector<float> slopes = {-0.5f, -0.25f, -0.125f, -0.0625f};
+  const std::vector<float> sinks = {0.3f, -1.4f, 2.0f, 0.0f};
+  auto slopes_device = DeviceBuffer::from_host(slopes.data(), slopes.size() * 4);
+  auto sinks_device = DeviceBuffer::from_host(sinks.data(), sinks.size() * 4);
+  ASSERT_TRUE(slopes_device && sinks_device);
+  AuxValues aux(m);
+  ASSERT_EQ(aux.set("slopes", slopes_device->data()), "");
+  const std::vector<float> q = random_values(p.dtype, q_elements(p), 5);
+  const std::vector<float> k = random_values(p.dtype, k_elements(p), 6);
+  const std::vector<float> v = random_values(p.dtype, v_elements(p), 7);
+  auto dq = upload_values(p.dtype, q), dk = upload_values(p.dtype, k),
+       dv = upload_values(p.dtype, v);
+  ASSERT_TRUE(dq && dk && dv);
+  ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(), nullptr, nullptr);
+  args.modifiers = &m;
+  args.aux = aux.data();
+  args.aux_bytes = aux.size();
+  args.sinks = static_cast<const float *>(sinks_device->data());
+  ReferenceModifiers ref;
+  ref.score = [&](double s, int64_t, int64_t h, int64_t i, int64_t j) {
+    return s + double(slopes[h]) * double(j - i);
+  };
+  ref.visible = [](int64_t b, int64_t, int64_t, int64_t j) { return (j + b) % 3 != 0; };
+  ref.sinks = sinks;
+  const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact, ref);
+  auto gpu = gpu_reference_attention(p, args, ReferencePrecision::exact);
+  ASSERT_TRUE(bool(gpu)) << llvm::toString(gpu.takeError());
+  EXPECT_EQ(count_nan(gpu->out), 0u);
+  EXPECT_LE(max_abs_error(gpu->out, exact.out), 2e-5);
+  EXPECT_LE(max_abs_error(gpu->lse, exact.lse), 2e-5);
+  // Row 0 of batch 0, head 2: causal with 27 more keys than queries sees
+  // keys 0..27, a third of them hidden; its LSE includes the sink.
+  EXPECT_GT(exact.lse[2 * p.seqlen_q], sinks[2]);
 }
 
 // flashjit run --check at the default shape relies on this being quick.

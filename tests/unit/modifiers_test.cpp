@@ -22,6 +22,7 @@
 #include "generator/modifier_source.h"
 #include "generator/source.h"
 #include "reference/cpu_attention.h"
+#include "reference/gpu_reference.h"
 #include "runtime/nvrtc_compiler.h"
 #include "llvm/Support/ThreadPool.h"
 #include "sm90_compile_check.h"
@@ -548,6 +549,65 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
             "mask_mod\n");
 }
 
+// `run` with modifiers: its scalar aux values come from --aux-value, checked
+// (exactly) before any GPU work; the pointer fields are generated.
+TEST(ModifiersCli, RunChecksTheModifiersFlagsBeforeAnyGpuWork) {
+  using namespace testing_cli;
+  TempDir dir;
+  write_file(dir.file("prefix.cu"),
+             "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+             "  return k < aux.prefix || k <= q;\n}\n");
+  const std::string mask = dir.file("prefix.cu");
+  const struct {
+    std::vector<std::string> args;
+    std::string error;
+  } cases[] = {
+      {{"--aux-value", "x=1"}, "--aux-value: given without --aux fields to set"},
+      {{"--mask-mod", mask, "--aux", "int prefix"},
+       "the aux field 'prefix' (int) needs a value: give --aux-value prefix=VALUE"},
+      {{"--mask-mod", mask, "--aux", "int prefix", "--aux-value", "prefix=abc"},
+       "--aux-value prefix=abc: 'prefix' is int: expected an integer"},
+      {{"--mask-mod", mask, "--aux", "int prefix", "--aux-value", "prefix"},
+       "--aux-value prefix: expected NAME=VALUE, e.g. prefix=1024"},
+      {{"--mask-mod", mask, "--aux", "int prefix", "--aux-value", "nope=1"},
+       "--aux-value nope=1: no aux field 'nope' (--aux declares the fields)"},
+      {{"--mask-mod", mask, "--aux", "int prefix, const float* w", "--aux-value", "w=1",
+        "--aux-value", "prefix=2"},
+       "--aux-value w=1: 'w' is a pointer (const float*): run generates its values"},
+      {{"--mask-mod", mask, "--aux", "int prefix", "--aux-value", "prefix=3", "--aux-value",
+        "prefix=4"},
+       "--aux-value: 'prefix' is given twice"},
+      {{"--sinks", "--pass", "bwd"},
+       "run: --score-mod, --mask-mod and --sinks run the forward of a dense batch (no --pass "
+       "bwd, --varlen, --cache-seqlens or --page-size): drop those or the modifiers"},
+  };
+  for (const auto &c : cases) {
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << c.error;
+    EXPECT_EQ(r.err, "flashjit: error: " + c.error + "\n");
+  }
+  // On a GPU: ALiBi over generated slopes with the prefix mask and learned
+  // sinks, checked against the GPU reference with the same modifiers.
+  write_file(dir.file("alibi.cu"), kAlibi);
+  const CliResult run = run_cli(
+      {"run", "--score-mod", dir.file("alibi.cu"), "--mask-mod", mask, "--aux",
+       "const float* slopes, int prefix", "--aux-value", "prefix=100", "--sinks", "--batch", "2",
+       "--heads", "4", "--heads-kv", "2", "--seqlen", "333", "--hdim", "64", "--causal",
+       "--check", "--warmup", "1", "--repeats", "2"});
+  if (run.code == 1 && run.err.find("run needs a GPU") != std::string::npos) return;
+  ASSERT_EQ(run.code, 0) << run.err << run.out;
+  EXPECT_NE(run.out.find("aux      prefix = 100\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("aux      slopes: 2668 generated values -((i % 8) + 1) / 16\n"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("aux      sinks: 4 generated logits ((h % 5) - 2) * 0.7\n"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("check    PASS"), std::string::npos) << run.out;
+}
+
 // The modifiers' hash is part of the tuning class (schema 4): query names
 // the class a modified call looks up, and the kernel it would run.
 TEST(ModifiersCli, QueryClassesTheCallByTheSnippetsHash) {
@@ -699,6 +759,29 @@ TEST(ModifiersLibrary, EveryShippedModifierCompiles) {
       [&](size_t i) -> llvm::Expected<KernelSpec> { return modified_spec(p, kSm80, library[i]); },
       kSm80);
   for (const testing::CompiledVariant &v : sm80) EXPECT_EQ(v.result.error, "") << v.id;
+}
+
+// The GPU reference compiles a caller's modifiers in (ALiBi with documents,
+// and learned sinks) for both architectures; without modifiers its program
+// takes NoModifiers, and the snippets' text is in the program.
+TEST(ModifiersReference, TheGpuReferenceCompilesTheModifiersIn) {
+  Modifiers both = mods::alibi();
+  const Modifiers documents = mods::document_mask();
+  both.mask_mod = documents.mask_mod;
+  both.aux.insert(both.aux.end(), documents.aux.begin(), documents.aux.end());
+  Modifiers sinks;
+  sinks.sinks = true;
+  const GeneratedSource plain = generate_reference_attention();
+  EXPECT_NE(plain.source.find("using Modifiers = NoModifiers;"), std::string::npos);
+  const GeneratedSource modified = generate_reference_attention(both);
+  EXPECT_NE(modified.source.find("aux.slopes[h]"), std::string::npos);
+  EXPECT_NE(modified.source.find("aux.doc_ids"), std::string::npos);
+  for (const TargetArch &arch : {kSm90a, kSm80})
+    for (const Modifiers *m : {&both, &sinks}) {
+      auto cubin = compile_to_cubin(generate_reference_attention(*m), arch);
+      EXPECT_TRUE(bool(cubin)) << arch.name() << ": "
+                               << (cubin ? "" : llvm::toString(cubin.takeError()));
+    }
 }
 
 }  // namespace
