@@ -274,6 +274,11 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     o["tflops"] = tflops;
     o["gbps"] = gbps;
     if (accuracy) o["check"] = accuracy_json(*accuracy);
+    if (modifier_inputs) {
+      llvm::json::Array aux;
+      for (const std::string &line : modifier_inputs->lines) aux.push_back(line);
+      o["aux"] = std::move(aux);
+    }
     print_json(std::move(o));
   } else {
     llvm::raw_ostream &os = llvm::outs();
