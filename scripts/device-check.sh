@@ -5,7 +5,8 @@
 # Runs every check in order, continuing past failures, logs each step to
 # $OUT/NN-step.log (a temporary folder when OUT is unset) and prints a summary
 # LAST: pass/fail per step, then the first-call and memory lines and the
-# benchmark tables (forward, then backward, then decode, then varlen, then serving).
+# benchmark tables (forward, then backward, then decode, then varlen, then serving, then
+# the modifiers against FlexAttention).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out (names as in the summary)
 set -uo pipefail
@@ -119,6 +120,7 @@ step models 600 python_step python3 bench/compare.py --models --repeats 20 --jso
 step decode 300 python_step python3 bench/decode.py "${quick[@]}" --json "$LOGDIR/decode.json"
 step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --json "$LOGDIR/varlen.json"
 step serving 300 python_step python3 bench/serving.py "${quick[@]}" --json "$LOGDIR/serving.json"
+step modifiers 400 python_step python3 bench/modifiers.py "${quick[@]}" --json "$LOGDIR/modifiers.json"
 
 echo
 echo "===== summary (logs in $LOGDIR)"
@@ -145,6 +147,8 @@ varlen=$(sed -n '/^=== flashjit varlen/,$p' "$LOGDIR"/*-varlen.log 2>/dev/null)
 [ -n "$varlen" ] && printf '\n%s\n' "$varlen"
 serving=$(sed -n '/^=== flashjit serving/,$p' "$LOGDIR"/*-serving.log 2>/dev/null)
 [ -n "$serving" ] && printf '\n%s\n' "$serving"
+modifiers=$(sed -n '/^=== flashjit modifiers/,$p' "$LOGDIR"/*-modifiers.log 2>/dev/null)
+[ -n "$modifiers" ] && printf '\n%s\n' "$modifiers"
 echo
 echo "device-check: $failed step(s) failed"
 exit $((failed > 0))
