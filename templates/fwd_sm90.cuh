@@ -532,10 +532,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // keys it refuses. Rows and columns past the sequence are left to the
   // built-in mask and the epilogue, so a snippet never sees such an index.
   // `shown`: the block map says mask_mod shows the whole tile. score_mod
-  // runs on every element at positions clamped into the sequence and is
-  // kept inside it (as modified_logit2 in the backward: its loads then come
-  // once per tile, not once per element under a branch); mask_mod stays
-  // under the bounds test.
+  // runs on every element at positions clamped into the sequence (its
+  // loads then come once per tile, not once per element under a branch);
+  // mask_mod stays under the bounds test.
   auto modify = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
                     int wg_m0, int n0, bool shown) {
     const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
@@ -555,14 +554,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         for (int c = 0; c < 2; ++c) {
           const int k = n0 + nt * 8 + 2 * quad_lane + c;
           float &s = acc_s[4 * nt + 2 * h + c];
-          const bool inside = q < seq.seqlen_q && k < seq.seqlen_k;
-          if constexpr (Modifiers::kScore) {
-            const float modified = Modifiers::score(s * unit, tile.batch, head, q_clamped,
-                                                    min(k, seq.seqlen_k - 1), p.aux);
-            if (inside) s = modified;
-          }
+          // Outside the sequence the clamped score is as good as any: a key
+          // past seqlen_k is masked below (the key tail cuts its tile), a
+          // query past seqlen_q is never written. No select per element.
+          if constexpr (Modifiers::kScore)
+            s = Modifiers::score(s * unit, tile.batch, head, q_clamped, min(k, seq.seqlen_k - 1),
+                                 p.aux);
           if constexpr (decltype(with_mask)::value)
-            if (inside && !Modifiers::visible(tile.batch, head, q, k, p.aux)) s = kNegInf;
+            if (q < seq.seqlen_q && k < seq.seqlen_k &&
+                !Modifiers::visible(tile.batch, head, q, k, p.aux))
+              s = kNegInf;
         }
     }
     };
