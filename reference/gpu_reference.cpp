@@ -12,6 +12,7 @@
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/launch_forward.h"
 #include "runtime/nvrtc_compiler.h"
 #include "templates/reference_attention.cuh"
 #include "llvm/Support/FormatVariadic.h"
@@ -101,23 +102,15 @@ llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs
   if (!out)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "GPU reference: the output pointer is null");
+  // The same checks as the kernels' calls (runtime/launch_forward.h).
+  if (llvm::Error e = validate_modifier_args(inputs.modifiers, inputs.aux, inputs.aux_bytes))
+    return e;
+  if (llvm::Error e = validate_sink_args(inputs.modifiers, inputs.sinks, nullptr, false)) return e;
   const Modifiers modifiers = inputs.modifiers ? *inputs.modifiers : Modifiers{};
   RefAttentionParams params{};
-  if (!modifiers.empty()) {
-    auto layout = aux_layout(modifiers);
-    if (!layout) return layout.takeError();
-    const size_t bytes = static_cast<size_t>(aux_struct_bytes(*layout));
-    if (inputs.aux_bytes != bytes || bytes > sizeof(params.aux) || (bytes > 0 && !inputs.aux))
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          llvm::formatv("GPU reference: aux of {0} bytes, the modifiers' struct Aux takes {1}",
-                        inputs.aux_bytes, bytes));
-    if (bytes > 0) std::memcpy(params.aux, inputs.aux, bytes);
-    if (modifiers.sinks && !inputs.sinks)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "GPU reference: modifiers with sinks but no sinks pointer");
-    params.sinks = inputs.sinks;
-  }
+  static_assert(sizeof(params.aux) == sizeof(FwdParams::aux), "the aux struct's room");
+  if (inputs.aux_bytes > 0) std::memcpy(params.aux, inputs.aux, inputs.aux_bytes);
+  params.sinks = inputs.sinks;
   auto kernel = reference_kernel(store, modifiers);
   if (!kernel) return kernel.takeError();
 
