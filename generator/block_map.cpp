@@ -1,6 +1,8 @@
 #include "generator/block_map.h"
 
+#include "flashjit/modifiers.h"
 #include "flashjit/problem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/kernel_spec.h"
 
@@ -25,6 +27,59 @@ LaunchGeometry BlockMapGeometry::list_launch() const {
   g.grid.x = static_cast<unsigned>(ceil_div(rows(), kThreads / 32));
   g.block.x = kThreads;
   return g;
+}
+
+LaunchGeometry BlockMapGeometry::grid_launch(int64_t rows) {
+  LaunchGeometry g;
+  g.grid.x = static_cast<unsigned>(ceil_div(rows, kThreads / 32));
+  g.block.x = kThreads;
+  return g;
+}
+
+uint64_t block_mask_grid_bytes(const BlockMask &mask) {
+  return uint64_t(mask.batches) * uint64_t(mask.heads) * uint64_t(mask.q_blocks) *
+         uint64_t(mask.k_blocks);
+}
+
+llvm::Error validate_block_mask(const Problem &problem, const Modifiers *modifiers,
+                                const BlockMask *mask) {
+  if (!mask) return llvm::Error::success();
+  auto error = [](const std::string &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "argument block_mask: " + message);
+  };
+  if (!modifiers || modifiers->mask_mod.empty())
+    return error("given without a mask_mod; a block mask only says which tiles a mask_mod "
+                 "hides or shows whole: pass the mask_mod it was built from");
+  if (mask->block_q <= 0 || mask->block_k <= 0)
+    return error(llvm::formatv("block sizes {0} x {1}: both must be positive", mask->block_q,
+                               mask->block_k));
+  if (mask->batches != 1 && mask->batches != problem.batch)
+    return error(llvm::formatv("batches={0}: expected 1 (one mask for every sequence) or the "
+                               "problem's batch, {1}",
+                               mask->batches, problem.batch));
+  if (mask->heads != 1 && mask->heads != problem.heads_q)
+    return error(llvm::formatv("heads={0}: expected 1 (one mask for every head) or the "
+                               "problem's heads_q, {1}",
+                               mask->heads, problem.heads_q));
+  const int64_t q_blocks = ceil_div(problem.seqlen_q, mask->block_q);
+  const int64_t k_blocks = ceil_div(problem.seqlen_k, mask->block_k);
+  if (mask->q_blocks != q_blocks || mask->k_blocks != k_blocks)
+    return error(llvm::formatv("{0} x {1} blocks of {2} x {3}: seqlen_q={4} and seqlen_k={5} "
+                               "take {6} x {7}; build the mask for this call's lengths",
+                               mask->q_blocks, mask->k_blocks, mask->block_q, mask->block_k,
+                               problem.seqlen_q, problem.seqlen_k, q_blocks, k_blocks));
+  if (!mask->kv_num_blocks || !mask->kv_indices)
+    return error("kv_num_blocks and kv_indices must both be device pointers (the partial "
+                 "blocks; an empty list is a count of 0)");
+  if (!mask->full_kv_num_blocks != !mask->full_kv_indices)
+    return error("full_kv_num_blocks and full_kv_indices: give both (the full blocks) or "
+                 "neither");
+  if (block_mask_grid_bytes(*mask) >= (uint64_t(1) << 31))
+    return error(llvm::formatv("{0} x {1} x {2} x {3} blocks, 2^31 or more: use larger "
+                               "blocks, or one mask for every batch and head",
+                               mask->batches, mask->heads, q_blocks, k_blocks));
+  return llvm::Error::success();
 }
 
 bool has_block_map(const KernelSpec &spec) {

@@ -9,10 +9,13 @@
 #include <cstdint>
 
 #include "generator/launch_geometry.h"
+#include "llvm/Support/Error.h"
 
 namespace flashjit {
 
+struct BlockMask;
 struct KernelSpec;
+struct Modifiers;
 struct Problem;
 
 struct BlockMapGeometry {
@@ -40,7 +43,26 @@ struct BlockMapGeometry {
   LaunchGeometry kinds_launch() const;
   // The list kernel: a warp a row, 4 a CTA.
   LaunchGeometry list_launch() const;
+  // Where a caller's block mask's grid starts in the workspace (after the
+  // kinds, at a 256-byte boundary), and the scatter kernel's launch for its
+  // `rows` (batches x heads x query blocks): a warp a row, 4 a CTA.
+  uint64_t grid_offset() const { return (workspace_bytes() + 255) / 256 * 256; }
+  static LaunchGeometry grid_launch(int64_t rows);
 };
+
+// A caller's block mask as the kinds kernels read it (common/block_map.cuh,
+// BlockMaskGrid): one byte per (batch, head, query block, key block) of the
+// caller's blocks, in the map's workspace after its kinds.
+uint64_t block_mask_grid_bytes(const BlockMask &mask);
+
+// Why `mask` cannot serve a call of `problem` with `modifiers` (an error
+// naming the field and what it should be), or success: a mask_mod to go
+// with it, positive block sizes, batches and heads of 1 or the problem's,
+// q_blocks and k_blocks covering the (longest) sequences, the lists'
+// pointers, and a grid under 2^31 bytes. The lists' contents are device
+// data, bounded by the kernel that reads them.
+llvm::Error validate_block_mask(const Problem &problem, const Modifiers *modifiers,
+                                const BlockMask *mask);
 
 // Whether `spec`'s kernel, forward or backward, reads a block map (the sm90
 // family with a mask_mod).

@@ -138,6 +138,7 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
     // (fwd_block_map.cuh).
     out.entries.push_back("flashjit_fwd_block_kinds");
     out.entries.push_back("flashjit_fwd_block_list");
+    out.entries.push_back("flashjit_block_mask_grid");
     headers.push_back("fwd_block_map.cuh");
   }
   if (sm90 && spec.varlen) {
@@ -173,6 +174,7 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
     // (bwd_block_map.cuh).
     out.entries.push_back("flashjit_bwd_block_kinds");
     out.entries.push_back("flashjit_bwd_block_list");
+    out.entries.push_back("flashjit_block_mask_grid");
     out.source = write_source("backward kernels", spec, c.deterministic,
                               {"bwd_sm90.cuh", "bwd_block_map.cuh"});
   } else if (sm90)

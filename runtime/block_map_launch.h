@@ -7,7 +7,10 @@
 
 #include <cstdint>
 
+#include "flashjit/modifiers.h"
 #include "generator/block_map.h"
+#include "runtime/cuda_driver.h"
+#include "templates/common/block_mask_grid.cuh"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "runtime/loaded_kernel.h"
@@ -18,10 +21,15 @@ namespace flashjit {
 // Builds `map` on `stream` into a workspace of its own, from flashjit's pool,
 // with the `kinds` and `list` kernels of the call's program, and points
 // `params` at it; returns the workspace, for the caller to free in stream
-// order after the kernel that reads it. `rows_are`/`tiles_are` name the
-// map's rows and tiles in the error of a map too large to index.
+// order after the kernel that reads it. With a caller's block `mask`
+// (validated: validate_block_mask), its lists are first scattered into a
+// grid in the same workspace by `grid` (the program's
+// flashjit_block_mask_grid), and the kinds kernel reads that instead of
+// calling mask_mod. `tiles_are` names the map's tiles in the error of a map
+// too large to index.
 template <class Params>
 llvm::Expected<CUdeviceptr> enqueue_block_map(const LoadedKernel &kinds, const LoadedKernel &list,
+                                              const LoadedKernel &grid, const BlockMask *mask,
                                               const BlockMapGeometry &map, Params &params,
                                               CUstream stream, const char *tiles_are) {
   // The kernels index the map with an int (common/block_map.cuh).
@@ -33,12 +41,14 @@ llvm::Expected<CUdeviceptr> enqueue_block_map(const LoadedKernel &kinds, const L
                       "reads only q and k",
                       map.list_bytes() / 4, map.rows(), map.tiles, tiles_are)
             .str());
-  auto allocated = allocate_workspace(kinds.device(), map.workspace_bytes(), stream);
+  const uint64_t grid_bytes = mask ? block_mask_grid_bytes(*mask) : 0;
+  const uint64_t bytes = mask ? map.grid_offset() + grid_bytes : map.workspace_bytes();
+  auto allocated = allocate_workspace(kinds.device(), bytes, stream);
   if (!allocated)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         llvm::formatv("the mask_mod's block map of {0} bytes could not be allocated: {1}",
-                      map.workspace_bytes(), llvm::toString(allocated.takeError()))
+                      bytes, llvm::toString(allocated.takeError()))
             .str());
   const CUdeviceptr workspace = *allocated;
   params.block_map = reinterpret_cast<int *>(workspace);
@@ -46,12 +56,39 @@ llvm::Expected<CUdeviceptr> enqueue_block_map(const LoadedKernel &kinds, const L
   params.block_map_batch_stride = map.batch_stride();
   params.block_map_head_stride = map.head_stride();
   params.block_map_row_stride = static_cast<int>(map.tiles + 1);
+  BlockMaskGrid kinds_grid{};
+  llvm::Error error = llvm::Error::success();
+  if (mask && map.rows() > 0 && map.tiles > 0) {
+    auto *grid_bytes_at = reinterpret_cast<unsigned char *>(workspace + map.grid_offset());
+    kinds_grid = BlockMaskGrid{grid_bytes_at,
+                               mask->block_q,
+                               mask->block_k,
+                               static_cast<int>(mask->batches),
+                               static_cast<int>(mask->heads),
+                               static_cast<int>(mask->q_blocks),
+                               static_cast<int>(mask->k_blocks)};
+    BlockMaskLists lists{mask->kv_num_blocks,
+                         mask->kv_indices,
+                         mask->full_kv_num_blocks,
+                         mask->full_kv_indices,
+                         grid_bytes_at,
+                         static_cast<int>(mask->batches * mask->heads * mask->q_blocks),
+                         static_cast<int>(mask->k_blocks)};
+    void *grid_args[] = {&lists};
+    if (auto driver = cuda_driver())
+      error = cuda_check(driver->cuMemsetD8Async(workspace + map.grid_offset(), 0, grid_bytes,
+                                                 stream),
+                         "cuMemsetD8Async");
+    else
+      error = driver.takeError();
+    if (!error && lists.rows > 0)
+      error = grid.launch(BlockMapGeometry::grid_launch(lists.rows), stream, grid_args);
+  }
   int rows = static_cast<int>(map.rows());
-  void *kinds_args[] = {&params};
+  void *kinds_args[] = {&params, &kinds_grid};
   void *list_args[] = {&params, &rows};
-  llvm::Error error = map.rows() == 0 || map.tiles == 0
-                          ? llvm::Error::success()
-                          : kinds.launch(map.kinds_launch(), stream, kinds_args);
+  if (!error && map.rows() > 0 && map.tiles > 0)
+    error = kinds.launch(map.kinds_launch(), stream, kinds_args);
   if (!error && map.rows() > 0) error = list.launch(map.list_launch(), stream, list_args);
   if (error) return llvm::joinErrors(std::move(error), free_workspace(workspace, stream));
   return workspace;

@@ -159,11 +159,26 @@ std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flash
 
 // `mods` (or none) converted into `modifiers` and `aux`, and pointed to by
 // the call's arguments (ForwardArgs or BackwardArgs); "" or why not.
+// `block_mask` holds the call's block mask when mods->block_mask is set.
 template <class Args>
 std::string attach_modifiers(const char *fn, const flashjit_modifiers *mods,
                              flashjit::Modifiers &modifiers,
-                             std::optional<flashjit::AuxValues> &aux, Args &args) {
+                             std::optional<flashjit::AuxValues> &aux,
+                             flashjit::BlockMask &block_mask, Args &args) {
   if (!mods) return "";
+  if (const flashjit_block_mask *m = mods->block_mask) {
+    block_mask.block_q = m->block_q;
+    block_mask.block_k = m->block_k;
+    block_mask.batches = m->batches;
+    block_mask.heads = m->heads;
+    block_mask.q_blocks = m->q_blocks;
+    block_mask.k_blocks = m->k_blocks;
+    block_mask.kv_num_blocks = m->kv_num_blocks;
+    block_mask.kv_indices = m->kv_indices;
+    block_mask.full_kv_num_blocks = m->full_kv_num_blocks;
+    block_mask.full_kv_indices = m->full_kv_indices;
+    args.block_mask = &block_mask;
+  }
   if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return e;
   args.modifiers = &modifiers;
   constexpr bool kBackward = requires { args.dsinks; };
@@ -229,7 +244,9 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
   }
   flashjit::Modifiers modifiers;
   std::optional<flashjit::AuxValues> aux;
-  if (std::string e = attach_modifiers(fn, mods, modifiers, aux, args); !e.empty()) return fail(e);
+  flashjit::BlockMask block_mask;
+  if (std::string e = attach_modifiers(fn, mods, modifiers, aux, block_mask, args); !e.empty())
+    return fail(e);
 
   flashjit::Status status =
       flashjit::forward(problem, args, static_cast<CUstream_st *>(stream), options);
@@ -276,7 +293,9 @@ int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_back
   }
   flashjit::Modifiers modifiers;
   std::optional<flashjit::AuxValues> aux;
-  if (std::string e = attach_modifiers(fn, mods, modifiers, aux, args); !e.empty()) return fail(e);
+  flashjit::BlockMask block_mask;
+  if (std::string e = attach_modifiers(fn, mods, modifiers, aux, block_mask, args); !e.empty())
+    return fail(e);
 
   flashjit::Status status =
       flashjit::backward(problem, args, static_cast<CUstream_st *>(stream), options);

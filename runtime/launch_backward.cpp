@@ -115,6 +115,8 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
     return with_context(problem, std::move(e));
   if (llvm::Error e = validate_sink_args(args.modifiers, args.sinks, args.dsinks, true))
     return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_block_mask(problem, args.modifiers, args.block_mask))
+    return with_context(problem, std::move(e));
   const bool modified = args.modifiers && !args.modifiers->empty();
   if (modified && !args.modifiers->score_mod.empty() && args.modifiers->score_mod_grad.empty())
     return with_context(problem,
@@ -164,8 +166,11 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
     if (!kinds) return with_context(problem, kinds.takeError());
     auto list = backward_kernel(*spec, context->context, "flashjit_bwd_block_list", 0);
     if (!list) return with_context(problem, list.takeError());
-    auto built = enqueue_block_map(*kinds, *list, backward_block_map_geometry(*spec, problem),
-                                   params, stream, "query tiles");
+    auto grid = backward_kernel(*spec, context->context, "flashjit_block_mask_grid", 0);
+    if (!grid) return with_context(problem, grid.takeError());
+    auto built = enqueue_block_map(*kinds, *list, *grid, args.block_mask,
+                                   backward_block_map_geometry(*spec, problem), params, stream,
+                                   "query tiles");
     if (!built) return with_context(problem, built.takeError());
     block_map = *built;
   }

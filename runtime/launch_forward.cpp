@@ -242,6 +242,9 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
     auto list = load(spec.id() + "#block_list", 0, "flashjit_fwd_block_list");
     if (!list) return list.takeError();
     out.block_list = &*list;
+    auto grid = load(spec.id() + "#block_mask_grid", 0, "flashjit_block_mask_grid");
+    if (!grid) return grid.takeError();
+    out.block_mask_grid = &*grid;
   }
   return out;
 }
@@ -284,6 +287,7 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   CUdeviceptr block_map = 0;
   if (kernels.block_kinds) {
     auto built = enqueue_block_map(*kernels.block_kinds, *kernels.block_list,
+                                   *kernels.block_mask_grid, args.block_mask,
                                    forward_block_map_geometry(spec, problem), params, stream,
                                    "key tiles");
     if (!built) return built.takeError();
@@ -450,6 +454,8 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   if (llvm::Error e = validate_modifier_args(args.modifiers, args.aux, args.aux_bytes))
     return with_context(problem, std::move(e));
   if (llvm::Error e = validate_sink_args(args.modifiers, args.sinks, nullptr, false))
+    return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_block_mask(problem, args.modifiers, args.block_mask))
     return with_context(problem, std::move(e));
   if (llvm::Error e = validate_forward_args(problem, args))
     return with_context(problem, std::move(e));

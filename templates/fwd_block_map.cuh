@@ -3,10 +3,14 @@
 // common/block_map.cuh and FwdParams::block_map). Two small kernels, run
 // before the forward on its stream each call (the map depends on the
 // call's aux values, e.g. document ids, so it is never reused):
+//   flashjit_block_mask_grid  with a caller's block mask only: its lists
+//       scattered into a grid of kinds at the caller's block sizes.
 //   flashjit_fwd_block_kinds  one CTA per (map head and batch, query block,
 //       key tile): its 128 threads evaluate mask_mod on every (query, key) of
 //       the work tile's rows and the key tile that the sequence holds and
-//       the built-in mask shows, and classify the tile (block_kind).
+//       the built-in mask shows, and classify the tile (block_kind); or,
+//       with a block mask, combine the kinds of the caller's blocks the
+//       tile overlaps (block_kind_from_grid), calling no mask_mod.
 //   flashjit_fwd_block_list   one warp per map row: the row's non-hidden
 //       tiles in order and their count (list_block_map_row).
 // A map serves every (batch, head) when the caller declared mask_mod a
@@ -37,7 +41,7 @@ constexpr int kThreads = 128;
 // dimension that can pass 65535 in x; the map's heads are
 // block_map_head_stride != 0 ? the work tiles' heads : 1.
 extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
-    flashjit_fwd_block_kinds(const flashjit::FwdParams p) {
+    flashjit_fwd_block_kinds(const flashjit::FwdParams p, const flashjit::BlockMaskGrid g) {
   using namespace flashjit;
   using namespace flashjit::fwd_block_map;
   const int n_block = blockIdx.z, m_block = blockIdx.y;
@@ -52,10 +56,29 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
       visible_key_tiles<Mask>(p, seq.seqlen_k, q0, kQRowsPerTile, seq.offset, kBlockN);
   const bool seen =
       q0 < seq.seqlen_q && n_block >= span.first && n_block < span.first + span.count;
-  const int kind = block_kind<Mask, Modifiers, kThreads>(
-      p, seen, seq.seqlen_q, seq.seqlen_k, seq.offset, batch, kPack > 1 ? head * kPack : head,
-      kPack, q0, kQRowsPerTile, n0, kBlockN);
+  const int head0 = kPack > 1 ? head * kPack : head;
+  int kind;
+  if (g.kinds) {
+    // The caller's block mask, over the tile's part of the sequence.
+    int b0, b1, h0, h1;
+    grid_range(g.batches, p.block_map_batch_stride != 0, batch, 1, b0, b1);
+    grid_range(g.heads, p.block_map_head_stride != 0, head0, kPack, h0, h1);
+    kind = block_kind_from_grid<kThreads>(g, seen, b0, b1, h0, h1, q0,
+                                          min(q0 + kQRowsPerTile, seq.seqlen_q), n0,
+                                          min(n0 + kBlockN, seq.seqlen_k));
+  } else {
+    kind = block_kind<Mask, Modifiers, kThreads>(p, seen, seq.seqlen_q, seq.seqlen_k,
+                                                 seq.offset, batch, head0, kPack, q0,
+                                                 kQRowsPerTile, n0, kBlockN);
+  }
   store_block_kind(p, batch, head, m_block, n_block, kind);
+}
+
+// Grid: one warp per row of the caller's block mask (kThreads / 32 rows a
+// CTA), before flashjit_fwd_block_kinds reads it (scatter_block_mask).
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
+    flashjit_block_mask_grid(const flashjit::BlockMaskLists lists) {
+  flashjit::scatter_block_mask<flashjit::fwd_block_map::kThreads>(lists);
 }
 
 // Grid: one warp per map row (kThreads / 32 rows a CTA), `rows` in all.

@@ -531,23 +531,27 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // them, see scale_log2), mask_mod hiding the
   // keys it refuses. Rows and columns past the sequence are left to the
   // built-in mask and the epilogue, so a snippet never sees such an index.
-  // `shown`: the block map says mask_mod shows the whole tile. score_mod
-  // runs on every element at positions clamped into the sequence (its
-  // loads then come once per tile, not once per element under a branch);
-  // mask_mod stays under the bounds test.
+  // `shown`: the block map says mask_mod shows the whole tile. A tile that
+  // the sequence holds whole (every tile but the last of each side) runs
+  // the snippets with no bounds arithmetic at all; an edge tile runs
+  // score_mod at positions clamped into the sequence (its loads come once
+  // per tile, not once per element under a branch) and mask_mod under the
+  // bounds test.
   auto modify = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
                     int wg_m0, int n0, bool shown) {
     const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
-    // Two copies of the loop, with and without mask_mod, so that neither
-    // carries the other's live values (one loop testing `shown` per element
-    // spilled 144 bytes at d = 64 under ALiBi plus documents).
-    auto apply = [&](auto with_mask) {
+    // Copies of the loop, with and without mask_mod, and with and without
+    // the bounds, so that none carries another's live values (one loop
+    // testing `shown` per element spilled 144 bytes at d = 64 under ALiBi
+    // plus documents).
+    auto apply = [&](auto with_mask, auto at_edge) {
+      constexpr bool kEdge = decltype(at_edge)::value;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int local = warp * 16 + group + h * 8;
       const int q = wg_m0 + local / kPack;  // packed rows: head fastest
       const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
-      const int q_clamped = min(q, seq.seqlen_q - 1);
+      const int q_at = kEdge ? min(q, seq.seqlen_q - 1) : q;
 #pragma unroll
       for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
@@ -558,19 +562,27 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           // past seqlen_k is masked below (the key tail cuts its tile), a
           // query past seqlen_q is never written. No select per element.
           if constexpr (Modifiers::kScore)
-            s = Modifiers::score(s * unit, tile.batch, head, q_clamped, min(k, seq.seqlen_k - 1),
-                                 p.aux);
+            s = Modifiers::score(s * unit, tile.batch, head, q_at,
+                                 kEdge ? min(k, seq.seqlen_k - 1) : k, p.aux);
           if constexpr (decltype(with_mask)::value)
-            if (q < seq.seqlen_q && k < seq.seqlen_k &&
+            if ((!kEdge || (q < seq.seqlen_q && k < seq.seqlen_k)) &&
                 !Modifiers::visible(tile.batch, head, q, k, p.aux))
               s = kNegInf;
         }
     }
     };
+    // The warpgroup's last row is local row 63.
+    const bool inside = wg_m0 + 63 / kPack < seq.seqlen_q && n0 + kBlockN <= seq.seqlen_k;
+    auto for_bounds = [&](auto with_mask) {
+      if (inside)
+        apply(with_mask, BoolConstant<false>{});
+      else
+        apply(with_mask, BoolConstant<true>{});
+    };
     if (!Modifiers::kMask || shown)
-      apply(BoolConstant<false>{});
+      for_bounds(BoolConstant<false>{});
     else
-      apply(BoolConstant<Modifiers::kMask>{});
+      for_bounds(BoolConstant<Modifiers::kMask>{});
   };
 
   // Softcap, modifiers, mask and online softmax of the S tile of keys

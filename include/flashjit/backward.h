@@ -45,6 +45,8 @@ struct BackwardArgs {
   // needed); else both null.
   const float *sinks = nullptr;
   float *dsinks = nullptr;
+  // The forward's block mask (ForwardArgs::block_mask), or null.
+  const BlockMask *block_mask = nullptr;
 
   static BackwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,
                              const void *o, const void *dout, const float *lse, void *dq,

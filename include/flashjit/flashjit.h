@@ -187,7 +187,25 @@ typedef struct flashjit_modifiers {
    * device, overwritten, not accumulated); the forward ignores dsinks. */
   const float *sinks;
   float *dsinks;
+  /* A block mask of mask_mod built by the caller (below), or NULL: the
+   * kernel's pre-pass classifies its tiles with mask_mod. */
+  const struct flashjit_block_mask *block_mask;
 } flashjit_modifiers;
+
+/* A block mask (flashjit::BlockMask in include/flashjit/modifiers.h;
+ * FlexAttention's BlockMask layout): per (batch, head, block of block_q
+ * queries) the blocks of block_k keys it sees in part and those it sees
+ * whole, each a count ([batches][heads][q_blocks] int32 on the device) and
+ * a row of k_blocks indices ([batches][heads][q_blocks][k_blocks] int32);
+ * full_* both NULL: no full blocks. batches and heads are 1 or the
+ * problem's; q_blocks and k_blocks cover seqlen_q and seqlen_k. It must
+ * agree with mask_mod, which it needs. */
+typedef struct flashjit_block_mask {
+  int32_t block_q, block_k;
+  int64_t batches, heads, q_blocks, k_blocks;
+  const int32_t *kv_num_blocks, *kv_indices;
+  const int32_t *full_kv_num_blocks, *full_kv_indices;
+} flashjit_block_mask;
 
 /* The shipped modifiers (include/flashjit/mods.h) by name: "alibi",
  * "relative_bias", "document_mask", "prefix_lm", "sliding_window_with_sinks",

@@ -98,6 +98,10 @@ struct ForwardArgs {
   // With modifiers->sinks: the learned sinks, heads_q fp32 logits on the
   // device (Modifiers::sinks); else null.
   const float *sinks = nullptr;
+  // A block mask of modifiers->mask_mod (flashjit/modifiers.h) built by the
+  // caller, e.g. once for every layer; null: the kernel's pre-pass
+  // classifies its tiles by calling mask_mod.
+  const BlockMask *block_mask = nullptr;
 
   // Strides of densely packed [batch, seqlen, heads, dim] tensors.
   static ForwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,

@@ -61,6 +61,35 @@ struct Modifiers {
   bool operator==(const Modifiers &) const = default;
 };
 
+// A caller's block mask (FlexAttention's BlockMask, in its layout): for each
+// (batch, head, block of block_q queries), the blocks of block_k keys it
+// sees in part (mask_mod decides each element), as a count and a row of
+// k_blocks block indices (the first `count` read), and those it sees
+// whole, likewise; a block in neither list is hidden.
+// It stands in for the pre-pass that evaluates mask_mod per tile, so one
+// mask built once serves every layer of a model (and Flex's own masks can
+// be passed as they are): the sm90 kernels skip the key tiles it hides and
+// call mask_mod only on the tiles it does not show whole. The block sizes
+// need not be the kernel's tiles: a kernel tile takes the kinds of every
+// block it overlaps. It must agree with mask_mod (a hidden block hidden by
+// it, a full block shown by it): the sm80 kernels, which evaluate mask_mod
+// on every element, give the same result then, and where it does not agree
+// results depend on the kernel. Needs a mask_mod. Device pointers, int32,
+// contiguous: counts [batches][heads][q_blocks], indices [batches][heads]
+// [q_blocks][k_blocks]; batches and heads are 1 (one row for all) or the
+// problem's batch and heads_q. Counts are clamped to [0, k_blocks] and
+// indices outside [0, k_blocks) ignored, on the GPU.
+struct BlockMask {
+  int block_q = 128, block_k = 128;
+  long long batches = 1, heads = 1;
+  // ceil(seqlen_q / block_q) and ceil(seqlen_k / block_k), of the longest
+  // sequences in a packed batch.
+  long long q_blocks = 0, k_blocks = 0;
+  const int *kv_num_blocks = nullptr, *kv_indices = nullptr;  // the partial blocks
+  // The full blocks, or both null: none (a block in both lists is partial).
+  const int *full_kv_num_blocks = nullptr, *full_kv_indices = nullptr;
+};
+
 // The values of a Modifiers' aux fields, by name, laid out as its struct Aux
 // (C layout): what ForwardArgs::aux and aux_bytes point at.
 class AuxValues {

@@ -10,9 +10,9 @@
 namespace flashjit::mods {
 
 // ALiBi: score + slopes[h] * (k - q). Aux: const float* slopes ([heads_q]).
-// Written plainly: on the H200 it ran faster than its distance through
-// flashjit::position_to_float or as slope * k - slope * q (docs/PERF.md,
-// nineteenth session).
+// The distance goes through flashjit::position_to_float (exact below 2^22
+// tokens): an I2F per score would share the quarter-rate unit with the
+// softmax's exp2 (docs/PERF.md, twentieth session).
 Modifiers alibi();
 
 // A learned relative position bias: score + table[h][clamp(k - q, -max_distance,

@@ -407,7 +407,8 @@ def _autograd_function(torch):
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
-              aux=None, mask_mod_qk_only=False, score_mod_grad=None, sinks=None):
+              aux=None, mask_mod_qk_only=False, score_mod_grad=None, sinks=None,
+              block_mask=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -464,6 +465,11 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         out = sum_j exp(s_j - lse) v_j with lse = log(exp(sink) +
         sum_j exp(s_j)). Differentiable (the gradient comes back in the
         sinks' dtype); composes with the masks and the modifiers. Eager only.
+    block_mask: the mask_mod's block map built once by the caller, e.g. for
+        every layer: a FlexAttention BlockMask (create_block_mask) as it is,
+        at any block sizes; it must agree with mask_mod. The kernels skip the
+        blocks it hides and call mask_mod only where it lists a partial
+        block, with no per-call pre-pass over mask_mod.
 
     Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
     current CUDA stream of the tensors' device.
@@ -477,10 +483,10 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     import torch
 
     if (score_mod is not None or mask_mod is not None or aux is not None or mask_mod_qk_only
-            or score_mod_grad is not None or sinks is not None):
+            or score_mod_grad is not None or sinks is not None or block_mask is not None):
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
                                    return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
-                                   mask_mod_qk_only, score_mod_grad, sinks)
+                                   mask_mod_qk_only, score_mod_grad, sinks, block_mask)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
@@ -525,7 +531,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
                         num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only,
-                        score_mod_grad, sinks):
+                        score_mod_grad, sinks, block_mask=None):
     """attention() with a caller's modifiers (flashjit/modifiers.py) or
     learned sinks, eager; differentiable with respect to q, k, v and the
     sinks (a score_mod then needs its score_mod_grad)."""
@@ -546,6 +552,10 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
     from . import modifiers as _modifiers
     mods, keep = _modifiers.build(torch, score_mod, mask_mod, aux, q.device, mask_mod_qk_only,
                                   score_mod_grad, call.sinks)
+    if block_mask is not None:
+        mask_struct, mask_tensors = _modifiers.block_mask(torch, block_mask, mask_mod, q, k)
+        mods.block_mask = ctypes.pointer(mask_struct)
+        keep = (keep, mask_struct, mask_tensors)
     if differentiable:
         # The aux tensors too: the backward reads them through their pointers.
         call.modifiers = (mods, (keep, aux))

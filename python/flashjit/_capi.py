@@ -118,6 +118,21 @@ class AuxValue(ctypes.Structure):
     ]
 
 
+class BlockMask(ctypes.Structure):
+    _fields_ = [
+        ("block_q", ctypes.c_int32),
+        ("block_k", ctypes.c_int32),
+        ("batches", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("q_blocks", ctypes.c_int64),
+        ("k_blocks", ctypes.c_int64),
+        ("kv_num_blocks", ctypes.c_void_p),
+        ("kv_indices", ctypes.c_void_p),
+        ("full_kv_num_blocks", ctypes.c_void_p),
+        ("full_kv_indices", ctypes.c_void_p),
+    ]
+
+
 class Modifiers(ctypes.Structure):
     _fields_ = [
         ("score_mod", ctypes.c_char_p),
@@ -130,6 +145,7 @@ class Modifiers(ctypes.Structure):
         ("score_mod_grad", ctypes.c_char_p),
         ("sinks", ctypes.c_void_p),
         ("dsinks", ctypes.c_void_p),
+        ("block_mask", ctypes.POINTER(BlockMask)),
     ]
 
 

@@ -76,3 +76,63 @@ def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score
         score_mod_grad=score_mod_grad.encode() if score_mod_grad else None,
         sinks=sinks.data_ptr() if sinks is not None else None, dsinks=None)
     return mods, array
+
+
+def block_mask(torch, mask, mask_mod, q, k):
+    """The flashjit_block_mask struct (and the tensors it points at, to keep
+    alive) for a FlexAttention BlockMask (torch.nn.attention.flex_attention:
+    kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices,
+    BLOCK_SIZE) or any object with those attributes, for q [batch, seqlen_q,
+    heads_q, d] and k [batch, seqlen_k, ...]; raises TypeError or ValueError
+    naming what is wrong. The library checks the rest (block counts against
+    the lengths)."""
+    if not mask_mod:
+        raise ValueError("flashjit.attention: block_mask without a mask_mod: a block mask "
+                         "says which tiles the mask_mod hides or shows whole; pass the mask_mod "
+                         "it was built from")
+    missing = [name for name in ("kv_num_blocks", "kv_indices", "BLOCK_SIZE")
+               if not hasattr(mask, name)]
+    if missing:
+        raise TypeError(f"flashjit.attention: block_mask is a {type(mask).__name__} without "
+                        f"{', '.join(missing)}: expected a FlexAttention BlockMask "
+                        f"(torch.nn.attention.flex_attention.create_block_mask)")
+    block_q, block_k = (mask.BLOCK_SIZE if isinstance(mask.BLOCK_SIZE, (tuple, list))
+                        else (mask.BLOCK_SIZE, mask.BLOCK_SIZE))
+    keep = []
+
+    def tensor(name, ndim):
+        t = getattr(mask, name, None)
+        if t is None:
+            return None, None
+        if not isinstance(t, torch.Tensor) or t.dim() != ndim:
+            raise ValueError(f"flashjit.attention: block_mask.{name} must be a {ndim}-d tensor, "
+                             f"got {getattr(t, 'shape', type(t).__name__)}")
+        if t.device != q.device:
+            raise ValueError(f"flashjit.attention: block_mask.{name} is on {t.device}, the "
+                             f"inputs on {q.device}")
+        t = t.to(torch.int32).contiguous()
+        keep.append(t)
+        return t, t.data_ptr()
+
+    num, num_ptr = tensor("kv_num_blocks", 3)
+    indices, indices_ptr = tensor("kv_indices", 4)
+    full_num, full_num_ptr = tensor("full_kv_num_blocks", 3)
+    full_indices, full_indices_ptr = tensor("full_kv_indices", 4)
+    if num is None or indices is None:
+        raise ValueError("flashjit.attention: block_mask.kv_num_blocks and kv_indices are "
+                         "required")
+    batches, heads, q_blocks = num.shape
+    k_blocks = indices.shape[3]
+    for name, t, shape in (("kv_indices", indices, (batches, heads, q_blocks, k_blocks)),
+                           ("full_kv_num_blocks", full_num, (batches, heads, q_blocks)),
+                           ("full_kv_indices", full_indices,
+                            (batches, heads, q_blocks, k_blocks))):
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"flashjit.attention: block_mask.{name} has shape "
+                             f"{tuple(t.shape)}: expected {shape} from kv_num_blocks "
+                             f"{tuple(num.shape)} and kv_indices")
+    struct = _capi.BlockMask(block_q=int(block_q), block_k=int(block_k), batches=batches,
+                             heads=heads, q_blocks=q_blocks, k_blocks=k_blocks,
+                             kv_num_blocks=num_ptr, kv_indices=indices_ptr,
+                             full_kv_num_blocks=full_num_ptr, full_kv_indices=full_indices_ptr)
+    return struct, keep

@@ -12,6 +12,7 @@
 
 #include "common/types.cuh"
 #include "common/mask.cuh"
+#include "common/block_mask_grid.cuh"
 
 namespace flashjit {
 
@@ -56,6 +57,73 @@ __device__ __forceinline__ int block_kind(const Params &p, bool seen, int seqlen
   any = __syncthreads_or(any);
   all = __syncthreads_and(all);
   return any ? (all ? 2 : 1) : 0;
+}
+
+// One warp per row of the caller's mask (kThreads / 32 rows a CTA). The
+// lists are device data the host cannot check without a sync: a count is
+// clamped to [0, k_blocks] and an index outside [0, k_blocks) is skipped,
+// so no list reads or writes past its row. A block listed both ways is
+// partial (written last, after __syncwarp orders the warp's stores).
+template <int kThreads>
+__device__ __forceinline__ void scatter_block_mask(const BlockMaskLists &l) {
+  const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= l.rows) return;
+  const int lane = threadIdx.x % 32;
+  const i64 base = static_cast<i64>(row) * l.k_blocks;
+  auto scatter = [&](const int *num, const int *indices, unsigned char kind) {
+    const int count = min(max(num[row], 0), l.k_blocks);
+    for (int i = lane; i < count; i += 32) {
+      const int block = indices[base + i];
+      if (block >= 0 && block < l.k_blocks) l.kinds[base + block] = kind;
+    }
+  };
+  if (l.full_num) scatter(l.full_num, l.full_indices, 2);
+  __syncwarp();
+  scatter(l.num, l.indices, 1);
+}
+
+// The kind of a kernel tile from the caller's grid: 0 when `seen` is false
+// or every caller block the tile overlaps is hidden, 2 when all are shown
+// whole, else 1; over batches [b0, b1) and heads [h0, h1) of the grid (the
+// map's row may serve several: a shared map, a GQA group), queries [q0,
+// q_end) and keys [n0, n_end) (both clamped to the sequence by the caller,
+// non-empty where `seen`). Called by all kThreads threads of the CTA.
+template <int kThreads>
+__device__ __forceinline__ int block_kind_from_grid(const BlockMaskGrid &g, bool seen, int b0,
+                                                    int b1, int h0, int h1, int q0, int q_end,
+                                                    int n0, int n_end) {
+  bool any = false, all = true;
+  if (seen) {
+    const int qb0 = q0 / g.block_q, qbs = min((q_end - 1) / g.block_q, g.q_blocks - 1) - qb0 + 1;
+    const int kb0 = n0 / g.block_k, kbs = min((n_end - 1) / g.block_k, g.k_blocks - 1) - kb0 + 1;
+    const int heads = h1 - h0, per_batch = heads * qbs * kbs;
+    for (int e = threadIdx.x; e < (b1 - b0) * per_batch; e += kThreads) {
+      const int b = b0 + e / per_batch, r = e % per_batch;
+      const int h = h0 + r / (qbs * kbs), qb = qb0 + r / kbs % qbs, kb = kb0 + r % kbs;
+      const int kind =
+          g.kinds[((static_cast<i64>(b) * g.heads + h) * g.q_blocks + qb) * g.k_blocks + kb];
+      any |= kind != 0;
+      all &= kind == 2;
+    }
+  }
+  any = __syncthreads_or(any);
+  all = __syncthreads_and(all);
+  return any ? (all ? 2 : 1) : 0;
+}
+
+// The grid's batches or heads [lo, hi) that a map row serves: the row's own
+// `index` (of `count` in the row's group) where the map has a row each and
+// the grid one each, all of the grid's where the map is shared, the one
+// where the grid is.
+__device__ __forceinline__ void grid_range(int grid_count, bool per_row, int index, int count,
+                                           int &lo, int &hi) {
+  if (grid_count == 1) {
+    lo = 0, hi = 1;
+  } else if (per_row) {
+    lo = index, hi = index + count;
+  } else {
+    lo = 0, hi = grid_count;
+  }
 }
 
 // One warp lists a map row: the `tiles` kinds at `kinds` (consecutive

@@ -8,7 +8,7 @@ tensor aux), a prefix-LM mask over an int aux, both dtypes; causal as a
 mask_mod equal to the built-in causal; gradients of score_mods (with their
 score_mod_grad) and mask_mods against the reference's autograd; learned
 sinks (forward, LSE, d q/k/v and d sinks); the shipped modifiers of
-flashjit.mods; the
+flashjit.mods; FlexAttention's block masks passed as they are; the
 forward-only and bad-argument errors. Outputs are poisoned before every launch (FLASHJIT_POISON_OUTPUT=1).
 Skips cleanly (exit 0) where torch or a CUDA device is missing.
 """
@@ -274,6 +274,53 @@ def test_gradients_of_mask_mods_match_the_reference():
                                                    mask_mod_qk_only=True), q, k, v, dout)
     allowed = pos[None, :] <= pos[:, None]
     check_grads(got, q, k, v, dout, allowed=allowed[None, None])
+
+
+def test_flex_block_masks_are_taken_as_they_are():
+    # A FlexAttention BlockMask (create_block_mask at its own 128 x 128 and
+    # at 64 x 256, per batch and head and broadcast) stands in for the
+    # kernel's pre-pass: the same outputs as without it within the
+    # criterion, forward and gradients; a block mask without a mask_mod,
+    # or of other lengths, is refused by name.
+    require_gpu()
+    from torch.nn.attention.flex_attention import create_block_mask
+    q, k, v = inputs(2, 1000, 4, 2, 128, torch.bfloat16, seed=7)
+    dout = torch.randn_like(q)
+    pos = torch.arange(1000, device="cuda")
+    docs = torch.stack([pos // 137, pos // 291]).to(torch.int32)
+    allowed = (docs[:, None, :, None] == docs[:, None, None, :]) & (
+        pos[None, None, None, :] <= pos[None, None, :, None])
+
+    def flex_mask(b, h, qi, ki):
+        return (docs[b, qi] == docs[b, ki]) & (ki <= qi)
+
+    aux = {"doc_ids": docs, "seqlen": 1000}
+    causal_docs = DOCUMENTS.replace("aux.doc_ids[b * aux.seqlen + k];",
+                                    "aux.doc_ids[b * aux.seqlen + k] && k <= q;")
+    for size, heads in (((128, 128), 4), ((64, 256), None)):
+        mask = create_block_mask(flex_mask, 2, heads, 1000, 1000, device="cuda",
+                                 BLOCK_SIZE=size)
+        with torch.no_grad():
+            out, lse = flashjit.attention(q, k, v, mask_mod=causal_docs, aux=aux,
+                                          block_mask=mask, return_lse=True)
+        check(out, lse, q, k, v, allowed=allowed)
+        got = grads(lambda a, b, c: flashjit.attention(a, b, c, mask_mod=causal_docs, aux=aux,
+                                                       block_mask=mask), q, k, v, dout)
+        check_grads(got, q, k, v, dout, allowed=allowed)
+    short = create_block_mask(flex_mask, 2, None, 700, 1000, device="cuda")
+    for call, message in (
+            (lambda: flashjit.attention(q, k, v, block_mask=mask), "without a mask_mod"),
+            (lambda: flashjit.attention(q, k, v, mask_mod=causal_docs, aux=aux,
+                                        block_mask=short), "build the mask for this call's"),
+            (lambda: flashjit.attention(q, k, v, mask_mod=causal_docs, aux=aux,
+                                        block_mask=object()), "expected a FlexAttention")):
+        try:
+            with torch.no_grad():
+                call()
+        except (TypeError, ValueError, RuntimeError) as e:
+            assert message in str(e), str(e)
+        else:
+            raise AssertionError(f"no error for {message}")
 
 
 def sink_reference(q, k, v, sinks, causal=False, upcast=True):
