@@ -161,6 +161,16 @@ def bench(name, d, s, warmup, repeats, args_backward=True):
                 row["flashjit_plain_bwd"] = 2.5 * flops / max(total - plain_ms, 1e-6) / 1e9
             except Exception as e:  # noqa: BLE001
                 row["flashjit_bwd_error"] = short_error(e)
+            if "flashjit_flex_mask" in row:
+                def flex_mask_fwd_bwd():
+                    with torch.enable_grad():
+                        flashjit.attention(qg, kg, vg, score_mod=score_mod, mask_mod=mask_mod,
+                                           aux=aux, mask_mod_qk_only=qk_only,
+                                           score_mod_grad=grad,
+                                           block_mask=block_mask).backward(dout)
+                masked_ms = flops / row["flashjit_flex_mask"] / 1e9
+                total = time_ms(flex_mask_fwd_bwd, warmup, repeats)
+                row["flashjit_flex_mask_bwd"] = 2.5 * flops / max(total - masked_ms, 1e-6) / 1e9
             if "flex" in row:
                 qfg, kfg, vfg = (t.detach().clone().requires_grad_(True) for t in (qf, kf, vf))
                 doutf = dout.transpose(1, 2).contiguous()
@@ -222,7 +232,8 @@ def main():
               f"{r['flashjit_first_call_s']:.2f} / {r.get('flex_first_call_s', float('nan')):.2f} "
               f"| {r['flashjit_new_length_compiles']} |")
     print("\n=== backward TFLOP/s (2.5x the forward's FLOPs, no sparsity credit) ===")
-    print("| modifier | d | flashjit | without modifier | × | Flex | × Flex |")
+    print("| modifier | d | flashjit | without modifier | × | Flex | × Flex | with Flex's "
+          "block mask | × Flex |")
     for r in rows:
         if "flashjit_bwd" in r or "flashjit_bwd_error" in r:
             ours, flex = r.get("flashjit_bwd"), r.get("flex_bwd")
@@ -232,7 +243,9 @@ def main():
                   f"{round(plain, 1) if plain else ''} | "
                   f"{round(ours / plain, 2) if ours and plain else ''} | "
                   f"{round(flex, 1) if flex else r.get('flex_bwd_error', '')} | "
-                  f"{round(ours / flex, 2) if ours and flex else ''} |")
+                  f"{round(ours / flex, 2) if ours and flex else ''} | "
+                  f"{round(r['flashjit_flex_mask_bwd'], 1) if 'flashjit_flex_mask_bwd' in r else ''} | "
+                  f"{round(r['flashjit_flex_mask_bwd'] / flex, 2) if 'flashjit_flex_mask_bwd' in r and flex else ''} |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

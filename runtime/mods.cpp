@@ -15,7 +15,7 @@ Modifiers alibi() {
   Modifiers m;
   m.score_mod =
       "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
-      "  return score + aux.slopes[h] * flashjit::position_to_float(k - q);\n"
+      "  return score + aux.slopes[h] * (k - q);\n"
       "}\n";
   m.score_mod_grad = kBiasGradient;
   m.aux = {{"const float*", "slopes"}};

@@ -40,8 +40,22 @@ __device__ __forceinline__ int block_kind(const Params &p, bool seen, int seqlen
                                           i64 offset, int batch, int head0, int group, int q0,
                                           int q_rows, int n0, int cols) {
   bool any = false, all = true;
-  if (seen) {
-    const int heads = M::kMaskQkOnly ? 1 : group;
+  const int heads = M::kMaskQkOnly ? 1 : group;
+  if (seen && q0 + q_rows <= seqlen_q &&
+      !tile_is_cut<Mask>(p, seqlen_k, q0, q_rows, n0, cols, offset)) {
+    // A tile the sequence and the built-in mask leave whole (most of them):
+    // a thread per key, down the rows, with no bounds per element, so that
+    // mask_mod is nearly all it costs (the general loop below spent most of
+    // the pre-pass on its index arithmetic). A thread stops once its keys
+    // are both seen and hidden: the tile is partial whatever the others find.
+    for (int c = threadIdx.x; c < cols && (all || !any); c += kThreads)
+      for (int q = q0; q < q0 + q_rows && (all || !any); ++q)
+        for (int h = 0; h < heads; ++h) {
+          const bool shown = M::visible(batch, M::kMaskQkOnly ? 0 : head0 + h, q, n0 + c, p.aux);
+          any |= shown;
+          all &= shown;
+        }
+  } else if (seen) {
     for (int e = threadIdx.x; e < q_rows * heads * cols; e += kThreads) {
       const int r = e / cols, c = e % cols;
       const int q = q0 + r / heads;
