@@ -83,7 +83,8 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   p.softmax_scale_log2 = fwd.softmax_scale_log2;
   p.softmax_scale = problem.effective_scale();
   p.batch = static_cast<int>(problem.batch);
-  p.dispatch_section = BwdSm90Traits::dispatch_section(problem);
+  p.dispatch_section = BwdSm90Traits::dispatch_section(
+      problem, args.modifiers && !args.modifiers->mask_mod.empty());
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;

@@ -99,8 +99,8 @@ KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v) {
                       block_n_for(head_dim_qk, head_dim_v), kWarps, 1};
 }
 
-int BwdSm90Traits::dispatch_section(const Problem &problem) {
-  if (problem.mask == MaskKind::none) return 1;
+int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod) {
+  if (problem.mask == MaskKind::none && !mask_mod) return 1;
   constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
   const int64_t element = 2;                // bf16 or fp16
   const int64_t head_bytes =

@@ -81,8 +81,10 @@ struct BwdSm90Traits {
   // L2 (the CTAs running at once walk a group's query heads in step), a
   // power of two (FlashAttention's backward LPT scheduler sizes its
   // sections so). 1 without a mask: every CTA costs the same, and the
-  // pair-by-pair order keeps the fewest heads' Q and dO live.
-  static int dispatch_section(const Problem &problem);
+  // pair-by-pair order keeps the fewest heads' Q and dO live. A caller's
+  // mask_mod counts as a mask (its block map makes the costs uneven: causal
+  // as a mask_mod ran 0.88x the built-in causal's backward pair by pair).
+  static int dispatch_section(const Problem &problem, bool mask_mod = false);
   // Every config the kernel claims at these head dims within `max_smem_bytes`.
   static std::vector<KernelConfig> search_space(int head_dim_qk, int head_dim_v,
                                                 int max_smem_bytes);

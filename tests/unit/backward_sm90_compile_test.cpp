@@ -287,6 +287,8 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   p.seqlen_q = p.seqlen_k = 2048;
   p.mask = MaskKind::none;
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 1);
+  // Unless a caller's mask_mod makes them uneven: as a mask.
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, /*mask_mod=*/true), 16);
   // The kernel orders its CTAs itself: a one-dimensional grid.
   p.mask = MaskKind::causal;
   auto spec = make_backward_spec(p, BwdSm90Traits::default_config(128, 128), kSm90a);
