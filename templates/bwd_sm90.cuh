@@ -495,13 +495,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     for (int it = 0; it < iterations; ++it) {
       const int stage = it % kStages;
       const u32 round = static_cast<u32>(it / kStages);
-      // The tile's query rows first: under a block map they are a load,
-      // whose latency then hides under the wait.
-      const int head = kv_head * p.heads_per_kv + it / m_blocks;
-      const int m0 = entry_m_block(tile_entry(tiles, it)) * kBlockM;
+      // Under a block map the tile's query rows are a load, issued before
+      // the wait so that its latency hides under it (without one they are
+      // arithmetic, kept after: live across the wait they spilled at d=256).
+      int m0 = 0;
+      if constexpr (kBlockMap) m0 = entry_m_block(tile_entry(tiles, it)) * kBlockM;
       // The first round passes at once (parity 1 of a fresh barrier is the
       // phase before its first); later ones wait for the consumers' release.
       mbarrier_wait(empty(stage), (round & 1) ^ 1);
+      const int head = kv_head * p.heads_per_kv + it / m_blocks;
+      if constexpr (!kBlockMap) m0 = entry_m_block(tile_entry(tiles, it)) * kBlockM;
       {
         mbarrier_arrive_expect_tx(full(stage), kQTileBytes + kDOTileBytes);
         const u32 q_dst = smem + kOffsetQ + stage * kQTileBytes;
