@@ -59,6 +59,7 @@ struct TuneCommand {
   llvm::cl::opt<std::string> devices;
   llvm::cl::opt<bool> force;
   llvm::cl::opt<std::string> candidate_timeout_s;
+  ModifierOptions modifiers;  // refused with a reason: tuning modified kernels is not built yet
   int run(const CommonOptions &common, const ProblemOptions &problem,
           const DbPathOption &db) const;
 };
@@ -70,6 +71,7 @@ struct PrecompileCommand {
   llvm::cl::opt<std::string> arch;
   llvm::cl::opt<std::string> plan;
   llvm::cl::opt<int> threads;
+  ModifierOptions modifiers;  // compiled into every candidate of the flags' problem
   int run(const CommonOptions &common, const ProblemOptions &problem,
           const DbPathOption &db) const;
 };

@@ -5,6 +5,7 @@
 
 #include "cache/tuning_fields.h"
 #include "cli/problem_flags.h"
+#include "generator/modifier_source.h"
 #include "runtime/tuning_key.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -56,23 +57,38 @@ std::unique_ptr<TuningDb> open_existing_database(llvm::StringRef path, std::stri
 }
 
 llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::StringRef plan_file,
-                                           int &exit_code) {
+                                           int &exit_code, const ModifierOptions *modifiers) {
   exit_code = kExitUsage;
   if (!plan_file.empty()) {
     if (std::string given = problem.first_given(); !given.empty())
       return error(llvm::formatv("--plan: the plan gives the problems; drop {0}", given));
+    if (modifiers) {
+      auto flags = modifiers->read(Pass::forward);
+      if (!flags) return flags.takeError();
+      if (!flags->empty())
+        return error("--plan: the plan gives each problem's modifiers (keys score_mod, "
+                     "score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks); drop the "
+                     "modifier flags");
+    }
     return load_plan(plan_file);
   }
   auto parsed = parse_problem_flags(problem.values());
   if (!parsed) return parsed.takeError();
+  Modifiers flagged;
+  if (modifiers) {
+    auto read = modifiers->read(parsed->pass);
+    if (!read) return read.takeError();
+    flagged = std::move(*read);
+  }
   TuningPlan plan;
   plan.name = "command line";
   const bool deterministic = parsed->config.deterministic;
-  plan.entries.push_back(PlanEntry{describe(parsed->problem) +
-                                       pass_suffix(parsed->pass, deterministic),
-                                   parsed->problem, 0, parsed->pass, deterministic,
-                                   parsed->seqlens_q, parsed->seqlens_k, parsed->total_q,
-                                   parsed->total_k});
+  plan.entries.push_back(PlanEntry{
+      describe(parsed->problem) +
+          (flagged.empty() ? std::string() : " mod=" + modifiers_hash(flagged)) +
+          pass_suffix(parsed->pass, deterministic),
+      parsed->problem, 0, parsed->pass, deterministic, parsed->seqlens_q, parsed->seqlens_k,
+      parsed->total_q, parsed->total_k, std::move(flagged)});
   exit_code = kExitOk;
   return plan;
 }

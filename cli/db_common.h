@@ -8,6 +8,7 @@
 
 #include "cache/tuning_db.h"
 #include "cli/cli_common.h"
+#include "cli/modifier_options.h"
 #include "tuner/plan.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -24,10 +25,13 @@ llvm::Expected<std::unique_ptr<TuningDb>> open_database(llvm::StringRef path);
 std::unique_ptr<TuningDb> open_existing_database(llvm::StringRef path, std::string &note);
 
 // The problems a command works on: the plan file, or one problem from the
-// flags (of the pass --pass and --deterministic say). Both at once is a usage error, as are bad flags and plan errors;
+// flags (of the pass --pass and --deterministic say), with the modifiers'
+// flags where given (a plan names its own: the flags beside it are an
+// error). Both at once is a usage error, as are bad flags and plan errors;
 // `exit_code` says which kind of failure it was.
 llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::StringRef plan_file,
-                                           int &exit_code);
+                                           int &exit_code,
+                                           const ModifierOptions *modifiers = nullptr);
 
 // "sm80 128x64 w4 s2" (" splits=4", " pack_gqa" where set): short enough for
 // a table column.

@@ -2,7 +2,8 @@
 // candidate of each problem class (forward, or backward with --pass bwd or a
 // plan's `passes`) compiled into the cubin store, with no
 // GPU, so that a fleet of that GPU starts warm (and a later tune compiles
-// nothing).
+// nothing); with a caller's modifiers (--score-mod ..., or a plan's keys)
+// compiled in, under the ids a call with them looks up.
 #include "cli/commands.h"
 #include "cli/db_common.h"
 #include "generator/heuristic.h"
@@ -23,7 +24,8 @@ PrecompileCommand::PrecompileCommand(cl::OptionCategory &category)
       plan("plan", cl::desc("Precompile every problem of a YAML plan (instead of problem flags)"),
            cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
       threads("threads", cl::desc("Parallel NVRTC compiles (0: one per core)"), cl::init(0),
-              cl::value_desc("N"), cl::cat(category), cl::sub(sub)) {}
+              cl::value_desc("N"), cl::cat(category), cl::sub(sub)),
+      modifiers(category, sub) {}
 
 int PrecompileCommand::run(const CommonOptions &common, const ProblemOptions &problem,
                            const DbPathOption &db) const {
@@ -38,7 +40,7 @@ int PrecompileCommand::run(const CommonOptions &common, const ProblemOptions &pr
     return report_error(kExitUsage,
                         llvm::formatv("--threads: expected an integer >= 0, got {0}", threads));
   int code = kExitOk;
-  auto tuning_plan = plan_or_problem(problem, plan, code);
+  auto tuning_plan = plan_or_problem(problem, plan, code, &modifiers);
   if (!tuning_plan) return report_error(code, tuning_plan.takeError());
   auto path = database_path(db.db);
   if (!path) return report_error(kExitUsage, path.takeError());
@@ -61,9 +63,10 @@ int PrecompileCommand::run(const CommonOptions &common, const ProblemOptions &pr
     const Problem sized = class_view(entry.problem, entry.total_q);
     auto outcome = entry.pass == Pass::backward
                        ? precompile_backward(sized, entry.deterministic, *target, max_smem,
-                                             **database, threads, current_executable())
+                                             **database, threads, current_executable(),
+                                             entry.modifiers)
                        : precompile_forward(sized, *target, max_smem, **database, threads,
-                                            current_executable());
+                                            current_executable(), entry.modifiers);
     llvm::json::Object o{{"name", entry.name},
                          {"pass", class_pass(entry.pass, entry.deterministic)},
                          {"problem", problem_json(entry.problem)}};

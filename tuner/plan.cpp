@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "generator/kernel_spec.h"
+#include "generator/modifier_source.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -26,7 +28,8 @@ const char *const kProblemKeys[] = {"dtype",   "batch",   "heads",    "heads_kv"
                                     "seqlen_q", "seqlen_k", "hdim",     "hdim_v",   "mask",
                                     "window",  "softcap", "scale",    "pass",     "passes",
                                     "deterministic", "page_size", "cache_seqlens", "varlen",
-                                    "seqlens_q", "seqlens_k", "name"};
+                                    "seqlens_q", "seqlens_k", "score_mod", "score_mod_grad",
+                                    "mask_mod", "aux", "mask_mod_qk_only", "sinks", "name"};
 constexpr int64_t kMaxLength = (int64_t(1) << 31) - 1;  // the kernels index rows with int
 constexpr int64_t kMaxGrid = 65535;                     // batch and heads are grid dimensions
 
@@ -74,7 +77,9 @@ std::optional<PlanError> read_fields(const YAML::Node &map, bool allow_name, Fie
                                            "batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, "
                                            "hdim, hdim_v, mask, window, softcap, scale, pass, "
                                            "passes, deterministic, page_size, cache_seqlens, "
-                                           "varlen, seqlens_q, seqlens_k{2})",
+                                           "varlen, seqlens_q, seqlens_k, score_mod, "
+                                           "score_mod_grad, mask_mod, aux, mask_mod_qk_only, "
+                                           "sinks{2})",
                                            shown(pair.first), where, allow_name ? ", name" : "")
                                  .str()};
     }
@@ -398,6 +403,54 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
   return std::nullopt;
 }
 
+// A caller's modifiers (include/flashjit/modifiers.h): score_mod,
+// score_mod_grad and mask_mod name files of CUDA source (relative to the
+// plan's folder), aux their extra inputs' declarations, mask_mod_qk_only
+// and sinks flags. Checked as a call checks them; a score_mod's backward
+// needs its score_mod_grad.
+std::optional<PlanError> read_modifiers(const Fields &entry, const Fields &defaults, int line,
+                                        llvm::StringRef file, Modifiers &m) {
+  auto get = [&](const char *key) { return lookup(entry, defaults, key); };
+  for (auto [key, text] : {std::pair{"score_mod", &m.score_mod},
+                           std::pair{"score_mod_grad", &m.score_mod_grad},
+                           std::pair{"mask_mod", &m.mask_mod}}) {
+    const Field *f = get(key);
+    if (!f) continue;
+    if (!f->value.IsScalar() || f->value.Scalar().empty())
+      return key_error(*f, key, "the path of a CUDA source file");
+    llvm::SmallString<256> path(f->value.Scalar());
+    if (llvm::sys::path::is_relative(path)) {
+      llvm::SmallString<256> folder(llvm::sys::path::parent_path(file));
+      llvm::sys::path::append(folder, path);
+      path = folder;
+    }
+    auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+    if (!buffer)
+      return PlanError{f->line, llvm::formatv("key '{0}': cannot read {1}: {2}", key, path,
+                                              buffer.getError().message())
+                                    .str()};
+    *text = (*buffer)->getBuffer().str();
+  }
+  if (const Field *f = get("aux")) {
+    if (!f->value.IsScalar())
+      return key_error(*f, "aux", "declarations such as \"const float* slopes, int prefix\"");
+    auto fields = parse_aux_declarations(f->value.Scalar());
+    if (!fields)
+      return PlanError{f->line, "key 'aux': " + llvm::toString(fields.takeError())};
+    m.aux = std::move(*fields);
+  }
+  for (auto [key, flag] :
+       {std::pair{"mask_mod_qk_only", &m.mask_mod_qk_only}, std::pair{"sinks", &m.sinks}}) {
+    const Field *f = get(key);
+    if (!f) continue;
+    const std::string text = f->value.IsScalar() ? f->value.Scalar() : std::string();
+    if (text != "true" && text != "false") return key_error(*f, key, "true or false");
+    *flag = text == "true";
+  }
+  if (llvm::Error e = validate_modifiers(m)) return PlanError{line, llvm::toString(std::move(e))};
+  return std::nullopt;
+}
+
 std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file,
                                     TuningPlan &plan) {
   if (!root.IsMap())
@@ -446,8 +499,17 @@ std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file
     if (auto e = read_fields(item, /*allow_name=*/true, entry, "problem")) return e;
     PlanEntry out;
     if (auto e = make_entry(entry, defaults, line, out)) return e;
+    if (auto e = read_modifiers(entry, defaults, line, file, out.modifiers)) return e;
+    // A generated name tells entries of other modifiers apart.
+    if (!out.modifiers.empty() && !entry.count("name"))
+      out.name += " mod=" + modifiers_hash(out.modifiers);
     std::vector<Pass> passes;
     if (auto e = read_passes(entry, defaults, passes, out.deterministic)) return e;
+    for (Pass pass : passes)
+      if (pass == Pass::backward && !out.modifiers.score_mod.empty() &&
+          out.modifiers.score_mod_grad.empty())
+        return PlanError{line, "pass bwd with a score_mod needs score_mod_grad (d score_mod / "
+                               "d score): the backward scales by it"};
     const std::string name = out.name;
     for (Pass pass : passes) {
       out.pass = pass;

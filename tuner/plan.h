@@ -19,13 +19,17 @@
 // 300] (and seqlens_k, default the same), which give the batch, the longest
 // lengths and the totals (an entry with them takes no batch or seqlen*;
 // the defaults' are not used for it), or with batch and seqlen as the
-// longest. Errors name the file, line and key.
+// longest; a caller's modifiers: score_mod, score_mod_grad and mask_mod (CUDA
+// source files, relative to the plan's folder), aux ("const float* slopes,
+// int prefix"), mask_mod_qk_only and sinks (true or false). Errors name the
+// file, line and key.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "flashjit/modifiers.h"
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
 #include "reference/packed_batch.h"
@@ -44,6 +48,8 @@ struct PlanEntry {
   // otherwise) and totals (0: unknown, varlen with batch and seqlen only).
   std::vector<int64_t> seqlens_q, seqlens_k;
   int64_t total_q = 0, total_k = 0;
+  // A caller's modifiers, compiled into the entry's kernels (none: empty).
+  Modifiers modifiers;
 };
 
 // The packed batch a tune of `entry` times: its lengths, or every sequence

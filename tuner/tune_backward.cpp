@@ -1,6 +1,7 @@
 #include "tuner/tune_backward.h"
 
 #include "generator/backward_spec.h"
+#include "generator/modifier_source.h"
 #include "tuner/backward_candidates.h"
 #include "tuner/tune_class.h"
 
@@ -10,7 +11,9 @@ namespace {
 // FlashAttention's convention: the backward does 2.5x the forward's FLOPs.
 constexpr double kBackwardFlopsFactor = 2.5;
 
-PassSearch backward_search(const Problem &problem, bool deterministic) {
+// `problem` and `modifiers` are kept by reference, as forward_search's.
+PassSearch backward_search(const Problem &problem, bool deterministic,
+                           const Modifiers &modifiers) {
   PassSearch s;
   s.pass = Pass::backward;
   s.deterministic = deterministic;
@@ -25,8 +28,11 @@ PassSearch backward_search(const Problem &problem, bool deterministic) {
     mode.deterministic = deterministic;
     return default_backward_config(problem, arch, max_smem, mode);
   };
-  s.spec = [&problem](const KernelConfig &config, const TargetArch &arch, int max_smem) {
-    return make_backward_spec(problem, config, arch, max_smem);
+  s.spec = [&problem, &modifiers](const KernelConfig &config, const TargetArch &arch,
+                                  int max_smem) -> llvm::Expected<KernelSpec> {
+    auto spec = make_backward_spec(problem, config, arch, max_smem);
+    if (spec) spec->modifiers = modifiers;
+    return spec;
   };
   return s;
 }
@@ -42,7 +48,8 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
   // Candidates and the heuristic as a call of this class chooses them
   // (launch_backward: class_view); the timing runs the real packed problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
-  PassSearch search = backward_search(class_problem, deterministic);
+  const Modifiers none;
+  PassSearch search = backward_search(class_problem, deterministic, none);
   if (*packed)
     search.what = "the " + describe_packed(problem, **packed) +
                   (deterministic ? " backward (deterministic)" : " backward");
@@ -54,9 +61,15 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
 llvm::Expected<PrecompileOutcome> precompile_backward(const Problem &problem, bool deterministic,
                                                       const TargetArch &arch, int max_smem_bytes,
                                                       TuningDb &db, int threads,
-                                                      const std::string &worker_binary) {
-  return precompile_class(problem, backward_search(problem, deterministic), arch, max_smem_bytes,
-                          db, threads, worker_binary);
+                                                      const std::string &worker_binary,
+                                                      const Modifiers &modifiers) {
+  if (llvm::Error e = validate_modifiers(modifiers)) return e;
+  if (!modifiers.score_mod.empty() && modifiers.score_mod_grad.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the backward of a score_mod needs its score_mod_grad (d "
+                                   "score_mod / d score)");
+  return precompile_class(problem, backward_search(problem, deterministic, modifiers), arch,
+                          max_smem_bytes, db, threads, worker_binary);
 }
 
 }  // namespace flashjit

@@ -23,10 +23,12 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
 // Without a GPU: the backward programs of the heuristic config and every
 // candidate compiled for `arch` into the cubin store. `worker_binary` as
 // TuneOptions::worker_binary: compiles in worker processes, so that a
-// compiler crash fails one candidate.
+// compiler crash fails one candidate. `modifiers` as precompile_forward's
+// (a score_mod needs its score_mod_grad here).
 llvm::Expected<PrecompileOutcome> precompile_backward(const Problem &problem, bool deterministic,
                                                       const TargetArch &arch, int max_smem_bytes,
                                                       TuningDb &db, int threads = 0,
-                                                      const std::string &worker_binary = {});
+                                                      const std::string &worker_binary = {},
+                                                      const Modifiers &modifiers = {});
 
 }  // namespace flashjit

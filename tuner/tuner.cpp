@@ -2,6 +2,7 @@
 
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
+#include "generator/modifier_source.h"
 #include "reference/gpu_reference.h"
 #include "runtime/kernel_source.h"
 #include "tuner/candidates.h"
@@ -11,8 +12,8 @@ namespace flashjit {
 namespace {
 
 // `problem`: the class's (tuning_class_problem), which the lambdas keep a
-// reference to.
-PassSearch forward_search(const Problem &problem) {
+// reference to, as they do to `modifiers` (compiled into every candidate).
+PassSearch forward_search(const Problem &problem, const Modifiers &modifiers) {
   PassSearch s;
   s.pass = Pass::forward;
   s.what = describe(problem);
@@ -23,8 +24,11 @@ PassSearch forward_search(const Problem &problem) {
   s.heuristic = [&problem](const TargetArch &arch, int max_smem) {
     return default_forward_config(problem, arch, max_smem);
   };
-  s.spec = [&problem](const KernelConfig &config, const TargetArch &arch, int max_smem) {
-    return make_forward_spec(problem, config, arch, max_smem);
+  s.spec = [&problem, &modifiers](const KernelConfig &config, const TargetArch &arch,
+                                  int max_smem) -> llvm::Expected<KernelSpec> {
+    auto spec = make_forward_spec(problem, config, arch, max_smem);
+    if (spec) spec->modifiers = modifiers;
+    return spec;
   };
   return s;
 }
@@ -40,7 +44,8 @@ llvm::Expected<TuneOutcome> tune_forward(const Problem &problem, TuningDb &db,
   // Candidates and the heuristic as a call of this class chooses them; the
   // timing runs the real (packed) problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
-  PassSearch search = forward_search(class_problem);
+  const Modifiers none;
+  PassSearch search = forward_search(class_problem, none);
   if (*packed) search.what = describe_packed(problem, **packed);
   return tune_class(problem, search, db, resolved);
 }
@@ -48,14 +53,20 @@ llvm::Expected<TuneOutcome> tune_forward(const Problem &problem, TuningDb &db,
 llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
                                                      const TargetArch &arch, int max_smem_bytes,
                                                      TuningDb &db, int threads,
-                                                     const std::string &worker_binary) {
-  auto outcome = precompile_class(problem, forward_search(problem), arch, max_smem_bytes, db,
-                                  threads, worker_binary);
+                                                     const std::string &worker_binary,
+                                                     const Modifiers &modifiers) {
+  if (llvm::Error e = validate_modifiers(modifiers)) return e;
+  auto outcome = precompile_class(problem, forward_search(problem, modifiers), arch,
+                                  max_smem_bytes, db, threads, worker_binary);
   if (!outcome) return outcome.takeError();
   // The tuner checks its winner against the GPU reference: store that
-  // kernel too, so a tune on this target compiles nothing at all.
-  auto reference = stored_cubin(generate_reference_attention(), arch,
-                                "reference_attention_" + arch.name(), &db);
+  // kernel too (with the modifiers compiled in), so a tune on this target
+  // compiles nothing at all.
+  const std::string reference_key =
+      "reference_attention_" + arch.name() +
+      (modifiers.empty() ? std::string() : "_mod" + modifiers_hash(modifiers));
+  auto reference =
+      stored_cubin(generate_reference_attention(modifiers), arch, reference_key, &db);
   if (!reference) {
     ++outcome->failed;
     outcome->failures.push_back("reference_attention: " + llvm::toString(reference.takeError()));

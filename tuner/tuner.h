@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cache/tuning_db.h"
+#include "flashjit/modifiers.h"
 #include "flashjit/problem.h"
 #include "generator/target_arch.h"
 #include "reference/packed_batch.h"
@@ -93,10 +94,13 @@ struct PrecompileOutcome {
   std::vector<std::string> failures;
 };
 // `worker_binary` as TuneOptions::worker_binary: compiles in worker
-// processes, so that a compiler crash fails one candidate.
+// processes, so that a compiler crash fails one candidate. `modifiers`: a
+// caller's snippets, compiled into every candidate (and the reference the
+// tuner checks against), stored under the ids a call with them looks up.
 llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
                                                      const TargetArch &arch, int max_smem_bytes,
                                                      TuningDb &db, int threads = 0,
-                                                     const std::string &worker_binary = {});
+                                                     const std::string &worker_binary = {},
+                                                     const Modifiers &modifiers = {});
 
 }  // namespace flashjit

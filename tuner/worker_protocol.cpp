@@ -6,6 +6,7 @@
 #include "flashjit/kernel_config_fields.h"
 #include "flashjit/problem_fields.h"
 #include "generator/field_json.h"
+#include "generator/modifier_source.h"
 #include "runtime/runtime_counters.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -147,8 +148,51 @@ llvm::Expected<PackedBatch> packed_batch_from_json(const llvm::json::Object &obj
   return batch;
 }
 
+namespace {
+// A caller's modifiers, compiled into the candidate (their text is what the
+// worker compiles; the hash in the spec's id follows from it).
+llvm::json::Object modifiers_to_json(const Modifiers &m) {
+  llvm::json::Array aux;
+  for (const AuxField &field : m.aux) aux.push_back(llvm::json::Array{field.type, field.name});
+  return llvm::json::Object{{"score_mod", m.score_mod},
+                            {"score_mod_grad", m.score_mod_grad},
+                            {"mask_mod", m.mask_mod},
+                            {"mask_mod_qk_only", m.mask_mod_qk_only},
+                            {"sinks", m.sinks},
+                            {"aux", std::move(aux)}};
+}
+
+llvm::Expected<Modifiers> modifiers_from_json(const llvm::json::Object &o) {
+  Modifiers m;
+  for (auto [key, text] : {std::pair{"score_mod", &m.score_mod},
+                           std::pair{"score_mod_grad", &m.score_mod_grad},
+                           std::pair{"mask_mod", &m.mask_mod}}) {
+    auto value = string_field(o, key);
+    if (!value) return value.takeError();
+    *text = *value;
+  }
+  for (auto [key, flag] :
+       {std::pair{"mask_mod_qk_only", &m.mask_mod_qk_only}, std::pair{"sinks", &m.sinks}}) {
+    auto value = o.getBoolean(key);
+    if (!value)
+      return error(llvm::formatv("worker request: 'modifiers.{0}': expected true or false", key));
+    *flag = *value;
+  }
+  const llvm::json::Array *aux = o.getArray("aux");
+  if (!aux) return error("worker request: 'modifiers.aux': expected a list of [type, name]");
+  for (const llvm::json::Value &field : *aux) {
+    const llvm::json::Array *pair = field.getAsArray();
+    if (!pair || pair->size() != 2 || !(*pair)[0].getAsString() || !(*pair)[1].getAsString())
+      return error("worker request: 'modifiers.aux': expected a list of [type, name]");
+    m.aux.push_back({(*pair)[0].getAsString()->str(), (*pair)[1].getAsString()->str()});
+  }
+  if (llvm::Error e = validate_modifiers(m)) return e;
+  return m;
+}
+}  // namespace
+
 llvm::json::Object spec_to_json(const KernelSpec &s) {
-  return llvm::json::Object{
+  llvm::json::Object out{
       {"pass", to_string(s.pass)},
       {"dtype", to_string(s.dtype)},
       {"head_dim_qk", s.head_dim_qk},
@@ -165,6 +209,8 @@ llvm::json::Object spec_to_json(const KernelSpec &s) {
       {"page_size", s.page_size},
       {"varlen", s.varlen},
       {"arch", s.arch.name()}};
+  if (!s.modifiers.empty()) out["modifiers"] = modifiers_to_json(s.modifiers);
+  return out;
 }
 
 llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
@@ -203,6 +249,13 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
   auto arch = TargetArch::parse(*arch_text);
   if (!arch) return arch.takeError();
   s.arch = *arch;
+  if (const llvm::json::Object *modifiers = o.getObject("modifiers")) {
+    auto m = modifiers_from_json(*modifiers);
+    if (!m) return m.takeError();
+    s.modifiers = std::move(*m);
+  } else if (o.get("modifiers")) {
+    return error("worker request: 'modifiers': expected an object");
+  }
   return s;
 }
 

@@ -1,0 +1,211 @@
+// A caller's modifiers in plans, the worker protocol and precompile (issue
+// #15), without a GPU: a plan's score_mod/mask_mod/aux keys read snippet
+// files beside the plan, with exact errors; worker requests carry the
+// snippets; `precompile --mask-mod` stores the modified kernels under the
+// ids a call (and `query`) looks up; `tune` refuses modifiers by name.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli_files.h"
+#include "cli_runner.h"
+#include "generator/heuristic.h"
+#include "generator/kernel_spec.h"
+#include "generator/modifier_source.h"
+#include "tuner/plan.h"
+#include "tuner/worker_protocol.h"
+
+namespace flashjit {
+namespace {
+
+using namespace testing_cli;
+
+const char *kDocuments =
+    "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+    "  return aux.doc_ids[q] == aux.doc_ids[k];\n"
+    "}\n";
+const char *kAlibi =
+    "__device__ float score_mod(float s, int b, int h, int q, int k, const Aux &aux) {\n"
+    "  return s + aux.slopes[h] * (k - q);\n"
+    "}\n";
+const char *kAlibiGrad =
+    "__device__ float score_mod_grad(float s, int b, int h, int q, int k, const Aux &aux) {\n"
+    "  return 1.f;\n"
+    "}\n";
+
+std::string plan_error(const std::string &path) {
+  auto plan = load_plan(path);
+  if (plan) return "(parsed)";
+  return llvm::toString(plan.takeError());
+}
+
+TEST(ModifiedPlans, PlanKeysReadTheSnippetsBesideThePlan) {
+  TempDir dir;
+  write_file(dir.file("docs.cu"), kDocuments);
+  write_file(dir.file("alibi.cu"), kAlibi);
+  write_file(dir.file("alibi_grad.cu"), kAlibiGrad);
+  write_file(dir.file("plan.yaml"),
+             "name: mods\n"
+             "defaults: {heads: 16, hdim: 128, seqlen: 2048}\n"
+             "problems:\n"
+             "  - {mask_mod: docs.cu, aux: 'const int* doc_ids', mask_mod_qk_only: true}\n"
+             "  - {score_mod: alibi.cu, score_mod_grad: alibi_grad.cu, "
+             "aux: 'const float* slopes', passes: [fwd, bwd]}\n"
+             "  - {seqlen: 512, sinks: true}\n"
+             "  - {seqlen: 512}\n");
+  auto plan = load_plan(dir.file("plan.yaml"));
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->entries.size(), 5u);
+  Modifiers docs;
+  docs.mask_mod = kDocuments;
+  docs.aux = {{"const int*", "doc_ids"}};
+  docs.mask_mod_qk_only = true;
+  EXPECT_EQ(plan->entries[0].modifiers, docs);
+  EXPECT_EQ(plan->entries[0].name,
+            describe(plan->entries[0].problem) + " mod=" + modifiers_hash(docs));
+  Modifiers alibi;
+  alibi.score_mod = kAlibi;
+  alibi.score_mod_grad = kAlibiGrad;
+  alibi.aux = {{"const float*", "slopes"}};
+  EXPECT_EQ(plan->entries[1].modifiers, alibi);
+  EXPECT_EQ(plan->entries[2].modifiers, alibi);
+  EXPECT_EQ(plan->entries[2].pass, Pass::backward);
+  EXPECT_EQ(plan->entries[2].name,
+            describe(plan->entries[2].problem) + " mod=" + modifiers_hash(alibi) + " (bwd)");
+  EXPECT_TRUE(plan->entries[3].modifiers.sinks);
+  EXPECT_TRUE(plan->entries[4].modifiers.empty());
+  EXPECT_EQ(plan->entries[4].name, describe(plan->entries[4].problem));
+}
+
+TEST(ModifiedPlans, PlanKeyErrorsNameFileLineAndKey) {
+  TempDir dir;
+  write_file(dir.file("alibi.cu"), kAlibi);
+  const std::string head = "defaults: {heads: 16, hdim: 128, seqlen: 2048}\nproblems:\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"  - {mask_mod: nowhere.cu}\n",
+       ":3: key 'mask_mod': cannot read " + dir.file("nowhere.cu") +
+           ": No such file or directory"},
+      {"  - {mask_mod: [a, b]}\n",
+       ":3: key 'mask_mod': expected the path of a CUDA source file, got a list"},
+      {"  - {score_mod: alibi.cu, aux: 'float'}\n",
+       ":3: key 'aux': --aux: 'float' is not a declaration TYPE NAME (e.g. 'const float* "
+       "slopes')"},
+      {"  - {score_mod: alibi.cu, aux: 'const float* slopes', sinks: yes}\n",
+       ":3: key 'sinks': expected true or false, got yes"},
+      {"  - {score_mod: alibi.cu, aux: 'const float* slopes', pass: bwd}\n",
+       ":3: pass bwd with a score_mod needs score_mod_grad (d score_mod / d score): the "
+       "backward scales by it"},
+      {"  - {aux: 'int n'}\n",
+       ":3: modifiers: aux fields are declared but there is no score_mod or mask_mod"},
+  };
+  for (const auto &[problems, message] : cases) {
+    write_file(dir.file("bad.yaml"), head + problems);
+    EXPECT_EQ(plan_error(dir.file("bad.yaml")), dir.file("bad.yaml") + message) << problems;
+  }
+}
+
+TEST(ModifiedPlans, WorkerRequestsCarryTheSnippets) {
+  Problem p;
+  p.heads_q = p.heads_kv = 8;
+  p.seqlen_q = p.seqlen_k = 1024;
+  const TargetArch arch{9, 0, true};
+  auto spec = make_forward_spec(p, default_forward_config(p, arch), arch);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  spec->modifiers.score_mod = kAlibi;
+  spec->modifiers.score_mod_grad = kAlibiGrad;
+  spec->modifiers.mask_mod = kDocuments;
+  spec->modifiers.aux = {{"const float*", "slopes"}, {"const int*", "doc_ids"}};
+  spec->modifiers.sinks = true;
+  auto back = worker_protocol::spec_from_json(worker_protocol::spec_to_json(*spec));
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->modifiers, spec->modifiers);
+  EXPECT_EQ(back->id(), spec->id());
+  // Without modifiers the request has no such member (as before them).
+  KernelSpec plain = *spec;
+  plain.modifiers = {};
+  EXPECT_EQ(worker_protocol::spec_to_json(plain).get("modifiers"), nullptr);
+  // A malformed one is refused by name.
+  llvm::json::Object request = worker_protocol::spec_to_json(*spec);
+  request.getObject("modifiers")->erase("aux");
+  auto bad = worker_protocol::spec_from_json(request);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "worker request: 'modifiers.aux': expected a list of [type, name]");
+}
+
+// hdim 256 on sm_86 keeps the candidates few (as CliTuning's precompile).
+TEST(ModifiedPlans, PrecompileStoresTheModifiedKernelsAQueryFinds) {
+  TempDir dir;
+  write_file(dir.file("docs.cu"), kDocuments);
+  const std::string db = dir.file("p.db");
+  const std::vector<std::string> problem = {"--hdim", "256", "--seqlen", "1024", "--mask-mod",
+                                            dir.file("docs.cu"), "--aux", "const int* doc_ids"};
+  std::vector<std::string> args = {"precompile", "--arch", "sm_86", "--db", db, "--json"};
+  args.insert(args.end(), problem.begin(), problem.end());
+  CliResult r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object first = parse_json(r.out);
+  const int64_t compiled = I(first.getInteger("compiled"));
+  EXPECT_GE(compiled, 2);  // a candidate or more, and the reference with the snippet
+  EXPECT_EQ(I(first.getInteger("failed")), 0);
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(I(parse_json(r.out).getInteger("compiled")), 0);
+
+  Modifiers docs;
+  docs.mask_mod = kDocuments;
+  docs.aux = {{"const int*", "doc_ids"}};
+  const std::string mod = "_mod" + modifiers_hash(docs);
+  r = run_cli({"db", "list", "--json", "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object list = parse_json(r.out);
+  ASSERT_NE(list.getArray("cubins"), nullptr);
+  EXPECT_EQ(int64_t(list.getArray("cubins")->size()), compiled);
+  for (const llvm::json::Value &cubin : *list.getArray("cubins"))
+    EXPECT_NE(S(cubin.getAsObject()->getString("kernel_id")).find(mod), std::string::npos)
+        << S(cubin.getAsObject()->getString("kernel_id"));
+
+  // The heuristic's modified kernel, which a call (and query) looks up, is
+  // among them.
+  args = {"query", "--arch", "sm_86", "--device-name", "Test GPU 9000", "--json", "--db", db};
+  args.insert(args.end(), problem.begin(), problem.end());
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string kernel_id = S(parse_json(r.out).getString("kernel_id"));
+  EXPECT_NE(kernel_id.find(mod), std::string::npos) << kernel_id;
+  bool stored = false;
+  for (const llvm::json::Value &cubin : *list.getArray("cubins"))
+    stored |= S(cubin.getAsObject()->getString("kernel_id")) == kernel_id;
+  EXPECT_TRUE(stored) << kernel_id;
+}
+
+TEST(ModifiedPlans, TuneRefusesModifiersByNameAndAPlanTakesNoModifierFlags) {
+  TempDir dir;
+  write_file(dir.file("docs.cu"), kDocuments);
+  CliResult r = run_cli({"tune", "--hdim", "64", "--seqlen", "1024", "--mask-mod",
+                         dir.file("docs.cu"), "--aux", "const int* doc_ids", "--db",
+                         dir.file("t.db")});
+  EXPECT_EQ(r.code, 2);
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 64;
+  p.seqlen_q = p.seqlen_k = 1024;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 16;
+  Modifiers docs;
+  docs.mask_mod = kDocuments;
+  docs.aux = {{"const int*", "doc_ids"}};
+  EXPECT_EQ(r.err, "flashjit: error: " + describe(p) + " mod=" + modifiers_hash(docs) +
+                       ": tuning a kernel with modifiers (score_mod, mask_mod, sinks) is not "
+                       "supported yet: its calls use the heuristic's config; `flashjit "
+                       "precompile` stores its cubins, and the plain problem can be tuned\n");
+  write_file(dir.file("plan.yaml"), "problems:\n  - {heads: 8, hdim: 64, seqlen: 256}\n");
+  r = run_cli({"precompile", "--arch", "sm_90a", "--plan", dir.file("plan.yaml"), "--mask-mod",
+               dir.file("docs.cu"), "--aux", "const int* doc_ids", "--db", dir.file("p.db")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "flashjit: error: --plan: the plan gives each problem's modifiers (keys score_mod, "
+            "score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks); drop the modifier flags\n");
+}
+
+}  // namespace
+}  // namespace flashjit
