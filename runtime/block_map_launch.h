@@ -57,8 +57,8 @@ llvm::Expected<CUdeviceptr> enqueue_block_map(const LoadedKernel &kinds, const L
   params.block_map_head_stride = map.head_stride();
   params.block_map_row_stride = static_cast<int>(map.tiles + 1);
   BlockMaskGrid kinds_grid{};
-  llvm::Error error = llvm::Error::success();
-  if (mask && map.rows() > 0 && map.tiles > 0) {
+  BlockMaskLists lists{};
+  if (mask) {
     auto *grid_bytes_at = reinterpret_cast<unsigned char *>(workspace + map.grid_offset());
     kinds_grid = BlockMaskGrid{grid_bytes_at,
                                mask->block_q,
@@ -67,30 +67,40 @@ llvm::Expected<CUdeviceptr> enqueue_block_map(const LoadedKernel &kinds, const L
                                static_cast<int>(mask->heads),
                                static_cast<int>(mask->q_blocks),
                                static_cast<int>(mask->k_blocks)};
-    BlockMaskLists lists{mask->kv_num_blocks,
-                         mask->kv_indices,
-                         mask->full_kv_num_blocks,
-                         mask->full_kv_indices,
-                         grid_bytes_at,
-                         static_cast<int>(mask->batches * mask->heads * mask->q_blocks),
-                         static_cast<int>(mask->k_blocks)};
-    void *grid_args[] = {&lists};
-    if (auto driver = cuda_driver())
-      error = cuda_check(driver->cuMemsetD8Async(workspace + map.grid_offset(), 0, grid_bytes,
-                                                 stream),
-                         "cuMemsetD8Async");
-    else
-      error = driver.takeError();
-    if (!error && lists.rows > 0)
-      error = grid.launch(BlockMapGeometry::grid_launch(lists.rows), stream, grid_args);
+    lists = BlockMaskLists{mask->kv_num_blocks,
+                           mask->kv_indices,
+                           mask->full_kv_num_blocks,
+                           mask->full_kv_indices,
+                           grid_bytes_at,
+                           static_cast<int>(mask->batches * mask->heads * mask->q_blocks),
+                           static_cast<int>(mask->k_blocks)};
   }
   int rows = static_cast<int>(map.rows());
+  void *grid_args[] = {&lists};
   void *kinds_args[] = {&params, &kinds_grid};
   void *list_args[] = {&params, &rows};
-  if (!error && map.rows() > 0 && map.tiles > 0)
-    error = kinds.launch(map.kinds_launch(), stream, kinds_args);
-  if (!error && map.rows() > 0) error = list.launch(map.list_launch(), stream, list_args);
-  if (error) return llvm::joinErrors(std::move(error), free_workspace(workspace, stream));
+  // The caller's lists into the grid (zeroed first), then the kinds and the
+  // list, in stream order.
+  auto enqueue = [&]() -> llvm::Error {
+    if (map.rows() == 0) return llvm::Error::success();
+    if (mask && map.tiles > 0) {
+      auto driver = cuda_driver();
+      if (!driver) return driver.takeError();
+      if (llvm::Error e = cuda_check(
+              driver->cuMemsetD8Async(workspace + map.grid_offset(), 0, grid_bytes, stream),
+              "cuMemsetD8Async"))
+        return e;
+      if (lists.rows > 0)
+        if (llvm::Error e =
+                grid.launch(BlockMapGeometry::grid_launch(lists.rows), stream, grid_args))
+          return e;
+    }
+    if (map.tiles > 0)
+      if (llvm::Error e = kinds.launch(map.kinds_launch(), stream, kinds_args)) return e;
+    return list.launch(map.list_launch(), stream, list_args);
+  };
+  if (llvm::Error e = enqueue())
+    return llvm::joinErrors(std::move(e), free_workspace(workspace, stream));
   return workspace;
 }
 

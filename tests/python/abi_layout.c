@@ -66,6 +66,19 @@ int main(void) {
   FIELD(flashjit_modifiers, score_mod_grad)
   FIELD(flashjit_modifiers, sinks)
   FIELD(flashjit_modifiers, dsinks)
+  FIELD(flashjit_modifiers, block_mask)
+
+  printf("flashjit_block_mask sizeof %zu\n", sizeof(flashjit_block_mask));
+  FIELD(flashjit_block_mask, block_q)
+  FIELD(flashjit_block_mask, block_k)
+  FIELD(flashjit_block_mask, batches)
+  FIELD(flashjit_block_mask, heads)
+  FIELD(flashjit_block_mask, q_blocks)
+  FIELD(flashjit_block_mask, k_blocks)
+  FIELD(flashjit_block_mask, kv_num_blocks)
+  FIELD(flashjit_block_mask, kv_indices)
+  FIELD(flashjit_block_mask, full_kv_num_blocks)
+  FIELD(flashjit_block_mask, full_kv_indices)
 
   printf("flashjit_kvcache_args sizeof %zu\n", sizeof(flashjit_kvcache_args));
   FIELD(flashjit_kvcache_args, cache_seqlens)

@@ -17,7 +17,8 @@ def check_layout(layout_binary, capi):
     mirrors = {"flashjit_problem": capi.Problem, "flashjit_forward_args": capi.ForwardArgs,
                "flashjit_kvcache_args": capi.KvCacheArgs,
                "flashjit_backward_args": capi.BackwardArgs, "flashjit_config": capi.Config,
-               "flashjit_aux_value": capi.AuxValue, "flashjit_modifiers": capi.Modifiers}
+               "flashjit_aux_value": capi.AuxValue, "flashjit_modifiers": capi.Modifiers,
+               "flashjit_block_mask": capi.BlockMask}
     seen = {name: set() for name in mirrors}
     errors = []
     for line in subprocess.run([layout_binary], check=True, capture_output=True,
