@@ -208,17 +208,10 @@ TEST(BlockMaskGpu, TheBackwardReadsItToo) {
   causal.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }\n";
   KernelConfig deterministic{KernelPath::sm90};
   deterministic.deterministic = true;
-  const Problem plain = make_problem(DType::bf16, 2, 4, 2, 1000, 1000, 128, 128, MaskKind::none);
-  Problem built_in = plain;
-  built_in.mask = MaskKind::causal;
-  const auto q = random_values(plain.dtype, q_elements(plain), 91);
-  const auto k = random_values(plain.dtype, k_elements(plain), 92);
-  const auto v = random_values(plain.dtype, v_elements(plain), 93);
-  const auto dout = random_values(plain.dtype, o_elements(plain), 94);
-  const AttentionGradients exact =
-      cpu_attention_backward(built_in, q, k, v, dout, ReferencePrecision::exact);
-  const AttentionGradients element =
-      cpu_attention_backward(built_in, q, k, v, dout, ReferencePrecision::element);
+  const testing::CausalGradientCase g = testing::causal_gradient_case(1000, 128, 91);
+  const Problem &plain = g.plain;
+  const auto &q = g.q, &k = g.k, &v = g.v, &dout = g.dout;
+  const AttentionGradients &exact = g.exact, &element = g.element;
   const Visible lower = [](int64_t, int64_t, int64_t qi, int64_t ki) { return ki <= qi; };
   for (const auto &[bq, bk] : {std::pair{128, 128}, std::pair{64, 192}}) {
     const BuiltMask built = build_mask(plain, lower, bq, bk, 1, 1);

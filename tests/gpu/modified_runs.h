@@ -121,5 +121,29 @@ inline AttentionGradients run_backward(const Problem &p, const KernelConfig &con
   return std::move(*grads);
 }
 
+// Causal written as a mask_mod, against the built-in causal's float64
+// gradients: a problem without a mask (`plain`, bf16, batch 2, 4 query
+// heads on 2 KV heads, square), its random inputs from `seed`, and the
+// reference gradients of the same problem under the built-in causal mask.
+struct CausalGradientCase {
+  Problem plain;
+  std::vector<float> q, k, v, dout;
+  AttentionGradients exact, element;
+};
+inline CausalGradientCase causal_gradient_case(int64_t seqlen, int64_t hdim, uint64_t seed) {
+  CausalGradientCase c;
+  c.plain = make_problem(DType::bf16, 2, 4, 2, seqlen, seqlen, hdim, hdim, MaskKind::none);
+  Problem built_in = c.plain;
+  built_in.mask = MaskKind::causal;
+  c.q = random_values(c.plain.dtype, q_elements(c.plain), seed);
+  c.k = random_values(c.plain.dtype, k_elements(c.plain), seed + 1);
+  c.v = random_values(c.plain.dtype, v_elements(c.plain), seed + 2);
+  c.dout = random_values(c.plain.dtype, o_elements(c.plain), seed + 3);
+  c.exact = cpu_attention_backward(built_in, c.q, c.k, c.v, c.dout, ReferencePrecision::exact);
+  c.element =
+      cpu_attention_backward(built_in, c.q, c.k, c.v, c.dout, ReferencePrecision::element);
+  return c;
+}
+
 }  // namespace testing
 }  // namespace flashjit

@@ -332,18 +332,10 @@ TEST(ModifiersGpu, BackwardBlockMapMatchesTheBuiltInCausal) {
     int64_t seqlen, hdim;
   };
   for (const Case c : {Case{333, 64}, Case{1000, 128}, Case{777, 256}}) {
-    const Problem plain =
-        make_problem(DType::bf16, 2, 4, 2, c.seqlen, c.seqlen, c.hdim, c.hdim, MaskKind::none);
-    Problem built_in = plain;
-    built_in.mask = MaskKind::causal;
-    const auto q = random_values(plain.dtype, q_elements(plain), 61);
-    const auto k = random_values(plain.dtype, k_elements(plain), 62);
-    const auto v = random_values(plain.dtype, v_elements(plain), 63);
-    const auto dout = random_values(plain.dtype, o_elements(plain), 64);
-    const AttentionGradients exact =
-        cpu_attention_backward(built_in, q, k, v, dout, ReferencePrecision::exact);
-    const AttentionGradients element =
-        cpu_attention_backward(built_in, q, k, v, dout, ReferencePrecision::element);
+    const testing::CausalGradientCase g = testing::causal_gradient_case(c.seqlen, c.hdim, 61);
+    const Problem &plain = g.plain;
+    const auto &q = g.q, &k = g.k, &v = g.v, &dout = g.dout;
+    const AttentionGradients &exact = g.exact, &element = g.element;
     for (const KernelConfig &config : {KernelConfig{KernelPath::sm90}, deterministic})
       for (const Modifiers *m : {&per_group, &shared}) {
         const AttentionGradients got = run_backward(plain, config, *m, q, k, v, dout);
