@@ -62,14 +62,10 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
   if (!plan_file.empty()) {
     if (std::string given = problem.first_given(); !given.empty())
       return error(llvm::formatv("--plan: the plan gives the problems; drop {0}", given));
-    if (modifiers) {
-      auto flags = modifiers->read(Pass::forward);
-      if (!flags) return flags.takeError();
-      if (!flags->empty())
-        return error("--plan: the plan gives each problem's modifiers (keys score_mod, "
-                     "score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks); drop the "
-                     "modifier flags");
-    }
+    if (modifiers && modifiers->given())
+      return error("--plan: the plan gives each problem's modifiers (keys score_mod, "
+                   "score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks); drop the "
+                   "modifier flags");
     return load_plan(plan_file);
   }
   auto parsed = parse_problem_flags(problem.values());

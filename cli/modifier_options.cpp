@@ -2,6 +2,7 @@
 
 #include "generator/modifier_source.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace cl = llvm::cl;
@@ -44,6 +45,11 @@ llvm::Error ModifierOptions::apply(ResolvedKernel &kernel, int &code) const {
   return llvm::Error::success();
 }
 
+bool ModifierOptions::given() const {
+  return !score_mod.empty() || !score_mod_grad.empty() || !mask_mod.empty() || !aux.empty() ||
+         mask_mod_qk_only || sinks;
+}
+
 llvm::Expected<Modifiers> ModifierOptions::read(Pass pass) const {
   Modifiers modifiers;
   if (score_mod.empty() && score_mod_grad.empty() && mask_mod.empty() && aux.empty() &&
@@ -64,6 +70,15 @@ llvm::Expected<Modifiers> ModifierOptions::read(Pass pass) const {
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           llvm::formatv("{0} {1}: the file is empty", flag, path->getValue()).str());
+    // The snippets travel to compile workers as JSON strings, which hold
+    // UTF-8 only (another encoding would be altered on the way, and its
+    // kernel stored under another id than a call looks up).
+    if (size_t at = 0; !llvm::json::isUTF8(*out, &at))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          llvm::formatv("{0} {1}: not UTF-8 text (byte {2}): save the file as UTF-8", flag,
+                        path->getValue(), at)
+              .str());
   }
   auto fields = parse_aux_declarations(aux);
   if (!fields) return fields.takeError();

@@ -24,6 +24,8 @@ struct ModifierOptions {
   // The same for a pass without a kernel yet (none given: empty); every
   // error is a usage error.
   llvm::Expected<Modifiers> read(Pass pass) const;
+  // Whether any of the flags is set (nothing read).
+  bool given() const;
 };
 
 }  // namespace flashjit::cli

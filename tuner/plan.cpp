@@ -14,6 +14,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "yaml-cpp/yaml.h"
@@ -430,13 +431,24 @@ std::optional<PlanError> read_modifiers(const Fields &entry, const Fields &defau
                                               buffer.getError().message())
                                     .str()};
     *text = (*buffer)->getBuffer().str();
+    if (llvm::StringRef(*text).trim().empty())
+      return PlanError{f->line, llvm::formatv("key '{0}': {1} is empty", key, path).str()};
+    // Workers receive the snippets as JSON strings: UTF-8 only.
+    if (size_t at = 0; !llvm::json::isUTF8(*text, &at))
+      return PlanError{f->line, llvm::formatv("key '{0}': {1} is not UTF-8 text (byte {2})",
+                                              key, path, at)
+                                    .str()};
   }
   if (const Field *f = get("aux")) {
     if (!f->value.IsScalar())
       return key_error(*f, "aux", "declarations such as \"const float* slopes, int prefix\"");
     auto fields = parse_aux_declarations(f->value.Scalar());
-    if (!fields)
-      return PlanError{f->line, "key 'aux': " + llvm::toString(fields.takeError())};
+    if (!fields) {
+      // Without the CLI flag's name the parser puts in front.
+      std::string why = llvm::toString(fields.takeError());
+      if (llvm::StringRef(why).startswith("--aux: ")) why = why.substr(7);
+      return PlanError{f->line, "key 'aux': " + why};
+    }
     m.aux = std::move(*fields);
   }
   for (auto [key, flag] :

@@ -80,6 +80,8 @@ TEST(ModifiedPlans, PlanKeysReadTheSnippetsBesideThePlan) {
 TEST(ModifiedPlans, PlanKeyErrorsNameFileLineAndKey) {
   TempDir dir;
   write_file(dir.file("alibi.cu"), kAlibi);
+  write_file(dir.file("blank.cu"), " \n\t\n");
+  write_file(dir.file("latin1.cu"), "// \xe9t\xe9\n");
   const std::string head = "defaults: {heads: 16, hdim: 128, seqlen: 2048}\nproblems:\n";
   const std::pair<std::string, std::string> cases[] = {
       {"  - {mask_mod: nowhere.cu}\n",
@@ -88,8 +90,11 @@ TEST(ModifiedPlans, PlanKeyErrorsNameFileLineAndKey) {
       {"  - {mask_mod: [a, b]}\n",
        ":3: key 'mask_mod': expected the path of a CUDA source file, got a list"},
       {"  - {score_mod: alibi.cu, aux: 'float'}\n",
-       ":3: key 'aux': --aux: 'float' is not a declaration TYPE NAME (e.g. 'const float* "
-       "slopes')"},
+       ":3: key 'aux': 'float' is not a declaration TYPE NAME (e.g. 'const float* slopes')"},
+      {"  - {mask_mod: blank.cu}\n",
+       ":3: key 'mask_mod': " + dir.file("blank.cu") + " is empty"},
+      {"  - {mask_mod: latin1.cu}\n",
+       ":3: key 'mask_mod': " + dir.file("latin1.cu") + " is not UTF-8 text (byte 3)"},
       {"  - {score_mod: alibi.cu, aux: 'const float* slopes', sinks: yes}\n",
        ":3: key 'sinks': expected true or false, got yes"},
       {"  - {score_mod: alibi.cu, aux: 'const float* slopes', pass: bwd}\n",
@@ -205,6 +210,13 @@ TEST(ModifiedPlans, TuneRefusesModifiersByNameAndAPlanTakesNoModifierFlags) {
   EXPECT_EQ(r.err,
             "flashjit: error: --plan: the plan gives each problem's modifiers (keys score_mod, "
             "score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks); drop the modifier flags\n");
+  // A snippet the compile workers could not receive unchanged.
+  write_file(dir.file("latin1.cu"), "// \xe9t\xe9\n");
+  r = run_cli({"precompile", "--arch", "sm_90a", "--mask-mod", dir.file("latin1.cu"), "--db",
+               dir.file("p.db")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "flashjit: error: --mask-mod " + dir.file("latin1.cu") +
+                       ": not UTF-8 text (byte 3): save the file as UTF-8\n");
 }
 
 }  // namespace
