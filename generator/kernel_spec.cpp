@@ -158,6 +158,12 @@ llvm::Error validate_problem(const Problem &p) {
 
 const char *to_string(Pass pass) { return pass == Pass::forward ? "fwd" : "bwd"; }
 
+Modifiers KernelSpec::compiled_modifiers() const {
+  Modifiers m = modifiers;
+  if (pass == Pass::forward) m.score_mod_grad.clear();
+  return m;
+}
+
 std::string KernelSpec::id() const {
   std::string decode;
   if (pack_gqa > 1) decode += llvm::formatv("_gqa{0}", pack_gqa).str();
@@ -165,7 +171,8 @@ std::string KernelSpec::id() const {
   if (seqused_k) decode += "_seqused";
   if (page_size > 0) decode += llvm::formatv("_page{0}", page_size).str();
   if (varlen) decode += "_varlen";
-  if (!modifiers.empty()) decode += "_mod" + modifiers_hash(modifiers);
+  if (const Modifiers compiled = compiled_modifiers(); !compiled.empty())
+    decode += "_mod" + modifiers_hash(compiled);
   return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}{13}_{10}",
                        to_string(config.path), to_string(dtype), head_dim_qk, head_dim_v,
                        to_string(mask), softcap ? "softcap" : "nocap", config.block_m,

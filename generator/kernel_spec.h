@@ -40,15 +40,21 @@ struct KernelSpec {
   int page_size = 0;
   // A packed batch of sequences of different lengths (Problem::varlen).
   bool varlen = false;
-  // Forward only: the caller's score and mask modifiers, compiled in.
+  // The caller's score and mask modifiers, compiled in (either pass).
   Modifiers modifiers;
+  // What the pass's program compiles of them: the forward never calls
+  // score_mod_grad, so its program (source, id, cubin) leaves it out and a
+  // forward call with the derivative (training) and one without
+  // (inference) share one kernel.
+  Modifiers compiled_modifiers() const;
 
   // Readable and unique: every parameter appears in it, e.g.
   // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
   // (the pass first: bwd_... for the backward kernels; _gqa4, _split,
   // _seqused and _page64 before the arch where the forward packs GQA heads,
   // splits the keys, reads per-sequence key counts or pages; _mod and 16
-  // hex digits of their hash where it compiles a caller's modifiers)
+  // hex digits of the hash of compiled_modifiers() where it compiles a
+  // caller's modifiers)
   std::string id() const;
   bool operator==(const KernelSpec &) const = default;
 };

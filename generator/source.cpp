@@ -94,11 +94,12 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
      << "using Mask = " << mask_policy(spec.mask) << ";\n"
      << "}  // namespace cfg\n"
      << "}  // namespace flashjit\n";
-  // The caller's modifiers (forward only), numbered from the line they start on.
+  // The caller's modifiers (compiled_modifiers: the forward's without
+  // score_mod_grad), numbered from the line they start on.
   os.flush();
   int line = 1;
   for (char c : out) line += c == '\n';
-  os << modifiers_prelude(spec.modifiers, line, spec.id() + ".cu") << "\n";
+  os << modifiers_prelude(spec.compiled_modifiers(), line, spec.id() + ".cu") << "\n";
   for (llvm::StringRef header : kernel_headers) os << "#include \"" << header << "\"\n";
   return os.str();
 }

@@ -138,6 +138,29 @@ KernelSpec modified_spec(const Problem &p, const TargetArch &arch, const Modifie
   return s;
 }
 
+// The forward never calls score_mod_grad: its program, id and so cubin
+// leave the derivative out, so a training call (with it) and an inference
+// call (without) share one forward kernel; the backward's keep it.
+TEST(Modifiers, TheForwardKernelIsTheSameWithOrWithoutTheDerivative) {
+  Problem p;
+  p.seqlen_q = p.seqlen_k = 1024;
+  const TargetArch sm90a{9, 0, true};
+  Modifiers inference = alibi_and_documents();
+  Modifiers training = inference;
+  training.score_mod_grad =
+      "__device__ float score_mod_grad(float s, int b, int h, int q, int k, const Aux &a) "
+      "{ return 1.f; }\n";
+  const KernelSpec a = modified_spec(p, sm90a, inference), b = modified_spec(p, sm90a, training);
+  EXPECT_EQ(a.id(), b.id());
+  EXPECT_EQ(generate_forward(a).source, generate_forward(b).source);
+  EXPECT_EQ(generate_forward(b).source.find("score_mod_grad("), std::string::npos);
+  KernelSpec backward = b;
+  backward.pass = Pass::backward;
+  KernelSpec backward_without = a;
+  backward_without.pass = Pass::backward;
+  EXPECT_NE(backward.id(), backward_without.id());
+}
+
 TEST(Modifiers, PreludeDefinesAuxAndNumbersTheSnippetsLines) {
   Problem p;
   p.batch = 2;
