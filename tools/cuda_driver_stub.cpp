@@ -119,6 +119,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t, CUmemoryPool, CUstream)
 }
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream) { return CUDA_SUCCESS; }
 CUresult cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) { return CUDA_SUCCESS; }
+CUresult cuMemsetD8Async(CUdeviceptr, unsigned char, size_t, CUstream) { return CUDA_SUCCESS; }
 CUresult cuMemcpyHtoD(CUdeviceptr d, const void *s, size_t n) {
   std::memcpy(reinterpret_cast<void *>(d), s, n);
   return CUDA_SUCCESS;
