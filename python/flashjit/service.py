@@ -14,12 +14,16 @@ repository's build/ folder, then on PATH. Keyword arguments are the command's
 flags with dashes as underscores (heads_kv=8 is --heads-kv 8; True is a bare
 flag, False and None leave it out); `db` picks the database (default
 $FLASHJIT_DB, else the command's default). A failing command raises
-FlashjitCommandError with its message.
+FlashjitCommandError with its message. A caller's modifiers:
+score_mod / score_mod_grad / mask_mod as CUDA source (or a file's path, or
+a flashjit.mods object) and aux as declarations, e.g.
+flashjit.precompile(arch="sm_90a", hdim=128, mask_mod=text, aux="const int* doc_ids").
 """
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
@@ -67,13 +71,39 @@ def _flags(options):
     return args
 
 
+# The flags that take a CUDA snippet's file.
+_SNIPPET_FLAGS = ("score_mod", "score_mod_grad", "mask_mod")
+
+
+def _snippet_files(options, folder):
+    """options with each snippet given as CUDA source text (or a
+    flashjit.mods object, its text) written to a file in `folder`; a path
+    passes through."""
+    out = dict(options)
+    for key in _SNIPPET_FLAGS:
+        value = out.get(key)
+        text = getattr(value, key, None)  # a flashjit.mods.Modifier
+        if text is None and isinstance(value, str) and ("\n" in value or "__device__" in value):
+            text = value
+        if text is not None:
+            path = os.path.join(folder, key + ".cu")
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            out[key] = path
+    return out
+
+
 def run_command(command, options, timeout=None):
-    """Runs `flashjit <command> --json <flags>` and returns its JSON report."""
-    argv = [_cli(), command, "--json"] + _flags(options)
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise FlashjitCommandError(f"`{' '.join(argv)}` did not finish in {timeout} s") from None
+    """Runs `flashjit <command> --json <flags>` and returns its JSON report.
+    score_mod, score_mod_grad and mask_mod take a file's path or the CUDA
+    source itself; aux the declarations ("const int* doc_ids")."""
+    with tempfile.TemporaryDirectory(prefix="flashjit-snippets-") as folder:
+        argv = [_cli(), command, "--json"] + _flags(_snippet_files(options, folder))
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise FlashjitCommandError(
+                f"`{' '.join(argv)}` did not finish in {timeout} s") from None
     if done.returncode != 0:
         message = done.stderr.strip().splitlines()
         raise FlashjitCommandError(

@@ -27,6 +27,23 @@ def test_query_returns_the_report():
     assert v["problem"]["varlen"] is True and v["kernel_id"].endswith("_varlen_sm_90a"), v
 
 
+def test_snippets_go_to_the_command_as_files():
+    # A mask_mod given as CUDA text: the query's class and kernel carry its
+    # hash, as `flashjit query --mask-mod FILE` of the same text.
+    db = os.path.join(tempfile.mkdtemp(prefix="flashjit-service-"), "t.db")
+    text = ("__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+            "  return aux.doc_ids[q] == aux.doc_ids[k];\n}\n")
+    r = service.query(arch="sm_90a", hdim=128, seqlen=2048, mask_mod=text,
+                      aux="const int* doc_ids", db=db)
+    assert "_mod" in r["kernel_id"], r["kernel_id"]
+    path = os.path.join(os.path.dirname(db), "docs.cu")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    same = service.query(arch="sm_90a", hdim=128, seqlen=2048, mask_mod=path,
+                         aux="const int* doc_ids", db=db)
+    assert same["kernel_id"] == r["kernel_id"], (same["kernel_id"], r["kernel_id"])
+
+
 def test_a_bad_flag_raises_the_commands_message():
     try:
         service.query(arch="sm_90a", hdim=100)
