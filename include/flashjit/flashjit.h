@@ -167,6 +167,8 @@ typedef struct flashjit_aux_value {
   int64_t integer;
   double real;
 } flashjit_aux_value;
+/* Later versions append fields (sinks, then block_mask did): zero-initialize
+ * it ({0}) and build against the flashjit.h of the library you load. */
 typedef struct flashjit_modifiers {
   const char *score_mod, *mask_mod, *aux;
   const flashjit_aux_value *aux_values;
