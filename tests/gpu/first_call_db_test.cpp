@@ -19,6 +19,8 @@
 #include "generator/source.h"
 #include "runtime/kernel_source.h"
 #include "runtime/launch_forward.h"
+#include "tests/unit/cli_files.h"
+#include "tests/unit/cli_runner.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringExtras.h"
@@ -32,6 +34,10 @@ namespace {
 
 constexpr const char *kChildVar = "FLASHJIT_FIRST_CALL_CHILD";
 constexpr const char *kChildFilter = "--gtest_filter=FirstCallDbChild.Run";
+// Set: the child's call passes kCausalMaskMod as a mask_mod.
+constexpr const char *kModifiedVar = "FLASHJIT_FIRST_CALL_MASK_MOD";
+constexpr const char *kCausalMaskMod =
+    "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }\n";
 
 Problem child_problem() {
   // Small enough for the float64 CPU reference; sizes off every tile.
@@ -86,6 +92,37 @@ TEST(FirstCallDb, FreshProcessLoadsTheStoredCubinAndCompilesNothing) {
   llvm::sys::fs::remove_directories(dir);
 }
 
+// `flashjit precompile --mask-mod` on a build machine, then a fresh
+// process's first call with the same snippet: served from the database, no
+// NVRTC (issue #15: the same snippet never compiles twice, across
+// processes through the database), every kernel of the program (the main
+// one and the block map's) loaded from the stored cubin.
+TEST(FirstCallDb, APrecompiledModifiedKernelCompilesNothing) {
+  if (std::getenv(kChildVar)) GTEST_SKIP() << "inside a child run";
+  FLASHJIT_REQUIRE_SM90();
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-first-call-mod", dir));
+  llvm::SmallString<128> db_path(dir), snippet(dir);
+  llvm::sys::path::append(db_path, "flashjit.db");
+  llvm::sys::path::append(snippet, "causal.cu");
+  testing_cli::write_file(snippet.str().str(), kCausalMaskMod);
+  const testing_cli::CliResult precompiled = testing_cli::run_cli(
+      {"precompile", "--arch", "sm_90a", "--db", db_path.str().str(), "--dtype", "bf16",
+       "--batch", "2", "--heads", "4", "--heads-kv", "2", "--seqlen-q", "77", "--seqlen-k", "133",
+       "--hdim", "64", "--causal", "--mask-mod", snippet.str().str()});
+  ASSERT_EQ(precompiled.code, 0) << precompiled.err;
+
+  ASSERT_EQ(::setenv(kModifiedVar, "1", 1), 0);
+  testing::ChildReport first = run_child(db_path, dir, "modified");
+  ::unsetenv(kModifiedVar);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.get("compiles"), "0") << first.output;
+  EXPECT_EQ(first.get("module_loads"), first.get("kernels")) << first.output;
+  EXPECT_NE(first.get("kernels"), "1") << first.output;  // the block map's kernels too
+  EXPECT_EQ(first.get("correct"), "1") << first.output;
+  llvm::sys::fs::remove_directories(dir);
+}
+
 // The child's work: one forward call, timed, checked against the float64 CPU
 // reference, and reported on one line for the parent to parse.
 TEST(FirstCallDbChild, Run) {
@@ -107,8 +144,15 @@ TEST(FirstCallDbChild, Run) {
   FLASHJIT_ASSERT_OK(dlse.takeError());
   FLASHJIT_ASSERT_OK(dout->fill_bytes(0xff));  // NaN: unwritten outputs show
   FLASHJIT_ASSERT_OK(dlse->fill_bytes(0xff));
-  const ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(),
-                                               dout->data(), static_cast<float *>(dlse->data()));
+  ForwardArgs args = ForwardArgs::packed(p, dq->data(), dk->data(), dv->data(), dout->data(),
+                                         static_cast<float *>(dlse->data()));
+  // With kModifiedVar: causal written as a mask_mod on top of the built-in
+  // causal (the same visible keys, so the same reference).
+  Modifiers modifiers;
+  if (std::getenv(kModifiedVar)) {
+    modifiers.mask_mod = kCausalMaskMod;
+    args.modifiers = &modifiers;
+  }
   auto driver = cuda_driver();
   FLASHJIT_ASSERT_OK(driver.takeError());
   ASSERT_EQ(driver->cuCtxSynchronize(), CUDA_SUCCESS);
@@ -136,6 +180,7 @@ TEST(FirstCallDbChild, Run) {
 
   auto spec = resolve_forward_spec(p, {});
   FLASHJIT_ASSERT_OK(spec.takeError());
+  spec->modifiers = modifiers;
   const size_t kernels = generate_forward(*spec).entries.size();
 
   using ms = std::chrono::duration<double, std::milli>;
