@@ -129,7 +129,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   // The caller's modifiers: their hash is part of the class a call looks up.
   auto mods = modifiers.read(parsed->pass);
   if (!mods) return report_error(kExitUsage, mods.takeError());
-  const std::string mods_hash = modifiers_hash(*mods);
+  const std::string mods_hash = modifiers_hash(modifiers_of_pass(*mods, parsed->pass));
   std::optional<TargetArch> target;
   if (!arch.empty()) {
     auto t = TargetArch::parse(arch);

@@ -158,11 +158,13 @@ llvm::Error validate_problem(const Problem &p) {
 
 const char *to_string(Pass pass) { return pass == Pass::forward ? "fwd" : "bwd"; }
 
-Modifiers KernelSpec::compiled_modifiers() const {
+Modifiers modifiers_of_pass(const Modifiers &modifiers, Pass pass) {
   Modifiers m = modifiers;
   if (pass == Pass::forward) m.score_mod_grad.clear();
   return m;
 }
+
+Modifiers KernelSpec::compiled_modifiers() const { return modifiers_of_pass(modifiers, pass); }
 
 std::string KernelSpec::id() const {
   std::string decode;

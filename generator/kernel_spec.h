@@ -42,10 +42,7 @@ struct KernelSpec {
   bool varlen = false;
   // The caller's score and mask modifiers, compiled in (either pass).
   Modifiers modifiers;
-  // What the pass's program compiles of them: the forward never calls
-  // score_mod_grad, so its program (source, id, cubin) leaves it out and a
-  // forward call with the derivative (training) and one without
-  // (inference) share one kernel.
+  // What the pass's program compiles of them (modifiers_of_pass).
   Modifiers compiled_modifiers() const;
 
   // Readable and unique: every parameter appears in it, e.g.
@@ -58,6 +55,12 @@ struct KernelSpec {
   std::string id() const;
   bool operator==(const KernelSpec &) const = default;
 };
+
+// What a pass's program compiles of `modifiers`, so what keys its kernels
+// and its tuning class: the forward never calls score_mod_grad and leaves
+// it out (a training call, with the derivative, and an inference call
+// share one forward kernel and one class).
+Modifiers modifiers_of_pass(const Modifiers &modifiers, Pass pass);
 
 // The problem's mask with equivalent forms folded: a window with no bounds is
 // `none`, window(-1, 0) is `causal`.

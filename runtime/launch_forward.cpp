@@ -462,16 +462,18 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
-  // The caller's modifiers key the plan and are compiled into its kernel.
+  // The caller's modifiers key the plan and are compiled into its kernel
+  // (the forward's part of them: modifiers_of_pass).
   const bool modified = args.modifiers && !args.modifiers->empty();
+  const Modifiers compiled =
+      modified ? modifiers_of_pass(*args.modifiers, Pass::forward) : Modifiers{};
   // A packed batch is classed by its longest sequence and its total.
   const Problem chooser = class_view(problem, args.varlen.total_q);
   const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), chooser, config,
-                                    modified ? modifiers_hash_value(*args.modifiers) : 0);
+                                    modifiers_hash_value(compiled));
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
-    auto resolved =
-        resolve(chooser, config, *context, modified ? modifiers_hash(*args.modifiers) : "");
+    auto resolved = resolve(chooser, config, *context, modifiers_hash(compiled));
     if (!resolved) return with_context(problem, resolved.takeError());
     if (modified) resolved->spec.modifiers = *args.modifiers;
     auto kernels = get_forward_kernels(resolved->spec);

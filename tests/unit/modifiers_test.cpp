@@ -648,6 +648,16 @@ TEST(ModifiersCli, QueryClassesTheCallByTheSnippetsHash) {
   ASSERT_EQ(hash.size(), 16u);
   EXPECT_NE(r.out.find("\"modifiers\": \"" + hash + "\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("_mod" + hash), std::string::npos) << r.out;
+  // The forward's class and kernel leave the derivative out.
+  write_file(dir.file("grad.cu"),
+             "__device__ float score_mod_grad(float s, int b, int h, int q, int k, const Aux &a) "
+             "{ return 1.f; }\n");
+  const std::string without = r.out;
+  r = run_cli({"query", "--arch", "sm_90a", "--causal", "--json", "--db", db, "--score-mod",
+               dir.file("alibi.cu"), "--score-mod-grad", dir.file("grad.cu"), "--aux",
+               "const float* slopes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, without);
   r = run_cli({"query", "--arch", "sm_90a", "--causal", "--json", "--db", db});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"modifiers\": \"\""), std::string::npos) << r.out;
