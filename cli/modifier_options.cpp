@@ -2,7 +2,6 @@
 
 #include "generator/modifier_source.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace cl = llvm::cl;
@@ -73,11 +72,11 @@ llvm::Expected<Modifiers> ModifierOptions::read(Pass pass) const {
     // The snippets travel to compile workers as JSON strings, which hold
     // UTF-8 only (another encoding would be altered on the way, and its
     // kernel stored under another id than a call looks up).
-    if (size_t at = 0; !llvm::json::isUTF8(*out, &at))
+    if (auto at = first_non_utf8_byte(*out))
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           llvm::formatv("{0} {1}: not UTF-8 text (byte {2}): save the file as UTF-8", flag,
-                        path->getValue(), at)
+                        path->getValue(), *at)
               .str());
   }
   auto fields = parse_aux_declarations(aux);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <set>
 
+#include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -101,6 +102,13 @@ llvm::Error validate_modifiers(const Modifiers &modifiers) {
   if (llvm::Error e = validate_modifier_functions(modifiers)) return e;
   auto layout = aux_layout(modifiers);
   return layout ? llvm::Error::success() : layout.takeError();
+}
+
+std::optional<size_t> first_non_utf8_byte(llvm::StringRef text) {
+  const auto *begin = reinterpret_cast<const llvm::UTF8 *>(text.data());
+  const llvm::UTF8 *at = begin;
+  if (llvm::isLegalUTF8String(&at, begin + text.size())) return std::nullopt;
+  return static_cast<size_t>(at - begin);
 }
 
 uint64_t modifiers_hash_value(const Modifiers &modifiers) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ llvm::Error validate_modifiers(const Modifiers &modifiers);
 // Its checks of which functions and flags go together, without the aux
 // layout (a call lays that out once itself).
 llvm::Error validate_modifier_functions(const Modifiers &modifiers);
+
+// The offset of the first byte of `text` that is not valid UTF-8, or none.
+// Snippets travel to compile workers as JSON strings, which hold UTF-8 only.
+std::optional<size_t> first_non_utf8_byte(llvm::StringRef text);
 
 // 16 hex digits of a hash of the snippets and the fields, the same in every
 // process ("" for none): part of the kernel's id, so of its cubin's key.

@@ -14,7 +14,6 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "yaml-cpp/yaml.h"
@@ -434,9 +433,9 @@ std::optional<PlanError> read_modifiers(const Fields &entry, const Fields &defau
     if (llvm::StringRef(*text).trim().empty())
       return PlanError{f->line, llvm::formatv("key '{0}': {1} is empty", key, path).str()};
     // Workers receive the snippets as JSON strings: UTF-8 only.
-    if (size_t at = 0; !llvm::json::isUTF8(*text, &at))
+    if (auto at = first_non_utf8_byte(*text))
       return PlanError{f->line, llvm::formatv("key '{0}': {1} is not UTF-8 text (byte {2})",
-                                              key, path, at)
+                                              key, path, *at)
                                     .str()};
   }
   if (const Field *f = get("aux")) {
