@@ -59,7 +59,8 @@ struct TuneCommand {
   llvm::cl::opt<std::string> devices;
   llvm::cl::opt<bool> force;
   llvm::cl::opt<std::string> candidate_timeout_s;
-  ModifierOptions modifiers;  // refused with a reason: tuning modified kernels is not built yet
+  ModifierOptions modifiers;  // compiled into every candidate, part of the stored class
+  llvm::cl::list<std::string> aux_values;  // the scalar aux fields' values the tune runs with
   int run(const CommonOptions &common, const ProblemOptions &problem,
           const DbPathOption &db) const;
 };

@@ -64,7 +64,7 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
       return error(llvm::formatv("--plan: the plan gives the problems; drop {0}", given));
     if (modifiers && modifiers->given())
       return error("--plan: the plan gives each problem's modifiers (keys score_mod, "
-                   "score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks); drop the "
+                   "score_mod_grad, mask_mod, aux, aux_values, mask_mod_qk_only, sinks); drop the "
                    "modifier flags");
     return load_plan(plan_file);
   }
@@ -84,7 +84,7 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
           (flagged.empty() ? std::string() : " mod=" + modifiers_hash(flagged)) +
           pass_suffix(parsed->pass, deterministic),
       parsed->problem, 0, parsed->pass, deterministic, parsed->seqlens_q, parsed->seqlens_k,
-      parsed->total_q, parsed->total_k, std::move(flagged)});
+      parsed->total_q, parsed->total_k, std::move(flagged), {}});
   exit_code = kExitOk;
   return plan;
 }

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/random_inputs.h"
 #include "cli/run_backward.h"
-#include "cli/run_modifiers.h"
+#include "tuner/modifier_inputs.h"
 #include "cli/run_report.h"
 #include "cli/run_varlen.h"
 #include "reference/accuracy.h"

@@ -27,7 +27,10 @@
 #include "cli/db_common.h"
 #include "runtime/device.h"
 #include "runtime/runtime_counters.h"
+#include "generator/kernel_spec.h"
+#include "generator/modifier_source.h"
 #include "runtime/tuning_key.h"
+#include "tuner/modifier_inputs.h"
 #include "tuner/tune_backward.h"
 #include "tuner/tune_class.h"
 #include "tuner/tuner.h"
@@ -52,7 +55,11 @@ TuneCommand::TuneCommand(cl::OptionCategory &category)
                           cl::desc("Kill a candidate's warm-up or timing after N seconds "
                                    "(a hung kernel; default 60)"),
                           cl::init("60"), cl::value_desc("N"), cl::cat(category), cl::sub(sub)),
-      modifiers(category, sub) {}
+      modifiers(category, sub),
+      aux_values("aux-value",
+                 cl::desc("The value of a scalar aux field of --aux the candidates run with, "
+                          "e.g. prefix=1024 (pointer fields get generated arrays)"),
+                 cl::value_desc("NAME=VALUE"), cl::cat(category), cl::sub(sub)) {}
 
 namespace {
 
@@ -156,10 +163,13 @@ struct WorkerSettings {
 };
 
 // The key `row`'s tuning is stored under: a packed batch's is the class its
-// calls look up (class_view: the longest lengths and the total).
+// calls look up (class_view: the longest lengths and the total); a modified
+// one's that of its pass's part of the snippets.
 ProblemClassKey row_class_key(const Row &row) {
+  const Modifiers compiled = modifiers_of_pass(row.entry->modifiers, row.entry->pass);
   return problem_class_key(tuning_class_problem(row.entry->problem, row.packed),
-                           class_pass(row.entry->pass, row.entry->deterministic));
+                           class_pass(row.entry->pass, row.entry->deterministic),
+                           compiled.empty() ? std::string() : modifiers_hash(compiled));
 }
 
 // The stored tuning of `row`'s class for this device and software, if any: a
@@ -204,6 +214,7 @@ void worker(int device, const WorkerSettings &settings, std::vector<Row> &rows,
       options.worker_binary = current_executable();
       options.candidate_timeout_s = settings.candidate_timeout_s;
       options.packed = row.packed;
+      options.modifiers = {row.entry->modifiers, row.entry->aux_values};
       options.progress = [&](const std::string &text) {
         progress.update(device, row.entry->name, text);
       };
@@ -327,17 +338,24 @@ int TuneCommand::run(const CommonOptions &common, const ProblemOptions &problem,
   int code = kExitOk;
   auto tuning_plan = plan_or_problem(problem, plan, code, &modifiers);
   if (!tuning_plan) return report_error(code, tuning_plan.takeError());
-  // Timing a modified kernel needs its aux inputs on the GPU and a reference
-  // with the snippets; until the tuner has them, such a class is refused by
-  // name rather than tuned as the plain kernel.
-  for (const PlanEntry &entry : tuning_plan->entries)
-    if (!entry.modifiers.empty())
-      return report_error(
-          kExitUsage,
-          llvm::formatv("{0}: tuning a kernel with modifiers (score_mod, mask_mod, sinks) is not "
-                        "supported yet: its calls use the heuristic's config; `flashjit "
-                        "precompile` stores its cubins, and the plain problem can be tuned",
-                        entry.name));
+  if (!aux_values.empty()) {
+    if (!plan.empty())
+      return report_error(kExitUsage, "--plan: the plan gives each problem's aux values (key "
+                                      "aux_values); drop --aux-value");
+    tuning_plan->entries.front().aux_values.assign(aux_values.begin(), aux_values.end());
+  }
+  // The modifiers and their values are checked before any GPU work: a
+  // missing scalar value, a score_mod without its gradient for the backward.
+  for (const PlanEntry &entry : tuning_plan->entries) {
+    const bool flags = plan.empty();
+    if (llvm::Error e = validate_tuned_modifiers(entry.problem, entry.pass,
+                                                 {entry.modifiers, entry.aux_values},
+                                                 flags ? "--aux-value" : "aux_values"))
+      return report_error(kExitUsage, flags ? llvm::toString(std::move(e))
+                                            : llvm::formatv("{0}: {1}", entry.name,
+                                                            llvm::toString(std::move(e)))
+                                                  .str());
+  }
   // A packed batch is timed on its lengths (every sequence the longest
   // when only --batch/--seqlen gave it): lengths that do not make a batch
   // of the problem are the flags' or the plan's error, before any GPU.

@@ -82,9 +82,11 @@ GradientAccuracyReport check_gradient_accuracy(const AttentionGradients &kernel,
 }
 
 std::string GradientAccuracyReport::describe() const {
-  return llvm::formatv("{0} dq: {1}; dk: {2}; dv: {3}", passed() ? "PASS" : "FAIL",
-                       dq.describe(), dk.describe(), dv.describe())
-      .str();
+  std::string text = llvm::formatv("{0} dq: {1}; dk: {2}; dv: {3}", passed() ? "PASS" : "FAIL",
+                                   dq.describe(), dk.describe(), dv.describe())
+                         .str();
+  if (dsinks) text += "; dsinks: " + dsinks->describe();
+  return text;
 }
 
 }  // namespace flashjit

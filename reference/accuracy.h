@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "llvm/ADT/ArrayRef.h"
@@ -58,7 +59,8 @@ inline constexpr AccuracyCriterion kGradientCriterion{3.0, 1e-5};
 // One AccuracyReport per gradient tensor (no LSE).
 struct GradientAccuracyReport {
   AccuracyReport dq, dk, dv;
-  bool passed() const { return dq.passed && dk.passed && dv.passed; }
+  std::optional<AccuracyReport> dsinks;  // learned sinks' gradient, where checked
+  bool passed() const { return dq.passed && dk.passed && dv.passed && (!dsinks || dsinks->passed); }
   // "PASS dq: PASS max_err=...; dk: PASS ...; dv: PASS ..."
   std::string describe() const;
 };

@@ -5,6 +5,8 @@
 
 #include "reference/cpu_attention.h"
 #include "reference/cpu_attention_backward.h"
+#include "reference/gpu_reference.h"
+#include "reference/gpu_reference_backward.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device_buffer.h"
 
@@ -108,6 +110,91 @@ llvm::Expected<GradientAccuracyReport> check_backward(const Problem &p, Backward
   const AttentionGradients element =
       cpu_attention_backward(p, q, k, v, dout, ReferencePrecision::element);
   return check_gradient_accuracy(kernel, exact, element);
+}
+
+llvm::Expected<GradientAccuracyReport> check_modified_backward(const Problem &p,
+                                                               const ModifierArgs &modifiers,
+                                                               BackwardLauncher launch,
+                                                               CUstream stream, TuningDb *store,
+                                                               uint64_t seed) {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  const bool sinks = modifiers.modifiers && modifiers.modifiers->sinks;
+  const std::vector<float> q = random_values(p.dtype, q_elements(p), seed);
+  const std::vector<float> k = random_values(p.dtype, k_elements(p), seed + 1);
+  const std::vector<float> v = random_values(p.dtype, v_elements(p), seed + 2);
+  const std::vector<float> dout = random_values(p.dtype, o_elements(p), seed + 3);
+  auto qb = upload(p.dtype, q), kb = upload(p.dtype, k), vb = upload(p.dtype, v),
+       dob = upload(p.dtype, dout);
+  for (auto *b : {&qb, &kb, &vb, &dob})
+    if (!*b) return b->takeError();
+  if (llvm::Error e = cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize")) return e;
+
+  // The forward a kernel would have run, with the snippets: O in element
+  // precision, the exact LSE.
+  ForwardArgs forward = ForwardArgs::packed(p, qb->data(), kb->data(), vb->data(), nullptr,
+                                            nullptr);
+  forward.modifiers = modifiers.modifiers;
+  forward.aux = modifiers.aux;
+  forward.aux_bytes = modifiers.aux_bytes;
+  forward.sinks = modifiers.sinks;
+  auto element_forward =
+      gpu_reference_attention(p, forward, ReferencePrecision::element, stream, store);
+  if (!element_forward) return element_forward.takeError();
+  auto exact_forward = gpu_reference_attention(p, forward, ReferencePrecision::exact, stream, store);
+  if (!exact_forward) return exact_forward.takeError();
+  auto ob = upload(p.dtype, element_forward->out);
+  if (!ob) return ob.takeError();
+  const std::vector<float> &lse = exact_forward->lse;
+  auto lseb = DeviceBuffer::allocate(std::max<size_t>(lse.size(), 1) * sizeof(float));
+  if (!lseb) return lseb.takeError();
+  if (llvm::Error e = lseb->upload(lse.data(), lse.size() * sizeof(float))) return e;
+  auto dq = allocate_poisoned(q_elements(p) * 2), dk = allocate_poisoned(k_elements(p) * 2),
+       dv = allocate_poisoned(v_elements(p) * 2),
+       workspace = allocate_poisoned(backward_workspace_bytes(p)),
+       dsinks = allocate_poisoned(sinks ? size_t(p.heads_q) * sizeof(float) : 0);
+  for (auto *b : {&dq, &dk, &dv, &workspace, &dsinks})
+    if (!*b) return b->takeError();
+  if (llvm::Error e = cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize")) return e;
+
+  BackwardArgs args = BackwardArgs::packed(
+      p, qb->data(), kb->data(), vb->data(), ob->data(), dob->data(),
+      static_cast<const float *>(lseb->data()), dq->data(), dk->data(), dv->data(),
+      workspace->data(), workspace->size());
+  args.modifiers = modifiers.modifiers;
+  args.aux = modifiers.aux;
+  args.aux_bytes = modifiers.aux_bytes;
+  if (sinks) {
+    args.sinks = modifiers.sinks;
+    args.dsinks = static_cast<float *>(dsinks->data());
+  }
+  if (llvm::Error e = launch(p, args, stream)) return e;
+  if (llvm::Error e = cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize")) return e;
+
+  AttentionGradients kernel;
+  auto gq = download(p.dtype, *dq, q_elements(p));
+  if (!gq) return gq.takeError();
+  auto gk = download(p.dtype, *dk, k_elements(p));
+  if (!gk) return gk.takeError();
+  auto gv = download(p.dtype, *dv, v_elements(p));
+  if (!gv) return gv.takeError();
+  kernel.dq = std::move(*gq);
+  kernel.dk = std::move(*gk);
+  kernel.dv = std::move(*gv);
+  if (sinks) {
+    kernel.dsinks.resize(size_t(p.heads_q));
+    if (llvm::Error e = dsinks->download(kernel.dsinks.data(), kernel.dsinks.size() * 4)) return e;
+  }
+  auto exact = gpu_reference_attention_backward(p, args, ReferencePrecision::exact, stream, store);
+  if (!exact) return exact.takeError();
+  auto element =
+      gpu_reference_attention_backward(p, args, ReferencePrecision::element, stream, store);
+  if (!element) return element.takeError();
+  GradientAccuracyReport report = check_gradient_accuracy(kernel, *exact, *element);
+  if (sinks)
+    report.dsinks = check_forward_accuracy(kernel.dsinks, exact->dsinks, element->dsinks, {}, {},
+                                           kGradientCriterion);
+  return report;
 }
 
 }  // namespace flashjit

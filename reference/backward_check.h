@@ -1,12 +1,14 @@
-// The backward kernels checked against float64 CPU gradients. There is no
-// GPU reference for the backward, and the CPU one is O(b·h·sq·sk·d) in
-// float64, so a large problem is checked on a small one of the same class:
+// The backward kernels checked against float64 CPU gradients, or with a
+// caller's modifiers (CUDA snippets the CPU cannot run) against the naive
+// fp32 GPU references (reference/gpu_reference*.h). Either is
+// O(b·h·sq·sk·d), so a large problem is checked on a small one of the same class:
 // one compiled program serves every size of a class (sizes are kernel
 // parameters), so the small problem runs the very code the large one does.
 #pragma once
 
 #include <cuda.h>
 
+#include "cache/tuning_db.h"
 #include "flashjit/backward.h"
 #include "reference/accuracy.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -36,5 +38,25 @@ using BackwardLauncher =
 llvm::Expected<GradientAccuracyReport> check_backward(const Problem &problem,
                                                       BackwardLauncher launch, CUstream stream,
                                                       uint64_t seed = 1);
+
+// A caller's modifiers as a call passes them (ForwardArgs/BackwardArgs).
+struct ModifierArgs {
+  const Modifiers *modifiers = nullptr;
+  const void *aux = nullptr;  // the struct Aux's bytes (AuxValues)
+  size_t aux_bytes = 0;
+  const float *sinks = nullptr;  // heads_q logits on the device, with modifiers->sinks
+};
+
+// check_backward's inputs and criterion with `modifiers`: O (element
+// precision) and the exact LSE from the GPU forward reference, the
+// gradients (and the sinks' gradient, poisoned before) against the GPU
+// backward reference in exact and element precision, both compiled with
+// the snippets (their cubins from or into `store`).
+llvm::Expected<GradientAccuracyReport> check_modified_backward(const Problem &problem,
+                                                               const ModifierArgs &modifiers,
+                                                               BackwardLauncher launch,
+                                                               CUstream stream,
+                                                               TuningDb *store = nullptr,
+                                                               uint64_t seed = 1);
 
 }  // namespace flashjit

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "generator/modifier_source.h"
+#include "reference/gpu_reference_backward.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
@@ -95,30 +96,21 @@ GeneratedSource generate_reference_attention(const Modifiers &modifiers) {
   return out;
 }
 
-llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs &inputs,
-                                       float *out, float *lse, ReferencePrecision precision,
-                                       CUstream stream, TuningDb *store) {
+llvm::Expected<RefAttentionParams> reference_attention_params(const Problem &problem,
+                                                              const ForwardArgs &inputs,
+                                                              ReferencePrecision precision) {
   if (auto error = check_supported(problem, inputs)) return error;
-  if (!out)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "GPU reference: the output pointer is null");
   // The same checks as the kernels' calls (runtime/launch_forward.h).
   if (llvm::Error e = validate_modifier_args(inputs.modifiers, inputs.aux, inputs.aux_bytes))
     return e;
   if (llvm::Error e = validate_sink_args(inputs.modifiers, inputs.sinks, nullptr, false)) return e;
-  const Modifiers modifiers = inputs.modifiers ? *inputs.modifiers : Modifiers{};
   RefAttentionParams params{};
   static_assert(sizeof(params.aux) == sizeof(FwdParams::aux), "the aux struct's room");
   if (inputs.aux_bytes > 0) std::memcpy(params.aux, inputs.aux, inputs.aux_bytes);
   params.sinks = inputs.sinks;
-  auto kernel = reference_kernel(store, modifiers);
-  if (!kernel) return kernel.takeError();
-
   params.q = inputs.q;
   params.k = inputs.k;
   params.v = inputs.v;
-  params.o = out;
-  params.lse = lse;
   params.q_batch_stride = inputs.q_strides.batch;
   params.q_row_stride = inputs.q_strides.seq;
   params.q_head_stride = inputs.q_strides.head;
@@ -148,6 +140,21 @@ llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs
   params.softcap = problem.softcap;
   params.is_fp16 = problem.dtype == DType::fp16;
   params.same_precision = precision == ReferencePrecision::element;
+  return params;
+}
+
+llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs &inputs,
+                                       float *out, float *lse, ReferencePrecision precision,
+                                       CUstream stream, TuningDb *store) {
+  auto params = reference_attention_params(problem, inputs, precision);
+  if (!params) return params.takeError();
+  if (!out)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "GPU reference: the output pointer is null");
+  auto kernel = reference_kernel(store, inputs.modifiers ? *inputs.modifiers : Modifiers{});
+  if (!kernel) return kernel.takeError();
+  params->o = out;
+  params->lse = lse;
 
   LaunchGeometry geometry;
   geometry.grid.x = static_cast<unsigned>((problem.seqlen_q + kRefBlockM - 1) / kRefBlockM);
@@ -157,7 +164,7 @@ llvm::Error launch_reference_attention(const Problem &problem, const ForwardArgs
   geometry.dynamic_smem_bytes = ref_smem_floats(problem.head_dim_qk, problem.head_dim_v) * 4;
   if (problem.seqlen_q == 0 || problem.batch == 0 || problem.heads_q == 0)
     return llvm::Error::success();
-  void *args[] = {&params};
+  void *args[] = {&*params};
   return kernel->launch(geometry, stream, args);
 }
 

@@ -136,16 +136,33 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   if (!context) return with_context(problem, context.takeError());
 
   // Preprocess, the main kernel, the dQ conversion or kernel, the sinks'
-  // gradient (generator/backward_steps.h).
+  // gradient (generator/backward_steps.h), and a mask_mod's block map.
   const auto steps = backward_steps(*spec, problem);
-  std::array<const LoadedKernel *, 4> kernels{};
+  BackwardKernelSet kernels;
   for (size_t i = 0; i < steps.size(); ++i) {
     auto kernel = backward_kernel(*spec, context->context, steps[i].entry,
                                   steps[i].geometry.dynamic_smem_bytes);
     if (!kernel) return with_context(problem, kernel.takeError());
-    kernels[i] = &*kernel;
+    kernels.steps[i] = &*kernel;
   }
-  const bool sm90 = spec->config.path == KernelPath::sm90;
+  if (has_block_map(*spec)) {
+    for (auto [into, entry] : {std::pair{&kernels.block_kinds, "flashjit_bwd_block_kinds"},
+                               std::pair{&kernels.block_list, "flashjit_bwd_block_list"},
+                               std::pair{&kernels.block_mask_grid, "flashjit_block_mask_grid"}}) {
+      auto kernel = backward_kernel(*spec, context->context, entry, 0);
+      if (!kernel) return with_context(problem, kernel.takeError());
+      *into = &*kernel;
+    }
+  }
+  if (llvm::Error e = enqueue_backward(kernels, *spec, problem, args, stream))
+    return with_context(problem, std::move(e));
+  return llvm::Error::success();
+}
+
+llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec &spec,
+                             const Problem &problem, const BackwardArgs &args, CUstream stream) {
+  const auto steps = backward_steps(spec, problem);
+  const bool sm90 = spec.config.path == KernelPath::sm90;
   BwdParams params = make_backward_params(problem, args);
   void *kernel_args[] = {&params};
   // The sm90 kernel also takes TMA tensor maps of Q, K, V, dO and the dQ
@@ -153,39 +170,38 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   // refuses launches nothing.
   BackwardTensorMaps maps{};
   if (sm90) {
-    auto encoded = make_backward_tensor_maps(*spec, problem, args);
-    if (!encoded) return with_context(problem, encoded.takeError());
+    auto encoded = make_backward_tensor_maps(spec, problem, args);
+    if (!encoded) return encoded.takeError();
     maps = *encoded;
   }
   void *sm90_args[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout, &maps.dq_accum};
   // The caller's mask_mod's block map (bwd_block_map.cuh), built in stream
   // order before the main kernel reads it, in a workspace freed after it.
   CUdeviceptr block_map = 0;
-  if (has_block_map(*spec)) {
-    auto kinds = backward_kernel(*spec, context->context, "flashjit_bwd_block_kinds", 0);
-    if (!kinds) return with_context(problem, kinds.takeError());
-    auto list = backward_kernel(*spec, context->context, "flashjit_bwd_block_list", 0);
-    if (!list) return with_context(problem, list.takeError());
-    auto grid = backward_kernel(*spec, context->context, "flashjit_block_mask_grid", 0);
-    if (!grid) return with_context(problem, grid.takeError());
-    auto built = enqueue_block_map(*kinds, *list, *grid, args.block_mask,
-                                   backward_block_map_geometry(*spec, problem), params, stream,
+  if (has_block_map(spec)) {
+    if (!kernels.block_kinds || !kernels.block_list || !kernels.block_mask_grid)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "backward program " + spec.id() +
+                                         ": its block map's kernels are not loaded");
+    auto built = enqueue_block_map(*kernels.block_kinds, *kernels.block_list,
+                                   *kernels.block_mask_grid, args.block_mask,
+                                   backward_block_map_geometry(spec, problem), params, stream,
                                    "query tiles");
-    if (!built) return with_context(problem, built.takeError());
+    if (!built) return built.takeError();
     block_map = *built;
   }
   llvm::Error error = llvm::Error::success();
   for (size_t i = 0; i < steps.size() && !error; ++i) {
     // The main kernel (step 1) alone takes the tensor maps.
-    error = kernels[i]->launch(steps[i].geometry, stream, sm90 && i == 1 ? sm90_args : kernel_args);
+    error = kernels.steps[i]->launch(steps[i].geometry, stream,
+                                     sm90 && i == 1 ? sm90_args : kernel_args);
     if (i == 1 && block_map) {
       error = llvm::joinErrors(std::move(error), free_workspace(block_map, stream));
       block_map = 0;
     }
   }
   if (block_map) error = llvm::joinErrors(std::move(error), free_workspace(block_map, stream));
-  if (error) return with_context(problem, std::move(error));
-  return llvm::Error::success();
+  return error;
 }
 
 }  // namespace flashjit

@@ -6,6 +6,8 @@
 
 #include "generator/backward_params.h"
 #include "generator/backward_steps.h"
+#include "generator/block_map.h"
+#include "runtime/launch_backward.h"
 #include "runtime/tensor_maps.h"
 #include "reference/backward_check.h"
 #include "reference/cpu_attention.h"
@@ -58,6 +60,15 @@ llvm::Expected<BackwardKernels> load_steps(const KernelSpec &spec, llvm::ArrayRe
     if (!kernel) return kernel.takeError();
     out.kernels.push_back(std::move(*kernel));
   }
+  // A mask_mod's block map: its pre-pass runs before the main kernel, as in
+  // a call (a stand-in takes their place too).
+  if (has_block_map(spec))
+    for (const char *entry :
+         {"flashjit_bwd_block_kinds", "flashjit_bwd_block_list", "flashjit_block_mask_grid"}) {
+      auto kernel = LoadedKernel::load(cubin, stand_in ? *stand_in : std::string(entry), 0);
+      if (!kernel) return kernel.takeError();
+      out.block_map.push_back(std::move(*kernel));
+    }
   return out;
 }
 
@@ -86,34 +97,27 @@ const LoadedKernel &BackwardKernels::main() const { return kernels[1]; }
 
 llvm::Error BackwardKernels::launch(const Problem &problem, const BackwardArgs &args,
                                     CUstream stream) const {
-  BwdParams params = make_backward_params(problem, args);
-  void *plain[] = {&params};
-  // The sm90 family's main kernel also takes TMA tensor maps of Q, K, V, dO
-  // and the dQ accumulator.
-  BackwardTensorMaps maps{};
-  const bool sm90 = spec.config.path == KernelPath::sm90;
-  if (sm90) {
-    auto encoded = make_backward_tensor_maps(spec, problem, args);
-    if (!encoded) return encoded.takeError();
-    maps = *encoded;
+  BackwardKernelSet set;
+  for (size_t i = 0; i < kernels.size() && i < set.steps.size(); ++i) set.steps[i] = &kernels[i];
+  if (has_block_map(spec)) {
+    set.block_kinds = &block_map[0];
+    set.block_list = &block_map[1];
+    set.block_mask_grid = &block_map[2];
   }
-  void *with_maps[] = {&params, &maps.q, &maps.k, &maps.v, &maps.dout, &maps.dq_accum};
-  const auto steps = backward_steps(spec, problem);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    void **kernel_args = sm90 && steps[i].entry == main().entry() ? with_maps : plain;
-    if (llvm::Error e = kernels[i].launch(steps[i].geometry, stream, kernel_args)) return e;
-  }
-  return llvm::Error::success();
+  return enqueue_backward(set, spec, problem, args, stream);
 }
 
 llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(
     const Problem &problem, const std::optional<PackedBatch> &packed_batch,
-    const DeviceInfo &device) {
+    const DeviceInfo &device, const ModifierInputs *modifiers) {
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const CudaDriver &cu = *driver;
   auto packed = packed_batch_for(problem, packed_batch);
   if (!packed) return packed.takeError();
+  if (modifiers && *packed)
+    return error("a packed batch (varlen) is not timed with modifiers: the tuner's accuracy "
+                 "check of a packed batch has no modifiers");
 
   std::unique_ptr<BackwardBench> bench(new BackwardBench);
   bench->problem_ = problem;
@@ -172,16 +176,21 @@ llvm::Expected<std::unique_ptr<BackwardBench>> BackwardBench::make(
       *u.into = std::move(*buffer);
     }
     const std::pair<DeviceBuffer *, size_t> outputs[] = {
-        {&set.dq, q_n * 2}, {&set.dk, k_n * 2}, {&set.dv, v_n * 2}, {&set.workspace, workspace}};
+        {&set.dq, q_n * 2},
+        {&set.dk, k_n * 2},
+        {&set.dv, v_n * 2},
+        {&set.workspace, workspace},
+        {&set.dsinks, modifiers && modifiers->modifiers.sinks ? size_t(problem.heads_q) * 4 : 0}};
     for (auto [into, bytes] : outputs) {
       auto buffer = DeviceBuffer::allocate(bytes);
       if (!buffer) return buffer.takeError();
       *into = std::move(*buffer);
     }
-    const BackwardArgs args = BackwardArgs::packed(
+    BackwardArgs args = BackwardArgs::packed(
         problem, set.q.data(), set.k.data(), set.v.data(), set.o.data(), set.dout.data(),
         static_cast<const float *>(set.lse.data()), set.dq.data(), set.dk.data(), set.dv.data(),
         set.workspace.data(), set.workspace.size());
+    if (modifiers) modifiers->attach(args, static_cast<float *>(set.dsinks.data()));
     set.args = args;
     bench->sets_.push_back(std::move(set));
   }
@@ -246,9 +255,24 @@ PackedBatch backward_accuracy_packed_batch(const PackedBatch &packed) {
 
 llvm::Expected<GradientAccuracyReport> check_backward_kernels(
     const BackwardKernels &kernels, const Problem &problem,
-    const std::optional<PackedBatch> &packed, CUstream stream) {
+    const std::optional<PackedBatch> &packed, CUstream stream, TuningDb *store,
+    const ModifierInputs *modifiers) {
   auto batch = packed_batch_for(problem, packed);
   if (!batch) return batch.takeError();
+  if (modifiers) {
+    if (*batch) return error("the accuracy check of a packed batch (varlen) has no modifiers");
+    ModifierArgs args;
+    args.modifiers = &modifiers->modifiers;
+    if (modifiers->aux) {
+      args.aux = modifiers->aux->data();
+      args.aux_bytes = modifiers->aux->size();
+    }
+    if (modifiers->modifiers.sinks) args.sinks = static_cast<const float *>(modifiers->sinks.data());
+    return check_modified_backward(
+        backward_accuracy_problem(problem), args,
+        [&](const Problem &p, const BackwardArgs &a, CUstream s) { return kernels.launch(p, a, s); },
+        stream, store);
+  }
   auto launch = [&](const Problem &p, const BackwardArgs &args, CUstream s) {
     return kernels.launch(p, args, s);
   };

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/tuning_db.h"
 #include "flashjit/backward.h"
 #include "generator/kernel_spec.h"
 #include "reference/accuracy.h"
@@ -22,6 +23,7 @@
 #include "runtime/loaded_kernel.h"
 #include "templates/common/bwd_params.cuh"
 #include "tuner/event_timer.h"
+#include "tuner/modifier_inputs.h"
 #include "tuner/search.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -33,6 +35,8 @@ namespace flashjit {
 struct BackwardKernels {
   KernelSpec spec;
   std::vector<LoadedKernel> kernels;
+  // With a mask_mod's block map (has_block_map): kinds, list, mask grid.
+  std::vector<LoadedKernel> block_map;
 
   static llvm::Expected<BackwardKernels> load(const KernelSpec &spec, llvm::ArrayRef<char> cubin,
                                               const std::string &entry);
@@ -57,8 +61,12 @@ class BackwardBench {
   // q, k, v, O and dO, an LSE of the size softmax over seqlen_k keys has, the
   // gradients and the workspace; and a stream. A varlen problem's sets are
   // packed batches of `packed`'s lengths (required then, validated).
+  // `modifiers` (or null): a caller's modifiers and their inputs, which
+  // every set's call carries (with a dsinks buffer of its own when they
+  // have sinks); they must outlive the bench.
   static llvm::Expected<std::unique_ptr<BackwardBench>> make(
-      const Problem &problem, const std::optional<PackedBatch> &packed, const DeviceInfo &device);
+      const Problem &problem, const std::optional<PackedBatch> &packed, const DeviceInfo &device,
+      const ModifierInputs *modifiers = nullptr);
   ~BackwardBench();
   BackwardBench(const BackwardBench &) = delete;
   BackwardBench &operator=(const BackwardBench &) = delete;
@@ -78,7 +86,7 @@ class BackwardBench {
  private:
   BackwardBench() = default;
   struct InputSet {
-    DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv, workspace;
+    DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv, workspace, dsinks;
     std::optional<PackedBackwardInputs> packed;  // a varlen class: its own buffers
     BackwardArgs args;
   };
@@ -96,10 +104,13 @@ class BackwardBench {
 // Runs `kernels` on backward_accuracy_problem(problem) and compares the
 // gradients with the float64 CPU reference (factor 3). A varlen problem
 // runs on backward_accuracy_packed_batch(*packed), each sequence's
-// gradients against its own float64 ones.
+// gradients against its own float64 ones. With `modifiers` (dense
+// problems) the reference is the GPU's, which compiles them in
+// (check_modified_backward; its cubins from or into `store`).
 llvm::Expected<GradientAccuracyReport> check_backward_kernels(
     const BackwardKernels &kernels, const Problem &problem,
-    const std::optional<PackedBatch> &packed, CUstream stream);
+    const std::optional<PackedBatch> &packed, CUstream stream, TuningDb *store = nullptr,
+    const ModifierInputs *modifiers = nullptr);
 
 // The packed batch a varlen backward is checked on: at most three of
 // `packed`'s sequences (the longest among them), lengths scaled so the

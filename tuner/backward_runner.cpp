@@ -13,9 +13,16 @@ class BackwardRunner final : public InProcessRunner {
  public:
   BackwardRunner(ScopedDeviceContext scope, const Problem &problem,
                  const std::optional<PackedBatch> &packed, const DeviceInfo &device,
-                 std::unique_ptr<BackwardBench> bench)
-      : InProcessRunner(std::move(scope), problem, packed, device, nullptr),
-        bench_(std::move(bench)) {}
+                 TuningDb *store, std::unique_ptr<ModifierInputs> modifier_inputs)
+      : InProcessRunner(std::move(scope), problem, packed, device, store,
+                        std::move(modifier_inputs)) {}
+  // The bench reads the modifier inputs, which the base owns.
+  llvm::Error make_bench() {
+    auto bench = BackwardBench::make(problem_, packed_, device_, modifier_inputs_.get());
+    if (!bench) return bench.takeError();
+    bench_ = std::move(*bench);
+    return llvm::Error::success();
+  }
 
   llvm::Expected<LoadedCandidate> load_cubin(int index, const KernelSpec &spec,
                                              llvm::ArrayRef<char> cubin,
@@ -83,7 +90,8 @@ llvm::Expected<Measurement> BackwardRunner::time(int index, int repeats) {
 llvm::Expected<std::string> BackwardRunner::run_check(int index) {
   auto c = find_loaded(programs_, index);
   if (!c) return c.takeError();
-  auto report = check_backward_kernels(**c, problem_, packed_, bench_->stream());
+  auto report = check_backward_kernels(**c, problem_, packed_, bench_->stream(), store_,
+                                       modifier_inputs_.get());
   if (!report) return report.takeError();
   return report->passed() ? std::string() : report->describe();
 }
@@ -92,11 +100,11 @@ llvm::Expected<std::string> BackwardRunner::run_check(int index) {
 
 llvm::Expected<std::unique_ptr<InProcessRunner>> make_backward_runner(
     ScopedDeviceContext scope, const Problem &problem, const std::optional<PackedBatch> &packed,
-    const DeviceInfo &device) {
-  auto bench = BackwardBench::make(problem, packed, device);
-  if (!bench) return bench.takeError();
-  return std::make_unique<BackwardRunner>(std::move(scope), problem, packed, device,
-                                          std::move(*bench));
+    const DeviceInfo &device, TuningDb *store, std::unique_ptr<ModifierInputs> modifier_inputs) {
+  auto runner = std::make_unique<BackwardRunner>(std::move(scope), problem, packed, device, store,
+                                                 std::move(modifier_inputs));
+  if (llvm::Error e = runner->make_bench()) return e;
+  return runner;
 }
 
 }  // namespace flashjit

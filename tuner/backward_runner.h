@@ -11,9 +11,10 @@
 
 namespace flashjit {
 
-// Sets up the bench in `scope`'s context (current in this thread).
+// Sets up the bench in `scope`'s context (current in this thread);
+// `store` and `modifier_inputs` as make_forward_runner's.
 llvm::Expected<std::unique_ptr<InProcessRunner>> make_backward_runner(
     ScopedDeviceContext scope, const Problem &problem, const std::optional<PackedBatch> &packed,
-    const DeviceInfo &device);
+    const DeviceInfo &device, TuningDb *store, std::unique_ptr<ModifierInputs> modifier_inputs);
 
 }  // namespace flashjit

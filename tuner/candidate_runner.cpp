@@ -8,15 +8,18 @@ namespace flashjit {
 
 llvm::Expected<std::unique_ptr<InProcessRunner>> InProcessRunner::make(
     Pass pass, const Problem &problem, const std::optional<PackedBatch> &packed, int device,
-    TuningDb *store) {
+    TuningDb *store, const TunedModifiers &modifiers) {
   // The context first: the bench's buffers are allocated in it.
   auto scope = ScopedDeviceContext::make(device);
   if (!scope) return scope.takeError();
   auto info = query_device(device);
   if (!info) return info.takeError();
+  auto inputs = make_modifier_inputs(problem, modifiers);
+  if (!inputs) return inputs.takeError();
   if (pass == Pass::backward)
-    return make_backward_runner(std::move(*scope), problem, packed, *info);
-  return make_forward_runner(std::move(*scope), problem, packed, *info, store);
+    return make_backward_runner(std::move(*scope), problem, packed, *info, store,
+                                std::move(*inputs));
+  return make_forward_runner(std::move(*scope), problem, packed, *info, store, std::move(*inputs));
 }
 
 llvm::Expected<LoadedCandidate> InProcessRunner::load(int index, const KernelSpec &spec,

@@ -17,6 +17,7 @@
 #include "runtime/device.h"
 #include "tuner/cubin_batch.h"
 #include "tuner/device_context.h"
+#include "tuner/modifier_inputs.h"
 #include "tuner/search.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -68,9 +69,12 @@ class InProcessRunner : public CandidateRunner {
   // `store` (optional) holds the GPU reference's cubin for the forward's
   // check(). `packed`: a varlen problem's sequence lengths, which its
   // inputs are packed by (required for varlen; none otherwise).
+  // `modifiers`: what the candidates compile of a caller's modifiers, and
+  // the scalar values they run with (every run and check gets their
+  // inputs: make_modifier_inputs).
   static llvm::Expected<std::unique_ptr<InProcessRunner>> make(
       Pass pass, const Problem &problem, const std::optional<PackedBatch> &packed, int device,
-      TuningDb *store);
+      TuningDb *store, const TunedModifiers &modifiers = {});
 
   llvm::Expected<LoadedCandidate> load(int index, const KernelSpec &spec,
                                        const CubinResult &cubin) override;
@@ -94,9 +98,9 @@ class InProcessRunner : public CandidateRunner {
  protected:
   InProcessRunner(ScopedDeviceContext scope, const Problem &problem,
                   const std::optional<PackedBatch> &packed, const DeviceInfo &device,
-                  TuningDb *store)
+                  TuningDb *store, std::unique_ptr<ModifierInputs> modifier_inputs)
       : scope_(std::move(scope)), problem_(problem), packed_(packed), device_(device),
-        store_(store) {}
+        store_(store), modifier_inputs_(std::move(modifier_inputs)) {}
   // Non-empty once a fault broke the context under the subclass's bench.
   virtual const std::string &bench_broken() const = 0;
   // The pass's accuracy check of candidate `index`: empty when it passes.
@@ -118,6 +122,8 @@ class InProcessRunner : public CandidateRunner {
   const std::optional<PackedBatch> packed_;  // a varlen problem's lengths
   const DeviceInfo device_;
   TuningDb *const store_;
+  // A caller's modifiers and their inputs on the device; null without.
+  const std::unique_ptr<ModifierInputs> modifier_inputs_;
 
  private:
   std::string broken_by_check_;

@@ -61,12 +61,15 @@ llvm::Expected<DeviceBuffer> upload(const std::vector<uint16_t> &bits) {
 
 llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
     const Problem &problem, const std::optional<PackedBatch> &packed_batch,
-    const DeviceInfo &device) {
+    const DeviceInfo &device, const ModifierInputs *modifiers) {
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const CudaDriver &cu = *driver;
   auto packed = packed_batch_for(problem, packed_batch);
   if (!packed) return packed.takeError();
+  if (modifiers && *packed)
+    return error("a packed batch (varlen) is not timed with modifiers: the tuner's accuracy "
+                 "check of a packed batch has no modifiers");
 
   std::unique_ptr<ForwardBench> bench(new ForwardBench);
   bench->problem_ = problem;
@@ -123,6 +126,7 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
     auto cache = make_kv_cache_inputs(problem, set.args, KvCacheFill::full_in_order);
     if (!cache) return cache.takeError();
     set.cache = std::move(*cache);
+    if (modifiers) modifiers->attach(set.args);
     set.params = make_forward_params(problem, set.args);
     bench->sets_.push_back(std::move(set));
   }
@@ -245,9 +249,12 @@ llvm::Expected<AccuracyReport> check_packed_forward_kernel(const ForwardKernels 
 llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernels,
                                                     const KernelSpec &spec, const Problem &problem,
                                                     const std::optional<PackedBatch> &packed,
-                                                    CUstream stream, TuningDb *store) {
+                                                    CUstream stream, TuningDb *store,
+                                                    const ModifierInputs *modifiers) {
   auto batch = packed_batch_for(problem, packed);
   if (!batch) return batch.takeError();
+  if (*batch && modifiers)
+    return error("the accuracy check of a packed batch (varlen) has no modifiers");
   if (*batch) return check_packed_forward_kernel(kernels, spec, problem, **batch, stream, store);
   const Problem p = accuracy_problem(problem);
   auto driver = cuda_driver();
@@ -272,8 +279,9 @@ llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernel
 
   // The reference reads the dense tensors; the kernel the same bytes as a
   // KV cache when the class has one (every sequence full, pages in order).
-  const ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(),
-                                               static_cast<float *>(lse->data()));
+  ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(),
+                                         static_cast<float *>(lse->data()));
+  if (modifiers) modifiers->attach(args);
   ForwardArgs kernel_args = args;
   auto cache = make_kv_cache_inputs(p, kernel_args, KvCacheFill::full_in_order);
   if (!cache) return cache.takeError();

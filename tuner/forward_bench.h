@@ -23,6 +23,7 @@
 #include "templates/common/fwd_params.cuh"
 #include "tuner/event_timer.h"
 #include "tuner/kv_cache_inputs.h"
+#include "tuner/modifier_inputs.h"
 #include "tuner/search.h"
 #include "llvm/Support/Error.h"
 
@@ -34,8 +35,11 @@ class ForwardBench {
   // (at least one; at most what half the free memory holds, and 32), fills
   // them with random values and creates a stream. A varlen problem's sets
   // are packed batches of `packed`'s lengths (required then, validated).
+  // `modifiers` (or null): a caller's modifiers and their inputs, which
+  // every set's call carries; they must outlive the bench.
   static llvm::Expected<std::unique_ptr<ForwardBench>> make(
-      const Problem &problem, const std::optional<PackedBatch> &packed, const DeviceInfo &device);
+      const Problem &problem, const std::optional<PackedBatch> &packed, const DeviceInfo &device,
+      const ModifierInputs *modifiers = nullptr);
   ~ForwardBench();
   ForwardBench(const ForwardBench &) = delete;
   ForwardBench &operator=(const ForwardBench &) = delete;
@@ -92,13 +96,16 @@ Problem accuracy_problem(const Problem &problem);
 // Runs the kernels of `spec` as a call does (enqueue_forward) on random inputs of
 // accuracy_problem(problem), with NaN-poisoned outputs, and compares with
 // the GPU reference in exact and element precision (DESIGN.md's criterion).
+// With `modifiers` (dense problems) the kernels and the reference both run
+// them on their inputs (sized for `problem`, so for its smaller one too).
 // A varlen problem runs on a packed batch of `packed`'s lengths made small
 // (accuracy_packed_batch), each sequence checked on its own rows. The
 // reference kernel's cubin comes from (or goes to) `store`.
 llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernels,
                                                     const KernelSpec &spec, const Problem &problem,
                                                     const std::optional<PackedBatch> &packed,
-                                                    CUstream stream, TuningDb *store = nullptr);
+                                                    CUstream stream, TuningDb *store = nullptr,
+                                                    const ModifierInputs *modifiers = nullptr);
 
 // The packed batch a varlen winner's forward is checked on: at most four
 // of `packed`'s sequences (the longest among them), lengths scaled so the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "generator/block_map.h"
 #include "runtime/loaded_kernel.h"
 #include "tuner/candidates.h"
 #include "tuner/forward_bench.h"
@@ -14,9 +15,16 @@ class ForwardRunner final : public InProcessRunner {
  public:
   ForwardRunner(ScopedDeviceContext scope, const Problem &problem,
                 const std::optional<PackedBatch> &packed, const DeviceInfo &device,
-                TuningDb *store, std::unique_ptr<ForwardBench> bench)
-      : InProcessRunner(std::move(scope), problem, packed, device, store),
-        bench_(std::move(bench)) {}
+                TuningDb *store, std::unique_ptr<ModifierInputs> modifier_inputs)
+      : InProcessRunner(std::move(scope), problem, packed, device, store,
+                        std::move(modifier_inputs)) {}
+  // The bench reads the modifier inputs, which the base owns.
+  llvm::Error make_bench() {
+    auto bench = ForwardBench::make(problem_, packed_, device_, modifier_inputs_.get());
+    if (!bench) return bench.takeError();
+    bench_ = std::move(*bench);
+    return llvm::Error::success();
+  }
 
   llvm::Expected<LoadedCandidate> load_cubin(int index, const KernelSpec &spec,
                                              llvm::ArrayRef<char> cubin,
@@ -43,11 +51,19 @@ class ForwardRunner final : public InProcessRunner {
     KernelSpec spec;
     LoadedKernel kernel;
     LoadedKernel combine;  // split-KV specs: the program's combine kernel
+    // A mask_mod's block map (has_block_map): its pre-pass kernels.
+    LoadedKernel block_kinds, block_list, block_mask_grid;
     LaunchGeometry geometry;
     int resident_ctas = 0;
     // Stable once the map holds it.
     ForwardKernels kernels() const {
-      return {&kernel, spec.split_kv ? &combine : nullptr, resident_ctas};
+      ForwardKernels k{&kernel, spec.split_kv ? &combine : nullptr, resident_ctas};
+      if (has_block_map(spec)) {
+        k.block_kinds = &block_kinds;
+        k.block_list = &block_list;
+        k.block_mask_grid = &block_mask_grid;
+      }
+      return k;
     }
   };
 
@@ -82,6 +98,17 @@ llvm::Expected<LoadedCandidate> ForwardRunner::load_cubin(int index, const Kerne
     if (!combine) return combine.takeError();
     state.combine = std::move(*combine);
   }
+  if (has_block_map(spec)) {
+    // Timed as a call runs it: the block map's pre-pass, then the kernel.
+    for (auto [loaded, entry_name] :
+         {std::pair{&state.block_kinds, "flashjit_fwd_block_kinds"},
+          std::pair{&state.block_list, "flashjit_fwd_block_list"},
+          std::pair{&state.block_mask_grid, "flashjit_block_mask_grid"}}) {
+      auto part = LoadedKernel::load(cubin, entry_name, 0);
+      if (!part) return part.takeError();
+      *loaded = std::move(*part);
+    }
+  }
   if (auto reason = reject_compiled(out.spill_bytes, out.occupancy)) out.rejected = *reason;
   kernels_[index] = std::move(state);
   return out;
@@ -104,7 +131,7 @@ llvm::Expected<std::string> ForwardRunner::run_check(int index) {
   if (!c) return c.takeError();
   auto report =
       check_forward_kernel((*c)->kernels(), (*c)->spec, problem_, packed_, bench_->stream(),
-                           store_);
+                           store_, modifier_inputs_.get());
   if (!report) return report.takeError();
   return report->passed ? std::string() : report->describe();
 }
@@ -113,11 +140,11 @@ llvm::Expected<std::string> ForwardRunner::run_check(int index) {
 
 llvm::Expected<std::unique_ptr<InProcessRunner>> make_forward_runner(
     ScopedDeviceContext scope, const Problem &problem, const std::optional<PackedBatch> &packed,
-    const DeviceInfo &device, TuningDb *store) {
-  auto bench = ForwardBench::make(problem, packed, device);
-  if (!bench) return bench.takeError();
-  return std::make_unique<ForwardRunner>(std::move(scope), problem, packed, device, store,
-                                         std::move(*bench));
+    const DeviceInfo &device, TuningDb *store, std::unique_ptr<ModifierInputs> modifier_inputs) {
+  auto runner = std::make_unique<ForwardRunner>(std::move(scope), problem, packed, device, store,
+                                                std::move(modifier_inputs));
+  if (llvm::Error e = runner->make_bench()) return e;
+  return runner;
 }
 
 }  // namespace flashjit

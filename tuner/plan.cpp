@@ -29,7 +29,8 @@ const char *const kProblemKeys[] = {"dtype",   "batch",   "heads",    "heads_kv"
                                     "window",  "softcap", "scale",    "pass",     "passes",
                                     "deterministic", "page_size", "cache_seqlens", "varlen",
                                     "seqlens_q", "seqlens_k", "score_mod", "score_mod_grad",
-                                    "mask_mod", "aux", "mask_mod_qk_only", "sinks", "name"};
+                                    "mask_mod", "aux", "aux_values", "mask_mod_qk_only", "sinks",
+                                    "name"};
 constexpr int64_t kMaxLength = (int64_t(1) << 31) - 1;  // the kernels index rows with int
 constexpr int64_t kMaxGrid = 65535;                     // batch and heads are grid dimensions
 
@@ -78,8 +79,8 @@ std::optional<PlanError> read_fields(const YAML::Node &map, bool allow_name, Fie
                                            "hdim, hdim_v, mask, window, softcap, scale, pass, "
                                            "passes, deterministic, page_size, cache_seqlens, "
                                            "varlen, seqlens_q, seqlens_k, score_mod, "
-                                           "score_mod_grad, mask_mod, aux, mask_mod_qk_only, "
-                                           "sinks{2})",
+                                           "score_mod_grad, mask_mod, aux, aux_values, "
+                                           "mask_mod_qk_only, sinks{2})",
                                            shown(pair.first), where, allow_name ? ", name" : "")
                                  .str()};
     }
@@ -462,6 +463,37 @@ std::optional<PlanError> read_modifiers(const Fields &entry, const Fields &defau
   return std::nullopt;
 }
 
+// aux_values: {prefix: 1024, ...}, the scalar aux fields' values a tune
+// runs the modifiers with (as --aux-value NAME=VALUE); each must name a
+// scalar field of `aux` (whether every one has a value is the tune's check:
+// precompile and query need none).
+std::optional<PlanError> read_aux_values(const Fields &entry, const Fields &defaults,
+                                         const Modifiers &m, std::vector<std::string> &out) {
+  const Field *f = lookup(entry, defaults, "aux_values");
+  if (!f) return std::nullopt;
+  constexpr const char *kExpected = "a mapping of scalar aux fields to values, e.g. {prefix: 1024}";
+  if (!f->value.IsMap()) return key_error(*f, "aux_values", kExpected);
+  for (const auto &pair : f->value) {
+    if (!pair.first.IsScalar() || !pair.second.IsScalar() || pair.second.Scalar().empty())
+      return key_error(*f, "aux_values", kExpected);
+    const std::string name = pair.first.Scalar();
+    auto field = std::find_if(m.aux.begin(), m.aux.end(),
+                              [&](const AuxField &a) { return a.name == name; });
+    if (field == m.aux.end())
+      return PlanError{f->line, llvm::formatv("key 'aux_values': no aux field '{0}' (key 'aux' "
+                                              "declares the fields)",
+                                              name)
+                                    .str()};
+    if (llvm::StringRef(field->type).endswith("*"))
+      return PlanError{f->line, llvm::formatv("key 'aux_values': '{0}' is a pointer ({1}): "
+                                              "flashjit generates its values",
+                                              name, field->type)
+                                    .str()};
+    out.push_back(name + "=" + pair.second.Scalar());
+  }
+  return std::nullopt;
+}
+
 std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file,
                                     TuningPlan &plan) {
   if (!root.IsMap())
@@ -511,6 +543,7 @@ std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file
     PlanEntry out;
     if (auto e = make_entry(entry, defaults, line, out)) return e;
     if (auto e = read_modifiers(entry, defaults, line, file, out.modifiers)) return e;
+    if (auto e = read_aux_values(entry, defaults, out.modifiers, out.aux_values)) return e;
     // A generated name tells entries of other modifiers apart.
     if (!out.modifiers.empty() && !entry.count("name"))
       out.name += " mod=" + modifiers_hash(out.modifiers);

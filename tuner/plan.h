@@ -21,7 +21,8 @@
 // the defaults' are not used for it), or with batch and seqlen as the
 // longest; a caller's modifiers: score_mod, score_mod_grad and mask_mod (CUDA
 // source files, relative to the plan's folder), aux ("const float* slopes,
-// int prefix"), mask_mod_qk_only and sinks (true or false). Errors name the
+// int prefix"), aux_values ({prefix: 1024}: what a tune runs the scalar
+// fields with), mask_mod_qk_only and sinks (true or false). Errors name the
 // file, line and key.
 #pragma once
 
@@ -48,8 +49,11 @@ struct PlanEntry {
   // otherwise) and totals (0: unknown, varlen with batch and seqlen only).
   std::vector<int64_t> seqlens_q, seqlens_k;
   int64_t total_q = 0, total_k = 0;
-  // A caller's modifiers, compiled into the entry's kernels (none: empty).
+  // A caller's modifiers, compiled into the entry's kernels (none: empty),
+  // and the values of their scalar aux fields a tune runs them with
+  // ("NAME=VALUE", key aux_values).
   Modifiers modifiers;
+  std::vector<std::string> aux_values;
 };
 
 // The packed batch a tune of `entry` times: its lengths, or every sequence

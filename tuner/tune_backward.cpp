@@ -2,6 +2,8 @@
 
 #include "generator/backward_spec.h"
 #include "generator/modifier_source.h"
+#include "reference/gpu_reference.h"
+#include "reference/gpu_reference_backward.h"
 #include "tuner/backward_candidates.h"
 #include "tuner/tune_class.h"
 
@@ -18,7 +20,10 @@ PassSearch backward_search(const Problem &problem, bool deterministic,
   s.pass = Pass::backward;
   s.deterministic = deterministic;
   s.what = "the " + describe(problem) + (deterministic ? " backward (deterministic)" : " backward");
-  s.check_against = "the float64 reference gradients";
+  s.modifiers = modifiers_of_pass(modifiers, Pass::backward);
+  // The CPU cannot run a caller's snippets: the GPU's fp32 references can.
+  s.check_against = modifiers.empty() ? "the float64 reference gradients"
+                                      : "the GPU reference gradients";
   s.flops_factor = kBackwardFlopsFactor;
   s.candidates = [&problem, deterministic](const TargetArch &arch, int max_smem) {
     return backward_candidates(problem, arch, max_smem, deterministic);
@@ -43,13 +48,14 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
                                           TuningDb &db, const TuneOptions &options) {
   auto packed = packed_batch_to_tune(problem, options);
   if (!packed) return packed.takeError();
+  if (llvm::Error e = validate_tuned_modifiers(problem, Pass::backward, options.modifiers))
+    return e;
   TuneOptions resolved = options;
   resolved.packed = *packed;
   // Candidates and the heuristic as a call of this class chooses them
   // (launch_backward: class_view); the timing runs the real packed problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
-  const Modifiers none;
-  PassSearch search = backward_search(class_problem, deterministic, none);
+  PassSearch search = backward_search(class_problem, deterministic, options.modifiers.modifiers);
   if (*packed)
     search.what = "the " + describe_packed(problem, **packed) +
                   (deterministic ? " backward (deterministic)" : " backward");
@@ -57,7 +63,8 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
 }
 
 // The winner's check runs on the CPU reference: unlike the forward's, a
-// backward tune needs no other kernel than its candidates'.
+// backward tune needs no other kernel than its candidates'; with modifiers
+// it runs on the GPU references (forward and backward), stored here too.
 llvm::Expected<PrecompileOutcome> precompile_backward(const Problem &problem, bool deterministic,
                                                       const TargetArch &arch, int max_smem_bytes,
                                                       TuningDb &db, int threads,
@@ -68,8 +75,15 @@ llvm::Expected<PrecompileOutcome> precompile_backward(const Problem &problem, bo
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "the backward of a score_mod needs its score_mod_grad (d "
                                    "score_mod / d score)");
-  return precompile_class(problem, backward_search(problem, deterministic, modifiers), arch,
-                          max_smem_bytes, db, threads, worker_binary);
+  auto outcome = precompile_class(problem, backward_search(problem, deterministic, modifiers),
+                                  arch, max_smem_bytes, db, threads, worker_binary);
+  if (!outcome || modifiers.empty()) return outcome;
+  const Modifiers compiled = modifiers_of_pass(modifiers, Pass::backward);
+  store_reference(generate_reference_attention(compiled), "reference_attention", compiled, arch,
+                  db, *outcome);
+  store_reference(generate_reference_attention_backward(compiled), "reference_attention_backward",
+                  compiled, arch, db, *outcome);
+  return outcome;
 }
 
 }  // namespace flashjit

@@ -7,7 +7,9 @@
 #include <limits>
 #include <optional>
 
+#include "generator/modifier_source.h"
 #include "runtime/device.h"
+#include "runtime/kernel_source.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tuning_key.h"
 #include "tuner/candidate_runner.h"
@@ -106,9 +108,11 @@ class Tune {
 };
 
 llvm::Expected<std::unique_ptr<CandidateRunner>> Tune::make_runner() const {
+  // The pass's part of the caller's modifiers, with the caller's values.
+  TunedModifiers modifiers{search_.modifiers, options_.modifiers.aux_values};
   if (worker_binary_.empty()) {
-    auto runner =
-        InProcessRunner::make(search_.pass, problem_, options_.packed, options_.device, &db_);
+    auto runner = InProcessRunner::make(search_.pass, problem_, options_.packed, options_.device,
+                                        &db_, modifiers);
     if (!runner) return runner.takeError();
     return std::unique_ptr<CandidateRunner>(std::move(*runner));
   }
@@ -116,7 +120,7 @@ llvm::Expected<std::unique_ptr<CandidateRunner>> Tune::make_runner() const {
   timeouts.request_s = options_.candidate_timeout_s;
   timeouts.compile_s = options_.compile_timeout_s;
   auto runner = WorkerRunner::make(worker_binary_, db_.path(), search_.pass, problem_,
-                                   options_.packed, options_.device, timeouts);
+                                   options_.packed, options_.device, timeouts, modifiers);
   if (!runner) return runner.takeError();
   return std::unique_ptr<CandidateRunner>(std::move(*runner));
 }
@@ -322,8 +326,11 @@ llvm::Expected<TuneOutcome> Tune::run() {
   // A packed batch's class is the one its calls look up (class_view: the
   // longest lengths and the total), and its TFLOP/s count the sequences'
   // own work, not the padded batch x longest lengths.
-  r.problem = problem_class_key(tuning_class_problem(problem_, options_.packed),
-                                class_pass(search_.pass, search_.deterministic));
+  // A modified class is the one a call with the same snippets looks up.
+  r.problem = problem_class_key(
+      tuning_class_problem(problem_, options_.packed),
+      class_pass(search_.pass, search_.deterministic),
+      search_.modifiers.empty() ? std::string() : modifiers_hash(search_.modifiers));
   r.config = to_stored(winner.outcome.config);
   r.shape = *packed ? describe_packed(problem_, **packed) : describe(problem_);
   r.median_ms = winner.outcome.median_ms;
@@ -389,6 +396,43 @@ llvm::Expected<std::optional<PackedBatch>> packed_batch_to_tune(const Problem &p
   PackedBatch batch = options.packed ? *options.packed : equal_lengths(problem);
   if (llvm::Error e = validate_packed_batch(problem, batch)) return e;
   return batch;
+}
+
+llvm::Error validate_tuned_modifiers(const Problem &problem, Pass pass,
+                                     const TunedModifiers &modifiers, llvm::StringRef given_as) {
+  if (modifiers.modifiers.empty()) {
+    if (!modifiers.aux_values.empty())
+      return error(llvm::formatv("{0}: given without --aux fields to set", given_as).str());
+    return llvm::Error::success();
+  }
+  if (llvm::Error e = validate_modifiers(modifiers.modifiers)) return e;
+  if (pass == Pass::backward && !modifiers.modifiers.score_mod.empty() &&
+      modifiers.modifiers.score_mod_grad.empty())
+    return error("the backward of a score_mod needs its score_mod_grad (d score_mod / d score) "
+                 "to be tuned");
+  if (problem.varlen)
+    return error("tuning a packed batch (varlen) with modifiers is not supported: the tuner "
+                 "checks a packed batch's winner without them. Tune the dense problem of the "
+                 "same head dims and mask, or give the call a config");
+  auto parsed = parse_modifier_inputs(modifiers.modifiers, modifiers.aux_values, given_as);
+  if (!parsed) return parsed.takeError();
+  return llvm::Error::success();
+}
+
+void store_reference(const GeneratedSource &source, const std::string &name,
+                     const Modifiers &modifiers, const TargetArch &arch, TuningDb &db,
+                     PrecompileOutcome &outcome) {
+  const std::string key = name + "_" + arch.name() +
+                          (modifiers.empty() ? std::string() : "_mod" + modifiers_hash(modifiers));
+  auto reference = stored_cubin(source, arch, key, &db);
+  if (!reference) {
+    ++outcome.failed;
+    outcome.failures.push_back(name + ": " + llvm::toString(reference.takeError()));
+  } else if (reference->compiled) {
+    ++outcome.compiled;
+  } else {
+    ++outcome.already_stored;
+  }
 }
 
 Problem tuning_class_problem(const Problem &problem, const std::optional<PackedBatch> &packed) {

@@ -13,6 +13,7 @@
 #include "cache/tuning_db.h"
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
+#include "generator/source.h"
 #include "generator/target_arch.h"
 #include "tuner/candidates.h"
 #include "tuner/tuner.h"
@@ -27,6 +28,9 @@ struct PassSearch {
   std::string what;            // the class in messages: "<problem>", "the <problem> backward"
   std::string check_against;   // what the winner is checked against, for progress lines
   double flops_factor = 1;     // a call's FLOPs over the forward's
+  // The modifiers the candidates compile (the pass's part of the caller's:
+  // modifiers_of_pass); their hash is part of the stored class.
+  Modifiers modifiers;
   // The search space (the heuristic's config first), the heuristic's config
   // and a config's spec, for `arch` with `max_smem_bytes`.
   std::function<CandidateSet(const TargetArch &, int)> candidates;
@@ -50,6 +54,21 @@ llvm::Expected<std::optional<PackedBatch>> packed_batch_to_tune(const Problem &p
 // from, as a call's choice sees it: class_view(problem, total_q) of a packed
 // batch, `problem` itself otherwise.
 Problem tuning_class_problem(const Problem &problem, const std::optional<PackedBatch> &packed);
+
+// A tune's modifiers checked before anything runs: valid snippets (a
+// backward's score_mod with its score_mod_grad), a dense problem, and the
+// scalar aux values (every scalar field exactly once, of its type), named
+// in errors as `given_as`.
+llvm::Error validate_tuned_modifiers(const Problem &problem, Pass pass,
+                                     const TunedModifiers &modifiers,
+                                     llvm::StringRef given_as = "aux value");
+
+// Stores the cubin of a GPU reference program (`source`, compiled with
+// `modifiers`) for `arch` under the id the tuner's check loads it by,
+// "<name>_<arch>[_mod<hash>]", counted in `outcome`.
+void store_reference(const GeneratedSource &source, const std::string &name,
+                     const Modifiers &modifiers, const TargetArch &arch, TuningDb &db,
+                     PrecompileOutcome &outcome);
 
 // The compile half without a GPU: the candidates (the heuristic's config
 // first, so a fleet that never tunes still starts with its default

@@ -16,6 +16,7 @@ namespace {
 PassSearch forward_search(const Problem &problem, const Modifiers &modifiers) {
   PassSearch s;
   s.pass = Pass::forward;
+  s.modifiers = modifiers_of_pass(modifiers, Pass::forward);
   s.what = describe(problem);
   s.check_against = "the reference";
   s.candidates = [&problem](const TargetArch &arch, int max_smem) {
@@ -39,13 +40,13 @@ llvm::Expected<TuneOutcome> tune_forward(const Problem &problem, TuningDb &db,
                                          const TuneOptions &options) {
   auto packed = packed_batch_to_tune(problem, options);
   if (!packed) return packed.takeError();
+  if (llvm::Error e = validate_tuned_modifiers(problem, Pass::forward, options.modifiers)) return e;
   TuneOptions resolved = options;
   resolved.packed = *packed;
   // Candidates and the heuristic as a call of this class chooses them; the
   // timing runs the real (packed) problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
-  const Modifiers none;
-  PassSearch search = forward_search(class_problem, none);
+  PassSearch search = forward_search(class_problem, options.modifiers.modifiers);
   if (*packed) search.what = describe_packed(problem, **packed);
   return tune_class(problem, search, db, resolved);
 }
@@ -60,21 +61,11 @@ llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
                                   max_smem_bytes, db, threads, worker_binary);
   if (!outcome) return outcome.takeError();
   // The tuner checks its winner against the GPU reference: store that
-  // kernel too (with the modifiers compiled in), so a tune on this target
-  // compiles nothing at all.
-  const std::string reference_key =
-      "reference_attention_" + arch.name() +
-      (modifiers.empty() ? std::string() : "_mod" + modifiers_hash(modifiers));
-  auto reference =
-      stored_cubin(generate_reference_attention(modifiers), arch, reference_key, &db);
-  if (!reference) {
-    ++outcome->failed;
-    outcome->failures.push_back("reference_attention: " + llvm::toString(reference.takeError()));
-  } else if (reference->compiled) {
-    ++outcome->compiled;
-  } else {
-    ++outcome->already_stored;
-  }
+  // kernel too (with the forward's part of the modifiers compiled in, as the
+  // tuner's check runs it), so a tune on this target compiles nothing at all.
+  store_reference(generate_reference_attention(modifiers_of_pass(modifiers, Pass::forward)),
+                  "reference_attention", modifiers_of_pass(modifiers, Pass::forward), arch, db,
+                  *outcome);
   return outcome;
 }
 

@@ -15,6 +15,7 @@
 #include "flashjit/problem.h"
 #include "generator/target_arch.h"
 #include "reference/packed_batch.h"
+#include "tuner/modifier_inputs.h"
 #include "llvm/Support/Error.h"
 
 namespace flashjit {
@@ -77,6 +78,14 @@ struct TuneOptions {
   // class_view(problem, total_q), bucketed by the longest lengths and the
   // total. Lengths for a dense problem are an error.
   std::optional<PackedBatch> packed;
+  // A caller's modifiers (dense problems): compiled into every candidate and
+  // the reference the winner is checked against, and part of the class the
+  // tuning is stored under (the one a call with them looks up). They run on
+  // the inputs `flashjit run` gives them (tuner/modifier_inputs.h): each
+  // scalar aux field the value of its "NAME=VALUE" in `aux_values` (a
+  // prefix length or a window decides how much work a mask leaves: the
+  // caller's own values belong here), each pointer field generated values.
+  TunedModifiers modifiers;
   // Progress lines ("compiled 12/20", "round 2: 6 left"), for the CLI.
   std::function<void(const std::string &)> progress;
 };

@@ -148,9 +148,6 @@ llvm::Expected<PackedBatch> packed_batch_from_json(const llvm::json::Object &obj
   return batch;
 }
 
-namespace {
-// A caller's modifiers, compiled into the candidate (their text is what the
-// worker compiles; the hash in the spec's id follows from it).
 llvm::json::Object modifiers_to_json(const Modifiers &m) {
   llvm::json::Array aux;
   for (const AuxField &field : m.aux) aux.push_back(llvm::json::Array{field.type, field.name});
@@ -189,7 +186,6 @@ llvm::Expected<Modifiers> modifiers_from_json(const llvm::json::Object &o) {
   if (llvm::Error e = validate_modifiers(m)) return e;
   return m;
 }
-}  // namespace
 
 llvm::json::Object spec_to_json(const KernelSpec &s) {
   llvm::json::Object out{

@@ -6,13 +6,16 @@
 // that a forward or backward candidate is the same kind of request; `setup`
 // names the pass the worker measures ("fwd" or "bwd") and, for a varlen
 // problem, its packed batch's lengths ("packed": {"seqlens_q": [...],
-// "seqlens_k": [...]}), which the worker's inputs are laid out by. A reply is
+// "seqlens_k": [...]}), which the worker's inputs are laid out by; with a
+// caller's modifiers, "modifiers" (the pass's part) and "aux_values"
+// (["NAME=VALUE", ...]), which every run and check carries. A reply is
 // {"ok":true,...} or {"ok":false,"error":"...","fatal":bool}; fatal means
 // the worker's CUDA context is broken and it exits after replying.
 //
 //   op        request fields                 reply fields
 //   compile   candidate, spec                cubin_key, entry, from_store, compile_ms
 //   setup     pass, problem, device[, packed] input_sets
+//             [, modifiers, aux_values]
 //   load      candidate, spec                registers, spill_bytes, static_smem_bytes,
 //                                            dynamic_smem_bytes, occupancy, rejected
 //   warm_up   candidate, ms
@@ -42,6 +45,12 @@ llvm::Expected<Problem> problem_from_json(const llvm::json::Object &object);
 // the lengths against the problem.
 llvm::json::Object packed_batch_to_json(const PackedBatch &batch);
 llvm::Expected<PackedBatch> packed_batch_from_json(const llvm::json::Object &object);
+
+// A caller's modifiers: their text is what a worker compiles (the hash in
+// a spec's id follows from it) and runs ({"score_mod": "...", ...,
+// "aux": [[type, name], ...]}); reading validates them.
+llvm::json::Object modifiers_to_json(const Modifiers &modifiers);
+llvm::Expected<Modifiers> modifiers_from_json(const llvm::json::Object &object);
 
 llvm::json::Object spec_to_json(const KernelSpec &spec);
 llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &object);

@@ -14,12 +14,19 @@ WorkerRunner::WorkerRunner(const std::string &binary, const std::string &db_path
 
 llvm::Expected<std::unique_ptr<WorkerRunner>> WorkerRunner::make(
     const std::string &binary, const std::string &db_path, Pass pass, const Problem &problem,
-    const std::optional<PackedBatch> &packed, int device, const WorkerTimeouts &timeouts) {
+    const std::optional<PackedBatch> &packed, int device, const WorkerTimeouts &timeouts,
+    const TunedModifiers &modifiers) {
   llvm::json::Object setup{{"op", "setup"},
                            {"pass", to_string(pass)},
                            {"problem", wp::problem_to_json(problem)},
                            {"device", device}};
   if (packed) setup["packed"] = wp::packed_batch_to_json(*packed);
+  if (!modifiers.empty()) {
+    setup["modifiers"] = wp::modifiers_to_json(modifiers.modifiers);
+    llvm::json::Array values;
+    for (const std::string &value : modifiers.aux_values) values.push_back(value);
+    setup["aux_values"] = std::move(values);
+  }
   std::unique_ptr<WorkerRunner> runner(
       new WorkerRunner(binary, db_path, std::move(setup), timeouts));
   // A ping starts the first worker and runs its setup: a worker that cannot

@@ -25,10 +25,12 @@ class WorkerRunner : public CandidateRunner {
  public:
   // Starts the first worker (`binary` worker --db `db_path`) and sets it up
   // for `pass` of `problem` on `device` (a varlen problem's inputs packed
-  // by `packed`'s lengths): an error here is the tune's.
+  // by `packed`'s lengths; `modifiers` as InProcessRunner::make's): an
+  // error here is the tune's.
   static llvm::Expected<std::unique_ptr<WorkerRunner>> make(
       const std::string &binary, const std::string &db_path, Pass pass, const Problem &problem,
-      const std::optional<PackedBatch> &packed, int device, const WorkerTimeouts &timeouts);
+      const std::optional<PackedBatch> &packed, int device, const WorkerTimeouts &timeouts,
+      const TunedModifiers &modifiers = {});
 
   llvm::Expected<LoadedCandidate> load(int index, const KernelSpec &spec,
                                        const CubinResult &cubin) override;

@@ -120,10 +120,27 @@ llvm::Expected<Object> Server::setup(const Object &request) {
     if (!batch) return batch.takeError();
     packed = std::move(*batch);
   }
+  TunedModifiers modifiers;
+  if (request.get("modifiers")) {
+    auto modifiers_json = wp::object_field(request, "modifiers");
+    if (!modifiers_json) return modifiers_json.takeError();
+    auto read = wp::modifiers_from_json(*modifiers_json);
+    if (!read) return read.takeError();
+    modifiers.modifiers = std::move(*read);
+  }
+  if (const llvm::json::Value *values = request.get("aux_values")) {
+    const llvm::json::Array *list = values->getAsArray();
+    if (!list) return error("worker request: 'aux_values': expected a list of \"NAME=VALUE\"");
+    for (const llvm::json::Value &value : *list) {
+      auto text = value.getAsString();
+      if (!text) return error("worker request: 'aux_values': expected a list of \"NAME=VALUE\"");
+      modifiers.aux_values.push_back(text->str());
+    }
+  }
   auto store = db();
   if (!store) return store.takeError();
   runner_.reset();  // its context scope ends before the next one starts
-  auto made = InProcessRunner::make(*pass, *problem, packed, int(*device), *store);
+  auto made = InProcessRunner::make(*pass, *problem, packed, int(*device), *store, modifiers);
   if (!made) return made.takeError();
   runner_ = std::move(*made);
   return Object{{"input_sets", runner_->input_sets()}};

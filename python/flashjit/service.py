@@ -17,7 +17,10 @@ $FLASHJIT_DB, else the command's default). A failing command raises
 FlashjitCommandError with its message. A caller's modifiers:
 score_mod / score_mod_grad / mask_mod as CUDA source (or a file's path, or
 a flashjit.mods object) and aux as declarations, e.g.
-flashjit.precompile(arch="sm_90a", hdim=128, mask_mod=text, aux="const int* doc_ids").
+flashjit.precompile(arch="sm_90a", hdim=128, mask_mod=text, aux="const int* doc_ids");
+a tune runs them with aux_values={"prefix": 1024} for its scalar fields (the
+pointer fields get generated arrays), e.g.
+flashjit.tune(hdim=128, seqlen=8192, mask_mod=text, aux="int prefix", aux_values={"prefix": 1024}).
 """
 import json
 import os
@@ -60,6 +63,9 @@ def _flags(options):
     args = []
     for key, value in options.items():
         if value is None or value is False:
+            continue
+        if key == "aux_values":  # {"prefix": 1024}: one --aux-value NAME=VALUE each
+            args += [f"--aux-value={name}={v}" for name, v in dict(value).items()]
             continue
         flag = "--" + key.rstrip("_").replace("_", "-")
         if value is True:

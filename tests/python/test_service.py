@@ -44,6 +44,28 @@ def test_snippets_go_to_the_command_as_files():
     assert same["kernel_id"] == r["kernel_id"], (same["kernel_id"], r["kernel_id"])
 
 
+def test_a_tune_takes_the_scalar_aux_values():
+    # Checked before the GPU is looked for: a missing value is the command's
+    # usage error; given, the request gets as far as needing a GPU.
+    db = os.path.join(tempfile.mkdtemp(prefix="flashjit-service-"), "t.db")
+    text = ("__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+            "  return k < aux.prefix || k <= q;\n}\n")
+    options = dict(hdim=64, seqlen=512, mask_mod=text, aux="int prefix", db=db)
+    try:
+        service.tune(**options)
+    except service.FlashjitCommandError as e:
+        assert ("the aux field 'prefix' (int) needs a value: give --aux-value prefix=VALUE"
+                in str(e)), str(e)
+    else:
+        raise AssertionError("a tune without the scalar value did not raise")
+    try:
+        service.tune(aux_values={"prefix": 128}, **options)
+    except service.FlashjitCommandError as e:
+        assert "tune needs a GPU" in str(e), str(e)  # else it tuned: a GPU is here
+    assert service._flags({"aux_values": {"prefix": 128, "window": 3}}) == [
+        "--aux-value=prefix=128", "--aux-value=window=3"]
+
+
 def test_a_bad_flag_raises_the_commands_message():
     try:
         service.query(arch="sm_90a", hdim=100)

@@ -2,7 +2,7 @@
 // #15), without a GPU: a plan's score_mod/mask_mod/aux keys read snippet
 // files beside the plan, with exact errors; worker requests carry the
 // snippets; `precompile --mask-mod` stores the modified kernels under the
-// ids a call (and `query`) looks up; `tune` refuses modifiers by name.
+// ids a call (and `query`) looks up; `tune` checks them and their values.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -184,32 +184,106 @@ TEST(ModifiedPlans, PrecompileStoresTheModifiedKernelsAQueryFinds) {
   EXPECT_TRUE(stored) << kernel_id;
 }
 
-TEST(ModifiedPlans, TuneRefusesModifiersByNameAndAPlanTakesNoModifierFlags) {
+// `tune` with modifiers checks them and their scalar values before it looks
+// for a GPU (this machine has none: a complete request gets as far as
+// "tune needs a GPU"); a plan names its values with aux_values.
+TEST(ModifiedPlans, TuneChecksModifiersAndTheirValuesBeforeAnyGpuWork) {
   TempDir dir;
   write_file(dir.file("docs.cu"), kDocuments);
-  CliResult r = run_cli({"tune", "--hdim", "64", "--seqlen", "1024", "--mask-mod",
-                         dir.file("docs.cu"), "--aux", "const int* doc_ids", "--db",
-                         dir.file("t.db")});
+  write_file(dir.file("prefix.cu"),
+             "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+             "  return k < aux.prefix || k <= q;\n"
+             "}\n");
+  write_file(dir.file("alibi.cu"), kAlibi);
+  const std::vector<std::string> problem = {"--hdim", "64", "--seqlen", "1024", "--db",
+                                            dir.file("t.db")};
+  auto tune = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"tune"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), problem.begin(), problem.end());
+    return run_cli(args);
+  };
+  const std::string prefix = dir.file("prefix.cu");
+  const std::pair<std::vector<std::string>, std::string> usage_errors[] = {
+      {{"--mask-mod", prefix, "--aux", "int prefix"},
+       "the aux field 'prefix' (int) needs a value: give --aux-value prefix=VALUE"},
+      {{"--mask-mod", prefix, "--aux", "int prefix", "--aux-value", "prefix=x"},
+       "--aux-value prefix=x: 'prefix' is int: expected an integer"},
+      {{"--mask-mod", prefix, "--aux", "int prefix", "--aux-value", "prefix=1",
+        "--aux-value", "prefix=2"},
+       "--aux-value: 'prefix' is given twice"},
+      {{"--aux-value", "prefix=1"}, "--aux-value: given without --aux fields to set"},
+      {{"--mask-mod", dir.file("docs.cu"), "--aux", "const int* doc_ids", "--aux-value",
+        "doc_ids=1"},
+       "--aux-value doc_ids=1: 'doc_ids' is a pointer (const int*): flashjit generates its "
+       "values"},
+      {{"--mask-mod", prefix, "--aux", "int prefix", "--aux-value", "prefix=64", "--varlen"},
+       "tuning a packed batch (varlen) with modifiers is not supported: the tuner checks a "
+       "packed batch's winner without them. Tune the dense problem of the same head dims and "
+       "mask, or give the call a config"},
+      {{"--score-mod", dir.file("alibi.cu"), "--aux", "const float* slopes", "--pass", "bwd"},
+       "--pass bwd with --score-mod needs --score-mod-grad (d score_mod / d score): the "
+       "backward scales by it"},
+  };
+  for (const auto &[flags, message] : usage_errors) {
+    const CliResult r = tune(flags);
+    EXPECT_EQ(r.code, 2) << message;
+    EXPECT_EQ(r.err, "flashjit: error: " + message + "\n");
+  }
+  // Complete: checked, then the GPU is looked for.
+  CliResult r = tune({"--mask-mod", prefix, "--aux", "int prefix", "--aux-value", "prefix=64"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("tune needs a GPU"), std::string::npos) << r.err;
+
+  // A plan's aux_values: only scalar fields it declares; a tune of an
+  // entry without its values names the entry and the key.
+  const std::pair<std::string, std::string> plan_errors[] = {
+      {"  - {mask_mod: prefix.cu, aux: 'int prefix', aux_values: {window: 3}}\n",
+       ":3: key 'aux_values': no aux field 'window' (key 'aux' declares the fields)"},
+      {"  - {mask_mod: docs.cu, aux: 'const int* doc_ids', aux_values: {doc_ids: 3}}\n",
+       ":3: key 'aux_values': 'doc_ids' is a pointer (const int*): flashjit generates its "
+       "values"},
+      {"  - {mask_mod: prefix.cu, aux: 'int prefix', aux_values: [3]}\n",
+       ":3: key 'aux_values': expected a mapping of scalar aux fields to values, e.g. {prefix: "
+       "1024}, got a list"},
+  };
+  for (const auto &[entry, message] : plan_errors) {
+    write_file(dir.file("bad.yaml"),
+               "defaults: {heads: 8, hdim: 64, seqlen: 256}\nproblems:\n" + entry);
+    EXPECT_EQ(plan_error(dir.file("bad.yaml")), dir.file("bad.yaml") + message);
+  }
+  write_file(dir.file("plan.yaml"),
+             "defaults: {heads: 8, hdim: 64, seqlen: 256, mask_mod: prefix.cu, aux: 'int "
+             "prefix'}\n"
+             "problems:\n"
+             "  - {name: given, aux_values: {prefix: 32}}\n"
+             "  - {name: missing}\n");
+  auto plan = load_plan(dir.file("plan.yaml"));
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->entries[0].aux_values, std::vector<std::string>{"prefix=32"});
+  EXPECT_TRUE(plan->entries[1].aux_values.empty());
+  r = run_cli({"tune", "--plan", dir.file("plan.yaml"), "--db", dir.file("t.db")});
   EXPECT_EQ(r.code, 2);
-  Problem p;
-  p.head_dim_qk = p.head_dim_v = 64;
-  p.seqlen_q = p.seqlen_k = 1024;
-  p.batch = 2;
-  p.heads_q = p.heads_kv = 16;
-  Modifiers docs;
-  docs.mask_mod = kDocuments;
-  docs.aux = {{"const int*", "doc_ids"}};
-  EXPECT_EQ(r.err, "flashjit: error: " + describe(p) + " mod=" + modifiers_hash(docs) +
-                       ": tuning a kernel with modifiers (score_mod, mask_mod, sinks) is not "
-                       "supported yet: its calls use the heuristic's config; `flashjit "
-                       "precompile` stores its cubins, and the plain problem can be tuned\n");
+  EXPECT_EQ(r.err, "flashjit: error: missing: the aux field 'prefix' (int) needs a value: give "
+                   "aux_values prefix=VALUE\n");
+  r = run_cli({"tune", "--plan", dir.file("plan.yaml"), "--aux-value", "prefix=3", "--db",
+               dir.file("t.db")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "flashjit: error: --plan: the plan gives each problem's aux values (key "
+                   "aux_values); drop --aux-value\n");
+}
+
+TEST(ModifiedPlans, APlanTakesNoModifierFlags) {
+  TempDir dir;
+  write_file(dir.file("docs.cu"), kDocuments);
+  CliResult r;
   write_file(dir.file("plan.yaml"), "problems:\n  - {heads: 8, hdim: 64, seqlen: 256}\n");
   r = run_cli({"precompile", "--arch", "sm_90a", "--plan", dir.file("plan.yaml"), "--mask-mod",
                dir.file("docs.cu"), "--aux", "const int* doc_ids", "--db", dir.file("p.db")});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "flashjit: error: --plan: the plan gives each problem's modifiers (keys score_mod, "
-            "score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks); drop the modifier flags\n");
+            "score_mod_grad, mask_mod, aux, aux_values, mask_mod_qk_only, sinks); drop the modifier flags\n");
   // A snippet the compile workers could not receive unchanged.
   write_file(dir.file("latin1.cu"), "// \xe9t\xe9\n");
   r = run_cli({"precompile", "--arch", "sm_90a", "--mask-mod", dir.file("latin1.cu"), "--db",

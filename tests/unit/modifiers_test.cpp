@@ -596,7 +596,7 @@ TEST(ModifiersCli, RunChecksTheModifiersFlagsBeforeAnyGpuWork) {
        "--aux-value nope=1: no aux field 'nope' (--aux declares the fields)"},
       {{"--mask-mod", mask, "--aux", "int prefix, const float* w", "--aux-value", "w=1",
         "--aux-value", "prefix=2"},
-       "--aux-value w=1: 'w' is a pointer (const float*): run generates its values"},
+       "--aux-value w=1: 'w' is a pointer (const float*): flashjit generates its values"},
       {{"--mask-mod", mask, "--aux", "int prefix", "--aux-value", "prefix=3", "--aux-value",
         "prefix=4"},
        "--aux-value: 'prefix' is given twice"},

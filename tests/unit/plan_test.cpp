@@ -146,12 +146,12 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
        "plans/x.yaml:4: unknown key 'hdmi' in problem (expected one of dtype, batch, heads, "
        "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
        "passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k, "
-       "score_mod, score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks, name)"},
+       "score_mod, score_mod_grad, mask_mod, aux, aux_values, mask_mod_qk_only, sinks, name)"},
       {"defaults: {heads: 16, hdim: 128, nmae: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: unknown key 'nmae' in defaults (expected one of dtype, batch, heads, "
        "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
        "passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k, "
-       "score_mod, score_mod_grad, mask_mod, aux, mask_mod_qk_only, sinks)"},
+       "score_mod, score_mod_grad, mask_mod, aux, aux_values, mask_mod_qk_only, sinks)"},
       {"defaults: {heads: 16, hdim: 128, name: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: key 'name': names a single problem, not defaults"},
       {head + "  - {seqlen: 0}\n", "plans/x.yaml:4: key 'seqlen': expected a positive integer, got 0"},

@@ -203,7 +203,7 @@ TEST(VarlenTuneKey, IsTheClassACallAndQueryLookUp) {
   auto parsed = cli::parse_problem_flags(v);
   ASSERT_TRUE(bool(parsed)) << message(parsed.takeError());
   const PlanEntry entry{"x", parsed->problem, 0, Pass::forward, false, parsed->seqlens_q,
-                        parsed->seqlens_k, parsed->total_q, parsed->total_k, {}};
+                        parsed->seqlens_k, parsed->total_q, parsed->total_k, {}, {}};
   const std::optional<PackedBatch> packed = entry_packed_batch(entry);
   ASSERT_TRUE(packed.has_value());
   EXPECT_EQ(packed->seqlens_q, (std::vector<int64_t>{17, 4096, 300}));
@@ -224,7 +224,7 @@ TEST(VarlenTuneKey, IsTheClassACallAndQueryLookUp) {
   w.seqlen_q = "2048";
   auto equal = cli::parse_problem_flags(w);
   ASSERT_TRUE(bool(equal)) << message(equal.takeError());
-  const PlanEntry e2{"y", equal->problem, 0, Pass::backward, false, {}, {}, 0, 0, {}};
+  const PlanEntry e2{"y", equal->problem, 0, Pass::backward, false, {}, {}, 0, 0, {}, {}};
   const std::optional<PackedBatch> eq = entry_packed_batch(e2);
   ASSERT_TRUE(eq.has_value());
   EXPECT_EQ(eq->seqlens_q, std::vector<int64_t>(8, 2048));
@@ -232,7 +232,7 @@ TEST(VarlenTuneKey, IsTheClassACallAndQueryLookUp) {
             problem_class_key(class_view(equal->problem, equal->total_q), "bwd"));
 
   // A dense entry has no packed batch and keeps its own class.
-  const PlanEntry dense{"z", Problem{}, 0, Pass::forward, false, {}, {}, 0, 0, {}};
+  const PlanEntry dense{"z", Problem{}, 0, Pass::forward, false, {}, {}, 0, 0, {}, {}};
   EXPECT_FALSE(entry_packed_batch(dense).has_value());
   EXPECT_EQ(problem_class_key(tuning_class_problem(dense.problem, std::nullopt)),
             problem_class_key(Problem{}));

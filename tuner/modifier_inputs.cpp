@@ -1,4 +1,4 @@
-#include "cli/run_modifiers.h"
+#include "tuner/modifier_inputs.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
 
-namespace flashjit::cli {
+namespace flashjit {
 
 namespace {
 
@@ -56,8 +56,21 @@ void ModifierInputs::attach(ForwardArgs &args) const {
   if (modifiers.sinks) args.sinks = static_cast<const float *>(sinks.data());
 }
 
+void ModifierInputs::attach(BackwardArgs &args, float *dsinks) const {
+  args.modifiers = &modifiers;
+  if (aux && aux->size() > 0) {
+    args.aux = aux->data();
+    args.aux_bytes = aux->size();
+  }
+  if (modifiers.sinks) {
+    args.sinks = static_cast<const float *>(sinks.data());
+    args.dsinks = dsinks;
+  }
+}
+
 llvm::Expected<ModifierInputs> parse_modifier_inputs(const Modifiers &modifiers,
-                                                     llvm::ArrayRef<std::string> values) {
+                                                     llvm::ArrayRef<std::string> values,
+                                                     llvm::StringRef given_as) {
   ModifierInputs in;
   in.modifiers = modifiers;
   in.aux.emplace(in.modifiers);
@@ -69,48 +82,44 @@ llvm::Expected<ModifierInputs> parse_modifier_inputs(const Modifiers &modifiers,
     const std::string name = name_ref.trim().str();
     const llvm::StringRef text = text_ref.trim();
     if (name.empty() || text.empty() || !llvm::StringRef(value).contains('='))
-      return usage_error(llvm::formatv("--aux-value {0}: expected NAME=VALUE, e.g. "
-                                              "prefix=1024",
-                                              value));
+      return usage_error(
+          llvm::formatv("{0} {1}: expected NAME=VALUE, e.g. prefix=1024", given_as, value));
     auto field = std::find_if(modifiers.aux.begin(), modifiers.aux.end(),
                               [&](const AuxField &f) { return f.name == name; });
     if (field == modifiers.aux.end())
-      return usage_error(llvm::formatv("--aux-value {0}: no aux field '{1}' (--aux "
-                                              "declares the fields)",
-                                              value, name));
+      return usage_error(llvm::formatv("{0} {1}: no aux field '{2}' (--aux declares the fields)",
+                                       given_as, value, name));
     if (is_pointer(*field))
-      return usage_error(llvm::formatv("--aux-value {0}: '{1}' is a pointer ({2}): run "
-                                              "generates its values",
-                                              value, name, field->type));
+      return usage_error(llvm::formatv(
+          "{0} {1}: '{2}' is a pointer ({3}): flashjit generates its values", given_as, value,
+          name, field->type));
     if (!given.insert(name).second)
-      return usage_error(llvm::formatv("--aux-value: '{0}' is given twice", name));
+      return usage_error(llvm::formatv("{0}: '{1}' is given twice", given_as, name));
     std::string error;
     if (field->type == "float") {
       const std::string s = text.str();
       char *end = nullptr;
       const float x = std::strtof(s.c_str(), &end);
       if (end != s.c_str() + s.size())
-        return usage_error(llvm::formatv("--aux-value {0}: '{1}' is a float: expected "
-                                                "a number",
-                                                value, name));
+        return usage_error(llvm::formatv("{0} {1}: '{2}' is a float: expected a number",
+                                         given_as, value, name));
       error = in.aux->set(name, x);
     } else {
       long long x = 0;
       if (text.getAsInteger(10, x))
-        return usage_error(llvm::formatv("--aux-value {0}: '{1}' is {2}: expected an "
-                                                "integer",
-                                                value, name, field->type));
+        return usage_error(llvm::formatv("{0} {1}: '{2}' is {3}: expected an integer", given_as,
+                                         value, name, field->type));
       error = in.aux->set(name, x);
     }
-    if (!error.empty()) return usage_error("--aux-value " + value + ": " + error);
+    if (!error.empty()) return usage_error(llvm::formatv("{0} {1}: {2}", given_as, value, error));
     in.lines.push_back(llvm::formatv("{0} = {1}", name, text));
   }
 
   for (const AuxField &field : modifiers.aux)
     if (!is_pointer(field) && !given.count(field.name))
       return usage_error(llvm::formatv("the aux field '{0}' ({1}) needs a value: give "
-                                       "--aux-value {0}=VALUE",
-                                       field.name, field.type));
+                                       "{2} {0}=VALUE",
+                                       field.name, field.type, given_as));
   return in;
 }
 
@@ -140,4 +149,19 @@ llvm::Error upload_modifier_inputs(const Problem &p, ModifierInputs &in) {
   return llvm::Error::success();
 }
 
-}  // namespace flashjit::cli
+llvm::Expected<std::unique_ptr<ModifierInputs>> make_modifier_inputs(const Problem &p,
+                                                                   const TunedModifiers &tuned,
+                                                                   llvm::StringRef given_as) {
+  if (tuned.modifiers.empty()) {
+    if (!tuned.aux_values.empty())
+      return usage_error(llvm::formatv("{0}: given without --aux fields to set", given_as));
+    return nullptr;
+  }
+  auto parsed = parse_modifier_inputs(tuned.modifiers, tuned.aux_values, given_as);
+  if (!parsed) return parsed.takeError();
+  auto inputs = std::make_unique<ModifierInputs>(std::move(*parsed));
+  if (llvm::Error e = upload_modifier_inputs(p, *inputs)) return e;
+  return inputs;
+}
+
+}  // namespace flashjit

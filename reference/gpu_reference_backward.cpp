@@ -1,0 +1,246 @@
+#include "reference/gpu_reference_backward.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "generator/modifier_source.h"
+#include "llvm/ADT/Twine.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/device_buffer.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/kernel_source.h"
+#include "runtime/nvrtc_compiler.h"
+
+namespace flashjit {
+
+namespace {
+
+constexpr const char *kDqEntry = "flashjit_reference_attention_bwd_dq";
+constexpr const char *kDkDvEntry = "flashjit_reference_attention_bwd_dkdv";
+constexpr const char *kSinksEntry = "flashjit_reference_attention_bwd_sinks";
+
+// Every head dim up to the maximum fits these, so one load serves all shapes.
+constexpr int kMaxDqSmem = ref_bwd_dq_smem_floats(kRefMaxHeadDim, kRefMaxHeadDim) * 4;
+constexpr int kMaxDkDvSmem = ref_bwd_dkdv_smem_floats(kRefMaxHeadDim, kRefMaxHeadDim) * 4;
+
+llvm::Error reference_error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 ("GPU backward reference: " + message).str());
+}
+
+// The checks the forward reference's do not make: a dense problem with a
+// backward, the backward's own inputs, and a score_mod's derivative (as
+// flashjit::backward refuses a score_mod without one).
+llvm::Error check_backward_inputs(const Problem &p, const BackwardArgs &in) {
+  if (p.varlen)
+    return reference_error(
+        "a packed varlen batch is not supported, only dense [batch, seqlen, heads, dim] "
+        "tensors (check the class on a dense problem): " +
+        describe(p));
+  if (p.seqused_k || p.page_size != 0)
+    return reference_error("a KV cache (seqused_k, page_size) has no backward: " + describe(p));
+  if (!in.o || !in.dout || !in.lse)
+    return reference_error(
+        "o, dout and lse must be device pointers (the forward's output and log-sum-exp, and the "
+        "output's gradient)");
+  if (in.modifiers && !in.modifiers->score_mod.empty() && in.modifiers->score_mod_grad.empty())
+    return reference_error(
+        "the score_mod has no score_mod_grad, d score_mod / d score, which the backward needs");
+  return llvm::Error::success();
+}
+
+// One NVRTC compile (or one read of the cubin store) serves the three
+// kernels of a program: its cubin is kept, by id, for the process (and for
+// other contexts later), as the backward kernels' is.
+llvm::Expected<std::shared_ptr<const std::vector<char>>> reference_backward_cubin(
+    const std::string &id, const TargetArch &arch, const Modifiers &modifiers, TuningDb *store) {
+  static std::mutex mutex;
+  static auto *cubins = new std::map<std::string, std::shared_ptr<const std::vector<char>>>;
+  {
+    std::lock_guard lock(mutex);
+    auto it = cubins->find(id);
+    if (it != cubins->end()) return it->second;
+  }
+  auto cubin = stored_cubin(generate_reference_attention_backward(modifiers), arch, id,
+                            store ? store : process_tuning_db());
+  if (!cubin) return cubin.takeError();
+  auto bytes = std::make_shared<const std::vector<char>>(std::move(cubin->bytes));
+  std::lock_guard lock(mutex);
+  return cubins->try_emplace(id, std::move(bytes)).first->second;
+}
+
+struct ReferenceBackwardKernels {
+  const LoadedKernel *dq = nullptr, *dkdv = nullptr, *sinks = nullptr;
+};
+
+// The program's kernels in the current context (or the primary context of
+// device 0), the sinks' only with sinks.
+llvm::Expected<ReferenceBackwardKernels> reference_backward_kernels(TuningDb *store,
+                                                                    const Modifiers &modifiers) {
+  auto context = current_or_primary_context();
+  if (!context) return context.takeError();
+  auto device = query_device(static_cast<int>(context->device));
+  if (!device) return device.takeError();
+  // The arch, as cubins are arch-specific; the modifiers' hash, as their
+  // snippets are compiled in.
+  const TargetArch arch = device->target();
+  const std::string id = "reference_attention_backward_" + arch.name() +
+                         (modifiers.empty() ? "" : "_mod" + modifiers_hash(modifiers));
+  auto load = [&](const char *entry, int smem_bytes) -> llvm::Expected<const LoadedKernel &> {
+    return KernelCache::process().get_or_build(
+        id + "#" + entry, context->context,
+        [id, arch, modifiers, store, entry,
+         smem_bytes]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
+          auto cubin = reference_backward_cubin(id, arch, modifiers, store);
+          if (!cubin) return cubin.takeError();
+          auto kernel = LoadedKernel::load(**cubin, entry, smem_bytes);
+          if (!kernel) return kernel.takeError();
+          return std::make_unique<LoadedKernel>(std::move(*kernel));
+        });
+  };
+  ReferenceBackwardKernels kernels;
+  auto dq = load(kDqEntry, kMaxDqSmem);
+  if (!dq) return dq.takeError();
+  kernels.dq = &*dq;
+  auto dkdv = load(kDkDvEntry, kMaxDkDvSmem);
+  if (!dkdv) return dkdv.takeError();
+  kernels.dkdv = &*dkdv;
+  if (modifiers.sinks) {
+    auto sinks = load(kSinksEntry, 0);
+    if (!sinks) return sinks.takeError();
+    kernels.sinks = &*sinks;
+  }
+  return kernels;
+}
+
+llvm::Expected<DeviceBuffer> allocate_floats(size_t count) {
+  return DeviceBuffer::allocate(std::max<size_t>(count, 1) * sizeof(float));
+}
+
+}  // namespace
+
+GeneratedSource generate_reference_attention_backward(const Modifiers &modifiers) {
+  GeneratedSource out;
+  out.program_name = "reference_attention_backward.cu";
+  out.entry = kDqEntry;
+  out.entries = {kDqEntry, kDkDvEntry, kSinksEntry};
+  // The policy types, then the caller's snippets (from line 2), then the
+  // kernels.
+  out.source = "#include \"common/modifiers.cuh\"\n" +
+               modifiers_prelude(modifiers, 2, out.program_name) +
+               "#include \"reference_attention_backward.cuh\"\n";
+  // No fast math: the reference must not trade accuracy (expf, tanhf).
+  out.options = {"-std=c++17"};
+  out.headers = embedded_templates();
+  return out;
+}
+
+llvm::Expected<AttentionGradients> gpu_reference_attention_backward(const Problem &problem,
+                                                                    const BackwardArgs &inputs,
+                                                                    ReferencePrecision precision,
+                                                                    CUstream stream,
+                                                                    TuningDb *store) {
+  // Every check before anything needs the GPU.
+  if (llvm::Error e = check_backward_inputs(problem, inputs)) return e;
+  ForwardArgs forward;
+  forward.q = inputs.q;
+  forward.k = inputs.k;
+  forward.v = inputs.v;
+  forward.q_strides = inputs.q_strides;
+  forward.k_strides = inputs.k_strides;
+  forward.v_strides = inputs.v_strides;
+  forward.modifiers = inputs.modifiers;
+  forward.aux = inputs.aux;
+  forward.aux_bytes = inputs.aux_bytes;
+  forward.sinks = inputs.sinks;
+  auto scores = reference_attention_params(problem, forward, precision);
+  if (!scores) return scores.takeError();
+
+  const Modifiers modifiers = inputs.modifiers ? *inputs.modifiers : Modifiers{};
+  auto kernels = reference_backward_kernels(store, modifiers);
+  if (!kernels) return kernels.takeError();
+
+  AttentionGradients result;
+  result.dq.resize(q_elements(problem));
+  result.dk.resize(k_elements(problem));
+  result.dv.resize(v_elements(problem));
+  if (modifiers.sinks) result.dsinks.resize(static_cast<size_t>(problem.heads_q));
+  auto dq = allocate_floats(result.dq.size());
+  if (!dq) return dq.takeError();
+  auto dk = allocate_floats(result.dk.size());
+  if (!dk) return dk.takeError();
+  auto dv = allocate_floats(result.dv.size());
+  if (!dv) return dv.takeError();
+  auto dsum = allocate_floats(lse_elements(problem));
+  if (!dsum) return dsum.takeError();
+  auto dsinks = allocate_floats(result.dsinks.size());
+  if (!dsinks) return dsinks.takeError();
+
+  RefBackwardParams params{};
+  params.fwd = *scores;
+  params.o = inputs.o;
+  params.dout = inputs.dout;
+  params.o_batch_stride = inputs.o_strides.batch;
+  params.o_row_stride = inputs.o_strides.seq;
+  params.o_head_stride = inputs.o_strides.head;
+  params.do_batch_stride = inputs.dout_strides.batch;
+  params.do_row_stride = inputs.dout_strides.seq;
+  params.do_head_stride = inputs.dout_strides.head;
+  params.lse = inputs.lse;
+  params.dsum = static_cast<float *>(dsum->data());
+  params.dq = static_cast<float *>(dq->data());
+  params.dk = static_cast<float *>(dk->data());
+  params.dv = static_cast<float *>(dv->data());
+  params.dsinks = modifiers.sinks ? static_cast<float *>(dsinks->data()) : nullptr;
+  params.batch = static_cast<int>(problem.batch);
+  void *args[] = {&params};
+
+  // D and dQ (D feeds the others, in stream order), then dK and dV, then
+  // the sinks' gradient.
+  if (problem.batch > 0 && problem.heads_q > 0 && problem.seqlen_q > 0) {
+    LaunchGeometry geometry;
+    geometry.grid.x = static_cast<unsigned>((problem.seqlen_q + kRefBwdRows - 1) / kRefBwdRows);
+    geometry.grid.y = static_cast<unsigned>(problem.heads_q);
+    geometry.grid.z = static_cast<unsigned>(problem.batch);
+    geometry.block.x = kRefThreads;
+    geometry.dynamic_smem_bytes =
+        ref_bwd_dq_smem_floats(problem.head_dim_qk, problem.head_dim_v) * 4;
+    if (llvm::Error e = kernels->dq->launch(geometry, stream, args)) return e;
+  }
+  // With no query, dK and dV are zeros, which this kernel still writes.
+  if (problem.batch > 0 && problem.seqlen_k > 0) {
+    LaunchGeometry geometry;
+    geometry.grid.x =
+        static_cast<unsigned>((problem.seqlen_k + kRefBwdKeyRows - 1) / kRefBwdKeyRows);
+    geometry.grid.y = static_cast<unsigned>(problem.heads_kv);
+    geometry.grid.z = static_cast<unsigned>(problem.batch);
+    geometry.block.x = kRefThreads;
+    geometry.dynamic_smem_bytes =
+        ref_bwd_dkdv_smem_floats(problem.head_dim_qk, problem.head_dim_v) * 4;
+    if (llvm::Error e = kernels->dkdv->launch(geometry, stream, args)) return e;
+  }
+  if (modifiers.sinks && problem.heads_q > 0) {
+    LaunchGeometry geometry;
+    geometry.grid.x = static_cast<unsigned>(problem.heads_q);
+    geometry.block.x = kRefThreads;
+    if (llvm::Error e = kernels->sinks->launch(geometry, stream, args)) return e;
+  }
+
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream), "cuStreamSynchronize"))
+    return e;
+  auto download = [](const DeviceBuffer &from, std::vector<float> &to) {
+    return from.download(to.data(), to.size() * sizeof(float));
+  };
+  if (llvm::Error e = download(*dq, result.dq)) return e;
+  if (llvm::Error e = download(*dk, result.dk)) return e;
+  if (llvm::Error e = download(*dv, result.dv)) return e;
+  if (llvm::Error e = download(*dsinks, result.dsinks)) return e;
+  return result;
+}
+
+}  // namespace flashjit
