@@ -157,6 +157,21 @@ std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flash
   return "";
 }
 
+flashjit::BlockMask to_block_mask(const flashjit_block_mask &m) {
+  flashjit::BlockMask out;
+  out.block_q = m.block_q;
+  out.block_k = m.block_k;
+  out.batches = m.batches;
+  out.heads = m.heads;
+  out.q_blocks = m.q_blocks;
+  out.k_blocks = m.k_blocks;
+  out.kv_num_blocks = m.kv_num_blocks;
+  out.kv_indices = m.kv_indices;
+  out.full_kv_num_blocks = m.full_kv_num_blocks;
+  out.full_kv_indices = m.full_kv_indices;
+  return out;
+}
+
 // `mods` (or none) converted into `modifiers` and `aux`, and pointed to by
 // the call's arguments (ForwardArgs or BackwardArgs); "" or why not.
 // `block_mask` holds the call's block mask when mods->block_mask is set.
@@ -167,16 +182,7 @@ std::string attach_modifiers(const char *fn, const flashjit_modifiers *mods,
                              flashjit::BlockMask &block_mask, Args &args) {
   if (!mods) return "";
   if (const flashjit_block_mask *m = mods->block_mask) {
-    block_mask.block_q = m->block_q;
-    block_mask.block_k = m->block_k;
-    block_mask.batches = m->batches;
-    block_mask.heads = m->heads;
-    block_mask.q_blocks = m->q_blocks;
-    block_mask.k_blocks = m->k_blocks;
-    block_mask.kv_num_blocks = m->kv_num_blocks;
-    block_mask.kv_indices = m->kv_indices;
-    block_mask.full_kv_num_blocks = m->full_kv_num_blocks;
-    block_mask.full_kv_indices = m->full_kv_indices;
+    block_mask = to_block_mask(*m);
     args.block_mask = &block_mask;
   }
   if (std::string e = convert_modifiers(fn, *mods, modifiers, aux); !e.empty()) return e;
@@ -368,6 +374,33 @@ int flashjit_forward(const flashjit_problem *problem, const flashjit_forward_arg
                      void *stream, const flashjit_config *config) {
   return guarded("flashjit_forward", [&] {
     return forward_impl("flashjit_forward", problem, args, nullptr, nullptr, stream, config);
+  });
+}
+
+int flashjit_create_block_mask(const flashjit_problem *problem,
+                               const flashjit_modifiers *modifiers,
+                               const flashjit_block_mask *out, void *stream) {
+  constexpr const char *fn = "flashjit_create_block_mask";
+  return guarded(fn, [&] {
+    if (!problem) return fail(std::string(fn) + ": problem is NULL");
+    if (!modifiers) return fail(std::string(fn) + ": modifiers is NULL: the mask_mod is built");
+    if (!out) return fail(std::string(fn) + ": out is NULL: it describes the arrays to fill");
+    if (modifiers->block_mask)
+      return fail(std::string(fn) + ": modifiers->block_mask is set: it is what this builds, "
+                                    "give it as out");
+    flashjit::Problem p;
+    if (std::string e = convert_problem(fn, *problem, p); !e.empty()) return fail(e);
+    flashjit::Modifiers converted;
+    std::optional<flashjit::AuxValues> aux;
+    flashjit::BlockMask unused;
+    flashjit::ForwardArgs args;  // carries the aux values' bytes
+    if (std::string e = attach_modifiers(fn, modifiers, converted, aux, unused, args); !e.empty())
+      return fail(e);
+    const flashjit::Status status =
+        flashjit::create_block_mask(p, converted, args.aux, args.aux_bytes, to_block_mask(*out),
+                                    static_cast<CUstream_st *>(stream));
+    if (!status.ok()) return fail(std::string(fn) + ": " + status.message());
+    return 0;
   });
 }
 

@@ -3,6 +3,7 @@
 // boundary.
 #include "flashjit/backward.h"
 #include "flashjit/forward.h"
+#include "runtime/block_mask_build.h"
 #include "runtime/launch_backward.h"
 #include "runtime/launch_forward.h"
 #include "runtime/runtime_counters.h"
@@ -36,6 +37,13 @@ Status forward(const Problem &problem, const ForwardArgs &args, CUstream_st *str
                const ForwardOptions &options) {
   const KernelConfig config = options.use_config ? options.config : KernelConfig{};
   if (llvm::Error e = launch_forward(problem, args, stream, config))
+    return Status::error(llvm::toString(std::move(e)));
+  return Status();
+}
+
+Status create_block_mask(const Problem &problem, const Modifiers &modifiers, const void *aux,
+                         size_t aux_bytes, const BlockMask &out, CUstream_st *stream) {
+  if (llvm::Error e = enqueue_block_mask_build(problem, modifiers, aux, aux_bytes, out, stream))
     return Status::error(llvm::toString(std::move(e)));
   return Status();
 }

@@ -209,6 +209,18 @@ typedef struct flashjit_block_mask {
   const int32_t *full_kv_num_blocks, *full_kv_indices;
 } flashjit_block_mask;
 
+/* Builds the block mask of modifiers->mask_mod (with its aux values; its
+ * block_mask must be NULL) for problem's lengths on the GPU into *out's four
+ * arrays (device int32 of the caller, written whole despite the const of
+ * the struct that describes them; batches and heads 1 under
+ * mask_mod_qk_only, else the problem's), to pass as modifiers->block_mask
+ * to every call with the same modifiers and aux values: the tile
+ * classification a call runs each time, run once. Returns 0, or nonzero
+ * with flashjit_last_error saying which input was wrong. */
+int flashjit_create_block_mask(const flashjit_problem *problem,
+                               const flashjit_modifiers *modifiers,
+                               const flashjit_block_mask *out, void *stream);
+
 /* The shipped modifiers (include/flashjit/mods.h) by name: "alibi",
  * "relative_bias", "document_mask", "prefix_lm", "sliding_window_with_sinks",
  * "causal_mask", "tanh_softcap". Fills *out's score_mod, score_mod_grad,

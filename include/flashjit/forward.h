@@ -137,6 +137,17 @@ struct ForwardOptions {
 Status forward(const Problem &problem, const ForwardArgs &args, CUstream_st *stream = nullptr,
                const ForwardOptions &options = {});
 
+// Builds the block mask of `modifiers`' mask_mod (with the aux values
+// `aux`, aux_bytes as ForwardArgs') for `problem`'s lengths on `stream`, in
+// FlexAttention's layout, into `out`'s four arrays (the caller's device
+// int32 memory, written whole; out's sizes say their shapes: batches and
+// heads 1 under mask_mod_qk_only, else the problem's). Passed as
+// ForwardArgs::block_mask / BackwardArgs::block_mask to every call with the
+// same modifiers and aux values (every layer of a step), it spares each
+// call its pre-pass. The first build of a mask_mod compiles a small program.
+Status create_block_mask(const Problem &problem, const Modifiers &modifiers, const void *aux,
+                         size_t aux_bytes, const BlockMask &out, CUstream_st *stream = nullptr);
+
 // Counters for tests and diagnostics.
 struct RuntimeStats {
   uint64_t compiles = 0;      // NVRTC compilations performed by this process

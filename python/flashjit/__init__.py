@@ -37,7 +37,8 @@ from . import _capi, _warm
 from ._capi import LibraryNotFound
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile_count", "version",
-           "LibraryNotFound", "query", "tune", "precompile", "FlashjitCommandError"]
+           "LibraryNotFound", "query", "tune", "precompile", "FlashjitCommandError",
+           "create_block_mask"]
 
 _POISON_OUTPUT = os.environ.get("FLASHJIT_POISON_OUTPUT", "") not in ("", "0")
 
@@ -623,6 +624,24 @@ from .kvcache import attention_with_kvcache  # noqa: E402
 from .varlen import attention_varlen  # noqa: E402
 from .service import FlashjitCommandError, precompile, query, tune  # noqa: E402
 from . import mods  # noqa: E402,F401  (flashjit.mods: the shipped modifiers)
+
+
+def create_block_mask(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None,
+                      mask_mod_qk_only=False, block_size=128, device=None):
+    """The block mask of `mask_mod` (CUDA source text, as attention()'s, or a
+    flashjit.mods mask modifier) for batch x heads sequences of seqlen_q
+    queries and seqlen_k keys, built on the GPU in one pass: which blocks of
+    block_size keys each block of block_size queries sees in part or whole
+    (FlexAttention's BlockMask layout; block_size an int or (block_q,
+    block_k)). aux: the mask_mod's values, as attention()'s. With
+    mask_mod_qk_only one mask serves every batch and head. Pass it as
+    attention(..., mask_mod=mask_mod, aux=aux, block_mask=mask) to every call
+    with those values (every layer of a step): each call then skips its own
+    pre-pass. Raises ValueError or TypeError naming the wrong argument."""
+    import torch
+    from . import modifiers as _modifiers
+    return _modifiers.create_block_mask(torch, mask_mod, batch, heads, seqlen_q, seqlen_k, aux,
+                                        mask_mod_qk_only, block_size, device)
 
 
 _ops = None

@@ -222,6 +222,11 @@ def _declare(lib):
             ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.POINTER(Modifiers),
             ctypes.c_void_p, ctypes.POINTER(Config)]
         lib.flashjit_backward_modified.restype = ctypes.c_int
+    if hasattr(lib, "flashjit_create_block_mask"):
+        lib.flashjit_create_block_mask.argtypes = [
+            ctypes.POINTER(Problem), ctypes.POINTER(Modifiers), ctypes.POINTER(BlockMask),
+            ctypes.c_void_p]
+        lib.flashjit_create_block_mask.restype = ctypes.c_int
     if hasattr(lib, "flashjit_shipped_modifiers"):
         lib.flashjit_shipped_modifiers.argtypes = [ctypes.c_char_p, ctypes.POINTER(Modifiers)]
         lib.flashjit_shipped_modifiers.restype = ctypes.c_int

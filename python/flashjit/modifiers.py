@@ -136,3 +136,76 @@ def block_mask(torch, mask, mask_mod, q, k):
                              kv_num_blocks=num_ptr, kv_indices=indices_ptr,
                              full_kv_num_blocks=full_num_ptr, full_kv_indices=full_indices_ptr)
     return struct, keep
+
+
+class BlockMask:
+    """A block mask built by flashjit.create_block_mask, in FlexAttention's
+    layout (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices:
+    int32 CUDA tensors [batches, heads, q_blocks(, k_blocks)]; BLOCK_SIZE),
+    for attention(block_mask=) with the same mask_mod and aux values."""
+    __slots__ = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
+                 "BLOCK_SIZE", "seq_lengths")
+
+    def __init__(self, kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices,
+                 block_size, seq_lengths):
+        self.kv_num_blocks, self.kv_indices = kv_num_blocks, kv_indices
+        self.full_kv_num_blocks, self.full_kv_indices = full_kv_num_blocks, full_kv_indices
+        self.BLOCK_SIZE, self.seq_lengths = block_size, seq_lengths
+
+    def __repr__(self):
+        b, h, qb, kb = self.kv_indices.shape
+        return (f"flashjit.BlockMask(batches={b}, heads={h}, q_blocks={qb}, k_blocks={kb}, "
+                f"BLOCK_SIZE={self.BLOCK_SIZE}, seq_lengths={self.seq_lengths})")
+
+
+def create_block_mask(torch, mask_mod, batch, heads, seqlen_q, seqlen_k, aux, mask_mod_qk_only,
+                      block_size, device):
+    """flashjit.create_block_mask's body (see there)."""
+    from .mods import Modifier
+    if isinstance(mask_mod, Modifier):
+        if mask_mod.mask_mod is None:
+            raise TypeError(f"flashjit.create_block_mask: {mask_mod!r} is not a mask modifier")
+        merged = dict(aux or {})
+        for name, value in mask_mod.aux.items():
+            if name in merged:
+                raise ValueError(f"flashjit.create_block_mask: aux field {name!r} is given twice")
+            merged[name] = value
+        aux, mask_mod_qk_only = merged or None, mask_mod_qk_only or mask_mod.mask_mod_qk_only
+        mask_mod = mask_mod.mask_mod
+    if not isinstance(mask_mod, str) or not mask_mod.strip():
+        raise TypeError("flashjit.create_block_mask: mask_mod must be CUDA source text (str) or "
+                        "a flashjit.mods mask modifier")
+    for name, value in (("batch", batch), ("heads", heads), ("seqlen_q", seqlen_q),
+                        ("seqlen_k", seqlen_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"flashjit.create_block_mask: {name} must be a positive int, got "
+                             f"{value!r}")
+    block_q, block_k = (tuple(block_size) if isinstance(block_size, (tuple, list))
+                        else (block_size, block_size))
+    device = torch.device(device) if device is not None else torch.device(
+        "cuda", torch.cuda.current_device())
+    mods, keep = build(torch, None, mask_mod, aux, device, bool(mask_mod_qk_only))
+    batches, mask_heads = (1, 1) if mask_mod_qk_only else (batch, heads)
+    q_blocks, k_blocks = -(-seqlen_q // block_q), -(-seqlen_k // block_k)
+    counts = torch.empty(2, batches, mask_heads, q_blocks, dtype=torch.int32, device=device)
+    indices = torch.empty(2, batches, mask_heads, q_blocks, k_blocks, dtype=torch.int32,
+                          device=device)
+    out = _capi.BlockMask(block_q=int(block_q), block_k=int(block_k), batches=batches,
+                          heads=mask_heads, q_blocks=q_blocks, k_blocks=k_blocks,
+                          kv_num_blocks=counts[0].data_ptr(), kv_indices=indices[0].data_ptr(),
+                          full_kv_num_blocks=counts[1].data_ptr(),
+                          full_kv_indices=indices[1].data_ptr())
+    problem = _capi.Problem(dtype=0, mask=0, batch=batch, heads_q=heads, heads_kv=heads,
+                            seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim_qk=64, head_dim_v=64,
+                            window_left=-1, window_right=-1, softmax_scale=0.0, softcap=0.0,
+                            page_size=0, seqused_k=0, varlen=0, reserved=0)
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        rc = _capi.lib().flashjit_create_block_mask(ctypes.byref(problem), ctypes.byref(mods),
+                                                     ctypes.byref(out), stream)
+    del keep
+    if rc != 0:
+        raise ValueError(f"flashjit.create_block_mask: {_capi.last_error()}")
+    return BlockMask(counts[0], indices[0], counts[1], indices[1], (int(block_q), int(block_k)),
+                     (seqlen_q, seqlen_k))
+

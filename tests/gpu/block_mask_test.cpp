@@ -154,6 +154,104 @@ TEST(BlockMaskGpu, MatchesTheMaskModAtAnyBlockSize) {
   }
 }
 
+// flashjit::create_block_mask builds on the GPU exactly the lists
+// build_mask builds on the host (counts, then the indices in order, tails
+// zeroed), per (batch, head) and under mask_mod_qk_only, at several block
+// sizes and irregular lengths; the forward reading it matches the
+// reference. Bad requests are refused before any launch.
+TEST(BlockMaskGpu, CreateBlockMaskBuildsTheHostsListsOnTheGpu) {
+  FLASHJIT_REQUIRE_SM90();
+  struct Case {
+    int64_t heads, seqlen_q, seqlen_k;
+    int bq, bk;
+    bool qk_only;
+  };
+  for (const Case c : {Case{4, 1000, 1000, 128, 128, false}, Case{3, 777, 1500, 200, 96, false},
+                       Case{2, 1000, 3001, 64, 256, true}, Case{2, 5, 70, 16, 16, true}}) {
+    Modifiers m;
+    m.mask_mod =
+        c.qk_only
+            ? "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+              "  return aux.doc_ids[q] == aux.doc_ids[k] || k < 3;\n}\n"
+            : "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+              "  return aux.doc_ids[b * aux.seqlen + q] == aux.doc_ids[b * aux.seqlen + k] &&\n"
+              "         ((h & 1) == 0 || k <= q);\n}\n";
+    m.aux = {{"const int*", "doc_ids"}, {"int", "seqlen"}};
+    m.mask_mod_qk_only = c.qk_only;
+    const Problem p = make_problem(DType::bf16, 2, c.heads, c.heads, c.seqlen_q, c.seqlen_k, 128,
+                                   128, MaskKind::none);
+    const int64_t seqlen = std::max(p.seqlen_q, p.seqlen_k);
+    std::vector<int> docs(p.batch * seqlen);
+    for (size_t i = 0, doc = 0; i < docs.size(); ++i) {
+      if (i % 151 == 0 || i % 263 == 9) ++doc;
+      docs[i] = static_cast<int>(doc);
+    }
+    auto ddocs = DeviceBuffer::allocate(docs.size() * 4);
+    FLASHJIT_ASSERT_OK(ddocs.takeError());
+    FLASHJIT_ASSERT_OK(ddocs->upload(docs.data(), docs.size() * 4));
+    AuxValues aux(m);
+    EXPECT_EQ(aux.set("doc_ids", static_cast<const void *>(ddocs->data())), "");
+    EXPECT_EQ(aux.set("seqlen", static_cast<long long>(seqlen)), "");
+    const Visible visible = [&](int64_t b, int64_t h, int64_t q, int64_t k) {
+      if (c.qk_only) return docs[q] == docs[k] || k < 3;
+      return docs[b * seqlen + q] == docs[b * seqlen + k] && ((h & 1) == 0 || k <= q);
+    };
+    const int64_t batches = c.qk_only ? 1 : p.batch, heads = c.qk_only ? 1 : p.heads_q;
+    const BuiltMask want = build_mask(p, visible, c.bq, c.bk, batches, heads);
+    // The device arrays, poisoned, described as the expected mask is.
+    const size_t rows = want.num.size(), entries = want.indices.size();
+    auto num = DeviceBuffer::allocate(rows * 4), full_num = DeviceBuffer::allocate(rows * 4),
+         indices = DeviceBuffer::allocate(entries * 4),
+         full_indices = DeviceBuffer::allocate(entries * 4);
+    for (auto *b : {&num, &full_num, &indices, &full_indices}) {
+      FLASHJIT_ASSERT_OK(b->takeError());
+      FLASHJIT_ASSERT_OK((*b)->fill_bytes(0xff));
+    }
+    BlockMask out = want.mask;
+    out.kv_num_blocks = static_cast<const int *>(num->data());
+    out.kv_indices = static_cast<const int *>(indices->data());
+    out.full_kv_num_blocks = static_cast<const int *>(full_num->data());
+    out.full_kv_indices = static_cast<const int *>(full_indices->data());
+    const Status built = create_block_mask(p, m, aux.data(), aux.size(), out);
+    ASSERT_TRUE(built.ok()) << built.message();
+    auto download = [](const DeviceBuffer &b, size_t n) {
+      std::vector<int> host(n);
+      EXPECT_FALSE(bool(b.download(host.data(), n * 4)));
+      return host;
+    };
+    const std::string what = llvm::formatv("{0}x{1} blocks {2}x{3}{4}", c.seqlen_q, c.seqlen_k,
+                                           c.bq, c.bk, c.qk_only ? " qk-only" : "")
+                                 .str();
+    EXPECT_EQ(download(*num, rows), want.num) << what;
+    EXPECT_EQ(download(*full_num, rows), want.full_num) << what;
+    // The host leaves -1 past the counts, the GPU zeros.
+    auto zero_tails = [](std::vector<int> v) {
+      for (int &x : v) x = x < 0 ? 0 : x;
+      return v;
+    };
+    EXPECT_EQ(download(*indices, entries), zero_tails(want.indices)) << what;
+    EXPECT_EQ(download(*full_indices, entries), zero_tails(want.full_indices)) << what;
+
+    ReferenceModifiers ref;
+    ref.visible = visible;
+    const auto q = random_values(p.dtype, q_elements(p), 81);
+    const auto k = random_values(p.dtype, k_elements(p), 82);
+    const auto v = random_values(p.dtype, v_elements(p), 83);
+    const Outputs got = run_forward(p, KernelConfig{KernelPath::sm90}, m, &aux, q, k, v, &out);
+    expect_forward_accuracy(p, got, q, k, v, ref, what);
+
+    // Refused before any launch: a per-head mask_mod into one shared mask.
+    if (!c.qk_only) {
+      BlockMask shared = out;
+      shared.heads = 1;
+      const Status refused = create_block_mask(p, m, aux.data(), aux.size(), shared);
+      EXPECT_NE(refused.message().find("a mask_mod that may read b and h needs the problem's"),
+                std::string::npos)
+          << refused.message();
+    }
+  }
+}
+
 // A mask listing every block as full: the sm90 kernel runs every tile
 // without mask_mod, so the (hiding-everything) mask_mod never applies and
 // the result is plain attention; one listing nothing hides every tile

@@ -323,6 +323,64 @@ def test_flex_block_masks_are_taken_as_they_are():
             raise AssertionError(f"no error for {message}")
 
 
+def test_create_block_mask_lists_what_flex_lists():
+    # flashjit.create_block_mask of a CUDA mask_mod gives FlexAttention's
+    # lists for the same mask (lengths of whole blocks, where the two agree
+    # on the edge blocks), per (batch, head) and shared; attention with it
+    # matches the reference, forward and gradients, at irregular lengths.
+    require_gpu()
+    from torch.nn.attention.flex_attention import create_block_mask
+    pos = torch.arange(1024, device="cuda")
+    docs = torch.stack([pos // 137, pos // 291]).to(torch.int32)
+    aux = {"doc_ids": docs, "seqlen": 1024}
+    causal_docs = DOCUMENTS.replace("aux.doc_ids[b * aux.seqlen + k];",
+                                    "aux.doc_ids[b * aux.seqlen + k] && k <= q;")
+
+    def flex_mask(b, h, qi, ki):
+        return (docs[b, qi] == docs[b, ki]) & (ki <= qi)
+
+    ours = flashjit.create_block_mask(causal_docs, 2, 3, 1024, 1024, aux=aux)
+    flex = create_block_mask(flex_mask, 2, 3, 1024, 1024, device="cuda")
+    assert ours.BLOCK_SIZE == (128, 128), ours
+    for name in ("kv_num_blocks", "full_kv_num_blocks"):
+        assert torch.equal(getattr(ours, name), getattr(flex, name).to(torch.int32)), name
+    for num, indices in (("kv_num_blocks", "kv_indices"),
+                         ("full_kv_num_blocks", "full_kv_indices")):
+        counts = getattr(ours, num)
+        a, b = getattr(ours, indices), getattr(flex, indices).to(torch.int32)
+        for row in zip(*torch.nonzero(counts >= 0, as_tuple=True)):
+            n = int(counts[row])
+            assert torch.equal(a[row][:n], b[row][:n]), (indices, row)
+    shared = flashjit.create_block_mask(
+        "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+        "  return aux.doc_ids[q] == aux.doc_ids[k];\n}\n", 2, 3, 1024, 1024,
+        aux={"doc_ids": docs[0].contiguous()}, mask_mod_qk_only=True)
+    assert shared.kv_num_blocks.shape == (1, 1, 8), shared
+    shipped = flashjit.create_block_mask(flashjit.mods.document(docs), 2, 3, 1024, 1024)
+    assert shipped.kv_indices.shape == (2, 3, 8, 8), shipped
+
+    q, k, v = inputs(2, 1000, 4, 2, 128, torch.bfloat16, seed=9)
+    dout = torch.randn_like(q)
+    p = torch.arange(1000, device="cuda")
+    allowed = (docs[:, None, :1000, None] == docs[:, None, None, :1000]) & (
+        p[None, None, None, :] <= p[None, None, :, None])
+    mask = flashjit.create_block_mask(causal_docs, 2, 4, 1000, 1000, aux=aux,
+                                      block_size=(64, 256))
+    with torch.no_grad():
+        out, lse = flashjit.attention(q, k, v, mask_mod=causal_docs, aux=aux, block_mask=mask,
+                                      return_lse=True)
+    check(out, lse, q, k, v, allowed=allowed)
+    got = grads(lambda a, b, c: flashjit.attention(a, b, c, mask_mod=causal_docs, aux=aux,
+                                                   block_mask=mask), q, k, v, dout)
+    check_grads(got, q, k, v, dout, allowed=allowed)
+    try:
+        flashjit.create_block_mask(causal_docs, 2, 4, 1000, 1000, aux={"doc_ids": docs})
+    except ValueError as e:
+        assert "aux" in str(e), str(e)
+    else:
+        raise AssertionError("a missing aux value did not raise")
+
+
 def sink_reference(q, k, v, sinks, causal=False, upcast=True):
     """(out, lse) of attention with learned sinks: each head's sink logit
     joins the softmax as a key without a value (GPT-OSS)."""

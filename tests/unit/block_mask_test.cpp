@@ -12,6 +12,8 @@
 #include "flashjit/flashjit.h"
 #include "flashjit/forward.h"
 #include "generator/block_map.h"
+#include "generator/block_mask_builder.h"
+#include "runtime/nvrtc_compiler.h"
 #include "generator/heuristic.h"
 #include "generator/kernel_spec.h"
 #include "generator/source.h"
@@ -196,6 +198,91 @@ TEST(BlockMask, BothProgramsScatterItAndCompileCleanly) {
   EXPECT_EQ(block_mask_grid_bytes(mask), 2u * 8 * 24);
   const LaunchGeometry scatter = BlockMapGeometry::grid_launch(16);
   EXPECT_EQ(scatter.grid.x * scatter.block.x, 16u * 32);
+}
+
+// flashjit::create_block_mask's program compiles for both targets with its
+// two kernels, keyed by the mask alone; bad requests are refused before any
+// GPU work (this machine has none), through the C API too.
+TEST(BlockMask, CreateBlockMaskCompilesAndChecksItsRequest) {
+  Modifiers m = documents();
+  for (const TargetArch &arch : {TargetArch{8, 0, false}, kSm90a}) {
+    auto cubin = compile_to_cubin(generate_block_mask_builder(m), arch);
+    ASSERT_TRUE(bool(cubin)) << arch.name() << ": " << llvm::toString(cubin.takeError());
+    const std::string bytes(cubin->bytes.begin(), cubin->bytes.end());
+    EXPECT_NE(bytes.find("flashjit_block_mask_kinds"), std::string::npos);
+    EXPECT_NE(bytes.find("flashjit_block_mask_lists"), std::string::npos);
+  }
+  Modifiers scored = m;
+  scored.score_mod =
+      "__device__ float score_mod(float s, int b, int h, int q, int k, const Aux &aux) "
+      "{ return s; }\n";
+  EXPECT_EQ(generate_block_mask_builder(scored).source, generate_block_mask_builder(m).source);
+
+  static const int fake[1] = {0};
+  BlockMask out = valid_mask();
+  out.full_kv_num_blocks = out.full_kv_indices = fake;
+  const long long doc_ids = 0;  // a null device pointer: never read
+  auto build_error = [&](const Modifiers &mods, const BlockMask &mask, Problem p = problem()) {
+    return create_block_mask(p, mods, &doc_ids, 8, mask).message();
+  };
+  EXPECT_EQ(build_error(m, out),
+            "create_block_mask: batches=2, heads=1: a mask_mod that may read b and h needs the "
+            "problem's, 2 and 16; declare mask_mod_qk_only for one mask of every batch and head");
+  BlockMask no_full = out;
+  no_full.full_kv_indices = nullptr;
+  no_full.full_kv_num_blocks = nullptr;
+  m.mask_mod_qk_only = true;
+  EXPECT_EQ(build_error(m, no_full),
+            "create_block_mask: full_kv_num_blocks and full_kv_indices must be device pointers: "
+            "the blocks mask_mod shows whole are written there");
+  BlockMask short_rows = out;
+  short_rows.k_blocks = 23;
+  EXPECT_EQ(build_error(m, short_rows),
+            "argument block_mask: 8 x 23 blocks of 128 x 128: seqlen_q=1000 and seqlen_k=3000 "
+            "take 8 x 24; build the mask for this call's lengths");
+  EXPECT_EQ(build_error(Modifiers{}, out),
+            "create_block_mask: the modifiers have no mask_mod to build the mask of");
+  Problem varlen = problem();
+  varlen.varlen = true;
+  EXPECT_EQ(build_error(m, out, varlen),
+            "create_block_mask: a packed batch (varlen) has no block mask of FlexAttention's "
+            "layout; its calls build their own block map");
+
+  // The C API: the same checks, and its own arguments'.
+  flashjit_problem cp{};
+  cp.dtype = FLASHJIT_BF16;
+  cp.head_dim_qk = cp.head_dim_v = 64;
+  cp.batch = 2;
+  cp.heads_q = cp.heads_kv = 16;
+  cp.seqlen_q = 1000;
+  cp.seqlen_k = 3000;
+  flashjit_block_mask cout{};
+  cout.block_q = cout.block_k = 128;
+  cout.batches = cout.heads = 1;
+  cout.q_blocks = 8;
+  cout.k_blocks = 24;
+  cout.kv_num_blocks = cout.kv_indices = cout.full_kv_num_blocks = cout.full_kv_indices = fake;
+  flashjit_aux_value doc_value{};
+  doc_value.name = "doc_ids";
+  doc_value.kind = FLASHJIT_AUX_POINTER;
+  flashjit_modifiers cm{};
+  cm.mask_mod = kDocuments;
+  cm.aux = "const int* doc_ids";
+  cm.aux_values = &doc_value;
+  cm.aux_count = 1;
+  EXPECT_NE(flashjit_create_block_mask(&cp, &cm, &cout, nullptr), 0);
+  EXPECT_EQ(std::string(flashjit_last_error()),
+            "flashjit_create_block_mask: create_block_mask: batches=1, heads=1: a mask_mod that "
+            "may read b and h needs the problem's, 2 and 16; declare mask_mod_qk_only for one "
+            "mask of every batch and head");
+  cm.block_mask = &cout;
+  EXPECT_NE(flashjit_create_block_mask(&cp, &cm, &cout, nullptr), 0);
+  EXPECT_EQ(std::string(flashjit_last_error()),
+            "flashjit_create_block_mask: modifiers->block_mask is set: it is what this builds, "
+            "give it as out");
+  EXPECT_NE(flashjit_create_block_mask(&cp, &cm, nullptr, nullptr), 0);
+  EXPECT_EQ(std::string(flashjit_last_error()),
+            "flashjit_create_block_mask: out is NULL: it describes the arrays to fill");
 }
 
 }  // namespace
