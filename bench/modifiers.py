@@ -138,6 +138,25 @@ def bench(name, d, s, warmup, repeats, args_backward=True):
                     warmup, repeats) / 1e9
         except Exception as e:  # noqa: BLE001
             row["flex_error"] = short_error(e)
+        if mask_mod is not None:
+            # flashjit's own block mask, built once from the CUDA mask_mod
+            # (flashjit.create_block_mask), and what building one costs
+            # against Flex's create_block_mask (both after their first).
+            def own_mask():
+                return flashjit.create_block_mask(mask_mod, b, h, s, s, aux=aux,
+                                                  mask_mod_qk_only=qk_only)
+            try:
+                own = own_mask()
+                row["flashjit_mask_build_ms"] = time_ms(own_mask, warmup, repeats)
+                row["flashjit_own_mask"] = flops / time_ms(
+                    lambda: flashjit.attention(q, k, v, mask_mod=mask_mod, aux=aux,
+                                               mask_mod_qk_only=qk_only, block_mask=own),
+                    warmup, repeats) / 1e9
+                if f_mask:
+                    row["flex_mask_build_ms"] = time_ms(
+                        lambda: create_block_mask(f_mask, None, None, s, s), warmup, repeats)
+            except Exception as e:  # noqa: BLE001
+                row["flashjit_own_mask_error"] = short_error(e)
         # The backward: forward + backward minus forward, FLOPs 2.5x the
         # forward's (bench/compare.py's convention), both libraries.
         if args_backward:
@@ -218,7 +237,8 @@ def main():
             print(json.dumps(rows[-1]), flush=True)
     print("\n=== flashjit modifiers vs FlexAttention (forward TFLOP/s, bf16 2x16 heads 8k) ===")
     print("| modifier | d | flashjit | without modifier | × | Flex | × Flex | with Flex's "
-          "block mask | first call s (ours / Flex) | new length compiles |")
+          "block mask | with its own block mask | mask build ms (ours / Flex) | "
+          "first call s (ours / Flex) | new length compiles |")
     for r in rows:
         if "error" in r:
             print(f"| {r['modifier']} | {r['hdim']} | {r['error']} |")
@@ -229,6 +249,9 @@ def main():
               f"{flex if flex is None else round(flex, 1)} | "
               f"{'' if flex is None else round(r['flashjit'] / flex, 2)} | "
               f"{round(r['flashjit_flex_mask'], 1) if 'flashjit_flex_mask' in r else ''} | "
+              f"{round(r['flashjit_own_mask'], 1) if 'flashjit_own_mask' in r else ''} | "
+              f"{r.get('flashjit_mask_build_ms', float('nan')):.3f} / "
+              f"{r.get('flex_mask_build_ms', float('nan')):.3f} | "
               f"{r['flashjit_first_call_s']:.2f} / {r.get('flex_first_call_s', float('nan')):.2f} "
               f"| {r['flashjit_new_length_compiles']} |")
     print("\n=== backward TFLOP/s (2.5x the forward's FLOPs, no sparsity credit) ===")

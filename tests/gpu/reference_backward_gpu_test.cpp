@@ -207,13 +207,14 @@ TEST(ReferenceBackwardGpu, MatchesTheCpuReferenceOnIrregularShapes) {
     const AttentionGradients cpu = cpu_gradients_reading_o(p, in);
     for (const auto *g : {&gpu_exact->dq, &gpu_exact->dk, &gpu_exact->dv})
       EXPECT_EQ(count_nan(*g), 0u);
-    // With a softcap, cpu_gradients_reading_o's shift of D leaves out
-    // 1 − tanh² (0.6 to 1 at these scores): the shift is a few 1e-4 of the
-    // gradients, so what it leaves is below 4e-4.
-    const double tolerance = p.softcap > 0 ? 4e-4 : 2e-5;
+    // fp32 against float64: at most 7.3e-7 on the H200 (d=256). With a
+    // softcap, cpu_gradients_reading_o's shift of D leaves out 1 − tanh²:
+    // the shift is up to 9e-4 of the gradients (softcap 5) and what it
+    // leaves 1.6e-4.
+    const double tolerance = p.softcap > 0 ? 4e-4 : 5e-6;
     EXPECT_LE(relative_error(gpu_exact->dq, cpu.dq), tolerance);
     EXPECT_LE(relative_error(gpu_exact->dk, cpu.dk), tolerance);
-    EXPECT_LE(relative_error(gpu_exact->dv, cpu.dv), 2e-5);
+    EXPECT_LE(relative_error(gpu_exact->dv, cpu.dv), 5e-6);
     ASSERT_EQ(gpu_exact->dsinks.size(), s.sinks ? size_t(p.heads_q) : 0u);
     if (s.sinks) {
       EXPECT_LE(max_abs_error(gpu_exact->dsinks, cpu.dsinks), tolerance);
@@ -335,8 +336,8 @@ TEST(ReferenceBackwardGpu, ScoreModGradientScalesTheScoreGradient) {
   EXPECT_EQ(modified->dv, plain->dv);
   // And the plain one is the CPU's.
   const AttentionGradients cpu = cpu_gradients_reading_o(half, in);
-  EXPECT_LE(relative_error(plain->dq, cpu.dq), 2e-5);
-  EXPECT_LE(relative_error(plain->dk, cpu.dk), 2e-5);
+  EXPECT_LE(relative_error(plain->dq, cpu.dq), 5e-6);
+  EXPECT_LE(relative_error(plain->dk, cpu.dk), 5e-6);
 }
 
 // mods::tanh_softcap (a score_mod with score_mod_grad 1 − tanh²) is the
@@ -434,11 +435,11 @@ TEST(ReferenceBackwardGpu, AlibiMaskModAndSinksMatchTheCpuThroughExtraDimensions
   for (size_t row = 0; row < k_elements(p) / d; ++row)
     cpu.dk.insert(cpu.dk.end(), &cpu_extended.dk[row * dx], &cpu_extended.dk[row * dx + d]);
   EXPECT_EQ(count_nan(gpu->dq) + count_nan(gpu->dk) + count_nan(gpu->dv), 0u);
-  EXPECT_LE(relative_error(gpu->dq, cpu.dq), 2e-5);
-  EXPECT_LE(relative_error(gpu->dk, cpu.dk), 2e-5);
-  EXPECT_LE(relative_error(gpu->dv, cpu.dv), 2e-5);
+  EXPECT_LE(relative_error(gpu->dq, cpu.dq), 5e-6);  // 3e-7 on the H200
+  EXPECT_LE(relative_error(gpu->dk, cpu.dk), 5e-6);
+  EXPECT_LE(relative_error(gpu->dv, cpu.dv), 5e-6);
   ASSERT_EQ(gpu->dsinks.size(), size_t(p.heads_q));
-  EXPECT_LE(max_abs_error(gpu->dsinks, cpu.dsinks), 2e-5);
+  EXPECT_LE(max_abs_error(gpu->dsinks, cpu.dsinks), 1e-5);  // 1.1e-6
   // The hidden keys get no gradient at all.
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t j = b == 0 ? 0 : 2; j < p.seqlen_k; j += 3)
@@ -472,7 +473,7 @@ TEST(ReferenceBackwardGpu, LongSequenceIsQuick) {
   EXPECT_EQ(count_nan(grads->dq) + count_nan(grads->dk) + count_nan(grads->dv), 0u);
   RecordProperty("seconds", std::to_string(seconds));
   std::printf("backward reference, %s: %.3f s\n", describe(p).c_str(), seconds);
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, 10.0);  // 0.85 s on the H200
 }
 
 }  // namespace
