@@ -20,19 +20,11 @@ Modifiers block_mask_modifiers(const Modifiers &modifiers) {
 }
 
 GeneratedSource generate_block_mask_builder(const Modifiers &modifiers) {
-  const Modifiers mask = block_mask_modifiers(modifiers);
-  GeneratedSource out;
-  out.program_name = "block_mask_build.cu";
-  out.entry = "flashjit_block_mask_kinds";
-  out.entries = {"flashjit_block_mask_kinds", "flashjit_block_mask_lists"};
-  out.source = "#include \"common/modifiers.cuh\"\n" +
-               modifiers_prelude(mask, 2, out.program_name) +
-               "#include \"block_mask_build.cuh\"\n";
   // The kernels' options: mask_mod must decide each element as a call's
   // kernels would, since a block shown whole is never evaluated again.
-  out.options = {"-std=c++17", "-default-device", "--extra-device-vectorization", "-lineinfo"};
-  out.headers = embedded_templates();
-  return out;
+  return modified_program("block_mask_build.cu", "block_mask_build.cuh",
+                          {"flashjit_block_mask_kinds", "flashjit_block_mask_lists"},
+                          block_mask_modifiers(modifiers), kernel_compile_options());
 }
 
 llvm::Error validate_block_mask_to_build(const Problem &problem, const Modifiers &modifiers,

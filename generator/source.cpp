@@ -104,12 +104,26 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   return os.str();
 }
 
-// The architecture is added by the compiler stage, which knows the target.
-std::vector<std::string> compile_options() {
+}  // namespace
+
+std::vector<std::string> kernel_compile_options() {
   return {"-std=c++17", "-default-device", "--extra-device-vectorization", "-lineinfo"};
 }
 
-}  // namespace
+GeneratedSource modified_program(const std::string &program_name, const std::string &header,
+                                 std::vector<std::string> entries, const Modifiers &modifiers,
+                                 std::vector<std::string> options) {
+  GeneratedSource out;
+  out.program_name = program_name;
+  out.entry = entries.front();
+  out.entries = std::move(entries);
+  out.source = "#include \"common/modifiers.cuh\"\n" +
+               modifiers_prelude(modifiers, 2, out.program_name) + "#include \"" + header +
+               "\"\n";
+  out.options = std::move(options);
+  out.headers = embedded_templates();
+  return out;
+}
 
 std::string GeneratedSource::expanded() const {
   std::string out;
@@ -155,7 +169,7 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
   }
   out.source = write_source(headers.size() > 1 ? "forward kernels" : "forward kernel", spec,
                             std::nullopt, headers);
-  out.options = compile_options();
+  out.options = kernel_compile_options();
   return out;
 }
 
@@ -184,7 +198,7 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
     out.source = write_source("backward kernels", spec, true, {"bwd_sm80.cuh", "bwd_dq_sm80.cuh"});
   else
     out.source = write_source("backward kernels", spec, false, {"bwd_sm80.cuh"});
-  out.options = compile_options();
+  out.options = kernel_compile_options();
   return out;
 }
 

@@ -35,6 +35,18 @@ struct GeneratedSource {
   std::string expanded() const;
 };
 
+// A program of one template whose kernels take no spec (the GPU references,
+// the block-mask builder): the policy types, `modifiers`' snippets (from the
+// file's line 2, so NVRTC reports their own lines), then `header`;
+// `entries` its kernels (the first is the entry). Options as given.
+GeneratedSource modified_program(const std::string &program_name, const std::string &header,
+                                 std::vector<std::string> entries, const Modifiers &modifiers,
+                                 std::vector<std::string> options);
+
+// The options every spec's program is compiled with (the architecture is
+// added by the compiler stage, which knows the target).
+std::vector<std::string> kernel_compile_options();
+
 GeneratedSource generate_forward(const KernelSpec &spec);
 // The backward program: flashjit_bwd_sm80 (entry), flashjit_bwd_preprocess,
 // and flashjit_bwd_convert_dq — or, deterministic, flashjit_bwd_dq.

@@ -34,6 +34,23 @@ llvm::Expected<std::vector<float>> download(DType dtype, const DeviceBuffer &buf
   return from_storage(dtype, bits);
 }
 
+// The kernel's dq, dk and dv of `p`, as floats.
+llvm::Expected<AttentionGradients> download_gradients(const Problem &p, const DeviceBuffer &dq,
+                                                      const DeviceBuffer &dk,
+                                                      const DeviceBuffer &dv) {
+  AttentionGradients out;
+  auto gq = download(p.dtype, dq, q_elements(p));
+  if (!gq) return gq.takeError();
+  auto gk = download(p.dtype, dk, k_elements(p));
+  if (!gk) return gk.takeError();
+  auto gv = download(p.dtype, dv, v_elements(p));
+  if (!gv) return gv.takeError();
+  out.dq = std::move(*gq);
+  out.dk = std::move(*gk);
+  out.dv = std::move(*gv);
+  return out;
+}
+
 }  // namespace
 
 Problem backward_accuracy_problem(const Problem &problem) {
@@ -95,16 +112,9 @@ llvm::Expected<GradientAccuracyReport> check_backward(const Problem &p, Backward
   if (llvm::Error e = launch(p, args, stream)) return e;
   if (llvm::Error e = cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize")) return e;
 
-  AttentionGradients kernel;
-  auto gq = download(p.dtype, *dq, q_elements(p));
-  if (!gq) return gq.takeError();
-  auto gk = download(p.dtype, *dk, k_elements(p));
-  if (!gk) return gk.takeError();
-  auto gv = download(p.dtype, *dv, v_elements(p));
-  if (!gv) return gv.takeError();
-  kernel.dq = std::move(*gq);
-  kernel.dk = std::move(*gk);
-  kernel.dv = std::move(*gv);
+  auto downloaded = download_gradients(p, *dq, *dk, *dv);
+  if (!downloaded) return downloaded.takeError();
+  AttentionGradients kernel = std::move(*downloaded);
   const AttentionGradients exact =
       cpu_attention_backward(p, q, k, v, dout, ReferencePrecision::exact);
   const AttentionGradients element =
@@ -171,16 +181,9 @@ llvm::Expected<GradientAccuracyReport> check_modified_backward(const Problem &p,
   if (llvm::Error e = launch(p, args, stream)) return e;
   if (llvm::Error e = cuda_check(driver->cuCtxSynchronize(), "cuCtxSynchronize")) return e;
 
-  AttentionGradients kernel;
-  auto gq = download(p.dtype, *dq, q_elements(p));
-  if (!gq) return gq.takeError();
-  auto gk = download(p.dtype, *dk, k_elements(p));
-  if (!gk) return gk.takeError();
-  auto gv = download(p.dtype, *dv, v_elements(p));
-  if (!gv) return gv.takeError();
-  kernel.dq = std::move(*gq);
-  kernel.dk = std::move(*gk);
-  kernel.dv = std::move(*gv);
+  auto downloaded = download_gradients(p, *dq, *dk, *dv);
+  if (!downloaded) return downloaded.takeError();
+  AttentionGradients kernel = std::move(*downloaded);
   if (sinks) {
     kernel.dsinks.resize(size_t(p.heads_q));
     if (llvm::Error e = dsinks->download(kernel.dsinks.data(), kernel.dsinks.size() * 4)) return e;

@@ -82,18 +82,9 @@ llvm::Expected<const LoadedKernel &> reference_kernel(TuningDb *store,
 }  // namespace
 
 GeneratedSource generate_reference_attention(const Modifiers &modifiers) {
-  GeneratedSource out;
-  out.program_name = "reference_attention.cu";
-  out.entry = kEntry;
-  // The policy types, then the caller's snippets (from line 2), then the
-  // kernel.
-  out.source = "#include \"common/modifiers.cuh\"\n" +
-               modifiers_prelude(modifiers, 2, out.program_name) +
-               "#include \"reference_attention.cuh\"\n";
   // No fast math: the reference must not trade accuracy (expf, tanhf, logf).
-  out.options = {"-std=c++17"};
-  out.headers = embedded_templates();
-  return out;
+  return modified_program("reference_attention.cu", "reference_attention.cuh", {kEntry},
+                          modifiers, {"-std=c++17"});
 }
 
 llvm::Expected<RefAttentionParams> reference_attention_params(const Problem &problem,

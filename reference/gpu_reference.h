@@ -11,6 +11,7 @@
 #include "cache/tuning_db.h"
 #include "generator/source.h"
 #include "reference/cpu_attention.h"
+#include "templates/reference_attention.cuh"
 #include "llvm/Support/Error.h"
 
 namespace flashjit {
@@ -41,5 +42,14 @@ llvm::Expected<AttentionOutputs> gpu_reference_attention(const Problem &problem,
                                                          ReferencePrecision precision,
                                                          CUstream stream = nullptr,
                                                          TuningDb *store = nullptr);
+
+// The forward reference's parameter block for `problem` and `inputs` after
+// launch_reference_attention's checks (sizes the kernels serve, q, k and v
+// given, the modifiers' aux and sinks as a call's): q, k, v and strides,
+// sizes, mask, scale, softcap, dtype, precision, sinks and aux; o and lse
+// null. The backward's kernels read it as their first member.
+llvm::Expected<RefAttentionParams> reference_attention_params(const Problem &problem,
+                                                              const ForwardArgs &inputs,
+                                                              ReferencePrecision precision);
 
 }  // namespace flashjit

@@ -1,5 +1,7 @@
 #include "reference/gpu_reference_backward.h"
 
+#include "reference/gpu_reference.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -123,19 +125,9 @@ llvm::Expected<DeviceBuffer> allocate_floats(size_t count) {
 }  // namespace
 
 GeneratedSource generate_reference_attention_backward(const Modifiers &modifiers) {
-  GeneratedSource out;
-  out.program_name = "reference_attention_backward.cu";
-  out.entry = kDqEntry;
-  out.entries = {kDqEntry, kDkDvEntry, kSinksEntry};
-  // The policy types, then the caller's snippets (from line 2), then the
-  // kernels.
-  out.source = "#include \"common/modifiers.cuh\"\n" +
-               modifiers_prelude(modifiers, 2, out.program_name) +
-               "#include \"reference_attention_backward.cuh\"\n";
   // No fast math: the reference must not trade accuracy (expf, tanhf).
-  out.options = {"-std=c++17"};
-  out.headers = embedded_templates();
-  return out;
+  return modified_program("reference_attention_backward.cu", "reference_attention_backward.cuh",
+                          {kDqEntry, kDkDvEntry, kSinksEntry}, modifiers, {"-std=c++17"});
 }
 
 llvm::Expected<AttentionGradients> gpu_reference_attention_backward(const Problem &problem,

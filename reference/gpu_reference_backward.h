@@ -47,14 +47,4 @@ llvm::Expected<AttentionGradients> gpu_reference_attention_backward(const Proble
                                                                     CUstream stream = nullptr,
                                                                     TuningDb *store = nullptr);
 
-// The forward reference's parameter block for `problem` and `inputs` after
-// launch_reference_attention's checks (sizes the kernels serve, q, k and v
-// given, the modifiers' aux and sinks as a call's): q, k, v and strides,
-// sizes, mask, scale, softcap, dtype, precision, sinks and aux; o and lse
-// null. The backward's kernels read it as their first member. Defined in
-// gpu_reference.cpp.
-llvm::Expected<RefAttentionParams> reference_attention_params(const Problem &problem,
-                                                              const ForwardArgs &inputs,
-                                                              ReferencePrecision precision);
-
 }  // namespace flashjit
