@@ -13,6 +13,7 @@
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/program_kernel.h"
 #include "runtime/launch_forward.h"
 #include "runtime/nvrtc_compiler.h"
 #include "templates/reference_attention.cuh"
@@ -60,23 +61,9 @@ llvm::Error check_supported(const Problem &p, const ForwardArgs &inputs) {
 
 llvm::Expected<const LoadedKernel &> reference_kernel(TuningDb *store,
                                                       const Modifiers &modifiers) {
-  auto context = current_or_primary_context();
-  if (!context) return context.takeError();
-  auto device = query_device(static_cast<int>(context->device));
-  if (!device) return device.takeError();
-  const TargetArch arch = device->target();
-  const std::string id = "reference_attention_" + arch.name() +
-                         (modifiers.empty() ? "" : "_mod" + modifiers_hash(modifiers));
-  return KernelCache::process().get_or_build(
-      id, context->context,
-      [arch, store, modifiers, id]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
-        auto cubin = stored_cubin(generate_reference_attention(modifiers), arch, id,
-                                  store ? store : process_tuning_db());
-        if (!cubin) return cubin.takeError();
-        auto kernel = LoadedKernel::load(cubin->bytes, kEntry, kMaxDynamicSmem);
-        if (!kernel) return kernel.takeError();
-        return std::make_unique<LoadedKernel>(std::move(*kernel));
-      });
+  return program_kernel(
+      "reference_attention", modifiers,
+      [&] { return generate_reference_attention(modifiers); }, kEntry, kMaxDynamicSmem, store);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
+#include "runtime/program_kernel.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/kernel_source.h"
 #include "runtime/nvrtc_compiler.h"
@@ -54,26 +55,6 @@ llvm::Error check_backward_inputs(const Problem &p, const BackwardArgs &in) {
   return llvm::Error::success();
 }
 
-// One NVRTC compile (or one read of the cubin store) serves the three
-// kernels of a program: its cubin is kept, by id, for the process (and for
-// other contexts later), as the backward kernels' is.
-llvm::Expected<std::shared_ptr<const std::vector<char>>> reference_backward_cubin(
-    const std::string &id, const TargetArch &arch, const Modifiers &modifiers, TuningDb *store) {
-  static std::mutex mutex;
-  static auto *cubins = new std::map<std::string, std::shared_ptr<const std::vector<char>>>;
-  {
-    std::lock_guard lock(mutex);
-    auto it = cubins->find(id);
-    if (it != cubins->end()) return it->second;
-  }
-  auto cubin = stored_cubin(generate_reference_attention_backward(modifiers), arch, id,
-                            store ? store : process_tuning_db());
-  if (!cubin) return cubin.takeError();
-  auto bytes = std::make_shared<const std::vector<char>>(std::move(cubin->bytes));
-  std::lock_guard lock(mutex);
-  return cubins->try_emplace(id, std::move(bytes)).first->second;
-}
-
 struct ReferenceBackwardKernels {
   const LoadedKernel *dq = nullptr, *dkdv = nullptr, *sinks = nullptr;
 };
@@ -82,26 +63,11 @@ struct ReferenceBackwardKernels {
 // device 0), the sinks' only with sinks.
 llvm::Expected<ReferenceBackwardKernels> reference_backward_kernels(TuningDb *store,
                                                                     const Modifiers &modifiers) {
-  auto context = current_or_primary_context();
-  if (!context) return context.takeError();
-  auto device = query_device(static_cast<int>(context->device));
-  if (!device) return device.takeError();
-  // The arch, as cubins are arch-specific; the modifiers' hash, as their
-  // snippets are compiled in.
-  const TargetArch arch = device->target();
-  const std::string id = "reference_attention_backward_" + arch.name() +
-                         (modifiers.empty() ? "" : "_mod" + modifiers_hash(modifiers));
-  auto load = [&](const char *entry, int smem_bytes) -> llvm::Expected<const LoadedKernel &> {
-    return KernelCache::process().get_or_build(
-        id + "#" + entry, context->context,
-        [id, arch, modifiers, store, entry,
-         smem_bytes]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
-          auto cubin = reference_backward_cubin(id, arch, modifiers, store);
-          if (!cubin) return cubin.takeError();
-          auto kernel = LoadedKernel::load(**cubin, entry, smem_bytes);
-          if (!kernel) return kernel.takeError();
-          return std::make_unique<LoadedKernel>(std::move(*kernel));
-        });
+  auto load = [&](const char *entry, int smem_bytes) {
+    return program_kernel(
+        "reference_attention_backward", modifiers,
+        [&] { return generate_reference_attention_backward(modifiers); }, entry, smem_bytes,
+        store);
   };
   ReferenceBackwardKernels kernels;
   auto dq = load(kDqEntry, kMaxDqSmem);

@@ -5,8 +5,7 @@
 #include "generator/block_mask_builder.h"
 #include "generator/modifier_source.h"
 #include "runtime/device.h"
-#include "runtime/kernel_cache.h"
-#include "runtime/kernel_source.h"
+#include "runtime/program_kernel.h"
 #include "runtime/launch_forward.h"
 #include "runtime/workspace_pool.h"
 #include "templates/block_mask_build.cuh"
@@ -15,27 +14,13 @@ namespace flashjit {
 
 namespace {
 
-// The builder's kernel `entry` in the current context, from the process
-// cache, else the database's cubin store, else compiled now (and stored).
+// The builder's kernel `entry` (one program per mask_mod: its hash is in
+// the id).
 llvm::Expected<const LoadedKernel &> builder_kernel(const Modifiers &modifiers,
                                                     const char *entry) {
-  auto context = current_or_primary_context();
-  if (!context) return context.takeError();
-  auto device = query_device(static_cast<int>(context->device));
-  if (!device) return device.takeError();
-  const TargetArch arch = device->target();
-  const GeneratedSource source = generate_block_mask_builder(modifiers);
-  const std::string id =
-      "block_mask_build_" + arch.name() + "_mod" + modifiers_hash(block_mask_modifiers(modifiers));
-  return KernelCache::process().get_or_build(
-      id + "#" + entry, context->context,
-      [&]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
-        auto cubin = stored_cubin(source, arch, id, process_tuning_db());
-        if (!cubin) return cubin.takeError();
-        auto kernel = LoadedKernel::load(cubin->bytes, entry, 0);
-        if (!kernel) return kernel.takeError();
-        return std::make_unique<LoadedKernel>(std::move(*kernel));
-      });
+  return program_kernel(
+      "block_mask_build", block_mask_modifiers(modifiers),
+      [&] { return generate_block_mask_builder(modifiers); }, entry, 0, nullptr);
 }
 
 }  // namespace

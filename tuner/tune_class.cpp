@@ -10,6 +10,7 @@
 #include "generator/modifier_source.h"
 #include "runtime/device.h"
 #include "runtime/kernel_source.h"
+#include "runtime/program_kernel.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tuning_key.h"
 #include "tuner/candidate_runner.h"
@@ -422,9 +423,7 @@ llvm::Error validate_tuned_modifiers(const Problem &problem, Pass pass,
 void store_reference(const GeneratedSource &source, const std::string &name,
                      const Modifiers &modifiers, const TargetArch &arch, TuningDb &db,
                      PrecompileOutcome &outcome) {
-  const std::string key = name + "_" + arch.name() +
-                          (modifiers.empty() ? std::string() : "_mod" + modifiers_hash(modifiers));
-  auto reference = stored_cubin(source, arch, key, &db);
+  auto reference = stored_cubin(source, arch, program_id(name, arch, modifiers), &db);
   if (!reference) {
     ++outcome.failed;
     outcome.failures.push_back(name + ": " + llvm::toString(reference.takeError()));
