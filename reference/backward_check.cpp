@@ -194,9 +194,17 @@ llvm::Expected<GradientAccuracyReport> check_modified_backward(const Problem &p,
       gpu_reference_attention_backward(p, args, ReferencePrecision::element, stream, store);
   if (!element) return element.takeError();
   GradientAccuracyReport report = check_gradient_accuracy(kernel, *exact, *element);
-  if (sinks)
+  if (sinks) {
+    // The reference rounds nothing in dsinks (a sum over the head's rows of
+    // P_sink * D, D from the same O in both precisions), so its baseline is
+    // 0: the kernel's fp32 sum gets a tolerance relative to the gradient.
+    AccuracyCriterion criterion = kGradientCriterion;
+    double largest = 0;
+    for (float x : exact->dsinks) largest = std::max(largest, double(std::fabs(x)));
+    criterion.atol += 1e-5 * largest;
     report.dsinks = check_forward_accuracy(kernel.dsinks, exact->dsinks, element->dsinks, {}, {},
-                                           kGradientCriterion);
+                                           criterion);
+  }
   return report;
 }
 

@@ -52,8 +52,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::kBlockMaskBuildThreads)
   const int batch = static_cast<int>(blockIdx.x) / p.heads;
   const int q0 = static_cast<int>(blockIdx.y) * p.block_q;
   const int n0 = static_cast<int>(blockIdx.z) * p.block_k;
+  // The block's part of the sequence: a last block's rows and keys past
+  // the ends are nobody's (and a block of any size stays in int range).
+  const int rows = min(p.block_q, p.seqlen_q - q0), cols = min(p.block_k, p.seqlen_k - n0);
   const int kind = block_kind<NoMask, cfg::Modifiers, kBlockMaskBuildThreads>(
-      p, true, p.seqlen_q, p.seqlen_k, 0, batch, head, 1, q0, p.block_q, n0, p.block_k);
+      p, true, p.seqlen_q, p.seqlen_k, 0, batch, head, 1, q0, rows, n0, cols);
   if (threadIdx.x == 0) {
     const i64 row = (static_cast<i64>(batch) * p.heads + head) * p.q_blocks + blockIdx.y;
     p.kinds[row * p.k_blocks + blockIdx.z] = static_cast<unsigned char>(kind);

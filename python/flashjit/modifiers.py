@@ -182,8 +182,15 @@ def create_block_mask(torch, mask_mod, batch, heads, seqlen_q, seqlen_k, aux, ma
                              f"{value!r}")
     block_q, block_k = (tuple(block_size) if isinstance(block_size, (tuple, list))
                         else (block_size, block_size))
-    device = torch.device(device) if device is not None else torch.device(
-        "cuda", torch.cuda.current_device())
+    for value in (block_q, block_k):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"flashjit.create_block_mask: block_size must be a positive int or "
+                             f"two, got {block_size!r}")
+    device = torch.device(device) if device is not None else torch.device("cuda")
+    if device.type != "cuda":
+        raise ValueError(f"flashjit.create_block_mask: device must be a CUDA device, got {device}")
+    if device.index is None:  # "cuda": the current one, as tensors name it
+        device = torch.device("cuda", torch.cuda.current_device())
     mods, keep = build(torch, None, mask_mod, aux, device, bool(mask_mod_qk_only))
     batches, mask_heads = (1, 1) if mask_mod_qk_only else (batch, heads)
     q_blocks, k_blocks = -(-seqlen_q // block_q), -(-seqlen_k // block_k)
