@@ -89,6 +89,25 @@ BuiltMask build_mask(const Problem &p, const Visible &visible, int bq, int bk, i
   return m;
 }
 
+// Irregular documents (boundaries every 151 tokens and at 263k + 9) for
+// `batch` sequences of `seqlen` tokens, on the host and the device.
+struct Documents {
+  std::vector<int> ids;
+  DeviceBuffer device;
+};
+llvm::Expected<Documents> upload_documents(int64_t batch, int64_t seqlen) {
+  Documents d;
+  d.ids.resize(batch * seqlen);
+  for (size_t i = 0, doc = 0; i < d.ids.size(); ++i) {
+    if (i % 151 == 0 || i % 263 == 9) ++doc;
+    d.ids[i] = static_cast<int>(doc);
+  }
+  auto device = DeviceBuffer::from_host(d.ids.data(), d.ids.size() * 4);
+  if (!device) return device.takeError();
+  d.device = std::move(*device);
+  return d;
+}
+
 void expect_forward_accuracy(const Problem &p, const Outputs &got, const std::vector<float> &q,
                              const std::vector<float> &k, const std::vector<float> &v,
                              const ReferenceModifiers &ref, const std::string &what) {
@@ -126,16 +145,11 @@ TEST(BlockMaskGpu, MatchesTheMaskModAtAnyBlockSize) {
     const Problem p = make_problem(DType::bf16, 2, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k,
                                    128, 128, MaskKind::none);
     const int64_t seqlen = std::max(p.seqlen_q, p.seqlen_k);
-    std::vector<int> docs(p.batch * seqlen);
-    for (size_t i = 0, doc = 0; i < docs.size(); ++i) {
-      if (i % 151 == 0 || i % 263 == 9) ++doc;
-      docs[i] = static_cast<int>(doc);
-    }
-    auto ddocs = DeviceBuffer::allocate(docs.size() * 4);
-    FLASHJIT_ASSERT_OK(ddocs.takeError());
-    FLASHJIT_ASSERT_OK(ddocs->upload(docs.data(), docs.size() * 4));
+    auto documents = upload_documents(p.batch, seqlen);
+    FLASHJIT_ASSERT_OK(documents.takeError());
+    const std::vector<int> &docs = documents->ids;
     AuxValues aux(m);
-    EXPECT_EQ(aux.set("doc_ids", static_cast<const void *>(ddocs->data())), "");
+    EXPECT_EQ(aux.set("doc_ids", static_cast<const void *>(documents->device.data())), "");
     EXPECT_EQ(aux.set("seqlen", static_cast<long long>(seqlen)), "");
     const Visible visible = [&](int64_t b, int64_t h, int64_t q, int64_t k) {
       return docs[b * seqlen + q] == docs[b * seqlen + k] && ((h & 1) == 0 || k <= q);
@@ -181,16 +195,11 @@ TEST(BlockMaskGpu, CreateBlockMaskBuildsTheHostsListsOnTheGpu) {
     const Problem p = make_problem(DType::bf16, 2, c.heads, c.heads, c.seqlen_q, c.seqlen_k, 128,
                                    128, MaskKind::none);
     const int64_t seqlen = std::max(p.seqlen_q, p.seqlen_k);
-    std::vector<int> docs(p.batch * seqlen);
-    for (size_t i = 0, doc = 0; i < docs.size(); ++i) {
-      if (i % 151 == 0 || i % 263 == 9) ++doc;
-      docs[i] = static_cast<int>(doc);
-    }
-    auto ddocs = DeviceBuffer::allocate(docs.size() * 4);
-    FLASHJIT_ASSERT_OK(ddocs.takeError());
-    FLASHJIT_ASSERT_OK(ddocs->upload(docs.data(), docs.size() * 4));
+    auto documents = upload_documents(p.batch, seqlen);
+    FLASHJIT_ASSERT_OK(documents.takeError());
+    const std::vector<int> &docs = documents->ids;
     AuxValues aux(m);
-    EXPECT_EQ(aux.set("doc_ids", static_cast<const void *>(ddocs->data())), "");
+    EXPECT_EQ(aux.set("doc_ids", static_cast<const void *>(documents->device.data())), "");
     EXPECT_EQ(aux.set("seqlen", static_cast<long long>(seqlen)), "");
     const Visible visible = [&](int64_t b, int64_t h, int64_t q, int64_t k) {
       if (c.qk_only) return docs[q] == docs[k] || k < 3;
