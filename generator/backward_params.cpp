@@ -42,7 +42,8 @@ BackwardArgs BackwardArgs::packed(const Problem &p, const void *q, const void *k
   return a;
 }
 
-BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args) {
+BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
+                               bool deterministic) {
   // Mask bounds and scales exactly as the forward computed them.
   ForwardArgs f;
   const FwdParams fwd = make_forward_params(problem, f);
@@ -84,7 +85,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args)
   p.softmax_scale = problem.effective_scale();
   p.batch = static_cast<int>(problem.batch);
   p.dispatch_section = BwdSm90Traits::dispatch_section(
-      problem, args.modifiers && !args.modifiers->mask_mod.empty());
+      problem, args.modifiers && !args.modifiers->mask_mod.empty(), deterministic);
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;

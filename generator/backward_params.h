@@ -7,6 +7,9 @@
 namespace flashjit {
 
 // Expects a validated problem and a workspace of backward_workspace_bytes.
-BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args);
+// `deterministic`: the kernels' mode (KernelConfig::deterministic), which
+// orders the sm90 kernel's CTAs (BwdSm90Traits::dispatch_section).
+BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
+                               bool deterministic);
 
 }  // namespace flashjit

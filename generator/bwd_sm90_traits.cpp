@@ -99,17 +99,19 @@ KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v) {
                       block_n_for(head_dim_qk, head_dim_v), kWarps, 1};
 }
 
-int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod) {
-  if (problem.mask == MaskKind::none && !mask_mod) return 1;
+int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod, bool deterministic) {
+  const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
+  constexpr int64_t kDeterministicPairs = 8;
+  const int64_t least = deterministic ? std::min(pairs, kDeterministicPairs) : 1;
+  if (problem.mask == MaskKind::none && !mask_mod) return static_cast<int>(least);
   constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
   const int64_t element = 2;                // bf16 or fp16
   const int64_t head_bytes =
       std::max<int64_t>(1, problem.seqlen_q) *
       ((problem.head_dim_qk + problem.head_dim_v) * element + problem.head_dim_qk * 4);
-  const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
   int64_t section = 1;
   while (section * 2 * head_bytes <= kL2Bytes && section * 2 <= pairs) section *= 2;
-  return static_cast<int>(section);
+  return static_cast<int>(std::max(section, least));
 }
 
 std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim_qk, int head_dim_v,

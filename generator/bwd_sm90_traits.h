@@ -84,7 +84,15 @@ struct BwdSm90Traits {
   // pair-by-pair order keeps the fewest heads' Q and dO live. A caller's
   // mask_mod counts as a mask (its block map makes the costs uneven: causal
   // as a mask_mod ran 0.88x the built-in causal's backward pair by pair).
-  static int dispatch_section(const Problem &problem, bool mask_mod = false);
+  // The deterministic mode takes at least 8 pairs (or all there are), with
+  // or without a mask: a query tile's dQ takes its key blocks' adds one
+  // after another, so each pair's key blocks running at once form a chain
+  // whose start waits a reduce-add's round trip per link; 8 pairs keep
+  // about 16 key blocks of a pair on the H200's 132 SMs (H200, against
+  // the L2-sized sections, TFLOP/s: d=256 8k causal 269 -> 316, d=128 8k
+  // full 413 -> 421, causal 436 -> 439; 32 pairs: 318, 406, 404).
+  static int dispatch_section(const Problem &problem, bool mask_mod = false,
+                              bool deterministic = false);
   // Every config the kernel claims at these head dims within `max_smem_bytes`.
   static std::vector<KernelConfig> search_space(int head_dim_qk, int head_dim_v,
                                                 int max_smem_bytes);

@@ -163,7 +163,7 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
                              const Problem &problem, const BackwardArgs &args, CUstream stream) {
   const auto steps = backward_steps(spec, problem);
   const bool sm90 = spec.config.path == KernelPath::sm90;
-  BwdParams params = make_backward_params(problem, args);
+  BwdParams params = make_backward_params(problem, args, spec.config.deterministic);
   void *kernel_args[] = {&params};
   // The sm90 kernel also takes TMA tensor maps of Q, K, V, dO and the dQ
   // accumulator, encoded before anything is enqueued so a map the driver

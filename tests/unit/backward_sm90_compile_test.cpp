@@ -297,7 +297,33 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   EXPECT_EQ(g.grid.x, 2048u / 128 * 4 * 4);
   EXPECT_EQ(g.grid.y, 1u);
   EXPECT_EQ(g.grid.z, 1u);
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}).dispatch_section, 16);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).dispatch_section, 16);
+}
+
+TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
+  // Each pair's key blocks running at once form one chain of dQ adds: at
+  // least 8 pairs per section keep it short, with or without a mask.
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = 256;
+  p.mask = MaskKind::causal;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 8;
+  p.seqlen_q = p.seqlen_k = 8192;  // 16 MB a head: 2 pairs in L2
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 2);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 8);
+  p.mask = MaskKind::none;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 8);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true).dispatch_section, 8);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).dispatch_section, 1);
+  // Fewer pairs than 8: all of them; more L2 room than 8: the L2's.
+  p.heads_q = p.heads_kv = 2;
+  p.batch = 1;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 2);
+  p.heads_q = p.heads_kv = 32;
+  p.mask = MaskKind::causal;
+  p.seqlen_q = p.seqlen_k = 2048;  // 2 MB a head at d=128: 16 of the 32 pairs
+  p.head_dim_qk = p.head_dim_v = 128;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 16);
 }
 
 }  // namespace
