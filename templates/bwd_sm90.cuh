@@ -159,8 +159,10 @@ constexpr int kSTiles = kSN / 8;        // n8 column (query) tiles of S^T
 constexpr int kSSteps = kSN / 16;       // S^T's columns as k16 steps of dV and dK
 constexpr int kKRegisters = kKN / 2;   // dK accumulators per thread
 constexpr int kVRegisters = kVN / 2;   // dV accumulators per thread
-constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S^T
-constexpr int kVSteps = kHeadDimVTile / 16;  // and of dP^T
+// k16 steps of S^T and of dP^T: over the problem's columns only (the
+// tile's past them are zeros, which add nothing).
+constexpr int kQKSteps = (kHeadDimQK + 15) / 16;
+constexpr int kVSteps = (kHeadDimV + 15) / 16;
 constexpr int kPSteps = kBlockM / 16;   // k16 steps of dV and dK
 // dQ's tile (kBlockM x head dim) over the two warpgroups, three ways:
 //   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;

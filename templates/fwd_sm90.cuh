@@ -184,7 +184,9 @@ constexpr int kORegisters = kHeadDimVTile / 2;  // O accumulators per thread
 constexpr int kSTiles = kBlockN / 8;        // n8 column tiles of S
 constexpr int kOTiles = kHeadDimVTile / 8;  // n8 column tiles of O
 constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
-constexpr int kQKSteps = kHeadDim / 16;     // k16 steps of S = Q K^T
+// k16 steps of S = Q K^T: over the problem's columns only (the tile's past
+// them are zeros, which add nothing to S).
+constexpr int kQKSteps = (kHeadDimQK + 15) / 16;
 
 constexpr bool kPingPong = kConsumerWarpgroups >= 2;
 // The serving call's work tiles (a packed batch over a KV cache) often leave
