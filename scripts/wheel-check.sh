@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=$root/build-wheel
-rm -rf "$out"
+rm -rf "$out" "$root/build-pywheel"
 mkdir -p "$out/dist"
 
 if ! python3 -m pip --version >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1; then
@@ -21,7 +21,10 @@ if ! python3 -m pip --version >/dev/null 2>&1 || ! python3 -m venv --help >/dev/
   fi
 fi
 
-python3 -m pip wheel . --no-deps -w "$out/dist" >"$out/pip-wheel.log" 2>&1 || {
+# Its CMake folder at the depth of build/, so that ccache (.ci/run) finds the
+# Release build's objects under relative paths.
+python3 -m pip wheel . --no-deps -w "$out/dist" --config-settings=build-dir="$root/build-pywheel" \
+  >"$out/pip-wheel.log" 2>&1 || {
   tail -n 40 "$out/pip-wheel.log"
   echo "wheel-check: pip wheel failed (log: $out/pip-wheel.log)" >&2
   exit 1
