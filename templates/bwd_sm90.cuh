@@ -369,11 +369,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // shortest-first dispatch that also avoids it, FlashAttention-3's, was
   // 0.97x there but left the longest CTAs to the end: GQA 32/8 d=64 4k
   // causal 0.71x).
+  // (Unsigned there: a signed division by the run-time group size took
+  // registers that the dQ writer, on kProducerRegisters, does not have: 92
+  // bytes spilled at d=128 under a mask_mod.)
   auto tile_head = [&](const QueryTiles &t, int it) -> int {
-    return kDeterministic ? it % p.heads_per_kv : it / t.m_blocks;
+    if constexpr (kDeterministic) return static_cast<int>(u32(it) % u32(p.heads_per_kv));
+    return it / t.m_blocks;
   };
   auto tile_slot = [&](const QueryTiles &t, int it) -> int {
-    return kDeterministic ? t.m_blocks - 1 - it / p.heads_per_kv : it % t.m_blocks;
+    if constexpr (kDeterministic)
+      return t.m_blocks - 1 - static_cast<int>(u32(it) / u32(p.heads_per_kv));
+    return it % t.m_blocks;
   };
   // Tile `it`'s m-block, with kBlockMapFull under a block map where mask_mod
   // shows all of it.
