@@ -476,7 +476,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
                 tma_reduce_add_2d(&tma_dq_accum, stage + b * kDQBoxBytes,
                                   col0 + b * kDQBoxColumns, row0);
             tma_commit_group();
-            tma_wait_group_read<0>();
+            // Deterministic with each warpgroup over its own keys: both add
+            // into the same box, so the first's adds are performed before
+            // the second's go in (in flight together their order is free).
+            if constexpr (kDeterministic && kDQOwnKeys)
+              tma_wait_group<0>();
+            else
+              tma_wait_group_read<0>();
           }
           __syncwarp();
           named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);

@@ -276,8 +276,9 @@ INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardCorrectness,
 // mode's atomics may reorder the dQ sums; its dK and dV are always stable).
 // Four runs of the deterministic backward give the same bits, on `config`'s
 // family.
-void expect_bit_identical_runs(const KernelConfig &config) {
-  const Problem p = make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 128, 128, MaskKind::causal);
+void expect_bit_identical_runs(
+    const KernelConfig &config,
+    const Problem &p = make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 128, 128, MaskKind::causal)) {
   auto buffers = BackwardBuffers::allocate(p, random_values(p.dtype, q_elements(p), 11),
                                            random_values(p.dtype, k_elements(p), 12),
                                            random_values(p.dtype, v_elements(p), 13),
@@ -315,6 +316,19 @@ TEST(BackwardDeterminism, Sm80DeterministicModeIsBitIdentical) {
 TEST(BackwardDeterminism, Sm90DeterministicModeIsBitIdentical) {
   FLASHJIT_REQUIRE_SM90();
   expect_bit_identical_runs(deterministic(KernelConfig{KernelPath::sm90}));
+}
+
+// The sm90 tiling where both consumer warpgroups add dQ over their own keys
+// into the same rows (64-query tiles at head dim 64; 64/128 takes it by
+// default): one warpgroup's adds performed before the other's.
+TEST(BackwardDeterminism, Sm90DeterministicOwnKeysIsBitIdentical) {
+  FLASHJIT_REQUIRE_SM90();
+  expect_bit_identical_runs(
+      deterministic(KernelConfig{KernelPath::sm90, 64, 128, 12, 1}),
+      make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 64, 64, MaskKind::causal));
+  expect_bit_identical_runs(
+      deterministic(KernelConfig{KernelPath::sm90}),
+      make_problem(DType::fp16, 2, 8, 4, 700, 700, 64, 128, MaskKind::none));
 }
 
 }  // namespace
