@@ -264,14 +264,21 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(BwdSm90Traits::unsupported_reason(192, 128), "");
 }
 
+// A causal problem with as many KV heads as query heads, for the dispatch
+// sections' arithmetic.
+Problem causal_problem(int head_dim, int64_t batch, int64_t heads, int64_t seqlen) {
+  Problem p;
+  p.head_dim_qk = p.head_dim_v = head_dim;
+  p.mask = MaskKind::causal;
+  p.batch = batch;
+  p.heads_q = p.heads_kv = heads;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  return p;
+}
+
 TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   // Per query head: seqlen_q x (Q + dO in 16 bits + the fp32 dQ accumulator).
-  Problem p;
-  p.head_dim_qk = p.head_dim_v = 128;
-  p.mask = MaskKind::causal;
-  p.batch = 2;
-  p.heads_q = p.heads_kv = 16;
-  p.seqlen_q = p.seqlen_k = 8192;  // 8 MB a head: 4 pairs in 40 MB
+  Problem p = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in 40 MB
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
   p.seqlen_q = p.seqlen_k = 2048;  // 2 MB: 16
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 16);
@@ -303,12 +310,7 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
 TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
   // Each pair's key blocks running at once form one chain of dQ adds: at
   // least 8 pairs per section keep it short, with or without a mask.
-  Problem p;
-  p.head_dim_qk = p.head_dim_v = 256;
-  p.mask = MaskKind::causal;
-  p.batch = 2;
-  p.heads_q = p.heads_kv = 8;
-  p.seqlen_q = p.seqlen_k = 8192;  // 16 MB a head: 2 pairs in L2
+  Problem p = causal_problem(256, 2, 8, 8192);  // 16 MB a head: 2 pairs in L2
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 2);
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 8);
   p.mask = MaskKind::none;
