@@ -45,18 +45,21 @@ int BwdSm90Traits::smem_bytes() const {
 
 std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (std::string why =
-          sm90_head_dims_reason("the sm90 backward", "64, 128 or 256", head_dim_qk, head_dim_v);
+          sm90_head_dims_reason("the sm90 backward", "64, 128, 192 or 256", head_dim_qk,
+                                head_dim_v);
       !why.empty())
     return why;
   // Under the head-dim split each warpgroup takes half of each head dim's
-  // columns, whole 64-column swizzle blocks: no 64 beside a 256.
-  if (widest_tile(head_dim_qk, head_dim_v) == 256 &&
+  // columns, whole swizzle rows, and dQ by halves of the Q/K head dim: no 64
+  // beside a 192 or a 256.
+  const int widest = widest_tile(head_dim_qk, head_dim_v);
+  if (widest >= 192 &&
       std::min(sm90_backward_tile_head_dim(head_dim_qk), sm90_backward_tile_head_dim(head_dim_v)) ==
           64)
     return llvm::formatv(
-        "head_dim_qk={0}, head_dim_v={1}: the sm90 backward splits a head dim tiled as 256 "
-        "between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)",
-        head_dim_qk, head_dim_v);
+        "head_dim_qk={0}, head_dim_v={1}: the sm90 backward splits a head dim tiled as {2} "
+        "between its warpgroups, and then needs the other tiled as 128 or more (over 64)",
+        head_dim_qk, head_dim_v, widest);
   return "";
 }
 
@@ -147,7 +150,7 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
   if (dims.empty() && block_n != block_n_for(head_dim_qk, head_dim_v))
     why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
                                 block_n_for(head_dim_qk, head_dim_v), dims_text,
-                                widest == 256 ? "64 keys shared by two consumer warpgroups"
+                                widest >= 192 ? "64 keys shared by two consumer warpgroups"
                                               : "64 keys per consumer warpgroup, two"));
   if (warps != kWarps)
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",

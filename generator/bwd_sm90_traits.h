@@ -35,15 +35,16 @@ struct BwdSm90Traits {
     return qk > v ? qk : v;
   }
   // The two consumer warpgroups own 64 keys each (128 per CTA) or, where a
-  // head dim is tiled as 256, split the head dims of 64 shared keys (dK and
-  // dV of 64 keys x 256 would take 256 registers per thread).
+  // head dim is tiled as 192 or 256, split the head dims of 64 shared keys
+  // (dK and dV of 64 keys x 256 would take 256 registers per thread, x 192
+  // with S^T and dP^T 256).
   static int block_n_for(int head_dim_qk, int head_dim_v) {
-    return widest_tile(head_dim_qk, head_dim_v) == 256 ? 64 : 128;
+    return widest_tile(head_dim_qk, head_dim_v) >= 192 ? 64 : 128;
   }
   int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim); }
   int tiled_head_dim_v() const { return sm90_backward_tile_head_dim(v_dim()); }
-  bool splits_head_dim() const { return widest_tile(head_dim, head_dim_v) == 256; }
+  bool splits_head_dim() const { return widest_tile(head_dim, head_dim_v) >= 192; }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
   // each consumer warpgroup's dQ part when staged; the mbarriers; slack to
@@ -57,7 +58,7 @@ struct BwdSm90Traits {
   // Why the sm90 backward cannot serve this problem at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
   // The query tiles each head dim's registers allow: S^T and dP^T (block_m/2
-  // each) next to dK and dV (head_dim/2 each; a quarter at 256) within 240
+  // each) next to dK and dV (head_dim/2 each; a quarter at 192 and 256) within 240
   // per thread, and dQ in 64-column parts: 64 or 128 where both head dims
   // are tiled as 64 (dQ over each warpgroup's own keys, or split by rows),
   // else 64 (split by columns).

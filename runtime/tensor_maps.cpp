@@ -13,7 +13,8 @@ namespace {
 
 constexpr int kElementBytes = 2;
 // Box inner extent: 64 16-bit elements = 128 bytes, the most a 128-byte
-// swizzle allows and exactly one swizzle row of the kernel's tiles.
+// swizzle allows and exactly one swizzle row of the kernel's tiles (the
+// backward's may be 32 columns, 64-byte swizzled: BoxSwizzle).
 constexpr int kBoxColumns = 64;
 // Query rows per TMA box: one consumer warpgroup's rows (fwd_sm90.cuh).
 constexpr int kQBoxRows = 64;
@@ -49,8 +50,10 @@ struct EncodeInputs {
   cuuint64_t byte_strides[4];
   cuuint32_t box[5];
   CUtensorMapL2promotion promotion;
+  CUtensorMapSwizzle swizzle;
   bool operator==(const EncodeInputs &o) const {
-    if (type != o.type || rank != o.rank || data != o.data || promotion != o.promotion)
+    if (type != o.type || rank != o.rank || data != o.data || promotion != o.promotion ||
+        swizzle != o.swizzle)
       return false;
     for (cuuint32_t i = 0; i < rank; ++i)
       if (dims[i] != o.dims[i] || box[i] != o.box[i] ||
@@ -86,15 +89,16 @@ class RecentMaps {
 };
 
 // A tiled map of `rank` dims (innermost first; `byte_strides` for dims 1..)
-// read in boxes of `box`, 128-byte swizzled; out-of-bounds elements read as
-// zeros. The error names the tensor (`what`) and every value passed.
-llvm::Expected<CUtensorMap> encode_tiled(const CudaDriver &cu, llvm::StringRef what,
-                                         CUtensorMapDataType type, const void *data,
-                                         cuuint32_t rank, const cuuint64_t *dims,
-                                         const cuuint64_t *byte_strides, const cuuint32_t *box,
-                                         CUtensorMapL2promotion promotion) {
+// read in boxes of `box`, swizzled (128 bytes unless told); out-of-bounds
+// elements read as zeros. The error names the tensor (`what`) and every
+// value passed.
+llvm::Expected<CUtensorMap> encode_tiled(
+    const CudaDriver &cu, llvm::StringRef what, CUtensorMapDataType type, const void *data,
+    cuuint32_t rank, const cuuint64_t *dims, const cuuint64_t *byte_strides,
+    const cuuint32_t *box, CUtensorMapL2promotion promotion,
+    CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   thread_local RecentMaps recent;
-  EncodeInputs inputs{type, rank, data, {}, {}, {}, promotion};
+  EncodeInputs inputs{type, rank, data, {}, {}, {}, promotion, swizzle};
   for (cuuint32_t i = 0; i < rank && i < 5; ++i) {
     inputs.dims[i] = dims[i];
     inputs.box[i] = box[i];
@@ -107,7 +111,7 @@ llvm::Expected<CUtensorMap> encode_tiled(const CudaDriver &cu, llvm::StringRef w
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   CUresult r = cu.cuTensorMapEncodeTiled(
       &map, type, rank, const_cast<void *>(data), dims, byte_strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // NONE: out-of-bounds elements read as zeros
   if (llvm::Error e = cuda_check(r, "cuTensorMapEncodeTiled")) {
     std::string dims_text, strides_text, box_text;
@@ -137,18 +141,22 @@ CUtensorMapDataType tma_type(DType dtype) {
 }
 
 // A [batch, seqlen, heads, dim] tensor as the 4-d map (dim, seqlen, heads,
-// batch) with the caller's strides, in boxes of 64 columns x `box_rows`.
+// batch) with the caller's strides, in boxes of `box_columns` (64: 128-byte
+// swizzled, 32: 64-byte) x `box_rows`.
 llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType dtype,
                                    const void *data, int head_dim, int64_t seqlen, int64_t heads,
                                    int64_t batch, const TensorStrides &strides, int box_rows,
-                                   CUtensorMapL2promotion promotion) {
+                                   CUtensorMapL2promotion promotion,
+                                   int box_columns = kBoxColumns) {
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seqlen),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t byte_strides[3] = {tma_stride(strides.seq, seqlen, head_dim),
                                       tma_stride(strides.head, heads, head_dim),
                                       tma_stride(strides.batch, batch, head_dim)};
-  const cuuint32_t box[4] = {kBoxColumns, static_cast<cuuint32_t>(box_rows), 1, 1};
-  return encode_tiled(cu, name, tma_type(dtype), data, 4, dims, byte_strides, box, promotion);
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_columns),
+                             static_cast<cuuint32_t>(box_rows), 1, 1};
+  return encode_tiled(cu, name, tma_type(dtype), data, 4, dims, byte_strides, box, promotion,
+                      box_columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 // Q with packed GQA (fwd_sm90.cuh, kPackGqa): a 5-d view [batch][seq][kv
@@ -217,17 +225,19 @@ llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &s
   // A packed varlen batch is one [total][heads][d] tensor (as the forward's).
   const auto [q_outer, q_rows] = query_extent(p, args.varlen);
   const auto [k_outer, k_rows] = key_extent(p, args.varlen);
+  // The kernel's swizzle rows (bwd_sm90.cuh, kAtomCols).
+  const int columns = sm90_backward_swizzle_columns(spec.head_dim_qk, spec.head_dim_v);
   auto q = encode(*driver, "q", p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q, q_outer,
-                  args.q_strides, block_m, kBackwardPromotion);
+                  args.q_strides, block_m, kBackwardPromotion, columns);
   if (!q) return q.takeError();
   auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, k_rows, p.heads_kv, k_outer,
-                  args.k_strides, block_n, kBackwardPromotion);
+                  args.k_strides, block_n, kBackwardPromotion, columns);
   if (!k) return k.takeError();
   auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, k_rows, p.heads_kv, k_outer,
-                  args.v_strides, block_n, kBackwardPromotion);
+                  args.v_strides, block_n, kBackwardPromotion, columns);
   if (!v) return v.takeError();
   auto dout = encode(*driver, "dout", p.dtype, args.dout, spec.head_dim_v, q_rows, p.heads_q,
-                     q_outer, args.dout_strides, block_m, kBackwardPromotion);
+                     q_outer, args.dout_strides, block_m, kBackwardPromotion, columns);
   if (!dout) return dout.takeError();
   // The fp32 dQ accumulator (the workspace's first rows x head_dim_qk, see
   // make_backward_params) as a 2-d map the kernel reduce-adds its dQ parts

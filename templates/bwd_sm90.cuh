@@ -15,11 +15,14 @@
 //   own keys (tiled head dims 64 and 128, kBlockN = 128): each owns 64 of the
 //     keys, their S^T and dP^T over the whole query tile and their dK and
 //     dV over the whole head dim;
-//   split head dim (tiled 256, kBlockN = 64): both take the same 64 keys; each
-//     computes S^T and dP^T for half the tile's queries, writes P^T and dS^T
-//     to shared memory, and accumulates dK and dV for half the head dim
-//     (64 + 64 registers, where whole rows would take 256) with both
-//     operands from shared memory (FlashAttention-3's d=256 split).
+//   split head dim (tiled 192 or 256, kBlockN = 64): both take the same 64
+//     keys; each computes S^T and dP^T for half the tile's queries, writes
+//     P^T and dS^T to shared memory, and accumulates dK and dV for half the
+//     head dim (64 + 64 registers at 256, where whole rows would take 256)
+//     with both operands from shared memory (FlashAttention-3's d=256
+//     split). At 192 the halves are 96 columns, so Q, K, V and dO are laid
+//     out in 64-byte swizzle rows of 32 columns (kAtomCols) for each half to
+//     start on one.
 // Per query tile, per consumer warpgroup, all on wgmma (own keys):
 //   S^T  = K_wg Q^T, dP^T = V_wg dO^T    SS, both operands K-major;
 //   P^T  = exp2(S^T * scale_log2 - LSE_log2[query]), dS^T = P^T (dP^T - D)
@@ -31,7 +34,7 @@
 //          transposed (MN-major);
 //   dQ   = dS K                          SS with both operands MN-major: dS^T
 //          goes to shared memory; the warpgroups split dQ's tile (by query
-//          rows when kBlockM = 128, by head-dim halves at d=128 and 256
+//          rows when kBlockM = 128, by head-dim halves at d=128-256
 //          with 64, or each over its own keys at d=64 with 64) and add it
 //          to the accumulator: through a shared buffer that the TMA unit
 //          reduce-adds (where shared memory has room, see kDQStaged), else
@@ -95,7 +98,7 @@ using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 // the ones it does not show whole.
 constexpr bool kBlockMap = Modifiers::kMask;
 
-// The tiled head dims (64, 128 or 256; common/fwd_sm90_layout.cuh) of Q and
+// The tiled head dims (64, 128, 192 or 256; common/fwd_sm90_layout.cuh) of Q and
 // K, and of V and dO (they may differ, e.g. 192/128): a problem's between
 // has zero columns past its own (TMA fills them), so S^T, dP^T and the
 // products keep them zero; dK, dV and dQ store and reduce only the
@@ -104,12 +107,20 @@ constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK);
 constexpr int kHeadDimVTile = sm90_backward_tile_head_dim(kHeadDimV);
 constexpr int kThreads = kWarps * 32;
 constexpr int kConsumerWarps = 8;
-constexpr int kColBlocks = kHeadDim / 64;        // 64-element (128-byte) swizzle columns of Q, K
-constexpr int kVColBlocks = kHeadDimVTile / 64;  // and of V, dO
-constexpr int kRowBytes = 128;
+// The head-dim split wherever either tile is 192 or 256 wide.
+constexpr bool kSplitHeadDim = kHeadDim >= 192 || kHeadDimVTile >= 192;
+// Q, K, V and dO as swizzle rows of kAtomCols columns (64: 128 bytes; 32,
+// where a tile is 192 wide: 64 bytes, so that each warpgroup's 96 columns
+// start on a row) in 8-row atoms of kAtomBytes.
+constexpr int kAtomCols = sm90_backward_swizzle_columns(kHeadDimQK, kHeadDimV);
+constexpr int kColBlocks = kHeadDim / kAtomCols;        // swizzle columns of Q, K
+constexpr int kVColBlocks = kHeadDimVTile / kAtomCols;  // and of V, dO
+constexpr int kRowBytes = 2 * kAtomCols;
+constexpr int kAtomBytes = 8 * kRowBytes;
+constexpr int kKStepsPerRow = kAtomCols / 16;  // k16 steps in one swizzle row
+// dS^T (and P^T) keep 64 queries (128 bytes) per swizzle row.
+constexpr int kDsRowBytes = 128;
 
-// The head-dim split wherever either tile is 256 wide.
-constexpr bool kSplitHeadDim = kHeadDim == 256 || kHeadDimVTile == 256;
 constexpr int kSN = kSplitHeadDim ? kBlockM / 2 : kBlockM;  // query columns of a warpgroup's S^T
 constexpr int kKN = kSplitHeadDim ? kHeadDim / 2 : kHeadDim;  // its columns of dK
 constexpr int kVN = kSplitHeadDim ? kHeadDimVTile / 2 : kHeadDimVTile;  // and of dV
@@ -119,7 +130,7 @@ constexpr int kVN = kSplitHeadDim ? kHeadDimVTile / 2 : kHeadDimVTile;  // and o
 constexpr int kMaxColBlocks = kColBlocks > kVColBlocks ? kColBlocks : kVColBlocks;
 constexpr int kMaxKVN = kKN > kVN ? kKN : kVN;
 
-// Tiles as 128-byte swizzled column blocks ([col block][row][128 B]).
+// Tiles as swizzled column blocks ([col block][row][kRowBytes]).
 constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
 constexpr int kKTileBytes = kColBlocks * kKVColBlockBytes;
 constexpr int kVTileBytes = kVColBlocks * kKVColBlockBytes;
@@ -127,7 +138,7 @@ constexpr int kQColBlockBytes = kBlockM * kRowBytes;
 constexpr int kQTileBytes = kColBlocks * kQColBlockBytes;    // one Q tile
 constexpr int kDOTileBytes = kVColBlocks * kQColBlockBytes;  // one dO tile
 // dS^T: keys as rows, queries as columns.
-constexpr int kDsColBlockBytes = kBlockN * kRowBytes;
+constexpr int kDsColBlockBytes = kBlockN * kDsRowBytes;
 constexpr int kDsBytes = (kBlockM / 64) * kDsColBlockBytes;
 // Under the head-dim split, P^T follows dS^T in each buffer.
 constexpr int kDsBufferBytes = (kSplitHeadDim ? 2 : 1) * kDsBytes;
@@ -166,12 +177,12 @@ constexpr int kVSteps = (kHeadDimV + 15) / 16;
 constexpr int kPSteps = kBlockM / 16;   // k16 steps of dV and dK
 // dQ's tile (kBlockM x head dim) over the two warpgroups, three ways:
 //   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;
-//   columns   (kBlockM = 64, head dim 128 or 256): each half the head
+//   columns   (kBlockM = 64, head dim 128 to 256): each half the head
 //             dim, over all keys;
 //   own keys  (kBlockM = 64, head dim 64): each the whole tile over its own
 //             64 keys, both adding to the accumulator (twice the reductions,
 //             but no dS^T exchange: the warpgroups never wait for each other).
-// Each warpgroup's product is 64 x kDQN, whole 64-column blocks of K.
+// Each warpgroup's product is 64 x kDQN, whole swizzle columns of K.
 constexpr bool kDQSplitRows = kBlockM == 128;
 constexpr bool kDQOwnKeys = kBlockM == 64 && kHeadDim == 64;
 constexpr int kDQN = kDQSplitRows || kDQOwnKeys ? kHeadDim : kHeadDim / 2;
@@ -215,8 +226,8 @@ constexpr int kDQBarrierThreads = 128 + 32;
 
 static_assert(sm90_head_dim_served(kHeadDimQK) && sm90_head_dim_served(kHeadDimV),
               "sm90 backward: head dims that are multiples of 8 from 32 to 256");
-static_assert(kKN % 64 == 0 && kVN % 64 == 0,
-              "a warpgroup's dK and dV columns are whole 64-column swizzle blocks of Q and dO");
+static_assert(kKN % kAtomCols == 0 && kVN % kAtomCols == 0,
+              "a warpgroup's dK and dV columns are whole swizzle columns of Q and dO");
 static_assert(kBlockN == (kSplitHeadDim ? 64 : 128),
               "64 keys per consumer warpgroup, 2 of them; 64 shared under the head-dim split");
 static_assert(kBlockM == 64 || (kBlockM == 128 && !kSplitHeadDim), "query tiles of 64 or 128 rows");
@@ -224,13 +235,18 @@ static_assert(kWarps == 12, "one producer warpgroup + two consumers");
 static_assert(kStages >= 1 && kStages <= 3, "1 to 3 Q/dO buffers");
 static_assert(!kDeterministic || kDQStaged,
               "the deterministic sm90 backward orders dQ's TMA reduce-adds: dQ staged");
-static_assert(kDQN % 64 == 0, "dQ parts are whole 64-column swizzle blocks of K");
+static_assert(kDQN % kAtomCols == 0, "dQ parts are whole swizzle columns of K");
 static_assert(kKRegisters + kVRegisters + 2 * kSRegisters <= 200,
               "dK, dV, S^T and dP^T must fit the consumers' registers");
 static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "the consumers' setmaxnreg.inc would wait for registers nobody frees");
 static_assert(kSmemUsed + kSmemAlign <= kSmemLimit, "shared memory exceeds sm_90's 227 KB");
 
+// A wgmma descriptor of Q, K, V or dO in their swizzle (kAtomCols).
+__device__ __forceinline__ u64 qkv_descriptor(u32 addr, u32 lbo, u32 sbo) {
+  if constexpr (kAtomCols == 64) return smem_descriptor_sw128(addr, lbo, sbo);
+  return smem_descriptor_sw64(addr, lbo, sbo);
+}
 constexpr float kLog2e = 1.4426950408889634f;
 
 // A k16 step count as a type, so that one lambda unrolls S^T's (Q/K head
@@ -521,10 +537,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 #pragma unroll
       for (int cb = 0; cb < kMaxColBlocks; ++cb) {
         if (cb < kColBlocks)
-          tma_load_4d(smem + kOffsetK + cb * kKVColBlockBytes, &tma_k, kv_full, cb * 64,
+          tma_load_4d(smem + kOffsetK + cb * kKVColBlockBytes, &tma_k, kv_full, cb * kAtomCols,
                       k_row0 + n0, kv_head, outer);
         if (cb < kVColBlocks)
-          tma_load_4d(smem + kOffsetV + cb * kKVColBlockBytes, &tma_v, kv_full, cb * 64,
+          tma_load_4d(smem + kOffsetV + cb * kKVColBlockBytes, &tma_v, kv_full, cb * kAtomCols,
                       k_row0 + n0, kv_head, outer);
       }
     }
@@ -548,10 +564,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 #pragma unroll
         for (int cb = 0; cb < kMaxColBlocks; ++cb) {
           if (cb < kColBlocks)
-            tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * 64, q_row0 + m0,
+            tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * kAtomCols, q_row0 + m0,
                         head, outer);
           if (cb < kVColBlocks)
-            tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * 64,
+            tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * kAtomCols,
                         q_row0 + m0, head, outer);
         }
       }
@@ -594,16 +610,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
   // K-major: this warpgroup's 64 rows of K and V (the A operands of S^T, dP^T).
-  const u64 k_rows_desc = smem_descriptor_sw128(smem + kOffsetK + key0 * kRowBytes, 16, 1024);
-  const u64 v_rows_desc = smem_descriptor_sw128(smem + kOffsetV + key0 * kRowBytes, 16, 1024);
+  const u64 k_rows_desc = qkv_descriptor(smem + kOffsetK + key0 * kRowBytes, 16, kAtomBytes);
+  const u64 v_rows_desc = qkv_descriptor(smem + kOffsetV + key0 * kRowBytes, 16, kAtomBytes);
   // MN-major K for dQ = dS K: all the CTA's keys (or the warpgroup's own),
   // this warpgroup's columns.
-  const u64 k_cols_desc = smem_descriptor_sw128(
+  const u64 k_cols_desc = qkv_descriptor(
       smem + kOffsetK +
           (kDQOwnKeys     ? cwg * 64 * kRowBytes
            : kDQSplitRows ? 0
-                          : cwg * (kDQN / 64) * kKVColBlockBytes),
-      kKVColBlockBytes, 1024);
+                          : cwg * (kDQN / kAtomCols) * kKVColBlockBytes),
+      kKVColBlockBytes, kAtomBytes);
 
   float acc_dk[kKRegisters], acc_dv[kVRegisters];
 #pragma unroll
@@ -641,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         // frag[kk][j]: n8 tile 2kk + j/2, row half j%2.
         const int key = key0 + warp * 16 + group + (j % 2) * 8;
         const int q = query0 + (2 * kk + j / 2) * 8 + quad_lane * 2;
-        const u32 addr = tile + (q / 64) * kDsColBlockBytes + key * kRowBytes +
+        const u32 addr = tile + (q / 64) * kDsColBlockBytes + key * kDsRowBytes +
                          ((((q % 64) / 8) ^ (key % 8)) << 4) + (q % 8) * 2;
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(frag[kk][j]) : "memory");
       }
@@ -654,15 +670,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   using DqAccumulator = float[kDQRegisters];
   auto issue_dq = [&](DqAccumulator &acc_dq, u32 ds_tile) {
     const u64 ds_desc = smem_descriptor_sw128(
-        ds_tile + (kDQSplitRows ? cwg * kDsColBlockBytes : kDQOwnKeys ? cwg * 64 * kRowBytes : 0),
+        ds_tile + (kDQSplitRows ? cwg * kDsColBlockBytes : kDQOwnKeys ? cwg * 64 * kDsRowBytes : 0),
         kDsColBlockBytes, 1024);
     wgmma_fence_operands(acc_dq);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDQSteps; ++ks) {
       // k-step ks = keys 16ks.. = rows of both dS^T and K.
-      const int off = (ks * 16 * kRowBytes) >> 4;
-      Wgmma<Element, kDQN>::ss_tt(acc_dq, ds_desc + off, k_cols_desc + off, ks > 0);
+      const int off = (ks * 16 * kDsRowBytes) >> 4;
+      const int k_off = (ks * 16 * kRowBytes) >> 4;
+      Wgmma<Element, kDQN>::ss_tt(acc_dq, ds_desc + off, k_cols_desc + k_off, ks > 0);
     }
     wgmma_commit();
     wgmma_fence_operands(acc_dq);
@@ -730,8 +747,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     // ---- S^T = K Q^T and dP^T = V dO^T ------------------------------------
     float acc_s[kSRegisters], acc_dp[kSRegisters];
     {
-      const u64 q_desc = smem_descriptor_sw128(q_tile + query0 * kRowBytes, 16, 1024);
-      const u64 do_desc = smem_descriptor_sw128(do_tile + query0 * kRowBytes, 16, 1024);
+      const u64 q_desc = qkv_descriptor(q_tile + query0 * kRowBytes, 16, kAtomBytes);
+      const u64 do_desc = qkv_descriptor(do_tile + query0 * kRowBytes, 16, kAtomBytes);
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
       wgmma_fence();
@@ -741,8 +758,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       auto issue = [&](float (&acc)[kSRegisters], u64 a_desc, u64 b_desc, auto steps) {
 #pragma unroll
         for (int ks = 0; ks < decltype(steps)::value; ++ks) {
-          const int a_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
-          const int b_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
+          const int a_off = (ks / kKStepsPerRow) * kKVColBlockBytes + (ks % kKStepsPerRow) * 32;
+          const int b_off = (ks / kKStepsPerRow) * kQColBlockBytes + (ks % kKStepsPerRow) * 32;
           Wgmma<Element, kSN>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
         }
         wgmma_commit();
@@ -837,11 +854,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         ds_frag[kk][j] = Ops::pack(acc_dp[8 * kk + 2 * j], acc_dp[8 * kk + 2 * j + 1]);
       }
     // MN-major dO and Q (B of dV and dK): k-step kk = query rows 16kk.. = two
-    // 8-row (1024-byte) groups on; this warpgroup's columns of them.
-    const u64 do_cols_desc = smem_descriptor_sw128(
-        do_tile + (v_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
-    const u64 q_cols_desc = smem_descriptor_sw128(
-        q_tile + (k_col0 / 64) * kQColBlockBytes, kQColBlockBytes, 1024);
+    // 8-row atoms on; this warpgroup's columns of them.
+    const u64 do_cols_desc = qkv_descriptor(
+        do_tile + (v_col0 / kAtomCols) * kQColBlockBytes, kQColBlockBytes, kAtomBytes);
+    const u64 q_cols_desc = qkv_descriptor(
+        q_tile + (k_col0 / kAtomCols) * kQColBlockBytes, kQColBlockBytes, kAtomBytes);
 
     if constexpr (kSplitHeadDim) {
       // ---- P^T and dS^T to shared memory: both warpgroups' query halves ------

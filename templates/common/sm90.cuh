@@ -177,6 +177,11 @@ __device__ __forceinline__ u64 smem_descriptor_sw128(u32 addr, u32 lbo_bytes, u3
   return static_cast<u64>((addr & 0x3ffff) >> 4) | (static_cast<u64>(lbo_bytes >> 4) << 16) |
          (static_cast<u64>(sbo_bytes >> 4) << 32) | (1ull << 62);
 }
+// The same over 64-byte swizzled rows (8-row atoms of 512 bytes).
+__device__ __forceinline__ u64 smem_descriptor_sw64(u32 addr, u32 lbo_bytes, u32 sbo_bytes) {
+  return static_cast<u64>((addr & 0x3ffff) >> 4) | (static_cast<u64>(lbo_bytes >> 4) << 16) |
+         (static_cast<u64>(sbo_bytes >> 4) << 32) | (2ull << 62);
+}
 
 // ---- registers and barriers --------------------------------------------------
 

@@ -247,6 +247,23 @@ std::vector<Case> sm90_cases() {
       {make_problem(DType::bf16, 2, 4, 4, 203, 113, 128, 256, MaskKind::window, 70, 9), sm90});
   cases.push_back({make_problem(DType::bf16, 2, 6, 2, 300, 300, 64, 128, MaskKind::causal), sm90});
   cases.push_back({make_problem(DType::fp16, 1, 4, 4, 190, 257, 96, 40, MaskKind::none), sm90});
+  // Tiles 192 wide (the head-dim split over 64-byte swizzle rows): equal,
+  // either side, beside 256, between on both sides; two stages (staged dQ),
+  // three (dQ by atomics), deterministic.
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 6, 2, 333, 333, 192, 192, MaskKind::window, 90, 7), sm90});
+  cases.push_back(
+      {make_problem(DType::fp16, 1, 4, 4, 257, 400, 136, 136, MaskKind::causal, -1, -1, 30.f),
+       sm90});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 300, 77, 128, 192, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::bf16, 1, 4, 2, 200, 300, 256, 192, MaskKind::none), sm90});
+  cases.push_back({make_problem(DType::fp16, 2, 4, 2, 190, 257, 176, 104, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 192, MaskKind::causal),
+                   KernelConfig{KernelPath::sm90, 64, 64, 12, 2}});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 4, 257, 513, 184, 184, MaskKind::none),
+                   KernelConfig{KernelPath::sm90, 64, 64, 12, 3}});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 333, 333, 160, 160, MaskKind::causal),
+                   deterministic(sm90)});
   return cases;
 }
 
@@ -329,6 +346,15 @@ TEST(BackwardDeterminism, Sm90DeterministicOwnKeysIsBitIdentical) {
   expect_bit_identical_runs(
       deterministic(KernelConfig{KernelPath::sm90}),
       make_problem(DType::fp16, 2, 8, 4, 700, 700, 64, 128, MaskKind::none));
+}
+
+// The head-dim split at a 192-wide tile (each warpgroup's dQ half its own
+// three boxes): DeepSeek-V3's 192/128.
+TEST(BackwardDeterminism, Sm90DeterministicSplit192IsBitIdentical) {
+  FLASHJIT_REQUIRE_SM90();
+  expect_bit_identical_runs(
+      deterministic(KernelConfig{KernelPath::sm90}),
+      make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 192, 128, MaskKind::causal));
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
   };
   std::vector<Case> cases;
   int i = 0;
-  for (int d : {64, 128, 256})
+  for (int d : {64, 128, 192, 256})
     for (const KernelConfig &c : BwdSm90Traits::search_space(d, d, max_smem_per_block(kSm90a)))
       for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
         for (bool softcap : {false, true}) {
@@ -63,7 +63,8 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
           p.softcap = softcap ? 30.f : 0.f;
           cases.push_back({p, c});
         }
-  ASSERT_EQ(cases.size(), (6u + 3 + 2) * 3 * 2);  // d=64: two query tiles; d=256: two stages
+  // d=64: two query tiles; d=192: three stages; d=256: two.
+  ASSERT_EQ(cases.size(), (6u + 3 + 3 + 2) * 3 * 2);
   // Head dims between 64, 128 and 256 (tiled as the next; dK, dV and dQ cut
   // at the problem's columns), causal with softcap, their default tiles.
   for (int d : {32, 40, 72, 96, 160, 200}) {
@@ -74,10 +75,10 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     cases.push_back({p, BwdSm90Traits::default_config(d, d)});
   }
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
-  // (the split, dV's halves one swizzle block each), each side wider, and
-  // both below 256.
-  for (auto [dq, dv] :
-       {std::pair{192, 128}, {128, 192}, {256, 128}, {64, 128}, {128, 64}, {96, 40}}) {
+  // (the split over 64-byte swizzle rows, dV's halves two rows each), each
+  // side wider, 192 beside 256, and both below 256.
+  for (auto [dq, dv] : {std::pair{192, 128}, {128, 192}, {256, 128}, {256, 192}, {176, 104},
+                        {64, 128}, {128, 64}, {96, 40}}) {
     Problem p;
     p.head_dim_qk = dq;
     p.head_dim_v = dv;
@@ -122,7 +123,7 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     const int tiled =
         BwdSm90Traits::widest_tile(cases[j].problem.head_dim_qk, cases[j].problem.head_dim_v);
     const bool wide = tiled == 64 && cases[j].config.block_m == 128;
-    const bool split = tiled == 256;
+    const bool split = tiled >= 192;
     const int allowed = wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24;
     EXPECT_LE(r.report.spill_store_bytes, allowed);
     EXPECT_LE(r.report.spill_load_bytes, allowed);
@@ -174,8 +175,8 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   EXPECT_EQ(kept.path, KernelPath::sm90);
   EXPECT_EQ(refusal(odd, kept, kSm90a),
             "backward kernel path sm90 is not available: head_dim=24: the sm90 backward serves "
-            "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128 "
-            "or 256); use sm80");
+            "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128, "
+            "192 or 256); use sm80");
   // Head dims between 64, 128 and 256: the tiled dim's tiles, taken on
   // their own (checked on the H200, docs/PERF.md, thirteenth session).
   Problem between;
@@ -246,21 +247,45 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_FALSE(split->dq_staged());
   EXPECT_EQ(BwdSm90Traits::search_space(256, 256, 232448).size(), 2u);
 
-  // 192/128 (Q/K tiled as 256, V/dO as 128): K 64x256 and V 64x128; Q 64x256
-  // and dO 64x128 per stage; the split's dS^T and P^T and statistics as at 256.
+  // 192/128 (Q/K tiled as 192, V/dO as 128): K 64x192 and V 64x128; Q 64x192
+  // and dO 64x128 per stage; the split's dS^T and P^T and statistics as at
+  // 256; dQ staged (each warpgroup's 64 x 96 fp32).
   auto unequal = BwdSm90Traits::make(192, 128, 64, 64, 12, 2, 0);
   ASSERT_TRUE(bool(unequal)) << llvm::toString(unequal.takeError());
   EXPECT_TRUE(unequal->splits_head_dim());
-  EXPECT_EQ(unequal->smem_bytes(), 64 * (256 + 128) * 2 + 2 * 64 * (256 + 128) * 2 +
-                                       2 * 2 * 64 * 64 * 2 + 2 * 2 * 2 * 32 * 4 + 40 + 1024);
+  EXPECT_TRUE(unequal->dq_staged());
+  EXPECT_EQ(unequal->smem_bytes(), 64 * (192 + 128) * 2 + 2 * 64 * (192 + 128) * 2 +
+                                       2 * 2 * 64 * 64 * 2 + 2 * 2 * 2 * 32 * 4 +
+                                       2 * 64 * 96 * 4 + 40 + 1024);
+  // 192 (and 136..184): the split as at 256 over 192 columns; two stages
+  // still stage dQ, three do not.
+  auto d192 = BwdSm90Traits::make(160, 160, 64, 64, 12, 2, 0);
+  ASSERT_TRUE(bool(d192)) << llvm::toString(d192.takeError());
+  EXPECT_EQ(d192->tiled_head_dim(), 192);
+  EXPECT_TRUE(d192->dq_staged());
+  EXPECT_EQ(d192->smem_bytes(), 2 * 64 * 192 * 2 + 2 * 2 * 64 * 192 * 2 + 2 * 2 * 64 * 64 * 2 +
+                                    2 * 2 * 2 * 32 * 4 + 2 * 64 * 96 * 4 + 40 + 1024);
+  EXPECT_EQ(BwdSm90Traits::search_space(192, 192, 232448).size(), 3u);
+  EXPECT_FALSE(BwdSm90Traits::make(192, 192, 64, 64, 12, 3, 0)->dq_staged());
+  // Their swizzle rows: 32 columns (64 bytes) wherever a tile is 192 wide,
+  // so each warpgroup's 96 columns start on one; else 64 (128 bytes).
+  EXPECT_EQ(sm90_backward_swizzle_columns(192, 128), 32);
+  EXPECT_EQ(sm90_backward_swizzle_columns(128, 152), 32);
+  EXPECT_EQ(sm90_backward_swizzle_columns(256, 192), 32);
+  EXPECT_EQ(sm90_backward_swizzle_columns(256, 256), 64);
+  EXPECT_EQ(sm90_backward_swizzle_columns(96, 128), 64);
   EXPECT_EQ(BwdSm90Traits::default_config(192, 128),
             (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
   EXPECT_EQ(BwdSm90Traits::default_config(64, 128),
             (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
-  // Under the split each warpgroup takes whole 64-column blocks of both.
+  // Under the split each warpgroup takes whole swizzle rows of both, and dQ
+  // by halves of the Q/K head dim.
   EXPECT_EQ(BwdSm90Traits::unsupported_reason(256, 64),
             "head_dim_qk=256, head_dim_v=64: the sm90 backward splits a head dim tiled as 256 "
-            "between its warpgroups, and then needs the other tiled as 128 or 256 (over 64)");
+            "between its warpgroups, and then needs the other tiled as 128 or more (over 64)");
+  EXPECT_EQ(BwdSm90Traits::unsupported_reason(48, 184),
+            "head_dim_qk=48, head_dim_v=184: the sm90 backward splits a head dim tiled as 192 "
+            "between its warpgroups, and then needs the other tiled as 128 or more (over 64)");
   EXPECT_EQ(BwdSm90Traits::unsupported_reason(192, 128), "");
 }
 
