@@ -31,7 +31,7 @@ static int unstaged_smem_bytes(const BwdSm90Traits &t) {
 // take their own keys (tiled 64 with block_m 64), else half of it.
 static int dq_stage_bytes(const BwdSm90Traits &t) {
   const int d = t.tiled_head_dim();
-  const bool whole = t.block_m == 128 || (t.block_m == 64 && d == 64);
+  const bool whole = t.block_m == 128 || (t.block_m == 64 && d <= 64);
   return 2 * 64 * (whole ? d : d / 2) * 4;
 }
 
@@ -45,16 +45,16 @@ int BwdSm90Traits::smem_bytes() const {
 
 std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (std::string why =
-          sm90_head_dims_reason("the sm90 backward", "64, 128, 192 or 256", head_dim_qk,
+          sm90_head_dims_reason("the sm90 backward", "32, 64, 128, 192 or 256", head_dim_qk,
                                 head_dim_v);
       !why.empty())
     return why;
   // Under the head-dim split each warpgroup takes half of each head dim's
-  // columns, whole swizzle rows, and dQ by halves of the Q/K head dim: no 64
-  // beside a 192 or a 256.
+  // columns, whole swizzle rows, and dQ by halves of the Q/K head dim: no 32
+  // or 64 beside a 192 or a 256.
   const int widest = widest_tile(head_dim_qk, head_dim_v);
   if (widest >= 192 &&
-      std::min(sm90_backward_tile_head_dim(head_dim_qk), sm90_backward_tile_head_dim(head_dim_v)) ==
+      std::min(sm90_backward_tile_head_dim(head_dim_qk), sm90_backward_tile_head_dim(head_dim_v)) <=
           64)
     return llvm::formatv(
         "head_dim_qk={0}, head_dim_v={1}: the sm90 backward splits a head dim tiled as {2} "
@@ -89,7 +89,7 @@ std::string sm90_backward_fallback_reason(const Problem &problem, const TargetAr
 // for 64-query tiles, whose dQ over each warpgroup's own keys doubles the
 // reductions (docs/PERF.md, 2026-11-29).
 int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
-  return widest_tile(head_dim_qk, head_dim_v) == 64 ? 128 : 64;
+  return widest_tile(head_dim_qk, head_dim_v) <= 64 ? 128 : 64;
 }
 
 // One Q/dO stage: tuning the benchmark grid on the H200 (2026-11-30,
@@ -146,7 +146,7 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
     why.push_back(
         llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
                       "dK and dV of a warpgroup)",
-                      block_m, widest == 64 ? "64 or 128" : "64", dims_text));
+                      block_m, widest <= 64 ? "64 or 128" : "64", dims_text));
   if (dims.empty() && block_n != block_n_for(head_dim_qk, head_dim_v))
     why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
                                 block_n_for(head_dim_qk, head_dim_v), dims_text,

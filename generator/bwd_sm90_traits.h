@@ -59,11 +59,11 @@ struct BwdSm90Traits {
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
   // The query tiles each head dim's registers allow: S^T and dP^T (block_m/2
   // each) next to dK and dV (head_dim/2 each; a quarter at 192 and 256) within 240
-  // per thread, and dQ in 64-column parts: 64 or 128 where both head dims
-  // are tiled as 64 (dQ over each warpgroup's own keys, or split by rows),
+  // per thread, and dQ in whole swizzle rows: 64 or 128 where both head dims
+  // are tiled as 32 or 64 (dQ over each warpgroup's own keys, or split by rows),
   // else 64 (split by columns).
   static bool block_m_allowed(int head_dim_qk, int head_dim_v, int block_m) {
-    return block_m == 64 || (block_m == 128 && widest_tile(head_dim_qk, head_dim_v) == 64);
+    return block_m == 64 || (block_m == 128 && widest_tile(head_dim_qk, head_dim_v) <= 64);
   }
   static int default_block_m(int head_dim_qk, int head_dim_v);
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,

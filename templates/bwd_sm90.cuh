@@ -12,7 +12,7 @@
 // head of the KV head's group (GQA sums there) and every query tile of
 // kBlockM rows that can see these keys (causal and window bounds skip the
 // rest). The two consumer warpgroups share the work one of two ways:
-//   own keys (tiled head dims 64 and 128, kBlockN = 128): each owns 64 of the
+//   own keys (tiled head dims 32 to 128, kBlockN = 128): each owns 64 of the
 //     keys, their S^T and dP^T over the whole query tile and their dK and
 //     dV over the whole head dim;
 //   split head dim (tiled 192 or 256, kBlockN = 64): both take the same 64
@@ -98,7 +98,7 @@ using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 // the ones it does not show whole.
 constexpr bool kBlockMap = Modifiers::kMask;
 
-// The tiled head dims (64, 128, 192 or 256; common/fwd_sm90_layout.cuh) of Q and
+// The tiled head dims (32, 64, 128, 192 or 256; common/fwd_sm90_layout.cuh) of Q and
 // K, and of V and dO (they may differ, e.g. 192/128): a problem's between
 // has zero columns past its own (TMA fills them), so S^T, dP^T and the
 // products keep them zero; dK, dV and dQ store and reduce only the
@@ -179,12 +179,12 @@ constexpr int kPSteps = kBlockM / 16;   // k16 steps of dV and dK
 //   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;
 //   columns   (kBlockM = 64, head dim 128 to 256): each half the head
 //             dim, over all keys;
-//   own keys  (kBlockM = 64, head dim 64): each the whole tile over its own
+//   own keys  (kBlockM = 64, head dim 32 or 64): each the whole tile over its own
 //             64 keys, both adding to the accumulator (twice the reductions,
 //             but no dS^T exchange: the warpgroups never wait for each other).
 // Each warpgroup's product is 64 x kDQN, whole swizzle columns of K.
 constexpr bool kDQSplitRows = kBlockM == 128;
-constexpr bool kDQOwnKeys = kBlockM == 64 && kHeadDim == 64;
+constexpr bool kDQOwnKeys = kBlockM == 64 && kHeadDim <= 64;
 constexpr int kDQN = kDQSplitRows || kDQOwnKeys ? kHeadDim : kHeadDim / 2;
 constexpr int kDQSteps = (kDQOwnKeys ? 64 : kBlockN) / 16;  // k16 steps (keys) of dQ
 constexpr int kDQRegisters = kDQN / 2;

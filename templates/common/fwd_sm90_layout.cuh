@@ -29,24 +29,29 @@ constexpr int sm90_forward_tile_head_dim(int head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
-// The head dim the sm90 backward tiles: 64, 128, 192 or 256, the shapes its
-// register tiles (dK and dV next to S^T and dP^T) and its dQ split were
+// The head dim the sm90 backward tiles: 32, 64, 128, 192 or 256, the shapes
+// its register tiles (dK and dV next to S^T and dP^T) and its dQ split were
 // written for. 192 (136..192, DeepSeek-V3's 192/128) rather than 256 saves
-// the dK, dV and dQ products a quarter of their columns.
+// the dK, dV and dQ products a quarter of their columns; 32 rather than 64
+// half of them.
 constexpr int sm90_backward_tile_head_dim(int head_dim) {
-  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
+  return head_dim <= 32    ? 32
+         : head_dim <= 64  ? 64
+         : head_dim <= 128 ? 128
+         : head_dim <= 192 ? 192
+                           : 256;
 }
 
 // The columns of one swizzle row of the sm90 backward's Q, K, V and dO tiles
 // (16-bit elements; the TMA boxes' inner extent and the wgmma descriptors'
-// swizzle): 64 (128-byte swizzle) except where a head dim is tiled as 192
-// and split between the two consumer warpgroups, whose halves of 96 columns
-// must start on a swizzle row: 32 (64-byte swizzle) there.
+// swizzle): 64 (128-byte swizzle) except where a head dim is tiled as 32
+// (one row of 64 bytes) or as 192 and split between the two consumer
+// warpgroups, whose halves of 96 columns must start on a swizzle row: 32
+// (64-byte swizzle) there.
 constexpr int sm90_backward_swizzle_columns(int head_dim_qk, int head_dim_v) {
-  return sm90_backward_tile_head_dim(head_dim_qk) == 192 ||
-                 sm90_backward_tile_head_dim(head_dim_v) == 192
-             ? 32
-             : 64;
+  const int qk = sm90_backward_tile_head_dim(head_dim_qk);
+  const int v = sm90_backward_tile_head_dim(head_dim_v);
+  return qk == 32 || v == 32 || qk == 192 || v == 192 ? 32 : 64;
 }
 
 // The head dims the sm90 kernels serve: TMA rows of whole 16 bytes, at most

@@ -264,6 +264,18 @@ std::vector<Case> sm90_cases() {
                    KernelConfig{KernelPath::sm90, 64, 64, 12, 3}});
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 333, 333, 160, 160, MaskKind::causal),
                    deterministic(sm90)});
+  // d=32's own tile (one 64-byte swizzle row): 128-query tiles (dQ split by
+  // rows), 64-query tiles (dQ over each warpgroup's own keys), beside a 64,
+  // masks, softcap, GQA, deterministic.
+  cases.push_back({make_problem(DType::bf16, 2, 6, 2, 333, 333, 32, 32, MaskKind::causal), sm90});
+  cases.push_back(
+      {make_problem(DType::fp16, 2, 4, 2, 300, 77, 32, 32, MaskKind::window, 70, 9, 30.f), sm90});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 203, 113, 32, 32, MaskKind::causal),
+                   KernelConfig{KernelPath::sm90, 64, 128, 12, 2}});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 257, 257, 32, 64, MaskKind::none), sm90});
+  cases.push_back({make_problem(DType::fp16, 2, 4, 4, 257, 190, 64, 32, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 333, 333, 32, 32, MaskKind::causal),
+                   deterministic(sm90)});
   return cases;
 }
 
@@ -346,6 +358,9 @@ TEST(BackwardDeterminism, Sm90DeterministicOwnKeysIsBitIdentical) {
   expect_bit_identical_runs(
       deterministic(KernelConfig{KernelPath::sm90}),
       make_problem(DType::fp16, 2, 8, 4, 700, 700, 64, 128, MaskKind::none));
+  expect_bit_identical_runs(
+      deterministic(KernelConfig{KernelPath::sm90, 64, 128, 12, 1}),
+      make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 32, 32, MaskKind::causal));
 }
 
 // The head-dim split at a 192-wide tile (each warpgroup's dQ half its own

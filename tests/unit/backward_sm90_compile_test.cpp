@@ -50,7 +50,7 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
   };
   std::vector<Case> cases;
   int i = 0;
-  for (int d : {64, 128, 192, 256})
+  for (int d : {32, 64, 128, 192, 256})
     for (const KernelConfig &c : BwdSm90Traits::search_space(d, d, max_smem_per_block(kSm90a)))
       for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
         for (bool softcap : {false, true}) {
@@ -63,8 +63,8 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
           p.softcap = softcap ? 30.f : 0.f;
           cases.push_back({p, c});
         }
-  // d=64: two query tiles; d=192: three stages; d=256: two.
-  ASSERT_EQ(cases.size(), (6u + 3 + 3 + 2) * 3 * 2);
+  // d=32 and 64: two query tiles; d=192: three stages; d=256: two.
+  ASSERT_EQ(cases.size(), (6u + 6 + 3 + 3 + 2) * 3 * 2);
   // Head dims between 64, 128 and 256 (tiled as the next; dK, dV and dQ cut
   // at the problem's columns), causal with softcap, their default tiles.
   for (int d : {32, 40, 72, 96, 160, 200}) {
@@ -122,7 +122,7 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     // Q/dO stage and 72 with two. More means a change grew the tiles.
     const int tiled =
         BwdSm90Traits::widest_tile(cases[j].problem.head_dim_qk, cases[j].problem.head_dim_v);
-    const bool wide = tiled == 64 && cases[j].config.block_m == 128;
+    const bool wide = tiled <= 64 && cases[j].config.block_m == 128;
     const bool split = tiled >= 192;
     const int allowed = wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24;
     EXPECT_LE(r.report.spill_store_bytes, allowed);
@@ -175,8 +175,8 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   EXPECT_EQ(kept.path, KernelPath::sm90);
   EXPECT_EQ(refusal(odd, kept, kSm90a),
             "backward kernel path sm90 is not available: head_dim=24: the sm90 backward serves "
-            "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128, "
-            "192 or 256); use sm80");
+            "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 32, 64, "
+            "128, 192 or 256); use sm80");
   // Head dims between 64, 128 and 256: the tiled dim's tiles, taken on
   // their own (checked on the H200, docs/PERF.md, thirteenth session).
   Problem between;
@@ -274,6 +274,22 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(sm90_backward_swizzle_columns(256, 192), 32);
   EXPECT_EQ(sm90_backward_swizzle_columns(256, 256), 64);
   EXPECT_EQ(sm90_backward_swizzle_columns(96, 128), 64);
+  // And wherever a head dim is tiled as 32 (one 64-byte row): d=32's own
+  // tile, 128-query tiles by default, dQ whole per warpgroup (split by rows).
+  EXPECT_EQ(sm90_backward_swizzle_columns(32, 32), 32);
+  EXPECT_EQ(sm90_backward_swizzle_columns(24, 64), 32);
+  auto d32 = BwdSm90Traits::make(32, 32, 128, 128, 12, 1, 0);
+  ASSERT_TRUE(bool(d32)) << llvm::toString(d32.takeError());
+  EXPECT_EQ(d32->tiled_head_dim(), 32);
+  EXPECT_TRUE(d32->dq_staged());
+  EXPECT_EQ(d32->smem_bytes(), 2 * 128 * 32 * 2 + 128 * 64 * 2 + 2 * 128 * 128 * 2 +
+                                   2 * 2 * 2 * 128 * 4 + 2 * 64 * 32 * 4 + 24 + 1024);
+  EXPECT_EQ(BwdSm90Traits::default_config(32, 32),
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
+  EXPECT_EQ(BwdSm90Traits::search_space(32, 32, 232448).size(), 6u);
+  EXPECT_EQ(BwdSm90Traits::unsupported_reason(32, 192),
+            "head_dim_qk=32, head_dim_v=192: the sm90 backward splits a head dim tiled as 192 "
+            "between its warpgroups, and then needs the other tiled as 128 or more (over 64)");
   EXPECT_EQ(BwdSm90Traits::default_config(192, 128),
             (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
   EXPECT_EQ(BwdSm90Traits::default_config(64, 128),
