@@ -31,7 +31,7 @@ static int unstaged_smem_bytes(const BwdSm90Traits &t) {
 // take their own keys (tiled 64 with block_m 64), else half of it.
 static int dq_stage_bytes(const BwdSm90Traits &t) {
   const int d = t.tiled_head_dim();
-  const bool whole = t.block_m == 128 || (t.block_m == 64 && d <= 64);
+  const bool whole = t.block_m == 128 || sm90_backward_dq_own_keys(t.head_dim, t.block_m);
   return 2 * 64 * (whole ? d : d / 2) * 4;
 }
 
@@ -45,7 +45,7 @@ int BwdSm90Traits::smem_bytes() const {
 
 std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (std::string why =
-          sm90_head_dims_reason("the sm90 backward", "32, 64, 128, 192 or 256", head_dim_qk,
+          sm90_head_dims_reason("the sm90 backward", "32, 64, 96, 128, 192 or 256", head_dim_qk,
                                 head_dim_v);
       !why.empty())
     return why;

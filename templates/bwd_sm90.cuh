@@ -179,12 +179,12 @@ constexpr int kPSteps = kBlockM / 16;   // k16 steps of dV and dK
 //   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;
 //   columns   (kBlockM = 64, head dim 128 to 256): each half the head
 //             dim, over all keys;
-//   own keys  (kBlockM = 64, head dim 32 or 64): each the whole tile over its own
+//   own keys  (kBlockM = 64, head dim 32, 64 or 96): each the whole tile over its own
 //             64 keys, both adding to the accumulator (twice the reductions,
 //             but no dS^T exchange: the warpgroups never wait for each other).
 // Each warpgroup's product is 64 x kDQN, whole swizzle columns of K.
 constexpr bool kDQSplitRows = kBlockM == 128;
-constexpr bool kDQOwnKeys = kBlockM == 64 && kHeadDim <= 64;
+constexpr bool kDQOwnKeys = sm90_backward_dq_own_keys(kHeadDimQK, kBlockM);
 constexpr int kDQN = kDQSplitRows || kDQOwnKeys ? kHeadDim : kHeadDim / 2;
 constexpr int kDQSteps = (kDQOwnKeys ? 64 : kBlockN) / 16;  // k16 steps (keys) of dQ
 constexpr int kDQRegisters = kDQN / 2;

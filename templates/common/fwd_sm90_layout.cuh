@@ -29,14 +29,15 @@ constexpr int sm90_forward_tile_head_dim(int head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
-// The head dim the sm90 backward tiles: 32, 64, 128, 192 or 256, the shapes
-// its register tiles (dK and dV next to S^T and dP^T) and its dQ split were
-// written for. 192 (136..192, DeepSeek-V3's 192/128) rather than 256 saves
-// the dK, dV and dQ products a quarter of their columns; 32 rather than 64
-// half of them.
+// The head dim the sm90 backward tiles: 32, 64, 96, 128, 192 or 256, the
+// shapes its register tiles (dK and dV next to S^T and dP^T) and its dQ
+// split were written for. 192 (136..192, DeepSeek-V3's 192/128) rather than
+// 256 saves the dK, dV and dQ products a quarter of their columns, 96 rather
+// than 128 a quarter, 32 rather than 64 half.
 constexpr int sm90_backward_tile_head_dim(int head_dim) {
   return head_dim <= 32    ? 32
          : head_dim <= 64  ? 64
+         : head_dim <= 96  ? 96
          : head_dim <= 128 ? 128
          : head_dim <= 192 ? 192
                            : 256;
@@ -45,13 +46,25 @@ constexpr int sm90_backward_tile_head_dim(int head_dim) {
 // The columns of one swizzle row of the sm90 backward's Q, K, V and dO tiles
 // (16-bit elements; the TMA boxes' inner extent and the wgmma descriptors'
 // swizzle): 64 (128-byte swizzle) except where a head dim is tiled as 32
-// (one row of 64 bytes) or as 192 and split between the two consumer
-// warpgroups, whose halves of 96 columns must start on a swizzle row: 32
-// (64-byte swizzle) there.
+// (one row of 64 bytes), 96 (three), or 192 and split between the two
+// consumer warpgroups, whose halves of 96 columns must start on a swizzle
+// row: 32 (64-byte swizzle) there.
 constexpr int sm90_backward_swizzle_columns(int head_dim_qk, int head_dim_v) {
   const int qk = sm90_backward_tile_head_dim(head_dim_qk);
   const int v = sm90_backward_tile_head_dim(head_dim_v);
-  return qk == 32 || v == 32 || qk == 192 || v == 192 ? 32 : 64;
+  auto narrow = [](int tiled) { return tiled == 32 || tiled == 96 || tiled == 192; };
+  return narrow(qk) || narrow(v) ? 32 : 64;
+}
+
+// Whether the sm90 backward's consumer warpgroups each compute dQ's whole
+// tile over their own 64 keys (both adding it to the accumulator: twice the
+// reductions, no exchange of dS^T) rather than halves of its columns over
+// all keys: at 64-query tiles where Q/K are tiled as 32 or 64 (halves would
+// be under one swizzle row), or as 96 (halves of 48 columns would not start
+// on one).
+constexpr bool sm90_backward_dq_own_keys(int head_dim_qk, int block_m) {
+  const int tiled = sm90_backward_tile_head_dim(head_dim_qk);
+  return block_m == 64 && (tiled <= 64 || tiled == 96);
 }
 
 // The head dims the sm90 kernels serve: TMA rows of whole 16 bytes, at most

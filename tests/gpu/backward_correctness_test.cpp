@@ -264,6 +264,11 @@ std::vector<Case> sm90_cases() {
                    KernelConfig{KernelPath::sm90, 64, 64, 12, 3}});
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 333, 333, 160, 160, MaskKind::causal),
                    deterministic(sm90)});
+  // Tiles 96 wide (three 64-byte swizzle rows, dQ over each warpgroup's own
+  // keys): beside 128 and 64, two stages, GQA.
+  cases.push_back({make_problem(DType::bf16, 2, 6, 2, 300, 300, 128, 96, MaskKind::causal), sm90});
+  cases.push_back({make_problem(DType::fp16, 2, 4, 2, 203, 113, 88, 64, MaskKind::none),
+                   KernelConfig{KernelPath::sm90, 64, 128, 12, 2}});
   // d=32's own tile (one 64-byte swizzle row): 128-query tiles (dQ split by
   // rows), 64-query tiles (dQ over each warpgroup's own keys), beside a 64,
   // masks, softcap, GQA, deterministic.

@@ -176,7 +176,7 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   EXPECT_EQ(refusal(odd, kept, kSm90a),
             "backward kernel path sm90 is not available: head_dim=24: the sm90 backward serves "
             "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 32, 64, "
-            "128, 192 or 256); use sm80");
+            "96, 128, 192 or 256); use sm80");
   // Head dims between 64, 128 and 256: the tiled dim's tiles, taken on
   // their own (checked on the H200, docs/PERF.md, thirteenth session).
   Problem between;
@@ -273,7 +273,19 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(sm90_backward_swizzle_columns(128, 152), 32);
   EXPECT_EQ(sm90_backward_swizzle_columns(256, 192), 32);
   EXPECT_EQ(sm90_backward_swizzle_columns(256, 256), 64);
-  EXPECT_EQ(sm90_backward_swizzle_columns(96, 128), 64);
+  EXPECT_EQ(sm90_backward_swizzle_columns(104, 128), 64);
+  EXPECT_EQ(sm90_backward_swizzle_columns(64, 256), 64);
+  // 96 (72..96): three rows of 32, dQ over each warpgroup's own keys.
+  EXPECT_EQ(sm90_backward_swizzle_columns(96, 128), 32);
+  EXPECT_EQ(sm90_backward_swizzle_columns(128, 72), 32);
+  EXPECT_TRUE(sm90_backward_dq_own_keys(80, 64));
+  EXPECT_FALSE(sm90_backward_dq_own_keys(128, 64));
+  EXPECT_FALSE(sm90_backward_dq_own_keys(64, 128));
+  auto d96 = BwdSm90Traits::make(96, 96, 64, 128, 12, 1, 0);
+  ASSERT_TRUE(bool(d96)) << llvm::toString(d96.takeError());
+  EXPECT_EQ(d96->tiled_head_dim(), 96);
+  EXPECT_EQ(d96->smem_bytes(), 2 * 128 * 96 * 2 + 2 * 64 * 96 * 2 + 2 * 128 * 64 * 2 +
+                                   2 * 2 * 2 * 64 * 4 + 2 * 64 * 96 * 4 + 24 + 1024);
   // And wherever a head dim is tiled as 32 (one 64-byte row): d=32's own
   // tile, 128-query tiles by default, dQ whole per warpgroup (split by rows).
   EXPECT_EQ(sm90_backward_swizzle_columns(32, 32), 32);

@@ -490,8 +490,8 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
        "use sm80"},
       {{"gen", "--arch", "sm_90a", "--path", "sm90", "--pass", "bwd", "--hdim", "16"},
        "backward kernel path sm90 is not available: head_dim=16: the sm90 backward serves head "
-       "dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 128, "
-       "192 or 256); use sm80"},
+       "dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 96, "
+       "128, 192 or 256); use sm80"},
       {{"gen", "--arch", "sm_80", "--path", "sm90"},
        "kernel path sm90 needs an sm_90a target (wgmma, setmaxnreg, TMA), not sm_80: use sm80"},
       {{"gen", "--arch", "sm_80", "--block-m", "-64"},

@@ -224,7 +224,8 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       {{"--pass", "bwd", "--hdim", "24"},
        "bwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w8_s2_sm_90a",
        "sm80 family: head_dim=24: the sm90 backward serves head dims that are multiples of 8 "
-       "from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 128, 192 or 256)"},
+       "from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 96, 128, 192 or "
+       "256)"},
       {{"--pass", "bwd", "--hdim", "256"},
        "bwd_sm90_bf16_hdqk256_hdv256_none_nocap_bm64_bn64_w12_s1_sm_90a",
        ""},
@@ -234,7 +235,8 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       {{"--pass", "bwd", "--deterministic", "--hdim", "24"},
        "bwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w8_s2_det_sm_90a",
        "sm80 family: head_dim=24: the sm90 backward serves head dims that are multiples of 8 "
-       "from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 128, 192 or 256)"},
+       "from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 96, 128, 192 or "
+       "256)"},
       {{"--pass", "bwd"}, "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a", ""},
   };
   for (const Case &c : cases) {
