@@ -267,17 +267,16 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
                                     2 * 2 * 2 * 32 * 4 + 2 * 64 * 96 * 4 + 40 + 1024);
   EXPECT_EQ(BwdSm90Traits::search_space(192, 192, 232448).size(), 3u);
   EXPECT_FALSE(BwdSm90Traits::make(192, 192, 64, 64, 12, 3, 0)->dq_staged());
-  // Their swizzle rows: 32 columns (64 bytes) wherever a tile is 192 wide,
-  // so each warpgroup's 96 columns start on one; else 64 (128 bytes).
-  EXPECT_EQ(sm90_backward_swizzle_columns(192, 128), 32);
-  EXPECT_EQ(sm90_backward_swizzle_columns(128, 152), 32);
-  EXPECT_EQ(sm90_backward_swizzle_columns(256, 192), 32);
-  EXPECT_EQ(sm90_backward_swizzle_columns(256, 256), 64);
-  EXPECT_EQ(sm90_backward_swizzle_columns(104, 128), 64);
-  EXPECT_EQ(sm90_backward_swizzle_columns(64, 256), 64);
-  // 96 (72..96): three rows of 32, dQ over each warpgroup's own keys.
-  EXPECT_EQ(sm90_backward_swizzle_columns(96, 128), 32);
-  EXPECT_EQ(sm90_backward_swizzle_columns(128, 72), 32);
+  // Swizzle rows of 32 columns (64 bytes) wherever a tile is 32 (one row),
+  // 96 (three; dQ over each warpgroup's own keys) or 192 wide (each
+  // warpgroup's 96 columns start on one); else 64 (128 bytes).
+  const struct {
+    int qk, v, columns;
+  } rows[] = {{192, 128, 32}, {128, 152, 32}, {256, 192, 32}, {256, 256, 64},
+              {104, 128, 64}, {64, 256, 64},  {96, 128, 32},  {128, 72, 32},
+              {32, 32, 32},   {24, 64, 32}};
+  for (const auto &r : rows)
+    EXPECT_EQ(sm90_backward_swizzle_columns(r.qk, r.v), r.columns) << r.qk << "/" << r.v;
   EXPECT_TRUE(sm90_backward_dq_own_keys(80, 64));
   EXPECT_FALSE(sm90_backward_dq_own_keys(128, 64));
   EXPECT_FALSE(sm90_backward_dq_own_keys(64, 128));
@@ -286,10 +285,8 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(d96->tiled_head_dim(), 96);
   EXPECT_EQ(d96->smem_bytes(), 2 * 128 * 96 * 2 + 2 * 64 * 96 * 2 + 2 * 128 * 64 * 2 +
                                    2 * 2 * 2 * 64 * 4 + 2 * 64 * 96 * 4 + 24 + 1024);
-  // And wherever a head dim is tiled as 32 (one 64-byte row): d=32's own
-  // tile, 128-query tiles by default, dQ whole per warpgroup (split by rows).
-  EXPECT_EQ(sm90_backward_swizzle_columns(32, 32), 32);
-  EXPECT_EQ(sm90_backward_swizzle_columns(24, 64), 32);
+  // d=32's own tile: 128-query tiles by default, dQ whole per warpgroup
+  // (split by rows).
   auto d32 = BwdSm90Traits::make(32, 32, 128, 128, 12, 1, 0);
   ASSERT_TRUE(bool(d32)) << llvm::toString(d32.takeError());
   EXPECT_EQ(d32->tiled_head_dim(), 32);
