@@ -31,7 +31,8 @@ static int unstaged_smem_bytes(const BwdSm90Traits &t) {
 // take their own keys (tiled 64 with block_m 64), else half of it.
 static int dq_stage_bytes(const BwdSm90Traits &t) {
   const int d = t.tiled_head_dim();
-  const bool whole = t.block_m == 128 || sm90_backward_dq_own_keys(t.head_dim, t.block_m);
+  const bool whole =
+      t.block_m == 128 || sm90_backward_dq_own_keys(t.head_dim, t.v_dim(), t.block_m);
   return 2 * 64 * (whole ? d : d / 2) * 4;
 }
 
@@ -54,8 +55,8 @@ std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   // or 64 beside a 192 or a 256.
   const int widest = widest_tile(head_dim_qk, head_dim_v);
   if (widest >= 192 &&
-      std::min(sm90_backward_tile_head_dim(head_dim_qk), sm90_backward_tile_head_dim(head_dim_v)) <=
-          64)
+      std::min(sm90_backward_tile_head_dim(head_dim_qk, head_dim_v),
+               sm90_backward_tile_head_dim(head_dim_v, head_dim_qk)) <= 64)
     return llvm::formatv(
         "head_dim_qk={0}, head_dim_v={1}: the sm90 backward splits a head dim tiled as {2} "
         "between its warpgroups, and then needs the other tiled as 128 or more (over 64)",

@@ -30,8 +30,9 @@ struct BwdSm90Traits {
   // The wider of the two tiled head dims: it sets the key tile, the split
   // and the query tiles.
   static int widest_tile(int head_dim_qk, int head_dim_v) {
-    const int qk = sm90_backward_tile_head_dim(head_dim_qk);
-    const int v = sm90_backward_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim_qk);
+    const int dv = head_dim_v > 0 ? head_dim_v : head_dim_qk;
+    const int qk = sm90_backward_tile_head_dim(head_dim_qk, dv);
+    const int v = sm90_backward_tile_head_dim(dv, head_dim_qk);
     return qk > v ? qk : v;
   }
   // The two consumer warpgroups own 64 keys each (128 per CTA) or, where a
@@ -42,9 +43,9 @@ struct BwdSm90Traits {
     return widest_tile(head_dim_qk, head_dim_v) >= 192 ? 64 : 128;
   }
   int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
-  int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim); }
-  int tiled_head_dim_v() const { return sm90_backward_tile_head_dim(v_dim()); }
-  bool splits_head_dim() const { return widest_tile(head_dim, head_dim_v) >= 192; }
+  int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim, v_dim()); }
+  int tiled_head_dim_v() const { return sm90_backward_tile_head_dim(v_dim(), head_dim); }
+  bool splits_head_dim() const { return sm90_backward_splits_head_dim(head_dim, v_dim()); }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
   // each consumer warpgroup's dQ part when staged; the mbarriers; slack to

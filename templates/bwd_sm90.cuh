@@ -103,12 +103,12 @@ constexpr bool kBlockMap = Modifiers::kMask;
 // has zero columns past its own (TMA fills them), so S^T, dP^T and the
 // products keep them zero; dK, dV and dQ store and reduce only the
 // problem's columns.
-constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK);
-constexpr int kHeadDimVTile = sm90_backward_tile_head_dim(kHeadDimV);
+constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK, kHeadDimV);
+constexpr int kHeadDimVTile = sm90_backward_tile_head_dim(kHeadDimV, kHeadDimQK);
 constexpr int kThreads = kWarps * 32;
 constexpr int kConsumerWarps = 8;
 // The head-dim split wherever either tile is 192 or 256 wide.
-constexpr bool kSplitHeadDim = kHeadDim >= 192 || kHeadDimVTile >= 192;
+constexpr bool kSplitHeadDim = sm90_backward_splits_head_dim(kHeadDimQK, kHeadDimV);
 // Q, K, V and dO as swizzle rows of kAtomCols columns (64: 128 bytes; 32,
 // where a tile is 192 wide: 64 bytes, so that each warpgroup's 96 columns
 // start on a row) in 8-row atoms of kAtomBytes.
@@ -184,7 +184,7 @@ constexpr int kPSteps = kBlockM / 16;   // k16 steps of dV and dK
 //             but no dS^T exchange: the warpgroups never wait for each other).
 // Each warpgroup's product is 64 x kDQN, whole swizzle columns of K.
 constexpr bool kDQSplitRows = kBlockM == 128;
-constexpr bool kDQOwnKeys = sm90_backward_dq_own_keys(kHeadDimQK, kBlockM);
+constexpr bool kDQOwnKeys = sm90_backward_dq_own_keys(kHeadDimQK, kHeadDimV, kBlockM);
 constexpr int kDQN = kDQSplitRows || kDQOwnKeys ? kHeadDim : kHeadDim / 2;
 constexpr int kDQSteps = (kDQOwnKeys ? 64 : kBlockN) / 16;  // k16 steps (keys) of dQ
 constexpr int kDQRegisters = kDQN / 2;

@@ -29,18 +29,28 @@ constexpr int sm90_forward_tile_head_dim(int head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
-// The head dim the sm90 backward tiles: 32, 64, 96, 128, 192 or 256, the
-// shapes its register tiles (dK and dV next to S^T and dP^T) and its dQ
-// split were written for. 192 (136..192, DeepSeek-V3's 192/128) rather than
-// 256 saves the dK, dV and dQ products a quarter of their columns, 96 rather
-// than 128 a quarter, 32 rather than 64 half.
-constexpr int sm90_backward_tile_head_dim(int head_dim) {
-  return head_dim <= 32    ? 32
-         : head_dim <= 64  ? 64
-         : head_dim <= 96  ? 96
-         : head_dim <= 128 ? 128
-         : head_dim <= 192 ? 192
-                           : 256;
+// The head dim the sm90 backward tiles, `head_dim` beside the pair's
+// `other` (Q/K beside V/dO, or the other way round): 32, 64, 96, 128, 192
+// or 256, the shapes its register tiles (dK and dV next to S^T and dP^T)
+// and its dQ split were written for. 192 (136..192, DeepSeek-V3's 192/128)
+// rather than 256 saves the dK, dV and dQ products a quarter of their
+// columns, 96 rather than 128 a quarter, 32 rather than 64 half. Beside a
+// tile of 192 or 256 (the head-dim split: each consumer warpgroup takes
+// half of both) a 96 is tiled as 128, whose halves are whole swizzle rows.
+constexpr int sm90_backward_tile_head_dim(int head_dim, int other) {
+  auto alone = [](int d) {
+    return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
+  };
+  const int tiled = alone(head_dim);
+  return tiled == 96 && alone(other) >= 192 ? 128 : tiled;
+}
+
+// Whether the sm90 backward splits the head dims between its consumer
+// warpgroups (64 shared keys; bwd_sm90.cuh): where either is tiled as 192
+// or 256.
+constexpr bool sm90_backward_splits_head_dim(int head_dim_qk, int head_dim_v) {
+  return sm90_backward_tile_head_dim(head_dim_qk, head_dim_v) >= 192 ||
+         sm90_backward_tile_head_dim(head_dim_v, head_dim_qk) >= 192;
 }
 
 // The columns of one swizzle row of the sm90 backward's Q, K, V and dO tiles
@@ -50,8 +60,8 @@ constexpr int sm90_backward_tile_head_dim(int head_dim) {
 // consumer warpgroups, whose halves of 96 columns must start on a swizzle
 // row: 32 (64-byte swizzle) there.
 constexpr int sm90_backward_swizzle_columns(int head_dim_qk, int head_dim_v) {
-  const int qk = sm90_backward_tile_head_dim(head_dim_qk);
-  const int v = sm90_backward_tile_head_dim(head_dim_v);
+  const int qk = sm90_backward_tile_head_dim(head_dim_qk, head_dim_v);
+  const int v = sm90_backward_tile_head_dim(head_dim_v, head_dim_qk);
   auto narrow = [](int tiled) { return tiled == 32 || tiled == 96 || tiled == 192; };
   return narrow(qk) || narrow(v) ? 32 : 64;
 }
@@ -59,12 +69,13 @@ constexpr int sm90_backward_swizzle_columns(int head_dim_qk, int head_dim_v) {
 // Whether the sm90 backward's consumer warpgroups each compute dQ's whole
 // tile over their own 64 keys (both adding it to the accumulator: twice the
 // reductions, no exchange of dS^T) rather than halves of its columns over
-// all keys: at 64-query tiles where Q/K are tiled as 32 or 64 (halves would
-// be under one swizzle row), or as 96 (halves of 48 columns would not start
-// on one).
-constexpr bool sm90_backward_dq_own_keys(int head_dim_qk, int block_m) {
-  const int tiled = sm90_backward_tile_head_dim(head_dim_qk);
-  return block_m == 64 && (tiled <= 64 || tiled == 96);
+// all keys: at 64-query tiles of warpgroups that own their keys (no
+// head-dim split) where Q/K are tiled as 32 or 64 (halves would be under
+// one swizzle row), or as 96 (halves of 48 columns would not start on one).
+constexpr bool sm90_backward_dq_own_keys(int head_dim_qk, int head_dim_v, int block_m) {
+  const int tiled = sm90_backward_tile_head_dim(head_dim_qk, head_dim_v);
+  return block_m == 64 && !sm90_backward_splits_head_dim(head_dim_qk, head_dim_v) &&
+         (tiled <= 64 || tiled == 96);
 }
 
 // The head dims the sm90 kernels serve: TMA rows of whole 16 bytes, at most

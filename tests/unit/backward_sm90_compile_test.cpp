@@ -130,6 +130,43 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
   }
 }
 
+// Every pair of tile classes (32, 64, 96, 128, 192, 256 for Q/K and for
+// V/dO, at head dims between them): what the host serves compiles with the
+// default tiles, what it refuses is a narrow tile beside the head-dim split
+// (a 96 there is tiled as 128: its halves would not be whole swizzle rows).
+TEST(BackwardSm90Compile, EveryTilePairTheHostServesCompiles) {
+  const int dims[] = {32, 56, 88, 120, 176, 248};
+  std::vector<Problem> served;
+  for (int dq : dims)
+    for (int dv : dims) {
+      const std::string why = BwdSm90Traits::unsupported_reason(dq, dv);
+      const bool narrow_beside_split = std::min(dq, dv) <= 64 && std::max(dq, dv) > 128;
+      EXPECT_EQ(why.empty(), !narrow_beside_split) << dq << "/" << dv << ": " << why;
+      if (!why.empty()) continue;
+      Problem p;
+      p.head_dim_qk = dq;
+      p.head_dim_v = dv;
+      p.mask = MaskKind::causal;
+      served.push_back(p);
+    }
+  ASSERT_EQ(served.size(), 28u);
+  std::vector<Compiled> results(served.size());
+  {
+    llvm::ThreadPool pool(llvm::hardware_concurrency());
+    for (size_t j = 0; j < served.size(); ++j)
+      pool.async([&, j] {
+        results[j] = compile(served[j], BwdSm90Traits::default_config(served[j].head_dim_qk,
+                                                                      served[j].head_dim_v));
+      });
+    pool.wait();
+  }
+  for (size_t j = 0; j < served.size(); ++j) {
+    SCOPED_TRACE(describe(served[j]) + " " + results[j].id);
+    EXPECT_EQ(results[j].error, "");
+    EXPECT_LE(results[j].report.spill_store_bytes, 32);
+  }
+}
+
 // Why make_backward_spec refuses (empty: it does not).
 std::string refusal(const Problem &problem, const KernelConfig &config, const TargetArch &arch) {
   auto spec = make_backward_spec(problem, config, arch);
@@ -277,9 +314,15 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
               {32, 32, 32},   {24, 64, 32}};
   for (const auto &r : rows)
     EXPECT_EQ(sm90_backward_swizzle_columns(r.qk, r.v), r.columns) << r.qk << "/" << r.v;
-  EXPECT_TRUE(sm90_backward_dq_own_keys(80, 64));
-  EXPECT_FALSE(sm90_backward_dq_own_keys(128, 64));
-  EXPECT_FALSE(sm90_backward_dq_own_keys(64, 128));
+  EXPECT_TRUE(sm90_backward_dq_own_keys(80, 80, 64));
+  EXPECT_FALSE(sm90_backward_dq_own_keys(128, 128, 64));
+  EXPECT_FALSE(sm90_backward_dq_own_keys(64, 64, 128));
+  // A 96 beside a 192 or 256 (the head-dim split) is tiled as 128.
+  EXPECT_EQ(sm90_backward_tile_head_dim(96, 192), 128);
+  EXPECT_EQ(sm90_backward_tile_head_dim(72, 256), 128);
+  EXPECT_EQ(sm90_backward_tile_head_dim(96, 128), 96);
+  EXPECT_EQ(sm90_backward_swizzle_columns(96, 256), 64);
+  EXPECT_FALSE(sm90_backward_dq_own_keys(96, 200, 64));
   auto d96 = BwdSm90Traits::make(96, 96, 64, 128, 12, 1, 0);
   ASSERT_TRUE(bool(d96)) << llvm::toString(d96.takeError());
   EXPECT_EQ(d96->tiled_head_dim(), 96);
