@@ -50,7 +50,7 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
   };
   std::vector<Case> cases;
   int i = 0;
-  for (int d : {32, 64, 128, 192, 256})
+  for (int d : {64, 128, 256})
     for (const KernelConfig &c : BwdSm90Traits::search_space(d, d, max_smem_per_block(kSm90a)))
       for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
         for (bool softcap : {false, true}) {
@@ -63,8 +63,23 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
           p.softcap = softcap ? 30.f : 0.f;
           cases.push_back({p, c});
         }
-  // d=32 and 64: two query tiles; d=192: three stages; d=256: two.
-  ASSERT_EQ(cases.size(), (6u + 6 + 3 + 3 + 2) * 3 * 2);
+  // d=64: two query tiles; d=256: two stages.
+  ASSERT_EQ(cases.size(), (6u + 3 + 2) * 3 * 2);
+  // The 64-byte-swizzled tiles (32 and 192 wide; CI's time): every config
+  // under the costliest mask, a window with the softcap's tanh live.
+  for (int d : {32, 192})
+    for (const KernelConfig &c : BwdSm90Traits::search_space(d, d, max_smem_per_block(kSm90a))) {
+      Problem p;
+      p.head_dim_qk = p.head_dim_v = d;
+      p.dtype = i++ % 2 ? DType::fp16 : DType::bf16;
+      p.mask = MaskKind::window;
+      p.window_left = 100;
+      p.window_right = 3;
+      p.softcap = 30.f;
+      cases.push_back({p, c});
+    }
+  // d=32: two query tiles x three stages; d=192: three stages.
+  ASSERT_EQ(cases.size(), (6u + 3 + 2) * 3 * 2 + 6 + 3);
   // Head dims between 64, 128 and 256 (tiled as the next; dK, dV and dQ cut
   // at the problem's columns), causal with softcap, their default tiles.
   for (int d : {32, 40, 72, 96, 160, 200}) {
