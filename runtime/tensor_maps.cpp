@@ -14,7 +14,7 @@ namespace {
 constexpr int kElementBytes = 2;
 // Box inner extent: 64 16-bit elements = 128 bytes, the most a 128-byte
 // swizzle allows and exactly one swizzle row of the kernel's tiles (the
-// backward's may be 32 columns, 64-byte swizzled: BoxSwizzle).
+// backward's may be 32 columns, 64-byte swizzled: encode's box_columns).
 constexpr int kBoxColumns = 64;
 // Query rows per TMA box: one consumer warpgroup's rows (fwd_sm90.cuh).
 constexpr int kQBoxRows = 64;

@@ -35,7 +35,7 @@
 //   dQ   = dS K                          SS with both operands MN-major: dS^T
 //          goes to shared memory; the warpgroups split dQ's tile (by query
 //          rows when kBlockM = 128, by head-dim halves at d=128-256
-//          with 64, or each over its own keys at d=64 with 64) and add it
+//          with 64, or each over its own keys at d=32-96 with 64) and add it
 //          to the accumulator: through a shared buffer that the TMA unit
 //          reduce-adds (where shared memory has room, see kDQStaged), else
 //          with vectorised fp32 reductions.
@@ -98,11 +98,11 @@ using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 // the ones it does not show whole.
 constexpr bool kBlockMap = Modifiers::kMask;
 
-// The tiled head dims (32, 64, 128, 192 or 256; common/fwd_sm90_layout.cuh) of Q and
-// K, and of V and dO (they may differ, e.g. 192/128): a problem's between
-// has zero columns past its own (TMA fills them), so S^T, dP^T and the
-// products keep them zero; dK, dV and dQ store and reduce only the
-// problem's columns.
+// The tiled head dims (32, 64, 96, 128, 192 or 256;
+// common/fwd_sm90_layout.cuh) of Q and K, and of V and dO (they may differ,
+// e.g. 192/128): a problem's between has zero columns past its own (TMA
+// fills them), so S^T, dP^T and the products keep them zero; dK, dV and dQ
+// store and reduce only the problem's columns.
 constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK, kHeadDimV);
 constexpr int kHeadDimVTile = sm90_backward_tile_head_dim(kHeadDimV, kHeadDimQK);
 constexpr int kThreads = kWarps * 32;
@@ -110,8 +110,8 @@ constexpr int kConsumerWarps = 8;
 // The head-dim split wherever either tile is 192 or 256 wide.
 constexpr bool kSplitHeadDim = sm90_backward_splits_head_dim(kHeadDimQK, kHeadDimV);
 // Q, K, V and dO as swizzle rows of kAtomCols columns (64: 128 bytes; 32,
-// where a tile is 192 wide: 64 bytes, so that each warpgroup's 96 columns
-// start on a row) in 8-row atoms of kAtomBytes.
+// where a tile is 32, 96 or 192 wide: 64 bytes, so that a 192's halves of
+// 96 columns start on a row) in 8-row atoms of kAtomBytes.
 constexpr int kAtomCols = sm90_backward_swizzle_columns(kHeadDimQK, kHeadDimV);
 constexpr int kColBlocks = kHeadDim / kAtomCols;        // swizzle columns of Q, K
 constexpr int kVColBlocks = kHeadDimVTile / kAtomCols;  // and of V, dO
@@ -242,10 +242,9 @@ static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegister
               "the consumers' setmaxnreg.inc would wait for registers nobody frees");
 static_assert(kSmemUsed + kSmemAlign <= kSmemLimit, "shared memory exceeds sm_90's 227 KB");
 
-// A wgmma descriptor of Q, K, V or dO in their swizzle (kAtomCols).
+// A wgmma descriptor of Q, K, V or dO, in their swizzle rows.
 __device__ __forceinline__ u64 qkv_descriptor(u32 addr, u32 lbo, u32 sbo) {
-  if constexpr (kAtomCols == 64) return smem_descriptor_sw128(addr, lbo, sbo);
-  return smem_descriptor_sw64(addr, lbo, sbo);
+  return smem_descriptor_swizzled<kRowBytes>(addr, lbo, sbo);
 }
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -564,8 +563,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 #pragma unroll
         for (int cb = 0; cb < kMaxColBlocks; ++cb) {
           if (cb < kColBlocks)
-            tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * kAtomCols, q_row0 + m0,
-                        head, outer);
+            tma_load_4d(q_dst + cb * kQColBlockBytes, &tma_q, full(stage), cb * kAtomCols,
+                        q_row0 + m0, head, outer);
           if (cb < kVColBlocks)
             tma_load_4d(do_dst + cb * kQColBlockBytes, &tma_do, full(stage), cb * kAtomCols,
                         q_row0 + m0, head, outer);

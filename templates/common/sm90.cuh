@@ -173,14 +173,17 @@ __device__ __forceinline__ void wgmma_fence_operands(u32 (&d)[N]) {
 // LBO = bytes between 64-element column blocks, SBO = 1024 between 8-row
 // (k) groups. A k-step inside a 128-byte row moves the start address by its
 // unswizzled byte offset: the hardware applies the swizzle to the address.
-__device__ __forceinline__ u64 smem_descriptor_sw128(u32 addr, u32 lbo_bytes, u32 sbo_bytes) {
+// The same over rows of kRowBytes (128, or 64: 8-row atoms of 512 bytes,
+// swizzle 2).
+template <int kRowBytes>
+__device__ __forceinline__ u64 smem_descriptor_swizzled(u32 addr, u32 lbo_bytes, u32 sbo_bytes) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "128- or 64-byte swizzle rows");
+  constexpr u64 kSwizzle = kRowBytes == 128 ? 1 : 2;
   return static_cast<u64>((addr & 0x3ffff) >> 4) | (static_cast<u64>(lbo_bytes >> 4) << 16) |
-         (static_cast<u64>(sbo_bytes >> 4) << 32) | (1ull << 62);
+         (static_cast<u64>(sbo_bytes >> 4) << 32) | (kSwizzle << 62);
 }
-// The same over 64-byte swizzled rows (8-row atoms of 512 bytes).
-__device__ __forceinline__ u64 smem_descriptor_sw64(u32 addr, u32 lbo_bytes, u32 sbo_bytes) {
-  return static_cast<u64>((addr & 0x3ffff) >> 4) | (static_cast<u64>(lbo_bytes >> 4) << 16) |
-         (static_cast<u64>(sbo_bytes >> 4) << 32) | (2ull << 62);
+__device__ __forceinline__ u64 smem_descriptor_sw128(u32 addr, u32 lbo_bytes, u32 sbo_bytes) {
+  return smem_descriptor_swizzled<128>(addr, lbo_bytes, sbo_bytes);
 }
 
 // ---- registers and barriers --------------------------------------------------
