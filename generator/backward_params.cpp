@@ -13,8 +13,9 @@ size_t backward_workspace_bytes(const Problem &p, int64_t total_q) {
   const size_t rows = static_cast<size_t>(forward_lse_rows(p, total_q));
   // The dQ accumulator first (16-byte aligned rows of head_dim_qk floats,
   // head_dim_qk a multiple of 8), then D, then the deterministic sm90
-  // backward's dQ semaphores (an int per row; BwdParams::dq_semaphore).
-  return rows * static_cast<size_t>(p.head_dim_qk) * 4 + rows * 4 + rows * 4;
+  // backward's dQ semaphores (an int per row; BwdParams::dq_semaphore), then
+  // the sm90 kernel's work counter (BwdParams::work_counter).
+  return rows * static_cast<size_t>(p.head_dim_qk) * 4 + rows * 4 + rows * 4 + 4;
 }
 
 BackwardArgs BackwardArgs::packed(const Problem &p, const void *q, const void *k, const void *v,
@@ -61,6 +62,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
   p.dq_accum = static_cast<float *>(args.workspace);
   p.dsum = p.dq_accum + rows * static_cast<size_t>(problem.head_dim_qk);
   p.dq_semaphore = reinterpret_cast<int *>(p.dsum + rows);
+  p.work_counter = p.dq_semaphore + rows;
   set_strides(args.q_strides, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
   set_strides(args.k_strides, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   set_strides(args.v_strides, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
@@ -86,6 +88,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
   p.batch = static_cast<int>(problem.batch);
   p.dispatch_section = BwdSm90Traits::dispatch_section(
       problem, args.modifiers && !args.modifiers->mask_mod.empty(), deterministic);
+  p.work_items = static_cast<int>(BwdSm90Traits::work_items(problem));
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;

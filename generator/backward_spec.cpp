@@ -83,15 +83,17 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
          }).config;
 }
 
-LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem) {
+LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem,
+                                        int sm_count) {
   if (spec.config.path == KernelPath::sm90) {
     BwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
                     spec.config.warps, spec.config.stages,  spec.head_dim_v};
-    // One dimension: the kernel orders its CTAs itself (dispatch_section).
-    LaunchGeometry g = row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv,
-                                          problem.batch, t.threads(), t.smem_bytes());
-    g.grid.x *= g.grid.y * g.grid.z;
-    g.grid.y = g.grid.z = 1;
+    // One dimension: the kernel orders its work itself (dispatch_section)
+    // and takes items until they run out (BwdParams::work_items).
+    LaunchGeometry g = row_tiled_geometry(1, 1, 1, 1, t.threads(), t.smem_bytes());
+    const bool resident = sm90_backward_resident(!spec.modifiers.score_mod.empty(),
+                                                 !spec.modifiers.mask_mod.empty());
+    g.grid.x = static_cast<unsigned>(BwdSm90Traits::grid_ctas(problem, sm_count, resident));
     return g;
   }
   BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,

@@ -20,8 +20,10 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
 KernelConfig default_backward_config(const Problem &problem, const TargetArch &arch,
                                      int max_smem_bytes = 0, const KernelConfig &partial = {});
 
-// The main kernel: one CTA per (key tile, KV head, batch).
-LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem);
+// The main kernel: sm80, one CTA per (key tile, KV head, batch); sm90, as
+// many CTAs as BwdSm90Traits::grid_ctas says for `sm_count` SMs (0: unknown).
+LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem,
+                                        int sm_count = 0);
 // The deterministic dQ kernel: one CTA per (query tile, head, batch).
 LaunchGeometry backward_dq_geometry(const KernelSpec &spec, const Problem &problem);
 // Preprocess and dQ conversion: one thread per query row.

@@ -5,7 +5,7 @@
 namespace flashjit {
 
 llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec,
-                                                  const Problem &problem) {
+                                                  const Problem &problem, int sm_count) {
   const LaunchGeometry rowwise = backward_rowwise_geometry(problem);
   const char *main_entry =
       spec.config.path == KernelPath::sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80";
@@ -14,11 +14,11 @@ llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec,
   // semaphore per tile, bwd_sm90.cuh) and ends with the usual conversion.
   if (spec.config.deterministic && spec.config.path != KernelPath::sm90)
     steps = {{"flashjit_bwd_preprocess", rowwise},
-             {main_entry, backward_launch_geometry(spec, problem)},
+             {main_entry, backward_launch_geometry(spec, problem, sm_count)},
              {"flashjit_bwd_dq", backward_dq_geometry(spec, problem)}};
   else
     steps = {{"flashjit_bwd_preprocess", rowwise},
-             {main_entry, backward_launch_geometry(spec, problem)},
+             {main_entry, backward_launch_geometry(spec, problem, sm_count)},
              {"flashjit_bwd_convert_dq", rowwise}};
   if (spec.modifiers.sinks) {
     // Learned sinks' gradient from the LSE and D (bwd_rowwise.cuh): one CTA

@@ -22,6 +22,9 @@ struct BackwardStep {
 // The dynamic shared memory of each step depends on `spec` alone, so a
 // problem of any size of the class gives the amounts to load the kernels
 // with.
-llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec, const Problem &problem);
+// `sm_count`, the device's SMs, sizes the sm90 kernel's resident grid (0:
+// a CTA per work item).
+llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec, const Problem &problem,
+                                                  int sm_count = 0);
 
 }  // namespace flashjit

@@ -22,7 +22,9 @@ static int unstaged_smem_bytes(const BwdSm90Traits &t) {
   const int ds = (t.splits_head_dim() ? 2 : 1) * 2 * t.block_n * t.block_m * 2;
   const int stat_rows = t.splits_head_dim() ? t.block_m / 2 : t.block_m;
   const int stats = 2 * 2 * 2 * stat_rows * 4;  // per consumer warpgroup, two buffers
-  const int barriers = 8 * (1 + 2 * t.stages);
+  // kv_full, kv_empty, item_full[2], item_empty[2], full/empty per stage,
+  // then the two work item slots.
+  const int barriers = 8 * (6 + 2 * t.stages) + 8;
   return kv + q_do + ds + stats + barriers + BwdSm90Traits::kSmemAlign;
 }
 
@@ -101,6 +103,16 @@ int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
 KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v) {
   return KernelConfig{KernelPath::sm90, default_block_m(head_dim_qk, head_dim_v),
                       block_n_for(head_dim_qk, head_dim_v), kWarps, 1};
+}
+
+int64_t BwdSm90Traits::work_items(const Problem &problem) {
+  const int block_n = block_n_for(problem.head_dim_qk, problem.head_dim_v);
+  return (problem.seqlen_k + block_n - 1) / block_n * problem.heads_kv * problem.batch;
+}
+
+int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int sm_count, bool resident) {
+  const int64_t items = work_items(problem);
+  return resident && sm_count > 0 ? std::min<int64_t>(items, sm_count) : items;
 }
 
 int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod, bool deterministic) {

@@ -95,6 +95,14 @@ struct BwdSm90Traits {
   // full 413 -> 421, causal 436 -> 439; 32 pairs: 318, 406, 404).
   static int dispatch_section(const Problem &problem, bool mask_mod = false,
                               bool deterministic = false);
+  // The kernel's work items, one per (key block, KV head, batch entry)
+  // (BwdParams::work_items; the longest sequence's key blocks when packed).
+  static int64_t work_items(const Problem &problem);
+  // Its grid: every item a CTA of its own where the kernel is not
+  // `resident` (sm90_backward_resident) or `sm_count` is unknown (0), else
+  // one resident CTA per SM taking items until they run out (a CTA per SM
+  // is what its shared memory and registers allow).
+  static int64_t grid_ctas(const Problem &problem, int sm_count, bool resident);
   // Every config the kernel claims at these head dims within `max_smem_bytes`.
   static std::vector<KernelConfig> search_space(int head_dim_qk, int head_dim_v,
                                                 int max_smem_bytes);

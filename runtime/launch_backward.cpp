@@ -1,6 +1,7 @@
 #include "runtime/launch_backward.h"
 
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -161,8 +162,15 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
 
 llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec &spec,
                              const Problem &problem, const BackwardArgs &args, CUstream stream) {
-  const auto steps = backward_steps(spec, problem);
   const bool sm90 = spec.config.path == KernelPath::sm90;
+  // The sm90 kernel's grid: a CTA per SM of the device it was loaded on.
+  // (FLASHJIT_BWD_CTA_PER_ITEM=1, a measurement switch: a CTA per item.)
+  static const bool per_item = [] {
+    const char *v = std::getenv("FLASHJIT_BWD_CTA_PER_ITEM");
+    return v && v[0] == '1';
+  }();
+  const int sm_count = sm90 && kernels.steps[1] && !per_item ? kernels.steps[1]->sm_count() : 0;
+  const auto steps = backward_steps(spec, problem, sm_count);
   BwdParams params = make_backward_params(problem, args, spec.config.deterministic);
   void *kernel_args[] = {&params};
   // The sm90 kernel also takes TMA tensor maps of Q, K, V, dO and the dQ

@@ -69,6 +69,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   constexpr int kChunks = cfg::kHeadDimV / 8;  // 16-byte pieces of a row
   static_assert(kLanes <= 32, "a row's lanes within one warp");
   const auto [head, outer, rows, tensor_row, first] = row_block(p);
+  // The sm90 kernel's work counter (BwdParams::work_counter), which runs after.
+  if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0) *p.work_counter = 0;
   const int chunk = threadIdx.x % kLanes;
 #pragma unroll 4
   for (int r = threadIdx.x / kLanes; r < kRowsPerCta; r += kRowsPerPass) {

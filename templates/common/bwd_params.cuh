@@ -66,6 +66,14 @@ struct BwdParams {
   // heaviest CTAs (the first key blocks) of a section start first; 1 is
   // each pair's key blocks in turn.
   int dispatch_section;
+  // The sm90 kernel's work: work_items CTA-sized items (key block, KV head,
+  // batch) in the order above, run by a grid of at most that many CTAs.
+  // Each CTA takes item blockIdx.x first, then gridDim.x plus the count it
+  // fetches from work_counter (zeroed by the preprocess kernel), until the
+  // items run out: the hardware's dispatch order, in CTAs that stay
+  // resident, so that one item's epilogue overlaps the next one's loads.
+  int work_items;
+  int *work_counter;
 
   // The block map of a caller's mask_mod (the sm90 kernel with
   // Modifiers::kMask; bwd_block_map.cuh builds it before each call), laid

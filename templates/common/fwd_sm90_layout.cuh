@@ -78,6 +78,15 @@ constexpr bool sm90_backward_dq_own_keys(int head_dim_qk, int head_dim_v, int bl
          (tiled <= 64 || tiled == 96);
 }
 
+// Whether the sm90 backward runs as resident CTAs that take work items until
+// they run out (BwdParams::work_items), one item's epilogue under the next
+// one's loads; else a CTA per item. A caller's score_mod or mask_mod keeps a
+// CTA per item: their consumers are at the edge of the registers, and the
+// item loop's state spilled them (d=64 with a mask_mod: 0 -> 60 bytes).
+constexpr bool sm90_backward_resident(bool score_mod, bool mask_mod) {
+  return !score_mod && !mask_mod;
+}
+
 // The head dims the sm90 kernels serve: TMA rows of whole 16 bytes, at most
 // the widest tile.
 constexpr bool sm90_head_dim_served(int head_dim) {

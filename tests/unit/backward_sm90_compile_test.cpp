@@ -134,12 +134,14 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
     // with the softcap's tanh live next to the tiles, up to 256 at d=64 with
     // 128-query tiles (64-wide S^T and dP^T: measured faster than 64-query
     // tiles all the same), and at d=256 (2026-11-30) up to 24 bytes with one
-    // Q/dO stage and 72 with two. More means a change grew the tiles.
+    // Q/dO stage and 72 with two. More means a change grew the tiles. Beyond
+    // those, the resident loop's (testing::kResidentLoopSpillBytes).
     const int tiled =
         BwdSm90Traits::widest_tile(cases[j].problem.head_dim_qk, cases[j].problem.head_dim_v);
     const bool wide = tiled <= 64 && cases[j].config.block_m == 128;
     const bool split = tiled >= 192;
-    const int allowed = wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24;
+    const int allowed = (wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24) +
+                        testing::kResidentLoopSpillBytes;
     EXPECT_LE(r.report.spill_store_bytes, allowed);
     EXPECT_LE(r.report.spill_load_bytes, allowed);
   }
@@ -178,7 +180,7 @@ TEST(BackwardSm90Compile, EveryTilePairTheHostServesCompiles) {
   for (size_t j = 0; j < served.size(); ++j) {
     SCOPED_TRACE(describe(served[j]) + " " + results[j].id);
     EXPECT_EQ(results[j].error, "");
-    EXPECT_LE(results[j].report.spill_store_bytes, 32);
+    EXPECT_LE(results[j].report.spill_store_bytes, 32 + testing::kResidentLoopSpillBytes);
   }
 }
 
@@ -273,17 +275,17 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
   // K, V: 128x128; Q, dO: 2 stages of 64x128; dS^T: 2 x 128x64; LSE and D:
   // 2 warpgroups x 2 buffers x 2 x 64 fp32; each warpgroup's staged dQ
-  // part, 64 rows x 64 columns fp32; 5 mbarriers; 1024 bytes of alignment
-  // slack.
+  // part, 64 rows x 64 columns fp32; 10 mbarriers and the two work item
+  // slots; 1024 bytes of alignment slack.
   EXPECT_TRUE(t->dq_staged());
   EXPECT_EQ(t->smem_bytes(), 2 * 128 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 2 * 128 * 64 * 2 +
-                                 2 * 2 * 2 * 64 * 4 + 2 * 64 * 64 * 4 + 40 + 1024);
+                                 2 * 2 * 2 * 64 * 4 + 2 * 64 * 64 * 4 + 88 + 1024);
   // Three stages leave no room for the staged parts: dQ by atomics.
   auto deep = BwdSm90Traits::make(128, 128, 64, 128, 12, 3, 0);
   ASSERT_TRUE(bool(deep)) << llvm::toString(deep.takeError());
   EXPECT_FALSE(deep->dq_staged());
   EXPECT_EQ(deep->smem_bytes(), 2 * 128 * 128 * 2 + 3 * 2 * 64 * 128 * 2 + 2 * 128 * 64 * 2 +
-                                    2 * 2 * 2 * 64 * 4 + 56 + 1024);
+                                    2 * 2 * 2 * 64 * 4 + 104 + 1024);
   EXPECT_EQ(t->threads(), 384);
   EXPECT_EQ(BwdSm90Traits::search_space(128, 128, 232448).size(), 3u);
   EXPECT_EQ(BwdSm90Traits::search_space(64, 64, 232448).size(), 6u);
@@ -294,7 +296,7 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   auto split = BwdSm90Traits::make(256, 256, 64, 64, 12, 2, 0);
   ASSERT_TRUE(bool(split)) << llvm::toString(split.takeError());
   EXPECT_EQ(split->smem_bytes(), 2 * 64 * 256 * 2 + 2 * 2 * 64 * 256 * 2 + 2 * 2 * 64 * 64 * 2 +
-                                     2 * 2 * 2 * 32 * 4 + 40 + 1024);
+                                     2 * 2 * 2 * 32 * 4 + 88 + 1024);
   EXPECT_LE(split->smem_bytes(), 232448);
   EXPECT_FALSE(split->dq_staged());
   EXPECT_EQ(BwdSm90Traits::search_space(256, 256, 232448).size(), 2u);
@@ -308,7 +310,7 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_TRUE(unequal->dq_staged());
   EXPECT_EQ(unequal->smem_bytes(), 64 * (192 + 128) * 2 + 2 * 64 * (192 + 128) * 2 +
                                        2 * 2 * 64 * 64 * 2 + 2 * 2 * 2 * 32 * 4 +
-                                       2 * 64 * 96 * 4 + 40 + 1024);
+                                       2 * 64 * 96 * 4 + 88 + 1024);
   // 192 (and 136..184): the split as at 256 over 192 columns; two stages
   // still stage dQ, three do not.
   auto d192 = BwdSm90Traits::make(160, 160, 64, 64, 12, 2, 0);
@@ -316,7 +318,7 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(d192->tiled_head_dim(), 192);
   EXPECT_TRUE(d192->dq_staged());
   EXPECT_EQ(d192->smem_bytes(), 2 * 64 * 192 * 2 + 2 * 2 * 64 * 192 * 2 + 2 * 2 * 64 * 64 * 2 +
-                                    2 * 2 * 2 * 32 * 4 + 2 * 64 * 96 * 4 + 40 + 1024);
+                                    2 * 2 * 2 * 32 * 4 + 2 * 64 * 96 * 4 + 88 + 1024);
   EXPECT_EQ(BwdSm90Traits::search_space(192, 192, 232448).size(), 3u);
   EXPECT_FALSE(BwdSm90Traits::make(192, 192, 64, 64, 12, 3, 0)->dq_staged());
   // Swizzle rows of 32 columns (64 bytes) wherever a tile is 32 (one row),
@@ -342,7 +344,7 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   ASSERT_TRUE(bool(d96)) << llvm::toString(d96.takeError());
   EXPECT_EQ(d96->tiled_head_dim(), 96);
   EXPECT_EQ(d96->smem_bytes(), 2 * 128 * 96 * 2 + 2 * 64 * 96 * 2 + 2 * 128 * 64 * 2 +
-                                   2 * 2 * 2 * 64 * 4 + 2 * 64 * 96 * 4 + 24 + 1024);
+                                   2 * 2 * 2 * 64 * 4 + 2 * 64 * 96 * 4 + 72 + 1024);
   // d=32's own tile: 128-query tiles by default, dQ whole per warpgroup
   // (split by rows).
   auto d32 = BwdSm90Traits::make(32, 32, 128, 128, 12, 1, 0);
@@ -350,7 +352,7 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(d32->tiled_head_dim(), 32);
   EXPECT_TRUE(d32->dq_staged());
   EXPECT_EQ(d32->smem_bytes(), 2 * 128 * 32 * 2 + 128 * 64 * 2 + 2 * 128 * 128 * 2 +
-                                   2 * 2 * 2 * 128 * 4 + 2 * 64 * 32 * 4 + 24 + 1024);
+                                   2 * 2 * 2 * 128 * 4 + 2 * 64 * 32 * 4 + 72 + 1024);
   EXPECT_EQ(BwdSm90Traits::default_config(32, 32),
             (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
   EXPECT_EQ(BwdSm90Traits::search_space(32, 32, 232448).size(), 6u);

@@ -263,7 +263,8 @@ TEST(BadInputCorpus, ForwardRejectsBadArguments) {
 TEST(BadInputCorpus, BackwardRejectsBadArguments) {
   const Problem p = base_problem();
   const size_t needed = backward_workspace_bytes(p);
-  ASSERT_EQ(needed, size_t(2 * 8 * 100 * 130 * 4));  // dQ accumulator, D, semaphores
+  // dQ accumulator, D, semaphores, work counter
+  ASSERT_EQ(needed, size_t(2 * 8 * 100 * 130 * 4 + 4));
   struct Case {
     const char *what;
     std::function<void(BackwardArgs &)> edit;
@@ -271,13 +272,13 @@ TEST(BadInputCorpus, BackwardRejectsBadArguments) {
   };
   const Case cases[] = {
       {"workspace one byte short", [&](BackwardArgs &a) { a.workspace_bytes = needed - 1; },
-       "argument workspace: 831999 bytes given, 832000 needed (backward_workspace_bytes)"},
+       "argument workspace: 832003 bytes given, 832004 needed (backward_workspace_bytes)"},
       {"no workspace at all",
        [](BackwardArgs &a) {
          a.workspace = nullptr;
          a.workspace_bytes = 0;
        },
-       "argument workspace: 0 bytes given, 832000 needed (backward_workspace_bytes)"},
+       "argument workspace: 0 bytes given, 832004 needed (backward_workspace_bytes)"},
       {"null workspace of the right size", [](BackwardArgs &a) { a.workspace = nullptr; },
        "argument workspace is null"},
       {"workspace off by 8 bytes", [](BackwardArgs &a) { a.workspace = fake(0xa0008); },
@@ -419,7 +420,7 @@ TEST(BadInputCorpus, CApiRejectsBadCallsWithLastError) {
          return flashjit_backward(&p, &bargs, nullptr, nullptr);
        },
        "flashjit backward (fp16 b=1 hq=4 hkv=4 sq=17 sk=17 d=64 dv=64 none): argument "
-       "workspace: 0 bytes given, 17952 needed (backward_workspace_bytes)"},
+       "workspace: 0 bytes given, 17956 needed (backward_workspace_bytes)"},
   };
   for (const Case &c : cases) {
     EXPECT_EQ(c.call(), 1) << c.what;

@@ -24,6 +24,13 @@
 
 namespace flashjit::testing {
 
+// What the sm90 backward's resident loop over work items (bwd_sm90.cuh,
+// kResident) may add to a config's known spills: its producer and dQ
+// writer, on 24 registers, keep an item's state in local memory (L1, off
+// the consumers' path; cuobjdump: 22-35 STL/LDL there against 0-8 in the
+// consumers, d = 128 and 256 with two stages).
+constexpr int kResidentLoopSpillBytes = 136;
+
 // cuobjdump from $FLASHJIT_CUOBJDUMP or PATH; empty when neither has it.
 inline std::string find_cuobjdump() {
   if (const char *env = std::getenv("FLASHJIT_CUOBJDUMP"); env && *env) return env;

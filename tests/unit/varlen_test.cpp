@@ -115,7 +115,7 @@ TEST(VarlenSource, TheBackwardReadsSequencesToo) {
   EXPECT_NE(generate_backward(*bwd).source.find("constexpr bool kVarlen = true;\n"),
             std::string::npos);
   // The workspace has a row per token and head: [heads_q, total_q] (dQ, D, semaphore).
-  EXPECT_EQ(backward_workspace_bytes(varlen_problem(), 6000), 16u * 6000 * (128 + 2) * 4);
+  EXPECT_EQ(backward_workspace_bytes(varlen_problem(), 6000), 16u * 6000 * (128 + 2) * 4 + 4);
 }
 
 TEST(VarlenSource, IdPreludeAndKeys) {
@@ -372,7 +372,10 @@ TEST(VarlenCompile, BackwardKernelsCompile) {
     EXPECT_EQ(results[i].error, "");
     EXPECT_NE(ids[i].find("_varlen_"), std::string::npos);
     const int d = variants[i].d;
-    const int allowed = d == 64 && variants[i].config.block_m == 128 ? 256 : d == 256 ? 80 : 24;
+    const int allowed = (d == 64 && variants[i].config.block_m == 128 ? 256 : d == 256 ? 80 : 24) +
+                        (variants[i].config.path == KernelPath::sm90
+                             ? testing::kResidentLoopSpillBytes
+                             : 0);
     // The sm80 family's 64 x 128 tiles at d = 128 spill 72 bytes varlen (24
     // dense); the heuristic gives d = 128 the sm90 family.
     const int sm80_wide = variants[i].config.path == KernelPath::sm80 && d == 128 ? 72 : 0;
