@@ -417,6 +417,30 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).dispatch_section, 16);
 }
 
+TEST(BwdSm90Traits, ShortItemsRunOnResidentCtasLongOnesACtaEach) {
+  // 16 heads x 2048: 16 key blocks of 128 a pair, items of 32 query tiles.
+  Problem p = causal_problem(128, 4, 16, 2048);
+  auto spec = make_backward_spec(p, BwdSm90Traits::default_config(128, 128), kSm90a);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  EXPECT_EQ(BwdSm90Traits::work_items(p), 16 * 16 * 4);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).work_items, 16 * 16 * 4);
+  EXPECT_EQ(backward_launch_geometry(*spec, p, 132).grid.x, 132u);
+  EXPECT_EQ(backward_launch_geometry(*spec, p, 0).grid.x, 1024u);  // SMs unknown
+  // Fewer items than SMs: one CTA each.
+  Problem small = causal_problem(128, 1, 2, 2048);
+  EXPECT_EQ(backward_launch_geometry(*spec, small, 132).grid.x, 32u);
+  // A caller's mask_mod: a CTA per item (its consumers' registers).
+  KernelSpec masked = *spec;
+  masked.modifiers.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return true; }";
+  EXPECT_EQ(backward_launch_geometry(masked, p, 132).grid.x, 1024u);
+  // GQA 64/8 at 3000: items of 8 heads x 47 tiles, past kResidentItemTiles.
+  Problem gqa = causal_problem(128, 5, 64, 3000);
+  gqa.heads_kv = 8;
+  EXPECT_EQ(backward_launch_geometry(*spec, gqa, 132).grid.x, (3000u + 127) / 128 * 8 * 5);
+  gqa.seqlen_q = gqa.seqlen_k = 2048;  // 8 x 32 tiles: resident
+  EXPECT_EQ(backward_launch_geometry(*spec, gqa, 132).grid.x, 132u);
+}
+
 TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
   // Each pair's key blocks running at once form one chain of dQ adds: at
   // least 8 pairs per section keep it short, with or without a mask.
