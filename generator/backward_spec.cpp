@@ -93,7 +93,7 @@ LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &p
     LaunchGeometry g = row_tiled_geometry(1, 1, 1, 1, t.threads(), t.smem_bytes());
     const bool resident = sm90_backward_resident(!spec.modifiers.score_mod.empty(),
                                                  !spec.modifiers.mask_mod.empty());
-    g.grid.x = static_cast<unsigned>(t.grid_ctas(problem, sm_count, resident));
+    g.grid.x = static_cast<unsigned>(BwdSm90Traits::grid_ctas(problem, sm_count, resident));
     return g;
   }
   BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,

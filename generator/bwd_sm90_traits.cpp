@@ -110,12 +110,9 @@ int64_t BwdSm90Traits::work_items(const Problem &problem) {
   return (problem.seqlen_k + block_n - 1) / block_n * problem.heads_kv * problem.batch;
 }
 
-int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int sm_count, bool resident) const {
+int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int sm_count, bool resident) {
   const int64_t items = work_items(problem);
-  const int64_t group = problem.heads_kv > 0 ? problem.heads_q / problem.heads_kv : 1;
-  const int64_t item_tiles = group * ((problem.seqlen_q + block_m - 1) / block_m);
-  if (!resident || sm_count <= 0 || item_tiles > kResidentItemTiles) return items;
-  return std::min<int64_t>(items, sm_count);
+  return resident && sm_count > 0 ? std::min<int64_t>(items, sm_count) : items;
 }
 
 int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod, bool deterministic) {

@@ -99,17 +99,14 @@ struct BwdSm90Traits {
   // (BwdParams::work_items; the longest sequence's key blocks when packed).
   static int64_t work_items(const Problem &problem);
   // Its grid: one resident CTA per SM taking items until they run out (a
-  // CTA per SM is what its shared memory and registers allow) where items
-  // are short, at most kResidentItemTiles query tiles (a group's heads x the
-  // query tiles); else, where the kernel is not `resident`
-  // (sm90_backward_resident) or `sm_count` is unknown (0), every item a CTA
-  // of its own. The resident CTAs hide an item's start and end, which short
-  // items pay for (H200, bf16, 16k tokens, TFLOP/s: d=128 512 full 256 ->
-  // 266, 2k causal 335 -> 341); long ones do not, and there the loop cost
-  // up to 2% (GQA 64/8 heads d=128 causal, 376 tiles an item at 3000
-  // tokens: 371 -> 362; 128 tiles at 8k without GQA: within 1%).
-  static constexpr int64_t kResidentItemTiles = 256;
-  int64_t grid_ctas(const Problem &problem, int sm_count, bool resident) const;
+  // CTA per SM is what its shared memory and registers allow); every item a
+  // CTA of its own where the kernel is not `resident`
+  // (sm90_backward_resident) or `sm_count` is unknown (0). The resident
+  // CTAs hide an item's start and end, which short items pay for (H200,
+  // bf16, 16k tokens, TFLOP/s: d=128 512 full 256 -> 266, 2k causal 335 ->
+  // 341); long ones neither gain nor lose (GQA 64/8 and 28/4 d=128 causal
+  // at 3000 and 6000 tokens, 376-752 query tiles an item: within 0.5%).
+  static int64_t grid_ctas(const Problem &problem, int sm_count, bool resident);
   // Every config the kernel claims at these head dims within `max_smem_bytes`.
   static std::vector<KernelConfig> search_space(int head_dim_qk, int head_dim_v,
                                                 int max_smem_bytes);

@@ -417,7 +417,7 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).dispatch_section, 16);
 }
 
-TEST(BwdSm90Traits, ShortItemsRunOnResidentCtasLongOnesACtaEach) {
+TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
   // 16 heads x 2048: 16 key blocks of 128 a pair, items of 32 query tiles.
   Problem p = causal_problem(128, 4, 16, 2048);
   auto spec = make_backward_spec(p, BwdSm90Traits::default_config(128, 128), kSm90a);
@@ -433,11 +433,10 @@ TEST(BwdSm90Traits, ShortItemsRunOnResidentCtasLongOnesACtaEach) {
   KernelSpec masked = *spec;
   masked.modifiers.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return true; }";
   EXPECT_EQ(backward_launch_geometry(masked, p, 132).grid.x, 1024u);
-  // GQA 64/8 at 3000: items of 8 heads x 47 tiles, past kResidentItemTiles.
+  // GQA 64/8 at 3000: 24 key blocks x 8 KV heads x 5.
   Problem gqa = causal_problem(128, 5, 64, 3000);
   gqa.heads_kv = 8;
-  EXPECT_EQ(backward_launch_geometry(*spec, gqa, 132).grid.x, (3000u + 127) / 128 * 8 * 5);
-  gqa.seqlen_q = gqa.seqlen_k = 2048;  // 8 x 32 tiles: resident
+  EXPECT_EQ(BwdSm90Traits::work_items(gqa), (3000 + 127) / 128 * 8 * 5);
   EXPECT_EQ(backward_launch_geometry(*spec, gqa, 132).grid.x, 132u);
 }
 
