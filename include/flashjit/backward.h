@@ -53,9 +53,9 @@ struct BackwardArgs {
                              void *dk, void *dv, void *workspace, size_t workspace_bytes);
 };
 
-// O(seqlen): batch * heads_q * seqlen_q * (head_dim_qk + 1) * 4 bytes; for a
-// packed varlen batch heads_q * total_q * (head_dim_qk + 1) * 4 (`total_q`:
-// its tokens, read only for varlen).
+// O(seqlen): batch * heads_q * seqlen_q * (head_dim_qk + 2) * 4 + 4 bytes;
+// for a packed varlen batch heads_q * total_q * (head_dim_qk + 2) * 4 + 4
+// (`total_q`: its tokens, read only for varlen).
 size_t backward_workspace_bytes(const Problem &problem, int64_t total_q = 0);
 
 // Enqueues the backward pass (three kernels) on `stream`. The first call of
