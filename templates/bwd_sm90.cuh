@@ -235,11 +235,27 @@ constexpr int kBarrierDs = 1;
 // 2, 3: one per consumer warpgroup, its own copy of the tile's LSE and D.
 constexpr int kBarrierStats = 2;
 // Staged dQ, one pair per consumer warpgroup, each over its 128 threads and
-// the dQ writer's warp: 4, 5 its part written (consumers arrive, the writer
-// waits); 6, 7 its buffer free again (the other way round).
+// a dQ writer's warp: 4, 5 its part written (consumers arrive, the writer
+// waits); 6, 7 its buffer free again (the other way round). The
+// deterministic mode has two writers, the producer warpgroup's second and
+// third warps, taking the tiles in turn (even, odd): its writer waits for
+// a tile's adds to be performed before it lets the next key block in,
+// which at d=256 (64 KB of adds a tile) took about as long as the tile, so
+// that one writer set the pace (0.81x the default mode). The odd tiles'
+// pairs are 8, 9 and 10, 11; a tile's "free" comes from the writer of the
+// tile before, which read the buffer last. Only under the head-dim split
+// (64 KB of adds a tile; at d=64 and 128, 0.94-1.02x the default mode with
+// one, the second writer's state spilled past the tuner's 64 bytes), and
+// not under a caller's mask_mod or score_mod (kResident false: it spilled
+// the block map's count of earlier key blocks, d=128, 0 -> 116 bytes).
+constexpr int kDQWriters = kDQStaged && kDeterministic && kResident && kSplitHeadDim ? 2 : 1;
 constexpr int kBarrierDQFull = 4;
 constexpr int kBarrierDQFree = 6;
 constexpr int kDQBarrierThreads = 128 + 32;
+// The writer (0 or 1) of the CTA's `tile`-th tile.
+__device__ __forceinline__ int dq_writer_of(u32 tile) {
+  return kDQWriters == 2 ? static_cast<int>(tile % 2) : 0;
+}
 
 static_assert(sm90_head_dim_served(kHeadDimQK) && sm90_head_dim_served(kHeadDimV),
               "sm90 backward: head dims that are multiples of 8 from 32 to 256");
@@ -365,7 +381,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   auto item_full = [&](u32 n) { return bar_base + 8 * (2 + n % 2); };
   auto item_empty = [&](u32 n) { return bar_base + 8 * (4 + n % 2); };
   auto item_slot = [&](u32 n) { return bar_base + 8 * kBarrierCount + 4 * (n % 2); };
-  constexpr int kItemReaders = kConsumerWarps + (kDQStaged ? 1 : 0);
+  constexpr int kItemReaders = kConsumerWarps + (kDQStaged ? kDQWriters : 0);
   // Item n, read by a whole warp; lane 0 reads and hands the slot back.
   auto read_item = [&](u32 n) {
     if constexpr (!kResident) return n == 0 ? static_cast<int>(blockIdx.x) : p.work_items;
@@ -478,15 +494,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // ---- producer ----------------------------------------------------------------
   if (warpgroup == 0) {
     setmaxnreg_dec<kProducerRegisters>();
-    if (kDQStaged && tid / 32 == 1) {
-      // The dQ writer: hands each consumer warpgroup's staged part to the
+    if (kDQStaged && tid / 32 >= 1 && tid / 32 <= kDQWriters) {
+      // A dQ writer: hands each consumer warpgroup's staged part to the
       // TMA unit (a reduce-add into the accumulator), so the consumers only
       // store to shared memory and arrive, never wait for each other or
       // for the issue. Its barrier phases: one "free" per warpgroup up
-      // front, then per tile "full" in and "free" out.
+      // front (the writer of the CTA's tile -1), then per tile of its own
+      // "full" in and "free" out.
       const int lane = tid % 32;
+      const int writer = kDQWriters == 2 ? tid / 32 - 1 : 0;
+      const int full_id = kBarrierDQFull + 4 * writer, free_id = kBarrierDQFree + 4 * writer;
+      if (writer == dq_writer_of(~0u)) {
 #pragma unroll
-      for (int wg = 0; wg < 2; ++wg) named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
+        for (int wg = 0; wg < 2; ++wg) named_barrier_arrive(free_id + wg, kDQBarrierThreads);
+      }
       for (WorkPosition at;; at.next_item()) {
         const int item = read_item(at.items());
         if (item >= p.work_items) break;
@@ -497,6 +518,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         const QueryTiles tiles = query_tiles(seq, n0, batch, kv_head);
         const int iterations = tiles.iterations;
         for (int it = 0; it < iterations; ++it) {
+          if (dq_writer_of(at.tiles() + it) != writer) continue;
           const int head = kv_head * p.heads_per_kv + tile_head(tiles, it);
           const int m_block = entry_m_block(tile_entry(tiles, it));
           const int m0 = m_block * kBlockM;
@@ -540,7 +562,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           }
 #pragma unroll
           for (int wg = 0; wg < 2; ++wg) {
-            named_barrier_sync(kBarrierDQFull + wg, kDQBarrierThreads);
+            named_barrier_sync(full_id + wg, kDQBarrierThreads);
             if (lane == 0) {
               // Rows past seqlen_q reach the next head's (or sequence's) rows
               // of the accumulator; they add exact zeros there (P = 0 for
@@ -564,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
                 tma_wait_group_read<0>();
             }
             __syncwarp();
-            named_barrier_arrive(kBarrierDQFree + wg, kDQBarrierThreads);
+            named_barrier_arrive(free_id + wg, kDQBarrierThreads);
           }
           if constexpr (kDeterministic) {
             if (lane == 0) {
@@ -579,6 +601,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
             __syncwarp();
           }
         }
+        if constexpr (kDQWriters == 2) at.add_tiles(iterations);  // whose turn a tile is
         if constexpr (!kResident) break;  // the one item: no loop left to compile
       }
       // The reductions are performed before the CTA's shared memory goes away.
@@ -662,7 +685,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 
   // ---- consumers ---------------------------------------------------------------
   setmaxnreg_inc<kConsumerRegisters>();
-  for (WorkPosition at;; at.next_item()) {
+  WorkPosition at;  // after the loop: the CTA's tile count, for the last "free"
+  for (;; at.next_item()) {
     const int item = read_item(at.items());
     if (item >= p.work_items) break;
     const CtaKeys keys = cta_keys(p, item);  // lambdas below capture them: no structured binding
@@ -773,12 +797,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       wgmma_commit();
       wgmma_fence_operands(acc_dq);
     };
-    auto reduce_dq = [&](const DqAccumulator &acc_dq, int head, int m0) {
+    auto reduce_dq = [&](const DqAccumulator &acc_dq, int head, int m0, u32 tile) {
       const int col0 = kDQSplitRows || kDQOwnKeys ? 0 : cwg * kDQN;
       if constexpr (kDQStaged) {
-        // The buffer is free once the writer has passed its last reduce to
-        // the TMA unit and that has read it (a tile ago: no wait in practice).
-        named_barrier_sync(kBarrierDQFree + cwg, kDQBarrierThreads);
+        // The buffer is free once the writer of the tile before has passed
+        // its last reduce to the TMA unit and that has read it (a tile ago:
+        // no wait in practice).
+        named_barrier_sync(kBarrierDQFree + 4 * dq_writer_of(tile - 1) + cwg, kDQBarrierThreads);
         // acc_dq[4nt + 2h + c] is row 16 warp + group + 8h, column 8nt + 2 quad_lane
         // + c: 16-byte chunk (nt % 4) * 2 + quad_lane / 2 of its box's 128-byte
         // row, XORed with the row's group (row % 8). From the thread index
@@ -799,7 +824,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
                          : "memory");
           }
         fence_proxy_async();  // the generic-proxy stores, before the TMA unit reads them
-        named_barrier_arrive(kBarrierDQFull + cwg, kDQBarrierThreads);
+        named_barrier_arrive(kBarrierDQFull + 4 * dq_writer_of(tile) + cwg, kDQBarrierThreads);
         return;
       }
       float *const accum =
@@ -984,7 +1009,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         if (lane == 0) mbarrier_arrive(empty(stage));
         wgmma_wait<0>();
         wgmma_fence_operands(acc_dq);
-        reduce_dq(acc_dq, head, m0);
+        reduce_dq(acc_dq, head, m0, tile);
       } else {
         // ---- dV += P^T dO, dK += dS^T Q (A from registers) -----------------------
         wgmma_fence_operands(acc_dv);
@@ -1030,7 +1055,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         issue_dq(acc_dq, ds_tile);
         wgmma_wait<0>();
         wgmma_fence_operands(acc_dq);
-        reduce_dq(acc_dq, head, m0);
+        reduce_dq(acc_dq, head, m0, tile);
       }
     }
     // K and V read for the last time: the producer may load the next item's.
@@ -1073,9 +1098,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     }
     if constexpr (!kResident) break;
   }
-  // The writer's last "free" (see the writer).
+  // The last "free" of the writer of the CTA's last tile (see the writer).
   // (The warpgroup from the thread index again: one kept live across the
   // loop spilled the consumers at d=64.)
   if constexpr (kDQStaged)
-    named_barrier_sync(kBarrierDQFree + static_cast<int>(threadIdx.x) / 128 - 1, kDQBarrierThreads);
+    named_barrier_sync(
+        kBarrierDQFree + 4 * dq_writer_of(at.tiles() - 1) + static_cast<int>(threadIdx.x) / 128 - 1,
+        kDQBarrierThreads);
 }
