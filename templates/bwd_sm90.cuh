@@ -56,8 +56,10 @@
 // lane issues TMA loads of K and V once and of Q and dO per query tile;
 // where dQ is staged, its second warp is the dQ writer, which passes each
 // consumer warpgroup's staged dQ part to the TMA unit as a reduce-add into
-// the accumulator (FlashAttention-3's dQ path); the rest of the warpgroup
-// exits. Warpgroups 1 and 2 are the consumers
+// the accumulator (FlashAttention-3's dQ path; in the deterministic mode
+// under the head-dim split the second and third warps, taking the tiles in
+// turn, kDQWriters); the rest of the warpgroup exits. Warpgroups 1 and 2
+// are the consumers
 // (setmaxnreg.inc); each stages the tile's LSE (in base 2, +inf past
 // seqlen_q so P = 0 there) and D through its own shared buffer, one row per
 // thread, on a named barrier of its own.
