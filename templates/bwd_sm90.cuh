@@ -1014,13 +1014,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         reduce_dq(acc_dq, head, m0, tile);
       } else {
         // ---- dV += P^T dO, dK += dS^T Q (A from registers) -----------------------
-        wgmma_fence_operands(acc_dv);
-        wgmma_fence_operands(acc_dk);
+        // Their accumulators and A fragments, fenced around the MMAs.
+        auto fence_rs_operands = [&] {
+          wgmma_fence_operands(acc_dv);
+          wgmma_fence_operands(acc_dk);
 #pragma unroll
-        for (int kk = 0; kk < kPSteps; ++kk) {
-          wgmma_fence_operands(p_frag[kk]);
-          wgmma_fence_operands(ds_frag[kk]);
-        }
+          for (int kk = 0; kk < kPSteps; ++kk) {
+            wgmma_fence_operands(p_frag[kk]);
+            wgmma_fence_operands(ds_frag[kk]);
+          }
+        };
+        fence_rs_operands();
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kPSteps; ++kk)
@@ -1043,13 +1047,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           named_barrier_sync(kBarrierDs, 2 * 128);  // both warpgroups' rows
 
         wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
-        wgmma_fence_operands(acc_dv);
-        wgmma_fence_operands(acc_dk);
-#pragma unroll
-        for (int kk = 0; kk < kPSteps; ++kk) {
-          wgmma_fence_operands(p_frag[kk]);
-          wgmma_fence_operands(ds_frag[kk]);
-        }
+        fence_rs_operands();
         if (lane == 0) mbarrier_arrive(empty(stage));
 
         // ---- dQ's part, reduced into the fp32 accumulator ----------------------
