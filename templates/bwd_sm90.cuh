@@ -17,7 +17,8 @@
 // item. K and V rows stay in shared memory and dK and dV accumulate in
 // registers across every query head of the KV head's group (GQA sums there)
 // and every query tile of kBlockM rows that can see these keys (causal and
-// window bounds skip the rest). The two consumer warpgroups share the work one of two ways:
+// window bounds skip the rest). The two consumer warpgroups share the work
+// one of two ways:
 //   own keys (tiled head dims 32 to 128, kBlockN = 128): each owns 64 of the
 //     keys, their S^T and dP^T over the whole query tile and their dK and
 //     dV over the whole head dim;
@@ -71,7 +72,7 @@
 //   full[s]       stage s's Q and dO landed (TMA transaction bytes);
 //   empty[s]      every consumer warp has finished its MMAs reading stage s;
 //   item_full[n], item_empty[n]   work item slot n written, and taken by
-//                 every consumer warp and the dQ writer.
+//                 every consumer warp and the dQ writers.
 // Stages, phases and double buffers count a CTA's tiles over all its items
 // (WorkPosition).
 // dS^T (and P^T) is double-buffered: one named barrier per tile (both
@@ -888,9 +889,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         wgmma_fence_operands(acc_dp);
       }
       // This tile's LSE and D into the warpgroup's own buffer, and the next
-      // tile's loaded. Double-buffered: buffer it%2 was last read at tile it-2,
-      // and every thread of the warpgroup finished those reads before tile
-      // it-1's barrier, which this thread has passed.
+      // tile's loaded. Double-buffered: buffer tile%2 was last read two tiles
+      // back (in this item or the one before), and every thread of the
+      // warpgroup finished those reads before the last tile's barrier, which
+      // this thread has passed.
       float *const lse_log2 = stats + cwg * (kStatsBytes / 4) + (tile % 2) * 2 * kSN;
       if (ctid < kSN) {
         lse_log2[ctid] = next_lse;
