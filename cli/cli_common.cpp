@@ -135,7 +135,8 @@ CommonOptions::CommonOptions(cl::OptionCategory &category, const Subs &json_subs
     : json("json", cl::desc("Print machine-readable JSON"), cl::cat(category), json_subs) {}
 
 llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
-                                              llvm::StringRef arch_flag, int &exit_code) {
+                                              llvm::StringRef arch_flag, int &exit_code,
+                                              bool modified) {
   exit_code = kExitUsage;
   auto parsed = parse_problem_flags(options.values());
   if (!parsed) return parsed.takeError();
@@ -180,7 +181,8 @@ llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
   // sequence and its total (class_view).
   const Problem chooser = class_view(out.problem, parsed->total_q);
   const KernelConfig config =
-      backward ? default_backward_config(chooser, arch, out.max_smem_bytes, parsed->config)
+      backward ? default_backward_config(chooser, arch, out.max_smem_bytes, parsed->config,
+                                         modified)
                : default_forward_config(chooser, arch, out.max_smem_bytes, parsed->config);
   auto spec = backward ? make_backward_spec(out.problem, config, arch, out.max_smem_bytes)
                        : make_forward_spec(out.problem, config, arch, out.max_smem_bytes);

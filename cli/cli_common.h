@@ -72,8 +72,11 @@ struct ResolvedKernel {
 // completes the config with the heuristic and validates it. On failure
 // `exit_code` says whose fault it was: kExitUsage for flags, problems and
 // configs the generator rejects, kExitFailure for a missing GPU or driver.
+// `modified`: the caller gives modifiers (the backward's heuristic then
+// keeps one stage, as a call's does).
 llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
-                                              llvm::StringRef arch_flag, int &exit_code);
+                                              llvm::StringRef arch_flag, int &exit_code,
+                                              bool modified = false);
 
 void print_json(const llvm::json::Value &value);
 llvm::json::Object problem_json(const Problem &problem);

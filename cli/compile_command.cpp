@@ -53,7 +53,7 @@ llvm::Error write_file(llvm::StringRef path, const std::vector<char> &bytes) {
 
 int CompileCommand::run(const CommonOptions &common, const ProblemOptions &problem) const {
   int code = kExitOk;
-  auto kernel = resolve_kernel(problem, arch, code);
+  auto kernel = resolve_kernel(problem, arch, code, modifiers.given());
   if (!kernel) return report_error(code, kernel.takeError());
   if (llvm::Error e = modifiers.apply(*kernel, code)) return report_error(code, std::move(e));
   GeneratedSource source = kernel->spec.pass == Pass::backward ? generate_backward(kernel->spec)

@@ -16,7 +16,7 @@ GenCommand::GenCommand(cl::OptionCategory &category)
 
 int GenCommand::run(const CommonOptions &common, const ProblemOptions &problem) const {
   int code = kExitOk;
-  auto kernel = resolve_kernel(problem, arch, code);
+  auto kernel = resolve_kernel(problem, arch, code, modifiers.given());
   if (!kernel) return report_error(code, kernel.takeError());
   if (llvm::Error e = modifiers.apply(*kernel, code)) return report_error(code, std::move(e));
   const GeneratedSource source = kernel->spec.pass == Pass::backward

@@ -201,7 +201,7 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     return report_error(kExitFailure,
                         "run needs a GPU: " + llvm::toString(device.takeError()));
   int code = kExitOk;
-  auto kernel = resolve_kernel(problem_options, "", code);
+  auto kernel = resolve_kernel(problem_options, "", code, modifier_inputs.has_value());
   if (!kernel) return report_error(code, kernel.takeError());
   if (modifier_inputs) kernel->spec.modifiers = modifier_inputs->modifiers;
   if (kernel->problem.varlen) return run_varlen(*this, common, *kernel, *parsed, *device);

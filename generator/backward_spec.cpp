@@ -40,7 +40,8 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
 }
 
 KernelConfig default_backward_config(const Problem &problem, const TargetArch &arch,
-                                     int max_smem_bytes, const KernelConfig &partial) {
+                                     int max_smem_bytes, const KernelConfig &partial,
+                                     bool modified) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   // sm90 where it serves the problem: asked for, or chosen automatically on
   // sm_90a when the caller fixed no tile (tile sizes mean sm80's otherwise).
@@ -55,7 +56,7 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
           : sm90_backward_automatic_reason(problem, arch, partial.deterministic).empty();
   if (want_sm90 && sm90_serves) {
     const KernelConfig first =
-        BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v);
+        BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v, modified);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
       return BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,

@@ -17,8 +17,11 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
 // FlashAttention-2's sm80 backward tiles, the first that fits
 // `max_smem_bytes`: d <= 64: 128x128; d <= 128: 64x128; else 64x64; 8 warps,
 // 2 stages; then 1 stage where shared memory is short.
+// `modified`: the caller's modifiers (score_mod, mask_mod, sinks; see
+// BwdSm90Traits::default_config).
 KernelConfig default_backward_config(const Problem &problem, const TargetArch &arch,
-                                     int max_smem_bytes = 0, const KernelConfig &partial = {});
+                                     int max_smem_bytes = 0, const KernelConfig &partial = {},
+                                     bool modified = false);
 
 // The main kernel: sm80, one CTA per (key tile, KV head, batch); sm90, as
 // many CTAs as BwdSm90Traits::grid_ctas says for `sm_count` SMs (0: unknown).

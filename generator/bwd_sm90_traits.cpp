@@ -95,14 +95,24 @@ int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
   return widest_tile(head_dim_qk, head_dim_v) <= 64 ? 128 : 64;
 }
 
-// One Q/dO stage: tuning the benchmark grid on the H200 (2026-11-30,
-// plans/grid.yaml, stages 1-3) chose 1 for all 12 classes of d=128 (1.02-1.09x
-// over 2) and for d=64 without a mask (1.01-1.02x); at d=64 causal 1 and 2
-// tied. A query tile's work is long enough that the producer's next load
-// hides under it, and a stage less leaves shared memory to L1.
-KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v) {
-  return KernelConfig{KernelPath::sm90, default_block_m(head_dim_qk, head_dim_v),
-                      block_n_for(head_dim_qk, head_dim_v), kWarps, 1};
+// Two Q/dO stages wherever they leave room for the staged dQ (tiled head
+// dims 32 to 192 but for 256), else one. With two, the next tile's Q and dO
+// load a whole tile ahead and dQ's store runs under the tile's last product
+// (the kernel's kDQUnderLastMma). H200, bf16, 16k tokens, one process, one
+// stage -> two, TFLOP/s: d=128 full 512/2k/8k 266/407/471 -> 281/435/492,
+// causal 168/341/445 -> 173/362/485; d=64 +2-8%, d=32 +4-10%, d=96 +1-6%,
+// d=192 +4-9%, 160 +3-4%, 192/128 +2-4% (docs/PERF.md, twenty-fifth
+// session). The grid's tuning of 2026-11-30 had chosen one stage for every
+// d=128 class, on a kernel that released the stage before dQ's product and
+// had no resident CTAs. A caller's modifiers keep one stage: not timed with
+// two, and with two a mask_mod's consumers spill at d=64 (24-36 bytes) and
+// the sinks' producer at d=128 (44-52 bytes), where one stage spills none.
+KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v, bool modified) {
+  const int block_m = default_block_m(head_dim_qk, head_dim_v);
+  const int block_n = block_n_for(head_dim_qk, head_dim_v);
+  const BwdSm90Traits two{head_dim_qk, block_m, block_n, kWarps, 2, head_dim_v};
+  const int stages = !modified && two.dq_staged() ? 2 : 1;
+  return KernelConfig{KernelPath::sm90, block_m, block_n, kWarps, stages};
 }
 
 int64_t BwdSm90Traits::work_items(const Problem &problem) {

@@ -70,7 +70,8 @@ struct BwdSm90Traits {
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);
-  static KernelConfig default_config(int head_dim_qk, int head_dim_v);
+  // `modified`: the caller's modifiers (score_mod, mask_mod, sinks).
+  static KernelConfig default_config(int head_dim_qk, int head_dim_v, bool modified = false);
   // The (KV head, batch) pairs per section of the kernel's dispatch order
   // (BwdParams::dispatch_section). A CTA under a causal mask costs the query
   // tiles its keys see, most for the first key block; dispatched pair by

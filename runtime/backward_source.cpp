@@ -24,7 +24,7 @@ llvm::Expected<ChosenConfig> choose_backward_config(const Problem &problem,
     return make_backward_spec(problem, config, arch, max_smem).takeError();
   };
   rules.heuristic = [&](const KernelConfig &partial) {
-    return default_backward_config(problem, arch, max_smem, partial);
+    return default_backward_config(problem, arch, max_smem, partial, !modifiers.empty());
   };
   return choose_config(problem, requested, device, db, rules);
 }

@@ -74,7 +74,10 @@
 //   item_full[n], item_empty[n]   work item slot n written, and taken by
 //                 every consumer warp and the dQ writers.
 // Stages, phases and double buffers count a CTA's tiles over all its items
-// (WorkPosition).
+// (WorkPosition). With two stages (the default wherever dQ's staging still
+// fits) a tile's products go dV, dQ, then dK, and dQ's store runs under dK
+// (kDQUnderLastMma); with one, dV and dK go first so that the stage is
+// released before dQ's product.
 // dS^T (and P^T) is double-buffered: one named barrier per tile (both
 // warpgroups' halves written; only the warpgroup's own when it takes its
 // own keys) also proves that the buffer of two tiles back is free, since
@@ -255,6 +258,15 @@ constexpr int kDQWriters = kDQStaged && kDeterministic && kResident && kSplitHea
 constexpr int kBarrierDQFull = 4;
 constexpr int kBarrierDQFree = 6;
 constexpr int kDQBarrierThreads = 128 + 32;
+// The order of a tile's last products. With one Q/dO stage the stage goes
+// back as soon as dV and dK have read it, and dQ's product and store run
+// under the producer's next load. With two the next tile's Q and dO are
+// loading already, so dQ's product goes second and its store runs under the
+// last product instead (FlashAttention-3's order). H200, d=128 two stages,
+// 8k 476 -> 480 TFLOP/s, 512 274 -> 278; with one stage that order exposed
+// the load (470 -> 380). Not with dQ's atomics: their source registers
+// stay locked until the L1 has sent them (see kDQStaged).
+constexpr bool kDQUnderLastMma = kStages >= 2 && kDQStaged;
 // The writer (0 or 1) of the CTA's `tile`-th tile.
 __device__ __forceinline__ int dq_writer_of(u32 tile) {
   return kDQWriters == 2 ? static_cast<int>(tile % 2) : 0;
@@ -987,7 +999,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         fence_proxy_async();  // the generic-proxy stores, before wgmma (async proxy) reads them
         named_barrier_sync(kBarrierDs, 2 * 128);
 
-        // ---- dV += P^T dO, dK += dS^T Q (SS), then dQ's part --------------------
+        // ---- dV += P^T dO, dK += dS^T Q (SS) and dQ's part (kDQUnderLastMma) ---
+        float acc_dq[kDQRegisters];
+        if constexpr (kDQUnderLastMma) issue_dq(acc_dq, ds_tile);
         const u64 p_desc = smem_descriptor_sw128(ds_tile + kDsBytes, 16, 1024);
         const u64 ds_desc = smem_descriptor_sw128(ds_tile, 16, 1024);
         wgmma_fence_operands(acc_dv);
@@ -1005,15 +1019,24 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         wgmma_commit();
         wgmma_fence_operands(acc_dv);
         wgmma_fence_operands(acc_dk);
-        float acc_dq[kDQRegisters];
-        issue_dq(acc_dq, ds_tile);
-        wgmma_wait<1>();  // dV, dK done: Q and dO of this stage are free
-        wgmma_fence_operands(acc_dv);
-        wgmma_fence_operands(acc_dk);
-        if (lane == 0) mbarrier_arrive(empty(stage));
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_dq);
-        reduce_dq(acc_dq, head, m0, tile);
+        if constexpr (kDQUnderLastMma) {
+          wgmma_wait<1>();  // dQ done, dV and dK running
+          wgmma_fence_operands(acc_dq);
+          reduce_dq(acc_dq, head, m0, tile);
+          wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
+          wgmma_fence_operands(acc_dv);
+          wgmma_fence_operands(acc_dk);
+          if (lane == 0) mbarrier_arrive(empty(stage));
+        } else {
+          issue_dq(acc_dq, ds_tile);
+          wgmma_wait<1>();  // dV, dK done: Q and dO of this stage are free
+          wgmma_fence_operands(acc_dv);
+          wgmma_fence_operands(acc_dk);
+          if (lane == 0) mbarrier_arrive(empty(stage));
+          wgmma_wait<0>();
+          wgmma_fence_operands(acc_dq);
+          reduce_dq(acc_dq, head, m0, tile);
+        }
       } else {
         // ---- dV += P^T dO, dK += dS^T Q (A from registers) -----------------------
         // Their accumulators and A fragments, fenced around the MMAs.
@@ -1026,21 +1049,24 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
             wgmma_fence_operands(ds_frag[kk]);
           }
         };
+        auto issue_dk = [&] {
+#pragma unroll
+          for (int kk = 0; kk < kPSteps; ++kk)
+            Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
+                                       q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+        };
         fence_rs_operands();
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kPSteps; ++kk)
           Wgmma<Element, kVN>::rs_bt(acc_dv, p_frag[kk],
                                      do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
-#pragma unroll
-        for (int kk = 0; kk < kPSteps; ++kk)
-          Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
-                                     q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+        if constexpr (!kDQUnderLastMma) issue_dk();
         wgmma_commit();
         wgmma_fence_operands(acc_dv);
         wgmma_fence_operands(acc_dk);
 
-        // ---- dS^T to shared memory, while dV and dK run ----------------------------
+        // ---- dS^T to shared memory, while dV (and dK) run ---------------------------
         store_transposed(ds_tile, ds_frag);
         fence_proxy_async();  // the generic-proxy stores, before wgmma (async proxy) reads them
         if constexpr (kDQOwnKeys)
@@ -1048,16 +1074,30 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         else
           named_barrier_sync(kBarrierDs, 2 * 128);  // both warpgroups' rows
 
-        wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
-        fence_rs_operands();
-        if (lane == 0) mbarrier_arrive(empty(stage));
-
         // ---- dQ's part, reduced into the fp32 accumulator ----------------------
         float acc_dq[kDQRegisters];
-        issue_dq(acc_dq, ds_tile);
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_dq);
-        reduce_dq(acc_dq, head, m0, tile);
+        if constexpr (kDQUnderLastMma) {
+          issue_dq(acc_dq, ds_tile);
+          fence_rs_operands();
+          wgmma_fence();
+          issue_dk();
+          wgmma_commit();
+          wgmma_wait<1>();  // dV and dQ done, dK running
+          fence_rs_operands();
+          wgmma_fence_operands(acc_dq);
+          reduce_dq(acc_dq, head, m0, tile);
+          wgmma_wait<0>();  // dK done: Q and dO of this stage are free
+          fence_rs_operands();
+          if (lane == 0) mbarrier_arrive(empty(stage));
+        } else {
+          wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
+          fence_rs_operands();
+          if (lane == 0) mbarrier_arrive(empty(stage));
+          issue_dq(acc_dq, ds_tile);
+          wgmma_wait<0>();
+          wgmma_fence_operands(acc_dq);
+          reduce_dq(acc_dq, head, m0, tile);
+        }
       }
     }
     // K and V read for the last time: the producer may load the next item's.

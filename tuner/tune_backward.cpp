@@ -28,10 +28,10 @@ PassSearch backward_search(const Problem &problem, bool deterministic,
   s.candidates = [&problem, deterministic](const TargetArch &arch, int max_smem) {
     return backward_candidates(problem, arch, max_smem, deterministic);
   };
-  s.heuristic = [&problem, deterministic](const TargetArch &arch, int max_smem) {
+  s.heuristic = [&problem, &modifiers, deterministic](const TargetArch &arch, int max_smem) {
     KernelConfig mode;
     mode.deterministic = deterministic;
-    return default_backward_config(problem, arch, max_smem, mode);
+    return default_backward_config(problem, arch, max_smem, mode, !modifiers.empty());
   };
   s.spec = [&problem, &modifiers](const KernelConfig &config, const TargetArch &arch,
                                   int max_smem) -> llvm::Expected<KernelSpec> {

@@ -87,7 +87,7 @@ TEST(BackwardSpec, ValidatesConfigs) {
   // backward_sm90_compile_test.cpp), in the deterministic mode too.
   auto ok = make_backward_spec(p, default_backward_config(p, kSm90a), kSm90a);
   ASSERT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
-  EXPECT_EQ(ok->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a");
+  EXPECT_EQ(ok->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_sm_90a");
   auto on_a100 = make_backward_spec(p, default_backward_config(p, kSm80), kSm80);
   ASSERT_TRUE(bool(on_a100)) << llvm::toString(on_a100.takeError());
   EXPECT_EQ(on_a100->id(), "bwd_sm80_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w8_s2_sm_80");
@@ -97,7 +97,7 @@ TEST(BackwardSpec, ValidatesConfigs) {
   auto det90_spec = make_backward_spec(p, det90, kSm90a);
   ASSERT_TRUE(bool(det90_spec));
   EXPECT_EQ(det90_spec->id(),
-            "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_det_sm_90a");
+            "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_det_sm_90a");
   // Its dQ reduce-adds are ordered in the main kernel, which the usual
   // conversion follows: no dQ kernel.
   const GeneratedSource det90_source = generate_backward(*det90_spec);

@@ -195,10 +195,10 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   p.head_dim_qk = p.head_dim_v = 128;
   // Asked for by path: the family's tiles.
   const KernelConfig c = default_backward_config(p, kSm90a, 0, KernelConfig{KernelPath::sm90});
-  EXPECT_EQ(c, (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
+  EXPECT_EQ(c, (KernelConfig{KernelPath::sm90, 64, 128, 12, 2}));
   auto spec = make_backward_spec(p, c, kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
-  EXPECT_EQ(spec->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a");
+  EXPECT_EQ(spec->id(), "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_sm_90a");
   const GeneratedSource source = generate_backward(*spec);
   EXPECT_EQ(source.entry, "flashjit_bwd_sm90");
   EXPECT_EQ(source.entries,
@@ -207,7 +207,7 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   EXPECT_NE(source.source.find("#include \"bwd_sm90.cuh\""), std::string::npos);
   p.head_dim_qk = p.head_dim_v = 64;
   EXPECT_EQ(default_backward_config(p, kSm90a, 0, KernelConfig{KernelPath::sm90}),
-            (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
 
   // d=256: 64 keys shared by the two consumer warpgroups (head dim split).
   Problem wide;
@@ -236,12 +236,16 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   Problem between;
   between.head_dim_qk = between.head_dim_v = 192;
   EXPECT_EQ(default_backward_config(between, kSm90a),
-            (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 2}));
   EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
-            (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
-  EXPECT_EQ(refusal(between, {KernelPath::sm90, 64, 64, 12, 1}, kSm90a), "");
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 2}));
+  EXPECT_EQ(refusal(between, {KernelPath::sm90, 64, 64, 12, 2}, kSm90a), "");
   between.head_dim_qk = between.head_dim_v = 40;
   EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
+  // A caller's modifiers: one stage.
+  EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90},
+                                    /*modified=*/true),
             (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
   EXPECT_EQ(refusal(p, {KernelPath::sm90, 128, 128, 12, 2}, kSm80),
             "backward kernel path sm90 is not available: the sm90 backward needs an sm_90a "
@@ -354,14 +358,22 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(d32->smem_bytes(), 2 * 128 * 32 * 2 + 128 * 64 * 2 + 2 * 128 * 128 * 2 +
                                    2 * 2 * 2 * 128 * 4 + 2 * 64 * 32 * 4 + 72 + 1024);
   EXPECT_EQ(BwdSm90Traits::default_config(32, 32),
-            (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
   EXPECT_EQ(BwdSm90Traits::search_space(32, 32, 232448).size(), 6u);
   EXPECT_EQ(BwdSm90Traits::unsupported_reason(32, 192),
             "head_dim_qk=32, head_dim_v=192: the sm90 backward splits a head dim tiled as 192 "
             "between its warpgroups, and then needs the other tiled as 128 or more (over 64)");
+  // Two Q/dO stages where they leave room for the staged dQ, else one; a
+  // caller's modifiers keep one.
   EXPECT_EQ(BwdSm90Traits::default_config(192, 128),
-            (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 2}));
   EXPECT_EQ(BwdSm90Traits::default_config(64, 128),
+            (KernelConfig{KernelPath::sm90, 64, 128, 12, 2}));
+  EXPECT_EQ(BwdSm90Traits::default_config(192, 192),
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 2}));
+  EXPECT_EQ(BwdSm90Traits::default_config(256, 256),
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
+  EXPECT_EQ(BwdSm90Traits::default_config(128, 128, /*modified=*/true),
             (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
   // Under the split each warpgroup takes whole swizzle rows of both, and dQ
   // by halves of the Q/K head dim.

@@ -212,10 +212,10 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       // Head dims between 64, 128 and 256 are tiled as the next of them.
       {{"--hdim", "96"}, "fwd_sm90_bf16_hdqk96_hdv96_none_nocap_bm128_bn128_w12_s2_sm_90a", ""},
       {{"--pass", "bwd", "--hdim", "192"},
-       "bwd_sm90_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w12_s1_sm_90a",
+       "bwd_sm90_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w12_s2_sm_90a",
        ""},
       {{"--pass", "bwd", "--hdim", "192", "--hdim-v", "128"},
-       "bwd_sm90_bf16_hdqk192_hdv128_none_nocap_bm64_bn64_w12_s1_sm_90a",
+       "bwd_sm90_bf16_hdqk192_hdv128_none_nocap_bm64_bn64_w12_s2_sm_90a",
        ""},
       {{"--pass", "bwd", "--hdim", "256", "--hdim-v", "64"},
        "bwd_sm80_bf16_hdqk256_hdv64_none_nocap_bm64_bn64_w8_s2_sm_90a",
@@ -230,14 +230,14 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
        "bwd_sm90_bf16_hdqk256_hdv256_none_nocap_bm64_bn64_w12_s1_sm_90a",
        ""},
       {{"--pass", "bwd", "--deterministic"},
-       "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_det_sm_90a",
+       "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_det_sm_90a",
        ""},
       {{"--pass", "bwd", "--deterministic", "--hdim", "24"},
        "bwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w8_s2_det_sm_90a",
        "sm80 family: head_dim=24: the sm90 backward serves head dims that are multiples of 8 "
        "from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 96, 128, 192 or "
        "256)"},
-      {{"--pass", "bwd"}, "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a", ""},
+      {{"--pass", "bwd"}, "bwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm64_bn128_w12_s2_sm_90a", ""},
   };
   for (const Case &c : cases) {
     std::vector<std::string> args = {"query", "--arch", "sm_90a", "--db", db};

@@ -351,8 +351,9 @@ TEST(ModifiersBlockMap, TheBackwardMapsKeyBlocksToQueryTiles) {
   shared.mask_mod_qk_only = true;
   auto spec_of = [](const Problem &problem, const TargetArch &arch, const KernelConfig &request,
                     const Modifiers &m) {
-    auto spec =
-        make_backward_spec(problem, default_backward_config(problem, arch, 0, request), arch);
+    const KernelConfig config =
+        default_backward_config(problem, arch, 0, request, /*modified=*/true);
+    auto spec = make_backward_spec(problem, config, arch);
     EXPECT_TRUE(static_cast<bool>(spec)) << (spec ? "" : llvm::toString(spec.takeError()));
     KernelSpec out = spec ? *spec : KernelSpec{};
     out.modifiers = m;
@@ -464,7 +465,9 @@ TEST(ModifiersBackward, TheProgramsCompileTheDerivativeIn) {
   for (size_t i = 0; i < std::size(variants); ++i)
     pool.async([&, i] {
       const Variant &v = variants[i];
-      auto spec = make_backward_spec(p, default_backward_config(p, v.arch, 0, v.request), v.arch);
+      const KernelConfig config =
+          default_backward_config(p, v.arch, 0, v.request, /*modified=*/true);
+      auto spec = make_backward_spec(p, config, v.arch);
       if (!spec) {
         failures[i] = llvm::toString(spec.takeError());
         return;

@@ -55,7 +55,8 @@ KernelSpec forward_spec(const Problem &p, const TargetArch &arch, KernelConfig r
 }
 
 KernelSpec backward_spec(const Problem &p, const TargetArch &arch, KernelConfig request = {}) {
-  auto spec = make_backward_spec(p, default_backward_config(p, arch, 0, request), arch);
+  const KernelConfig config = default_backward_config(p, arch, 0, request, /*modified=*/true);
+  auto spec = make_backward_spec(p, config, arch);
   EXPECT_TRUE(bool(spec)) << (spec ? "" : llvm::toString(spec.takeError()));
   KernelSpec s = spec ? *spec : KernelSpec{};
   s.modifiers = sinks_only();
