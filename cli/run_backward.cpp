@@ -20,7 +20,7 @@ namespace flashjit::cli {
 namespace {
 
 struct BackwardSet {
-  DeviceBuffer q, k, v, o, lse, dout, dq, dk, dv, workspace;
+  DeviceBuffer q, k, v, o, lse, dout, dq, dk, dv, workspace, dsinks;
   BackwardArgs args;
 };
 
@@ -32,11 +32,13 @@ llvm::Expected<DeviceBuffer> upload(const std::vector<uint16_t> &bits) {
 }
 
 // Inputs uploaded, then O and LSE written by the forward (the config a
-// forward call would pick), gradients poisoned with NaN.
+// forward call would pick, with the modifiers when there are any),
+// gradients poisoned with NaN.
 llvm::Expected<BackwardSet> make_set(const Problem &p, const std::vector<uint16_t> &q,
                                      const std::vector<uint16_t> &k,
                                      const std::vector<uint16_t> &v,
-                                     const std::vector<uint16_t> &dout) {
+                                     const std::vector<uint16_t> &dout,
+                                     const ModifierInputs *modifiers) {
   BackwardSet set;
   const std::pair<DeviceBuffer *, const std::vector<uint16_t> *> inputs[] = {
       {&set.q, &q}, {&set.k, &k}, {&set.v, &v}, {&set.dout, &dout}};
@@ -48,21 +50,25 @@ llvm::Expected<BackwardSet> make_set(const Problem &p, const std::vector<uint16_
   const std::pair<DeviceBuffer *, size_t> outputs[] = {
       {&set.o, o_elements(p) * 2},  {&set.lse, lse_elements(p) * 4},
       {&set.dq, q_elements(p) * 2}, {&set.dk, k_elements(p) * 2},
-      {&set.dv, v_elements(p) * 2}, {&set.workspace, backward_workspace_bytes(p)}};
+      {&set.dv, v_elements(p) * 2}, {&set.workspace, backward_workspace_bytes(p)},
+      {&set.dsinks, modifiers && modifiers->modifiers.sinks ? size_t(p.heads_q) * 4 : 0}};
   for (auto [into, bytes] : outputs) {
+    if (bytes == 0) continue;
     auto buffer = DeviceBuffer::allocate(bytes);
     if (!buffer) return buffer.takeError();
     if (llvm::Error e = buffer->fill_bytes(0xFF)) return e;
     *into = std::move(*buffer);
   }
-  const ForwardArgs forward =
+  ForwardArgs forward =
       ForwardArgs::packed(p, set.q.data(), set.k.data(), set.v.data(), set.o.data(),
                           static_cast<float *>(set.lse.data()));
+  if (modifiers) modifiers->attach(forward);
   if (llvm::Error e = launch_forward(p, forward, nullptr, KernelConfig{})) return e;
   set.args = BackwardArgs::packed(p, set.q.data(), set.k.data(), set.v.data(), set.o.data(),
                                   set.dout.data(), static_cast<const float *>(set.lse.data()),
                                   set.dq.data(), set.dk.data(), set.dv.data(),
                                   set.workspace.data(), set.workspace.size());
+  if (modifiers) modifiers->attach(set.args, static_cast<float *>(set.dsinks.data()));
   return set;
 }
 
@@ -78,7 +84,8 @@ size_t rotation_sets(const Problem &p, const DeviceInfo &device) {
 }  // namespace
 
 int run_backward(const RunCommand &command, const CommonOptions &common,
-                 const ResolvedKernel &kernel, const DeviceInfo &device) {
+                 const ResolvedKernel &kernel, const DeviceInfo &device,
+                 const ModifierInputs *modifiers) {
   const Problem &p = kernel.problem;
   const KernelSpec &spec = kernel.spec;
   const uint64_t seed = command.seed;
@@ -89,12 +96,25 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
     // The CPU reference is float64 and O(b·h·sq·sk·d): a small problem of
     // the class runs the same compiled program.
     checked = backward_accuracy_problem(p);
-    auto report = check_backward(
-        checked,
-        [&](const Problem &small, const BackwardArgs &args, CUstream stream) {
-          return launch_backward(small, args, stream, spec.config);
-        },
-        nullptr, seed + 1);
+    auto launch = [&](const Problem &small, const BackwardArgs &args, CUstream stream) {
+      return launch_backward(small, args, stream, spec.config);
+    };
+    llvm::Expected<GradientAccuracyReport> report = GradientAccuracyReport{};
+    if (modifiers) {
+      // The inputs were made for `p`; the check's problem is no larger, so
+      // every index the snippets derive stays inside them.
+      ModifierArgs args;
+      args.modifiers = &modifiers->modifiers;
+      if (modifiers->aux) {
+        args.aux = modifiers->aux->data();
+        args.aux_bytes = modifiers->aux->size();
+      }
+      if (modifiers->modifiers.sinks)
+        args.sinks = static_cast<const float *>(modifiers->sinks.data());
+      report = check_modified_backward(checked, args, launch, nullptr, nullptr, seed + 1);
+    } else {
+      report = check_backward(checked, launch, nullptr, seed + 1);
+    }
     if (!report) return report_error(kExitFailure, report.takeError());
     accuracy = *report;
   }
@@ -105,7 +125,7 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
   const std::vector<uint16_t> dout = random_normal(p.dtype, o_elements(p), seed * 4 + 3);
   std::vector<BackwardSet> sets;
   for (size_t i = 0, n = rotation_sets(p, device); i < n; ++i) {
-    auto set = make_set(p, q, k, v, dout);
+    auto set = make_set(p, q, k, v, dout, modifiers);
     if (!set) return report_error(kExitFailure, set.takeError());
     sets.push_back(std::move(*set));
   }
@@ -117,9 +137,9 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
   const double tflops =
       kBackwardFlopsFactor * p.forward_flops() / (timing->median_ms * 1e-3) / 1e12;
 
-  return report_backward_run({spec, device, p, *timing, command.repeats, sets.size(), tflops,
-                              accuracy, checked},
-                             common.json);
+  BackwardRun run{spec, device, p, *timing, command.repeats, sets.size(), tflops, accuracy, checked};
+  if (modifiers) run.aux_lines = &modifiers->lines;
+  return report_backward_run(run, common.json);
 }
 
 }  // namespace flashjit::cli

@@ -184,12 +184,11 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   std::optional<ModifierInputs> modifier_inputs;
   if (!requested_modifiers->empty()) {
     const Problem &requested = parsed->problem;
-    if (parsed->pass == Pass::backward || requested.varlen || requested.seqused_k ||
-        requested.page_size > 0)
+    if (requested.varlen || requested.seqused_k || requested.page_size > 0)
       return report_error(kExitUsage,
-                          "run: --score-mod, --mask-mod and --sinks run the forward of a dense "
-                          "batch (no --pass bwd, --varlen, --cache-seqlens or --page-size): "
-                          "drop those or the modifiers");
+                          "run: --score-mod, --mask-mod and --sinks run a dense batch (no "
+                          "--varlen, --cache-seqlens or --page-size): drop those or the "
+                          "modifiers");
     auto inputs = parse_modifier_inputs(*requested_modifiers, aux_values);
     if (!inputs) return report_error(kExitUsage, inputs.takeError());
     modifier_inputs.emplace(std::move(*inputs));
@@ -205,7 +204,13 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   if (!kernel) return report_error(code, kernel.takeError());
   if (modifier_inputs) kernel->spec.modifiers = modifier_inputs->modifiers;
   if (kernel->problem.varlen) return run_varlen(*this, common, *kernel, *parsed, *device);
-  if (kernel->spec.pass == Pass::backward) return run_backward(*this, common, *kernel, *device);
+  if (kernel->spec.pass == Pass::backward) {
+    if (modifier_inputs)
+      if (llvm::Error e = upload_modifier_inputs(kernel->problem, *modifier_inputs))
+        return report_error(kExitFailure, std::move(e));
+    return run_backward(*this, common, *kernel, *device,
+                        modifier_inputs ? &*modifier_inputs : nullptr);
+  }
   const Problem &p = kernel->problem;
   const KernelSpec &spec = kernel->spec;
 

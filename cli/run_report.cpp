@@ -81,6 +81,11 @@ int report_backward_run(const BackwardRun &r, bool json) {
     o["pass"] = "bwd";
     o["deterministic"] = r.spec.config.deterministic;
     o["tflops"] = r.tflops;
+    if (r.aux_lines) {
+      llvm::json::Array aux;
+      for (const std::string &line : *r.aux_lines) aux.push_back(line);
+      o["aux"] = std::move(aux);
+    }
     if (r.accuracy) {
       llvm::json::Object check = gradient_check_json(*r.accuracy);
       check["problem"] = problem_json(r.checked);
@@ -93,6 +98,8 @@ int report_backward_run(const BackwardRun &r, bool json) {
     print_run_head(os, r.spec, r.device, r.problem);
     if (r.packed) print_packed_line(os, *r.packed);
     os << llvm::formatv("config   {0}\n", describe(r.spec.config));
+    if (r.aux_lines)
+      for (const std::string &line : *r.aux_lines) os << "aux      " << line << "\n";
     if (r.accuracy)
       os << llvm::formatv("check    {0} (on {1})\n", r.accuracy->describe(),
                           r.checked_packed ? describe_packed(r.checked, *r.checked_packed)

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "generator/kernel_spec.h"
 #include "reference/accuracy.h"
@@ -61,6 +62,8 @@ struct BackwardRun {
   // A packed batch's lengths, and those of the batch the check ran on.
   const PackedBatch *packed = nullptr;
   const PackedBatch *checked_packed = nullptr;
+  // What each of a caller's modifiers' inputs is (ModifierInputs::lines).
+  const std::vector<std::string> *aux_lines = nullptr;
 };
 // Prints the report (JSON with `json`, else text: the head, the packed line,
 // the config, the check, the time and TFLOP/s) and returns the exit code:

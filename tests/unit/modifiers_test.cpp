@@ -603,9 +603,12 @@ TEST(ModifiersCli, RunChecksTheModifiersFlagsBeforeAnyGpuWork) {
       {{"--mask-mod", mask, "--aux", "int prefix", "--aux-value", "prefix=3", "--aux-value",
         "prefix=4"},
        "--aux-value: 'prefix' is given twice"},
-      {{"--sinks", "--pass", "bwd"},
-       "run: --score-mod, --mask-mod and --sinks run the forward of a dense batch (no --pass "
-       "bwd, --varlen, --cache-seqlens or --page-size): drop those or the modifiers"},
+      {{"--sinks", "--page-size", "64"},
+       "run: --score-mod, --mask-mod and --sinks run a dense batch (no --varlen, "
+       "--cache-seqlens or --page-size): drop those or the modifiers"},
+      {{"--pass", "bwd", "--score-mod", mask, "--aux", "int prefix", "--aux-value", "prefix=1"},
+       "--pass bwd with --score-mod needs --score-mod-grad (d score_mod / d score): the "
+       "backward scales by it"},
   };
   for (const auto &c : cases) {
     std::vector<std::string> args = {"run"};
@@ -632,6 +635,22 @@ TEST(ModifiersCli, RunChecksTheModifiersFlagsBeforeAnyGpuWork) {
             std::string::npos)
       << run.out;
   EXPECT_NE(run.out.find("check    PASS"), std::string::npos) << run.out;
+  // The backward of the same modifiers (ALiBi's gradient is 1), its
+  // gradients and the sinks' against the GPU reference backward.
+  write_file(dir.file("alibi_grad.cu"),
+             "__device__ float score_mod_grad(float score, int b, int h, int q, int k, "
+             "const Aux &aux) {\n  return 1.f;\n}\n");
+  const CliResult bwd = run_cli(
+      {"run", "--pass", "bwd", "--score-mod", dir.file("alibi.cu"), "--score-mod-grad",
+       dir.file("alibi_grad.cu"), "--mask-mod", mask, "--aux", "const float* slopes, int prefix",
+       "--aux-value", "prefix=100", "--sinks", "--batch", "2", "--heads", "4", "--heads-kv", "2",
+       "--seqlen", "333", "--hdim", "64", "--causal", "--check", "--warmup", "1", "--repeats",
+       "2"});
+  ASSERT_EQ(bwd.code, 0) << bwd.err << bwd.out;
+  EXPECT_NE(bwd.out.find("aux      prefix = 100\n"), std::string::npos) << bwd.out;
+  EXPECT_NE(bwd.out.find("check    PASS"), std::string::npos) << bwd.out;
+  EXPECT_NE(bwd.out.find("TFLOP/s (backward FLOPs = 2.5x forward)"), std::string::npos)
+      << bwd.out;
 }
 
 // The modifiers' hash is part of the tuning class (schema 4): query names
