@@ -104,14 +104,17 @@ int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
 // d=192 +4-9%, 160 +3-4%, 192/128 +2-4% (docs/PERF.md, twenty-fifth
 // session). The grid's tuning of 2026-11-30 had chosen one stage for every
 // d=128 class, on a kernel that released the stage before dQ's product and
-// had no resident CTAs. A caller's modifiers keep one stage: not timed with
-// two, and with two a mask_mod's consumers spill at d=64 (24-36 bytes) and
-// the sinks' producer at d=128 (44-52 bytes), where one stage spills none.
+// had no resident CTAs. A caller's modifiers (score_mod, mask_mod, sinks)
+// take two as well where the query tiles have 64 rows (tiled 96 and up:
+// at d=128 their consumers spill no more with two than with one, cuobjdump;
+// their gradients checked on the H200 with two, their speed not timed), and
+// one with 128-row tiles (tiled 32 and 64), where two spilled the consumers
+// (d=64: documents 0 -> 55 STL, the window with sinks 23 -> 49).
 KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v, bool modified) {
   const int block_m = default_block_m(head_dim_qk, head_dim_v);
   const int block_n = block_n_for(head_dim_qk, head_dim_v);
   const BwdSm90Traits two{head_dim_qk, block_m, block_n, kWarps, 2, head_dim_v};
-  const int stages = !modified && two.dq_staged() ? 2 : 1;
+  const int stages = two.dq_staged() && !(modified && block_m == 128) ? 2 : 1;
   return KernelConfig{KernelPath::sm90, block_m, block_n, kWarps, stages};
 }
 

@@ -243,7 +243,7 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
   between.head_dim_qk = between.head_dim_v = 40;
   EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90}),
             (KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
-  // A caller's modifiers: one stage.
+  // A caller's modifiers with 128-query tiles: one stage.
   EXPECT_EQ(default_backward_config(between, kSm90a, 0, KernelConfig{KernelPath::sm90},
                                     /*modified=*/true),
             (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
@@ -364,7 +364,7 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
             "head_dim_qk=32, head_dim_v=192: the sm90 backward splits a head dim tiled as 192 "
             "between its warpgroups, and then needs the other tiled as 128 or more (over 64)");
   // Two Q/dO stages where they leave room for the staged dQ, else one; a
-  // caller's modifiers keep one.
+  // caller's modifiers keep one with 128-query tiles.
   EXPECT_EQ(BwdSm90Traits::default_config(192, 128),
             (KernelConfig{KernelPath::sm90, 64, 64, 12, 2}));
   EXPECT_EQ(BwdSm90Traits::default_config(64, 128),
@@ -374,7 +374,9 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(BwdSm90Traits::default_config(256, 256),
             (KernelConfig{KernelPath::sm90, 64, 64, 12, 1}));
   EXPECT_EQ(BwdSm90Traits::default_config(128, 128, /*modified=*/true),
-            (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
+            (KernelConfig{KernelPath::sm90, 64, 128, 12, 2}));
+  EXPECT_EQ(BwdSm90Traits::default_config(64, 64, /*modified=*/true),
+            (KernelConfig{KernelPath::sm90, 128, 128, 12, 1}));
   // Under the split each warpgroup takes whole swizzle rows of both, and dQ
   // by halves of the Q/K head dim.
   EXPECT_EQ(BwdSm90Traits::unsupported_reason(256, 64),

@@ -141,13 +141,15 @@ std::vector<CompiledVariant> compile_forward_variants(size_t count, MakeSpec mak
   return out;
 }
 
-// What every compile test asks of a variant: compiled, reported, no spills,
-// and each of `entries` in its cubin.
-inline void expect_clean(const CompiledVariant &v, std::initializer_list<const char *> entries) {
+// What every compile test asks of a variant: compiled, reported, no spills
+// (or at most `allowed_spill_bytes`, e.g. kResidentLoopSpillBytes for the
+// sm90 backward's producer), and each of `entries` in its cubin.
+inline void expect_clean(const CompiledVariant &v, std::initializer_list<const char *> entries,
+                         int allowed_spill_bytes = 0) {
   SCOPED_TRACE(v.id);
   EXPECT_EQ(v.result.error, "");
-  EXPECT_EQ(v.result.report.spill_store_bytes, 0);
-  EXPECT_EQ(v.result.report.spill_load_bytes, 0);
+  EXPECT_LE(v.result.report.spill_store_bytes, allowed_spill_bytes);
+  EXPECT_LE(v.result.report.spill_load_bytes, allowed_spill_bytes);
   ASSERT_TRUE(v.result.cubin.has_value());
   const std::string bytes(v.result.cubin->bytes.begin(), v.result.cubin->bytes.end());
   for (const char *entry : entries) EXPECT_NE(bytes.find(entry), std::string::npos) << entry;
