@@ -93,28 +93,20 @@ int run_backward(const RunCommand &command, const CommonOptions &common,
   std::optional<GradientAccuracyReport> accuracy;
   Problem checked;
   if (command.check) {
-    // The CPU reference is float64 and O(b·h·sq·sk·d): a small problem of
-    // the class runs the same compiled program.
+    // The reference is O(b·h·sq·sk·d) (float64 on the CPU; with modifiers
+    // the GPU reference backward compiled with them): a small problem of the
+    // class runs the same compiled program.
     checked = backward_accuracy_problem(p);
     auto launch = [&](const Problem &small, const BackwardArgs &args, CUstream stream) {
       return launch_backward(small, args, stream, spec.config);
     };
-    llvm::Expected<GradientAccuracyReport> report = GradientAccuracyReport{};
-    if (modifiers) {
+    auto report = [&]() -> llvm::Expected<GradientAccuracyReport> {
+      if (!modifiers) return check_backward(checked, launch, nullptr, seed + 1);
       // The inputs were made for `p`; the check's problem is no larger, so
       // every index the snippets derive stays inside them.
-      ModifierArgs args;
-      args.modifiers = &modifiers->modifiers;
-      if (modifiers->aux) {
-        args.aux = modifiers->aux->data();
-        args.aux_bytes = modifiers->aux->size();
-      }
-      if (modifiers->modifiers.sinks)
-        args.sinks = static_cast<const float *>(modifiers->sinks.data());
-      report = check_modified_backward(checked, args, launch, nullptr, nullptr, seed + 1);
-    } else {
-      report = check_backward(checked, launch, nullptr, seed + 1);
-    }
+      return check_modified_backward(checked, modifiers->reference_args(), launch, nullptr,
+                                     nullptr, seed + 1);
+    }();
     if (!report) return report_error(kExitFailure, report.takeError());
     accuracy = *report;
   }

@@ -261,15 +261,8 @@ llvm::Expected<GradientAccuracyReport> check_backward_kernels(
   if (!batch) return batch.takeError();
   if (modifiers) {
     if (*batch) return error("the accuracy check of a packed batch (varlen) has no modifiers");
-    ModifierArgs args;
-    args.modifiers = &modifiers->modifiers;
-    if (modifiers->aux) {
-      args.aux = modifiers->aux->data();
-      args.aux_bytes = modifiers->aux->size();
-    }
-    if (modifiers->modifiers.sinks) args.sinks = static_cast<const float *>(modifiers->sinks.data());
     return check_modified_backward(
-        backward_accuracy_problem(problem), args,
+        backward_accuracy_problem(problem), modifiers->reference_args(),
         [&](const Problem &p, const BackwardArgs &a, CUstream s) { return kernels.launch(p, a, s); },
         stream, store);
   }

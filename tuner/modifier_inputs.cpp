@@ -68,6 +68,17 @@ void ModifierInputs::attach(BackwardArgs &args, float *dsinks) const {
   }
 }
 
+ModifierArgs ModifierInputs::reference_args() const {
+  ModifierArgs args;
+  args.modifiers = &modifiers;
+  if (aux) {
+    args.aux = aux->data();
+    args.aux_bytes = aux->size();
+  }
+  if (modifiers.sinks) args.sinks = static_cast<const float *>(sinks.data());
+  return args;
+}
+
 llvm::Expected<ModifierInputs> parse_modifier_inputs(const Modifiers &modifiers,
                                                      llvm::ArrayRef<std::string> values,
                                                      llvm::StringRef given_as) {

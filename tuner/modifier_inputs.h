@@ -16,6 +16,7 @@
 #include "flashjit/backward.h"
 #include "flashjit/forward.h"
 #include "flashjit/modifiers.h"
+#include "reference/backward_check.h"
 #include "runtime/device_buffer.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -42,6 +43,9 @@ struct ModifierInputs {
   // The same for the backward; `dsinks` (heads_q fp32) receives the sinks'
   // gradient when modifiers.sinks.
   void attach(BackwardArgs &args, float *dsinks) const;
+  // The same for the GPU reference's check of a backward
+  // (check_modified_backward).
+  ModifierArgs reference_args() const;
 };
 
 // The scalar inputs of `modifiers`, with no GPU: `values` ("NAME=VALUE")

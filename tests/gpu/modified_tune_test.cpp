@@ -172,13 +172,8 @@ TEST_F(ModifiedBackwardTuneTest, StoresACheckedWinnerUnderTheModifiedClass) {
   auto inputs = make_modifier_inputs(p, options.modifiers);
   ASSERT_TRUE(bool(inputs)) << llvm::toString(inputs.takeError());
   ASSERT_NE(*inputs, nullptr);
-  ModifierArgs args;
-  args.modifiers = &(*inputs)->modifiers;
-  args.aux = (*inputs)->aux->data();
-  args.aux_bytes = (*inputs)->aux->size();
-  args.sinks = static_cast<const float *>((*inputs)->sinks.data());
   auto report = check_modified_backward(
-      backward_accuracy_problem(p), args,
+      backward_accuracy_problem(p), (*inputs)->reference_args(),
       [&](const Problem &small, const BackwardArgs &a, CUstream stream) {
         return launch_backward(small, a, stream, *config);
       },
