@@ -25,6 +25,12 @@ struct BwdSm90Traits {
 
   static constexpr int kWarps = 12;  // a producer and two consumer warpgroups
   static constexpr int kSmemAlign = 1024;
+  // What the producer and the dQ writer, on 24 registers, may keep of their
+  // loop's state in local memory (L1, off the consumers' path; cuobjdump:
+  // 11-38 STL/LDL there with two Q/dO stages at d = 128-192, against 0-4 in
+  // the consumers). The tuner's spill limit and the compile tests' allow it
+  // on top of their own.
+  static constexpr int kProducerSpillBytes = 136;
 
   int threads() const { return 32 * warps; }
   // The wider of the two tiled head dims: it sets the key tile, the split

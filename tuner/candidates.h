@@ -32,7 +32,8 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
 
 // After compiling: a candidate is dropped when it spills more than
 // `max_spill_bytes` per thread or fits no CTA on an SM.
+constexpr int kDefaultMaxSpillBytes = 64;
 std::optional<std::string> reject_compiled(int spill_bytes, int occupancy,
-                                           int max_spill_bytes = 64);
+                                           int max_spill_bytes = kDefaultMaxSpillBytes);
 
 }  // namespace flashjit

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/ptxas_report.h"
+#include "generator/bwd_sm90_traits.h"
 #include "generator/kernel_spec.h"
 #include "generator/source.h"
 #include "llvm/ADT/SmallString.h"
@@ -26,10 +27,9 @@ namespace flashjit::testing {
 
 // What the sm90 backward's resident loop over work items (bwd_sm90.cuh,
 // kResident) may add to a config's known spills: its producer and dQ
-// writer, on 24 registers, keep an item's state in local memory (L1, off
-// the consumers' path; cuobjdump: 22-35 STL/LDL there against 0-8 in the
-// consumers, d = 128 and 256 with two stages).
-constexpr int kResidentLoopSpillBytes = 136;
+// writer, on 24 registers, keep an item's state in local memory
+// (BwdSm90Traits::kProducerSpillBytes).
+constexpr int kResidentLoopSpillBytes = BwdSm90Traits::kProducerSpillBytes;
 
 // cuobjdump from $FLASHJIT_CUOBJDUMP or PATH; empty when neither has it.
 inline std::string find_cuobjdump() {
