@@ -10,16 +10,16 @@ namespace flashjit::cli {
 
 ModifierOptions::ModifierOptions(cl::OptionCategory &category, cl::SubCommand &sub)
     : score_mod("score-mod",
-                cl::desc("Forward: compile FILE's score_mod(float score, int b, int h, int q, "
-                         "int k) in, applied to every scaled score"),
+                cl::desc("Compile FILE's score_mod(float score, int b, int h, int q, int k) "
+                         "in, applied to every scaled score (either pass)"),
                 cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
       score_mod_grad("score-mod-grad",
                      cl::desc("Compile FILE's score_mod_grad(float score, int b, int h, int q, "
                               "int k), d score_mod / d score, in: the backward of a --score-mod"),
                      cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
       mask_mod("mask-mod",
-               cl::desc("Forward: compile FILE's mask_mod(int b, int h, int q, int k) in (true: "
-                        "visible), on top of the built-in mask"),
+               cl::desc("Compile FILE's mask_mod(int b, int h, int q, int k) in (true: "
+                        "visible), on top of the built-in mask (either pass)"),
                cl::value_desc("FILE"), cl::cat(category), cl::sub(sub)),
       aux("aux",
           cl::desc("The modifiers' extra inputs, e.g. \"const float* slopes, int prefix\": each "
