@@ -202,15 +202,15 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   int code = kExitOk;
   auto kernel = resolve_kernel(problem_options, "", code, modifier_inputs.has_value());
   if (!kernel) return report_error(code, kernel.takeError());
-  if (modifier_inputs) kernel->spec.modifiers = modifier_inputs->modifiers;
+  if (modifier_inputs) {
+    kernel->spec.modifiers = modifier_inputs->modifiers;
+    if (llvm::Error e = upload_modifier_inputs(kernel->problem, *modifier_inputs))
+      return report_error(kExitFailure, std::move(e));
+  }
   if (kernel->problem.varlen) return run_varlen(*this, common, *kernel, *parsed, *device);
-  if (kernel->spec.pass == Pass::backward) {
-    if (modifier_inputs)
-      if (llvm::Error e = upload_modifier_inputs(kernel->problem, *modifier_inputs))
-        return report_error(kExitFailure, std::move(e));
+  if (kernel->spec.pass == Pass::backward)
     return run_backward(*this, common, *kernel, *device,
                         modifier_inputs ? &*modifier_inputs : nullptr);
-  }
   const Problem &p = kernel->problem;
   const KernelSpec &spec = kernel->spec;
 
@@ -233,9 +233,6 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   }
   const llvm::ArrayRef<uint16_t> k_stored = p.page_size > 0 ? k_pages : k;
   const llvm::ArrayRef<uint16_t> v_stored = p.page_size > 0 ? v_pages : v;
-  if (modifier_inputs)
-    if (llvm::Error e = upload_modifier_inputs(p, *modifier_inputs))
-      return report_error(kExitFailure, std::move(e));
   std::vector<InputSet> sets;
   for (size_t i = 0, n = rotation_sets(p, *device); i < n; ++i) {
     auto set = make_input_set(p, q, k_stored, v_stored);

@@ -1019,20 +1019,22 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
         wgmma_commit();
         wgmma_fence_operands(acc_dv);
         wgmma_fence_operands(acc_dk);
+        // Once dV and dK are done, Q and dO of this stage are free.
+        auto release_stage = [&] {
+          wgmma_fence_operands(acc_dv);
+          wgmma_fence_operands(acc_dk);
+          if (lane == 0) mbarrier_arrive(empty(stage));
+        };
         if constexpr (kDQUnderLastMma) {
           wgmma_wait<1>();  // dQ done, dV and dK running
           wgmma_fence_operands(acc_dq);
           reduce_dq(acc_dq, head, m0, tile);
-          wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
-          wgmma_fence_operands(acc_dv);
-          wgmma_fence_operands(acc_dk);
-          if (lane == 0) mbarrier_arrive(empty(stage));
+          wgmma_wait<0>();
+          release_stage();
         } else {
           issue_dq(acc_dq, ds_tile);
-          wgmma_wait<1>();  // dV, dK done: Q and dO of this stage are free
-          wgmma_fence_operands(acc_dv);
-          wgmma_fence_operands(acc_dk);
-          if (lane == 0) mbarrier_arrive(empty(stage));
+          wgmma_wait<1>();  // dV and dK done, dQ running
+          release_stage();
           wgmma_wait<0>();
           wgmma_fence_operands(acc_dq);
           reduce_dq(acc_dq, head, m0, tile);
@@ -1075,6 +1077,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           named_barrier_sync(kBarrierDs, 2 * 128);  // both warpgroups' rows
 
         // ---- dQ's part, reduced into the fp32 accumulator ----------------------
+        // Once dV and dK are done, Q and dO of this stage are free.
+        auto release_stage = [&] {
+          fence_rs_operands();
+          if (lane == 0) mbarrier_arrive(empty(stage));
+        };
         float acc_dq[kDQRegisters];
         if constexpr (kDQUnderLastMma) {
           issue_dq(acc_dq, ds_tile);
@@ -1086,13 +1093,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           fence_rs_operands();
           wgmma_fence_operands(acc_dq);
           reduce_dq(acc_dq, head, m0, tile);
-          wgmma_wait<0>();  // dK done: Q and dO of this stage are free
-          fence_rs_operands();
-          if (lane == 0) mbarrier_arrive(empty(stage));
+          wgmma_wait<0>();
+          release_stage();
         } else {
-          wgmma_wait<0>();  // dV, dK done: Q and dO of this stage are free
-          fence_rs_operands();
-          if (lane == 0) mbarrier_arrive(empty(stage));
+          wgmma_wait<0>();
+          release_stage();
           issue_dq(acc_dq, ds_tile);
           wgmma_wait<0>();
           wgmma_fence_operands(acc_dq);
