@@ -48,7 +48,7 @@ const BackwardFamilyConfigs kFamilies[] = {backward_sm80_configs, backward_sm90_
 }  // namespace
 
 CandidateSet backward_candidates(const Problem &problem, const TargetArch &arch,
-                                 int max_smem_bytes, bool deterministic) {
+                                 int max_smem_bytes, bool deterministic, bool modified) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   CandidateSet set;
   auto consider = [&](const KernelConfig &config) {
@@ -64,7 +64,7 @@ CandidateSet backward_candidates(const Problem &problem, const TargetArch &arch,
   };
   KernelConfig mode;
   mode.deterministic = deterministic;
-  consider(default_backward_config(problem, arch, max_smem_bytes, mode));
+  consider(default_backward_config(problem, arch, max_smem_bytes, mode, modified));
   for (BackwardFamilyConfigs family : kFamilies)
     for (const KernelConfig &config : family(problem, arch, deterministic)) consider(config);
   return set;

@@ -28,8 +28,10 @@ std::vector<KernelConfig> backward_sm90_configs(const Problem &problem, const Ta
 // The heuristic's config first (halving breaks ties by index, so a candidate
 // must be strictly faster to displace it), then every family's configs that
 // validate for `problem` on `arch` with `max_smem_bytes` (0: the arch's
-// limit); the rest in `pruned` with why.
+// limit); the rest in `pruned` with why. `modified`: the class has a
+// caller's modifiers, whose heuristic config may differ
+// (default_backward_config).
 CandidateSet backward_candidates(const Problem &problem, const TargetArch &arch,
-                                 int max_smem_bytes, bool deterministic);
+                                 int max_smem_bytes, bool deterministic, bool modified = false);
 
 }  // namespace flashjit

@@ -25,8 +25,8 @@ PassSearch backward_search(const Problem &problem, bool deterministic,
   s.check_against = modifiers.empty() ? "the float64 reference gradients"
                                       : "the GPU reference gradients";
   s.flops_factor = kBackwardFlopsFactor;
-  s.candidates = [&problem, deterministic](const TargetArch &arch, int max_smem) {
-    return backward_candidates(problem, arch, max_smem, deterministic);
+  s.candidates = [&problem, &modifiers, deterministic](const TargetArch &arch, int max_smem) {
+    return backward_candidates(problem, arch, max_smem, deterministic, !modifiers.empty());
   };
   s.heuristic = [&problem, &modifiers, deterministic](const TargetArch &arch, int max_smem) {
     KernelConfig mode;

@@ -412,6 +412,25 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
   p.batch = 4;
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  // Sections that divide the pairs where one of half the size or more does:
+  // 40 pairs at 1500 (16 in L2) in sections of 10, 20 at 3000 (8) of 5.
+  p.seqlen_q = p.seqlen_k = 1500;
+  p.batch = 10;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 10);
+  p.seqlen_q = p.seqlen_k = 3000;
+  p.batch = 5;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 5);
+  // 7 pairs (8 would fit): none from 4 down, so 4 and a last of 3.
+  p.heads_q = p.heads_kv = 7;
+  p.batch = 1;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  // The deterministic mode keeps its sections: 20 pairs at 3000, 8.
+  p.heads_q = 28;
+  p.heads_kv = 4;
+  p.batch = 5;
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 8);
+  p.seqlen_q = p.seqlen_k = 6000;
+  p.batch = 4;
   p.seqlen_q = p.seqlen_k = 1 << 20;  // more than L2 a head: pair by pair
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 1);
   // Without a mask every CTA costs the same: pair by pair.

@@ -195,5 +195,24 @@ TEST(BackwardCandidates, HeuristicFirstThenEveryValidSm80Config) {
   EXPECT_GT(sm90, 1);
 }
 
+TEST(BackwardCandidates, AModifiedClassPutsItsOwnHeuristicFirst) {
+  // d=64 (128-query tiles): a caller's modifiers keep one Q/dO stage where
+  // the plain class takes two (BwdSm90Traits::default_config), and the
+  // tuner times the heuristic only when it is the first candidate.
+  const Problem p = problem(1024);
+  const TargetArch h100{9, 0, true};
+  KernelConfig mode;
+  const KernelConfig plain = default_backward_config(p, h100, 227 * 1024, mode);
+  const KernelConfig modified = default_backward_config(p, h100, 227 * 1024, mode, true);
+  ASSERT_EQ(plain.path, KernelPath::sm90);
+  EXPECT_EQ(plain.stages, 2);
+  EXPECT_EQ(modified.stages, 1);
+  EXPECT_EQ(backward_candidates(p, h100, 227 * 1024, false).configs.front(), plain);
+  const CandidateSet set = backward_candidates(p, h100, 227 * 1024, false, true);
+  ASSERT_FALSE(set.configs.empty());
+  EXPECT_EQ(set.configs.front(), modified);
+  EXPECT_EQ(std::count(set.configs.begin(), set.configs.end(), plain), 1);
+}
+
 }  // namespace
 }  // namespace flashjit
