@@ -457,27 +457,38 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   };
   // The walk over a CTA's tiles: tile `it` is query head kv_head *
   // heads_per_kv + tile_head(it) and the tile_slot(it)-th of the CTA's
-  // m-blocks. By default head by head, m-blocks ascending. The
-  // deterministic mode walks the m-blocks last first, the group's heads
-  // inner: a query tile's dQ takes the key blocks' adds in dispatch order
-  // (key blocks ascending), and then every key block that sees a tile
-  // reaches it at the same place in its walk under a causal mask (the
-  // earlier ones see more tiles, but at the start, which now comes last),
-  // earlier under a window, so no CTA waits for one that lags it. In the
-  // default walk each key block waited for the one before it to walk the
-  // tiles only that one sees (0.72x the default mode, d=128 8k causal; the
+  // m-blocks. The resident kernels and the deterministic mode walk the
+  // m-blocks last first, the group's heads inner. Under a
+  // causal mask every key block that sees a query tile then reaches it at
+  // the same place in its walk (the earlier key blocks see more tiles, but
+  // at the start, which now comes last), earlier under a window: the CTAs
+  // of a (KV head, batch) pair walk Q, dO and dQ's accumulator in step, so
+  // L2 serves them once. Head by head with the m-blocks ascending, key
+  // block j reached m-block m at step m - 2j of a head: H200, bf16,
+  // 16k tokens, TFLOP/s, that walk -> this one, d=128 causal 2k / 8k / 16k
+  // 362.8 / 485.0 / 482.3 -> 367.6 / 497.3 / 526.2, d=96 8k 379.8 ->
+  // 393.8, GQA 32/8 3000 425.8 -> 430.1; full masks, d=64 and d=256 within
+  // 1% (docs/PERF.md, twenty-sixth session). The deterministic mode needs
+  // this walk: a query tile's dQ takes the key blocks' adds in dispatch
+  // order (key blocks ascending), so no CTA waits for one that lags it (the
+  // ascending walk ran 0.72x the default mode there, d=128 8k causal; the
   // shortest-first dispatch that also avoids it, FlashAttention-3's, was
   // 0.97x there but left the longest CTAs to the end: GQA 32/8 d=64 4k
   // causal 0.71x).
-  // (Unsigned there: a signed division by the run-time group size took
-  // registers that the dQ writer, on kProducerRegisters, does not have: 92
-  // bytes spilled at d=128 under a mask_mod.)
+  // A CTA per item (a caller's score_mod or mask_mod) keeps the walk its
+  // speed was measured with, head by head, the m-blocks ascending (this one
+  // was not timed there, and spilled a register of a d=256 block-map
+  // kernel's producer).
+  // (Unsigned: a signed division by the run-time group size took registers
+  // that the dQ writer, on kProducerRegisters, does not have: 92 bytes
+  // spilled at d=128 under a mask_mod.)
+  constexpr bool kLastFirst = kDeterministic || kResident;
   auto tile_head = [&](const QueryTiles &t, int it) -> int {
-    if constexpr (kDeterministic) return static_cast<int>(u32(it) % u32(p.heads_per_kv));
+    if constexpr (kLastFirst) return static_cast<int>(u32(it) % u32(p.heads_per_kv));
     return it / t.m_blocks;
   };
   auto tile_slot = [&](const QueryTiles &t, int it) -> int {
-    if constexpr (kDeterministic)
+    if constexpr (kLastFirst)
       return t.m_blocks - 1 - static_cast<int>(u32(it) / u32(p.heads_per_kv));
     return it % t.m_blocks;
   };
