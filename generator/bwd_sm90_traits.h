@@ -90,8 +90,8 @@ struct BwdSm90Traits {
   // L2 (the CTAs running at once walk a group's query heads in step), a
   // power of two (FlashAttention's backward LPT scheduler sizes its
   // sections so), or a divisor of the pairs down to half that, so that the
-  // last section is not a short one. 1 without a mask: every CTA costs the same, and the
-  // pair-by-pair order keeps the fewest heads' Q and dO live. A caller's
+  // last section is not a short one. 1 without a mask: every CTA costs the
+  // same, and the pair-by-pair order keeps the fewest heads' Q and dO live. A caller's
   // mask_mod counts as a mask (its block map makes the costs uneven: causal
   // as a mask_mod ran 0.88x the built-in causal's backward pair by pair).
   // The deterministic mode takes at least 8 pairs (or all there are), with

@@ -458,12 +458,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // The walk over a CTA's tiles: tile `it` is query head kv_head *
   // heads_per_kv + tile_head(it) and the tile_slot(it)-th of the CTA's
   // m-blocks. The resident kernels and the deterministic mode walk the
-  // m-blocks last first, the group's heads inner. Under a
-  // causal mask every key block that sees a query tile then reaches it at
-  // the same place in its walk (the earlier key blocks see more tiles, but
-  // at the start, which now comes last), earlier under a window: the CTAs
-  // of a (KV head, batch) pair walk Q, dO and dQ's accumulator in step, so
-  // L2 serves them once. Head by head with the m-blocks ascending, key
+  // m-blocks last first, the group's heads inner. Under a causal mask every
+  // key block that sees a query tile then reaches it at the same place in
+  // its walk (the earlier key blocks see more tiles, but at the start,
+  // which now comes last), earlier under a window: the CTAs of a (KV head,
+  // batch) pair walk Q, dO and dQ's accumulator in step, so L2 serves them
+  // once. Head by head with the m-blocks ascending, key
   // block j reached m-block m at step m - 2j of a head: H200, bf16,
   // 16k tokens, TFLOP/s, that walk -> this one, d=128 causal 2k / 8k / 16k
   // 362.8 / 485.0 / 482.3 -> 367.6 / 497.3 / 526.2, d=96 8k 379.8 ->

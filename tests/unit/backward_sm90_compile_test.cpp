@@ -429,7 +429,6 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   p.heads_kv = 4;
   p.batch = 5;
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 8);
-  p.seqlen_q = p.seqlen_k = 6000;
   p.batch = 4;
   p.seqlen_q = p.seqlen_k = 1 << 20;  // more than L2 a head: pair by pair
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 1);
