@@ -147,11 +147,12 @@ int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod, bool 
   // busiest SM over the average, in brackets): at 1500 tokens 40 pairs in
   // sections of 16, 16, 8 (1.22) -> 10 (1.02), at 3000 20 pairs in 8, 8, 4
   // (1.27) -> 5 (1.06). The deterministic mode keeps its sections.
-  if (!deterministic) {
-    int64_t divisor = section;
-    while (pairs % divisor != 0) --divisor;
-    if (2 * divisor >= section) section = divisor;
-  }
+  if (!deterministic)
+    for (int64_t divisor = section; 2 * divisor >= section; --divisor)
+      if (pairs % divisor == 0) {
+        section = divisor;
+        break;
+      }
   return static_cast<int>(std::max(section, least));
 }
 

@@ -91,9 +91,10 @@ struct BwdSm90Traits {
   // power of two (FlashAttention's backward LPT scheduler sizes its
   // sections so), or a divisor of the pairs down to half that, so that the
   // last section is not a short one. 1 without a mask: every CTA costs the
-  // same, and the pair-by-pair order keeps the fewest heads' Q and dO live. A caller's
-  // mask_mod counts as a mask (its block map makes the costs uneven: causal
-  // as a mask_mod ran 0.88x the built-in causal's backward pair by pair).
+  // same, and the pair-by-pair order keeps the fewest heads' Q and dO live.
+  // A caller's mask_mod counts as a mask (its block map makes the costs
+  // uneven: causal as a mask_mod ran 0.88x the built-in causal's backward
+  // pair by pair).
   // The deterministic mode takes at least 8 pairs (or all there are), with
   // or without a mask: a query tile's dQ takes its key blocks' adds one
   // after another, so each pair's key blocks running at once form a chain

@@ -463,12 +463,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // its walk (the earlier key blocks see more tiles, but at the start,
   // which now comes last), earlier under a window: the CTAs of a (KV head,
   // batch) pair walk Q, dO and dQ's accumulator in step, so L2 serves them
-  // once. Head by head with the m-blocks ascending, key
-  // block j reached m-block m at step m - 2j of a head: H200, bf16,
-  // 16k tokens, TFLOP/s, that walk -> this one, d=128 causal 2k / 8k / 16k
-  // 362.8 / 485.0 / 482.3 -> 367.6 / 497.3 / 526.2, d=96 8k 379.8 ->
-  // 393.8, GQA 32/8 3000 425.8 -> 430.1; full masks, d=64 and d=256 within
-  // 1% (docs/PERF.md, twenty-sixth session). The deterministic mode needs
+  // once. Head by head with the m-blocks ascending, key block j reached
+  // m-block m at step m - 2j of a head: H200, bf16, 16k tokens, TFLOP/s,
+  // that walk -> this one, d=128 causal 2k / 8k / 16k 362.8 / 485.0 /
+  // 482.3 -> 367.6 / 497.3 / 526.2, d=96 8k 379.8 -> 393.8, GQA 32/8 3000
+  // 425.8 -> 430.1; full masks, d=64 and d=256 within 1% (docs/PERF.md,
+  // twenty-sixth session). The deterministic mode needs
   // this walk: a query tile's dQ takes the key blocks' adds in dispatch
   // order (key blocks ascending), so no CTA waits for one that lags it (the
   // ascending walk ran 0.72x the default mode there, d=128 8k causal; the
