@@ -29,6 +29,12 @@ LaunchGeometry BlockMapGeometry::list_launch() const {
   return g;
 }
 
+LaunchGeometry BlockMapGeometry::runs_launch() const {
+  LaunchGeometry g = kinds_launch();
+  g.grid.z = static_cast<unsigned>(kRunSlots);
+  return g;
+}
+
 LaunchGeometry BlockMapGeometry::grid_launch(int64_t rows) {
   LaunchGeometry g;
   g.grid.x = static_cast<unsigned>(ceil_div(rows, kThreads / 32));
@@ -103,6 +109,9 @@ BlockMapGeometry forward_block_map_geometry(const KernelSpec &spec, const Proble
   const bool per_sequence_lengths = spec.varlen || spec.seqused_k;
   g.heads = qk_only ? 1 : spec.pack_gqa > 1 ? problem.heads_q / spec.pack_gqa : problem.heads_q;
   g.batches = qk_only && !per_sequence_lengths ? 1 : problem.batch;
+  // fwd_sm90.cuh's kRowRuns.
+  if (t.layout().consumer_warpgroups() < 3 && (spec.pack_gqa <= 1 || qk_only))
+    g.run_rows = t.layout().q_rows_per_tile();
   return g;
 }
 

@@ -26,13 +26,27 @@ struct BlockMapGeometry {
   int64_t tiles = 0;
   int64_t heads = 1;  // of the work tiles, KV heads in the backward (1: shared, mask_mod_qk_only)
   int64_t batches = 1;    // 1: shared (qk-only and every sequence of the problem's lengths)
+  // The forward's row runs of partial tiles (kBlockMapRuns): the query
+  // positions of a row block, one word each per slot; 0 where the kernel
+  // reads none (the backward; a packed GQA tile whose mask_mod reads heads).
+  int64_t run_rows = 0;
+  static constexpr int64_t kRunSlots = 4;  // kBlockMapRunSlots
 
   int64_t rows() const { return heads * batches * row_blocks; }
   // The rows' counts and entries (int32), then the classification's bytes,
-  // at a 256-byte boundary: one workspace.
+  // then the runs' positions (int32, kRunSlots a row) and words, each at a
+  // 256-byte boundary: one workspace.
   uint64_t list_bytes() const { return uint64_t(rows()) * uint64_t(tiles + 1) * 4; }
   uint64_t kinds_offset() const { return (list_bytes() + 255) / 256 * 256; }
-  uint64_t workspace_bytes() const { return kinds_offset() + uint64_t(rows()) * tiles; }
+  uint64_t run_positions_offset() const {
+    return (kinds_offset() + uint64_t(rows()) * tiles + 255) / 256 * 256;
+  }
+  uint64_t runs_offset() const {
+    return run_positions_offset() + (run_rows > 0 ? uint64_t(rows()) * kRunSlots * 4 + 255 : 0) /
+                                        256 * 256;
+  }
+  uint64_t runs_bytes() const { return uint64_t(rows()) * kRunSlots * uint64_t(run_rows) * 4; }
+  uint64_t workspace_bytes() const { return runs_offset() + runs_bytes(); }
   // FwdParams::block_map_*_stride (and BwdParams'), in rows.
   int64_t head_stride() const { return heads > 1 ? row_blocks : 0; }
   int64_t batch_stride() const { return batches > 1 ? heads * row_blocks : 0; }
@@ -43,6 +57,8 @@ struct BlockMapGeometry {
   LaunchGeometry kinds_launch() const;
   // The list kernel: a warp a row, 4 a CTA.
   LaunchGeometry list_launch() const;
+  // The runs kernel: (heads x batches, row blocks, kRunSlots) x 128.
+  LaunchGeometry runs_launch() const;
   // Where a caller's block mask's grid starts in the workspace (after the
   // kinds, at a 256-byte boundary), and the scatter kernel's launch for its
   // `rows` (batches x heads x query blocks): a warp a row, 4 a CTA.

@@ -153,6 +153,7 @@ GeneratedSource generate_forward(const KernelSpec &spec) {
     // (fwd_block_map.cuh).
     out.entries.push_back("flashjit_fwd_block_kinds");
     out.entries.push_back("flashjit_fwd_block_list");
+    out.entries.push_back("flashjit_fwd_block_runs");
     out.entries.push_back("flashjit_block_mask_grid");
     headers.push_back("fwd_block_map.cuh");
   }

@@ -192,7 +192,7 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
                                      "backward program " + spec.id() +
                                          ": its block map's kernels are not loaded");
     auto built = enqueue_block_map(*kernels.block_kinds, *kernels.block_list,
-                                   *kernels.block_mask_grid, args.block_mask,
+                                   *kernels.block_mask_grid, nullptr, args.block_mask,
                                    backward_block_map_geometry(spec, problem), params, stream,
                                    "query tiles");
     if (!built) return built.takeError();

@@ -242,6 +242,9 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
     auto list = load(spec.id() + "#block_list", 0, "flashjit_fwd_block_list");
     if (!list) return list.takeError();
     out.block_list = &*list;
+    auto runs = load(spec.id() + "#block_runs", 0, "flashjit_fwd_block_runs");
+    if (!runs) return runs.takeError();
+    out.block_runs = &*runs;
     auto grid = load(spec.id() + "#block_mask_grid", 0, "flashjit_block_mask_grid");
     if (!grid) return grid.takeError();
     out.block_mask_grid = &*grid;
@@ -286,10 +289,13 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
   // main kernel reads it, in a workspace freed after it.
   CUdeviceptr block_map = 0;
   if (kernels.block_kinds) {
-    auto built = enqueue_block_map(*kernels.block_kinds, *kernels.block_list,
-                                   *kernels.block_mask_grid, args.block_mask,
-                                   forward_block_map_geometry(spec, problem), params, stream,
-                                   "key tiles");
+    // Kept across calls where it is a function of the shape and scalar aux
+    // values alone (runtime/block_map_cache.h).
+    const BlockMapGeometry map = forward_block_map_geometry(spec, problem);
+    auto built = enqueue_block_map(
+        *kernels.block_kinds, *kernels.block_list, *kernels.block_mask_grid, kernels.block_runs,
+        args.block_mask, map, params, stream, "key tiles",
+        reusable_block_map_key(spec, problem, params.aux, args.block_mask != nullptr, map));
     if (!built) return built.takeError();
     block_map = *built;
   }

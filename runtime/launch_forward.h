@@ -50,6 +50,7 @@ struct ForwardKernels {
   // and list, run before the main kernel.
   const LoadedKernel *block_kinds = nullptr;
   const LoadedKernel *block_list = nullptr;
+  const LoadedKernel *block_runs = nullptr;  // partial tiles' row runs (forward only)
   const LoadedKernel *block_mask_grid = nullptr;  // a caller's block mask's scatter
   // The order of a packed batch's sequences for persistent CTAs (sm90
   // varlen specs; fwd_sequence_order.cuh), run before the main kernel.

@@ -79,5 +79,5 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
     flashjit_bwd_block_list(const flashjit::BwdParams p, int rows) {
   using namespace flashjit;
   using namespace flashjit::bwd_block_map;
-  list_block_map<kThreads>(p, rows);
+  list_block_map<kThreads>(p, rows, nullptr);
 }

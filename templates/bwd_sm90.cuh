@@ -498,7 +498,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     if constexpr (kBlockMap) return p.block_map[t.map_row + 1 + tile_slot(t, it)];
     return t.m_block_begin + tile_slot(t, it);
   };
-  auto entry_m_block = [](int entry) { return kBlockMap ? entry & ~kBlockMapFull : entry; };
+  auto entry_m_block = [](int entry) { return kBlockMap ? block_map_tile(entry) : entry; };
 
   if (tid == 0) {
     mbarrier_init(kv_full, 1);

@@ -12,7 +12,15 @@
 //       with a block mask, combine the kinds of the caller's blocks the
 //       tile overlaps (block_kind_from_grid), calling no mask_mod.
 //   flashjit_fwd_block_list   one warp per map row: the row's non-hidden
-//       tiles in order and their count (list_block_map_row).
+//       tiles in order and their count (list_block_map_row), and the
+//       positions of its first kBlockMapRunSlots partial tiles.
+//   flashjit_fwd_block_runs   one CTA per (map row, slot) of those: a thread
+//       per query row finds the keys of the tile mask_mod shows it; where
+//       every row's are one run, the runs are stored and the entry flagged
+//       (kBlockMapRuns), and the forward masks that tile from them. With a
+//       caller's block mask too (its blocks say nothing within a tile).
+//       Cost: one mask_mod call per element of those tiles, a few per row
+//       for window, document and causal masks.
 // A map serves every (batch, head) when the caller declared mask_mod a
 // function of (q, k) alone (Modifiers::kMaskQkOnly) and the sequences all
 // have the problem's lengths; one per batch under a qk-only mask with
@@ -30,6 +38,7 @@ namespace fwd_block_map {
 using namespace cfg;
 using fwd_sm90::kPack;
 using fwd_sm90::kQRowsPerTile;
+using fwd_sm90::kRowRuns;
 using Sequence = fwd_sm90::Sequence;
 
 constexpr int kThreads = 128;
@@ -86,5 +95,46 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
     flashjit_fwd_block_list(const flashjit::FwdParams p, int rows) {
   using namespace flashjit;
   using namespace flashjit::fwd_block_map;
-  list_block_map<kThreads>(p, rows);
+  list_block_map<kThreads>(p, rows, p.block_run_positions);
+}
+
+// Grid (map heads x map batches, query blocks, kBlockMapRunSlots), as the
+// kinds kernel's; after the list kernel. Keys past the sequence are not
+// asked (the kernel's bounds mask them); rows past it see none.
+extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
+    flashjit_fwd_block_runs(const flashjit::FwdParams p) {
+  using namespace flashjit;
+  using namespace flashjit::fwd_block_map;
+  if constexpr (kRowRuns) {
+    const int map_heads = p.block_map_head_stride != 0 ? p.heads_q / kPack : 1;
+    const int head = static_cast<int>(blockIdx.x) % map_heads;
+    const int batch = static_cast<int>(blockIdx.x) / map_heads;
+    const int m_block = blockIdx.y, slot = blockIdx.z;
+    const i64 row = block_map_row_index(p, batch, head, m_block);
+    const int position = p.block_run_positions[row * kBlockMapRunSlots + slot];
+    if (position < 0) return;
+    int *entry = p.block_map + row * p.block_map_row_stride + 1 + position;
+    const int n0 = block_map_tile(*entry) * kBlockN;
+    const Sequence seq(p, batch);
+    const int q0 = m_block * kQRowsPerTile, cols = min(kBlockN, seq.seqlen_k - n0);
+    const int head0 = kPack > 1 ? head * kPack : head;
+    unsigned *runs = p.block_runs + (row * kBlockMapRunSlots + slot) * kQRowsPerTile;
+    bool all_runs = true;
+    for (int r = threadIdx.x; r < kQRowsPerTile; r += kThreads) {
+      const int q = q0 + r;
+      int lo = cols, hi = -1, shown = 0;
+      if (q < seq.seqlen_q)
+        for (int c = 0; c < cols; ++c)
+          if (Modifiers::visible(batch, Modifiers::kMaskQkOnly ? 0 : head0, q, n0 + c, p.aux)) {
+            lo = min(lo, c);
+            hi = c;
+            ++shown;
+          }
+      all_runs &= shown == 0 || shown == hi - lo + 1;
+      runs[r] = shown == 0 ? 0u : static_cast<unsigned>(lo) | static_cast<unsigned>(hi + 1) << 16;
+    }
+    // Every thread has read the entry before any writes it.
+    if (__syncthreads_and(all_runs) && threadIdx.x == 0)
+      *entry |= kBlockMapRuns | slot << kBlockMapSlotShift;
+  }
 }

@@ -166,6 +166,17 @@ using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv, kVarlen>;
 // A caller's mask_mod: the work tiles walk the key tiles its block map lists
 // (common/block_map.cuh), hidden ones never loaded.
 constexpr bool kBlockMap = Modifiers::kMask;
+// Its partial tiles masked from row runs where the pre-pass found them
+// (kBlockMapRuns, fwd_block_map.cuh): one run per query row, which a packed
+// tile's heads share only when mask_mod reads no head. Not with three
+// consumer warpgroups (d = 64, 192-row tiles): the bounds' registers spilled
+// 112 bytes (ALiBi plus documents, window and softcap).
+constexpr bool kRowRuns =
+    kBlockMap && kConsumerWarpgroups < 3 && (kPack == 1 || Modifiers::kMaskQkOnly);
+// A thread's two rows' runs (FwdParams::block_runs words) for one key tile.
+struct RowRuns {
+  unsigned row[2];
+};
 using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
@@ -299,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     if constexpr (kBlockMap) return p.block_map[entry_base + t];
     return entry_base + t;
   };
-  auto key_tile_index = [](int entry) { return kBlockMap ? entry & ~kBlockMapFull : entry; };
+  auto key_tile_index = [](int entry) { return kBlockMap ? block_map_tile(entry) : entry; };
 
   // The K/V ring's stage and phase of K/V tile `it` (counted over all work
   // tiles), and the Q buffer and phase of work tile j (counted per CTA), for
@@ -527,6 +538,27 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
   };
 
+  // The row runs of the key tile at `entry` for the thread's two rows, where
+  // the map has them (kBlockMapRuns): loaded before the S they mask is
+  // waited for, so the global load's latency hides under the GEMMs. A
+  // packed tile's rows past its last whole group of heads read the last
+  // position's (they are never stored).
+  auto row_runs_of = [&](const WorkTile &tile, int wg_m0, int entry) {
+    RowRuns runs{{0u, 0u}};
+    if constexpr (kRowRuns) {
+      if (entry & kBlockMapRuns) {
+        const i64 row = block_map_row_index(p, tile.batch, tile.head, tile.q0 / kQRowsPerTile);
+        const int slot = (entry >> kBlockMapSlotShift) & (kBlockMapRunSlots - 1);
+        const unsigned *at = p.block_runs +
+                             (row * kBlockMapRunSlots + slot) * kQRowsPerTile + (wg_m0 - tile.q0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          runs.row[h] = at[min((warp * 16 + group + 8 * h) / kPack, kQRowsPerWg - 1)];
+      }
+    }
+    return runs;
+  };
+
   // The caller's modifiers (common/modifiers.cuh) on the S tile of work tile
   // `tile`: score_mod on every score whose query and key the sequence holds
   // (in the softmax's natural units: S times `unit`; its result stays in
@@ -593,7 +625,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // scaled by (applied by the caller once the previous P V is complete).
   // acc_s[4*nt + 2*h + c] is row (group + 8h), column 8nt + 2*quad_lane + c.
   auto softmax = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
-                     int wg_m0, int entry, float (&correction)[2]) {
+                     int wg_m0, int entry, const RowRuns &runs, float (&correction)[2]) {
     const int n0 = key_tile_index(entry) * kBlockN;
     const int seqlen_k = seq.seqlen_k;
     const i64 offset = seq.offset;
@@ -601,10 +633,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
     }
+    // A partial tile of mask_mod's whose rows are runs is masked with the
+    // built-in mask below, its bounds narrowed to the runs, not by mask_mod.
+    const bool runs_tile = kRowRuns && (entry & kBlockMapRuns);
     if constexpr (Modifiers::kScore || Modifiers::kMask)
-      modify(acc_s, tile, seq, wg_m0, n0, kBlockMap && (entry & kBlockMapFull));
-    // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's rows).
-    if (tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset)) {
+      modify(acc_s, tile, seq, wg_m0, n0,
+             kBlockMap && ((entry & kBlockMapFull) || runs_tile));
+    // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's
+    // rows), and mask_mod's run tiles.
+    if (runs_tile || tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lane_t = opaque(static_cast<int>(threadIdx.x));
@@ -612,9 +649,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         const i64 row = wg_m0 + (((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8) / kPack;
         int lo_local, hi_local;  // visible keys of this row, tile-local
         visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
+        if (runs_tile) {
+          lo_local = max(lo_local, static_cast<int>(runs.row[h] & 0xffffu));
+          hi_local = min(hi_local, static_cast<int>(runs.row[h] >> 16) - 1);
+        }
         // The bounds relative to the thread's first column, so each element
         // compares a constant: one compare and one select per element. Without
-        // a left bound lo_local <= 0 (first visible key 0, n0 >= 0): only hi.
+        // a left bound (none built in, no runs) lo_local <= 0 (first visible
+        // key 0, n0 >= 0): only hi.
         const int hi_t = hi_local - (lane_t % 4) * 2;
         const int lo_t = lo_local - (lane_t % 4) * 2;
 #pragma unroll
@@ -623,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           for (int c = 0; c < 2; ++c) {
             const int col = nt * 8 + c;
             bool masked = col > hi_t;
-            if constexpr (Mask::kHasLeft) masked = masked || col < lo_t;
+            if constexpr (Mask::kHasLeft || kRowRuns) masked = masked || col < lo_t;
             if (masked) acc_s[4 * nt + 2 * h + c] = kNegInf;
           }
       }
@@ -817,8 +859,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // alternate S0 S1 PV0 PV1 and one warpgroup's softmax runs under the
       // other's GEMMs.
       for (int t = 0; t < num_tiles; ++t) {
+        const int entry = entry_of(t);
+        const RowRuns runs = row_runs_of(tile, wg_m0, entry);
         s_alone(acc_s, j, kv_iter + t);
-        softmax(acc_s, tile, seq, wg_m0, entry_of(t), correction);
+        softmax(acc_s, tile, seq, wg_m0, entry, runs, correction);
         rescale_o(correction);
         to_p(acc_s, p_frag);
         if (t + 1 == num_tiles) release_q(j);  // its last S is done
@@ -828,15 +872,34 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // Intra-warpgroup overlap: iteration t issues S(t+1) = Q K(t+1)^T and
       // then O += P(t) V(t) back to back, computes the softmax of S(t+1)
       // while P V runs, and only then rescales O and replaces P.
+      // Under a block map each entry is read a tile ahead and its runs
+      // before the GEMMs of its S: neither load waits after the S does.
+      // Not with three consumer warpgroups (see kRowRuns): there the entry
+      // is read after the S, as it was.
+      constexpr bool kAhead = kBlockMap && kConsumerWarpgroups < 3;
+      const int first = entry_of(0);
+      const RowRuns first_runs = row_runs_of(tile, wg_m0, first);
+      int upcoming = kAhead && num_tiles > 1 ? entry_of(1) : 0;
       s_alone(acc_s, j, kv_iter);
-      softmax(acc_s, tile, seq, wg_m0, entry_of(0), correction);  // O is still 0
+      softmax(acc_s, tile, seq, wg_m0, first, first_runs, correction);  // O is still 0
       to_p(acc_s, p_frag);
       // The last tile is peeled off: with a fixed number of commit groups per
       // iteration ptxas can tell that wait<1> completes S, and keeps the wgmmas
       // asynchronous (a conditional S issue made it serialise them, C7514).
       for (int t = 0; t + 1 < num_tiles; ++t) {
+        int entry = 0;
+        RowRuns runs{{0u, 0u}};
+        if constexpr (kAhead) {
+          entry = upcoming;
+          if (t + 2 < num_tiles) upcoming = entry_of(t + 2);
+          runs = row_runs_of(tile, wg_m0, entry);
+        }
         s_and_pv(acc_s, j, kv_iter + t + 1, p_frag, kv_iter + t);
-        softmax(acc_s, tile, seq, wg_m0, entry_of(t + 1), correction);
+        if constexpr (!kAhead) {
+          entry = entry_of(t + 1);
+          runs = row_runs_of(tile, wg_m0, entry);
+        }
+        softmax(acc_s, tile, seq, wg_m0, entry, runs, correction);
         finish_pv(kv_iter + t);
         rescale_o(correction);
         to_p(acc_s, p_frag);

@@ -52,7 +52,7 @@ class ForwardRunner final : public InProcessRunner {
     LoadedKernel kernel;
     LoadedKernel combine;  // split-KV specs: the program's combine kernel
     // A mask_mod's block map (has_block_map): its pre-pass kernels.
-    LoadedKernel block_kinds, block_list, block_mask_grid;
+    LoadedKernel block_kinds, block_list, block_runs, block_mask_grid;
     LaunchGeometry geometry;
     int resident_ctas = 0;
     // Stable once the map holds it.
@@ -61,6 +61,7 @@ class ForwardRunner final : public InProcessRunner {
       if (has_block_map(spec)) {
         k.block_kinds = &block_kinds;
         k.block_list = &block_list;
+        k.block_runs = &block_runs;
         k.block_mask_grid = &block_mask_grid;
       }
       return k;
@@ -103,6 +104,7 @@ llvm::Expected<LoadedCandidate> ForwardRunner::load_cubin(int index, const Kerne
     for (auto [loaded, entry_name] :
          {std::pair{&state.block_kinds, "flashjit_fwd_block_kinds"},
           std::pair{&state.block_list, "flashjit_fwd_block_list"},
+          std::pair{&state.block_runs, "flashjit_fwd_block_runs"},
           std::pair{&state.block_mask_grid, "flashjit_block_mask_grid"}}) {
       auto part = LoadedKernel::load(cubin, entry_name, 0);
       if (!part) return part.takeError();

@@ -18,14 +18,35 @@ namespace flashjit {
 
 // Set on an entry whose tile mask_mod shows whole.
 constexpr int kBlockMapFull = 1 << 30;
+// The forward's row runs (FwdParams::block_intervals): set on a partial
+// entry whose every query row sees, of the tile's keys, one run of
+// consecutive keys (or none) under mask_mod, with the run's slot in the
+// two bits from kBlockMapSlotShift. The kernel then masks the tile from the
+// runs (a compare and a select per score, as its built-in masks) instead of
+// calling mask_mod per score: a sliding window's and a document's edges, a
+// causal diagonal. The first kBlockMapRunSlots partial tiles of a row have
+// a slot; the others, and tiles whose rows are not runs, call mask_mod.
+constexpr int kBlockMapRuns = 1 << 29;
+constexpr int kBlockMapSlotShift = 27;
+constexpr int kBlockMapRunSlots = 4;
+// The tile index of an entry, its flags taken off (the host keeps tiles
+// under 2^27 a row, generator/block_map.h).
+constexpr int kBlockMapTileBits = (1 << kBlockMapSlotShift) - 1;
+__device__ __forceinline__ int block_map_tile(int entry) { return entry & kBlockMapTileBits; }
+
+// The index of the map row of (batch, head, m_block).
+template <class Params>
+__device__ __forceinline__ i64 block_map_row_index(const Params &p, int batch, int head,
+                                                   int m_block) {
+  return batch * p.block_map_batch_stride + head * p.block_map_head_stride + m_block;
+}
 
 // The offset in p.block_map of the row of (batch, head, m_block): [0] the
 // count, then the entries. An int: the host keeps the map under 2^31
 // entries (generator/block_map.h).
 template <class Params>
 __device__ __forceinline__ int block_map_row(const Params &p, int batch, int head, int m_block) {
-  const i64 row = batch * p.block_map_batch_stride + head * p.block_map_head_stride + m_block;
-  return static_cast<int>(row * p.block_map_row_stride);
+  return static_cast<int>(block_map_row_index(p, batch, head, m_block) * p.block_map_row_stride);
 }
 
 // The kind of a tile for the map: 0 hidden, 1 partial, 2 shown whole, over
@@ -143,19 +164,27 @@ __device__ __forceinline__ void grid_range(int grid_count, bool per_row, int ind
 // One warp lists a map row: the `tiles` kinds at `kinds` (consecutive
 // bytes) into out[0] (the count) and out[1..] (the non-hidden tiles in
 // order, kBlockMapFull set on those shown whole), by ballot and popcount.
+// `run_positions` (the forward's, kBlockMapRunSlots ints, or null): the
+// positions in the list of the row's first partial tiles, -1 past them.
 __device__ __forceinline__ void list_block_map_row(const unsigned char *kinds, int tiles,
-                                                   int *out) {
+                                                   int *out, int *run_positions) {
   const int lane = threadIdx.x % 32;
-  int count = 0;
+  const unsigned below = (1u << lane) - 1;
+  int count = 0, partial = 0;
   for (int t0 = 0; t0 < tiles; t0 += 32) {
     const int t = t0 + lane;
     const int kind = t < tiles ? kinds[t] : 0;
     const unsigned listed = __ballot_sync(0xffffffffu, kind != 0);
-    if (kind != 0)
-      out[1 + count + __popc(listed & ((1u << lane) - 1))] = t | (kind == 2 ? kBlockMapFull : 0);
+    const unsigned partial_lanes = __ballot_sync(0xffffffffu, kind == 1);
+    const int position = count + __popc(listed & below);
+    if (kind != 0) out[1 + position] = t | (kind == 2 ? kBlockMapFull : 0);
+    const int slot = partial + __popc(partial_lanes & below);
+    if (run_positions && kind == 1 && slot < kBlockMapRunSlots) run_positions[slot] = position;
     count += __popc(listed);
+    partial += __popc(partial_lanes);
   }
   if (lane == 0) out[0] = count;
+  if (run_positions && lane >= partial && lane < kBlockMapRunSlots) run_positions[lane] = -1;
 }
 
 // Thread 0 stores the kind of (batch, head, row block)'s `tile` into the
@@ -169,14 +198,17 @@ __device__ __forceinline__ void store_block_kind(const Params &p, int batch, int
 }
 
 // A list kernel's body: one warp per map row (kThreads / 32 rows a CTA),
-// `rows` in all (list_block_map_row).
+// `rows` in all (list_block_map_row); `run_positions`: kBlockMapRunSlots
+// ints a row, or null.
 template <int kThreads, class Params>
-__device__ __forceinline__ void list_block_map(const Params &p, int rows) {
+__device__ __forceinline__ void list_block_map(const Params &p, int rows, int *run_positions) {
   const int row = static_cast<int>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   const int tiles = p.block_map_row_stride - 1;
   list_block_map_row(p.block_kinds + static_cast<i64>(row) * tiles, tiles,
-                     p.block_map + static_cast<i64>(row) * p.block_map_row_stride);
+                     p.block_map + static_cast<i64>(row) * p.block_map_row_stride,
+                     run_positions ? run_positions + static_cast<i64>(row) * kBlockMapRunSlots
+                                   : nullptr);
 }
 
 }  // namespace flashjit

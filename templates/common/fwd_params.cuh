@@ -86,6 +86,13 @@ struct FwdParams {
   unsigned char *block_kinds;
   long long block_map_batch_stride, block_map_head_stride;
   int block_map_row_stride;  // 1 + key tiles
+  // The row runs of partial tiles (kBlockMapRuns; null where the kernel
+  // reads none): per map row, kBlockMapRunSlots positions in its list (-1:
+  // no such partial tile), and per (map row, slot) one word per query row
+  // of the work tile, the run's first key | (last key + 1) << 16, tile-local
+  // (0: none).
+  int *block_run_positions;
+  unsigned *block_runs;
 
   // Learned attention sinks (Modifiers::kSinks): one fp32 logit per query
   // head, natural units.

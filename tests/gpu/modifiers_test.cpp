@@ -308,6 +308,66 @@ TEST(ModifiersGpu, ShippedModifiersMatchTheReference) {
   }
 }
 
+// A mask_mod of (q, k) and scalar aux values alone keeps its block map
+// across calls (runtime/block_map_cache.h): a second call of the shape
+// launches no map kernel (kinds, list, runs) and gives the same bits;
+// another aux value builds a map of its own, which meets DESIGN.md's
+// criterion; a mask reading device data (document ids, which may change
+// under the same pointer) builds its map on every call.
+TEST(ModifiersGpu, AShapeOnlyMaskKeepsItsBlockMapAcrossCalls) {
+  FLASHJIT_REQUIRE_SM90();
+  const Problem p = make_problem(DType::bf16, 2, 4, 4, 700, 700, 128, 128, MaskKind::none);
+  const auto q = random_values(p.dtype, q_elements(p), 41);
+  const auto k = random_values(p.dtype, k_elements(p), 42);
+  const auto v = random_values(p.dtype, v_elements(p), 43);
+  const KernelConfig sm90{KernelPath::sm90};
+  auto counted = [&](const Modifiers &m, const AuxValues &aux, uint64_t &launches) {
+    const uint64_t before = runtime_stats().launches;
+    Outputs out = run_forward(p, sm90, m, &aux, q, k, v);
+    launches = runtime_stats().launches - before;
+    return out;
+  };
+  const Modifiers window = mods::sliding_window_with_sinks();
+  for (long long w : {97LL, 300LL}) {
+    AuxValues aux(window);
+    ASSERT_EQ(aux.set("window", w), "");
+    ASSERT_EQ(aux.set("sinks", 3LL), "");
+    uint64_t first = 0, second = 0;
+    const Outputs a = counted(window, aux, first);
+    const Outputs b = counted(window, aux, second);
+    EXPECT_EQ(first - second, 3u) << "window " << w;
+    EXPECT_EQ(a.out, b.out) << "window " << w;
+    EXPECT_EQ(a.lse, b.lse) << "window " << w;
+    ReferenceModifiers r;
+    r.visible = [w](int64_t, int64_t, int64_t qi, int64_t ki) {
+      return ki <= qi && (qi - ki < w || ki < 3);
+    };
+    const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact, r);
+    const AttentionOutputs element = cpu_attention(p, q, k, v, ReferencePrecision::element, r);
+    const AccuracyReport report =
+        check_forward_accuracy(b.out, exact.out, element.out, b.lse, exact.lse);
+    EXPECT_TRUE(report.passed) << "window " << w << ": " << report.describe();
+  }
+  Modifiers documents;
+  documents.mask_mod =
+      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return aux.doc_ids[q] == aux.doc_ids[k];\n"
+      "}\n";
+  documents.aux = {{"const int*", "doc_ids"}};
+  documents.mask_mod_qk_only = true;
+  std::vector<int> docs(p.seqlen_q);
+  for (size_t i = 0; i < docs.size(); ++i) docs[i] = static_cast<int>(i / 150);
+  auto ddocs = DeviceBuffer::allocate(docs.size() * 4);
+  FLASHJIT_ASSERT_OK(ddocs.takeError());
+  FLASHJIT_ASSERT_OK(ddocs->upload(docs.data(), docs.size() * 4));
+  AuxValues aux(documents);
+  ASSERT_EQ(aux.set("doc_ids", static_cast<const void *>(ddocs->data())), "");
+  uint64_t first = 0, second = 0;
+  (void)counted(documents, aux, first);
+  (void)counted(documents, aux, second);
+  EXPECT_EQ(first, second);
+}
+
 }  // namespace
 }  // namespace flashjit
 

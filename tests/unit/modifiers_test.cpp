@@ -23,6 +23,7 @@
 #include "generator/source.h"
 #include "reference/cpu_attention.h"
 #include "reference/gpu_reference.h"
+#include "runtime/block_map_cache.h"
 #include "runtime/nvrtc_compiler.h"
 #include "llvm/Support/ThreadPool.h"
 #include "sm90_compile_check.h"
@@ -255,6 +256,7 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   const GeneratedSource program = generate_forward(sm90);
   EXPECT_TRUE(has_entry(program, "flashjit_fwd_block_kinds"));
   EXPECT_TRUE(has_entry(program, "flashjit_fwd_block_list"));
+  EXPECT_TRUE(has_entry(program, "flashjit_fwd_block_runs"));
   EXPECT_TRUE(has_block_map(sm90));
   Modifiers score_only;
   score_only.score_mod = kAlibi;
@@ -276,7 +278,16 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   EXPECT_EQ(per_head.batch_stride(), 1024);
   EXPECT_EQ(per_head.list_bytes(), 2048u * 65 * 4);
   EXPECT_EQ(per_head.kinds_offset() % 256, 0u);
-  EXPECT_EQ(per_head.workspace_bytes(), per_head.kinds_offset() + 2048u * 64);
+  // Then the row runs of each row's first 4 partial tiles: their positions
+  // (4 ints a row) and a word per query row of the 128-row work tile.
+  EXPECT_EQ(per_head.run_rows, 128);
+  EXPECT_EQ(per_head.run_positions_offset(), per_head.kinds_offset() + 2048u * 64);
+  EXPECT_EQ(per_head.runs_offset(), per_head.run_positions_offset() + 2048u * 4 * 4);
+  EXPECT_EQ(per_head.workspace_bytes(), per_head.runs_offset() + 2048u * 4 * 128 * 4);
+  EXPECT_EQ(per_head.grid_offset() % 256, 0u);
+  const LaunchGeometry runs = per_head.runs_launch();
+  EXPECT_EQ(runs.grid.x * runs.grid.y, 2048u);
+  EXPECT_EQ(runs.grid.z, 4u);
   const LaunchGeometry kinds = per_head.kinds_launch();
   EXPECT_EQ(kinds.grid.x * kinds.grid.y * kinds.grid.z, 2048u * 64);
   EXPECT_EQ(per_head.list_launch().grid.x * per_head.list_launch().block.x, 2048u * 32);
@@ -305,12 +316,57 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   EXPECT_EQ(packed_map.heads, 8);
   EXPECT_EQ(packed_map.row_blocks, 1);
   EXPECT_EQ(packed_map.tiles, (8192 + packed.config.block_n - 1) / packed.config.block_n);
+  // Its rows are several heads' whose mask_mod may differ: no row runs,
+  // unless the mask reads only (q, k).
+  EXPECT_EQ(packed_map.run_rows, 0);
+  EXPECT_EQ(packed_map.workspace_bytes(), packed_map.run_positions_offset());
+  KernelSpec packed_shared = packed;
+  packed_shared.modifiers.mask_mod_qk_only = true;
+  EXPECT_EQ(forward_block_map_geometry(packed_shared, decode).run_rows,
+            packed.config.block_m / 64 * (64 / packed.pack_gqa));
   // qk-only without a mask_mod is a mistake, named.
   Modifiers orphan = score_only;
   orphan.mask_mod_qk_only = true;
   EXPECT_NE(error_of(validate_modifiers(orphan)).find("mask_mod_qk_only is set but there is no "
                                                       "mask_mod"),
             std::string::npos);
+}
+
+// Which forward maps are kept across calls (runtime/block_map_cache.h): a
+// shared map of a mask of (q, k) and scalar aux values, keyed by the kernel,
+// the lengths, the built-in window and the aux bytes; never a map per batch
+// or head, one from a caller's block mask, or one whose aux holds a pointer.
+TEST(ModifiersBlockMap, OnlyShapeOnlyMapsAreKeptAcrossCalls) {
+  const Problem p = problem_of(2, 16, 16, 8192);
+  const Modifiers window = mods::sliding_window_with_sinks();
+  const KernelSpec spec = modified_spec(p, kSm90a, window);
+  const BlockMapGeometry map = forward_block_map_geometry(spec, p);
+  unsigned long long aux[8] = {1024, 4};
+  const std::string key = reusable_block_map_key(spec, p, aux, false, map);
+  EXPECT_NE(key, "");
+  EXPECT_EQ(reusable_block_map_key(spec, p, aux, false, map), key);
+  EXPECT_EQ(reusable_block_map_key(spec, p, aux, true, map), "");
+  unsigned long long other_aux[8] = {1024, 5};
+  EXPECT_NE(reusable_block_map_key(spec, p, other_aux, false, map), key);
+  EXPECT_NE(reusable_block_map_key(spec, p, other_aux, false, map), "");
+  Problem longer = p;
+  longer.seqlen_q = longer.seqlen_k = 8193;
+  EXPECT_NE(reusable_block_map_key(spec, longer, aux, false,
+                                   forward_block_map_geometry(spec, longer)),
+            key);
+  // Read per batch and head: one map per (batch, head), built per call.
+  Modifiers per_head = window;
+  per_head.mask_mod_qk_only = false;
+  const KernelSpec per_head_spec = modified_spec(p, kSm90a, per_head);
+  EXPECT_EQ(reusable_block_map_key(per_head_spec, p, aux, false,
+                                   forward_block_map_geometry(per_head_spec, p)),
+            "");
+  Modifiers documents = documents_only();
+  documents.mask_mod_qk_only = true;
+  const KernelSpec documents_spec = modified_spec(p, kSm90a, documents);
+  const BlockMapGeometry documents_map = forward_block_map_geometry(documents_spec, p);
+  ASSERT_EQ(documents_map.rows(), 64);
+  EXPECT_EQ(reusable_block_map_key(documents_spec, p, aux, false, documents_map), "");
 }
 
 // The map's two kernels compile for sm_90a with the forward, without
@@ -335,7 +391,7 @@ TEST(ModifiersBlockMap, ItsKernelsCompileCleanly) {
       kSm90a);
   for (const auto &one : compiled)
     testing::expect_clean(one, {"flashjit_fwd_sm90", "flashjit_fwd_block_kinds",
-                                "flashjit_fwd_block_list"});
+                                "flashjit_fwd_block_list", "flashjit_fwd_block_runs"});
 }
 
 // The backward's block map (templates/bwd_block_map.cuh): a row per (batch,

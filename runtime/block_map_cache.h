@@ -1,0 +1,51 @@
+// The forward's block maps that depend on nothing but the call's shape and
+// its scalar aux values, kept for the process and reused by later calls
+// (issue #15: the map "cached for the call's shape, reusable across
+// layers"): a mask_mod declared a function of (q, k) alone whose aux holds
+// no pointer, e.g. a sliding window with sinks, prefix-LM, causal as a
+// mask_mod. Its classification calls mask_mod on every (query, key) pair,
+// 64M calls at 8k x 8k, ~40 us a call on the H200 (12% of a window-with-
+// sinks forward at d = 128). A map that reads device data (a document
+// mask's ids, a caller's block mask) is built per call: its contents may
+// change between calls while the pointer stays.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/Support/Error.h"
+
+namespace flashjit {
+
+struct BlockMapGeometry;
+struct KernelSpec;
+struct Problem;
+
+// At most this many maps, and this many bytes of them, per process; past
+// either, maps are built per call.
+constexpr int kReusableBlockMapsMax = 64;
+constexpr uint64_t kReusableBlockMapBytesMax = 256ull << 20;
+
+// The key of the map of `spec`'s forward for `problem` with the aux struct
+// `aux` (FwdParams::aux, 64 bytes), or "" where the map cannot be reused:
+// one per batch or head, a caller's block mask, a pointer among the aux
+// fields, no mask_mod_qk_only.
+std::string reusable_block_map_key(const KernelSpec &spec, const Problem &problem,
+                                   const unsigned long long (&aux)[8], bool caller_block_mask,
+                                   const BlockMapGeometry &map);
+
+// The workspace of the map under `key` in the current context: the one
+// kept, or a new one of `bytes` that `build` fills (enqueues the map's
+// kernels into on `stream`), after which `stream` is synchronised, so the
+// kept map is complete for every later call on any stream. 0 where the map
+// is not kept: the cache is full, or `stream` is capturing a graph (which
+// a synchronisation would break) and no map is kept yet; the caller then
+// builds one for the call. The memory lives as long as the process.
+llvm::Expected<CUdeviceptr> reusable_block_map(const std::string &key, uint64_t bytes,
+                                               CUstream stream,
+                                               llvm::function_ref<llvm::Error(CUdeviceptr)> build);
+
+}  // namespace flashjit
