@@ -127,6 +127,8 @@ BlockMapGeometry backward_block_map_geometry(const KernelSpec &spec, const Probl
   // As the forward's: a packed batch's sequences have maps of their own.
   g.heads = qk_only ? 1 : problem.heads_kv;
   g.batches = qk_only && !spec.varlen ? 1 : problem.batch;
+  // bwd_sm90.cuh's kKeyRuns.
+  if (qk_only) g.run_rows = spec.config.block_n;
   return g;
 }
 

@@ -443,6 +443,13 @@ TEST(ModifiersBlockMap, TheBackwardMapsKeyBlocksToQueryTiles) {
   EXPECT_EQ(one.rows(), key_blocks);
   EXPECT_EQ(one.head_stride(), 0);
   EXPECT_EQ(one.batch_stride(), 0);
+  // Key runs of partial tiles where one mask serves the row's heads: a
+  // word per key of the block, per slot; none for a group's per-head mask.
+  EXPECT_EQ(one.run_rows, sm90.config.block_n);
+  EXPECT_EQ(one.workspace_bytes(),
+            one.runs_offset() + uint64_t(key_blocks) * 4 * sm90.config.block_n * 4);
+  EXPECT_EQ(per_group.run_rows, 0);
+  EXPECT_TRUE(has_entry(program, "flashjit_bwd_block_runs"));
   KernelSpec varlen = spec_of(p, kSm90a, {}, shared);
   varlen.varlen = true;
   EXPECT_EQ(backward_block_map_geometry(varlen, p).batches, 2);
