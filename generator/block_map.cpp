@@ -111,7 +111,7 @@ BlockMapGeometry forward_block_map_geometry(const KernelSpec &spec, const Proble
   g.batches = qk_only && !per_sequence_lengths ? 1 : problem.batch;
   // fwd_sm90.cuh's kRowRuns.
   if (t.layout().consumer_warpgroups() < 3 && (spec.pack_gqa <= 1 || qk_only))
-    g.run_rows = t.layout().q_rows_per_tile();
+    g.run_words = t.layout().q_rows_per_tile();
   return g;
 }
 
@@ -127,8 +127,6 @@ BlockMapGeometry backward_block_map_geometry(const KernelSpec &spec, const Probl
   // As the forward's: a packed batch's sequences have maps of their own.
   g.heads = qk_only ? 1 : problem.heads_kv;
   g.batches = qk_only && !spec.varlen ? 1 : problem.batch;
-  // bwd_sm90.cuh's kKeyRuns.
-  if (qk_only) g.run_rows = spec.config.block_n;
   return g;
 }
 

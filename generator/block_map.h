@@ -26,10 +26,12 @@ struct BlockMapGeometry {
   int64_t tiles = 0;
   int64_t heads = 1;  // of the work tiles, KV heads in the backward (1: shared, mask_mod_qk_only)
   int64_t batches = 1;    // 1: shared (qk-only and every sequence of the problem's lengths)
-  // The forward's row runs of partial tiles (kBlockMapRuns): the query
-  // positions of a row block, one word each per slot; 0 where the kernel
-  // reads none (the backward; a packed GQA tile whose mask_mod reads heads).
-  int64_t run_rows = 0;
+  // The forward's row runs of partial tiles (kBlockMapRuns), in 32-bit
+  // words per slot of a row: one per query position of its work tile; 0
+  // where the kernel reads none (the backward, docs/experiments/
+  // bwd-sm90-key-runs.diff; a packed GQA tile whose mask_mod reads heads;
+  // d = 64's three-warpgroup forward).
+  int64_t run_words = 0;
   static constexpr int64_t kRunSlots = 4;  // kBlockMapRunSlots
 
   int64_t rows() const { return heads * batches * row_blocks; }
@@ -42,10 +44,10 @@ struct BlockMapGeometry {
     return (kinds_offset() + uint64_t(rows()) * tiles + 255) / 256 * 256;
   }
   uint64_t runs_offset() const {
-    return run_positions_offset() + (run_rows > 0 ? uint64_t(rows()) * kRunSlots * 4 + 255 : 0) /
+    return run_positions_offset() + (run_words > 0 ? uint64_t(rows()) * kRunSlots * 4 + 255 : 0) /
                                         256 * 256;
   }
-  uint64_t runs_bytes() const { return uint64_t(rows()) * kRunSlots * uint64_t(run_rows) * 4; }
+  uint64_t runs_bytes() const { return uint64_t(rows()) * kRunSlots * uint64_t(run_words) * 4; }
   uint64_t workspace_bytes() const { return runs_offset() + runs_bytes(); }
   // FwdParams::block_map_*_stride (and BwdParams'), in rows.
   int64_t head_stride() const { return heads > 1 ? row_blocks : 0; }

@@ -190,7 +190,6 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
     // (bwd_block_map.cuh).
     out.entries.push_back("flashjit_bwd_block_kinds");
     out.entries.push_back("flashjit_bwd_block_list");
-    out.entries.push_back("flashjit_bwd_block_runs");
     out.entries.push_back("flashjit_block_mask_grid");
     out.source = write_source("backward kernels", spec, c.deterministic,
                               {"bwd_sm90.cuh", "bwd_block_map.cuh"});

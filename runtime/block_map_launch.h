@@ -52,7 +52,7 @@ llvm::Expected<CUdeviceptr> enqueue_block_map(const LoadedKernel &kinds, const L
   const uint64_t grid_bytes = mask ? block_mask_grid_bytes(*mask) : 0;
   const uint64_t bytes = mask ? map.grid_offset() + grid_bytes : map.workspace_bytes();
   // The forward's row runs of partial tiles, where its kernel reads them.
-  const bool with_runs = runs && map.run_rows > 0;
+  const bool with_runs = runs && map.run_words > 0;
   auto bind = [&](CUdeviceptr workspace) {
     params.block_map = reinterpret_cast<int *>(workspace);
     params.block_kinds = reinterpret_cast<unsigned char *>(workspace + map.kinds_offset());

@@ -149,7 +149,6 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   if (has_block_map(*spec)) {
     for (auto [into, entry] : {std::pair{&kernels.block_kinds, "flashjit_bwd_block_kinds"},
                                std::pair{&kernels.block_list, "flashjit_bwd_block_list"},
-                               std::pair{&kernels.block_runs, "flashjit_bwd_block_runs"},
                                std::pair{&kernels.block_mask_grid, "flashjit_block_mask_grid"}}) {
       auto kernel = backward_kernel(*spec, context->context, entry, 0);
       if (!kernel) return with_context(problem, kernel.takeError());
@@ -196,7 +195,7 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
     // values alone (runtime/block_map_cache.h).
     const BlockMapGeometry map = backward_block_map_geometry(spec, problem);
     auto built = enqueue_block_map(
-        *kernels.block_kinds, *kernels.block_list, *kernels.block_mask_grid, kernels.block_runs,
+        *kernels.block_kinds, *kernels.block_list, *kernels.block_mask_grid, nullptr,
         args.block_mask, map, params, stream, "query tiles",
         reusable_block_map_key(spec, problem, params.aux, args.block_mask != nullptr, map));
     if (!built) return built.takeError();

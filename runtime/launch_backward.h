@@ -28,7 +28,6 @@ struct BackwardKernelSet {
   std::array<const LoadedKernel *, 4> steps{};
   const LoadedKernel *block_kinds = nullptr;
   const LoadedKernel *block_list = nullptr;
-  const LoadedKernel *block_runs = nullptr;  // partial tiles' key runs
   const LoadedKernel *block_mask_grid = nullptr;  // a caller's block mask's scatter
 };
 

@@ -14,14 +14,7 @@
 //       tile one head hides and another sees is computed for both, with
 //       mask_mod per element.
 //   flashjit_bwd_block_list   one warp per map row: the row's non-hidden
-//       query tiles in order and their count (list_block_map_row), and
-//       the positions of its first kBlockMapRunSlots partial tiles where
-//       the host asks for runs (BwdParams::block_run_positions).
-//   flashjit_bwd_block_runs   one CTA per (map row, slot) of those: a
-//       thread per key finds the queries of the tile mask_mod shows it, as
-//       flashjit_fwd_block_runs with keys as the rows; the kernel masks a
-//       flagged tile with the built-in per-key bounds, narrowed to the
-//       runs. Only where mask_mod reads no head (bwd_sm90.cuh, kKeyRuns).
+//       query tiles in order and their count (list_block_map_row).
 #pragma once
 
 #include "bwd_sm90.cuh"
@@ -86,45 +79,5 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
     flashjit_bwd_block_list(const flashjit::BwdParams p, int rows) {
   using namespace flashjit;
   using namespace flashjit::bwd_block_map;
-  list_block_map<kThreads>(p, rows, p.block_run_positions);
-}
-
-// Grid (map heads x map batches, key blocks, kBlockMapRunSlots), after the
-// list kernel. Queries past the sequence are not asked (their LSE of +inf
-// zeroes P); keys past it see none.
-extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
-    flashjit_bwd_block_runs(const flashjit::BwdParams p) {
-  using namespace flashjit;
-  using namespace flashjit::bwd_block_map;
-  if constexpr (!bwd_sm90::kKeyRuns) return;  // the host launches none
-  const int map_heads = p.block_map_head_stride != 0 ? p.heads_q / p.heads_per_kv : 1;
-  const int kv_head = static_cast<int>(blockIdx.x) % map_heads;
-  const int batch = static_cast<int>(blockIdx.x) / map_heads;
-  const int n_block = blockIdx.y, slot = blockIdx.z;
-  const i64 row = block_map_row_index(p, batch, kv_head, n_block);
-  const int position = p.block_run_positions[row * kBlockMapRunSlots + slot];
-  if (position < 0) return;
-  int *entry = p.block_map + row * p.block_map_row_stride + 1 + position;
-  const int m0 = block_map_tile(*entry) * kBlockM, n0 = n_block * kBlockN;
-  const Sequence seq(p, batch);
-  const int rows = min(kBlockM, seq.seqlen_q - m0);
-  const int head = Modifiers::kMaskQkOnly ? 0 : kv_head * p.heads_per_kv;
-  unsigned *runs = p.block_runs + (row * kBlockMapRunSlots + slot) * kBlockN;
-  bool all_runs = true;
-  for (int r = threadIdx.x; r < kBlockN; r += kThreads) {
-    const int k = n0 + r;
-    int lo = rows, hi = -1, shown = 0;
-    if (k < seq.seqlen_k)
-      for (int c = 0; c < rows; ++c)
-        if (Modifiers::visible(batch, head, m0 + c, k, p.aux)) {
-          lo = min(lo, c);
-          hi = c;
-          ++shown;
-        }
-    all_runs &= shown == 0 || shown == hi - lo + 1;
-    runs[r] = shown == 0 ? 0u : static_cast<unsigned>(lo) | static_cast<unsigned>(hi + 1) << 16;
-  }
-  // Every thread has read the entry before any writes it.
-  if (__syncthreads_and(all_runs) && threadIdx.x == 0)
-    *entry |= kBlockMapRuns | slot << kBlockMapSlotShift;
+  list_block_map<kThreads>(p, rows, nullptr);
 }

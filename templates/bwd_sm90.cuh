@@ -115,13 +115,6 @@ using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 // (bwd_block_map.cuh), hidden ones never loaded, and calls mask_mod only on
 // the ones it does not show whole.
 constexpr bool kBlockMap = Modifiers::kMask;
-// Its partial tiles masked from each key's run of queries where the
-// pre-pass found them (kBlockMapRuns, bwd_block_map.cuh): the built-in
-// masks' per-key bounds, narrowed. A map row serves a KV head's group, so
-// only where mask_mod reads no head (a per-head mask's kernel, whose group
-// size is a run-time value, compiles without the path: its registers
-// spilled 8 bytes at d = 128).
-constexpr bool kKeyRuns = kBlockMap && Modifiers::kMaskQkOnly;
 // Resident CTAs over work items, or one CTA per item (the same loop, which
 // then runs once: its position is a constant the compiler folds).
 constexpr bool kResident = sm90_backward_resident(Modifiers::kScore, Modifiers::kMask);
@@ -886,11 +879,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       const int head = kv_head * p.heads_per_kv + tile_head(tiles, it);
       const int entry = next_entry;  // load_stats(it) read it
       const int m0 = entry_m_block(entry) * kBlockM;
-      // mask_mod per element only where the map neither shows the tile whole
-      // nor has its keys' runs (runs_tile: masked below with the built-in
-      // bounds).
-      const bool runs_tile = kKeyRuns && (entry & kBlockMapRuns);
-      const bool masked = !kBlockMap || !(entry & kBlockMapFull || runs_tile);
+      // mask_mod per element only where the map does not show the tile whole.
+      const bool masked = !kBlockMap || !(entry & kBlockMapFull);
       const u32 q_tile = smem + kOffsetQ + stage * kQTileBytes;
       const u32 do_tile = smem + kOffsetDO + stage * kDOTileBytes;
       const u32 ds_tile = smem + kOffsetDS + (tile % 2) * kDsBufferBytes;
@@ -942,23 +932,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       // query column 8nt + 2*quad_lane + c of its S^T. Where an edge or the
       // key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
       // in tile coordinates; P = 0 elsewhere (and so dS = 0).
-      // A runs tile's keys' runs are read here, not under the GEMMs: held
-      // across them, their two registers spilled (8 bytes at d = 128).
       int q_lo[2] = {-1, -1}, q_hi[2] = {kBlockM, kBlockM};
-      if (runs_tile || tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
-        const int slot = (entry >> kBlockMapSlotShift) & (kBlockMapRunSlots - 1);
-        const unsigned *runs =
-            p.block_runs + (map_row_index(batch, kv_head, n0) * kBlockMapRunSlots + slot) * kBlockN +
-            key0 + warp * 16 + group;
+      if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int key = n0 + key0 + warp * 16 + group + h * 8;
           visible_queries_in_tile<Mask>(p, seqlen_k, key, m0, kBlockM, offset, q_lo[h], q_hi[h]);
-          if (runs_tile) {
-            const unsigned run = runs[h * 8];
-            q_lo[h] = max(q_lo[h], static_cast<int>(run & 0xffffu));
-            q_hi[h] = min(q_hi[h], static_cast<int>(run >> 16) - 1);
-          }
         }
       }
       const float *const dsum = lse_log2 + kSN;

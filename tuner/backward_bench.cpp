@@ -64,8 +64,7 @@ llvm::Expected<BackwardKernels> load_steps(const KernelSpec &spec, llvm::ArrayRe
   // a call (a stand-in takes their place too).
   if (has_block_map(spec))
     for (const char *entry :
-         {"flashjit_bwd_block_kinds", "flashjit_bwd_block_list", "flashjit_block_mask_grid",
-          "flashjit_bwd_block_runs"}) {
+         {"flashjit_bwd_block_kinds", "flashjit_bwd_block_list", "flashjit_block_mask_grid"}) {
       auto kernel = LoadedKernel::load(cubin, stand_in ? *stand_in : std::string(entry), 0);
       if (!kernel) return kernel.takeError();
       out.block_map.push_back(std::move(*kernel));
@@ -104,7 +103,6 @@ llvm::Error BackwardKernels::launch(const Problem &problem, const BackwardArgs &
     set.block_kinds = &block_map[0];
     set.block_list = &block_map[1];
     set.block_mask_grid = &block_map[2];
-    set.block_runs = &block_map[3];
   }
   return enqueue_backward(set, spec, problem, args, stream);
 }

@@ -86,12 +86,6 @@ struct BwdParams {
   unsigned char *block_kinds;
   long long block_map_batch_stride, block_map_head_stride;
   int block_map_row_stride;  // 1 + query tiles
-  // The column runs of partial tiles (kBlockMapRuns, FwdParams'
-  // block_runs with keys as the rows): per (map row, slot) one word per key
-  // of the key block, the first query of the run | (last + 1) << 16,
-  // tile-local (0: none); null where the kernel reads none.
-  int *block_run_positions;
-  unsigned *block_runs;
 
   // The caller's modifiers' extra inputs, as FwdParams::aux.
   unsigned long long aux[8];

@@ -280,7 +280,7 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   EXPECT_EQ(per_head.kinds_offset() % 256, 0u);
   // Then the row runs of each row's first 4 partial tiles: their positions
   // (4 ints a row) and a word per query row of the 128-row work tile.
-  EXPECT_EQ(per_head.run_rows, 128);
+  EXPECT_EQ(per_head.run_words, 128);
   EXPECT_EQ(per_head.run_positions_offset(), per_head.kinds_offset() + 2048u * 64);
   EXPECT_EQ(per_head.runs_offset(), per_head.run_positions_offset() + 2048u * 4 * 4);
   EXPECT_EQ(per_head.workspace_bytes(), per_head.runs_offset() + 2048u * 4 * 128 * 4);
@@ -318,11 +318,11 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   EXPECT_EQ(packed_map.tiles, (8192 + packed.config.block_n - 1) / packed.config.block_n);
   // Its rows are several heads' whose mask_mod may differ: no row runs,
   // unless the mask reads only (q, k).
-  EXPECT_EQ(packed_map.run_rows, 0);
+  EXPECT_EQ(packed_map.run_words, 0);
   EXPECT_EQ(packed_map.workspace_bytes(), packed_map.run_positions_offset());
   KernelSpec packed_shared = packed;
   packed_shared.modifiers.mask_mod_qk_only = true;
-  EXPECT_EQ(forward_block_map_geometry(packed_shared, decode).run_rows,
+  EXPECT_EQ(forward_block_map_geometry(packed_shared, decode).run_words,
             packed.config.block_m / 64 * (64 / packed.pack_gqa));
   // qk-only without a mask_mod is a mistake, named.
   Modifiers orphan = score_only;
@@ -443,13 +443,9 @@ TEST(ModifiersBlockMap, TheBackwardMapsKeyBlocksToQueryTiles) {
   EXPECT_EQ(one.rows(), key_blocks);
   EXPECT_EQ(one.head_stride(), 0);
   EXPECT_EQ(one.batch_stride(), 0);
-  // Key runs of partial tiles where one mask serves the row's heads: a
-  // word per key of the block, per slot; none for a group's per-head mask.
-  EXPECT_EQ(one.run_rows, sm90.config.block_n);
-  EXPECT_EQ(one.workspace_bytes(),
-            one.runs_offset() + uint64_t(key_blocks) * 4 * sm90.config.block_n * 4);
-  EXPECT_EQ(per_group.run_rows, 0);
-  EXPECT_TRUE(has_entry(program, "flashjit_bwd_block_runs"));
+  // No runs in the backward (docs/experiments/bwd-sm90-key-runs.diff).
+  EXPECT_EQ(one.run_words, 0);
+  EXPECT_EQ(one.workspace_bytes(), one.run_positions_offset());
   KernelSpec varlen = spec_of(p, kSm90a, {}, shared);
   varlen.varlen = true;
   EXPECT_EQ(backward_block_map_geometry(varlen, p).batches, 2);
