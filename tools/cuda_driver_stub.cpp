@@ -145,6 +145,10 @@ CUresult cuPointerGetAttribute(void *out, CUpointer_attribute, CUdeviceptr p) {
 CUresult cuStreamCreate(CUstream *s, unsigned) { *s = fresh_handle<CUstream>(); return CUDA_SUCCESS; }
 CUresult cuStreamDestroy(CUstream) { return CUDA_SUCCESS; }
 CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus *status) {
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
 CUresult cuEventCreate(CUevent *e, unsigned) { *e = fresh_handle<CUevent>(); return CUDA_SUCCESS; }
 CUresult cuEventDestroy(CUevent) { return CUDA_SUCCESS; }
 CUresult cuEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
