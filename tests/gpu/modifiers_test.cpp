@@ -29,6 +29,19 @@ using testing::run_forward;
 
 const KernelConfig kFamilies[] = {KernelConfig{KernelPath::sm90}, KernelConfig{KernelPath::sm80}};
 
+// A document mask over per-position ids (`const int* doc_ids`, one array
+// for every sequence): device data, so its block map is built every call.
+Modifiers documents_by_position(bool qk_only) {
+  Modifiers m;
+  m.mask_mod =
+      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return aux.doc_ids[q] == aux.doc_ids[k];\n"
+      "}\n";
+  m.aux = {{"const int*", "doc_ids"}};
+  m.mask_mod_qk_only = qk_only;
+  return m;
+}
+
 TEST(ModifiersGpu, CausalAsMaskModEqualsTheBuiltInCausal) {
   FLASHJIT_REQUIRE_SM90();
   Modifiers causal;
@@ -69,14 +82,8 @@ TEST(ModifiersGpu, CausalAsMaskModEqualsTheBuiltInCausal) {
 // O = 0 and LSE = +inf, as a row that sees no key does.
 TEST(ModifiersGpu, BlockMapSkipsHiddenTilesAndSharesOverBatchAndHeads) {
   FLASHJIT_REQUIRE_SM90();
-  Modifiers per_head;
-  per_head.mask_mod =
-      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
-      "  return aux.doc_ids[q] == aux.doc_ids[k];\n"
-      "}\n";
-  per_head.aux = {{"const int*", "doc_ids"}};
-  Modifiers shared = per_head;
-  shared.mask_mod_qk_only = true;
+  const Modifiers per_head = documents_by_position(false);
+  const Modifiers shared = documents_by_position(true);
   struct Case {
     int64_t heads_q, heads_kv, seqlen_q, seqlen_k, hdim;
     MaskKind mask;
@@ -348,13 +355,7 @@ TEST(ModifiersGpu, AShapeOnlyMaskKeepsItsBlockMapAcrossCalls) {
         check_forward_accuracy(b.out, exact.out, element.out, b.lse, exact.lse);
     EXPECT_TRUE(report.passed) << "window " << w << ": " << report.describe();
   }
-  Modifiers documents;
-  documents.mask_mod =
-      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
-      "  return aux.doc_ids[q] == aux.doc_ids[k];\n"
-      "}\n";
-  documents.aux = {{"const int*", "doc_ids"}};
-  documents.mask_mod_qk_only = true;
+  const Modifiers documents = documents_by_position(true);
   std::vector<int> docs(p.seqlen_q);
   for (size_t i = 0; i < docs.size(); ++i) docs[i] = static_cast<int>(i / 150);
   auto ddocs = DeviceBuffer::allocate(docs.size() * 4);
