@@ -1,13 +1,12 @@
 #include "runtime/block_map_cache.h"
 
 #include <mutex>
+#include <shared_mutex>
 
 #include "flashjit/problem.h"
 #include "generator/block_map.h"
 #include "generator/kernel_spec.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "runtime/cuda_driver.h"
 
 namespace flashjit {
@@ -15,7 +14,7 @@ namespace flashjit {
 namespace {
 
 struct KeptMaps {
-  std::mutex mutex;
+  std::shared_mutex mutex;
   llvm::StringMap<CUdeviceptr> maps;  // by context and key
   uint64_t bytes = 0;
 };
@@ -36,12 +35,15 @@ std::string reusable_block_map_key(const KernelSpec &spec, const Problem &proble
   for (const AuxField &field : spec.modifiers.aux)
     if (field.type.find('*') != std::string::npos) return "";
   // The map reads the lengths, the built-in window and the aux values
-  // besides what the kernel's id holds (tiles, mask kind, the snippets).
-  return llvm::formatv("{0}|q{1}|k{2}|w{3},{4}|aux{5}", spec.id(), problem.seqlen_q,
-                       problem.seqlen_k, problem.window_left, problem.window_right,
-                       llvm::toHex(llvm::StringRef(reinterpret_cast<const char *>(aux),
-                                                   sizeof(aux))))
-      .str();
+  // besides what the kernel's id holds (tiles, mask kind, the snippets):
+  // their bytes after the id, no formatting (every such call builds a key).
+  const int64_t shape[] = {problem.seqlen_q, problem.seqlen_k, problem.window_left,
+                           problem.window_right};
+  std::string key = spec.id();
+  key.push_back('|');
+  key.append(reinterpret_cast<const char *>(shape), sizeof(shape));
+  key.append(reinterpret_cast<const char *>(aux), sizeof(aux));
+  return key;
 }
 
 llvm::Expected<CUdeviceptr> reusable_block_map(
@@ -52,12 +54,17 @@ llvm::Expected<CUdeviceptr> reusable_block_map(
   CUcontext context = nullptr;
   if (llvm::Error e = cuda_check(driver->cuCtxGetCurrent(&context), "cuCtxGetCurrent"))
     return e;
-  const std::string full_key =
-      llvm::formatv("{0}|{1}", reinterpret_cast<uintptr_t>(context), key).str();
+  std::string full_key(reinterpret_cast<const char *>(&context), sizeof(context));
+  full_key += key;
   KeptMaps &kept = kept_maps();
+  {
+    // Every later call of a kept map: a shared lock.
+    std::shared_lock<std::shared_mutex> lock(kept.mutex);
+    if (auto found = kept.maps.find(full_key); found != kept.maps.end()) return found->second;
+  }
   // Held across a build: a second caller of the same key waits for the
-  // first's map instead of building its own.
-  std::lock_guard<std::mutex> lock(kept.mutex);
+  // first's map instead of building its own (and finds it below).
+  std::unique_lock<std::shared_mutex> lock(kept.mutex);
   if (auto found = kept.maps.find(full_key); found != kept.maps.end()) return found->second;
   if (kept.maps.size() >= size_t(kReusableBlockMapsMax) ||
       kept.bytes + bytes > kReusableBlockMapBytesMax)
