@@ -157,6 +157,14 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
   // first_line + lines, so the next is one more.
   os << "#line " << first_line + lines + 1 << " \"" << program << "\"\n";
   const char *aux_arg = aux ? ", *static_cast<const ::Aux *>(aux)" : "";
+  const bool score = !modifiers.score_mod.empty();
+  // score_mod_slope: where the score_mod snippet defines one, the sm90
+  // forward adds slope * (k - q) itself (fwd_sm90.cuh, modify); where it
+  // does not, this overload of last resort is the one a call finds.
+  if (score)
+    os << "template <class... A>\n"
+       << "__device__ __forceinline__ ::flashjit::NoScoreSlope score_mod_slope(A...) { return {}; "
+          "}\n";
   // One of the policy's two functions: the caller's, or the identity.
   auto function = [&](const char *head, const std::string &snippet, const char *call,
                       const char *identity) {
@@ -175,6 +183,15 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
      << "  static constexpr bool kSinks = " << (modifiers.sinks ? "true" : "false") << ";\n";
   function("float score(float s, int b, int h, int q, int k, const void *aux)", modifiers.score_mod,
            "::score_mod(s, b, h, q, k", "s");
+  os << "  static constexpr bool kScoreSlope = ";
+  if (score)
+    os << "::flashjit::kIsScoreSlope<decltype(::score_mod_slope(0, 0"
+       << (aux ? ", *static_cast<const ::Aux *>(nullptr)" : "") << "))>;\n";
+  else
+    os << "false;\n";
+  os << "  __device__ __forceinline__ static float score_slope(int b, int h, const void *aux) {\n"
+     << "    return " << (score ? std::string("::score_mod_slope(b, h") + aux_arg + ")" : "0.f")
+     << ";\n  }\n";
   function("bool visible(int b, int h, int q, int k, const void *aux)", modifiers.mask_mod,
            "::mask_mod(b, h, q, k", "true");
   function("float score_grad(float s, int b, int h, int q, int k, const void *aux)",

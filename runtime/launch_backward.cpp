@@ -191,10 +191,13 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "backward program " + spec.id() +
                                          ": its block map's kernels are not loaded");
-    auto built = enqueue_block_map(*kernels.block_kinds, *kernels.block_list,
-                                   *kernels.block_mask_grid, nullptr, args.block_mask,
-                                   backward_block_map_geometry(spec, problem), params, stream,
-                                   "query tiles");
+    // Kept across calls where it is a function of the shape and scalar aux
+    // values alone (runtime/block_map_cache.h).
+    const BlockMapGeometry map = backward_block_map_geometry(spec, problem);
+    auto built = enqueue_block_map(
+        *kernels.block_kinds, *kernels.block_list, *kernels.block_mask_grid, nullptr,
+        args.block_mask, map, params, stream, "query tiles",
+        reusable_block_map_key(spec, problem, params.aux, args.block_mask != nullptr, map));
     if (!built) return built.takeError();
     block_map = *built;
   }

@@ -16,6 +16,9 @@ Modifiers alibi() {
   m.score_mod =
       "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
       "  return score + aux.slopes[h] * (k - q);\n"
+      "}\n"
+      "__device__ float score_mod_slope(int b, int h, const Aux &aux) {\n"
+      "  return aux.slopes[h];\n"
       "}\n";
   m.score_mod_grad = kBiasGradient;
   m.aux = {{"const float*", "slopes"}};

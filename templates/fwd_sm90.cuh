@@ -595,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           // Outside the sequence the clamped score is as good as any: a key
           // past seqlen_k is masked below (the key tail cuts its tile), a
           // query past seqlen_q is never written. No select per element.
-          if constexpr (Modifiers::kScore)
+          if constexpr (Modifiers::kScore && !Modifiers::kScoreSlope)
             s = Modifiers::score(s * unit, tile.batch, head, q_at,
                                  kEdge ? min(k, seq.seqlen_k - 1) : k, p.aux);
           if constexpr (decltype(with_mask)::value)
@@ -605,6 +605,51 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         }
     }
     };
+    // A score_mod that is score + slope(b, h) * (k - q) (kScoreSlope): two
+    // FMAs a score at most, the column offset an immediate, where the
+    // snippet's call costs an integer add, a conversion, a multiply and an
+    // add (ALiBi ran at 0.89x the plain forward so). Unpacked, the bias is
+    // taken against the warpgroup's first row, slope * (k - wg_m0): the
+    // row's own part, slope * (q - wg_m0), is the same for all its keys, so
+    // the softmax does not see it and write_o takes it off the row max (the
+    // LSE's units), and one bias per column serves the thread's two rows.
+    // Relative to a row of the tile, not position 0, its size stays that of
+    // slope * (k - q) (fp32 precision at long lengths). Keys past the
+    // sequence get a bias like any other; the mask below removes them.
+    if constexpr (Modifiers::kScoreSlope) {
+      if constexpr (kPack == 1) {
+        const float slope = Modifiers::score_slope(tile.batch, tile.head, p.aux);
+        const float base = slope * static_cast<float>(n0 + 2 * quad_lane - wg_m0);
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float bias = fmaf(slope, static_cast<float>(nt * 8 + c), base);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float &s = acc_s[4 * nt + 2 * h + c];
+              s = fmaf(s, unit, bias);
+            }
+          }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int local = warp * 16 + group + h * 8;
+          const int q = wg_m0 + local / kPack;
+          const float slope =
+              Modifiers::score_slope(tile.batch, tile.head * kPack + local % kPack, p.aux);
+          const float base = slope * static_cast<float>(n0 + 2 * quad_lane - q);
+#pragma unroll
+          for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float &s = acc_s[4 * nt + 2 * h + c];
+              s = fmaf(s, unit, fmaf(slope, static_cast<float>(nt * 8 + c), base));
+            }
+        }
+      }
+      if (!Modifiers::kMask || shown) return;
+    }
     // The warpgroup's last row is local row 63.
     const bool inside = wg_m0 + 63 / kPack < seq.seqlen_q && n0 + kBlockN <= seq.seqlen_k;
     auto for_bounds = [&](auto with_mask) {
@@ -776,8 +821,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // O and the LSE of the work tile, or this split's partials
   // (common/sm90_epilogue.cuh).
   auto write_o = [&](const WorkTile &tile, const Sequence &seq, int wg_m0) {
-    Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, row_max, row_sum,
-                    scale_log2);
+    if constexpr (Modifiers::kScoreSlope && kPack == 1) {
+      // The rows' own bias, left out of the softmax (modify): the max back
+      // in the true logits' units, for the LSE and a sink.
+      const float slope = Modifiers::score_slope(tile.batch, tile.head, p.aux);
+      float true_max[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        true_max[h] = row_max[h] - slope * static_cast<float>(warp * 16 + group + h * 8);
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_max, row_sum,
+                      scale_log2);
+    } else {
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, row_max, row_sum,
+                      scale_log2);
+    }
   };
 
   auto reset_o = [&] {

@@ -56,14 +56,27 @@ __device__ __forceinline__ float position_to_float(int i) {
   return __int_as_float(0x4B400000 + i) - 12582912.f;
 }
 
+// What score_mod_slope's overload of last resort returns where the snippet
+// defines none (generator/modifier_source.cpp): the policy's kScoreSlope is
+// false then, and its score_slope, never called, 0.
+struct NoScoreSlope {
+  __device__ __forceinline__ operator float() const { return 0.f; }
+};
+template <class T>
+inline constexpr bool kIsScoreSlope = true;
+template <>
+inline constexpr bool kIsScoreSlope<NoScoreSlope> = false;
+
 struct NoModifiers {
   static constexpr bool kScore = false;
+  static constexpr bool kScoreSlope = false;
   static constexpr bool kMask = false;
   static constexpr bool kMaskQkOnly = false;
   static constexpr bool kSinks = false;
   __device__ __forceinline__ static float score(float s, int, int, int, int, const void *) {
     return s;
   }
+  __device__ __forceinline__ static float score_slope(int, int, const void *) { return 0.f; }
   __device__ __forceinline__ static bool visible(int, int, int, int, const void *) { return true; }
   __device__ __forceinline__ static float score_grad(float, int, int, int, int, const void *) {
     return 1.f;

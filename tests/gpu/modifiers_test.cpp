@@ -412,19 +412,19 @@ TEST(ModifiersGpu, BackwardBlockMapMatchesTheBuiltInCausal) {
     EXPECT_EQ(once.dq, again.dq) << c.seqlen;
     EXPECT_EQ(once.dk, again.dk) << c.seqlen;
     EXPECT_EQ(once.dv, again.dv) << c.seqlen;
-    // The shared forward map (a mask of (q, k), no aux) was kept by the
-    // loop's first shared call (runtime/block_map_cache.h): a call (the
-    // forward for the LSE, then the backward) launches none of its kernels,
-    // where the per-group forward map, built every call, launches three
-    // (kinds, list and runs); the backward builds its map every call either
-    // way (two); the same bits as the loop's.
+    // The shared maps (a mask of (q, k), no aux) were kept by the loop's
+    // first shared call (runtime/block_map_cache.h): a call (the forward
+    // for the LSE, then the backward) launches none of their kernels, where
+    // the per-group maps, built every call, launch five (the forward's
+    // kinds, list and runs; the backward's kinds and list), and gives the
+    // same bits as the loop's.
     uint64_t before = runtime_stats().launches;
     const AttentionGradients shared_once =
         run_backward(plain, deterministic, shared, q, k, v, dout);
     const uint64_t shared_launches = runtime_stats().launches - before;
     before = runtime_stats().launches;
     (void)run_backward(plain, deterministic, per_group, q, k, v, dout);
-    EXPECT_EQ(runtime_stats().launches - before, shared_launches + 3) << c.seqlen;
+    EXPECT_EQ(runtime_stats().launches - before, shared_launches + 5) << c.seqlen;
     const AttentionGradients shared_again =
         run_backward(plain, deterministic, shared, q, k, v, dout);
     EXPECT_EQ(shared_once.dq, shared_again.dq) << c.seqlen;

@@ -275,8 +275,9 @@ def test_gradients_of_mask_mods_match_the_reference():
     allowed = pos[None, :] <= pos[:, None]
     check_grads(got, q, k, v, dout, allowed=allowed[None, None])
     # A sliding window with sinks (a mask of (q, k) and two integers): the
-    # forward's edge tiles masked from runs, its map kept across calls; the
-    # second call's dK and dV are the same bits (dQ's atomics may reorder).
+    # forward's edge tiles masked from runs, both maps kept across calls;
+    # the second call's dK and dV are the same bits (dQ's atomics may
+    # reorder).
     from flashjit import mods
     window = mods.sliding_window(64, sinks=4)
     first = grads(lambda a, b, c: flashjit.attention(a, b, c, mask_mod=window), q, k, v, dout)
