@@ -475,14 +475,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
   // shortest-first dispatch that also avoids it, FlashAttention-3's, was
   // 0.97x there but left the longest CTAs to the end: GQA 32/8 d=64 4k
   // causal 0.71x).
-  // A CTA per item (a caller's score_mod or mask_mod) keeps the walk its
-  // speed was measured with, head by head, the m-blocks ascending (this one
-  // was not timed there, and spilled a register of a d=256 block-map
-  // kernel's producer).
+  // A CTA per item (a caller's score_mod or mask_mod) takes this walk too
+  // under a mask_mod alone up to d = 128 (causal as a mask_mod, d=128 8k,
+  // H200: see docs/PERF.md, twenty-eighth session); with a score_mod, or
+  // at d > 128, the walk its speed was measured with, head by head, the
+  // m-blocks ascending (this one spilled 16 bytes of a d=256 block-map
+  // kernel).
   // (Unsigned: a signed division by the run-time group size took registers
   // that the dQ writer, on kProducerRegisters, does not have: 92 bytes
   // spilled at d=128 under a mask_mod.)
-  constexpr bool kLastFirst = kDeterministic || kResident;
+  constexpr bool kLastFirst =
+      kDeterministic || kResident || (!Modifiers::kScore && kHeadDim <= 128);
   auto tile_head = [&](const QueryTiles &t, int it) -> int {
     if constexpr (kLastFirst) return static_cast<int>(u32(it) % u32(p.heads_per_kv));
     return it / t.m_blocks;

@@ -27,6 +27,15 @@ struct Modifiers {
   // applied to every scaled score (after the built-in softcap) before the
   // softmax; b is the batch index (the sequence of a packed batch), h the
   // query head, q and k the query and key positions within the sequence.
+  // A score_mod that is score + slope(b, h) * (k - q) (ALiBi and its kin)
+  // may say so by also defining, in the same text,
+  //   __device__ float score_mod_slope(int b, int h)
+  // (with `const Aux &aux` last where there are aux fields): the sm90
+  // forward then adds the bias itself, 1.5 FMAs a score against the four
+  // instructions of a call (H200, d=128 8k: ALiBi 0.89x -> 0.95x the plain
+  // forward), and every other kernel still calls score_mod. The two must
+  // agree, as a block mask and its mask_mod must; one with other
+  // parameters is not found and changes nothing.
   std::string score_mod;
   // Defines
   //   __device__ float score_mod_grad(float score, int b, int h, int q, int k)

@@ -12,6 +12,7 @@
 
 #include "flashjit/backward.h"
 #include "flashjit/forward.h"
+#include "flashjit/mods.h"
 #include "forward_check.h"
 #include "reference/accuracy.h"
 #include "reference/cpu_attention_backward.h"
@@ -43,12 +44,13 @@ struct SinkRun {
 };
 
 // The forward (and, when `dout` is given, the backward) of `p` with sinks
-// through launch_forward / launch_backward.
+// through launch_forward / launch_backward; `modifiers` (with sinks) and
+// their `aux` where others join the sinks.
 SinkRun run_sinks(const Problem &p, const KernelConfig &config, const std::vector<float> &sinks,
                   const std::vector<float> &q, const std::vector<float> &k,
-                  const std::vector<float> &v, const std::vector<float> *dout) {
+                  const std::vector<float> &v, const std::vector<float> *dout,
+                  const Modifiers &modifiers = with_sinks(), const AuxValues *aux = nullptr) {
   SinkRun r;
-  const Modifiers modifiers = with_sinks();
   auto dq_in = upload_values(p.dtype, q), dk_in = upload_values(p.dtype, k),
        dv_in = upload_values(p.dtype, v);
   auto o = DeviceBuffer::allocate(o_elements(p) * 2);
@@ -66,6 +68,7 @@ SinkRun run_sinks(const Problem &p, const KernelConfig &config, const std::vecto
                                        static_cast<float *>(lse->data()));
   fa.modifiers = &modifiers;
   fa.sinks = static_cast<const float *>(dsinks_in->data());
+  if (aux) fa.aux = aux->data(), fa.aux_bytes = aux->size();
   if (llvm::Error e = launch_forward(p, fa, nullptr, config)) {
     ADD_FAILURE() << llvm::toString(std::move(e));
     return r;
@@ -100,6 +103,7 @@ SinkRun run_sinks(const Problem &p, const KernelConfig &config, const std::vecto
                                          ws->size());
   ba.modifiers = &modifiers;
   ba.sinks = static_cast<const float *>(dsinks_in->data());
+  if (aux) ba.aux = aux->data(), ba.aux_bytes = aux->size();
   ba.dsinks = static_cast<float *>(ds->data());
   if (llvm::Error e = launch_backward(p, ba, nullptr, config)) {
     ADD_FAILURE() << llvm::toString(std::move(e));
@@ -196,6 +200,63 @@ TEST(SinksGpu, ForwardMatchesTheReference) {
           }
       }
     }
+}
+
+// ALiBi's slope form (score_mod_slope: the sm90 forward biases against the
+// warpgroup's first row and takes the rows' own part off the max) with
+// sinks, which must meet the keys in the true logits' units: O and the LSE
+// against the reference, unsplit and split, a causal shape whose first rows
+// see no key (O = 0, LSE = the sink), GQA decode; sm80 as the twin.
+TEST(SinksGpu, AlibiSlopeWithSinksMatchesTheReference) {
+  FLASHJIT_REQUIRE_SM90();
+  Modifiers modifiers = mods::alibi();
+  modifiers.sinks = true;
+  struct Case {
+    KernelPath path;
+    MaskKind mask;
+    int64_t seqlen_q, seqlen_k;
+    int splits;
+  };
+  const Case cases[] = {
+      {KernelPath::sm90, MaskKind::none, 300, 421, 1},
+      {KernelPath::sm90, MaskKind::causal, 333, 200, 1},
+      {KernelPath::sm90, MaskKind::none, 5, 1000, 3},
+      {KernelPath::sm90, MaskKind::none, 1, 777, 1},
+      {KernelPath::sm80, MaskKind::causal, 333, 200, 1},
+  };
+  for (const Case &c : cases) {
+    const Problem p = make_problem(DType::bf16, 2, 6, 2, c.seqlen_q, c.seqlen_k, 128, 128, c.mask);
+    SCOPED_TRACE(describe(p) + " " + to_string(c.path) + " splits " + std::to_string(c.splits));
+    KernelConfig config{c.path};
+    config.splits = c.splits;
+    std::vector<float> slopes(p.heads_q);
+    for (int64_t h = 0; h < p.heads_q; ++h) slopes[h] = -std::exp2(-8.0 * (h + 1) / p.heads_q);
+    auto dslopes = DeviceBuffer::from_host(slopes.data(), slopes.size() * 4);
+    FLASHJIT_ASSERT_OK(dslopes.takeError());
+    AuxValues aux(modifiers);
+    ASSERT_EQ(aux.set("slopes", static_cast<const void *>(dslopes->data())), "");
+    const std::vector<float> sinks = sink_logits(p.heads_q);
+    const auto q = random_values(p.dtype, q_elements(p), 61);
+    const auto k = random_values(p.dtype, k_elements(p), 62);
+    const auto v = random_values(p.dtype, v_elements(p), 63);
+    const SinkRun got = run_sinks(p, config, sinks, q, k, v, nullptr, modifiers, &aux);
+    ASSERT_EQ(got.out.size(), o_elements(p));
+    ReferenceModifiers ref;
+    ref.sinks = sinks;
+    ref.score = [&](double s, int64_t, int64_t h, int64_t qi, int64_t ki) {
+      return s + double(slopes[h]) * double(ki - qi);
+    };
+    const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact, ref);
+    const AttentionOutputs element = cpu_attention(p, q, k, v, ReferencePrecision::element, ref);
+    const AccuracyReport report =
+        check_forward_accuracy(got.out, exact.out, element.out, got.lse, exact.lse);
+    EXPECT_TRUE(report.passed) << report.describe();
+    if (c.mask == MaskKind::causal && c.seqlen_q > c.seqlen_k) {
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          EXPECT_NEAR(got.lse[(b * p.heads_q + h) * p.seqlen_q], sinks[h], 1e-5);
+    }
+  }
 }
 
 // The backward with sinks: dq, dk, dv with DESIGN.md's gradient criterion

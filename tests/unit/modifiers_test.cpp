@@ -587,6 +587,55 @@ TEST(ModifiersCompile, ErrorsPointIntoTheSnippet) {
       << message;
 }
 
+// score_mod_slope (include/flashjit/modifiers.h): the policy's kScoreSlope is
+// true where the score_mod snippet defines one with the snippet's
+// parameters (aux included where there are aux fields), and false where it
+// defines none or one the kernels' call does not match; score_slope then
+// calls it. Checked by the compiler: each probe asserts its expectation.
+TEST(ModifiersCompile, ScoreModSlopeIsFoundByItsSignature) {
+  const std::string alibi =
+      "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return score + aux.slopes[h] * (k - q);\n"
+      "}\n";
+  const std::string slope =
+      "__device__ float score_mod_slope(int b, int h, const Aux &aux) { return aux.slopes[h]; }\n";
+  const std::string constant =
+      "__device__ float score_mod(float score, int b, int h, int q, int k) {\n"
+      "  return score - 0.5f * (k - q);\n"
+      "}\n"
+      "__device__ float score_mod_slope(int b, int h) { return -0.5f; }\n";
+  // Declared without the aux parameter the kernels pass: not theirs.
+  const std::string wrong = "__device__ float score_mod_slope(int b, int h) { return 1.f; }\n";
+  struct Probe {
+    const char *name;
+    std::string score_mod;
+    bool aux, expected;
+  } probes[] = {{"alibi with its slope", alibi + slope, true, true},
+                {"alibi without", alibi, true, false},
+                {"no aux", constant, false, true},
+                {"wrong signature", alibi + wrong, true, false}};
+  for (const Probe &probe : probes) {
+    Modifiers m;
+    m.score_mod = probe.score_mod;
+    if (probe.aux) m.aux = {{"const float*", "slopes"}};
+    GeneratedSource source = modified_program("probe.cu", "common/types.cuh", {"probe"}, m,
+                                              kernel_compile_options());
+    source.source += std::string("static_assert(flashjit::cfg::Modifiers::kScoreSlope == ") +
+                     (probe.expected ? "true" : "false") +
+                     ", \"kScoreSlope\");\n"
+                     "extern \"C\" __global__ void probe(float *out, const void *aux) {\n"
+                     "  out[0] = flashjit::cfg::Modifiers::score_slope(0, 1, aux);\n"
+                     "}\n";
+    for (const TargetArch &arch : {kSm80, kSm90a}) {
+      auto cubin = compile_to_cubin(source, arch);
+      EXPECT_TRUE(bool(cubin)) << probe.name << ": "
+                               << (cubin ? "" : llvm::toString(cubin.takeError()));
+    }
+  }
+  // The shipped ALiBi declares its slope.
+  EXPECT_NE(mods::alibi().score_mod.find("score_mod_slope"), std::string::npos);
+}
+
 TEST(ModifiersCli, ParsesAuxDeclarations) {
   auto fields = parse_aux_declarations("const float *slopes, int  n,const int* ids");
   ASSERT_TRUE(bool(fields)) << llvm::toString(fields.takeError());
