@@ -64,18 +64,40 @@ __device__ __forceinline__ int block_kind(const Params &p, bool seen, int seqlen
   const int heads = M::kMaskQkOnly ? 1 : group;
   if (seen && q0 + q_rows <= seqlen_q &&
       !tile_is_cut<Mask>(p, seqlen_k, q0, q_rows, n0, cols, offset)) {
-    // A tile the sequence and the built-in mask leave whole (most of them):
-    // a thread per key, down the rows, with no bounds per element, so that
-    // mask_mod is nearly all it costs (the general loop below spent most of
-    // the pre-pass on its index arithmetic). A thread stops once its keys
-    // are both seen and hidden: the tile is partial whatever the others find.
-    for (int c = threadIdx.x; c < cols && (all || !any); c += kThreads)
-      for (int q = q0; q < q0 + q_rows && (all || !any); ++q)
-        for (int h = 0; h < heads; ++h) {
-          const bool shown = M::visible(batch, M::kMaskQkOnly ? 0 : head0 + h, q, n0 + c, p.aux);
-          any |= shown;
-          all &= shown;
-        }
+    // A tile the sequence and the built-in mask leave whole (most of them),
+    // with no bounds per element, so that mask_mod is nearly all it costs
+    // (the general loop below spent most of the pre-pass on its index
+    // arithmetic). A warp takes every kWarps-th row, a lane the keys lane +
+    // 32j, in blocks of kRows rows x kCols keys: a block's calls have no
+    // order between them, and a mask's per-row and per-key loads
+    // (document ids) come once a block, kRows broadcasts and kCols
+    // coalesced rows of 128 bytes for 4 * 32 * 4 calls. A thread per key
+    // walking the rows one at a time, its exit tested after each, was bound
+    // by L1 wavefronts, two a call (H200: 63 us for a document mask at 8k,
+    // a quarter of the forward). A thread stops, after a block, once it has
+    // seen keys both shown and hidden: the tile is partial whatever the
+    // others find.
+    constexpr int kWarps = kThreads / 32, kRows = 4, kCols = 4;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int q_end = q0 + q_rows;
+    for (int c0 = lane; c0 < cols && (all || !any); c0 += 32 * kCols)
+      for (int q = q0 + warp; q < q_end && (all || !any); q += kWarps * kRows)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int j = 0; j < kCols; ++j) {
+            // Past the block's rows or keys: called at the last one (in the
+            // sequence: the tile is whole) and not counted, so the calls
+            // are unconditional and a row's or key's loads are shared.
+            const int qr = q + r * kWarps, c = c0 + 32 * j;
+            const bool inside = qr < q_end && c < cols;
+            for (int h = 0; h < heads; ++h) {
+              const bool shown = M::visible(batch, M::kMaskQkOnly ? 0 : head0 + h,
+                                            min(qr, q_end - 1), n0 + min(c, cols - 1), p.aux);
+              any |= inside && shown;
+              all &= !inside || shown;
+            }
+          }
   } else if (seen) {
     for (int e = threadIdx.x; e < q_rows * heads * cols; e += kThreads) {
       const int r = e / cols, c = e % cols;
