@@ -153,110 +153,89 @@ SinkGradientCheck sink_gradient_check(const Problem &p, const std::vector<float>
 // Half an ulp of 1 in the element type: the relative error of one rounding.
 double unit_roundoff(DType dtype) { return dtype == DType::bf16 ? 0x1p-8 : 0x1p-11; }
 
-// The forward with sinks: both families, unsplit and split over 3 CTAs per
-// row, full and causal; causal with more queries than keys leaves the first
-// rows without a key (O = 0, LSE = the sink). GQA 6/2, irregular lengths.
+// A forward case: family, mask, lengths, splits.
+struct SinkCase {
+  KernelPath path;
+  MaskKind mask;
+  int64_t seqlen_q, seqlen_k;
+  int splits;
+};
+
+// Causal with more queries than keys leaves the first row of every (batch,
+// head) without a key: its LSE is the head's sink (to fp32 rounding).
+void expect_keyless_rows_take_the_sink(const Problem &p, const std::vector<float> &lse,
+                                       const std::vector<float> &sinks) {
+  if (p.mask != MaskKind::causal || p.seqlen_q <= p.seqlen_k) return;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      EXPECT_NEAR(lse[(b * p.heads_q + h) * p.seqlen_q], sinks[h], 1e-5);
+}
+
+// The forward cases: both families, unsplit and split over 3 CTAs per row,
+// full and causal; causal with more queries than keys leaves the first rows
+// without a key (O = 0, LSE = the sink); decode. GQA 6/2, irregular lengths.
+constexpr SinkCase kForwardCases[] = {
+    {KernelPath::sm90, MaskKind::none, 300, 421, 1},
+    {KernelPath::sm90, MaskKind::causal, 300, 421, 1},
+    {KernelPath::sm90, MaskKind::causal, 333, 200, 1},
+    {KernelPath::sm90, MaskKind::none, 5, 1000, 3},
+    {KernelPath::sm90, MaskKind::none, 1, 777, 1},
+    {KernelPath::sm80, MaskKind::none, 300, 421, 1},
+    {KernelPath::sm80, MaskKind::causal, 333, 200, 1},
+    {KernelPath::sm80, MaskKind::none, 5, 1000, 3},
+};
+
+// One forward case with sinks and `modifiers` (with `aux`; `ref` their
+// reference twin, the sinks added here): O and the LSE against the
+// reference, keyless rows at the sink.
+void expect_forward_with_sinks(const SinkCase &c, DType dtype, const Modifiers &modifiers,
+                               const AuxValues *aux, ReferenceModifiers ref) {
+  const Problem p = make_problem(dtype, 2, 6, 2, c.seqlen_q, c.seqlen_k, 128, 128, c.mask);
+  SCOPED_TRACE(describe(p) + " " + to_string(c.path) + " splits " + std::to_string(c.splits));
+  KernelConfig config{c.path};
+  config.splits = c.splits;
+  const std::vector<float> sinks = sink_logits(p.heads_q);
+  const auto q = random_values(p.dtype, q_elements(p), 51);
+  const auto k = random_values(p.dtype, k_elements(p), 52);
+  const auto v = random_values(p.dtype, v_elements(p), 53);
+  const SinkRun got = run_sinks(p, config, sinks, q, k, v, nullptr, modifiers, aux);
+  ASSERT_EQ(got.out.size(), o_elements(p));
+  ref.sinks = sinks;
+  const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact, ref);
+  const AttentionOutputs element = cpu_attention(p, q, k, v, ReferencePrecision::element, ref);
+  const AccuracyReport report =
+      check_forward_accuracy(got.out, exact.out, element.out, got.lse, exact.lse);
+  EXPECT_TRUE(report.passed) << report.describe();
+  expect_keyless_rows_take_the_sink(p, got.lse, sinks);
+}
+
 TEST(SinksGpu, ForwardMatchesTheReference) {
   FLASHJIT_REQUIRE_SM90();
-  struct Case {
-    KernelPath path;
-    MaskKind mask;
-    int64_t seqlen_q, seqlen_k;
-    int splits;
-  };
-  const Case cases[] = {
-      {KernelPath::sm90, MaskKind::none, 300, 421, 1},
-      {KernelPath::sm90, MaskKind::causal, 300, 421, 1},
-      {KernelPath::sm90, MaskKind::causal, 333, 200, 1},
-      {KernelPath::sm90, MaskKind::none, 5, 1000, 3},
-      {KernelPath::sm80, MaskKind::none, 300, 421, 1},
-      {KernelPath::sm80, MaskKind::causal, 333, 200, 1},
-      {KernelPath::sm80, MaskKind::none, 5, 1000, 3},
-  };
-  for (const Case &c : cases)
-    for (DType dtype : {DType::bf16, DType::fp16}) {
-      const Problem p = make_problem(dtype, 2, 6, 2, c.seqlen_q, c.seqlen_k, 128, 128, c.mask);
-      SCOPED_TRACE(describe(p) + " " + to_string(c.path) + " splits " + std::to_string(c.splits));
-      KernelConfig config{c.path};
-      config.splits = c.splits;
-      const std::vector<float> sinks = sink_logits(p.heads_q);
-      const auto q = random_values(p.dtype, q_elements(p), 51);
-      const auto k = random_values(p.dtype, k_elements(p), 52);
-      const auto v = random_values(p.dtype, v_elements(p), 53);
-      const SinkRun got = run_sinks(p, config, sinks, q, k, v, nullptr);
-      ASSERT_EQ(got.out.size(), o_elements(p));
-      ReferenceModifiers ref;
-      ref.sinks = sinks;
-      const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact, ref);
-      const AttentionOutputs element = cpu_attention(p, q, k, v, ReferencePrecision::element, ref);
-      const AccuracyReport report =
-          check_forward_accuracy(got.out, exact.out, element.out, got.lse, exact.lse);
-      EXPECT_TRUE(report.passed) << report.describe();
-      // Rows without a key: LSE is the head's sink (to fp32 rounding).
-      if (c.mask == MaskKind::causal && c.seqlen_q > c.seqlen_k) {
-        for (int64_t b = 0; b < p.batch; ++b)
-          for (int64_t h = 0; h < p.heads_q; ++h) {
-            EXPECT_NEAR(got.lse[(b * p.heads_q + h) * p.seqlen_q], sinks[h], 1e-5);
-          }
-      }
-    }
+  for (const SinkCase &c : kForwardCases)
+    for (DType dtype : {DType::bf16, DType::fp16})
+      expect_forward_with_sinks(c, dtype, with_sinks(), nullptr, {});
 }
 
 // ALiBi's slope form (score_mod_slope: the sm90 forward biases against the
 // warpgroup's first row and takes the rows' own part off the max) with
-// sinks, which must meet the keys in the true logits' units: O and the LSE
-// against the reference, unsplit and split, a causal shape whose first rows
-// see no key (O = 0, LSE = the sink), GQA decode; sm80 as the twin.
+// sinks, which must meet the keys in the true logits' units; sm80, which
+// calls score_mod, as the twin.
 TEST(SinksGpu, AlibiSlopeWithSinksMatchesTheReference) {
   FLASHJIT_REQUIRE_SM90();
   Modifiers modifiers = mods::alibi();
   modifiers.sinks = true;
-  struct Case {
-    KernelPath path;
-    MaskKind mask;
-    int64_t seqlen_q, seqlen_k;
-    int splits;
+  std::vector<float> slopes(6);  // the cases' query heads
+  for (size_t h = 0; h < slopes.size(); ++h) slopes[h] = -std::exp2(-8.0 * (h + 1) / 6);
+  auto dslopes = DeviceBuffer::from_host(slopes.data(), slopes.size() * 4);
+  FLASHJIT_ASSERT_OK(dslopes.takeError());
+  AuxValues aux(modifiers);
+  ASSERT_EQ(aux.set("slopes", static_cast<const void *>(dslopes->data())), "");
+  ReferenceModifiers ref;
+  ref.score = [&](double s, int64_t, int64_t h, int64_t qi, int64_t ki) {
+    return s + double(slopes[h]) * double(ki - qi);
   };
-  const Case cases[] = {
-      {KernelPath::sm90, MaskKind::none, 300, 421, 1},
-      {KernelPath::sm90, MaskKind::causal, 333, 200, 1},
-      {KernelPath::sm90, MaskKind::none, 5, 1000, 3},
-      {KernelPath::sm90, MaskKind::none, 1, 777, 1},
-      {KernelPath::sm80, MaskKind::causal, 333, 200, 1},
-  };
-  for (const Case &c : cases) {
-    const Problem p = make_problem(DType::bf16, 2, 6, 2, c.seqlen_q, c.seqlen_k, 128, 128, c.mask);
-    SCOPED_TRACE(describe(p) + " " + to_string(c.path) + " splits " + std::to_string(c.splits));
-    KernelConfig config{c.path};
-    config.splits = c.splits;
-    std::vector<float> slopes(p.heads_q);
-    for (int64_t h = 0; h < p.heads_q; ++h) slopes[h] = -std::exp2(-8.0 * (h + 1) / p.heads_q);
-    auto dslopes = DeviceBuffer::from_host(slopes.data(), slopes.size() * 4);
-    FLASHJIT_ASSERT_OK(dslopes.takeError());
-    AuxValues aux(modifiers);
-    ASSERT_EQ(aux.set("slopes", static_cast<const void *>(dslopes->data())), "");
-    const std::vector<float> sinks = sink_logits(p.heads_q);
-    const auto q = random_values(p.dtype, q_elements(p), 61);
-    const auto k = random_values(p.dtype, k_elements(p), 62);
-    const auto v = random_values(p.dtype, v_elements(p), 63);
-    const SinkRun got = run_sinks(p, config, sinks, q, k, v, nullptr, modifiers, &aux);
-    ASSERT_EQ(got.out.size(), o_elements(p));
-    ReferenceModifiers ref;
-    ref.sinks = sinks;
-    ref.score = [&](double s, int64_t, int64_t h, int64_t qi, int64_t ki) {
-      return s + double(slopes[h]) * double(ki - qi);
-    };
-    const AttentionOutputs exact = cpu_attention(p, q, k, v, ReferencePrecision::exact, ref);
-    const AttentionOutputs element = cpu_attention(p, q, k, v, ReferencePrecision::element, ref);
-    const AccuracyReport report =
-        check_forward_accuracy(got.out, exact.out, element.out, got.lse, exact.lse);
-    EXPECT_TRUE(report.passed) << report.describe();
-    if (c.mask == MaskKind::causal && c.seqlen_q > c.seqlen_k) {
-      for (int64_t b = 0; b < p.batch; ++b)
-        for (int64_t h = 0; h < p.heads_q; ++h)
-          EXPECT_NEAR(got.lse[(b * p.heads_q + h) * p.seqlen_q], sinks[h], 1e-5);
-    }
-  }
+  for (const SinkCase &c : kForwardCases)
+    expect_forward_with_sinks(c, DType::bf16, modifiers, &aux, ref);
 }
 
 // The backward with sinks: dq, dk, dv with DESIGN.md's gradient criterion
