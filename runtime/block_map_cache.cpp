@@ -3,9 +3,9 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "flashjit/modifiers.h"
 #include "flashjit/problem.h"
 #include "generator/block_map.h"
-#include "generator/kernel_spec.h"
 #include "llvm/ADT/StringMap.h"
 #include "runtime/cuda_driver.h"
 
@@ -26,20 +26,20 @@ KeptMaps &kept_maps() {
 
 }  // namespace
 
-std::string reusable_block_map_key(const KernelSpec &spec, const Problem &problem,
-                                   const unsigned long long (&aux)[8], bool caller_block_mask,
-                                   const BlockMapGeometry &map) {
-  if (caller_block_mask || !spec.modifiers.mask_mod_qk_only || map.heads != 1 ||
+std::string reusable_block_map_key(const std::string &kernel_id, const Modifiers &modifiers,
+                                   const Problem &problem, const unsigned long long (&aux)[8],
+                                   bool caller_block_mask, const BlockMapGeometry &map) {
+  if (kernel_id.empty() || caller_block_mask || !modifiers.mask_mod_qk_only || map.heads != 1 ||
       map.batches != 1 || map.rows() == 0)
     return "";
-  for (const AuxField &field : spec.modifiers.aux)
+  for (const AuxField &field : modifiers.aux)
     if (field.type.find('*') != std::string::npos) return "";
   // The map reads the lengths, the built-in window and the aux values
   // besides what the kernel's id holds (tiles, mask kind, the snippets):
   // their bytes after the id, no formatting (every such call builds a key).
   const int64_t shape[] = {problem.seqlen_q, problem.seqlen_k, problem.window_left,
                            problem.window_right};
-  std::string key = spec.id();
+  std::string key = kernel_id;
   key.push_back('|');
   key.append(reinterpret_cast<const char *>(shape), sizeof(shape));
   key.append(reinterpret_cast<const char *>(aux), sizeof(aux));

@@ -1,9 +1,9 @@
 // The block maps (forward and backward) that depend on nothing but the
 // call's shape and its scalar aux values, kept for the process and reused
 // by later calls (issue #15: the map "cached for the call's shape, reusable
-// across layers"): a mask_mod declared a function of (q, k) alone whose aux holds
-// no pointer, e.g. a sliding window with sinks, prefix-LM, causal as a
-// mask_mod. Its classification calls mask_mod on every (query, key) pair,
+// across layers"): a mask_mod declared a function of (q, k) alone whose aux
+// holds no pointer, e.g. a sliding window with sinks, prefix-LM, causal as
+// a mask_mod. Its classification calls mask_mod on every (query, key) pair,
 // 64M calls at 8k x 8k, ~40 us a call on the H200 (12% of a window-with-
 // sinks forward at d = 128). A map that reads device data (a document
 // mask's ids, a caller's block mask) is built per call: its contents may
@@ -27,7 +27,7 @@
 namespace flashjit {
 
 struct BlockMapGeometry;
-struct KernelSpec;
+struct Modifiers;
 struct Problem;
 
 // At most this many maps, and this many bytes of them, per process; past
@@ -35,13 +35,14 @@ struct Problem;
 constexpr int kReusableBlockMapsMax = 64;
 constexpr uint64_t kReusableBlockMapBytesMax = 256ull << 20;
 
-// The key of the map of `spec` (a forward's or a backward's) for `problem`
-// with the aux struct `aux` (the params' aux, 64 bytes), or "" where the map cannot be reused:
-// one per batch or head, a caller's block mask, a pointer among the aux
-// fields, no mask_mod_qk_only.
-std::string reusable_block_map_key(const KernelSpec &spec, const Problem &problem,
-                                   const unsigned long long (&aux)[8], bool caller_block_mask,
-                                   const BlockMapGeometry &map);
+// The key of the map of the program `kernel_id` (KernelSpec::id(), a
+// forward's or a backward's; "" for none) compiled with `modifiers`, for
+// `problem` with the aux struct `aux` (the params' aux, 64 bytes), or ""
+// where the map cannot be reused: one per batch or head, a caller's block
+// mask, a pointer among the aux fields, no mask_mod_qk_only.
+std::string reusable_block_map_key(const std::string &kernel_id, const Modifiers &modifiers,
+                                   const Problem &problem, const unsigned long long (&aux)[8],
+                                   bool caller_block_mask, const BlockMapGeometry &map);
 
 // The workspace of the map under `key` in the current context: the one
 // kept, or a new one of `bytes` that `build` fills (enqueues the map's

@@ -197,7 +197,8 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
     auto built = enqueue_block_map(
         *kernels.block_kinds, *kernels.block_list, *kernels.block_mask_grid, nullptr,
         args.block_mask, map, params, stream, "query tiles",
-        reusable_block_map_key(spec, problem, params.aux, args.block_mask != nullptr, map));
+        reusable_block_map_key(spec.id(), spec.modifiers, problem, params.aux,
+                               args.block_mask != nullptr, map));
     if (!built) return built.takeError();
     block_map = *built;
   }

@@ -213,39 +213,40 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
         });
   };
   ForwardKernels out;
+  out.id = spec.id();
   const LaunchGeometry geometry = forward_launch_geometry(spec, class_problem(spec));
-  auto main = load(spec.id(), geometry.dynamic_smem_bytes, nullptr);
+  auto main = load(out.id, geometry.dynamic_smem_bytes, nullptr);
   if (!main) return main.takeError();
   out.main = &*main;
   auto per_sm = out.main->occupancy(int(geometry.block.x));
   if (!per_sm) return per_sm.takeError();
   out.resident_ctas = out.main->sm_count() * std::max(*per_sm, 1);
   if (spec.split_kv) {
-    auto combine = load(spec.id() + "#combine", 0, "flashjit_fwd_combine");
+    auto combine = load(out.id + "#combine", 0, "flashjit_fwd_combine");
     if (!combine) return combine.takeError();
     out.combine = &*combine;
   }
   if (appends_keys(spec)) {
-    auto append = load(spec.id() + "#append", 0, "flashjit_kv_append");
+    auto append = load(out.id + "#append", 0, "flashjit_kv_append");
     if (!append) return append.takeError();
     out.append = &*append;
   }
   if (spec.config.path == KernelPath::sm90 && spec.varlen) {
-    auto order = load(spec.id() + "#sequence_order", 0, "flashjit_fwd_sequence_order");
+    auto order = load(out.id + "#sequence_order", 0, "flashjit_fwd_sequence_order");
     if (!order) return order.takeError();
     out.sequence_order = &*order;
   }
   if (has_block_map(spec)) {
-    auto kinds = load(spec.id() + "#block_kinds", 0, "flashjit_fwd_block_kinds");
+    auto kinds = load(out.id + "#block_kinds", 0, "flashjit_fwd_block_kinds");
     if (!kinds) return kinds.takeError();
     out.block_kinds = &*kinds;
-    auto list = load(spec.id() + "#block_list", 0, "flashjit_fwd_block_list");
+    auto list = load(out.id + "#block_list", 0, "flashjit_fwd_block_list");
     if (!list) return list.takeError();
     out.block_list = &*list;
-    auto runs = load(spec.id() + "#block_runs", 0, "flashjit_fwd_block_runs");
+    auto runs = load(out.id + "#block_runs", 0, "flashjit_fwd_block_runs");
     if (!runs) return runs.takeError();
     out.block_runs = &*runs;
-    auto grid = load(spec.id() + "#block_mask_grid", 0, "flashjit_block_mask_grid");
+    auto grid = load(out.id + "#block_mask_grid", 0, "flashjit_block_mask_grid");
     if (!grid) return grid.takeError();
     out.block_mask_grid = &*grid;
   }
@@ -295,7 +296,8 @@ llvm::Error enqueue_forward(const ForwardKernels &kernels, const KernelSpec &spe
     auto built = enqueue_block_map(
         *kernels.block_kinds, *kernels.block_list, *kernels.block_mask_grid, kernels.block_runs,
         args.block_mask, map, params, stream, "key tiles",
-        reusable_block_map_key(spec, problem, params.aux, args.block_mask != nullptr, map));
+        reusable_block_map_key(kernels.id, spec.modifiers, problem, params.aux,
+                               args.block_mask != nullptr, map));
     if (!built) return built.takeError();
     block_map = *built;
   }

@@ -4,6 +4,8 @@
 
 #include <cuda.h>
 
+#include <string>
+
 #include "flashjit/forward.h"
 #include "templates/common/fwd_params.cuh"
 #include "generator/kernel_spec.h"
@@ -55,6 +57,10 @@ struct ForwardKernels {
   // The order of a packed batch's sequences for persistent CTAs (sm90
   // varlen specs; fwd_sequence_order.cuh), run before the main kernel.
   const LoadedKernel *sequence_order = nullptr;
+  // The program's KernelSpec::id(), once: the key of its kept block maps
+  // (runtime/block_map_cache.h), which a call would otherwise format and
+  // hash again. Empty: its maps are built every call.
+  std::string id{};
 };
 llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec);
 

@@ -63,6 +63,7 @@ class ForwardRunner final : public InProcessRunner {
         k.block_list = &block_list;
         k.block_runs = &block_runs;
         k.block_mask_grid = &block_mask_grid;
+        k.id = spec.id();
       }
       return k;
     }

@@ -342,23 +342,30 @@ TEST(ModifiersBlockMap, OnlyShapeOnlyMapsAreKeptAcrossCalls) {
   const KernelSpec spec = modified_spec(p, kSm90a, window);
   const BlockMapGeometry map = forward_block_map_geometry(spec, p);
   unsigned long long aux[8] = {1024, 4};
-  const std::string key = reusable_block_map_key(spec, p, aux, false, map);
+  auto key_of = [](const KernelSpec &s, const Problem &problem,
+                   const unsigned long long(&values)[8], bool caller_mask,
+                   const BlockMapGeometry &m) {
+    return reusable_block_map_key(s.id(), s.modifiers, problem, values, caller_mask, m);
+  };
+  const std::string key = key_of(spec, p, aux, false, map);
   EXPECT_NE(key, "");
-  EXPECT_EQ(reusable_block_map_key(spec, p, aux, false, map), key);
-  EXPECT_EQ(reusable_block_map_key(spec, p, aux, true, map), "");
+  EXPECT_EQ(key_of(spec, p, aux, false, map), key);
+  EXPECT_EQ(key_of(spec, p, aux, true, map), "");
+  // A program without an id (a caller that did not name it) keeps none.
+  EXPECT_EQ(reusable_block_map_key("", spec.modifiers, p, aux, false, map), "");
   unsigned long long other_aux[8] = {1024, 5};
-  EXPECT_NE(reusable_block_map_key(spec, p, other_aux, false, map), key);
-  EXPECT_NE(reusable_block_map_key(spec, p, other_aux, false, map), "");
+  EXPECT_NE(key_of(spec, p, other_aux, false, map), key);
+  EXPECT_NE(key_of(spec, p, other_aux, false, map), "");
   Problem longer = p;
   longer.seqlen_q = longer.seqlen_k = 8193;
-  EXPECT_NE(reusable_block_map_key(spec, longer, aux, false,
+  EXPECT_NE(key_of(spec, longer, aux, false,
                                    forward_block_map_geometry(spec, longer)),
             key);
   // Read per batch and head: one map per (batch, head), built per call.
   Modifiers per_head = window;
   per_head.mask_mod_qk_only = false;
   const KernelSpec per_head_spec = modified_spec(p, kSm90a, per_head);
-  EXPECT_EQ(reusable_block_map_key(per_head_spec, p, aux, false,
+  EXPECT_EQ(key_of(per_head_spec, p, aux, false,
                                    forward_block_map_geometry(per_head_spec, p)),
             "");
   Modifiers documents = documents_only();
@@ -366,7 +373,7 @@ TEST(ModifiersBlockMap, OnlyShapeOnlyMapsAreKeptAcrossCalls) {
   const KernelSpec documents_spec = modified_spec(p, kSm90a, documents);
   const BlockMapGeometry documents_map = forward_block_map_geometry(documents_spec, p);
   ASSERT_EQ(documents_map.rows(), 64);
-  EXPECT_EQ(reusable_block_map_key(documents_spec, p, aux, false, documents_map), "");
+  EXPECT_EQ(key_of(documents_spec, p, aux, false, documents_map), "");
 }
 
 // The map's two kernels compile for sm_90a with the forward, without
