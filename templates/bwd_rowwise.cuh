@@ -35,6 +35,15 @@ constexpr int lanes_per_row(int head_dim) {
 
 using Sequence = SequenceInfo<cfg::kVarlen, false, 0, 64>;
 
+// 16 bytes of O or dO, read once here: streamed (evict first).
+__device__ __forceinline__ U32x4 load_streaming(const u16 *src) {
+  U32x4 v;
+  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src));
+  return v;
+}
+
 // The CTA's block of query rows: head, the batch index of the tensors
 // (outer: 0 for a packed batch), the first row within the tensors
 // (tensor_row) and the row count, and the first row's index among D's and
@@ -72,32 +81,44 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   // The sm90 kernel's work counter (BwdParams::work_counter), which runs after.
   if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0) *p.work_counter = 0;
   const int chunk = threadIdx.x % kLanes;
-#pragma unroll 4
-  for (int r = threadIdx.x / kLanes; r < kRowsPerCta; r += kRowsPerPass) {
-    float sum = 0.f;
-    if (r < rows && chunk < kChunks) {
-      const i64 row = tensor_row + r;
-      const u16 *o = static_cast<const u16 *>(p.o) + outer * p.o_batch_stride +
-                     head * p.o_head_stride + row * p.o_row_stride + chunk * 8;
-      const u16 *dout = static_cast<const u16 *>(p.dout) + outer * p.do_batch_stride +
-                        head * p.do_head_stride + row * p.do_row_stride + chunk * 8;
-      const U32x4 a = *reinterpret_cast<const U32x4 *>(o);
-      const U32x4 b = *reinterpret_cast<const U32x4 *>(dout);
-      const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+  // kBatch rows a thread at a time, every load issued before any is used or
+  // D stored (a store between loads may alias them, which kept one row's
+  // two loads in flight at a time; H200, d=128 16k tokens: 75.4 -> 73.8 us,
+  // against cuDNN's 70.4 for the same work).
+  constexpr int kBatch = 4;
+  for (int r0 = threadIdx.x / kLanes; r0 < kRowsPerCta; r0 += kBatch * kRowsPerPass) {
+    U32x4 a[kBatch], b[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int r = r0 + u * kRowsPerPass;
+      a[u] = b[u] = U32x4{0, 0, 0, 0};
+      if (r < rows && chunk < kChunks) {
+        const i64 row = tensor_row + r;
+        a[u] = load_streaming(static_cast<const u16 *>(p.o) + outer * p.o_batch_stride +
+                              head * p.o_head_stride + row * p.o_row_stride + chunk * 8);
+        b[u] = load_streaming(static_cast<const u16 *>(p.dout) + outer * p.do_batch_stride +
+                              head * p.do_head_stride + row * p.do_row_stride + chunk * 8);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int r = r0 + u * kRowsPerPass;
+      const u32 av[4] = {a[u].x, a[u].y, a[u].z, a[u].w}, bv[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
+      float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         sum += Ops::to_float(static_cast<u16>(av[j] & 0xffff)) *
                    Ops::to_float(static_cast<u16>(bv[j] & 0xffff)) +
                Ops::to_float(static_cast<u16>(av[j] >> 16)) *
                    Ops::to_float(static_cast<u16>(bv[j] >> 16));
-    }
-    // Every lane takes part (the loop's trip count is the same for all).
+      // Every lane takes part (the loop's trip count is the same for all).
 #pragma unroll
-    for (int offset = kLanes / 2; offset > 0; offset /= 2)
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (chunk == 0 && r < rows) {
-      p.dsum[first + r] = sum;
-      if constexpr (cfg::kDeterministic) p.dq_semaphore[first + r] = 0;
+      for (int offset = kLanes / 2; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (chunk == 0 && r < rows) {
+        p.dsum[first + r] = sum;
+        if constexpr (cfg::kDeterministic) p.dq_semaphore[first + r] = 0;
+      }
     }
   }
   // The CTA's rows of the accumulator are one contiguous range.

@@ -32,7 +32,7 @@
 //     start on one.
 // Per query tile, per consumer warpgroup, all on wgmma (own keys):
 //   S^T  = K_wg Q^T, dP^T = V_wg dO^T    SS, both operands K-major;
-//   P^T  = exp2(S^T * scale_log2 - LSE_log2[query]), dS^T = P^T (dP^T - D)
+//   P^T  = exp2(S^T * scale_log2 - LSE[query] log2 e), dS^T = P^T (dP^T - D)
 //          in registers (times 1 - tanh^2 under softcap; a caller's
 //          score_mod and mask_mod recomputed per element, dS^T times
 //          score_mod_grad; common/modifiers.cuh);
@@ -170,7 +170,7 @@ constexpr int kOffsetV = kOffsetK + kKTileBytes;
 constexpr int kOffsetQ = kOffsetV + kVTileBytes;
 constexpr int kOffsetDO = kOffsetQ + kStages * kQTileBytes;
 constexpr int kOffsetDS = kOffsetDO + kStages * kDOTileBytes;  // 2 buffers
-// Per consumer warpgroup, two buffers of [LSE_log2 | D][kSN] fp32: the
+// Per consumer warpgroup, two buffers of [LSE | D][kSN] fp32: the
 // statistics of its S^T columns.
 constexpr int kStatsBytes = 2 * 2 * kSN * 4;
 constexpr int kOffsetStats = kOffsetDS + 2 * kDsBufferBytes;
@@ -768,10 +768,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kVRegisters; ++i) acc_dv[i] = 0.f;
 
-    // LSE (in base 2; +inf past seqlen_q, so P = 0 there) and D of query
-    // column `ctid` of this warpgroup's S^T in tile `it`, loaded one tile
-    // ahead: the L2 latency hides under a whole tile's work instead of
-    // stalling the store before the barrier.
+    // LSE (+inf past seqlen_q, so P = 0 there) and D of query column `ctid`
+    // of this warpgroup's S^T in tile `it`, loaded one tile ahead: the L2
+    // latency hides under a whole tile's work instead of stalling the store
+    // before the barrier. Stored as loaded, and taken to base 2 where it is
+    // read: ptxas hoisted that multiply to just after the load, where it
+    // waited out the load's latency, and the stats barrier made the
+    // warpgroup's other warps wait with it (ncu, d=128 8k: 2% + 8% of the
+    // kernel's stall samples).
     // The tile's map entry comes with them (`entry`, read once a tile).
     auto load_stats = [&](int it, float &lse, float &d, int &entry) {
       lse = kInf;
@@ -780,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       entry = tile_entry(tiles, it);
       const int q = entry_m_block(entry) * kBlockM + query0 + ctid;
       if (ctid < kSN && q < seqlen_q) {
-        lse = p.lse[lse_row(head, q)] * kLog2e;
+        lse = p.lse[lse_row(head, q)];
         d = p.dsum[workspace_row(head, q)];
       }
     };
@@ -919,10 +923,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       // back (in this item or the one before), and every thread of the
       // warpgroup finished those reads before the last tile's barrier, which
       // this thread has passed.
-      float *const lse_log2 = stats + cwg * (kStatsBytes / 4) + (tile % 2) * 2 * kSN;
+      float *const lse_tile = stats + cwg * (kStatsBytes / 4) + (tile % 2) * 2 * kSN;
       if (ctid < kSN) {
-        lse_log2[ctid] = next_lse;
-        lse_log2[kSN + ctid] = next_d;
+        lse_tile[ctid] = next_lse;
+        lse_tile[kSN + ctid] = next_d;
       }
       if (it + 1 < iterations) load_stats(it + 1, next_lse, next_d, next_entry);
       named_barrier_sync(kBarrierStats + cwg, 128);
@@ -943,7 +947,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           visible_queries_in_tile<Mask>(p, seqlen_k, key, m0, kBlockM, offset, q_lo[h], q_hi[h]);
         }
       }
-      const float *const dsum = lse_log2 + kSN;
+      const float *const dsum = lse_tile + kSN;
       // The element loop, with the modifiers or without them: a mask_mod
       // alone (no score_mod) is skipped whole on a tile the map shows whole,
       // with no per-element index or test (they ran causal-as-mask_mod at
@@ -958,7 +962,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           for (int c = 0; c < 2; ++c) {
             const int col = nt * 8 + quad_lane * 2 + c;
             const int q_local = query0 + col;
-            const float lse = lse_log2[col], d = dsum[col];
+            const float lse = lse_tile[col] * kLog2e, d = dsum[col];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int i = 4 * nt + 2 * h + c;
