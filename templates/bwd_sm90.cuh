@@ -58,12 +58,11 @@
 // where dQ is staged, its second warp is the dQ writer, which passes each
 // consumer warpgroup's staged dQ part to the TMA unit as a reduce-add into
 // the accumulator (FlashAttention-3's dQ path; in the deterministic mode
-// under the head-dim split the second and third warps, taking the tiles in
-// turn, kDQWriters); the rest of the warpgroup exits. Warpgroups 1 and 2
-// are the consumers
-// (setmaxnreg.inc); each stages the tile's LSE (in base 2, +inf past
-// seqlen_q so P = 0 there) and D through its own shared buffer, one row per
-// thread, on a named barrier of its own.
+// the second and third warps, taking the tiles in turn, kDQWriters); the
+// rest of the warpgroup exits. Warpgroups 1 and 2 are the consumers
+// (setmaxnreg.inc); each stages the tile's LSE (+inf past seqlen_q so P = 0
+// there) and D through its own shared buffer, one row per thread, on a
+// named barrier of its own.
 //
 // Pipeline. kStages buffers of (Q, dO) on mbarriers:
 //   kv_full       K and V landed;
@@ -249,12 +248,14 @@ constexpr int kBarrierStats = 2;
 // which at d=256 (64 KB of adds a tile) took about as long as the tile, so
 // that one writer set the pace (0.81x the default mode). The odd tiles'
 // pairs are 8, 9 and 10, 11; a tile's "free" comes from the writer of the
-// tile before, which read the buffer last. Only under the head-dim split
-// (64 KB of adds a tile; at d=64 and 128, 0.94-1.02x the default mode with
-// one, the second writer's state spilled past the tuner's 64 bytes), and
-// not under a caller's mask_mod or score_mod (kResident false: it spilled
-// the block map's count of earlier key blocks, d=128, 0 -> 116 bytes).
-constexpr int kDQWriters = kDQStaged && kDeterministic && kResident && kSplitHeadDim ? 2 : 1;
+// tile before, which read the buffer last. At every head dim since the
+// default mode's tiles got faster (H200, d=128 8k causal 436.5 -> 468.4
+// TFLOP/s = 0.94x the default mode, GQA 32/8 3000 365.8 -> 415.2, d=96 2k
+// causal 252.9 -> 285.2, d=64 2k causal within 1%; the producer warpgroup
+// then spills up to the tuner's 64 bytes of local memory); not under a
+// caller's mask_mod or score_mod (kResident false: it spilled the block
+// map's count of earlier key blocks, d=128, 0 -> 116 bytes).
+constexpr int kDQWriters = kDQStaged && kDeterministic && kResident ? 2 : 1;
 constexpr int kBarrierDQFull = 4;
 constexpr int kBarrierDQFree = 6;
 constexpr int kDQBarrierThreads = 128 + 32;
