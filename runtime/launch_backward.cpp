@@ -53,12 +53,14 @@ llvm::Expected<std::shared_ptr<const Cubin>> backward_cubin(const KernelSpec &sp
   return cubins->try_emplace(id, std::make_shared<const Cubin>(std::move(cubin))).first->second;
 }
 
-llvm::Expected<const LoadedKernel &> backward_kernel(const KernelSpec &spec, CUcontext context,
-                                                     const std::string &entry, int smem_bytes) {
+// `id` is spec.id(), computed once per call by the caller.
+llvm::Expected<const LoadedKernel &> backward_kernel(const KernelSpec &spec, const std::string &id,
+                                                     CUcontext context, const std::string &entry,
+                                                     int smem_bytes) {
   // The kernel cache compiles each key once even under concurrent calls;
   // the key names the spec (every parameter, the arch included) and entry.
   return KernelCache::process().get_or_build(
-      spec.id() + "#" + entry, context,
+      id + "#" + entry, context,
       [&]() -> llvm::Expected<std::unique_ptr<LoadedKernel>> {
         auto cubin = backward_cubin(spec);
         if (!cubin) return cubin.takeError();
@@ -140,8 +142,9 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   // gradient (generator/backward_steps.h), and a mask_mod's block map.
   const auto steps = backward_steps(*spec, problem);
   BackwardKernelSet kernels;
+  kernels.id = spec->id();  // a format and a hash of the snippets: once a call
   for (size_t i = 0; i < steps.size(); ++i) {
-    auto kernel = backward_kernel(*spec, context->context, steps[i].entry,
+    auto kernel = backward_kernel(*spec, kernels.id, context->context, steps[i].entry,
                                   steps[i].geometry.dynamic_smem_bytes);
     if (!kernel) return with_context(problem, kernel.takeError());
     kernels.steps[i] = &*kernel;
@@ -150,7 +153,7 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
     for (auto [into, entry] : {std::pair{&kernels.block_kinds, "flashjit_bwd_block_kinds"},
                                std::pair{&kernels.block_list, "flashjit_bwd_block_list"},
                                std::pair{&kernels.block_mask_grid, "flashjit_block_mask_grid"}}) {
-      auto kernel = backward_kernel(*spec, context->context, entry, 0);
+      auto kernel = backward_kernel(*spec, kernels.id, context->context, entry, 0);
       if (!kernel) return with_context(problem, kernel.takeError());
       *into = &*kernel;
     }
@@ -197,7 +200,7 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
     auto built = enqueue_block_map(
         *kernels.block_kinds, *kernels.block_list, *kernels.block_mask_grid, nullptr,
         args.block_mask, map, params, stream, "query tiles",
-        reusable_block_map_key(spec.id(), spec.modifiers, problem, params.aux,
+        reusable_block_map_key(kernels.id, spec.modifiers, problem, params.aux,
                                args.block_mask != nullptr, map));
     if (!built) return built.takeError();
     block_map = *built;

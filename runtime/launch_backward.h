@@ -6,6 +6,7 @@
 
 #include "flashjit/backward.h"
 #include <array>
+#include <string>
 
 #include "generator/kernel_spec.h"
 #include "runtime/loaded_kernel.h"
@@ -29,6 +30,9 @@ struct BackwardKernelSet {
   const LoadedKernel *block_kinds = nullptr;
   const LoadedKernel *block_list = nullptr;
   const LoadedKernel *block_mask_grid = nullptr;  // a caller's block mask's scatter
+  // The program's KernelSpec::id(), once: the key of its kept block maps
+  // (runtime/block_map_cache.h). Empty: its maps are built every call.
+  std::string id{};
 };
 
 // Enqueues `spec`'s program on `stream` as a call runs it: the block map of

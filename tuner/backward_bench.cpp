@@ -54,6 +54,7 @@ llvm::Expected<BackwardKernels> load_steps(const KernelSpec &spec, llvm::ArrayRe
                                            const std::string *stand_in) {
   BackwardKernels out;
   out.spec = spec;
+  out.id = spec.id();
   for (const BackwardStep &step : backward_steps(spec, class_problem(spec))) {
     auto kernel = LoadedKernel::load(cubin, stand_in ? *stand_in : std::string(step.entry),
                                      step.geometry.dynamic_smem_bytes);
@@ -104,6 +105,7 @@ llvm::Error BackwardKernels::launch(const Problem &problem, const BackwardArgs &
     set.block_list = &block_map[1];
     set.block_mask_grid = &block_map[2];
   }
+  set.id = id;
   return enqueue_backward(set, spec, problem, args, stream);
 }
 

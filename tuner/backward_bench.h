@@ -34,6 +34,7 @@ namespace flashjit {
 // context in backward_steps order.
 struct BackwardKernels {
   KernelSpec spec;
+  std::string id;  // spec.id(), once: the key of the program's kept block maps
   std::vector<LoadedKernel> kernels;
   // With a mask_mod's block map (has_block_map): kinds, list, mask grid.
   std::vector<LoadedKernel> block_map;
