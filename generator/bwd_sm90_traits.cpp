@@ -130,9 +130,11 @@ int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int sm_count, bool resi
 
 int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod, bool deterministic) {
   const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
-  constexpr int64_t kDeterministicPairs = 8;
-  const int64_t least = deterministic ? std::min(pairs, kDeterministicPairs) : 1;
-  if (problem.mask == MaskKind::none && !mask_mod) return static_cast<int>(least);
+  const bool masked = problem.mask != MaskKind::none || mask_mod;
+  const bool wide = block_n_for(problem.head_dim_qk, problem.head_dim_v) == 64;
+  const int64_t deterministic_pairs = masked && wide ? 16 : 8;
+  const int64_t least = deterministic ? std::min(pairs, deterministic_pairs) : 1;
+  if (!masked) return static_cast<int>(least);
   constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
   const int64_t element = 2;                // bf16 or fp16
   const int64_t head_bytes =

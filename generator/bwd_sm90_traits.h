@@ -101,7 +101,15 @@ struct BwdSm90Traits {
   // whose start waits a reduce-add's round trip per link; 8 pairs keep
   // about 16 key blocks of a pair on the H200's 132 SMs (H200, against
   // the L2-sized sections, TFLOP/s: d=256 8k causal 269 -> 316, d=128 8k
-  // full 413 -> 421, causal 436 -> 439; 32 pairs: 318, 406, 404).
+  // full 413 -> 421, causal 436 -> 439; 32 pairs: 318, 406, 404). Under a
+  // mask with the 64-key blocks of the head-dim split (192 and 256 wide)
+  // 16 pairs: a pair has twice the key blocks, its CTAs are short, and
+  // each link of the chain waits out a 64 KB add at d=256, so fewer of a
+  // pair's key blocks should run at once (H200, deterministic, 8 -> 16
+  // pairs: d=256 causal 1k / 2k / 4k / 8k 212.4 / 249.4 / 327.4 / 373.3 ->
+  // 212.7 / 287.3 / 339.7 / 376.1, d=192 2k causal 253.6 -> 293.6; without
+  // a mask 8 stay faster, d=256 2k 375.8 -> 358.9; at d=128 causal 1k
+  // 288.2 -> 272.1).
   static int dispatch_section(const Problem &problem, bool mask_mod = false,
                               bool deterministic = false);
   // The kernel's work items, one per (key block, KV head, batch entry)

@@ -75,8 +75,9 @@
 // Stages, phases and double buffers count a CTA's tiles over all its items
 // (WorkPosition). With two stages (the default wherever dQ's staging still
 // fits) a tile's products go dV, dQ, then dK, and dQ's store runs under dK
-// (kDQUnderLastMma); with one, dV and dK go first so that the stage is
-// released before dQ's product.
+// (kDQUnderLastMma; with 128-query tiles dK runs on under the next tile's
+// S^T and dP^T, kDKIntoNextTile); with one, dV and dK go first so that the
+// stage is released before dQ's product.
 // dS^T (and P^T) is double-buffered: one named barrier per tile (both
 // warpgroups' halves written; only the warpgroup's own when it takes its
 // own keys) also proves that the buffer of two tiles back is free, since
@@ -268,6 +269,16 @@ constexpr int kDQBarrierThreads = 128 + 32;
 // the load (470 -> 380). Not with dQ's atomics: their source registers
 // stay locked until the L1 has sent them (see kDQStaged).
 constexpr bool kDQUnderLastMma = kStages >= 2 && kDQStaged;
+// With 128-query tiles (head dims up to 64) the tile's last product, dK, is
+// left running into the next tile: the next S^T and dP^T queue behind it on
+// the tensor cores instead of waiting for it to drain, and the stage goes
+// back after the next tile's first wait (which covers dK); dS^T's A
+// fragments stay live until then. H200, bf16, 16k tokens, TFLOP/s, two
+// runs each: d=64 causal 1k 236.6 -> 245.6, 8k 380.4 -> 388.9, full 8k
+// 401.0 -> 403.4. Not with 64-query tiles: d=128 within 1% (8k full 507.6
+// -> 502.7, causal 534.9 -> 531.3), d=96 causal 2k 345.5 -> 334.9, d=80
+// causal 3000 332.8 -> 318.2 (docs/PERF.md, thirtieth session).
+constexpr bool kDKIntoNextTile = kDQUnderLastMma && kDQSplitRows;
 // The writer (0 or 1) of the CTA's `tile`-th tile.
 __device__ __forceinline__ int dq_writer_of(u32 tile) {
   return kDQWriters == 2 ? static_cast<int>(tile % 2) : 0;
@@ -880,6 +891,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
     };
 
     if (iterations > 0) mbarrier_wait(kv_full, at.kv_loads());
+    // dS^T's A fragments (in registers for dK), declared across the tiles:
+    // with kDKIntoNextTile the last tile's dK reads them until the next
+    // tile's first wait.
+    u32 ds_frag[kSSteps][4];
     for (int it = 0; it < iterations; ++it) {
       // Stages, phases and double buffers count the CTA's tiles over its items.
       const u32 tile = at.tiles() + it;
@@ -934,6 +949,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       wgmma_wait<0>();
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
+      if constexpr (kDKIntoNextTile) {
+        // The tile before's dK is done too: its stage goes back.
+        wgmma_fence_operands(acc_dk);
+#pragma unroll
+        for (int kk = 0; kk < kSSteps; ++kk) wgmma_fence_operands(ds_frag[kk]);
+        if (it > 0 && lane == 0) mbarrier_arrive(empty(static_cast<int>((tile - 1) % kStages)));
+      }
 
       // ---- P^T (in acc_s) and dS^T = P^T (dP^T - D) (in acc_dp) -------------------
       // acc[4*nt + 2*h + c] is key row (16*warp + group + 8h) of the warpgroup,
@@ -996,7 +1018,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       }
 
       // n8 tiles 2kk and 2kk+1 of S^T are exactly the A fragment of k-step kk.
-      u32 p_frag[kSSteps][4], ds_frag[kSSteps][4];
+      u32 p_frag[kSSteps][4];
 #pragma unroll
       for (int kk = 0; kk < kSSteps; ++kk)
 #pragma unroll
@@ -1112,8 +1134,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
           fence_rs_operands();
           wgmma_fence_operands(acc_dq);
           reduce_dq(acc_dq, head, m0, tile);
-          wgmma_wait<0>();
-          release_stage();
+          if constexpr (!kDKIntoNextTile) {
+            wgmma_wait<0>();
+            release_stage();
+          } else if (it + 1 == iterations) {
+            wgmma_wait<0>();  // the item's last dK, before its epilogue
+            release_stage();
+          }
         } else {
           wgmma_wait<0>();
           release_stage();

@@ -474,10 +474,15 @@ TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
 
 TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
   // Each pair's key blocks running at once form one chain of dQ adds: at
-  // least 8 pairs per section keep it short, with or without a mask.
+  // least 8 pairs per section keep it short, with or without a mask; 16
+  // under a mask with the head-dim split's 64-key blocks.
   Problem p = causal_problem(256, 2, 8, 8192);  // 16 MB a head: 2 pairs in L2
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 2);
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 8);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 16);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true).dispatch_section, 16);
+  Problem d128 = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in L2
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, false, true), 8);
   p.mask = MaskKind::none;
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 8);
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true).dispatch_section, 8);
