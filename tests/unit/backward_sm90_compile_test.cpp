@@ -485,6 +485,7 @@ TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
   EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, false, true), 8);
   p.mask = MaskKind::none;
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 8);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, /*mask_mod=*/true, true), 16);  // a mask too
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true).dispatch_section, 8);
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).dispatch_section, 1);
   // Fewer pairs than 8: all of them; more L2 room than 8: the L2's.
