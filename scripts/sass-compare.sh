@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Compiles the same kernels with two CLIs (no GPU needed) and compares their
+# SASS, one line per configuration: "same", or "DIFFERS" with each side's
+# instruction count and spills. For changes meant to leave the machine code
+# alone (moving template code into parts, renaming); anything else shows up.
+#   scripts/sass-compare.sh OLD_CLI NEW_CLI [PASS]   (PASS: bwd, the default, or fwd)
+#   CONFIGS="flags|flags|..." to override the configurations below
+# Needs cuobjdump: $CUOBJDUMP, on PATH, or pip's nvidia-cuda-cuobjdump.
+set -uo pipefail
+old=${1:?old CLI} new=${2:?new CLI} pass=${3:-bwd}
+cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+if [ -z "$cuobjdump" ]; then
+  cuobjdump=$(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/cuobjdump"))' 2>/dev/null)
+fi
+[ -x "$cuobjdump" ] || { echo "no cuobjdump: pip install nvidia-cuda-cuobjdump" >&2; exit 2; }
+work=$(mktemp -d /tmp/flashjit-sass.XXXXXX)
+cat >"$work/mask_mod.cuh" <<'EOF'
+__device__ bool mask_mod(int b, int h, int q, int k) { return (q / 512) == (k / 512) || k < 64; }
+EOF
+cat >"$work/score_mod.cuh" <<'EOF'
+__device__ float score_mod(float s, int b, int h, int q, int k) { return s - 0.01f * (q - k); }
+EOF
+cat >"$work/score_mod_grad.cuh" <<'EOF'
+__device__ float score_mod_grad(float s, int b, int h, int q, int k) { return 1.f; }
+EOF
+default_configs="--hdim 64|--hdim 64 --causal|--hdim 64 --causal --deterministic|\
+--hdim 40 --causal|--hdim 96 --causal|--hdim 96 --causal --deterministic|\
+--hdim 128|--hdim 128 --causal|--hdim 128 --causal --deterministic|\
+--hdim 128 --causal --heads 32 --heads-kv 8|--hdim 128 --mask window:256,0|\
+--hdim 128 --softcap 30|--hdim 128 --dtype fp16|--hdim 128 --sinks|\
+--hdim 128 --varlen --seqlens-q 1000,3000 --causal|\
+--hdim 128 --mask-mod $work/mask_mod.cuh|--hdim 128 --mask-mod $work/mask_mod.cuh --mask-mod-qk-only|\
+--hdim 128 --score-mod $work/score_mod.cuh --score-mod-grad $work/score_mod_grad.cuh|\
+--hdim 192 --causal|--hdim 192 --hdim-v 128 --causal|--hdim 256|--hdim 256 --causal|\
+--hdim 256 --causal --deterministic|--hdim 256 --mask-mod $work/mask_mod.cuh"
+IFS='|' read -r -a configs <<<"${CONFIGS:-$default_configs}"
+
+# sass CLI FLAGS OUT: the cubin's SASS without the header, and the spill line.
+sass() {
+  local cli=$1 flags=$2 out=$3
+  # shellcheck disable=SC2086
+  FLASHJIT_DB=$out.db "$cli" compile --arch sm_90a --pass "$pass" $flags -o "$out.cubin" \
+    >"$out.log" 2>&1 || { echo "compile failed: $(tail -n 1 "$out.log")"; return 1; }
+  "$cuobjdump" -sass "$out.cubin" | grep -E '^\s+/\*[0-9a-f]{4}\*/|Function :' >"$out.sass"
+  sed -n 's/^spills *//p' "$out.log"
+}
+status=0
+for flags in "${configs[@]}"; do
+  a=$(sass "$old" "$flags" "$work/a") || { echo "$flags | old: $a"; status=1; continue; }
+  b=$(sass "$new" "$flags" "$work/b") || { echo "$flags | new: $b"; status=1; continue; }
+  label=${flags//$work\//}
+  if cmp -s "$work/a.sass" "$work/b.sass"; then
+    echo "same    | $label"
+  else
+    status=1
+    echo "DIFFERS | $label | $(grep -c '/\*' "$work/a.sass") -> $(grep -c '/\*' "$work/b.sass") instructions | spills $a -> $b"
+  fi
+done
+rm -rf "$work"
+exit $status
