@@ -5,11 +5,13 @@
 #   build | shape | check perf(TFLOP/s) | kernel
 # Build the baseline bundle, move it to .device-old, build the candidate, and
 # carry both. Shapes are `flashjit run` flags; defaults cover head dims 64,
-# 128, 256, full and causal, long and short sequences.
+# 128, 256, full and causal, long and short sequences. BUILDS="dir dir ..."
+# times more than two builds, each shape in all of them before the next.
 #   PASS=bwd scripts/ab-compare.sh "--hdim 128 --seqlen 8192"
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 A=${A:-.device-old} B=${B:-.device}
+read -r -a builds <<<"${BUILDS:-$A $B}"
 [ $# -gt 0 ] || set -- \
   "--hdim 128 --seqlen 8192 --batch 2 --heads 16" \
   "--hdim 128 --seqlen 8192 --batch 2 --heads 16 --causal" \
@@ -19,7 +21,7 @@ A=${A:-.device-old} B=${B:-.device}
   "--hdim 256 --seqlen 8192 --batch 2 --heads 8"
 db=$(mktemp -d /tmp/flashjit-ab.XXXXXX)
 for shape in "$@"; do
-  for build in "$A" "$B"; do
+  for build in "${builds[@]}"; do
     # shellcheck disable=SC2086
     out=$(FLASHJIT_DB=$db/$(basename "$build").db "$build/bin/flashjit" run $shape --pass "${PASS:-fwd}" \
           --repeats 30 --check 2>&1)
