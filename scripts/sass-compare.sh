@@ -3,7 +3,8 @@
 # SASS, one line per configuration: "same", or "DIFFERS" with each side's
 # instruction count and spills. For changes meant to leave the machine code
 # alone (moving template code into parts, renaming); anything else shows up.
-#   scripts/sass-compare.sh OLD_CLI NEW_CLI [PASS]   (PASS: bwd, the default, or fwd)
+#   scripts/sass-compare.sh OLD_CLI NEW_CLI [PASS]   (PASS: bwd, the default, or fwd;
+#   each has its own configurations)
 #   CONFIGS="flags|flags|..." to override the configurations below
 # Needs cuobjdump: $CUOBJDUMP, on PATH, or pip's nvidia-cuda-cuobjdump.
 set -uo pipefail
@@ -20,6 +21,9 @@ EOF
 cat >"$work/score_mod.cuh" <<'EOF'
 __device__ float score_mod(float s, int b, int h, int q, int k) { return s - 0.01f * (q - k); }
 EOF
+cat >"$work/alibi.cuh" <<'EOF'
+__device__ float score_mod(float s, int b, int h, int q, int k) { return s + 0.0625f * (h + 1) * (k - q); }
+EOF
 cat >"$work/score_mod_grad.cuh" <<'EOF'
 __device__ float score_mod_grad(float s, int b, int h, int q, int k) { return 1.f; }
 EOF
@@ -33,6 +37,19 @@ default_configs="--hdim 64|--hdim 64 --causal|--hdim 64 --causal --deterministic
 --hdim 128 --score-mod $work/score_mod.cuh --score-mod-grad $work/score_mod_grad.cuh|\
 --hdim 192 --causal|--hdim 192 --hdim-v 128 --causal|--hdim 256|--hdim 256 --causal|\
 --hdim 256 --causal --deterministic|--hdim 256 --mask-mod $work/mask_mod.cuh"
+if [ "$pass" = fwd ]; then
+  default_configs="--hdim 64|--hdim 64 --causal|--hdim 96 --causal|--hdim 128|--hdim 128 --causal|\
+--hdim 128 --mask window:256,0|--hdim 128 --softcap 30|--hdim 128 --dtype fp16|--hdim 128 --sinks|\
+--hdim 192 --hdim-v 128 --causal|--hdim 256|--hdim 256 --causal|\
+--hdim 128 --causal --heads 32 --heads-kv 8|--hdim 128 --seqlen-q 1 --seqlen-k 8192 --heads 32 --heads-kv 8|\
+--hdim 128 --seqlen-q 1 --seqlen-k 8192 --heads 8 --heads-kv 8 --splits 4|\
+--hdim 128 --varlen --seqlens-q 1000,3000 --causal|\
+--hdim 128 --varlen --seqlens-q 1,1,16 --seqlens-k 1000,2000,3000 --page-size 64|\
+--hdim 128 --varlen --seqlens-q 1,1,16 --seqlens-k 1000,2000,3000 --cache-seqlens|\
+--hdim 64 --mask-mod $work/mask_mod.cuh|--hdim 128 --mask-mod $work/mask_mod.cuh|\
+--hdim 128 --mask-mod $work/mask_mod.cuh --mask-mod-qk-only|\
+--hdim 128 --score-mod $work/score_mod.cuh|--hdim 128 --causal --score-mod $work/alibi.cuh"
+fi
 IFS='|' read -r -a configs <<<"${CONFIGS:-$default_configs}"
 
 # sass CLI FLAGS OUT: the cubin's SASS without the header, and the spill line.

@@ -94,149 +94,32 @@
 // soon as the last S is computed. Packed GQA (kPackGqa): a warpgroup's rows
 // are positions x the group's query heads, loaded by one 5-d TMA box.
 //
-// The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
-// kBlockM, kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
-// kConsumerRegisters, Element, Mask). The host twin of every derived
-// constant below is generator/fwd_sm90_traits.cpp.
+// Parts: fwd_sm90_config.cuh (the constants and parts the prelude chooses,
+// the barriers and the pipeline's positions), fwd_sm90_key_tiles.cuh (the
+// K/V tiles a work tile walks), fwd_sm90_gemms.cuh (S = Q K^T, O += P V),
+// fwd_sm90_score.cuh (modifiers and the built-in mask on S), and from
+// common/ the scheduler (work tiles), the sequence and the epilogue (O and
+// the LSE). The two roles stay in this kernel: moved into functions of
+// their own (the producer's loop, the consumers') they changed the
+// consumers' register allocation (d=128 0 -> 12-24 bytes spilled), where
+// every part above leaves the SASS as it was (scripts/sass-compare.sh fwd).
 #pragma once
 
+#include "fwd_sm90_config.cuh"
+#include "fwd_sm90_gemms.cuh"
+#include "fwd_sm90_key_tiles.cuh"
+#include "fwd_sm90_score.cuh"
 #include "common/block_map.cuh"
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/fwd_sm90_layout.cuh"
 #include "common/mask.cuh"
+#include "common/modifiers.cuh"
 #include "common/ptx.cuh"
 #include "common/sequence.cuh"
 #include "common/sm90.cuh"
 #include "common/sm90_epilogue.cuh"
 #include "common/sm90_wgmma.cuh"
 #include "common/types.cuh"
-
-namespace flashjit {
-namespace fwd_sm90 {
-
-using namespace cfg;
-using Ops = ElementOps<Element>;
-using Modifiers = cfg::Modifiers;
-
-// The tiled head dim (64, 128, 192 or 256): a problem's between has zero columns
-// past its own (TMA fills them), which the epilogue never stores.
-constexpr int kHeadDim = sm90_forward_tile_head_dim(kHeadDimQK);
-// V's and O's (kHeadDimV may differ from kHeadDimQK, e.g. 192/128).
-constexpr int kHeadDimVTile = sm90_forward_tile_head_dim(kHeadDimV);
-// The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
-constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,      kStages,
-                                 kPackGqa, kPageSize, kHeadDimVTile};
-constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
-constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
-constexpr int kThreads = kWarps * 32;
-constexpr int kColBlocks = kLayout.col_blocks();  // 64-element (128-byte) swizzle columns of Q, K
-constexpr int kVColBlocks = kLayout.v_col_blocks();  // and of V
-constexpr int kRowBytes = FwdSm90Layout::kRowBytes;
-// Packed GQA (kPackGqa > 1): a warpgroup's rows are kQRowsPerWg positions
-// times the kPackGqa query heads of one KV head, head fastest.
-constexpr int kPack = kPackGqa;
-constexpr int kQRowsPerWg = kLayout.q_rows_per_warpgroup();
-constexpr int kLoadedRowsPerWg = kLayout.loaded_rows_per_warpgroup();
-constexpr int kQRowsPerTile = kLayout.q_rows_per_tile();
-
-// Bytes, relative to the 1024-byte aligned base of dynamic shared memory.
-constexpr int kQColBlockBytes = kLayout.q_col_block_bytes();  // one warpgroup's rows
-constexpr int kQWarpgroupBytes = kLayout.q_warpgroup_bytes();
-constexpr int kQBytes = kLayout.q_bytes();
-constexpr int kQLoadedBytes = kLayout.q_loaded_bytes();  // what TMA writes per Q buffer
-constexpr int kKVColBlockBytes = kLayout.kv_col_block_bytes();
-constexpr int kKTileBytes = kLayout.k_tile_bytes();  // one K tile
-constexpr int kVTileBytes = kLayout.v_tile_bytes();  // one V tile
-// The host allocates the used bytes + kSmemAlign: the base is rounded up to
-// the 1024 bytes at which the 128-byte swizzle pattern repeats (TMA and
-// wgmma both apply it to absolute shared addresses). Two Q buffers where
-// they fit: the next work tile's Q loads while this one's is still in use
-// (until its last S), so the next work tile's first S need not wait for it.
-constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
-constexpr int kQStages = kLayout.q_stages();
-constexpr int kOffsetK = kLayout.offset_k();
-constexpr int kOffsetV = kLayout.offset_v();
-constexpr int kOffsetBarriers = kLayout.offset_barriers();
-constexpr int kOffsetTileSlots = kLayout.offset_tile_slots();
-static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
-              "shared memory exceeds sm_90's 227 KB");
-
-using Scheduler = FwdTileScheduler<kQRowsPerTile, kPack, kSplitKv, kVarlen>;
-// A caller's mask_mod: the work tiles walk the key tiles its block map lists
-// (common/block_map.cuh), hidden ones never loaded.
-constexpr bool kBlockMap = Modifiers::kMask;
-// Its partial tiles masked from row runs where the pre-pass found them
-// (kBlockMapRuns, fwd_block_map.cuh): one run per query row, which a packed
-// tile's heads share only when mask_mod reads no head. Not with three
-// consumer warpgroups (d = 64, 192-row tiles): the bounds' registers spilled
-// 112 bytes (ALiBi plus documents, window and softcap).
-constexpr bool kRowRuns =
-    kBlockMap && kConsumerWarpgroups < 3 && (kPack == 1 || Modifiers::kMaskQkOnly);
-// A thread's two rows' runs (FwdParams::block_runs words) for one key tile.
-struct RowRuns {
-  unsigned row[2];
-};
-using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
-// Paged K/V: the whole first producer warp runs the producer loop, its lanes
-// reading a tile's page indices at once; lane 0 issues the loads.
-constexpr bool kWarpProducer = Sequence::kPaged;
-static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
-              "the host encodes the K/V tensor maps' boxes with these rows");
-using Epilogue = Sm90Epilogue<Element, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv,
-                              Modifiers::kSinks>;
-
-// Register budgets after setmaxnreg, kProducerRegisters and
-// kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
-// why they are what they are).
-
-constexpr int kSRegisters = kBlockN / 2;    // S accumulators per thread
-constexpr int kORegisters = kHeadDimVTile / 2;  // O accumulators per thread
-constexpr int kSTiles = kBlockN / 8;        // n8 column tiles of S
-constexpr int kOTiles = kHeadDimVTile / 8;  // n8 column tiles of O
-constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
-// k16 steps of S = Q K^T: over the problem's columns only (the tile's past
-// them are zeros, which add nothing to S).
-constexpr int kQKSteps = (kHeadDimQK + 15) / 16;
-
-constexpr bool kPingPong = kConsumerWarpgroups >= 2;
-// The serving call's work tiles (a packed batch over a KV cache) often leave
-// whole consumer warpgroups without a query (a decode step's one query in a
-// 128-row tile): those issue no GEMM (idle_walk). H200, 48 decode steps plus
-// 4 prefill chunks: the call 5% faster at pages 16 and 64, its prefill part
-// alone 0.5-1.6% slower. Only there: in every packed batch's kernel the
-// branch cost 2-9% of the forward at d = 64 and 128 (training batches'
-// sequences leave few warpgroups idle), and the dense kernels stay as they
-// were. Two consumer warpgroups only: with three (160 registers each) the
-// second loop spilled 108 bytes (d = 64, 192 x 112 tiles, page 256).
-constexpr bool kSkipIdleWarpgroups =
-    kVarlen && (kSeqUsedK || kPageSize > 0) && kConsumerWarpgroups == 2;
-// Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: with V's
-// head dim tiled as 256 (O alone is 128 registers) that spilled (40-130
-// bytes, ptxas -v), so that kernel runs S, softmax, P V in sequence.
-constexpr bool kIntraOverlap = kHeadDimVTile < 256;
-// Named barrier ids: 0 is __syncthreads; 1.. the turns, one per consumer
-// warpgroup.
-constexpr int kBarrierPingPong = 1;
-
-static_assert(sm90_head_dim_served(kHeadDimQK) && sm90_head_dim_served(kHeadDimV),
-              "sm90 path: head dims that are multiples of 8 from 32 to 256");
-static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
-              "64 rows per consumer warpgroup, 1 to 3 of them");
-static_assert(kPack >= 1 && kPack <= 64, "packed GQA: 1 to 64 query heads per tile row group");
-static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup + consumers");
-static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
-              "block_n: multiple of 16 (P V k-steps) up to 256 (wgmma N, TMA box)");
-static_assert(kStages >= 2, "at least double buffering");
-// The CTA's register pool is what the launch allocated (65536 / kThreads per
-// thread, rounded down to a multiple of 8): the consumers' setmaxnreg.inc
-// must be covered by what the producer gives back, or it waits forever.
-static_assert(kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters <=
-                  (1 + kConsumerWarpgroups) * (65536 / kThreads / 8 * 8),
-              "the consumers' setmaxnreg.inc would wait for registers nobody frees");
-
-}  // namespace fwd_sm90
-}  // namespace flashjit
 
 extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     flashjit_fwd_sm90(const flashjit::FwdParams p,
@@ -245,19 +128,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
                       const __grid_constant__ flashjit::TmaDescriptor tma_v) {
   using namespace flashjit;
   using namespace flashjit::fwd_sm90;
-  const float kNegInf = __int_as_float(0xff800000);
-  const float kInf = __int_as_float(0x7f800000);
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 smem = (smem_address(smem_raw) + kSmemAlign - 1) & ~u32(kSmemAlign - 1);
-  const u32 bar_base = smem + kOffsetBarriers;
-  auto q_full = [&](int b) { return bar_base + 8 * b; };
-  auto q_empty = [&](int b) { return bar_base + 8 * (kQStages + b); };
-  const u32 kv_bars = bar_base + 8 * 2 * kQStages;
-  auto k_full = [&](int s) { return kv_bars + 8 * s; };
-  auto v_full = [&](int s) { return kv_bars + 8 * (kStages + s); };
-  auto k_empty = [&](int s) { return kv_bars + 8 * (2 * kStages + s); };
-  auto v_empty = [&](int s) { return kv_bars + 8 * (3 * kStages + s); };
+  const Barriers bars(smem + kOffsetBarriers);
 
   // The next grid on the stream (the split-KV combine, or whatever follows)
   // may be scheduled now: it waits for this grid to complete before it reads
@@ -280,59 +154,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // hands it to the other lanes.
   constexpr bool kTakesTiles = kVarlen || (kBlockMap && !kWarpProducer);
   const bool dynamic = kTakesTiles && p.tile_counter != nullptr && (!kVarlen || sched.compact);
-  // The K/V tiles any row of the work tile sees among its sequence's keys
-  // (this split's share of them): producer and consumers walk the same ones.
-  // None for a tile past its sequence's queries (varlen: sequences shorter
-  // than the longest).
-  // With a block map the span counts its listed entries, not key tiles.
-  auto key_tiles_of = [&](const WorkTile &tile, const Sequence &seq) {
-    if (tile.q0 >= seq.seqlen_q) return TileSpan{0, 0};
-    if constexpr (kBlockMap) {
-      const TileSpan listed{0, p.block_map[block_map_row(p, tile.batch, tile.head,
-                                                         tile.q0 / kQRowsPerTile)]};
-      if constexpr (kSplitKv) return split_share(listed, tile.split, sched.splits);
-      return listed;
-    }
-    return sched.key_tiles<Mask>(p, tile, seq.seqlen_k, seq.offset, kBlockN);
-  };
-  // Key tile t of a work tile is entry_base + t, or the map's entry there
-  // (its index, with kBlockMapFull where mask_mod shows all of it): one
-  // register across the tile either way, an int offset into the map rather
-  // than a pointer (at d = 64 with three consumer warpgroups a pointer
-  // spilled 144 bytes under ALiBi plus documents).
-  auto entry_base_of = [&](const WorkTile &tile, TileSpan span) {
-    if constexpr (kBlockMap)
-      return static_cast<int>(block_map_row(p, tile.batch, tile.head, tile.q0 / kQRowsPerTile)) +
-             1 + span.first;
-    return span.first;
-  };
-  auto key_tile_entry = [&](int entry_base, int t) {
-    if constexpr (kBlockMap) return p.block_map[entry_base + t];
-    return entry_base + t;
-  };
-  auto key_tile_index = [](int entry) { return kBlockMap ? block_map_tile(entry) : entry; };
-
-  // The K/V ring's stage and phase of K/V tile `it` (counted over all work
-  // tiles), and the Q buffer and phase of work tile j (counted per CTA), for
-  // the producer and the consumers alike.
-  auto stage_of = [](int it) { return it % kStages; };
-  auto parity_of = [](int it) { return static_cast<u32>(it / kStages) & 1; };
-  auto q_buffer_of = [](int j) { return j % kQStages; };
-  auto tile_slot = [&](int j) { return smem + kOffsetTileSlots + 8 * q_buffer_of(j); };
-  auto q_parity_of = [](int j) { return static_cast<u32>(j / kQStages) & 1; };
+  const KeyTileWalk walk{p, sched};
 
   if (tid == 0) {
 #pragma unroll
     for (int b = 0; b < kQStages; ++b) {
-      mbarrier_init(q_full(b), 1);
-      mbarrier_init(q_empty(b), kConsumerWarps);
+      mbarrier_init(bars.q_full(b), 1);
+      mbarrier_init(bars.q_empty(b), kConsumerWarps);
     }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(k_full(s), 1);
-      mbarrier_init(v_full(s), 1);
-      mbarrier_init(k_empty(s), kConsumerWarps);
-      mbarrier_init(v_empty(s), kConsumerWarps);
+      mbarrier_init(bars.k_full(s), 1);
+      mbarrier_init(bars.v_full(s), 1);
+      mbarrier_init(bars.k_empty(s), kConsumerWarps);
+      mbarrier_init(bars.v_empty(s), kConsumerWarps);
     }
     fence_barrier_init();
   }
@@ -372,8 +207,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       for (; next_tile(j, tile); ++j) {
         const int kv_head = sched.kv_head(p, tile);
         const Sequence seq(p, tile.batch);
-        const TileSpan key_tiles = key_tiles_of(tile, seq);
-        const int entry_base = entry_base_of(tile, key_tiles);
+        const TileSpan key_tiles = walk.key_tiles_of(tile, seq);
+        const int entry_base = walk.entry_base_of(tile, key_tiles);
         // K (or V) of tile t in its stage, once the consumers have released
         // what the stage held kStages tiles back (a fresh barrier's parity-1
         // wait passes at once: the phase before its first). Paged, each lane
@@ -381,10 +216,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         // under it.
         auto load_kv = [&](int t, bool v) {
           const int stage = stage_of(kv_iter + t);
-          const int n0 = key_tile_index(key_tile_entry(entry_base, t)) * kBlockN;
+          const int n0 = key_tile_index(walk.key_tile_entry(entry_base, t)) * kBlockN;
           int lane_page = seq.outer;
           if constexpr (Sequence::kPaged) lane_page = seq.box_page(p, n0, tid % 32);
-          const u32 full = v ? v_full(stage) : k_full(stage);
+          const u32 full = v ? bars.v_full(stage) : bars.k_full(stage);
           const u32 dst =
               smem + (v ? kOffsetV : kOffsetK) + stage * (v ? kVTileBytes : kKTileBytes);
           // K's column blocks, or V's (fewer or more under unequal head dims),
@@ -403,11 +238,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             // pipeline's critical path. The bytes may land before lane 0's
             // expect_tx (a phase's transaction count may go negative; it
             // completes only with lane 0's arrival too).
-            mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
+            mbarrier_wait(v ? bars.v_empty(stage) : bars.k_empty(stage),
+                          parity_of(kv_iter + t) ^ 1);
             if (leader) mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
             if (tid % 32 < Sequence::kBoxesPerTile) load_box(tid % 32, lane_page);
           } else if (leader) {
-            mbarrier_wait(v ? v_empty(stage) : k_empty(stage), parity_of(kv_iter + t) ^ 1);
+            mbarrier_wait(v ? bars.v_empty(stage) : bars.k_empty(stage),
+                          parity_of(kv_iter + t) ^ 1);
             mbarrier_arrive_expect_tx(full, v ? kVTileBytes : kKTileBytes);
             static_assert(Sequence::kPaged || Sequence::kBoxesPerTile == 1, "one box per tile");
             load_box(0, lane_page);
@@ -428,9 +265,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         // every consumer warp to be done with the Q kQStages work tiles back.
         const int qb = q_buffer_of(j);
         if (leader) {
-          mbarrier_wait(q_empty(qb), q_parity_of(j) ^ 1);
-          if (dynamic) st_shared_s32(tile_slot(j), w);
-          mbarrier_arrive_expect_tx(q_full(qb), kQLoadedBytes);
+          mbarrier_wait(bars.q_empty(qb), q_parity_of(j) ^ 1);
+          if (dynamic) st_shared_s32(tile_slot(smem, j), w);
+          mbarrier_arrive_expect_tx(bars.q_full(qb), kQLoadedBytes);
         }
 #pragma unroll
         for (int wg = 0; wg < kConsumerWarpgroups && leader; ++wg)
@@ -441,9 +278,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             // Packed: the box is [positions][the group's heads][64 columns]
             // of a [batch][seq][kv head][head in group][dim] view of Q.
             if constexpr (kPack > 1)
-              tma_load_5d(dst, &tma_q, q_full(qb), cb * 64, 0, tile.head, q0, seq.outer);
+              tma_load_5d(dst, &tma_q, bars.q_full(qb), cb * 64, 0, tile.head, q0, seq.outer);
             else
-              tma_load_4d(dst, &tma_q, q_full(qb), cb * 64, q0, tile.head, seq.outer);
+              tma_load_4d(dst, &tma_q, bars.q_full(qb), cb * 64, q0, tile.head, seq.outer);
           }
         if (kQStages == 2 && key_tiles.count > 0) load_v(0);
         for (int t = 1; t < key_tiles.count; ++t) {
@@ -455,16 +292,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // No tile left: the consumers, who take theirs from the slots, learn
       // it from the next one.
       if (dynamic && leader) {
-        mbarrier_wait(q_empty(q_buffer_of(j)), q_parity_of(j) ^ 1);
-        st_shared_s32(tile_slot(j), -1);
-        mbarrier_arrive(q_full(q_buffer_of(j)));
+        mbarrier_wait(bars.q_empty(q_buffer_of(j)), q_parity_of(j) ^ 1);
+        st_shared_s32(tile_slot(smem, j), -1);
+        mbarrier_arrive(bars.q_full(q_buffer_of(j)));
       }
     }
     return;
   }
-
-  // ---- consumers ---------------------------------------------------------------
   setmaxnreg_inc<kConsumerRegisters>();
+  const float kNegInf = __int_as_float(0xff800000);
   const int cwg = warpgroup - 1;      // consumer warpgroup index
   const int ctid = tid % 128;         // thread within it
   const int warp = ctid / 32;         // warp within it: rows 16*warp..
@@ -481,9 +317,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   float acc_o[kORegisters];
   // Per thread: rows `group` (h = 0) and `group + 8` (h = 1) of its warp.
   float row_max[2], row_sum[2];
-  // Under a score_mod, S leaves modify() in the softmax's natural units
-  // (the snippet's result, not scaled back), so the softmax and the LSE
-  // scale by log2(e) alone: one multiply per score fewer.
+  // Under a score_mod, S leaves apply_modifiers() in the softmax's natural
+  // units (the snippet's result, not scaled back), so the softmax and the
+  // LSE scale by log2(e) alone: one multiply per score fewer.
   const float scale_log2 = Modifiers::kScore ? 1.4426950408889634f : p.softmax_scale_log2;
 
   // Turn-taking between the consumer warpgroups (ping-pong, round robin with
@@ -504,165 +340,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     if (cwg == kConsumerWarpgroups - 1) named_barrier_arrive(kBarrierPingPong + 0, 2 * 128);
   }
 
-  // Issues S = Q K^T of the K tile in `stage` (one commit group).
-  auto issue_s = [&](float (&acc_s)[kSRegisters], u64 q_desc, int stage) {
-    const u64 k_desc = k_desc0 + ((stage * kKTileBytes) >> 4);
-    wgmma_fence_operands(acc_s);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kQKSteps; ++ks) {
-      // k-step ks: column block ks/4, byte (ks%4)*32 within the 128-byte row.
-      const int q_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
-      const int k_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
-      Wgmma<Element, kBlockN>::ss(acc_s, q_desc + (q_off >> 4), k_desc + (k_off >> 4), ks > 0);
-    }
-    wgmma_commit();
-    wgmma_fence_operands(acc_s);
-  };
-  // Issues O += P V of the V tile in `stage` (one commit group).
-  auto issue_pv = [&](u32 (&p_frag)[kPVSteps][4], int stage) {
-    const u64 v_desc = v_desc0 + ((stage * kVTileBytes) >> 4);
-    wgmma_fence_operands(acc_o);
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      // k-step kk: V rows 16kk.. = two 8-row (1024-byte) groups further on.
-      Wgmma<Element, kHeadDimVTile>::rs_bt(acc_o, p_frag[kk],
-                                           v_desc + ((kk * 16 * kRowBytes) >> 4), 1);
-    }
-    wgmma_commit();
-    wgmma_fence_operands(acc_o);
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);
-  };
-
-  // The row runs of the key tile at `entry` for the thread's two rows, where
-  // the map has them (kBlockMapRuns): loaded before the S they mask is
-  // waited for, so the global load's latency hides under the GEMMs. A
-  // packed tile's rows past its last whole group of heads read the last
-  // position's (they are never stored).
-  auto row_runs_of = [&](const WorkTile &tile, int wg_m0, int entry) {
-    RowRuns runs{{0u, 0u}};
-    if constexpr (kRowRuns) {
-      if (entry & kBlockMapRuns) {
-        const i64 row = block_map_row_index(p, tile.batch, tile.head, tile.q0 / kQRowsPerTile);
-        const int slot = (entry >> kBlockMapSlotShift) & (kBlockMapRunSlots - 1);
-        const unsigned *at = p.block_runs +
-                             (row * kBlockMapRunSlots + slot) * kQRowsPerTile + (wg_m0 - tile.q0);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          runs.row[h] = at[min((warp * 16 + group + 8 * h) / kPack, kQRowsPerWg - 1)];
-      }
-    }
-    return runs;
-  };
-
-  // The caller's modifiers (common/modifiers.cuh) on the S tile of work tile
-  // `tile`: score_mod on every score whose query and key the sequence holds
-  // (in the softmax's natural units: S times `unit`; its result stays in
-  // them, see scale_log2), mask_mod hiding the
-  // keys it refuses. Rows and columns past the sequence are left to the
-  // built-in mask and the epilogue, so a snippet never sees such an index.
-  // `shown`: the block map says mask_mod shows the whole tile. A tile that
-  // the sequence holds whole (every tile but the last of each side) runs
-  // the snippets with no bounds arithmetic at all; an edge tile runs
-  // score_mod at positions clamped into the sequence (its loads come once
-  // per tile, not once per element under a branch) and mask_mod under the
-  // bounds test.
-  auto modify = [&](float (&acc_s)[kSRegisters], const WorkTile &tile, const Sequence &seq,
-                    int wg_m0, int n0, bool shown) {
-    const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
-    // Copies of the loop, with and without mask_mod, and with and without
-    // the bounds, so that none carries another's live values (one loop
-    // testing `shown` per element spilled 144 bytes at d = 64 under ALiBi
-    // plus documents).
-    auto apply = [&](auto with_mask, auto at_edge) {
-      constexpr bool kEdge = decltype(at_edge)::value;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int local = warp * 16 + group + h * 8;
-      const int q = wg_m0 + local / kPack;  // packed rows: head fastest
-      const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
-      const int q_at = kEdge ? min(q, seq.seqlen_q - 1) : q;
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int k = n0 + nt * 8 + 2 * quad_lane + c;
-          float &s = acc_s[4 * nt + 2 * h + c];
-          // Outside the sequence the clamped score is as good as any: a key
-          // past seqlen_k is masked below (the key tail cuts its tile), a
-          // query past seqlen_q is never written. No select per element.
-          if constexpr (Modifiers::kScore && !Modifiers::kScoreSlope)
-            s = Modifiers::score(s * unit, tile.batch, head, q_at,
-                                 kEdge ? min(k, seq.seqlen_k - 1) : k, p.aux);
-          if constexpr (decltype(with_mask)::value)
-            if ((!kEdge || (q < seq.seqlen_q && k < seq.seqlen_k)) &&
-                !Modifiers::visible(tile.batch, head, q, k, p.aux))
-              s = kNegInf;
-        }
-    }
-    };
-    // A score_mod that is score + slope(b, h) * (k - q) (kScoreSlope): two
-    // FMAs a score at most, the column offset an immediate, where the
-    // snippet's call costs an integer add, a conversion, a multiply and an
-    // add (ALiBi ran at 0.89x the plain forward so). Unpacked, the bias is
-    // taken against the warpgroup's first row, slope * (k - wg_m0): the
-    // row's own part, slope * (q - wg_m0), is the same for all its keys, so
-    // the softmax does not see it and write_o takes it off the row max (the
-    // LSE's units), and one bias per column serves the thread's two rows.
-    // Relative to a row of the tile, not position 0, its size stays that of
-    // slope * (k - q) (fp32 precision at long lengths). Keys past the
-    // sequence get a bias like any other; the mask below removes them.
-    if constexpr (Modifiers::kScoreSlope) {
-      if constexpr (kPack == 1) {
-        const float slope = Modifiers::score_slope(tile.batch, tile.head, p.aux);
-        const float base = slope * static_cast<float>(n0 + 2 * quad_lane - wg_m0);
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float bias = fmaf(slope, static_cast<float>(nt * 8 + c), base);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float &s = acc_s[4 * nt + 2 * h + c];
-              s = fmaf(s, unit, bias);
-            }
-          }
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int local = warp * 16 + group + h * 8;
-          const int q = wg_m0 + local / kPack;
-          const float slope =
-              Modifiers::score_slope(tile.batch, tile.head * kPack + local % kPack, p.aux);
-          const float base = slope * static_cast<float>(n0 + 2 * quad_lane - q);
-#pragma unroll
-          for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float &s = acc_s[4 * nt + 2 * h + c];
-              s = fmaf(s, unit, fmaf(slope, static_cast<float>(nt * 8 + c), base));
-            }
-        }
-      }
-      if (!Modifiers::kMask || shown) return;
-    }
-    // The warpgroup's last row is local row 63.
-    const bool inside = wg_m0 + 63 / kPack < seq.seqlen_q && n0 + kBlockN <= seq.seqlen_k;
-    auto for_bounds = [&](auto with_mask) {
-      if (inside)
-        apply(with_mask, BoolConstant<false>{});
-      else
-        apply(with_mask, BoolConstant<true>{});
-    };
-    if (!Modifiers::kMask || shown)
-      for_bounds(BoolConstant<false>{});
-    else
-      for_bounds(BoolConstant<Modifiers::kMask>{});
-  };
 
   // Softcap, modifiers, mask and online softmax of the S tile of keys
   // [n0, n0 + kBlockN) for the warpgroup's 64 query rows from wg_m0: S
@@ -682,39 +359,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     // built-in mask below, its bounds narrowed to the runs, not by mask_mod.
     const bool runs_tile = kRowRuns && (entry & kBlockMapRuns);
     if constexpr (Modifiers::kScore || Modifiers::kMask)
-      modify(acc_s, tile, seq, wg_m0, n0,
-             kBlockMap && ((entry & kBlockMapFull) || runs_tile));
+      apply_modifiers(acc_s, p, tile, seq, wg_m0, n0,
+                      kBlockMap && ((entry & kBlockMapFull) || runs_tile), warp, group, quad_lane);
     // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's
     // rows), and mask_mod's run tiles.
-    if (runs_tile || tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset)) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int lane_t = opaque(static_cast<int>(threadIdx.x));
-        // The row's query position (packed rows: head fastest).
-        const i64 row = wg_m0 + (((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8) / kPack;
-        int lo_local, hi_local;  // visible keys of this row, tile-local
-        visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
-        if (runs_tile) {
-          lo_local = max(lo_local, static_cast<int>(runs.row[h] & 0xffffu));
-          hi_local = min(hi_local, static_cast<int>(runs.row[h] >> 16) - 1);
-        }
-        // The bounds relative to the thread's first column, so each element
-        // compares a constant: one compare and one select per element. Without
-        // a left bound (none built in, no runs) lo_local <= 0 (first visible
-        // key 0, n0 >= 0): only hi.
-        const int hi_t = hi_local - (lane_t % 4) * 2;
-        const int lo_t = lo_local - (lane_t % 4) * 2;
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int col = nt * 8 + c;
-            bool masked = col > hi_t;
-            if constexpr (Mask::kHasLeft || kRowRuns) masked = masked || col < lo_t;
-            if (masked) acc_s[4 * nt + 2 * h + c] = kNegInf;
-          }
-      }
-    }
+    if (runs_tile || tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset))
+      mask_cut_tile(acc_s, p, seqlen_k, offset, wg_m0, n0, runs_tile, runs);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float m = row_max[h];
@@ -752,35 +402,25 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       }
   };
 
-  // n8 tiles 2kk and 2kk+1 of S are exactly the A fragment of k-step kk.
-  auto to_p = [&](const float (&acc_s)[kSRegisters], u32 (&p_frag)[kPVSteps][4]) {
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      p_frag[kk][0] = Ops::pack(acc_s[8 * kk + 0], acc_s[8 * kk + 1]);
-      p_frag[kk][1] = Ops::pack(acc_s[8 * kk + 2], acc_s[8 * kk + 3]);
-      p_frag[kk][2] = Ops::pack(acc_s[8 * kk + 4], acc_s[8 * kk + 5]);
-      p_frag[kk][3] = Ops::pack(acc_s[8 * kk + 6], acc_s[8 * kk + 7]);
-    }
-  };
 
   // Every warp's release of K/V tile `it`'s K or V once its MMAs have read it.
   auto release_k = [&](int it) {
-    if (lane == 0) mbarrier_arrive(k_empty(stage_of(it)));
+    if (lane == 0) mbarrier_arrive(bars.k_empty(stage_of(it)));
   };
   auto release_v = [&](int it) {
-    if (lane == 0) mbarrier_arrive(v_empty(stage_of(it)));
+    if (lane == 0) mbarrier_arrive(bars.v_empty(stage_of(it)));
   };
   // Every consumer warp's release of work tile j's Q buffer.
   auto release_q = [&](int j) {
-    if (lane == 0) mbarrier_arrive(q_empty(q_buffer_of(j)));
+    if (lane == 0) mbarrier_arrive(bars.q_empty(q_buffer_of(j)));
   };
 
   // S = Q K^T of K/V tile `it` against work tile j's Q, in this warpgroup's
   // turn, waited for; the K stage is released.
   auto s_alone = [&](float (&acc_s)[kSRegisters], int j, int it) {
-    mbarrier_wait(k_full(stage_of(it)), parity_of(it));
+    mbarrier_wait(bars.k_full(stage_of(it)), parity_of(it));
     take_turn();
-    issue_s(acc_s, q_desc_of(j), stage_of(it));
+    issue_s(acc_s, q_desc_of(j), k_desc0, stage_of(it));
     pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operands(acc_s);
@@ -789,9 +429,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // O += P V of K/V tile `it` in this warpgroup's turn, waited for; the V
   // stage is released.
   auto pv_alone = [&](u32 (&p_frag)[kPVSteps][4], int it) {
-    mbarrier_wait(v_full(stage_of(it)), parity_of(it));
+    mbarrier_wait(bars.v_full(stage_of(it)), parity_of(it));
     take_turn();
-    issue_pv(p_frag, stage_of(it));
+    issue_pv(acc_o, p_frag, v_desc0, stage_of(it));
     pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operands(acc_o);
@@ -802,11 +442,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // run (finish_pv waits for it).
   auto s_and_pv = [&](float (&acc_s)[kSRegisters], int j, int it_s, u32 (&p_frag)[kPVSteps][4],
                       int it_pv) {
-    mbarrier_wait(k_full(stage_of(it_s)), parity_of(it_s));
-    mbarrier_wait(v_full(stage_of(it_pv)), parity_of(it_pv));
+    mbarrier_wait(bars.k_full(stage_of(it_s)), parity_of(it_s));
+    mbarrier_wait(bars.v_full(stage_of(it_pv)), parity_of(it_pv));
     take_turn();
-    issue_s(acc_s, q_desc_of(j), stage_of(it_s));
-    issue_pv(p_frag, stage_of(it_pv));
+    issue_s(acc_s, q_desc_of(j), k_desc0, stage_of(it_s));
+    issue_pv(acc_o, p_frag, v_desc0, stage_of(it_pv));
     pass_turn();
     wgmma_wait<1>();
     wgmma_fence_operands(acc_s);
@@ -822,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // (common/sm90_epilogue.cuh).
   auto write_o = [&](const WorkTile &tile, const Sequence &seq, int wg_m0) {
     if constexpr (Modifiers::kScoreSlope && kPack == 1) {
-      // The rows' own bias, left out of the softmax (modify): the max back
+      // The rows' own bias, left out of the softmax (apply_modifiers): the max back
       // in the true logits' units, for the LSE and a sink.
       const float slope = Modifiers::score_slope(tile.batch, tile.head, p.aux);
       float true_max[2];
@@ -862,14 +502,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     };
     for (int t = 0; t < num_tiles; ++t) {
       const int it = kv_iter + t;
-      mbarrier_wait(k_full(stage_of(it)), parity_of(it));
-      if (kIntraOverlap && t > 0) mbarrier_wait(v_full(stage_of(it - 1)), parity_of(it - 1));
+      mbarrier_wait(bars.k_full(stage_of(it)), parity_of(it));
+      if (kIntraOverlap && t > 0) mbarrier_wait(bars.v_full(stage_of(it - 1)), parity_of(it - 1));
       turn();
       release_k(it);
       if (kIntraOverlap && t > 0) release_v(it - 1);
       if (!kIntraOverlap) {
         if (t + 1 == num_tiles) release_q(j);
-        mbarrier_wait(v_full(stage_of(it)), parity_of(it));
+        mbarrier_wait(bars.v_full(stage_of(it)), parity_of(it));
         turn();
         release_v(it);
       }
@@ -877,18 +517,18 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     if (kIntraOverlap) {
       const int last = kv_iter + num_tiles - 1;
       release_q(j);
-      mbarrier_wait(v_full(stage_of(last)), parity_of(last));
+      mbarrier_wait(bars.v_full(stage_of(last)), parity_of(last));
       turn();
       release_v(last);
     }
   };
   auto next_tile = [&](int j, WorkTile &t) {
     if (!dynamic) return sched.next(p, j, t);
-    mbarrier_wait(q_full(q_buffer_of(j)), q_parity_of(j));
+    mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
     // Read by the lane that releases the buffer (release_q), so the read
     // comes before the release in that thread's own order.
     int w = 0;
-    if (lane == 0) w = ld_shared_s32(tile_slot(j));
+    if (lane == 0) w = ld_shared_s32(tile_slot(smem, j));
     w = __shfl_sync(0xffffffffu, w, 0);
     return w >= 0 && sched.at(p, w, t);
   };
@@ -896,14 +536,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   for (int j = 0; next_tile(j, tile); ++j) {
     const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
     const Sequence seq(p, tile.batch);
-    const TileSpan key_tiles = key_tiles_of(tile, seq);
+    const TileSpan key_tiles = walk.key_tiles_of(tile, seq);
     const int num_tiles = key_tiles.count;
-    const int entry_base = entry_base_of(tile, key_tiles);
-    auto entry_of = [&](int t) { return key_tile_entry(entry_base, t); };
+    const int entry_base = walk.entry_base_of(tile, key_tiles);
+    auto entry_of = [&](int t) { return walk.key_tile_entry(entry_base, t); };
     reset_o();
     row_max[0] = row_max[1] = kNegInf;
     row_sum[0] = row_sum[1] = 0.f;
-    mbarrier_wait(q_full(q_buffer_of(j)), q_parity_of(j));
+    mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
 
     if (num_tiles == 0) {
       release_q(j);  // no key visible: Q was not read
@@ -917,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // other's GEMMs.
       for (int t = 0; t < num_tiles; ++t) {
         const int entry = entry_of(t);
-        const RowRuns runs = row_runs_of(tile, wg_m0, entry);
+        const RowRuns runs = row_runs_of(p, tile, wg_m0, entry, warp, group);
         s_alone(acc_s, j, kv_iter + t);
         softmax(acc_s, tile, seq, wg_m0, entry, runs, correction);
         rescale_o(correction);
@@ -935,7 +575,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // is read after the S, as it was.
       constexpr bool kAhead = kBlockMap && kConsumerWarpgroups < 3;
       const int first = entry_of(0);
-      const RowRuns first_runs = row_runs_of(tile, wg_m0, first);
+      const RowRuns first_runs = row_runs_of(p, tile, wg_m0, first, warp, group);
       int upcoming = kAhead && num_tiles > 1 ? entry_of(1) : 0;
       s_alone(acc_s, j, kv_iter);
       softmax(acc_s, tile, seq, wg_m0, first, first_runs, correction);  // O is still 0
@@ -949,12 +589,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         if constexpr (kAhead) {
           entry = upcoming;
           if (t + 2 < num_tiles) upcoming = entry_of(t + 2);
-          runs = row_runs_of(tile, wg_m0, entry);
+          runs = row_runs_of(p, tile, wg_m0, entry, warp, group);
         }
         s_and_pv(acc_s, j, kv_iter + t + 1, p_frag, kv_iter + t);
         if constexpr (!kAhead) {
           entry = entry_of(t + 1);
-          runs = row_runs_of(tile, wg_m0, entry);
+          runs = row_runs_of(p, tile, wg_m0, entry, warp, group);
         }
         softmax(acc_s, tile, seq, wg_m0, entry, runs, correction);
         finish_pv(kv_iter + t);
