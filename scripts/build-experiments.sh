@@ -2,11 +2,13 @@
 # Builds the kernels of experiments kept as diffs in docs/experiments, for an
 # A/B on the GPU machine against the bundle of the commit they apply to:
 #   scripts/build-experiments.sh NAME...   (docs/experiments/NAME.diff)
-# Each NAME is applied to BASE (default: the commit the thirtieth session's
-# diffs were written against) in a git worktree under build-exp/ (git-ignored,
-# one CMake build reused across runs), and its CLI and GPU tests go to
-# .device-NAME/bin/, stripped (about 11 MiB each: carry .device and at most
-# three of them). .device-base/bin/ gets BASE's own, the A of the A/B.
+# Each NAME is applied to the commit its header names ("# Base: SHA"), else
+# to BASE (default: the commit the thirtieth session's diffs were written
+# against), in a git worktree under build-exp/ (git-ignored, one CMake build
+# reused across runs), and its CLI and GPU tests go to .device-NAME/bin/,
+# stripped (about 10 MiB each; carry at most five with .device-base).
+# .device-base/bin/ gets BASE's own, the A of the A/B: every base since
+# BASE has the same backward kernels' SASS (scripts/sass-compare.sh).
 # Then on the GPU machine: scripts/device-experiments.sh NAME...
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,9 +40,13 @@ build_into() {  # the worktree as it is now, into .device-$1/bin
 
 build_into base
 for name in "$@"; do
+  diff_file=$root/docs/experiments/$name.diff
+  own_base=$(sed -n 's/^# Base: \([0-9a-f]\{7,40\}\)$/\1/p' "$diff_file" | head -n 1)
+  git -C "$src" checkout -q --detach "${own_base:-$base}"
   # The diff's header lines (before "diff --git") are prose: git apply skips them.
-  git -C "$src" apply "$root/docs/experiments/$name.diff"
+  git -C "$src" apply "$diff_file"
   build_into "$name"
   git -C "$src" checkout -q -- .
+  git -C "$src" clean -fdq
 done
 du -sh .device-* | sort -k2
