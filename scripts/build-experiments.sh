@@ -6,7 +6,8 @@
 # to BASE (default: the commit the thirtieth session's diffs were written
 # against), in a git worktree under build-exp/ (git-ignored, one CMake build
 # reused across runs), and its CLI and GPU tests go to .device-NAME/bin/,
-# stripped (about 10 MiB each; carry at most five with .device-base).
+# stripped (about 10 MiB each, 5 for an upper bound's CLI alone; carry
+# what fits in 64 MiB, eight folders at most, with .device-base).
 # .device-base/bin/ gets BASE's own, the A of the A/B: every base since
 # BASE has the same backward kernels' SASS (scripts/sass-compare.sh).
 # Then on the GPU machine: scripts/device-experiments.sh NAME...
@@ -30,11 +31,19 @@ if [ ! -f build-exp/build/CMakeCache.txt ]; then
   cmake -S "$src" -B build-exp/build -DCMAKE_BUILD_TYPE=Release
 fi
 
-build_into() {  # the worktree as it is now, into .device-$1/bin
-  cmake --build build-exp/build -j"$(nproc)" --target flashjit_cli flashjit_gpu_tests
+# build_into NAME [cli]: the worktree as it is now, into .device-NAME/bin;
+# the CLI alone for a timing-only upper bound (no tests to run: 5 MiB).
+build_into() {
+  local targets=(flashjit_cli flashjit_gpu_tests) files=(build-exp/build/flashjit)
+  if [ "${2:-}" = cli ]; then
+    targets=(flashjit_cli)
+  else
+    files+=(build-exp/build/tests/flashjit_gpu_tests)
+  fi
+  cmake --build build-exp/build -j"$(nproc)" --target "${targets[@]}"
   rm -rf ".device-$1"
   mkdir -p ".device-$1/bin"
-  cp build-exp/build/flashjit build-exp/build/tests/flashjit_gpu_tests ".device-$1/bin/"
+  cp "${files[@]}" ".device-$1/bin/"
   strip --strip-unneeded ".device-$1"/bin/*
 }
 
@@ -45,7 +54,7 @@ for name in "$@"; do
   git -C "$src" checkout -q --detach "${own_base:-$base}"
   # The diff's header lines (before "diff --git") are prose: git apply skips them.
   git -C "$src" apply "$diff_file"
-  build_into "$name"
+  if grep -q '^# Upper bound' "$diff_file"; then build_into "$name" cli; else build_into "$name"; fi
   git -C "$src" checkout -q -- .
   git -C "$src" clean -fdq
 done

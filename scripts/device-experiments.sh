@@ -8,6 +8,8 @@
 # About 90 s of tests per tested NAME and 4 s per shape and build: give the
 # call a 600 s limit, TESTS=0 to skip the tests.
 #   scripts/device-experiments.sh NAME...   SHAPES="flags|flags|..." to override
+# PASS=fwd for forward experiments (their diffs say "# Pass: fwd"): the
+# forward's correctness tests and `flashjit run --pass fwd`.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 [ $# -gt 0 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
@@ -21,6 +23,16 @@ default_shapes="--hdim 128 --seqlen 8192 --batch 2 --heads 16|\
 --hdim 256 --seqlen 8192 --batch 2 --heads 8 --causal"
 IFS='|' read -r -a shapes <<<"${SHAPES:-$default_shapes}"
 
+pass=${PASS:-bwd}
+if [ "$pass" = fwd ]; then
+  filter='*ForwardCorrectness*:ForwardDeterminism.*:*VarlenCorrectness*:Varlen.*:*KvCacheCorrectness*:KvCache.*:*DecodeCorrectness*'
+else
+  filter='*BackwardCorrectness*:*BackwardSm90Correctness*:BackwardDeterminism.*:VarlenBackward.*'
+fi
+for name in "$@"; do
+  own=$(sed -n 's/^# Pass: \(fwd\|bwd\)$/\1/p' "docs/experiments/$name.diff" 2>/dev/null | head -n 1)
+  [ "${own:-bwd}" = "$pass" ] || { echo "$name is a --pass ${own:-bwd} experiment: PASS=${own:-bwd}" >&2; exit 2; }
+done
 tests_rc=0
 for name in "$@"; do
   [ "${TESTS:-1}" = 1 ] || break
@@ -28,8 +40,8 @@ for name in "$@"; do
     echo "== $name: timing only (an upper bound), no gradient tests"
     continue
   fi
-  echo "== $name: backward gradient and determinism tests"
-  FILTER='*BackwardCorrectness*:*BackwardSm90Correctness*:BackwardDeterminism.*' SHARDS=16 \
+  echo "== $name: $pass correctness tests"
+  FILTER=$filter SHARDS=16 \
     bash scripts/gpu-tests.sh ".device-$name/bin/flashjit_gpu_tests" | tail -n 20 || tests_rc=1
 done
 
@@ -42,9 +54,9 @@ while IFS= read -r line; do
   build=$(echo "$line" | cut -d'|' -f1 | xargs)
   shape=$(echo "$line" | cut -d'|' -f2 | xargs)
   perf["$build|$shape"]=$(echo "$line" | cut -d'|' -f3 | xargs)
-done < <(BUILDS="$builds" PASS=bwd bash scripts/ab-compare.sh "${shapes[@]}")
+done < <(BUILDS="$builds" PASS=$pass bash scripts/ab-compare.sh "${shapes[@]}")
 echo
-printf '%-62s | %-18s' "shape (--pass bwd)" "base"
+printf '%-62s | %-18s' "shape (--pass $pass)" "base"
 for name in "$@"; do printf ' | %-30s' "$name"; done
 echo
 for shape in "${shapes[@]}"; do
