@@ -8,6 +8,7 @@
 # reused across runs), and its CLI and GPU tests go to .device-NAME/bin/,
 # stripped (about 10 MiB each, 5 for an upper bound's CLI alone; carry
 # what fits in 64 MiB, eight folders at most, with .device-base).
+# CLI_ONLY=1 builds the CLIs alone (5 MiB each), for an A/B without tests.
 # .device-base/bin/ gets BASE's own, the A of the A/B: every base since
 # BASE has the same backward kernels' SASS (scripts/sass-compare.sh).
 # Then on the GPU machine: scripts/device-experiments.sh NAME...
@@ -54,7 +55,11 @@ for name in "$@"; do
   git -C "$src" checkout -q --detach "${own_base:-$base}"
   # The diff's header lines (before "diff --git") are prose: git apply skips them.
   git -C "$src" apply "$diff_file"
-  if grep -q '^# Upper bound' "$diff_file"; then build_into "$name" cli; else build_into "$name"; fi
+  if [ -n "${CLI_ONLY:-}" ] || grep -q '^# Upper bound' "$diff_file"; then
+    build_into "$name" cli
+  else
+    build_into "$name"
+  fi
   git -C "$src" checkout -q -- .
   git -C "$src" clean -fdq
 done

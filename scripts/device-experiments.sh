@@ -40,6 +40,11 @@ for name in "$@"; do
     echo "== $name: timing only (an upper bound), no gradient tests"
     continue
   fi
+  if [ ! -x ".device-$name/bin/flashjit_gpu_tests" ]; then
+    echo "== $name: no GPU tests carried (built with CLI_ONLY=1)"
+    tests_rc=1
+    continue
+  fi
   echo "== $name: $pass correctness tests"
   FILTER=$filter SHARDS=16 \
     bash scripts/gpu-tests.sh ".device-$name/bin/flashjit_gpu_tests" | tail -n 20 || tests_rc=1
