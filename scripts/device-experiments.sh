@@ -21,6 +21,14 @@ default_shapes="--hdim 128 --seqlen 8192 --batch 2 --heads 16|\
 --hdim 128 --seqlen 6000 --batch 1 --heads 64 --kv-heads 8 --causal|\
 --hdim 64 --seqlen 8192 --batch 2 --heads 32|\
 --hdim 256 --seqlen 8192 --batch 2 --heads 8 --causal"
+if [ "${PASS:-bwd}" = fwd ]; then  # where the forward is still behind cuDNN, and the grid's
+  default_shapes="--hdim 256 --seqlen 1024 --batch 16 --heads 8 --causal|\
+--hdim 256 --seqlen 2048 --batch 8 --heads 8 --causal|\
+--hdim 128 --seqlen 8192 --batch 2 --heads 16 --causal|\
+--hdim 128 --seqlen 2048 --batch 8 --heads 16|\
+--hdim 64 --seqlen 8192 --batch 2 --heads 32|\
+--hdim 192 --hdim-v 128 --seqlen 8192 --batch 2 --heads 16 --causal"
+fi
 IFS='|' read -r -a shapes <<<"${SHAPES:-$default_shapes}"
 
 pass=${PASS:-bwd}
