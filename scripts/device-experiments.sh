@@ -18,7 +18,7 @@ default_shapes="--hdim 128 --seqlen 8192 --batch 2 --heads 16|\
 --hdim 128 --seqlen 8192 --batch 2 --heads 16 --causal|\
 --hdim 128 --seqlen 2048 --batch 8 --heads 16|\
 --hdim 128 --seqlen 512 --batch 32 --heads 16 --causal|\
---hdim 128 --seqlen 6000 --batch 1 --heads 64 --kv-heads 8 --causal|\
+--hdim 128 --seqlen 6000 --batch 1 --heads 64 --heads-kv 8 --causal|\
 --hdim 64 --seqlen 8192 --batch 2 --heads 32|\
 --hdim 256 --seqlen 8192 --batch 2 --heads 8 --causal"
 if [ "${PASS:-bwd}" = fwd ]; then  # where the forward is still behind cuDNN, and the grid's
