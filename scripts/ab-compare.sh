@@ -22,9 +22,11 @@ read -r -a builds <<<"${BUILDS:-$A $B}"
 db=$(mktemp -d /tmp/flashjit-ab.XXXXXX)
 for shape in "$@"; do
   for build in "${builds[@]}"; do
+    # A kernel that hangs (an experiment's barrier bug) costs RUN_TIMEOUT
+    # seconds, not the whole call: timeout prints no check or perf line.
     # shellcheck disable=SC2086
-    out=$(FLASHJIT_DB=$db/$(basename "$build").db "$build/bin/flashjit" run $shape --pass "${PASS:-fwd}" \
-          --repeats 30 --check 2>&1)
+    out=$(FLASHJIT_DB=$db/$(basename "$build").db timeout "${RUN_TIMEOUT:-90}" \
+          "$build/bin/flashjit" run $shape --pass "${PASS:-fwd}" --repeats 30 --check 2>&1)
     echo "$build | $shape | $(echo "$out" | awk '/^check|^perf/{printf "%s ", $2}')| $(echo "$out" | awk '/^kernel/{print $2}')"
   done
 done
