@@ -6,14 +6,20 @@
 #   scripts/sass-compare.sh OLD_CLI NEW_CLI [PASS]   (PASS: bwd, the default, or fwd;
 #   each has its own configurations)
 #   CONFIGS="flags|flags|..." to override the configurations below
-# Needs cuobjdump: $CUOBJDUMP, on PATH, or pip's nvidia-cuda-cuobjdump.
+# Needs cuobjdump and the nvdisasm it runs: $CUOBJDUMP, on PATH, or pip's
+# nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm. Or FLASHJIT_CUOBJDUMP, as
+# the unit tests take it.
 set -uo pipefail
 old=${1:?old CLI} new=${2:?new CLI} pass=${3:-bwd}
-cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+cuobjdump=${CUOBJDUMP:-${FLASHJIT_CUOBJDUMP:-$(command -v cuobjdump || true)}}
 if [ -z "$cuobjdump" ]; then
-  cuobjdump=$(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/cuobjdump"))' 2>/dev/null)
+  cuobjdump=$(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/cuobjdump"))' \
+    2>/dev/null)
 fi
-[ -x "$cuobjdump" ] || { echo "no cuobjdump: pip install nvidia-cuda-cuobjdump" >&2; exit 2; }
+[ -x "$cuobjdump" ] || {
+  echo "no cuobjdump: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm" >&2
+  exit 2
+}
 work=$(mktemp -d /tmp/flashjit-sass.XXXXXX)
 cat >"$work/mask_mod.cuh" <<'EOF'
 __device__ bool mask_mod(int b, int h, int q, int k) { return (q / 512) == (k / 512) || k < 64; }
