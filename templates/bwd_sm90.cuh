@@ -124,7 +124,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm90::kThreads, 1)
       reinterpret_cast<float *>(smem_raw + (smem - smem_address(smem_raw)) + kOffsetStats);
 
   const int tid = threadIdx.x;
-  const int warpgroup = tid / 128;
+  // Broadcast from lane 0: ptxas then knows it is warp-uniform (CUTLASS does
+  // so), and what derives from it (descriptors) can live in uniform registers.
+  // Not with a caller's modifiers (a CTA per item): there it spilled 4-8
+  // bytes (mask_mod, d=64 and d=128) where the index from tid spilled none.
+  const int warpgroup = kResident ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128;
   const QueryTileWalk walk(p);
 
   if (tid == 0) {

@@ -126,17 +126,21 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
     // The transposed tile (16 bits, 128-byte swizzled, keys as rows) of this
     // warpgroup's S^T-shaped fragments: dS^T for dQ, and P^T under the split.
     auto store_transposed = [&](u32 tile, const u32(&frag)[kSSteps][4]) {
+      // frag[kk][j] is an 8x8 matrix of the fragment layout stmatrix takes
+      // (thread t: row t/4, columns 2(t%4), +1): keys 8 (j%2).. of the warp's
+      // 16, queries of n8 tile 2kk + j/2. Lane l gives the address of
+      // matrix l/8's row l%8: one 16-byte chunk of a key's row.
+      const int m = lane / 8, r = lane % 8;
+      const int key = key0 + warp * 16 + (m % 2) * 8 + r;
 #pragma unroll
-      for (int kk = 0; kk < kSSteps; ++kk)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // frag[kk][j]: n8 tile 2kk + j/2, row half j%2.
-          const int key = key0 + warp * 16 + group + (j % 2) * 8;
-          const int q = query0 + (2 * kk + j / 2) * 8 + quad_lane * 2;
-          const u32 addr = tile + (q / 64) * kDsColBlockBytes + key * kDsRowBytes +
-                           ((((q % 64) / 8) ^ (key % 8)) << 4) + (q % 8) * 2;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(frag[kk][j]) : "memory");
-        }
+      for (int kk = 0; kk < kSSteps; ++kk) {
+        const int q0 = query0 + (2 * kk + m / 2) * 8;
+        const u32 addr = tile + (q0 / 64) * kDsColBlockBytes + key * kDsRowBytes +
+                         ((((q0 % 64) / 8) ^ r) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                     "r"(frag[kk][0]), "r"(frag[kk][1]), "r"(frag[kk][2]), "r"(frag[kk][3])
+                     : "memory");
+      }
     };
 
 
@@ -214,7 +218,8 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       // key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
       // in tile coordinates; P = 0 elsewhere (and so dS = 0).
       int q_lo[2] = {-1, -1}, q_hi[2] = {kBlockM, kBlockM};
-      if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
+      const bool cut = tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
+      if (cut) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int key = n0 + key0 + warp * 16 + group + h * 8;
@@ -222,6 +227,11 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
         }
       }
       const float *const dsum = lse_tile + kSN;
+      // Without modifiers, a column pair's LSE and D in one 8-byte load each,
+      // from the buffer's shared address (with a mask_mod it spilled 8 bytes
+      // at d=64, where the 4-byte loads spilled none).
+      constexpr bool kPairLoads = !(Modifiers::kScore || Modifiers::kMask);
+      const u32 stats_pairs = smem + kOffsetStats + cwg * kStatsBytes + (tile % 2) * 2 * kSN * 4;
       // The element loop, with the modifiers or without them: a mask_mod
       // alone (no score_mod) is skipped whole on a tile the map shows whole,
       // with no per-element index or test (they ran causal-as-mask_mod at
@@ -229,14 +239,28 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       // instructions). Two copies from the 128-key head dims up: at d=64
       // (128-row tiles) the second spilled (56 bytes).
       constexpr bool kSkipShown = !Modifiers::kScore && Modifiers::kMask && kHeadDim >= 96;
-      auto recompute = [&](auto modified) {
+      auto recompute = [&](auto modified, auto may_cut) {
 #pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
+        for (int nt = 0; nt < kSTiles; ++nt) {
+          float lse_pair[2], d_pair[2];
+          if constexpr (kPairLoads) {
+            const u32 at = stats_pairs + (nt * 8 + quad_lane * 2) * 4;
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                         : "=f"(lse_pair[0]), "=f"(lse_pair[1]) : "r"(at));
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                         : "=f"(d_pair[0]), "=f"(d_pair[1]) : "r"(at + kSN * 4));
+          } else {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              lse_pair[c] = lse_tile[nt * 8 + quad_lane * 2 + c];
+              d_pair[c] = dsum[nt * 8 + quad_lane * 2 + c];
+            }
+          }
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int col = nt * 8 + quad_lane * 2 + c;
             const int q_local = query0 + col;
-            const float lse = lse_tile[col] * kLog2e, d = dsum[col];
+            const float lse = lse_pair[c] * kLog2e, d = d_pair[c];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int i = 4 * nt + 2 * h + c;
@@ -249,7 +273,7 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
                                                    n0 + key0 + warp * 16 + group + h * 8, seqlen_q,
                                                    seqlen_k, grad, masked);
               float prob = exp2_approx(logit - lse);
-              if (q_local < q_lo[h] || q_local > q_hi[h]) prob = 0.f;
+              if (decltype(may_cut)::value && (q_local < q_lo[h] || q_local > q_hi[h])) prob = 0.f;
               float ds = prob * (acc_dp[i] - d);
               if constexpr (Modifiers::kScore) ds *= grad;
               if constexpr (kSoftcap) ds *= 1.f - s * s;  // d tanh
@@ -257,15 +281,27 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
               acc_dp[i] = ds;
             }
           }
+        }
       };
+      // Without modifiers, a tile no edge cuts (most of them) runs a copy of
+      // the loop without the per-element bounds test. With the uniform index,
+      // the paired loads and stmatrix, d=128 full 8k went 505 -> 548-568
+      // TFLOP/s on the H200 and d=64 399 -> 471; one copy with the hidden
+      // elements zeroed after it on cut tiles was no faster (d=64 causal 455
+      // against 488).
       constexpr bool kModified = Modifiers::kScore || Modifiers::kMask;
       if constexpr (kSkipShown) {
         if (masked)
-          recompute(BoolConstant<true>{});
+          recompute(BoolConstant<true>{}, BoolConstant<true>{});
         else
-          recompute(BoolConstant<false>{});
+          recompute(BoolConstant<false>{}, BoolConstant<true>{});
+      } else if constexpr (!kModified) {
+        if (cut)
+          recompute(BoolConstant<false>{}, BoolConstant<true>{});
+        else
+          recompute(BoolConstant<false>{}, BoolConstant<false>{});
       } else {
-        recompute(BoolConstant<kModified>{});
+        recompute(BoolConstant<kModified>{}, BoolConstant<true>{});
       }
 
       // n8 tiles 2kk and 2kk+1 of S^T are exactly the A fragment of k-step kk.
