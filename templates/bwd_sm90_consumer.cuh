@@ -126,10 +126,9 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
     // The transposed tile (16 bits, 128-byte swizzled, keys as rows) of this
     // warpgroup's S^T-shaped fragments: dS^T for dQ, and P^T under the split.
     auto store_transposed = [&](u32 tile, const u32(&frag)[kSSteps][4]) {
-      // frag[kk][j] is an 8x8 matrix of the fragment layout stmatrix takes
-      // (thread t: row t/4, columns 2(t%4), +1): keys 8 (j%2).. of the warp's
-      // 16, queries of n8 tile 2kk + j/2. Lane l gives the address of
-      // matrix l/8's row l%8: one 16-byte chunk of a key's row.
+      // frag[kk][j] is the 8x8 matrix stmatrix_x4 takes for keys 8 (j%2)..
+      // of the warp's 16 and the queries of n8 tile 2kk + j/2; lane l's
+      // address, matrix l/8's row l%8, is one 16-byte chunk of a key's row.
       const int m = lane / 8, r = lane % 8;
       const int key = key0 + warp * 16 + (m % 2) * 8 + r;
 #pragma unroll
@@ -137,9 +136,7 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
         const int q0 = query0 + (2 * kk + m / 2) * 8;
         const u32 addr = tile + (q0 / 64) * kDsColBlockBytes + key * kDsRowBytes +
                          ((((q0 % 64) / 8) ^ r) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
-                     "r"(frag[kk][0]), "r"(frag[kk][1]), "r"(frag[kk][2]), "r"(frag[kk][3])
-                     : "memory");
+        stmatrix_x4(addr, frag[kk]);
       }
     };
 
@@ -230,7 +227,8 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       // Without modifiers, a column pair's LSE and D in one 8-byte load each,
       // from the buffer's shared address (with a mask_mod it spilled 8 bytes
       // at d=64, where the 4-byte loads spilled none).
-      constexpr bool kPairLoads = !(Modifiers::kScore || Modifiers::kMask);
+      constexpr bool kModified = Modifiers::kScore || Modifiers::kMask;
+      constexpr bool kPairLoads = !kModified;
       const u32 stats_pairs = smem + kOffsetStats + cwg * kStatsBytes + (tile % 2) * 2 * kSN * 4;
       // The element loop, with the modifiers or without them: a mask_mod
       // alone (no score_mod) is skipped whole on a tile the map shows whole,
@@ -245,10 +243,8 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
           float lse_pair[2], d_pair[2];
           if constexpr (kPairLoads) {
             const u32 at = stats_pairs + (nt * 8 + quad_lane * 2) * 4;
-            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                         : "=f"(lse_pair[0]), "=f"(lse_pair[1]) : "r"(at));
-            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                         : "=f"(d_pair[0]), "=f"(d_pair[1]) : "r"(at + kSN * 4));
+            ld_shared_f32x2(at, lse_pair);
+            ld_shared_f32x2(at + kSN * 4, d_pair);
           } else {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
@@ -289,7 +285,6 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       // TFLOP/s on the H200 and d=64 399 -> 471; one copy with the hidden
       // elements zeroed after it on cut tiles was no faster (d=64 causal 455
       // against 488).
-      constexpr bool kModified = Modifiers::kScore || Modifiers::kMask;
       if constexpr (kSkipShown) {
         if (masked)
           recompute(BoolConstant<true>{}, BoolConstant<true>{});

@@ -42,6 +42,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 smem_addr) {
                : "r"(smem_addr));
 }
 
+// The transpose of ldmatrix_x4: four 8x8 16-bit matrices from the mma
+// fragment layout (thread t: row t/4, columns 2(t%4), +1) to shared memory,
+// lane l giving the address of matrix l/8's row l%8.
+__device__ __forceinline__ void stmatrix_x4(u32 smem_addr, const u32 (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // One 32-bit word of shared memory, ordered by the barriers around it (the
 // "memory" clobber keeps the compiler from moving it across them).
 __device__ __forceinline__ void st_shared_s32(u32 smem_addr, int value) {
@@ -51,6 +60,13 @@ __device__ __forceinline__ int ld_shared_s32(u32 smem_addr) {
   int value;
   asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(value) : "r"(smem_addr) : "memory");
   return value;
+}
+
+// Two consecutive floats of shared memory in one 8-byte load. No "memory"
+// clobber: ordered by being volatile, as the barriers are, and free to be
+// scheduled among the arithmetic around it.
+__device__ __forceinline__ void ld_shared_f32x2(u32 smem_addr, float (&v)[2]) {
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[0]), "=f"(v[1]) : "r"(smem_addr));
 }
 
 __device__ __forceinline__ void st_shared_zero_16(u32 smem_addr) {
