@@ -1,5 +1,6 @@
 #include "runtime/launch_backward.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <map>
@@ -175,6 +176,17 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
   const int sm_count = sm90 && kernels.steps[1] && !per_item ? kernels.steps[1]->sm_count() : 0;
   const auto steps = backward_steps(spec, problem, sm_count);
   BwdParams params = make_backward_params(problem, args, spec.config.deterministic);
+  // (FLASHJIT_BWD_DISPATCH_SECTION=N, a measurement switch: the sm90
+  // kernel's work in sections of N (KV head, batch) pairs instead of
+  // BwdSm90Traits::dispatch_section's choice. Any N orders a pair's key
+  // blocks first to last, which the deterministic mode's waits rely on.)
+  static const int section = [] {
+    const char *v = std::getenv("FLASHJIT_BWD_DISPATCH_SECTION");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (sm90 && section > 0)
+    params.dispatch_section = static_cast<int>(
+        std::min<int64_t>(section, std::max<int64_t>(1, problem.heads_kv * problem.batch)));
   void *kernel_args[] = {&params};
   // The sm90 kernel also takes TMA tensor maps of Q, K, V, dO and the dQ
   // accumulator, encoded before anything is enqueued so a map the driver
