@@ -41,7 +41,8 @@ default_configs="--hdim 64|--hdim 64 --causal|--hdim 64 --causal --deterministic
 --hdim 128 --varlen --seqlens-q 1000,3000 --causal|\
 --hdim 128 --mask-mod $work/mask_mod.cuh|--hdim 128 --mask-mod $work/mask_mod.cuh --mask-mod-qk-only|\
 --hdim 128 --score-mod $work/score_mod.cuh --score-mod-grad $work/score_mod_grad.cuh|\
---hdim 192 --causal|--hdim 192 --hdim-v 128 --causal|--hdim 256|--hdim 256 --causal|\
+--hdim 192 --causal|--hdim 192 --hdim-v 128 --causal|--hdim 192 --hdim-v 128|\
+--hdim 192 --hdim-v 256 --causal|--hdim 128 --hdim-v 192 --causal|--hdim 256|--hdim 256 --causal|\
 --hdim 256 --causal --deterministic|--hdim 256 --mask-mod $work/mask_mod.cuh"
 if [ "$pass" = fwd ]; then
   default_configs="--hdim 64|--hdim 64 --causal|--hdim 96 --causal|--hdim 128|--hdim 128 --causal|\
