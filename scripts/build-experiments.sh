@@ -3,19 +3,21 @@
 # A/B on the GPU machine against the bundle of the commit they apply to:
 #   scripts/build-experiments.sh NAME...   (docs/experiments/NAME.diff)
 # Each NAME is applied to the commit its header names ("# Base: SHA"), else
-# to BASE (default: the commit the thirtieth session's diffs were written
-# against), in a git worktree under build-exp/ (git-ignored, one CMake build
-# reused across runs), and its CLI and GPU tests go to .device-NAME/bin/,
+# to BASE (default: 02e063a, the lean tile's kernels with the section
+# switch FLASHJIT_BWD_DISPATCH_SECTION), in a git worktree under build-exp/
+# (git-ignored, one CMake build reused across runs), and its CLI and GPU
+# tests go to .device-NAME/bin/,
 # stripped (about 10 MiB each, 5 for an upper bound's CLI alone; carry
 # what fits in 64 MiB, eight folders at most, with .device-base).
 # CLI_ONLY=1 builds the CLIs alone (5 MiB each), for an A/B without tests.
-# .device-base/bin/ gets BASE's own, the A of the A/B: every base since
-# BASE has the same backward kernels' SASS (scripts/sass-compare.sh).
+# .device-base/bin/ gets BASE's own, the A of the A/B: the diffs' own bases
+# since 5624b2a have the same backward kernels' SASS as 02e063a
+# (scripts/sass-compare.sh).
 # Then on the GPU machine: scripts/device-experiments.sh NAME...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-base=${BASE:-e35d4b8}
+base=${BASE:-02e063a}
 [ $# -gt 0 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
 for name in "$@"; do
   [ -f "docs/experiments/$name.diff" ] || { echo "no docs/experiments/$name.diff" >&2; exit 2; }
