@@ -54,6 +54,13 @@ llvm::Expected<std::shared_ptr<const Cubin>> backward_cubin(const KernelSpec &sp
   return cubins->try_emplace(id, std::make_shared<const Cubin>(std::move(cubin))).first->second;
 }
 
+// A measurement switch's value from the environment (0 when unset): read
+// once per process by its caller.
+int measurement_switch(const char *name) {
+  const char *v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
+
 // `id` is spec.id(), computed once per call by the caller.
 llvm::Expected<const LoadedKernel &> backward_kernel(const KernelSpec &spec, const std::string &id,
                                                      CUcontext context, const std::string &entry,
@@ -169,10 +176,7 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
   const bool sm90 = spec.config.path == KernelPath::sm90;
   // The sm90 kernel's grid: a CTA per SM of the device it was loaded on.
   // (FLASHJIT_BWD_CTA_PER_ITEM=1, a measurement switch: a CTA per item.)
-  static const bool per_item = [] {
-    const char *v = std::getenv("FLASHJIT_BWD_CTA_PER_ITEM");
-    return v && v[0] == '1';
-  }();
+  static const bool per_item = measurement_switch("FLASHJIT_BWD_CTA_PER_ITEM") == 1;
   const int sm_count = sm90 && kernels.steps[1] && !per_item ? kernels.steps[1]->sm_count() : 0;
   const auto steps = backward_steps(spec, problem, sm_count);
   BwdParams params = make_backward_params(problem, args, spec.config.deterministic);
@@ -180,10 +184,7 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
   // kernel's work in sections of N (KV head, batch) pairs instead of
   // BwdSm90Traits::dispatch_section's choice. Any N orders a pair's key
   // blocks first to last, which the deterministic mode's waits rely on.)
-  static const int section = [] {
-    const char *v = std::getenv("FLASHJIT_BWD_DISPATCH_SECTION");
-    return v ? std::atoi(v) : 0;
-  }();
+  static const int section = measurement_switch("FLASHJIT_BWD_DISPATCH_SECTION");
   if (sm90 && section > 0)
     params.dispatch_section = static_cast<int>(
         std::min<int64_t>(section, std::max<int64_t>(1, problem.heads_kv * problem.batch)));
