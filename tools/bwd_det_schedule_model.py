@@ -13,7 +13,7 @@ before has released it, streams for Lbw / fields, and is released `O`
 later (performed, fenced, seen). `pipelined`: the next field is issued
 before the previous is performed. L2 and DRAM are not modelled.
 
-  tools/bwd_det_schedule_model.py            the table in docs/PERF.md
+  tools/bwd_det_schedule_model.py            the tables in docs/PERF.md
 """
 import heapq
 
@@ -55,6 +55,39 @@ def run(P=16, pairs=128, K=16, ctas=132, tau=1.0, Lbw=0.4, O=0.2, det=True, fiel
     return finish
 
 
+def run_cluster(P=16, pairs=128, K=16, clusters=66, tau=1.0, Lbw=0.4, O=0.2, det=True):
+    """dQ clusters: an item is two adjacent key blocks on two CTAs, each
+    adding half of a tile's dQ (both blocks' parts), so a tile's adds take
+    Lbw / 2; the pair walks the first block's tiles (the second idles on
+    the first's diagonal); one writer, which awaits each tile's adds."""
+    items = []
+    for s0 in range(0, pairs, P):
+        for q in range(K // 2):
+            for p in range(s0, min(pairs, s0 + P)):
+                items.append((p, q))
+    released = {}
+    free = [(0.0, c) for c in range(clusters)]
+    heapq.heapify(free)
+    finish = 0.0
+    for p, q in items:
+        t0, c = heapq.heappop(free)
+        t, writer_free, buffer_free = t0, t0, t0
+        for m in range(K - 1, 2 * q - 1, -1):
+            t = max(t + tau, buffer_free)
+            start = max(t, writer_free)
+            if not det:
+                buffer_free, writer_free = start + Lbw / 2, start
+                continue
+            need = max([released[(p, m, j)] for j in range(q)], default=0.0)
+            streamed = max(start, need) + Lbw / 2
+            released[(p, m, q)] = streamed + O
+            buffer_free, writer_free = streamed, streamed + O
+        end = max(t, writer_free)
+        finish = max(finish, end)
+        heapq.heappush(free, (end, c))
+    return finish
+
+
 def main():
     orders = [("whole tile", 1, False), ("halves, each awaited", 2, False),
               ("halves, two in flight", 2, True), ("quarters, two in flight", 4, True)]
@@ -69,6 +102,15 @@ def main():
                 f"{base / run(P=P, Lbw=l, O=o, fields=fields, pipelined=pipelined):.2f}"
                 for P in (16, 24, 32)))
         print(f"| {name} | " + " | ".join(cells) + " |")
+    cells = []
+    for l, o in regimes:
+        base = run(det=False, Lbw=l, O=o)
+        cells.append(" / ".join(f"{base / run_cluster(P=P, Lbw=l, O=o):.2f}" for P in (16, 24, 32)))
+    print("| clusters, each half a tile once a pair | " + " | ".join(cells) + " |")
+    print()
+    print("clusters in the default mode, time against without:",
+          ", ".join(f"{run_cluster(det=False, Lbw=l, O=o) / run(det=False, Lbw=l, O=o):.3f}"
+                    for l, o in regimes))
 
 
 if __name__ == "__main__":
