@@ -18,19 +18,28 @@ before the previous is performed. L2 and DRAM are not modelled.
 import heapq
 
 
-def run(P=16, pairs=128, K=16, ctas=132, tau=1.0, Lbw=0.4, O=0.2, det=True, fields=1,
-        pipelined=False):
-    items = []
-    for s0 in range(0, pairs, P):
-        for kb in range(K):
-            for p in range(s0, min(pairs, s0 + P)):
-                items.append((p, kb))
-    released = {}  # (pair, tile, field, key block) -> time the next may add it
+def dispatch(P, pairs, blocks, ctas, walk):
+    """Items (pair, block) in dispatch order (sections of P pairs, blocks
+    outer), each taken by the first of `ctas` resident CTAs to free;
+    walk(pair, block, start) returns when the item ends. The last end."""
     free = [(0.0, c) for c in range(ctas)]
     heapq.heapify(free)
     finish = 0.0
-    for p, kb in items:  # dispatch order: each CTA takes the next when it frees
-        t0, c = heapq.heappop(free)
+    for s0 in range(0, pairs, P):
+        for block in range(blocks):
+            for pair in range(s0, min(pairs, s0 + P)):
+                t0, c = heapq.heappop(free)
+                end = walk(pair, block, t0)
+                finish = max(finish, end)
+                heapq.heappush(free, (end, c))
+    return finish
+
+
+def run(P=16, pairs=128, K=16, ctas=132, tau=1.0, Lbw=0.4, O=0.2, det=True, fields=1,
+        pipelined=False):
+    released = {}  # (pair, tile, field, key block) -> time the next may add it
+
+    def walk(p, kb, t0):
         t, writer_free, buffer_free = t0, [t0, t0], t0
         for i, m in enumerate(range(K - 1, kb - 1, -1)):
             t = max(t + tau, buffer_free)  # computed, then staged once the buffer is read
@@ -49,10 +58,9 @@ def run(P=16, pairs=128, K=16, ctas=132, tau=1.0, Lbw=0.4, O=0.2, det=True, fiel
                 issue_from = issue if pipelined else streamed + O
             buffer_free = streamed
             writer_free[w] = max(released[(p, m, fields - 1, kb)], issue_from)
-        end = max(t, *writer_free)
-        finish = max(finish, end)
-        heapq.heappush(free, (end, c))
-    return finish
+        return max(t, *writer_free)
+
+    return dispatch(P, pairs, K, ctas, walk)
 
 
 def run_cluster(P=16, pairs=128, K=16, clusters=66, tau=1.0, Lbw=0.4, O=0.2, det=True):
@@ -60,17 +68,9 @@ def run_cluster(P=16, pairs=128, K=16, clusters=66, tau=1.0, Lbw=0.4, O=0.2, det
     adding half of a tile's dQ (both blocks' parts), so a tile's adds take
     Lbw / 2; the pair walks the first block's tiles (the second idles on
     the first's diagonal); one writer, which awaits each tile's adds."""
-    items = []
-    for s0 in range(0, pairs, P):
-        for q in range(K // 2):
-            for p in range(s0, min(pairs, s0 + P)):
-                items.append((p, q))
     released = {}
-    free = [(0.0, c) for c in range(clusters)]
-    heapq.heapify(free)
-    finish = 0.0
-    for p, q in items:
-        t0, c = heapq.heappop(free)
+
+    def walk(p, q, t0):
         t, writer_free, buffer_free = t0, t0, t0
         for m in range(K - 1, 2 * q - 1, -1):
             t = max(t + tau, buffer_free)
@@ -82,34 +82,30 @@ def run_cluster(P=16, pairs=128, K=16, clusters=66, tau=1.0, Lbw=0.4, O=0.2, det
             streamed = max(start, need) + Lbw / 2
             released[(p, m, q)] = streamed + O
             buffer_free, writer_free = streamed, streamed + O
-        end = max(t, writer_free)
-        finish = max(finish, end)
-        heapq.heappush(free, (end, c))
-    return finish
+        return max(t, writer_free)
+
+    return dispatch(P, pairs, K // 2, clusters, walk)
 
 
 def main():
     orders = [("whole tile", 1, False), ("halves, each awaited", 2, False),
               ("halves, two in flight", 2, True), ("quarters, two in flight", 4, True)]
     regimes = [(0.4, 0.2), (0.5, 0.3), (0.5, 0.5)]
+    default = {r: run(det=False, Lbw=r[0], O=r[1]) for r in regimes}  # the default mode's time
+
+    def row(name, deterministic_time):
+        cells = [" / ".join(f"{default[r] / deterministic_time(P, *r):.2f}" for P in (16, 24, 32))
+                 for r in regimes]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
     print("| order | " + " | ".join(f"L {l}, O {o}" for l, o in regimes) + " |")
     print("| --- |" + " --- |" * len(regimes))
     for name, fields, pipelined in orders:
-        cells = []
-        for l, o in regimes:
-            base = run(det=False, Lbw=l, O=o)
-            cells.append(" / ".join(
-                f"{base / run(P=P, Lbw=l, O=o, fields=fields, pipelined=pipelined):.2f}"
-                for P in (16, 24, 32)))
-        print(f"| {name} | " + " | ".join(cells) + " |")
-    cells = []
-    for l, o in regimes:
-        base = run(det=False, Lbw=l, O=o)
-        cells.append(" / ".join(f"{base / run_cluster(P=P, Lbw=l, O=o):.2f}" for P in (16, 24, 32)))
-    print("| clusters, each half a tile once a pair | " + " | ".join(cells) + " |")
+        row(name, lambda P, l, o: run(P=P, Lbw=l, O=o, fields=fields, pipelined=pipelined))
+    row("clusters, each half a tile once a pair", lambda P, l, o: run_cluster(P=P, Lbw=l, O=o))
     print()
     print("clusters in the default mode, time against without:",
-          ", ".join(f"{run_cluster(det=False, Lbw=l, O=o) / run(det=False, Lbw=l, O=o):.3f}"
+          ", ".join(f"{run_cluster(det=False, Lbw=l, O=o) / default[(l, o)]:.3f}"
                     for l, o in regimes))
 
 
