@@ -27,6 +27,23 @@ __device__ __forceinline__ u64 qkv_descriptor(u32 addr, u32 lbo, u32 sbo) {
 }
 constexpr float kLog2e = 1.4426950408889634f;
 
+// A warp's 16 rows of K or V as the A fragments of S^T's or dP^T's first
+// kSteps k16 steps (kKFragmentSteps, kVFragmentSteps), from the swizzled
+// tile at `tile` by ldmatrix: matrix m = lane / 8 is rows 8 (m % 2).. and
+// k-columns 8 (m / 2).. of the step, lane l giving row l % 8's 16-byte chunk.
+template <int kSteps>
+__device__ __forceinline__ void load_row_fragments(u32 (&frag)[kSteps][4], u32 tile, int warp,
+                                                   int lane) {
+  const int m = lane / 8;
+  const int row = warp * 16 + (m % 2) * 8 + lane % 8;
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    const int chunk = (ks % kKStepsPerRow) * 2 + m / 2;
+    ldmatrix_x4(frag[ks], tile + (ks / kKStepsPerRow) * kKVColBlockBytes +
+                              swizzled_chunk_offset(row, chunk, kRowBytes));
+  }
+}
+
 // A k16 step count as a type, so that one lambda unrolls S^T's (Q/K head
 // dim) and dP^T's (V head dim) loops each to its own length.
 template <int N>
@@ -142,6 +159,21 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
 
 
     if (iterations > 0) mbarrier_wait(bars.kv_full(), at.kv_loads());
+    u32 k_frag[kKFragmentSteps > 0 ? kKFragmentSteps : 1][4];
+    u32 v_frag[kVFragmentSteps > 0 ? kVFragmentSteps : 1][4];
+    if constexpr (kKFragmentSteps > 0)
+      if (iterations > 0) load_row_fragments(k_frag, smem + kOffsetK, warp, lane);
+    if constexpr (kVFragmentSteps > 0)
+      if (iterations > 0) load_row_fragments(v_frag, smem + kOffsetV, warp, lane);
+    // Fenced around S^T's and dP^T's MMAs, as their accumulators.
+    auto fence_row_fragments = [&] {
+      if constexpr (kKFragmentSteps > 0)
+#pragma unroll
+        for (int ks = 0; ks < kKFragmentSteps; ++ks) wgmma_fence_operands(k_frag[ks]);
+      if constexpr (kVFragmentSteps > 0)
+#pragma unroll
+        for (int ks = 0; ks < kVFragmentSteps; ++ks) wgmma_fence_operands(v_frag[ks]);
+    };
     // dS^T's A fragments (in registers for dK), declared across the tiles:
     // with kDKIntoNextTile the last tile's dK reads them until the next
     // tile's first wait.
@@ -167,21 +199,29 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
         const u64 do_desc = qkv_descriptor(do_tile + query0 * kRowBytes, 16, kAtomBytes);
         wgmma_fence_operands(acc_s);
         wgmma_fence_operands(acc_dp);
+        fence_row_fragments();
         wgmma_fence();
         // One commit group of acc = A B^T, A this warpgroup's 64 rows of K or V
         // and B its kSN rows of the Q or dO tile, both K-major: k-step ks is
-        // column block ks/4, byte (ks%4)*32 within the 128-byte row.
-        auto issue = [&](float(&acc)[kSRegisters], u64 a_desc, u64 b_desc, auto steps) {
+        // column block ks/4, byte (ks%4)*32 within the 128-byte row. A's
+        // first kFragmentSteps steps from the fragments in registers.
+        auto issue = [&](float(&acc)[kSRegisters], u64 a_desc, const auto &a_frag, u64 b_desc,
+                         auto steps, auto fragment_steps) {
+          constexpr int kFrom = decltype(fragment_steps)::value;
 #pragma unroll
           for (int ks = 0; ks < decltype(steps)::value; ++ks) {
             const int a_off = (ks / kKStepsPerRow) * kKVColBlockBytes + (ks % kKStepsPerRow) * 32;
             const int b_off = (ks / kKStepsPerRow) * kQColBlockBytes + (ks % kKStepsPerRow) * 32;
-            Wgmma<Element, kSN>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
+            if (ks < kFrom)
+              Wgmma<Element, kSN>::rs(acc, a_frag[ks < kFrom ? ks : 0], b_desc + (b_off >> 4),
+                                      ks > 0);
+            else
+              Wgmma<Element, kSN>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
           }
           wgmma_commit();
         };
-        issue(acc_s, k_rows_desc, q_desc, KSteps<kQKSteps>{});
-        issue(acc_dp, v_rows_desc, do_desc, KSteps<kVSteps>{});
+        issue(acc_s, k_rows_desc, k_frag, q_desc, KSteps<kQKSteps>{}, KSteps<kKFragmentSteps>{});
+        issue(acc_dp, v_rows_desc, v_frag, do_desc, KSteps<kVSteps>{}, KSteps<kVFragmentSteps>{});
         wgmma_fence_operands(acc_s);
         wgmma_fence_operands(acc_dp);
       }
@@ -200,6 +240,7 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       wgmma_wait<0>();
       wgmma_fence_operands(acc_s);
       wgmma_fence_operands(acc_dp);
+      fence_row_fragments();
       if constexpr (kDKIntoNextTile) {
         // The tile before's dK is done too: its stage goes back.
         wgmma_fence_operands(acc_dk);

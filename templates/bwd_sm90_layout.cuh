@@ -104,6 +104,25 @@ constexpr int kVRegisters = kVN / 2;  // dV accumulators per thread
 // tile's past them are zeros, which add nothing).
 constexpr int kQKSteps = (kHeadDimQK + 15) / 16;
 constexpr int kVSteps = (kHeadDimV + 15) / 16;
+// K's and V's rows (the A operands of S^T and dP^T) as wgmma A fragments
+// in registers, loaded from shared memory once an item, for the first
+// kKFragmentSteps and kVFragmentSteps k16 steps. Under the head-dim split
+// each warpgroup's S^T and dP^T are 64 keys x 32 queries: from shared
+// memory a k16 step reads 2 KB of K (or V) and 1 KB of Q^T (dO^T) for 16
+// cycles of the SM's tensor cores, 192 bytes a cycle against shared
+// memory's 128, so those products ran at about two thirds of the tensor
+// cores' rate (192/128 causal 8k, 0.84x cuDNN, docs/PERF.md); from
+// registers a step reads 1 KB. A step's fragment is 4 registers a thread,
+// held across the item beside dK's and dV's halves: as many as fit without
+// spilling, or ptxas reloads them into registers that in-flight wgmmas
+// still read and serialises every wgmma of the kernel (192/128 with all
+// 8 of V's steps: 20 bytes spilled, serialised). Offline (ptxas, SASS):
+// K's steps up to 192 columns, and V's first 6 where V is tiled at most
+// 128 wide (192/128: spills 4 bytes as without them; 192 with 2 of V's
+// spilled 28-128).
+constexpr int kKFragmentSteps = kSplitHeadDim && kQKSteps <= 12 ? kQKSteps : 0;
+constexpr int kVFragmentSteps =
+    kSplitHeadDim && kHeadDimVTile <= 128 ? (kVSteps < 6 ? kVSteps : 6) : 0;
 constexpr int kPSteps = kBlockM / 16;  // k16 steps of dV and dK
 // dQ's tile (kBlockM x head dim) over the two warpgroups, three ways:
 //   rows      (kBlockM = 128): each warpgroup 64 query rows, over all keys;

@@ -40,17 +40,25 @@ def emit(ctype, ptype, n):
             f"  static __device__ __forceinline__ void {name}(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
             f"    ss_t<{ta}, {tb}>(d, desc_a, desc_b, scale_d);\n"
             f"  }}")
-    # RS: A from registers, B from shared memory MN-major (transposed).
+    # RS: A from registers, B from shared memory K-major (0) or MN-major (1,
+    # transposed).
     lines.append(
-        f"  static __device__ __forceinline__ void rs_bt(float (&d)[{c}], const u32 (&a)[4], u64 desc_b, int scale_d) {{\n"
+        f"  template <int kTransB>\n"
+        f"  static __device__ __forceinline__ void rs_t(float (&d)[{c}], const u32 (&a)[4], u64 desc_b, int scale_d) {{\n"
         f"    asm volatile(\n"
         f"        \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 5}, 0;\\n\"\n"
         f"        \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} \"\n"
         f"        \"{{{regs(0, c)}}}, \"\n"
-        f"        \"{{%{c}, %{c + 1}, %{c + 2}, %{c + 3}}}, %{c + 4}, p, 1, 1, 1;\\n}}\\n\"\n"
+        f"        \"{{%{c}, %{c + 1}, %{c + 2}, %{c + 3}}}, %{c + 4}, p, 1, 1, %{c + 6};\\n}}\\n\"\n"
         f"        : {outs(c)}\n"
-        f"        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(scale_d));\n"
+        f"        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(scale_d),\n"
+        f"          \"n\"(kTransB));\n"
         f"  }}")
+    for name, tb in (("rs", 0), ("rs_bt", 1)):
+        lines.append(
+            f"  static __device__ __forceinline__ void {name}(float (&d)[{c}], const u32 (&a)[4], u64 desc_b, int scale_d) {{\n"
+            f"    rs_t<{tb}>(d, a, desc_b, scale_d);\n"
+            f"  }}")
     lines.append("};\n")
     return "\n".join(lines)
 
@@ -66,8 +74,10 @@ def main():
 //   ss_t<kTransA, kTransB>: D (+)= A * B, A (M x K) and B in shared memory,
 //          each K-major (0) or MN-major (1); named cases below.
 //   ss:    A and B (N x K) both K-major.
-//   rs_bt: D (+)= A * B, A from registers (the m16n8k16 A fragment of the
-//          thread's warp rows), B (K x N) MN-major in shared memory.
+//   rs_t<kTransB>: D (+)= A * B, A from registers (the m16n8k16 A fragment
+//          of the thread's warp rows), B in shared memory; named cases:
+//   rs:    B (N x K) K-major.
+//   rs_bt: B (K x N) MN-major.
 //   ss_bt: A (M x K) K-major and B (K x N) MN-major.
 //   ss_tt: A (M x K) and B (K x N) both MN-major.
 // scale_d = 0 ignores the accumulator's old value (D = A*B).

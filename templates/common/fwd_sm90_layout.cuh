@@ -66,6 +66,15 @@ constexpr int sm90_backward_swizzle_columns(int head_dim_qk, int head_dim_v) {
   return narrow(qk) || narrow(v) ? 32 : 64;
 }
 
+// The byte offset of 16-byte chunk `chunk` of row `row` of a tile of
+// `row_bytes`-byte rows (128 or 64) that TMA wrote with the matching swizzle
+// (from a base aligned to its 1024- or 512-byte period): the hardware XORs
+// the chunk's index with bits 7.. of the row's offset, within the row.
+constexpr int swizzled_chunk_offset(int row, int chunk, int row_bytes) {
+  const int row_offset = row * row_bytes;
+  return row_offset + ((chunk ^ ((row_offset >> 7) % (row_bytes / 16))) << 4);
+}
+
 // Whether the sm90 backward's consumer warpgroups each compute dQ's whole
 // tile over their own 64 keys (both adding it to the accumulator: twice the
 // reductions, no exchange of dS^T) rather than halves of its columns over

@@ -4,6 +4,7 @@
 // and the spec refuse what the kernel cannot serve, saying why.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -398,6 +399,34 @@ Problem causal_problem(int head_dim, int64_t batch, int64_t heads, int64_t seqle
   p.heads_q = p.heads_kv = heads;
   p.seqlen_q = p.seqlen_k = seqlen;
   return p;
+}
+
+// The consumers' ldmatrix reads of K and V (A fragments from registers)
+// find the chunks where TMA's swizzle put them. The TMA unit's pattern, as
+// the CUDA driver documents it: the 16-byte chunk's address bits 4-6 (128-
+// byte swizzle) or 4-5 (64-byte) XORed with bits 7-9 (or 7-8).
+TEST(BwdSm90Layout, SwizzledChunksAreWhereTmaPutsThem) {
+  for (int row_bytes : {64, 128}) {
+    const int chunks = row_bytes / 16;
+    for (int row = 0; row < 64; ++row) {
+      std::vector<bool> seen(chunks, false);
+      for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int linear = row * row_bytes + chunk * 16;
+        const int tma = linear ^ (((linear >> 7) & (chunks - 1)) << 4);
+        const int offset = swizzled_chunk_offset(row, chunk, row_bytes);
+        EXPECT_EQ(offset, tma) << row_bytes << "-byte rows, row " << row << " chunk " << chunk;
+        // Each chunk stays in its row, and the row's chunks are a permutation.
+        ASSERT_GE(offset, row * row_bytes);
+        ASSERT_LT(offset, (row + 1) * row_bytes);
+        seen[(offset - row * row_bytes) / 16] = true;
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), true), chunks);
+    }
+  }
+  EXPECT_EQ(swizzled_chunk_offset(3, 0, 64), 3 * 64 + 16);     // (3 / 2) % 4 = 1
+  EXPECT_EQ(swizzled_chunk_offset(3, 0, 128), 3 * 128 + 48);   // 3 % 8 = 3
+  EXPECT_EQ(swizzled_chunk_offset(13, 5, 128), 13 * 128 + 0);  // 5 ^ 5
+  EXPECT_EQ(swizzled_chunk_offset(6, 2, 64), 6 * 64 + 16);     // 2 ^ 3
 }
 
 TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
