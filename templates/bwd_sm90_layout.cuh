@@ -117,10 +117,13 @@ constexpr int kVSteps = (kHeadDimV + 15) / 16;
 // spilling, or ptxas reloads them into registers that in-flight wgmmas
 // still read and serialises every wgmma of the kernel (192/128 with all
 // 8 of V's steps: 20 bytes spilled, serialised). Offline (ptxas, SASS):
-// K's steps up to 192 columns, and V's first 6 where V is tiled at most
-// 128 wide (192/128: spills 4 bytes as without them; 192 with 2 of V's
-// spilled 28-128).
-constexpr int kKFragmentSteps = kSplitHeadDim && kQKSteps <= 12 ? kQKSteps : 0;
+// K's steps up to 192 columns beside V tiled at most 192 wide (beside a
+// 256, dV's 64 registers: 192/256 and 192/224 serialised), and V's first 6
+// where V is tiled at most 128 wide (192/128: spills 4 bytes as without
+// them; 192 with 2 of V's spilled 28-128). Only under the split, whose
+// warpgroups both take the CTA's 64 keys (the fragments are its rows 0..).
+constexpr int kKFragmentSteps =
+    kSplitHeadDim && kQKSteps <= 12 && kHeadDimVTile <= 192 ? kQKSteps : 0;
 constexpr int kVFragmentSteps =
     kSplitHeadDim && kHeadDimVTile <= 128 ? (kVSteps < 6 ? kVSteps : 6) : 0;
 constexpr int kPSteps = kBlockM / 16;  // k16 steps of dV and dK

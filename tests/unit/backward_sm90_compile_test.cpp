@@ -93,8 +93,8 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
   // (the split over 64-byte swizzle rows, dV's halves two rows each), each
   // side wider, 192 beside 256, and both below 256.
-  for (auto [dq, dv] : {std::pair{192, 128}, {128, 192}, {256, 128}, {256, 192}, {176, 104},
-                        {64, 128}, {128, 64}, {96, 40}}) {
+  for (auto [dq, dv] : {std::pair{192, 128}, {128, 192}, {256, 128}, {256, 192}, {192, 256},
+                        {176, 104}, {64, 128}, {128, 64}, {96, 40}}) {
     Problem p;
     p.head_dim_qk = dq;
     p.head_dim_v = dv;
