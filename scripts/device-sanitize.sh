@@ -9,8 +9,8 @@
 #   sanitize: memcheck  fwd-sm80        PASS (0 errors; 8 tests)
 # Exit 0 when every run that was not skipped passed.
 #   TOOLS="memcheck racecheck synccheck"   the tools to run (default: all three)
-#   FAMILIES="fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 reference"
-#                                          the families (default: all six); a
+#   FAMILIES="fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 bwd-sm90-split reference"
+#                                          the families (default: all seven); a
 #                                          device run is limited to 10 minutes,
 #                                          so a subset per call may be needed
 #   LIMIT_S=540                            per run
@@ -23,7 +23,7 @@ LOGDIR=${OUT:-$(mktemp -d /tmp/flashjit-sanitize.XXXXXX)}
 mkdir -p "$LOGDIR"
 LIMIT_S=${LIMIT_S:-540}
 TOOLS=${TOOLS:-memcheck racecheck synccheck}
-FAMILIES=${FAMILIES:-fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 reference}
+FAMILIES=${FAMILIES:-fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 bwd-sm90-split reference}
 
 sanitizer=${COMPUTE_SANITIZER:-}
 if [ -z "$sanitizer" ]; then
@@ -50,6 +50,10 @@ filter_of() {
     # sm90 backward: d=64 full, causal, window; d=128 causal, window; softcap;
     # d=64 with 64-query tiles (dQ over own keys): full, causal, window
     bwd-sm90) echo 'Sm90/BackwardSm90Correctness.*/case2:Sm90/BackwardSm90Correctness.*/case9:Sm90/BackwardSm90Correctness.*/case16:Sm90/BackwardSm90Correctness.*/case26:Sm90/BackwardSm90Correctness.*/case32:Sm90/BackwardSm90Correctness.*/case36:Sm90/BackwardSm90Correctness.*/case49:Sm90/BackwardSm90Correctness.*/case52:Sm90/BackwardSm90Correctness.*/case54' ;;
+    # the head-dim split (the sm90 backward's 192 and 192/128 tilings, dQ
+    # staged, register A fragments): 192/128 deterministic, causal, full;
+    # 192 window; 192 with 64-key tiles
+    bwd-sm90-split) echo 'Sm90/BackwardSm90Correctness.*/case95:Sm90/BackwardSm90Correctness.*/case96:Sm90/BackwardSm90Correctness.*/case97:Sm90/BackwardSm90Correctness.*/case101:Sm90/BackwardSm90Correctness.*/case106' ;;
     reference) echo 'GpuReference.MatchesTheCpuReferenceOnIrregularShapes:GpuReference.FullyMaskedRowsAreZeroWithInfiniteLse' ;;
     *) return 1 ;;
   esac
