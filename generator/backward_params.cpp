@@ -44,7 +44,7 @@ BackwardArgs BackwardArgs::packed(const Problem &p, const void *q, const void *k
 }
 
 BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
-                               bool deterministic) {
+                               bool deterministic, int block_n) {
   // Mask bounds and scales exactly as the forward computed them.
   ForwardArgs f;
   const FwdParams fwd = make_forward_params(problem, f);
@@ -87,8 +87,8 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
   p.softmax_scale = problem.effective_scale();
   p.batch = static_cast<int>(problem.batch);
   p.dispatch_section = BwdSm90Traits::dispatch_section(
-      problem, args.modifiers && !args.modifiers->mask_mod.empty(), deterministic);
-  p.work_items = static_cast<int>(BwdSm90Traits::work_items(problem));
+      problem, block_n, args.modifiers && !args.modifiers->mask_mod.empty(), deterministic);
+  p.work_items = static_cast<int>(BwdSm90Traits::work_items(problem, block_n));
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;

@@ -55,8 +55,11 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
           ? sm90_backward_fallback_reason(problem, arch).empty()
           : sm90_backward_automatic_reason(problem, arch, partial.deterministic).empty();
   if (want_sm90 && sm90_serves) {
-    const KernelConfig first =
-        BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v, modified);
+    // (A caller's modifiers keep the head-dim split at 192/128: their
+    // registers were measured there.)
+    const KernelConfig first = BwdSm90Traits::default_config(
+        problem.head_dim_qk, problem.head_dim_v, modified,
+        problem.mask != MaskKind::none || modified, partial.deterministic);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
       return BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
@@ -94,7 +97,8 @@ LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &p
     LaunchGeometry g = row_tiled_geometry(1, 1, 1, 1, t.threads(), t.smem_bytes());
     const bool resident = sm90_backward_resident(!spec.modifiers.score_mod.empty(),
                                                  !spec.modifiers.mask_mod.empty());
-    g.grid.x = static_cast<unsigned>(BwdSm90Traits::grid_ctas(problem, sm_count, resident));
+    g.grid.x = static_cast<unsigned>(
+        BwdSm90Traits::grid_ctas(problem, spec.config.block_n, sm_count, resident));
     return g;
   }
   BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,

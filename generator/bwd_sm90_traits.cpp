@@ -73,7 +73,8 @@ std::string sm90_backward_automatic_reason(const Problem &problem, const TargetA
   // bit-identical runs, 0.72-0.90x the default mode's speed and 2.6x the
   // sm80 family's deterministic mode; docs/PERF.md, fourteenth session).
   if (deterministic) {
-    const KernelConfig c = BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v);
+    const KernelConfig c = BwdSm90Traits::default_config(
+        problem.head_dim_qk, problem.head_dim_v, false, problem.mask != MaskKind::none, true);
     auto traits = BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
                                       c.warps, c.stages, max_smem_per_block(arch), true);
     if (!traits) return llvm::toString(traits.takeError());
@@ -110,28 +111,30 @@ int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
 // their gradients checked on the H200 with two, their speed not timed), and
 // one with 128-row tiles (tiled 32 and 64), where two spilled the consumers
 // (d=64: documents 0 -> 55 STL, the window with sinks 23 -> 49).
-KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v, bool modified) {
+KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v, bool modified,
+                                           bool masked, bool deterministic) {
   const int block_m = default_block_m(head_dim_qk, head_dim_v);
-  const int block_n = block_n_for(head_dim_qk, head_dim_v);
+  const int block_n = default_block_n(head_dim_qk, head_dim_v, masked, deterministic);
   const BwdSm90Traits two{head_dim_qk, block_m, block_n, kWarps, 2, head_dim_v};
   const int stages = two.dq_staged() && !(modified && block_m == 128) ? 2 : 1;
   return KernelConfig{KernelPath::sm90, block_m, block_n, kWarps, stages};
 }
 
-int64_t BwdSm90Traits::work_items(const Problem &problem) {
-  const int block_n = block_n_for(problem.head_dim_qk, problem.head_dim_v);
+int64_t BwdSm90Traits::work_items(const Problem &problem, int block_n) {
   return (problem.seqlen_k + block_n - 1) / block_n * problem.heads_kv * problem.batch;
 }
 
-int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int sm_count, bool resident) {
-  const int64_t items = work_items(problem);
+int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int block_n, int sm_count,
+                                 bool resident) {
+  const int64_t items = work_items(problem, block_n);
   return resident && sm_count > 0 ? std::min<int64_t>(items, sm_count) : items;
 }
 
-int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod, bool deterministic) {
+int BwdSm90Traits::dispatch_section(const Problem &problem, int block_n, bool mask_mod,
+                                    bool deterministic) {
   const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
   const bool masked = problem.mask != MaskKind::none || mask_mod;
-  const bool wide = block_n_for(problem.head_dim_qk, problem.head_dim_v) == 64;
+  const bool wide = block_n == 64;
   const int64_t deterministic_pairs = masked && wide ? 16 : 8;
   const int64_t least = deterministic ? std::min(pairs, deterministic_pairs) : 1;
   if (!masked) return static_cast<int>(least);
@@ -161,13 +164,14 @@ int BwdSm90Traits::dispatch_section(const Problem &problem, bool mask_mod, bool 
 std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim_qk, int head_dim_v,
                                                       int max_smem_bytes) {
   std::vector<KernelConfig> out;
-  for (int block_m : {64, 128})
-    for (int stages = 1; stages <= 3; ++stages) {
-      BwdSm90Traits t{head_dim_qk, block_m, block_n_for(head_dim_qk, head_dim_v),
-                      kWarps,      stages,  head_dim_v};
-      if (block_m_allowed(head_dim_qk, head_dim_v, block_m) && t.smem_bytes() <= max_smem_bytes)
-        out.push_back(KernelConfig{KernelPath::sm90, block_m, t.block_n, kWarps, stages});
-    }
+  for (int block_n : {64, 128})
+    for (int block_m : {64, 128})
+      for (int stages = 1; stages <= 3; ++stages) {
+        BwdSm90Traits t{head_dim_qk, block_m, block_n, kWarps, stages, head_dim_v};
+        if (block_n_allowed(head_dim_qk, head_dim_v, block_n) &&
+            block_m_allowed(head_dim_qk, head_dim_v, block_m) && t.smem_bytes() <= max_smem_bytes)
+          out.push_back(KernelConfig{KernelPath::sm90, block_m, block_n, kWarps, stages});
+      }
   return out;
 }
 
@@ -188,11 +192,17 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
         llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
                       "dK and dV of a warpgroup)",
                       block_m, widest <= 64 ? "64 or 128" : "64", dims_text));
-  if (dims.empty() && block_n != block_n_for(head_dim_qk, head_dim_v))
-    why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n,
-                                block_n_for(head_dim_qk, head_dim_v), dims_text,
-                                widest >= 192 ? "64 keys shared by two consumer warpgroups"
-                                              : "64 keys per consumer warpgroup, two"));
+  if (dims.empty() && !block_n_allowed(head_dim_qk, head_dim_v, block_n))
+    why.push_back(llvm::formatv(
+        "block_n={0} is not {1} at head dim {2} ({3})", block_n,
+        widest < 192                                           ? "128"
+        : sm90_backward_wide_own_keys(head_dim_qk, t.v_dim()) ? "64 or 128"
+                                                               : "64",
+        dims_text,
+        widest < 192 ? "64 keys per consumer warpgroup, two"
+        : sm90_backward_wide_own_keys(head_dim_qk, t.v_dim())
+            ? "64 keys shared by two consumer warpgroups, or 64 each"
+            : "64 keys shared by two consumer warpgroups"));
   if (warps != kWarps)
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",
                                 warps, kWarps));

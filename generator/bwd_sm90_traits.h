@@ -18,7 +18,7 @@ struct TargetArch;
 struct BwdSm90Traits {
   int head_dim = 0;  // of Q and K, the problem's (tiled as sm90_backward_tile_head_dim)
   int block_m = 0;   // query rows per tile of the inner loop
-  int block_n = 0;   // keys per CTA: block_n_for(head_dim, head_dim_v)
+  int block_n = 0;   // keys per CTA: block_n_allowed, default_block_n
   int warps = 0;
   int stages = 0;    // Q/dO buffers
   int head_dim_v = 0;  // of V and dO, the problem's (0: head_dim)
@@ -31,6 +31,13 @@ struct BwdSm90Traits {
   // the consumers). The tuner's spill limit and the compile tests' allow it
   // on top of their own.
   static constexpr int kProducerSpillBytes = 136;
+  // What the consumers of 192/128 with 128 keys a CTA (S^T and dP^T in two
+  // passes, bwd_sm90.cuh) keep in local memory on top: descriptors and an
+  // item's state, 136-332 bytes in all by ptxas (deterministic and softcap
+  // at the top), none of them wgmma operands (no serialisation); timed all
+  // the same, 1.13x the head-dim split without a mask and 1.61x in the
+  // deterministic mode (H100, docs/PERF.md, thirty-sixth session).
+  static constexpr int kTwoPassSpillBytes = 216;
 
   int threads() const { return 32 * warps; }
   // The wider of the two tiled head dims: it sets the key tile, the split
@@ -44,14 +51,31 @@ struct BwdSm90Traits {
   // The two consumer warpgroups own 64 keys each (128 per CTA) or, where a
   // head dim is tiled as 192 or 256, split the head dims of 64 shared keys
   // (dK and dV of 64 keys x 256 would take 256 registers per thread, x 192
-  // with S^T and dP^T 256).
-  static int block_n_for(int head_dim_qk, int head_dim_v) {
-    return widest_tile(head_dim_qk, head_dim_v) >= 192 ? 64 : 128;
+  // with S^T and dP^T 256); at 192/128 either (sm90_backward_wide_own_keys).
+  static bool block_n_allowed(int head_dim_qk, int head_dim_v, int block_n) {
+    const int dv = head_dim_v > 0 ? head_dim_v : head_dim_qk;
+    if (widest_tile(head_dim_qk, dv) < 192) return block_n == 128;
+    return block_n == 64 || (block_n == 128 && sm90_backward_wide_own_keys(head_dim_qk, dv));
+  }
+  // The heuristic's key tile. At 192/128, 128 keys a CTA halve the L2
+  // traffic per FLOP that bounds the split there (Q's and dO's loads, dQ's
+  // reduce-adds; ncu, 8k causal: L2 throughput 95.8%) and win without a
+  // mask and in the deterministic mode; the default mode under a mask
+  // keeps the split. H100, bf16, 16k tokens, TFLOP/s, 64 -> 128 keys: 8k
+  // full 367.9 -> 415.3 (413.1), deterministic 8k causal 229.8 -> 371.0;
+  // causal 8k 354.0 -> 347.9, 2k 278.0 -> 269.6, 1k 206.2 -> 203.9
+  // (docs/PERF.md, thirty-sixth session).
+  static int default_block_n(int head_dim_qk, int head_dim_v, bool masked, bool deterministic) {
+    const int dv = head_dim_v > 0 ? head_dim_v : head_dim_qk;
+    if (widest_tile(head_dim_qk, dv) < 192) return 128;
+    return sm90_backward_wide_own_keys(head_dim_qk, dv) && (!masked || deterministic) ? 128 : 64;
   }
   int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim, v_dim()); }
   int tiled_head_dim_v() const { return sm90_backward_tile_head_dim(v_dim(), head_dim); }
-  bool splits_head_dim() const { return sm90_backward_splits_head_dim(head_dim, v_dim()); }
+  bool splits_head_dim() const {
+    return sm90_backward_splits_head_dim(head_dim, v_dim(), block_n);
+  }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
   // each consumer warpgroup's dQ part when staged; the mbarriers; slack to
@@ -76,8 +100,10 @@ struct BwdSm90Traits {
   static llvm::Expected<BwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);
-  // `modified`: the caller's modifiers (score_mod, mask_mod, sinks).
-  static KernelConfig default_config(int head_dim_qk, int head_dim_v, bool modified = false);
+  // `modified`: the caller's modifiers (score_mod, mask_mod, sinks);
+  // `masked`: a mask or a mask_mod.
+  static KernelConfig default_config(int head_dim_qk, int head_dim_v, bool modified = false,
+                                     bool masked = false, bool deterministic = false);
   // The (KV head, batch) pairs per section of the kernel's dispatch order
   // (BwdParams::dispatch_section). A CTA under a causal mask costs the query
   // tiles its keys see, most for the first key block; dispatched pair by
@@ -110,11 +136,12 @@ struct BwdSm90Traits {
   // 212.7 / 287.3 / 339.7 / 376.1, d=192 2k causal 253.6 -> 293.6; without
   // a mask 8 stay faster, d=256 2k 375.8 -> 358.9; at d=128 causal 1k
   // 288.2 -> 272.1).
-  static int dispatch_section(const Problem &problem, bool mask_mod = false,
+  static int dispatch_section(const Problem &problem, int block_n, bool mask_mod = false,
                               bool deterministic = false);
-  // The kernel's work items, one per (key block, KV head, batch entry)
-  // (BwdParams::work_items; the longest sequence's key blocks when packed).
-  static int64_t work_items(const Problem &problem);
+  // The kernel's work items, one per (key block of `block_n` keys, KV head,
+  // batch entry) (BwdParams::work_items; the longest sequence's key blocks
+  // when packed).
+  static int64_t work_items(const Problem &problem, int block_n);
   // Its grid: one resident CTA per SM taking items until they run out (a
   // CTA per SM is what its shared memory and registers allow); every item a
   // CTA of its own where the kernel is not `resident`
@@ -123,7 +150,7 @@ struct BwdSm90Traits {
   // bf16, 16k tokens, TFLOP/s: d=128 512 full 256 -> 266, 2k causal 335 ->
   // 341); long ones neither gain nor lose (GQA 64/8 and 28/4 d=128 causal
   // at 3000 and 6000 tokens, 376-752 query tiles an item: within 0.5%).
-  static int64_t grid_ctas(const Problem &problem, int sm_count, bool resident);
+  static int64_t grid_ctas(const Problem &problem, int block_n, int sm_count, bool resident);
   // Every config the kernel claims at these head dims within `max_smem_bytes`.
   static std::vector<KernelConfig> search_space(int head_dim_qk, int head_dim_v,
                                                 int max_smem_bytes);

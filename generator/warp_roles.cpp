@@ -13,8 +13,13 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
     // A 192-wide tile's producer issues twice the TMA boxes (32 columns
     // each, bwd_sm90.cuh) and spilled 12-44 bytes at 24; its consumers
     // (96-column halves) need no more than 192.
-    if (sm90_backward_tile_head_dim(spec.head_dim_qk, spec.head_dim_v) == 192 ||
-        sm90_backward_tile_head_dim(spec.head_dim_v, spec.head_dim_qk) == 192)
+    // With 128 keys at 192/128 (no split) the consumers hold dK and dV of
+    // their own keys' whole head dims: at 40/232 ptxas serialised their
+    // wgmmas; at 24/240 it does not (its producer keeps some state in local
+    // memory, kProducerSpillBytes).
+    if ((sm90_backward_tile_head_dim(spec.head_dim_qk, spec.head_dim_v) == 192 ||
+         sm90_backward_tile_head_dim(spec.head_dim_v, spec.head_dim_qk) == 192) &&
+        sm90_backward_splits_head_dim(spec.head_dim_qk, spec.head_dim_v, spec.config.block_n))
       return WarpRoleRegisters{40, 232, 2};
     // FlashAttention-3's 24/240 split: 232/40 spilled the consumers at d=64.
     return WarpRoleRegisters{24, 240, 2};

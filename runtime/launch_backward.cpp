@@ -179,7 +179,8 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
   static const bool per_item = measurement_switch("FLASHJIT_BWD_CTA_PER_ITEM") == 1;
   const int sm_count = sm90 && kernels.steps[1] && !per_item ? kernels.steps[1]->sm_count() : 0;
   const auto steps = backward_steps(spec, problem, sm_count);
-  BwdParams params = make_backward_params(problem, args, spec.config.deterministic);
+  BwdParams params =
+      make_backward_params(problem, args, spec.config.deterministic, spec.config.block_n);
   // (FLASHJIT_BWD_DISPATCH_SECTION=N, a measurement switch: the sm90
   // kernel's work in sections of N (KV head, batch) pairs instead of
   // BwdSm90Traits::dispatch_section's choice. Any N orders a pair's key

@@ -21,7 +21,12 @@
 // one of two ways:
 //   own keys (tiled head dims 32 to 128, kBlockN = 128): each owns 64 of the
 //     keys, their S^T and dP^T over the whole query tile and their dK and
-//     dV over the whole head dim;
+//     dV over the whole head dim; also Q/K tiled 192 beside V tiled at most
+//     128 (192/128) where kBlockN = 128, with S^T and dP^T in two passes of
+//     half the query tile each (kSParts), P^T and dS^T packed between them,
+//     so that their fp32 accumulators never sit beside all of dK's 96 and
+//     dV's 64 registers: half the L2 traffic per FLOP of the split's 64
+//     keys (Q's and dO's loads, dQ's reduce-adds), which bound it there;
 //   split head dim (tiled 192 or 256, kBlockN = 64): both take the same 64
 //     keys; each computes S^T and dP^T for half the tile's queries, writes
 //     P^T and dS^T to shared memory, and accumulates dK and dV for half the

@@ -192,20 +192,21 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       const u32 ds_tile = smem + kOffsetDS + (tile % 2) * kDsBufferBytes;
       mbarrier_wait(bars.full(stage), (tile / kStages) & 1);
 
-      // ---- S^T = K Q^T and dP^T = V dO^T ------------------------------------
-      float acc_s[kSRegisters], acc_dp[kSRegisters];
-      {
-        const u64 q_desc = qkv_descriptor(q_tile + query0 * kRowBytes, 16, kAtomBytes);
-        const u64 do_desc = qkv_descriptor(do_tile + query0 * kRowBytes, 16, kAtomBytes);
+      // ---- S^T = K Q^T and dP^T = V dO^T, in kSParts passes over the queries ----
+      // One commit group of acc = A B^T, A this warpgroup's 64 rows of K or V
+      // and B kSPartN rows of the Q or dO tile from query `col0` of its S^T,
+      // both K-major: k-step ks is column block ks/4, byte (ks%4)*32 within
+      // the 128-byte row. A's first kFragmentSteps steps from the fragments
+      // in registers.
+      float acc_s[kSPartRegisters], acc_dp[kSPartRegisters];
+      auto issue_s_dp = [&](int col0) {
+        const u64 q_desc = qkv_descriptor(q_tile + (query0 + col0) * kRowBytes, 16, kAtomBytes);
+        const u64 do_desc = qkv_descriptor(do_tile + (query0 + col0) * kRowBytes, 16, kAtomBytes);
         wgmma_fence_operands(acc_s);
         wgmma_fence_operands(acc_dp);
         fence_row_fragments();
         wgmma_fence();
-        // One commit group of acc = A B^T, A this warpgroup's 64 rows of K or V
-        // and B its kSN rows of the Q or dO tile, both K-major: k-step ks is
-        // column block ks/4, byte (ks%4)*32 within the 128-byte row. A's
-        // first kFragmentSteps steps from the fragments in registers.
-        auto issue = [&](float(&acc)[kSRegisters], u64 a_desc, const auto &a_frag, u64 b_desc,
+        auto issue = [&](float(&acc)[kSPartRegisters], u64 a_desc, const auto &a_frag, u64 b_desc,
                          auto steps, auto fragment_steps) {
           constexpr int kFrom = decltype(fragment_steps)::value;
 #pragma unroll
@@ -213,10 +214,11 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
             const int a_off = (ks / kKStepsPerRow) * kKVColBlockBytes + (ks % kKStepsPerRow) * 32;
             const int b_off = (ks / kKStepsPerRow) * kQColBlockBytes + (ks % kKStepsPerRow) * 32;
             if (ks < kFrom)
-              Wgmma<Element, kSN>::rs(acc, a_frag[ks < kFrom ? ks : 0], b_desc + (b_off >> 4),
-                                      ks > 0);
+              Wgmma<Element, kSPartN>::rs(acc, a_frag[ks < kFrom ? ks : 0], b_desc + (b_off >> 4),
+                                          ks > 0);
             else
-              Wgmma<Element, kSN>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4), ks > 0);
+              Wgmma<Element, kSPartN>::ss(acc, a_desc + (a_off >> 4), b_desc + (b_off >> 4),
+                                          ks > 0);
           }
           wgmma_commit();
         };
@@ -224,7 +226,14 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
         issue(acc_dp, v_rows_desc, v_frag, do_desc, KSteps<kVSteps>{}, KSteps<kVFragmentSteps>{});
         wgmma_fence_operands(acc_s);
         wgmma_fence_operands(acc_dp);
-      }
+      };
+      auto wait_s_dp = [&] {
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_s);
+        wgmma_fence_operands(acc_dp);
+        fence_row_fragments();
+      };
+      issue_s_dp(0);
       // This tile's LSE and D into the warpgroup's own buffer, and the next
       // tile's loaded. Double-buffered: buffer tile%2 was last read two tiles
       // back (in this item or the one before), and every thread of the
@@ -237,10 +246,7 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       }
       if (it + 1 < iterations) load_stats(it + 1, next_lse, next_d, next_entry);
       named_barrier_sync(kBarrierStats + cwg, 128);
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc_s);
-      wgmma_fence_operands(acc_dp);
-      fence_row_fragments();
+      wait_s_dp();
       if constexpr (kDKIntoNextTile) {
         // The tile before's dK is done too: its stage goes back.
         wgmma_fence_operands(acc_dk);
@@ -252,8 +258,8 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
 
       // ---- P^T (in acc_s) and dS^T = P^T (dP^T - D) (in acc_dp) -------------------
       // acc[4*nt + 2*h + c] is key row (16*warp + group + 8h) of the warpgroup,
-      // query column 8nt + 2*quad_lane + c of its S^T. Where an edge or the
-      // key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
+      // query column col0 + 8nt + 2*quad_lane + c of its S^T. Where an edge or
+      // the key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
       // in tile coordinates; P = 0 elsewhere (and so dS = 0).
       int q_lo[2] = {-1, -1}, q_hi[2] = {kBlockM, kBlockM};
       const bool cut = tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
@@ -278,24 +284,24 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       // instructions). Two copies from the 128-key head dims up: at d=64
       // (128-row tiles) the second spilled (56 bytes).
       constexpr bool kSkipShown = !Modifiers::kScore && Modifiers::kMask && kHeadDim >= 96;
-      auto recompute = [&](auto modified, auto may_cut) {
+      auto recompute = [&](auto modified, auto may_cut, int col0) {
 #pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt) {
+        for (int nt = 0; nt < kSPartTiles; ++nt) {
           float lse_pair[2], d_pair[2];
           if constexpr (kPairLoads) {
-            const u32 at = stats_pairs + (nt * 8 + quad_lane * 2) * 4;
+            const u32 at = stats_pairs + (col0 + nt * 8 + quad_lane * 2) * 4;
             ld_shared_f32x2(at, lse_pair);
             ld_shared_f32x2(at + kSN * 4, d_pair);
           } else {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-              lse_pair[c] = lse_tile[nt * 8 + quad_lane * 2 + c];
-              d_pair[c] = dsum[nt * 8 + quad_lane * 2 + c];
+              lse_pair[c] = lse_tile[col0 + nt * 8 + quad_lane * 2 + c];
+              d_pair[c] = dsum[col0 + nt * 8 + quad_lane * 2 + c];
             }
           }
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const int col = nt * 8 + quad_lane * 2 + c;
+            const int col = col0 + nt * 8 + quad_lane * 2 + c;
             const int q_local = query0 + col;
             const float lse = lse_pair[c] * kLog2e, d = d_pair[c];
 #pragma unroll
@@ -326,29 +332,41 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       // TFLOP/s on the H200 and d=64 399 -> 471; one copy with the hidden
       // elements zeroed after it on cut tiles was no faster (d=64 causal 455
       // against 488).
-      if constexpr (kSkipShown) {
-        if (masked)
-          recompute(BoolConstant<true>{}, BoolConstant<true>{});
-        else
-          recompute(BoolConstant<false>{}, BoolConstant<true>{});
-      } else if constexpr (!kModified) {
-        if (cut)
-          recompute(BoolConstant<false>{}, BoolConstant<true>{});
-        else
-          recompute(BoolConstant<false>{}, BoolConstant<false>{});
-      } else {
-        recompute(BoolConstant<kModified>{}, BoolConstant<true>{});
-      }
+      auto recompute_part = [&](int col0) {
+        if constexpr (kSkipShown) {
+          if (masked)
+            recompute(BoolConstant<true>{}, BoolConstant<true>{}, col0);
+          else
+            recompute(BoolConstant<false>{}, BoolConstant<true>{}, col0);
+        } else if constexpr (!kModified) {
+          if (cut)
+            recompute(BoolConstant<false>{}, BoolConstant<true>{}, col0);
+          else
+            recompute(BoolConstant<false>{}, BoolConstant<false>{}, col0);
+        } else {
+          recompute(BoolConstant<kModified>{}, BoolConstant<true>{}, col0);
+        }
+      };
 
       // n8 tiles 2kk and 2kk+1 of S^T are exactly the A fragment of k-step kk.
       u32 p_frag[kSSteps][4];
 #pragma unroll
-      for (int kk = 0; kk < kSSteps; ++kk)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          p_frag[kk][j] = Ops::pack(acc_s[8 * kk + 2 * j], acc_s[8 * kk + 2 * j + 1]);
-          ds_frag[kk][j] = Ops::pack(acc_dp[8 * kk + 2 * j], acc_dp[8 * kk + 2 * j + 1]);
+      for (int part = 0; part < kSParts; ++part) {
+        if (part > 0) {
+          issue_s_dp(part * kSPartN);
+          wait_s_dp();
         }
+        recompute_part(part * kSPartN);
+#pragma unroll
+        for (int kk = 0; kk < kSPartSteps; ++kk)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            p_frag[part * kSPartSteps + kk][j] =
+                Ops::pack(acc_s[8 * kk + 2 * j], acc_s[8 * kk + 2 * j + 1]);
+            ds_frag[part * kSPartSteps + kk][j] =
+                Ops::pack(acc_dp[8 * kk + 2 * j], acc_dp[8 * kk + 2 * j + 1]);
+          }
+      }
       // MN-major dO and Q (B of dV and dK): k-step kk = query rows 16kk.. = two
       // 8-row atoms on; this warpgroup's columns of them.
       const u64 do_cols_desc = qkv_descriptor(do_tile + (v_col0 / kAtomCols) * kQColBlockBytes,

@@ -37,8 +37,9 @@ constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK, kHeadDimV);
 constexpr int kHeadDimVTile = sm90_backward_tile_head_dim(kHeadDimV, kHeadDimQK);
 constexpr int kThreads = kWarps * 32;
 constexpr int kConsumerWarps = 8;
-// The head-dim split wherever either tile is 192 or 256 wide.
-constexpr bool kSplitHeadDim = sm90_backward_splits_head_dim(kHeadDimQK, kHeadDimV);
+// The head-dim split wherever either tile is 192 or 256 wide, but 192/128
+// with 128 keys a CTA.
+constexpr bool kSplitHeadDim = sm90_backward_splits_head_dim(kHeadDimQK, kHeadDimV, kBlockN);
 // Q, K, V and dO as swizzle rows of kAtomCols columns (64: 128 bytes; 32,
 // where a tile is 32, 96 or 192 wide: 64 bytes, so that a 192's halves of
 // 96 columns start on a row) in 8-row atoms of kAtomBytes.
@@ -95,9 +96,20 @@ constexpr int kSmemLimit = 232448;  // sm_90's 227 KB per CTA
 // (generator/warp_roles.cpp).
 constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
 
-constexpr int kSRegisters = kSN / 2;  // S^T (and dP^T) accumulators per thread
-constexpr int kSTiles = kSN / 8;      // n8 column (query) tiles of S^T
 constexpr int kSSteps = kSN / 16;     // S^T's columns as k16 steps of dV and dK
+// Where a warpgroup's own keys take dK and dV so wide that S^T and dP^T
+// over the whole query tile would not fit beside them (192/128: 96 + 64
+// registers), S^T and dP^T go in two passes over half the tile's queries
+// each, P^T and dS^T packed to 16 bits between them. (In one pass ptxas
+// spilled 760 bytes there and serialised every wgmma; in two, with the
+// producer on 24 registers, it spills 220 bytes of scalars and
+// serialises none: warp_roles.cpp.) The other warpgroup's MMAs fill the
+// tensor cores while one computes P^T.
+constexpr int kSParts = !kSplitHeadDim && kKN / 2 + kVN / 2 + kSN > 200 ? 2 : 1;
+constexpr int kSPartN = kSN / kSParts;          // query columns of one pass
+constexpr int kSPartRegisters = kSPartN / 2;    // its S^T (and dP^T) accumulators
+constexpr int kSPartTiles = kSPartN / 8;
+constexpr int kSPartSteps = kSPartN / 16;
 constexpr int kKRegisters = kKN / 2;  // dK accumulators per thread
 constexpr int kVRegisters = kVN / 2;  // dV accumulators per thread
 // k16 steps of S^T and of dP^T: over the problem's columns only (the
@@ -227,7 +239,7 @@ static_assert(kStages >= 1 && kStages <= 3, "1 to 3 Q/dO buffers");
 static_assert(!kDeterministic || kDQStaged,
               "the deterministic sm90 backward orders dQ's TMA reduce-adds: dQ staged");
 static_assert(kDQN % kAtomCols == 0, "dQ parts are whole swizzle columns of K");
-static_assert(kKRegisters + kVRegisters + 2 * kSRegisters <= 200,
+static_assert(kKRegisters + kVRegisters + 2 * kSPartRegisters <= 200,
               "dK, dV, S^T and dP^T must fit the consumers' registers");
 static_assert(2 * kConsumerRegisters + kProducerRegisters <= 3 * kLaunchRegisters,
               "the consumers' setmaxnreg.inc would wait for registers nobody frees");

@@ -45,10 +45,21 @@ constexpr int sm90_backward_tile_head_dim(int head_dim, int other) {
   return tiled == 96 && alone(other) >= 192 ? 128 : tiled;
 }
 
+// Whether the sm90 backward may also give each consumer warpgroup 64 keys
+// of its own (128 keys a CTA) where Q/K is tiled as 192: beside a V tiled
+// at most 128 (DeepSeek-V3's 192/128), dK (96 registers) and dV (64) fit
+// with S^T and dP^T taken in two passes over the queries (bwd_sm90.cuh).
+constexpr bool sm90_backward_wide_own_keys(int head_dim_qk, int head_dim_v) {
+  return sm90_backward_tile_head_dim(head_dim_qk, head_dim_v) == 192 &&
+         sm90_backward_tile_head_dim(head_dim_v, head_dim_qk) <= 128;
+}
+
 // Whether the sm90 backward splits the head dims between its consumer
 // warpgroups (64 shared keys; bwd_sm90.cuh): where either is tiled as 192
-// or 256.
-constexpr bool sm90_backward_splits_head_dim(int head_dim_qk, int head_dim_v) {
+// or 256, unless the head dims also allow 128 keys a CTA
+// (sm90_backward_wide_own_keys) and `block_n` is 128.
+constexpr bool sm90_backward_splits_head_dim(int head_dim_qk, int head_dim_v, int block_n) {
+  if (block_n == 128 && sm90_backward_wide_own_keys(head_dim_qk, head_dim_v)) return false;
   return sm90_backward_tile_head_dim(head_dim_qk, head_dim_v) >= 192 ||
          sm90_backward_tile_head_dim(head_dim_v, head_dim_qk) >= 192;
 }
@@ -83,8 +94,8 @@ constexpr int swizzled_chunk_offset(int row, int chunk, int row_bytes) {
 // one swizzle row), or as 96 (halves of 48 columns would not start on one).
 constexpr bool sm90_backward_dq_own_keys(int head_dim_qk, int head_dim_v, int block_m) {
   const int tiled = sm90_backward_tile_head_dim(head_dim_qk, head_dim_v);
-  return block_m == 64 && !sm90_backward_splits_head_dim(head_dim_qk, head_dim_v) &&
-         (tiled <= 64 || tiled == 96);
+  const int other = sm90_backward_tile_head_dim(head_dim_v, head_dim_qk);
+  return block_m == 64 && tiled < 192 && other < 192 && (tiled <= 64 || tiled == 96);
 }
 
 // Whether the sm90 backward runs as resident CTAs that take work items until

@@ -281,6 +281,17 @@ std::vector<Case> sm90_cases() {
   cases.push_back({make_problem(DType::fp16, 2, 4, 4, 257, 190, 64, 32, MaskKind::causal), sm90});
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 333, 333, 32, 32, MaskKind::causal),
                    deterministic(sm90)});
+  // 192/128 with 128 keys a CTA (each warpgroup its own 64, S^T and dP^T in
+  // two passes; the default without a mask and when deterministic):
+  // causal, a window with softcap, GQA, both dtypes, tails.
+  const KernelConfig wide_keys{KernelPath::sm90, 64, 128, 12, 1};
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 128, MaskKind::causal), wide_keys});
+  cases.push_back(
+      {make_problem(DType::fp16, 1, 4, 4, 300, 517, 192, 128, MaskKind::window, 90, 7, 25.f),
+       wide_keys});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 6, 2, 203, 113, 176, 104, MaskKind::none), wide_keys});
   return cases;
 }
 

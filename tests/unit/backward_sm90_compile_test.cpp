@@ -141,7 +141,12 @@ TEST(BackwardSm90Compile, EveryClaimedConfigCompiles) {
         BwdSm90Traits::widest_tile(cases[j].problem.head_dim_qk, cases[j].problem.head_dim_v);
     const bool wide = tiled <= 64 && cases[j].config.block_m == 128;
     const bool split = tiled >= 192;
-    const int allowed = (wide ? 256 : cases[j].problem.softcap > 0 ? 128 : split ? 80 : 24) +
+    const bool two_pass = split && cases[j].config.block_n == 128;  // 192/128, 128 keys
+    const int allowed = (two_pass                        ? BwdSm90Traits::kTwoPassSpillBytes
+                         : wide                          ? 256
+                         : cases[j].problem.softcap > 0 ? 128
+                         : split                         ? 80
+                                                         : 24) +
                         testing::kResidentLoopSpillBytes;
     EXPECT_LE(r.report.spill_store_bytes, allowed);
     EXPECT_LE(r.report.spill_load_bytes, allowed);
@@ -181,7 +186,13 @@ TEST(BackwardSm90Compile, EveryTilePairTheHostServesCompiles) {
   for (size_t j = 0; j < served.size(); ++j) {
     SCOPED_TRACE(describe(served[j]) + " " + results[j].id);
     EXPECT_EQ(results[j].error, "");
-    EXPECT_LE(results[j].report.spill_store_bytes, 32 + testing::kResidentLoopSpillBytes);
+    const bool two_pass =
+        BwdSm90Traits::default_config(served[j].head_dim_qk, served[j].head_dim_v).block_n ==
+            128 &&
+        BwdSm90Traits::widest_tile(served[j].head_dim_qk, served[j].head_dim_v) >= 192;
+    EXPECT_LE(results[j].report.spill_store_bytes,
+              (two_pass ? BwdSm90Traits::kTwoPassSpillBytes : 32) +
+                  testing::kResidentLoopSpillBytes);
   }
 }
 
@@ -316,6 +327,36 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
   EXPECT_EQ(unequal->smem_bytes(), 64 * (192 + 128) * 2 + 2 * 64 * (192 + 128) * 2 +
                                        2 * 2 * 64 * 64 * 2 + 2 * 2 * 2 * 32 * 4 +
                                        2 * 64 * 96 * 4 + 88 + 1024);
+  // 192/128 with 128 keys a CTA: each warpgroup its own 64 (no split): K
+  // 128x192, V 128x128, Q and dO of one stage, two dS^T buffers (no P^T),
+  // statistics of 64 queries a warpgroup, dQ staged by column halves; two
+  // stages leave no room for the staged dQ.
+  auto wide = BwdSm90Traits::make(192, 128, 64, 128, 12, 1, 0);
+  ASSERT_TRUE(bool(wide)) << llvm::toString(wide.takeError());
+  EXPECT_FALSE(wide->splits_head_dim());
+  EXPECT_TRUE(wide->dq_staged());
+  EXPECT_EQ(wide->smem_bytes(), 128 * (192 + 128) * 2 + 64 * (192 + 128) * 2 +
+                                    2 * 128 * 64 * 2 + 2 * 2 * 2 * 64 * 4 + 2 * 64 * 96 * 4 +
+                                    72 + 1024);
+  EXPECT_LE(wide->smem_bytes(), 232448);
+  EXPECT_FALSE(BwdSm90Traits::make(192, 128, 64, 128, 12, 2, 0)->dq_staged());
+  EXPECT_TRUE(bool(BwdSm90Traits::make(176, 104, 64, 128, 12, 1, 0)));
+  // Three stages of 64 keys fit, and one or two of 128.
+  EXPECT_EQ(BwdSm90Traits::search_space(192, 128, 232448).size(), 5u);
+  for (auto [qk, v] : {std::pair{192, 192}, std::pair{256, 128}, std::pair{128, 192}}) {
+    auto no = BwdSm90Traits::make(qk, v, 64, 128, 12, 1, 0);
+    ASSERT_FALSE(bool(no)) << qk << "/" << v;
+    EXPECT_NE(llvm::toString(no.takeError()).find("block_n=128 is not 64 at head dim"),
+              std::string::npos);
+  }
+  {
+    auto no = BwdSm90Traits::make(192, 128, 64, 32, 12, 1, 0);
+    ASSERT_FALSE(bool(no));
+    EXPECT_NE(llvm::toString(no.takeError())
+                  .find("block_n=32 is not 64 or 128 at head dim 192/128 (64 keys shared by two "
+                        "consumer warpgroups, or 64 each)"),
+              std::string::npos);
+  }
   // 192 (and 136..184): the split as at 256 over 192 columns; two stages
   // still stage dQ, three do not.
   auto d192 = BwdSm90Traits::make(160, 160, 64, 64, 12, 2, 0);
@@ -366,7 +407,16 @@ TEST(BwdSm90Traits, SharedMemoryMatchesTheKernelsLayout) {
             "between its warpgroups, and then needs the other tiled as 128 or more (over 64)");
   // Two Q/dO stages where they leave room for the staged dQ, else one; a
   // caller's modifiers keep one with 128-query tiles.
+  // 192/128: 128 keys a CTA (one stage: room for the staged dQ) without a
+  // mask and in the deterministic mode, the head-dim split's 64 (two
+  // stages) under a mask in the default mode or with a caller's modifiers.
   EXPECT_EQ(BwdSm90Traits::default_config(192, 128),
+            (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
+  EXPECT_EQ(BwdSm90Traits::default_config(192, 128, false, /*masked=*/true),
+            (KernelConfig{KernelPath::sm90, 64, 64, 12, 2}));
+  EXPECT_EQ(BwdSm90Traits::default_config(192, 128, false, /*masked=*/true, /*deterministic=*/true),
+            (KernelConfig{KernelPath::sm90, 64, 128, 12, 1}));
+  EXPECT_EQ(BwdSm90Traits::default_config(176, 104, /*modified=*/true, /*masked=*/true),
             (KernelConfig{KernelPath::sm90, 64, 64, 12, 2}));
   EXPECT_EQ(BwdSm90Traits::default_config(64, 128),
             (KernelConfig{KernelPath::sm90, 64, 128, 12, 2}));
@@ -432,41 +482,41 @@ TEST(BwdSm90Layout, SwizzledChunksAreWhereTmaPutsThem) {
 TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   // Per query head: seqlen_q x (Q + dO in 16 bits + the fp32 dQ accumulator).
   Problem p = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in 40 MB
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
   p.seqlen_q = p.seqlen_k = 2048;  // 2 MB: 16
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 16);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 16);
   p.heads_q = 28;  // GQA 28/4 at 6000: 6 MB a head, 4 of the 8 pairs
   p.heads_kv = 4;
   p.seqlen_q = p.seqlen_k = 6000;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
   p.batch = 4;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
   // Sections that divide the pairs where one of half the size or more does:
   // 40 pairs at 1500 (16 in L2) in sections of 10, 20 at 3000 (8) of 5.
   p.seqlen_q = p.seqlen_k = 1500;
   p.batch = 10;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 10);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 10);
   p.seqlen_q = p.seqlen_k = 3000;
   p.batch = 5;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 5);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 5);
   // 7 pairs (8 would fit): none from 4 down, so 4 and a last of 3.
   p.heads_q = p.heads_kv = 7;
   p.batch = 1;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
   // The deterministic mode keeps its sections: 20 pairs at 3000, 8.
   p.heads_q = 28;
   p.heads_kv = 4;
   p.batch = 5;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 8);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128, false, /*deterministic=*/true), 8);
   p.batch = 4;
   p.seqlen_q = p.seqlen_k = 1 << 20;  // more than L2 a head: pair by pair
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 1);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 1);
   // Without a mask every CTA costs the same: pair by pair.
   p.seqlen_q = p.seqlen_k = 2048;
   p.mask = MaskKind::none;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 1);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 1);
   // Unless a caller's mask_mod makes them uneven: as a mask.
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, /*mask_mod=*/true), 16);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128, /*mask_mod=*/true), 16);
   // The kernel orders its CTAs itself: a one-dimensional grid.
   p.mask = MaskKind::causal;
   auto spec = make_backward_spec(p, BwdSm90Traits::default_config(128, 128), kSm90a);
@@ -475,7 +525,7 @@ TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   EXPECT_EQ(g.grid.x, 2048u / 128 * 4 * 4);
   EXPECT_EQ(g.grid.y, 1u);
   EXPECT_EQ(g.grid.z, 1u);
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).dispatch_section, 16);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false, 128).dispatch_section, 16);
 }
 
 TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
@@ -483,8 +533,8 @@ TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
   Problem p = causal_problem(128, 4, 16, 2048);
   auto spec = make_backward_spec(p, BwdSm90Traits::default_config(128, 128), kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
-  EXPECT_EQ(BwdSm90Traits::work_items(p), 16 * 16 * 4);
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).work_items, 16 * 16 * 4);
+  EXPECT_EQ(BwdSm90Traits::work_items(p, 128), 16 * 16 * 4);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false, 128).work_items, 16 * 16 * 4);
   EXPECT_EQ(backward_launch_geometry(*spec, p, 132).grid.x, 132u);
   EXPECT_EQ(backward_launch_geometry(*spec, p, 0).grid.x, 1024u);  // SMs unknown
   // Fewer items than SMs: one CTA each.
@@ -497,7 +547,7 @@ TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
   // GQA 64/8 at 3000: 24 key blocks x 8 KV heads x 5.
   Problem gqa = causal_problem(128, 5, 64, 3000);
   gqa.heads_kv = 8;
-  EXPECT_EQ(BwdSm90Traits::work_items(gqa), (3000 + 127) / 128 * 8 * 5);
+  EXPECT_EQ(BwdSm90Traits::work_items(gqa, 128), (3000 + 127) / 128 * 8 * 5);
   EXPECT_EQ(backward_launch_geometry(*spec, gqa, 132).grid.x, 132u);
 }
 
@@ -506,26 +556,26 @@ TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
   // least 8 pairs per section keep it short, with or without a mask; 16
   // under a mask with the head-dim split's 64-key blocks.
   Problem p = causal_problem(256, 2, 8, 8192);  // 16 MB a head: 2 pairs in L2
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p), 2);
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, /*deterministic=*/true), 16);
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true).dispatch_section, 16);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64), 2);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, false, /*deterministic=*/true), 16);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 16);
   Problem d128 = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in L2
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128), 4);
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, false, true), 8);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, 128), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, 128, false, true), 8);
   p.mask = MaskKind::none;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 8);
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, /*mask_mod=*/true, true), 16);  // a mask too
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true).dispatch_section, 8);
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false).dispatch_section, 1);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, false, true), 8);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, /*mask_mod=*/true, true), 16);  // a mask too
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 8);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false, 64).dispatch_section, 1);
   // Fewer pairs than 8: all of them; more L2 room than 8: the L2's.
   p.heads_q = p.heads_kv = 2;
   p.batch = 1;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 2);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, false, true), 2);
   p.heads_q = p.heads_kv = 32;
   p.mask = MaskKind::causal;
   p.seqlen_q = p.seqlen_k = 2048;  // 2 MB a head at d=128: 16 of the 32 pairs
   p.head_dim_qk = p.head_dim_v = 128;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, false, true), 16);
+  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128, false, true), 16);
 }
 
 }  // namespace
