@@ -112,9 +112,9 @@ int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
 // one with 128-row tiles (tiled 32 and 64), where two spilled the consumers
 // (d=64: documents 0 -> 55 STL, the window with sinks 23 -> 49).
 KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v, bool modified,
-                                           bool masked, bool deterministic) {
+                                           bool masked, bool deterministic, int block_n) {
   const int block_m = default_block_m(head_dim_qk, head_dim_v);
-  const int block_n = default_block_n(head_dim_qk, head_dim_v, masked, deterministic);
+  if (!block_n) block_n = default_block_n(head_dim_qk, head_dim_v, masked, deterministic, modified);
   const BwdSm90Traits two{head_dim_qk, block_m, block_n, kWarps, 2, head_dim_v};
   const int stages = two.dq_staged() && !(modified && block_m == 128) ? 2 : 1;
   return KernelConfig{KernelPath::sm90, block_m, block_n, kWarps, stages};

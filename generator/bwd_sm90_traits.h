@@ -64,11 +64,17 @@ struct BwdSm90Traits {
   // keeps the split. H100, bf16, 16k tokens, TFLOP/s, 64 -> 128 keys: 8k
   // full 367.9 -> 415.3 (413.1), deterministic 8k causal 229.8 -> 371.0;
   // causal 8k 354.0 -> 347.9, 2k 278.0 -> 269.6, 1k 206.2 -> 203.9
-  // (docs/PERF.md, thirty-sixth session).
-  static int default_block_n(int head_dim_qk, int head_dim_v, bool masked, bool deterministic) {
+  // (docs/PERF.md, thirty-sixth session). A caller's modifiers keep the
+  // split in either mode: on 128 keys mask_mod, score_mod and softcap
+  // together spilled 448 bytes (the split none), past the tuner's limit.
+  static int default_block_n(int head_dim_qk, int head_dim_v, bool masked, bool deterministic,
+                             bool modified) {
     const int dv = head_dim_v > 0 ? head_dim_v : head_dim_qk;
     if (widest_tile(head_dim_qk, dv) < 192) return 128;
-    return sm90_backward_wide_own_keys(head_dim_qk, dv) && (!masked || deterministic) ? 128 : 64;
+    return sm90_backward_wide_own_keys(head_dim_qk, dv) && !modified &&
+                   (!masked || deterministic)
+               ? 128
+               : 64;
   }
   int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim, v_dim()); }
@@ -101,9 +107,12 @@ struct BwdSm90Traits {
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);
   // `modified`: the caller's modifiers (score_mod, mask_mod, sinks);
-  // `masked`: a mask or a mask_mod.
+  // `masked`: a mask or a mask_mod; `block_n`: the caller's key tile (0:
+  // default_block_n's), whose stages the config then takes (at 192/128 two
+  // stages of 128 keys leave no room for the staged dQ).
   static KernelConfig default_config(int head_dim_qk, int head_dim_v, bool modified = false,
-                                     bool masked = false, bool deterministic = false);
+                                     bool masked = false, bool deterministic = false,
+                                     int block_n = 0);
   // The (KV head, batch) pairs per section of the kernel's dispatch order
   // (BwdParams::dispatch_section). A CTA under a causal mask costs the query
   // tiles its keys see, most for the first key block; dispatched pair by

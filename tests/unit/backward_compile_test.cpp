@@ -126,6 +126,36 @@ TEST(BackwardSpec, ValidatesConfigs) {
   ASSERT_FALSE(bool(tiny));
   EXPECT_NE(llvm::toString(tiny.takeError()).find("block_n=32 leaves a warp less than 16 keys"),
             std::string::npos);
+  // 192/128: 128 keys (one stage) without a mask and when deterministic,
+  // the head-dim split (two stages) under a mask and with a caller's
+  // modifiers, in either mode; a key tile the caller names brings its own
+  // stages.
+  Problem ds;
+  ds.head_dim_qk = 192;
+  ds.head_dim_v = 128;
+  const KernelConfig wide_keys{KernelPath::sm90, 64, 128, 12, 1};
+  const KernelConfig split{KernelPath::sm90, 64, 64, 12, 2};
+  auto deterministic = [](KernelConfig c) {
+    c.deterministic = true;
+    return c;
+  };
+  EXPECT_EQ(default_backward_config(ds, kSm90a), wide_keys);
+  ds.mask = MaskKind::causal;
+  EXPECT_EQ(default_backward_config(ds, kSm90a), split);
+  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, det_request),
+            deterministic(wide_keys));
+  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, det_request, /*modified=*/true),
+            deterministic(split));
+  ds.mask = MaskKind::none;
+  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, {}, /*modified=*/true), split);
+  ds.mask = MaskKind::causal;
+  KernelConfig named;
+  named.path = KernelPath::sm90;
+  named.block_n = 128;
+  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, named), wide_keys);
+  named.block_n = 64;
+  ds.mask = MaskKind::none;
+  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, named), split);
   // d=256 at 64x128 needs 256 KB of shared memory.
   p.head_dim_qk = p.head_dim_v = 256;
   auto big = make_backward_spec(p, {KernelPath::sm80, 64, 128, 8, 2}, kSm90a);
