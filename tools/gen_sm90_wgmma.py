@@ -21,7 +21,7 @@ def outs(count):
 
 def emit(ctype, ptype, n):
     c = n // 2  # accumulators per thread
-    lines = [f"template <>\nstruct Wgmma<{ctype}, {n}> {{"]
+    lines = [f"template <>\nstruct WgmmaInstruction<{ctype}, {n}> {{"]
     # SS: A and B from shared memory; each K-major (0) or MN-major (1,
     # transposed), as immediates ("n" operands) of one instruction.
     lines.append(
@@ -35,11 +35,6 @@ def emit(ctype, ptype, n):
         f"        : {outs(c)}\n"
         f"        : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d), \"n\"(kTransA), \"n\"(kTransB));\n"
         f"  }}")
-    for name, ta, tb in (("ss", 0, 0), ("ss_bt", 0, 1), ("ss_tt", 1, 1)):
-        lines.append(
-            f"  static __device__ __forceinline__ void {name}(float (&d)[{c}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
-            f"    ss_t<{ta}, {tb}>(d, desc_a, desc_b, scale_d);\n"
-            f"  }}")
     # RS: A from registers, B from shared memory K-major (0) or MN-major (1,
     # transposed).
     lines.append(
@@ -54,11 +49,6 @@ def emit(ctype, ptype, n):
         f"        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b), \"r\"(scale_d),\n"
         f"          \"n\"(kTransB));\n"
         f"  }}")
-    for name, tb in (("rs", 0), ("rs_bt", 1)):
-        lines.append(
-            f"  static __device__ __forceinline__ void {name}(float (&d)[{c}], const u32 (&a)[4], u64 desc_b, int scale_d) {{\n"
-            f"    rs_t<{tb}>(d, a, desc_b, scale_d);\n"
-            f"  }}")
     lines.append("};\n")
     return "\n".join(lines)
 
@@ -89,8 +79,30 @@ def main():
 
 namespace flashjit {
 
+// The instruction itself, one specialisation per (element type, N) below.
 template <typename T, int N>
-struct Wgmma;
+struct WgmmaInstruction;
+
+// Its named cases, once for every N.
+template <typename T, int N>
+struct Wgmma : WgmmaInstruction<T, N> {
+  using Instruction = WgmmaInstruction<T, N>;
+  static __device__ __forceinline__ void ss(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
+    Instruction::template ss_t<0, 0>(d, desc_a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void ss_bt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
+    Instruction::template ss_t<0, 1>(d, desc_a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void ss_tt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
+    Instruction::template ss_t<1, 1>(d, desc_a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, int scale_d) {
+    Instruction::template rs_t<0>(d, a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void rs_bt(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, int scale_d) {
+    Instruction::template rs_t<1>(d, a, desc_b, scale_d);
+  }
+};
 """)
     for ctype, ptype in TYPES.items():
         for n in NS:

@@ -23,11 +23,33 @@
 
 namespace flashjit {
 
+// The instruction itself, one specialisation per (element type, N) below.
 template <typename T, int N>
-struct Wgmma;
+struct WgmmaInstruction;
+
+// Its named cases, once for every N.
+template <typename T, int N>
+struct Wgmma : WgmmaInstruction<T, N> {
+  using Instruction = WgmmaInstruction<T, N>;
+  static __device__ __forceinline__ void ss(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
+    Instruction::template ss_t<0, 0>(d, desc_a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void ss_bt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
+    Instruction::template ss_t<0, 1>(d, desc_a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void ss_tt(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
+    Instruction::template ss_t<1, 1>(d, desc_a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, int scale_d) {
+    Instruction::template rs_t<0>(d, a, desc_b, scale_d);
+  }
+  static __device__ __forceinline__ void rs_bt(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, int scale_d) {
+    Instruction::template rs_t<1>(d, a, desc_b, scale_d);
+  }
+};
 
 template <>
-struct Wgmma<bf16, 16> {
+struct WgmmaInstruction<bf16, 16> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -37,15 +59,6 @@ struct Wgmma<bf16, 16> {
         "%8, %9, p, 1, 1, %11, %12;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[8], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -58,16 +71,10 @@ struct Wgmma<bf16, 16> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[8], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[8], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 32> {
+struct WgmmaInstruction<bf16, 32> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -77,15 +84,6 @@ struct Wgmma<bf16, 32> {
         "%16, %17, p, 1, 1, %19, %20;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[16], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -98,16 +96,10 @@ struct Wgmma<bf16, 32> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[16], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[16], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 48> {
+struct WgmmaInstruction<bf16, 48> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -117,15 +109,6 @@ struct Wgmma<bf16, 48> {
         "%24, %25, p, 1, 1, %27, %28;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[24], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -138,16 +121,10 @@ struct Wgmma<bf16, 48> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[24], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[24], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 64> {
+struct WgmmaInstruction<bf16, 64> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -157,15 +134,6 @@ struct Wgmma<bf16, 64> {
         "%32, %33, p, 1, 1, %35, %36;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -178,16 +146,10 @@ struct Wgmma<bf16, 64> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 80> {
+struct WgmmaInstruction<bf16, 80> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -197,15 +159,6 @@ struct Wgmma<bf16, 80> {
         "%40, %41, p, 1, 1, %43, %44;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[40], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -218,16 +171,10 @@ struct Wgmma<bf16, 80> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[40], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[40], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 96> {
+struct WgmmaInstruction<bf16, 96> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -237,15 +184,6 @@ struct Wgmma<bf16, 96> {
         "%48, %49, p, 1, 1, %51, %52;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[48], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -258,16 +196,10 @@ struct Wgmma<bf16, 96> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[48], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[48], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 112> {
+struct WgmmaInstruction<bf16, 112> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -277,15 +209,6 @@ struct Wgmma<bf16, 112> {
         "%56, %57, p, 1, 1, %59, %60;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[56], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -298,16 +221,10 @@ struct Wgmma<bf16, 112> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[56], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[56], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 128> {
+struct WgmmaInstruction<bf16, 128> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -317,15 +234,6 @@ struct Wgmma<bf16, 128> {
         "%64, %65, p, 1, 1, %67, %68;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[64], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -338,16 +246,10 @@ struct Wgmma<bf16, 128> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[64], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[64], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 144> {
+struct WgmmaInstruction<bf16, 144> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -357,15 +259,6 @@ struct Wgmma<bf16, 144> {
         "%72, %73, p, 1, 1, %75, %76;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[72], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -378,16 +271,10 @@ struct Wgmma<bf16, 144> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[72], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[72], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 160> {
+struct WgmmaInstruction<bf16, 160> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -397,15 +284,6 @@ struct Wgmma<bf16, 160> {
         "%80, %81, p, 1, 1, %83, %84;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[80], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -418,16 +296,10 @@ struct Wgmma<bf16, 160> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[80], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[80], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 176> {
+struct WgmmaInstruction<bf16, 176> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -437,15 +309,6 @@ struct Wgmma<bf16, 176> {
         "%88, %89, p, 1, 1, %91, %92;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[88], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -458,16 +321,10 @@ struct Wgmma<bf16, 176> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[88], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[88], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 192> {
+struct WgmmaInstruction<bf16, 192> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -477,15 +334,6 @@ struct Wgmma<bf16, 192> {
         "%96, %97, p, 1, 1, %99, %100;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[96], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -498,16 +346,10 @@ struct Wgmma<bf16, 192> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[96], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[96], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 208> {
+struct WgmmaInstruction<bf16, 208> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -517,15 +359,6 @@ struct Wgmma<bf16, 208> {
         "%104, %105, p, 1, 1, %107, %108;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[104], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -538,16 +371,10 @@ struct Wgmma<bf16, 208> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[104], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[104], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 224> {
+struct WgmmaInstruction<bf16, 224> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -557,15 +384,6 @@ struct Wgmma<bf16, 224> {
         "%112, %113, p, 1, 1, %115, %116;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[112], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -578,16 +396,10 @@ struct Wgmma<bf16, 224> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[112], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[112], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 240> {
+struct WgmmaInstruction<bf16, 240> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -597,15 +409,6 @@ struct Wgmma<bf16, 240> {
         "%120, %121, p, 1, 1, %123, %124;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[120], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -618,16 +421,10 @@ struct Wgmma<bf16, 240> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[120], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[120], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<bf16, 256> {
+struct WgmmaInstruction<bf16, 256> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -637,15 +434,6 @@ struct Wgmma<bf16, 256> {
         "%128, %129, p, 1, 1, %131, %132;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[128], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -658,16 +446,10 @@ struct Wgmma<bf16, 256> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[128], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[128], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 16> {
+struct WgmmaInstruction<fp16, 16> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -677,15 +459,6 @@ struct Wgmma<fp16, 16> {
         "%8, %9, p, 1, 1, %11, %12;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[8], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[8], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -698,16 +471,10 @@ struct Wgmma<fp16, 16> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[8], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[8], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 32> {
+struct WgmmaInstruction<fp16, 32> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -717,15 +484,6 @@ struct Wgmma<fp16, 32> {
         "%16, %17, p, 1, 1, %19, %20;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[16], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[16], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -738,16 +496,10 @@ struct Wgmma<fp16, 32> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[16], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[16], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 48> {
+struct WgmmaInstruction<fp16, 48> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -757,15 +509,6 @@ struct Wgmma<fp16, 48> {
         "%24, %25, p, 1, 1, %27, %28;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[24], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[24], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -778,16 +521,10 @@ struct Wgmma<fp16, 48> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[24], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[24], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 64> {
+struct WgmmaInstruction<fp16, 64> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -797,15 +534,6 @@ struct Wgmma<fp16, 64> {
         "%32, %33, p, 1, 1, %35, %36;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -818,16 +546,10 @@ struct Wgmma<fp16, 64> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[32], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 80> {
+struct WgmmaInstruction<fp16, 80> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -837,15 +559,6 @@ struct Wgmma<fp16, 80> {
         "%40, %41, p, 1, 1, %43, %44;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[40], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[40], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -858,16 +571,10 @@ struct Wgmma<fp16, 80> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[40], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[40], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 96> {
+struct WgmmaInstruction<fp16, 96> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -877,15 +584,6 @@ struct Wgmma<fp16, 96> {
         "%48, %49, p, 1, 1, %51, %52;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[48], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[48], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -898,16 +596,10 @@ struct Wgmma<fp16, 96> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[48], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[48], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 112> {
+struct WgmmaInstruction<fp16, 112> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -917,15 +609,6 @@ struct Wgmma<fp16, 112> {
         "%56, %57, p, 1, 1, %59, %60;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[56], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[56], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -938,16 +621,10 @@ struct Wgmma<fp16, 112> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[56], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[56], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 128> {
+struct WgmmaInstruction<fp16, 128> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -957,15 +634,6 @@ struct Wgmma<fp16, 128> {
         "%64, %65, p, 1, 1, %67, %68;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[64], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -978,16 +646,10 @@ struct Wgmma<fp16, 128> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[64], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[64], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 144> {
+struct WgmmaInstruction<fp16, 144> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -997,15 +659,6 @@ struct Wgmma<fp16, 144> {
         "%72, %73, p, 1, 1, %75, %76;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[72], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[72], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1018,16 +671,10 @@ struct Wgmma<fp16, 144> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[72], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[72], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 160> {
+struct WgmmaInstruction<fp16, 160> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -1037,15 +684,6 @@ struct Wgmma<fp16, 160> {
         "%80, %81, p, 1, 1, %83, %84;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[80], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[80], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1058,16 +696,10 @@ struct Wgmma<fp16, 160> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[80], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[80], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 176> {
+struct WgmmaInstruction<fp16, 176> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -1077,15 +709,6 @@ struct Wgmma<fp16, 176> {
         "%88, %89, p, 1, 1, %91, %92;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[88], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[88], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1098,16 +721,10 @@ struct Wgmma<fp16, 176> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[88], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[88], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 192> {
+struct WgmmaInstruction<fp16, 192> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -1117,15 +734,6 @@ struct Wgmma<fp16, 192> {
         "%96, %97, p, 1, 1, %99, %100;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[96], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1138,16 +746,10 @@ struct Wgmma<fp16, 192> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[96], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[96], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 208> {
+struct WgmmaInstruction<fp16, 208> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -1157,15 +759,6 @@ struct Wgmma<fp16, 208> {
         "%104, %105, p, 1, 1, %107, %108;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[104], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[104], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1178,16 +771,10 @@ struct Wgmma<fp16, 208> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[104], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[104], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 224> {
+struct WgmmaInstruction<fp16, 224> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -1197,15 +784,6 @@ struct Wgmma<fp16, 224> {
         "%112, %113, p, 1, 1, %115, %116;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[112], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[112], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1218,16 +796,10 @@ struct Wgmma<fp16, 224> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[112], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[112], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 240> {
+struct WgmmaInstruction<fp16, 240> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -1237,15 +809,6 @@ struct Wgmma<fp16, 240> {
         "%120, %121, p, 1, 1, %123, %124;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[120], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[120], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1258,16 +821,10 @@ struct Wgmma<fp16, 240> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[120], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[120], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
-  }
 };
 
 template <>
-struct Wgmma<fp16, 256> {
+struct WgmmaInstruction<fp16, 256> {
   template <int kTransA, int kTransB>
   static __device__ __forceinline__ void ss_t(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -1277,15 +834,6 @@ struct Wgmma<fp16, 256> {
         "%128, %129, p, 1, 1, %131, %132;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-  static __device__ __forceinline__ void ss(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 0>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_bt(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<0, 1>(d, desc_a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void ss_tt(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
-    ss_t<1, 1>(d, desc_a, desc_b, scale_d);
   }
   template <int kTransB>
   static __device__ __forceinline__ void rs_t(float (&d)[128], const u32 (&a)[4], u64 desc_b, int scale_d) {
@@ -1297,12 +845,6 @@ struct Wgmma<fp16, 256> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
           "n"(kTransB));
-  }
-  static __device__ __forceinline__ void rs(float (&d)[128], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<0>(d, a, desc_b, scale_d);
-  }
-  static __device__ __forceinline__ void rs_bt(float (&d)[128], const u32 (&a)[4], u64 desc_b, int scale_d) {
-    rs_t<1>(d, a, desc_b, scale_d);
   }
 };
 
