@@ -192,17 +192,18 @@ llvm::Expected<BwdSm90Traits> BwdSm90Traits::make(int head_dim_qk, int head_dim_
         llvm::formatv("block_m={0} is not {1} at head dim {2} (registers: S^T, dP^T, "
                       "dK and dV of a warpgroup)",
                       block_m, widest <= 64 ? "64 or 128" : "64", dims_text));
-  if (dims.empty() && !block_n_allowed(head_dim_qk, head_dim_v, block_n))
-    why.push_back(llvm::formatv(
-        "block_n={0} is not {1} at head dim {2} ({3})", block_n,
-        widest < 192                                           ? "128"
-        : sm90_backward_wide_own_keys(head_dim_qk, t.v_dim()) ? "64 or 128"
-                                                               : "64",
-        dims_text,
-        widest < 192 ? "64 keys per consumer warpgroup, two"
-        : sm90_backward_wide_own_keys(head_dim_qk, t.v_dim())
-            ? "64 keys shared by two consumer warpgroups, or 64 each"
-            : "64 keys shared by two consumer warpgroups"));
+  if (dims.empty() && !block_n_allowed(head_dim_qk, head_dim_v, block_n)) {
+    const char *allowed = "128", *why_n = "64 keys per consumer warpgroup, two";
+    if (widest >= 192 && sm90_backward_wide_own_keys(head_dim_qk, t.v_dim())) {
+      allowed = "64 or 128";
+      why_n = "64 keys shared by two consumer warpgroups, or 64 each";
+    } else if (widest >= 192) {
+      allowed = "64";
+      why_n = "64 keys shared by two consumer warpgroups";
+    }
+    why.push_back(llvm::formatv("block_n={0} is not {1} at head dim {2} ({3})", block_n, allowed,
+                                dims_text, why_n));
+  }
   if (warps != kWarps)
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and two consumer warpgroups)",
                                 warps, kWarps));
