@@ -58,9 +58,9 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
     // A key tile the caller names (192/128 has two) brings its own stages.
     const bool named_block_n =
         BwdSm90Traits::block_n_allowed(problem.head_dim_qk, problem.head_dim_v, partial.block_n);
-    const KernelConfig first = BwdSm90Traits::default_config(
-        problem.head_dim_qk, problem.head_dim_v, modified, problem.mask != MaskKind::none,
-        partial.deterministic, named_block_n ? partial.block_n : 0);
+    const KernelConfig first =
+        BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v, modified,
+                                      named_block_n ? partial.block_n : 0);
     const TileChoice tile{first.block_m, first.block_n, first.warps, first.stages};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tile, [&](const KernelConfig &c) {
       return BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,

@@ -73,8 +73,7 @@ std::string sm90_backward_automatic_reason(const Problem &problem, const TargetA
   // bit-identical runs, 0.72-0.90x the default mode's speed and 2.6x the
   // sm80 family's deterministic mode; docs/PERF.md, fourteenth session).
   if (deterministic) {
-    const KernelConfig c = BwdSm90Traits::default_config(
-        problem.head_dim_qk, problem.head_dim_v, false, problem.mask != MaskKind::none, true);
+    const KernelConfig c = BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v);
     auto traits = BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
                                       c.warps, c.stages, max_smem_per_block(arch), true);
     if (!traits) return llvm::toString(traits.takeError());
@@ -112,9 +111,9 @@ int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
 // one with 128-row tiles (tiled 32 and 64), where two spilled the consumers
 // (d=64: documents 0 -> 55 STL, the window with sinks 23 -> 49).
 KernelConfig BwdSm90Traits::default_config(int head_dim_qk, int head_dim_v, bool modified,
-                                           bool masked, bool deterministic, int block_n) {
+                                           int block_n) {
   const int block_m = default_block_m(head_dim_qk, head_dim_v);
-  if (!block_n) block_n = default_block_n(head_dim_qk, head_dim_v, masked, deterministic, modified);
+  if (!block_n) block_n = default_block_n(head_dim_qk, head_dim_v, modified);
   const BwdSm90Traits two{head_dim_qk, block_m, block_n, kWarps, 2, head_dim_v};
   const int stages = two.dq_staged() && !(modified && block_m == 128) ? 2 : 1;
   return KernelConfig{KernelPath::sm90, block_m, block_n, kWarps, stages};

@@ -32,11 +32,11 @@ struct BwdSm90Traits {
   // on top of their own.
   static constexpr int kProducerSpillBytes = 136;
   // What the consumers of 192/128 with 128 keys a CTA (S^T and dP^T in two
-  // passes, bwd_sm90.cuh) keep in local memory on top: descriptors and an
-  // item's state, 136-332 bytes in all by ptxas (deterministic and softcap
-  // at the top), none of them wgmma operands (no serialisation); timed all
-  // the same, 1.13x the head-dim split without a mask and 1.61x in the
-  // deterministic mode (H100, docs/PERF.md, thirty-sixth session).
+  // passes, bwd_sm90_layout.cuh's kSParts) keep in local memory on top:
+  // descriptors and an item's state, 84-212 bytes of stores by ptxas
+  // (deterministic at the top), none of them wgmma operands (no
+  // serialisation); timed all the same, 1.15-1.61x the head-dim split
+  // (H100, docs/PERF.md, thirty-sixth and thirty-seventh sessions).
   static constexpr int kTwoPassSpillBytes = 216;
 
   int threads() const { return 32 * warps; }
@@ -59,22 +59,19 @@ struct BwdSm90Traits {
   }
   // The heuristic's key tile. At 192/128, 128 keys a CTA halve the L2
   // traffic per FLOP that bounds the split there (Q's and dO's loads, dQ's
-  // reduce-adds; ncu, 8k causal: L2 throughput 95.8%) and win without a
-  // mask and in the deterministic mode; the default mode under a mask
-  // keeps the split. H100, bf16, 16k tokens, TFLOP/s, 64 -> 128 keys: 8k
-  // full 367.9 -> 415.3 (413.1), deterministic 8k causal 229.8 -> 371.0;
-  // causal 8k 354.0 -> 347.9, 2k 278.0 -> 269.6, 1k 206.2 -> 203.9
-  // (docs/PERF.md, thirty-sixth session). A caller's modifiers keep the
-  // split in either mode: on 128 keys mask_mod, score_mod and softcap
-  // together spilled 448 bytes (the split none), past the tuner's limit.
-  static int default_block_n(int head_dim_qk, int head_dim_v, bool masked, bool deterministic,
-                             bool modified) {
+  // reduce-adds; ncu, 8k causal: L2 throughput 95.8%), and with the first
+  // pass's dV and dK products under the second pass's element-wise work
+  // (the kernel's kEarlyPartProducts) they win in every mode. H100, bf16,
+  // 16k tokens, TFLOP/s, 64 -> 128 keys: 8k full 367.9 -> 472.6, causal
+  // 8k 353.2 -> 422.1, 2k 278.0 -> 332.3, deterministic 8k causal 229.8 ->
+  // 371.0 (docs/PERF.md, thirty-sixth and thirty-seventh sessions). A
+  // caller's modifiers keep the split: on 128 keys mask_mod, score_mod and
+  // softcap together keep 304-344 bytes in local memory (the split none),
+  // past the tuner's limit.
+  static int default_block_n(int head_dim_qk, int head_dim_v, bool modified) {
     const int dv = head_dim_v > 0 ? head_dim_v : head_dim_qk;
     if (widest_tile(head_dim_qk, dv) < 192) return 128;
-    return sm90_backward_wide_own_keys(head_dim_qk, dv) && !modified &&
-                   (!masked || deterministic)
-               ? 128
-               : 64;
+    return sm90_backward_wide_own_keys(head_dim_qk, dv) && !modified ? 128 : 64;
   }
   int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim, v_dim()); }
@@ -107,11 +104,10 @@ struct BwdSm90Traits {
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);
   // `modified`: the caller's modifiers (score_mod, mask_mod, sinks);
-  // `masked`: a mask or a mask_mod; `block_n`: the caller's key tile (0:
-  // default_block_n's), whose stages the config then takes (at 192/128 two
-  // stages of 128 keys leave no room for the staged dQ).
+  // `block_n`: the caller's key tile (0: default_block_n's), whose stages
+  // the config then takes (at 192/128 two stages of 128 keys leave no room
+  // for the staged dQ).
   static KernelConfig default_config(int head_dim_qk, int head_dim_v, bool modified = false,
-                                     bool masked = false, bool deterministic = false,
                                      int block_n = 0);
   // The (KV head, batch) pairs per section of the kernel's dispatch order
   // (BwdParams::dispatch_section). A CTA under a causal mask costs the query

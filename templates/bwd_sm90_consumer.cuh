@@ -350,11 +350,45 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
 
       // n8 tiles 2kk and 2kk+1 of S^T are exactly the A fragment of k-step kk.
       u32 p_frag[kSSteps][4];
+      // MN-major dO and Q (B of dV and dK): k-step kk = query rows 16kk.. = two
+      // 8-row atoms on; this warpgroup's columns of them.
+      const u64 do_cols_desc = qkv_descriptor(do_tile + (v_col0 / kAtomCols) * kQColBlockBytes,
+                                              kQColBlockBytes, kAtomBytes);
+      const u64 q_cols_desc = qkv_descriptor(q_tile + (k_col0 / kAtomCols) * kQColBlockBytes,
+                                             kQColBlockBytes, kAtomBytes);
 #pragma unroll
       for (int part = 0; part < kSParts; ++part) {
         if (part > 0) {
           issue_s_dp(part * kSPartN);
-          wait_s_dp();
+          if constexpr (kEarlyPartProducts) {
+            // The part before's dV and dK (its P^T and dS^T fragments as A)
+            // run under this part's element-wise work.
+            wgmma_fence_operands(acc_dv);
+            wgmma_fence_operands(acc_dk);
+#pragma unroll
+            for (int kk = 0; kk < kSPartSteps; ++kk) {
+              wgmma_fence_operands(p_frag[kk]);
+              wgmma_fence_operands(ds_frag[kk]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kSPartSteps; ++kk)
+              Wgmma<Element, kVN>::rs_bt(acc_dv, p_frag[kk],
+                                         do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+#pragma unroll
+            for (int kk = 0; kk < kSPartSteps; ++kk)
+              Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
+                                         q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+            wgmma_commit();
+            wgmma_fence_operands(acc_dv);
+            wgmma_fence_operands(acc_dk);
+            wgmma_wait<1>();  // this part's S^T and dP^T done
+            wgmma_fence_operands(acc_s);
+            wgmma_fence_operands(acc_dp);
+            fence_row_fragments();
+          } else {
+            wait_s_dp();
+          }
         }
         recompute_part(part * kSPartN);
 #pragma unroll
@@ -367,12 +401,6 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
                 Ops::pack(acc_dp[8 * kk + 2 * j], acc_dp[8 * kk + 2 * j + 1]);
           }
       }
-      // MN-major dO and Q (B of dV and dK): k-step kk = query rows 16kk.. = two
-      // 8-row atoms on; this warpgroup's columns of them.
-      const u64 do_cols_desc = qkv_descriptor(do_tile + (v_col0 / kAtomCols) * kQColBlockBytes,
-                                              kQColBlockBytes, kAtomBytes);
-      const u64 q_cols_desc = qkv_descriptor(q_tile + (k_col0 / kAtomCols) * kQColBlockBytes,
-                                             kQColBlockBytes, kAtomBytes);
 
       if constexpr (kSplitHeadDim) {
         // ---- P^T and dS^T to shared memory: both warpgroups' query halves ------
@@ -433,16 +461,18 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
             wgmma_fence_operands(ds_frag[kk]);
           }
         };
+        // (The part before's steps already issued, kEarlyPartProducts.)
+        constexpr int kFirstStep = kEarlyPartProducts ? (kSParts - 1) * kSPartSteps : 0;
         auto issue_dk = [&] {
 #pragma unroll
-          for (int kk = 0; kk < kPSteps; ++kk)
+          for (int kk = kFirstStep; kk < kPSteps; ++kk)
             Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
                                        q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
         };
         fence_rs_operands();
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kPSteps; ++kk)
+        for (int kk = kFirstStep; kk < kPSteps; ++kk)
           Wgmma<Element, kVN>::rs_bt(acc_dv, p_frag[kk],
                                      do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
         if constexpr (!kDQUnderLastMma) issue_dk();

@@ -239,10 +239,14 @@ std::vector<Case> sm90_cases() {
   cases.push_back(
       {make_problem(DType::bf16, 2, 4, 2, 257, 257, 192, 128, MaskKind::causal), sm90_det});
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
-  // (the head-dim split, staged dQ), each side wider, both below 256.
-  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 128, MaskKind::causal), sm90});
+  // (the head-dim split, staged dQ: 64 keys a CTA, named, the default
+  // being 128), each side wider, both below 256.
+  const KernelConfig split_192{KernelPath::sm90, 64, 64, 12, 2};
   cases.push_back(
-      {make_problem(DType::fp16, 1, 4, 4, 257, 700, 192, 128, MaskKind::none, -1, -1, 30.f), sm90});
+      {make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 128, MaskKind::causal), split_192});
+  cases.push_back(
+      {make_problem(DType::fp16, 1, 4, 4, 257, 700, 192, 128, MaskKind::none, -1, -1, 30.f),
+       split_192});
   cases.push_back(
       {make_problem(DType::bf16, 2, 4, 4, 203, 113, 128, 256, MaskKind::window, 70, 9), sm90});
   cases.push_back({make_problem(DType::bf16, 2, 6, 2, 300, 300, 64, 128, MaskKind::causal), sm90});
@@ -257,7 +261,8 @@ std::vector<Case> sm90_cases() {
        sm90});
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 300, 77, 128, 192, MaskKind::causal), sm90});
   cases.push_back({make_problem(DType::bf16, 1, 4, 2, 200, 300, 256, 192, MaskKind::none), sm90});
-  cases.push_back({make_problem(DType::fp16, 2, 4, 2, 190, 257, 176, 104, MaskKind::causal), sm90});
+  cases.push_back(
+      {make_problem(DType::fp16, 2, 4, 2, 190, 257, 176, 104, MaskKind::causal), split_192});
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 192, MaskKind::causal),
                    KernelConfig{KernelPath::sm90, 64, 64, 12, 2}});
   cases.push_back({make_problem(DType::fp16, 1, 4, 4, 257, 513, 184, 184, MaskKind::none),
@@ -282,8 +287,9 @@ std::vector<Case> sm90_cases() {
   cases.push_back({make_problem(DType::bf16, 2, 4, 2, 333, 333, 32, 32, MaskKind::causal),
                    deterministic(sm90)});
   // 192/128 with 128 keys a CTA (each warpgroup its own 64, S^T and dP^T in
-  // two passes; the default without a mask and when deterministic):
-  // causal, a window with softcap, GQA, both dtypes, tails.
+  // two passes, the first's dV and dK under the second's element-wise work;
+  // the default without a caller's modifiers): causal, a window with
+  // softcap, GQA, both dtypes, tails.
   const KernelConfig wide_keys{KernelPath::sm90, 64, 128, 12, 1};
   cases.push_back(
       {make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 128, MaskKind::causal), wide_keys});
@@ -380,8 +386,17 @@ TEST(BackwardDeterminism, Sm90DeterministicOwnKeysIsBitIdentical) {
 }
 
 // The head-dim split at a 192-wide tile (each warpgroup's dQ half its own
-// three boxes): DeepSeek-V3's 192/128.
+// three boxes): DeepSeek-V3's 192/128 on 64 keys a CTA, named.
 TEST(BackwardDeterminism, Sm90DeterministicSplit192IsBitIdentical) {
+  FLASHJIT_REQUIRE_SM90();
+  expect_bit_identical_runs(
+      deterministic(KernelConfig{KernelPath::sm90, 64, 64, 12, 2}),
+      make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 192, 128, MaskKind::causal));
+}
+
+// 192/128's default, 128 keys a CTA (each warpgroup's dQ over its own keys,
+// two writers taking the tiles in turn).
+TEST(BackwardDeterminism, Sm90Deterministic192With128KeysIsBitIdentical) {
   FLASHJIT_REQUIRE_SM90();
   expect_bit_identical_runs(
       deterministic(KernelConfig{KernelPath::sm90}),

@@ -126,10 +126,9 @@ TEST(BackwardSpec, ValidatesConfigs) {
   ASSERT_FALSE(bool(tiny));
   EXPECT_NE(llvm::toString(tiny.takeError()).find("block_n=32 leaves a warp less than 16 keys"),
             std::string::npos);
-  // 192/128: 128 keys (one stage) without a mask and when deterministic,
-  // the head-dim split (two stages) under a mask and with a caller's
-  // modifiers, in either mode; a key tile the caller names brings its own
-  // stages.
+  // 192/128: 128 keys (one stage) in either mode, with a mask or without,
+  // the head-dim split (two stages) with a caller's modifiers; a key tile
+  // the caller names brings its own stages.
   Problem ds;
   ds.head_dim_qk = 192;
   ds.head_dim_v = 128;
@@ -141,7 +140,7 @@ TEST(BackwardSpec, ValidatesConfigs) {
   };
   EXPECT_EQ(default_backward_config(ds, kSm90a), wide_keys);
   ds.mask = MaskKind::causal;
-  EXPECT_EQ(default_backward_config(ds, kSm90a), split);
+  EXPECT_EQ(default_backward_config(ds, kSm90a), wide_keys);
   EXPECT_EQ(default_backward_config(ds, kSm90a, 0, det_request),
             deterministic(wide_keys));
   EXPECT_EQ(default_backward_config(ds, kSm90a, 0, det_request, /*modified=*/true),
@@ -149,10 +148,11 @@ TEST(BackwardSpec, ValidatesConfigs) {
   ds.mask = MaskKind::none;
   EXPECT_EQ(default_backward_config(ds, kSm90a, 0, {}, /*modified=*/true), split);
   ds.mask = MaskKind::causal;
+  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, {}, /*modified=*/true), split);
   KernelConfig named;
   named.path = KernelPath::sm90;
   named.block_n = 128;
-  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, named), wide_keys);
+  EXPECT_EQ(default_backward_config(ds, kSm90a, 0, named, /*modified=*/true), wide_keys);
   named.block_n = 64;
   ds.mask = MaskKind::none;
   EXPECT_EQ(default_backward_config(ds, kSm90a, 0, named), split);

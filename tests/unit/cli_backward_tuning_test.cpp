@@ -214,12 +214,13 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       {{"--pass", "bwd", "--hdim", "192"},
        "bwd_sm90_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w12_s2_sm_90a",
        ""},
-      // 192/128: 128 keys a CTA without a mask, the head-dim split under one.
+      // 192/128: 128 keys a CTA in every mode (the head-dim split's 64 with
+      // a caller's modifiers).
       {{"--pass", "bwd", "--hdim", "192", "--hdim-v", "128"},
        "bwd_sm90_bf16_hdqk192_hdv128_none_nocap_bm64_bn128_w12_s1_sm_90a",
        ""},
       {{"--pass", "bwd", "--hdim", "192", "--hdim-v", "128", "--causal"},
-       "bwd_sm90_bf16_hdqk192_hdv128_causal_nocap_bm64_bn64_w12_s2_sm_90a",
+       "bwd_sm90_bf16_hdqk192_hdv128_causal_nocap_bm64_bn128_w12_s1_sm_90a",
        ""},
       {{"--pass", "bwd", "--hdim", "192", "--hdim-v", "128", "--causal", "--deterministic"},
        "bwd_sm90_bf16_hdqk192_hdv128_causal_nocap_bm64_bn128_w12_s1_det_sm_90a",
