@@ -133,10 +133,6 @@ int BwdSm90Traits::dispatch_section(const Problem &problem, int block_n, bool ma
                                     bool deterministic) {
   const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
   const bool masked = problem.mask != MaskKind::none || mask_mod;
-  const bool wide = block_n == 64;
-  const int64_t deterministic_pairs = masked && wide ? 16 : 8;
-  const int64_t least = deterministic ? std::min(pairs, deterministic_pairs) : 1;
-  if (!masked) return static_cast<int>(least);
   constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
   const int64_t element = 2;                // bf16 or fp16
   const int64_t head_bytes =
@@ -144,6 +140,16 @@ int BwdSm90Traits::dispatch_section(const Problem &problem, int block_n, bool ma
       ((problem.head_dim_qk + problem.head_dim_v) * element + problem.head_dim_qk * 4);
   int64_t section = 1;
   while (section * 2 * head_bytes <= kL2Bytes && section * 2 <= pairs) section *= 2;
+  int64_t least = 1;
+  if (deterministic) {
+    // The head-dim split's 64-key blocks (192 and 256 wide): see the header.
+    const bool wide = block_n == 64;
+    const int64_t key_blocks = (std::max<int64_t>(1, problem.seqlen_k) + block_n - 1) / block_n;
+    if (wide && !masked)
+      return static_cast<int>(std::clamp<int64_t>(section, std::min<int64_t>(pairs, 2), 8));
+    least = std::min<int64_t>(pairs, wide && key_blocks <= 32 ? 16 : 8);
+  }
+  if (!masked) return static_cast<int>(least);
   // Sections that divide the pairs, where one down to half the size does:
   // a last section shorter than the others starts its heaviest items when
   // nothing else is left to dispatch, and SMs idle while they run. H200,

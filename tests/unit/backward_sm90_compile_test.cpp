@@ -559,29 +559,49 @@ TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
 
 TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
   // Each pair's key blocks running at once form one chain of dQ adds: at
-  // least 8 pairs per section keep it short, with or without a mask; 16
-  // under a mask with the head-dim split's 64-key blocks.
+  // least 8 pairs per section keep it short, with or without a mask; with
+  // the head-dim split's 64-key blocks 16 under a mask while a pair has at
+  // most 32 key blocks, and without a mask the L2's sections, 2 to 8.
+  auto det_section = [](const Problem &p, int block_n, bool mask_mod = false) {
+    return BwdSm90Traits::dispatch_section(p, block_n, mask_mod, /*deterministic=*/true);
+  };
   Problem p = causal_problem(256, 2, 8, 8192);  // 16 MB a head: 2 pairs in L2
   EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64), 2);
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, false, /*deterministic=*/true), 16);
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 16);
+  EXPECT_EQ(det_section(p, 64), 8);  // 128 key blocks a pair
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 8);
+  EXPECT_EQ(det_section(causal_problem(256, 16, 8, 1024), 64), 16);
+  EXPECT_EQ(det_section(causal_problem(256, 8, 8, 2048), 64), 16);  // 32 key blocks
+  EXPECT_EQ(det_section(causal_problem(256, 4, 8, 4096), 64), 8);
   Problem d128 = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in L2
   EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, 128), 4);
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, 128, false, true), 8);
+  EXPECT_EQ(det_section(d128, 128), 8);
+  d128.mask = MaskKind::none;
+  EXPECT_EQ(det_section(d128, 128), 8);
   p.mask = MaskKind::none;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, false, true), 8);
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, /*mask_mod=*/true, true), 16);  // a mask too
-  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 8);
+  EXPECT_EQ(det_section(p, 64), 2);                     // 16 MB a head: 2 in L2
+  EXPECT_EQ(det_section(p, 64, /*mask_mod=*/true), 8);  // a mask too
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 2);
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false, 64).dispatch_section, 1);
+  p.seqlen_q = p.seqlen_k = 4096;  // 8 MB: 4
+  EXPECT_EQ(det_section(p, 64), 4);
+  p.seqlen_q = p.seqlen_k = 1024;  // 2 MB: 16 in L2, at most 8
+  EXPECT_EQ(det_section(p, 64), 8);
+  p.seqlen_q = p.seqlen_k = 16384;  // 32 MB: 1, at least 2
+  EXPECT_EQ(det_section(p, 64), 2);
   // Fewer pairs than 8: all of them; more L2 room than 8: the L2's.
   p.heads_q = p.heads_kv = 2;
   p.batch = 1;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64, false, true), 2);
+  p.seqlen_q = p.seqlen_k = 8192;
+  p.mask = MaskKind::causal;
+  EXPECT_EQ(det_section(p, 64), 2);
+  p.heads_q = p.heads_kv = 1;
+  p.mask = MaskKind::none;
+  EXPECT_EQ(det_section(p, 64), 1);
   p.heads_q = p.heads_kv = 32;
   p.mask = MaskKind::causal;
   p.seqlen_q = p.seqlen_k = 2048;  // 2 MB a head at d=128: 16 of the 32 pairs
   p.head_dim_qk = p.head_dim_v = 128;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128, false, true), 16);
+  EXPECT_EQ(det_section(p, 128), 16);
 }
 
 }  // namespace
