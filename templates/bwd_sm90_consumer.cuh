@@ -356,6 +356,17 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
                                               kQColBlockBytes, kAtomBytes);
       const u64 q_cols_desc = qkv_descriptor(q_tile + (k_col0 / kAtomCols) * kQColBlockBytes,
                                              kQColBlockBytes, kAtomBytes);
+      // dV's and dK's accumulators and the A fragments of their first
+      // `steps` k-steps, fenced around the MMAs that read them.
+      auto fence_products = [&](auto steps) {
+        wgmma_fence_operands(acc_dv);
+        wgmma_fence_operands(acc_dk);
+#pragma unroll
+        for (int kk = 0; kk < decltype(steps)::value; ++kk) {
+          wgmma_fence_operands(p_frag[kk]);
+          wgmma_fence_operands(ds_frag[kk]);
+        }
+      };
 #pragma unroll
       for (int part = 0; part < kSParts; ++part) {
         if (part > 0) {
@@ -363,13 +374,7 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
           if constexpr (kEarlyPartProducts) {
             // The part before's dV and dK (its P^T and dS^T fragments as A)
             // run under this part's element-wise work.
-            wgmma_fence_operands(acc_dv);
-            wgmma_fence_operands(acc_dk);
-#pragma unroll
-            for (int kk = 0; kk < kSPartSteps; ++kk) {
-              wgmma_fence_operands(p_frag[kk]);
-              wgmma_fence_operands(ds_frag[kk]);
-            }
+            fence_products(KSteps<kSPartSteps>{});
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < kSPartSteps; ++kk)
@@ -451,16 +456,7 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
         }
       } else {
         // ---- dV += P^T dO, dK += dS^T Q (A from registers) -----------------------
-        // Their accumulators and A fragments, fenced around the MMAs.
-        auto fence_rs_operands = [&] {
-          wgmma_fence_operands(acc_dv);
-          wgmma_fence_operands(acc_dk);
-#pragma unroll
-          for (int kk = 0; kk < kPSteps; ++kk) {
-            wgmma_fence_operands(p_frag[kk]);
-            wgmma_fence_operands(ds_frag[kk]);
-          }
-        };
+        auto fence_rs_operands = [&] { fence_products(KSteps<kPSteps>{}); };
         // (The part before's steps already issued, kEarlyPartProducts.)
         constexpr int kFirstStep = kEarlyPartProducts ? (kSParts - 1) * kSPartSteps : 0;
         auto issue_dk = [&] {
