@@ -126,24 +126,24 @@ struct BwdSm90Traits {
   // A caller's mask_mod counts as a mask (its block map makes the costs
   // uneven: causal as a mask_mod ran 0.88x the built-in causal's backward
   // pair by pair).
-  // The deterministic mode takes at least 8 pairs (or all there are), with
-  // or without a mask: a query tile's dQ takes its key blocks' adds one
-  // after another, so each pair's key blocks running at once form a chain
-  // whose start waits a reduce-add's round trip per link; 8 pairs keep
-  // about 16 key blocks of a pair on the 132 SMs (H200, against the
-  // L2-sized sections, TFLOP/s: d=256 8k causal 269 -> 316, d=128 8k full
-  // 413 -> 421, causal 436 -> 439; 32 pairs: 318, 406, 404). With the
-  // 64-key blocks of the head-dim split (192 and 256 wide), where each
-  // link waits out a 64 KB add at d=256: under a mask 16 pairs while a
-  // pair has at most 32 key blocks (its CTAs are short, so fewer of them
-  // should run at once), 8 past that, where 16 pairs' Q, dO and dQ no
-  // longer stay in L2; without a mask the L2-sized sections, 2 to 8 pairs.
-  // H100, deterministic, d=256, sections of 8 / 16 pairs (TFLOP/s): causal
-  // 1k 148 / 197.5, 2k 242.4 / 256.9, 4k 316.2 / 278.6, 8k 371.9 / 253.9;
-  // d=192 8k causal 361.2 / 256.7; without a mask 4k (4 pairs) 391.4
-  // against 341.1 with 8, 8k (2) 407.4 against 280.9 (docs/PERF.md,
-  // thirty-seventh session; on the H200 the thirtieth had 16 ahead at 4k
-  // and 8k causal by 1-4%).
+  // The deterministic mode: a query tile's dQ takes its key blocks' adds
+  // one after another, so each pair's key blocks running at once form a
+  // chain whose links wait for the key block before to reach the tile;
+  // more pairs a section make shorter chains, but keep more heads' Q, dO
+  // and dQ live in L2 at once. At least 8 pairs (or all there are) where
+  // each warpgroup takes its own keys, with or without a mask: about 16
+  // key blocks of a pair on the 132 SMs (H200, against the L2-sized
+  // sections, TFLOP/s: d=256 8k causal 269 -> 316, d=128 8k full 413 ->
+  // 421, causal 436 -> 439; 32 pairs: 318, 406, 404). With the 64-key
+  // blocks of the head-dim split (192 and 256 wide), where each tile adds
+  // 64 KB at d=256, chosen by measurement: under a mask at least 16 pairs
+  // while a pair has at most 32 key blocks, at least 8 past that; without
+  // a mask the L2-sized sections, 2 to 8 pairs. H100, deterministic,
+  // d=256, sections of 8 / 16 pairs (TFLOP/s): causal 1k 148 / 197.5, 2k
+  // 242.4 / 256.9, 4k 316.2 / 278.6, 8k 371.9 / 253.9; d=192 8k causal
+  // 361.2 / 256.7; without a mask 4k (4 pairs) 391.4 against 341.1 with
+  // 8, 8k (2) 407.4 against 280.9 (docs/PERF.md, thirty-seventh session;
+  // on the H200 the thirtieth had 16 ahead at 4k and 8k causal by 1-4%).
   static int dispatch_section(const Problem &problem, int block_n, bool mask_mod = false,
                               bool deterministic = false);
   // The kernel's work items, one per (key block of `block_n` keys, KV head,

@@ -103,8 +103,7 @@ constexpr int kSSteps = kSN / 16;     // S^T's columns as k16 steps of dV and dK
 // each, P^T and dS^T packed to 16 bits between them. (In one pass ptxas
 // spilled 760 bytes there and serialised every wgmma; in two, with the
 // producer on 24 registers, it spills 84-212 bytes of scalars and
-// serialises none: warp_roles.cpp.) The other warpgroup's MMAs fill the
-// tensor cores while one computes P^T.
+// serialises none: warp_roles.cpp.)
 constexpr int kSParts = !kSplitHeadDim && kKN / 2 + kVN / 2 + kSN > 200 ? 2 : 1;
 constexpr int kSPartN = kSN / kSParts;          // query columns of one pass
 constexpr int kSPartRegisters = kSPartN / 2;    // its S^T (and dP^T) accumulators
@@ -118,6 +117,8 @@ constexpr int kSPartSteps = kSPartN / 16;
 // moved, 192/128 8k causal 346.8 -> 422.1 TFLOP/s, full 409.8 -> 472.6
 // (H100, docs/PERF.md, thirty-seventh session).
 constexpr bool kEarlyPartProducts = kSParts == 2 && kStages == 1;
+static_assert(kSParts <= 2, "the early part products take the pass before as k-steps 0.."
+                            "kSPartSteps: two passes at most");
 constexpr int kKRegisters = kKN / 2;  // dK accumulators per thread
 constexpr int kVRegisters = kVN / 2;  // dV accumulators per thread
 // k16 steps of S^T and of dP^T: over the problem's columns only (the

@@ -298,6 +298,10 @@ std::vector<Case> sm90_cases() {
        wide_keys});
   cases.push_back(
       {make_problem(DType::bf16, 2, 6, 2, 203, 113, 176, 104, MaskKind::none), wide_keys});
+  // With two Q/dO stages (a caller's config: no room for the staged dQ,
+  // which then goes by atomics; the passes one after the other).
+  cases.push_back({make_problem(DType::bf16, 2, 4, 2, 391, 391, 192, 128, MaskKind::causal),
+                   KernelConfig{KernelPath::sm90, 64, 128, 12, 2}});
   return cases;
 }
 

@@ -557,7 +557,7 @@ TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
   EXPECT_EQ(backward_launch_geometry(*spec, gqa, 132).grid.x, 132u);
 }
 
-TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
+TEST(BwdSm90Traits, DeterministicDispatchSectionsTradeChainsForL2) {
   // Each pair's key blocks running at once form one chain of dQ adds: at
   // least 8 pairs per section keep it short, with or without a mask; with
   // the head-dim split's 64-key blocks 16 under a mask while a pair has at
@@ -571,6 +571,8 @@ TEST(BwdSm90Traits, DeterministicDispatchSectionsHoldAtLeastEightPairs) {
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 8);
   EXPECT_EQ(det_section(causal_problem(256, 16, 8, 1024), 64), 16);
   EXPECT_EQ(det_section(causal_problem(256, 8, 8, 2048), 64), 16);  // 32 key blocks
+  EXPECT_EQ(det_section(causal_problem(256, 8, 8, 2049), 64), 8);   // 33
+  EXPECT_EQ(det_section(causal_problem(256, 64, 8, 512), 64), 32);  // 1 MB a head: 32 in L2
   EXPECT_EQ(det_section(causal_problem(256, 4, 8, 4096), 64), 8);
   Problem d128 = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in L2
   EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, 128), 4);
