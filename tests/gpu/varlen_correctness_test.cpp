@@ -373,6 +373,14 @@ TEST(VarlenBackward, MatchesReferencePerSequence) {
                              v.mask == MaskKind::window ? 5 : -1, v.softcap);
     run_varlen_backward_case({p, lq, lk, v.config}, seed++);
   }
+  // DeepSeek-V3's 192/128 (128 keys a CTA, S^T and dP^T in two passes),
+  // causal, in both modes.
+  for (bool deterministic : {false, true}) {
+    Problem p = make_problem(DType::bf16, 1, 4, 2, 1, 1, 192, 128, MaskKind::causal);
+    KernelConfig config;
+    config.deterministic = deterministic;
+    run_varlen_backward_case({p, lq, lk, config}, seed++);
+  }
 }
 
 // Small shapes for compute-sanitizer (memcheck, racecheck):
