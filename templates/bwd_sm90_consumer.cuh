@@ -367,6 +367,20 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
           wgmma_fence_operands(ds_frag[kk]);
         }
       };
+      // dV += P^T dO and dK += dS^T Q over k-steps [from, to), A (P^T and
+      // dS^T) from registers.
+      auto issue_dv = [&](auto from, auto to) {
+#pragma unroll
+        for (int kk = decltype(from)::value; kk < decltype(to)::value; ++kk)
+          Wgmma<Element, kVN>::rs_bt(acc_dv, p_frag[kk],
+                                     do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+      };
+      auto issue_dk_steps = [&](auto from, auto to) {
+#pragma unroll
+        for (int kk = decltype(from)::value; kk < decltype(to)::value; ++kk)
+          Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
+                                     q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+      };
 #pragma unroll
       for (int part = 0; part < kSParts; ++part) {
         if (part > 0) {
@@ -376,14 +390,8 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
             // run under this part's element-wise work.
             fence_products(KSteps<kSPartSteps>{});
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kSPartSteps; ++kk)
-              Wgmma<Element, kVN>::rs_bt(acc_dv, p_frag[kk],
-                                         do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
-#pragma unroll
-            for (int kk = 0; kk < kSPartSteps; ++kk)
-              Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
-                                         q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+            issue_dv(KSteps<0>{}, KSteps<kSPartSteps>{});
+            issue_dk_steps(KSteps<0>{}, KSteps<kSPartSteps>{});
             wgmma_commit();
             wgmma_fence_operands(acc_dv);
             wgmma_fence_operands(acc_dk);
@@ -459,18 +467,10 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
         auto fence_rs_operands = [&] { fence_products(KSteps<kPSteps>{}); };
         // (The part before's steps already issued, kEarlyPartProducts.)
         constexpr int kFirstStep = kEarlyPartProducts ? (kSParts - 1) * kSPartSteps : 0;
-        auto issue_dk = [&] {
-#pragma unroll
-          for (int kk = kFirstStep; kk < kPSteps; ++kk)
-            Wgmma<Element, kKN>::rs_bt(acc_dk, ds_frag[kk],
-                                       q_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
-        };
+        auto issue_dk = [&] { issue_dk_steps(KSteps<kFirstStep>{}, KSteps<kPSteps>{}); };
         fence_rs_operands();
         wgmma_fence();
-#pragma unroll
-        for (int kk = kFirstStep; kk < kPSteps; ++kk)
-          Wgmma<Element, kVN>::rs_bt(acc_dv, p_frag[kk],
-                                     do_cols_desc + ((kk * 16 * kRowBytes) >> 4), 1);
+        issue_dv(KSteps<kFirstStep>{}, KSteps<kPSteps>{});
         if constexpr (!kDQUnderLastMma) issue_dk();
         wgmma_commit();
         wgmma_fence_operands(acc_dv);
