@@ -86,8 +86,10 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
   p.softmax_scale_log2 = fwd.softmax_scale_log2;
   p.softmax_scale = problem.effective_scale();
   p.batch = static_cast<int>(problem.batch);
-  p.dispatch_section = BwdSm90Traits::dispatch_section(
+  const BwdSm90Traits::DispatchOrder order = BwdSm90Traits::dispatch_order(
       problem, block_n, args.modifiers && !args.modifiers->mask_mod.empty(), deterministic);
+  p.dispatch_section = order.section;
+  p.shortest_first = order.shortest_first ? 1 : 0;
   p.work_items = static_cast<int>(BwdSm90Traits::work_items(problem, block_n));
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;

@@ -8,7 +8,7 @@ namespace flashjit {
 
 // Expects a validated problem and a workspace of backward_workspace_bytes.
 // `deterministic`: the kernels' mode (KernelConfig::deterministic), which
-// orders the sm90 kernel's CTAs (BwdSm90Traits::dispatch_section);
+// orders the sm90 kernel's CTAs (BwdSm90Traits::dispatch_order);
 // `block_n`: the sm90 kernel's keys per work item (KernelConfig::block_n),
 // which count its items (BwdSm90Traits::work_items).
 BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,

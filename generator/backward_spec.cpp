@@ -93,7 +93,7 @@ LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &p
   if (spec.config.path == KernelPath::sm90) {
     BwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
                     spec.config.warps, spec.config.stages,  spec.head_dim_v};
-    // One dimension: the kernel orders its work itself (dispatch_section)
+    // One dimension: the kernel orders its work itself (dispatch_order)
     // and takes items until they run out (BwdParams::work_items).
     LaunchGeometry g = row_tiled_geometry(1, 1, 1, 1, t.threads(), t.smem_bytes());
     const bool resident = sm90_backward_resident(!spec.modifiers.score_mod.empty(),

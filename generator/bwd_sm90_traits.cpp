@@ -129,8 +129,8 @@ int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int block_n, int sm_cou
   return resident && sm_count > 0 ? std::min<int64_t>(items, sm_count) : items;
 }
 
-int BwdSm90Traits::dispatch_section(const Problem &problem, int block_n, bool mask_mod,
-                                    bool deterministic) {
+BwdSm90Traits::DispatchOrder BwdSm90Traits::dispatch_order(const Problem &problem, int block_n,
+                                                          bool mask_mod, bool deterministic) {
   const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
   const bool masked = problem.mask != MaskKind::none || mask_mod;
   constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
@@ -138,6 +138,14 @@ int BwdSm90Traits::dispatch_section(const Problem &problem, int block_n, bool ma
   const int64_t head_bytes =
       std::max<int64_t>(1, problem.seqlen_q) *
       ((problem.head_dim_qk + problem.head_dim_v) * element + problem.head_dim_qk * 4);
+  if (deterministic && problem.mask != MaskKind::none && !mask_mod &&
+      problem.heads_q == problem.heads_kv && problem.head_dim_qk == problem.head_dim_v &&
+      head_bytes <= (32ll << 20)) {
+    // Shortest first (see the header): a power of two of pairs within 24 MB.
+    int64_t section = 1;
+    while ((section * 2) * head_bytes <= (24ll << 20) && section * 2 <= pairs) section *= 2;
+    return {static_cast<int>(section), true};
+  }
   int64_t section = 1;
   while (section * 2 * head_bytes <= kL2Bytes && section * 2 <= pairs) section *= 2;
   int64_t least = 1;
@@ -146,10 +154,11 @@ int BwdSm90Traits::dispatch_section(const Problem &problem, int block_n, bool ma
     const bool wide = block_n == 64;
     const int64_t key_blocks = (std::max<int64_t>(1, problem.seqlen_k) + block_n - 1) / block_n;
     if (wide && !masked)
-      return static_cast<int>(std::clamp<int64_t>(section, std::min<int64_t>(pairs, 2), 8));
+      return {static_cast<int>(std::clamp<int64_t>(section, std::min<int64_t>(pairs, 2), 8)),
+              false};
     least = std::min<int64_t>(pairs, wide && key_blocks <= 32 ? 16 : 8);
   }
-  if (!masked) return static_cast<int>(least);
+  if (!masked) return {static_cast<int>(least), false};
   // Sections that divide the pairs, where one down to half the size does:
   // a last section shorter than the others starts its heaviest items when
   // nothing else is left to dispatch, and SMs idle while they run. H200,
@@ -163,7 +172,7 @@ int BwdSm90Traits::dispatch_section(const Problem &problem, int block_n, bool ma
         section = divisor;
         break;
       }
-  return static_cast<int>(std::max(section, least));
+  return {static_cast<int>(std::max(section, least)), false};
 }
 
 std::vector<KernelConfig> BwdSm90Traits::search_space(int head_dim_qk, int head_dim_v,

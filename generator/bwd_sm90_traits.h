@@ -109,9 +109,11 @@ struct BwdSm90Traits {
   // for the staged dQ).
   static KernelConfig default_config(int head_dim_qk, int head_dim_v, bool modified = false,
                                      int block_n = 0);
-  // The (KV head, batch) pairs per section of the kernel's dispatch order
-  // (BwdParams::dispatch_section). A CTA under a causal mask costs the query
-  // tiles its keys see, most for the first key block; dispatched pair by
+  // The kernel's dispatch order: (KV head, batch) pairs per section
+  // (BwdParams::dispatch_section) and, deterministic, which key block of a
+  // section first (BwdParams::shortest_first). A CTA under a causal mask
+  // costs the query tiles its keys see, most for the first key block;
+  // dispatched pair by
   // pair, the last pair's heaviest CTAs start near the end and run on alone
   // (a simulation of 132 SMs, busiest SM over the average: GQA 28/4 heads,
   // 6000 causal 1.34, 64/8 1.18, MHA 8k 1.06). Key blocks outer over all
@@ -127,8 +129,26 @@ struct BwdSm90Traits {
   // uneven: causal as a mask_mod ran 0.88x the built-in causal's backward
   // pair by pair).
   // The deterministic mode: a query tile's dQ takes its key blocks' adds
-  // one after another, so each pair's key blocks running at once form a
-  // chain whose links wait for the key block before to reach the tile;
+  // one after another. Under a built-in mask (causal, window) without GQA,
+  // where one head's Q, dO and dQ accumulator fit in 32 MB, shortest
+  // first: a section's key blocks last first, each walking its tiles first
+  // first, a tile's adds last first, so key block j+1 reaches each shared
+  // tile a step before key block j (longest first, every key block reaches
+  // a tile at the same step of its walk, and those started together queue
+  // on it); in sections of a power of two of pairs within 24 MB, since each
+  // pair's key blocks then spread over its tiles and keep all of them live
+  // in L2. H100, d=256 causal, deterministic, longest -> shortest first,
+  // TFLOP/s: 1k 197.4 -> 215.6, 2k 257.1 -> 285.9, 4k 313.6 -> 341.5, 8k
+  // 366.1 -> 376.6 (16k 392.7 -> 397.8, 32 MB; 32k 408.4 -> 367.4 with 64
+  // MB, left longest first); d=192 2k 274.7 -> 295.7, 8k 357.4 -> 374.4;
+  // d=128 2k 377.2 -> 389.7, 8k 508.5 -> 505.3, d=64 8k 415.6 -> 465.7.
+  // With GQA the
+  // longest items start last (d=256 16/4 heads 2k 196.1 -> 144.2), at
+  // 192/128 it lost (412.4 -> 396.3), and without a mask it gained nothing
+  // (d=256 4k 391.4 / 392.1): longest first there (docs/PERF.md,
+  // thirty-eighth session).
+  // Longest first, each pair's key blocks running at once form a chain
+  // whose links wait for the key block before to reach the tile;
   // more pairs a section make shorter chains, but keep more heads' Q, dO
   // and dQ live in L2 at once. At least 8 pairs (or all there are) where
   // each warpgroup takes its own keys, with or without a mask: about 16
@@ -144,8 +164,12 @@ struct BwdSm90Traits {
   // 361.2 / 256.7; without a mask 4k (4 pairs) 391.4 against 341.1 with
   // 8, 8k (2) 407.4 against 280.9 (docs/PERF.md, thirty-seventh session;
   // on the H200 the thirtieth had 16 ahead at 4k and 8k causal by 1-4%).
-  static int dispatch_section(const Problem &problem, int block_n, bool mask_mod = false,
-                              bool deterministic = false);
+  struct DispatchOrder {
+    int section;
+    bool shortest_first;
+  };
+  static DispatchOrder dispatch_order(const Problem &problem, int block_n, bool mask_mod = false,
+                                      bool deterministic = false);
   // The kernel's work items, one per (key block of `block_n` keys, KV head,
   // batch entry) (BwdParams::work_items; the longest sequence's key blocks
   // when packed).

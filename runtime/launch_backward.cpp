@@ -181,14 +181,18 @@ llvm::Error enqueue_backward(const BackwardKernelSet &kernels, const KernelSpec 
   const auto steps = backward_steps(spec, problem, sm_count);
   BwdParams params =
       make_backward_params(problem, args, spec.config.deterministic, spec.config.block_n);
-  // (FLASHJIT_BWD_DISPATCH_SECTION=N, a measurement switch: the sm90
-  // kernel's work in sections of N (KV head, batch) pairs instead of
-  // BwdSm90Traits::dispatch_section's choice. Any N orders a pair's key
-  // blocks first to last, which the deterministic mode's waits rely on.)
+  // (Measurement switches: FLASHJIT_BWD_DISPATCH_SECTION=N, the sm90
+  // kernel's work in sections of N (KV head, batch) pairs, and
+  // FLASHJIT_BWD_DISPATCH_ORDER=1 or 2, the deterministic kernel's key
+  // blocks longest or shortest first, instead of
+  // BwdSm90Traits::dispatch_order's choice. The dQ order follows either.)
   static const int section = measurement_switch("FLASHJIT_BWD_DISPATCH_SECTION");
+  static const int order = measurement_switch("FLASHJIT_BWD_DISPATCH_ORDER");
   if (sm90 && section > 0)
     params.dispatch_section = static_cast<int>(
         std::min<int64_t>(section, std::max<int64_t>(1, problem.heads_kv * problem.batch)));
+  if (sm90 && spec.config.deterministic && (order == 1 || order == 2))
+    params.shortest_first = order == 2 ? 1 : 0;
   void *kernel_args[] = {&params};
   // The sm90 kernel also takes TMA tensor maps of Q, K, V, dO and the dQ
   // accumulator, encoded before anything is enqueued so a map the driver

@@ -7,7 +7,8 @@
 //
 // Tiling. One work item per (kBlockN keys, KV head, batch), in sections of
 // (KV head, batch) pairs with the first (under a mask the heaviest) key
-// blocks first (cta_keys, BwdSm90Traits::dispatch_section). Where kResident,
+// blocks first, in the deterministic mode at times the last (cta_keys,
+// BwdSm90Traits::dispatch_order). Where kResident,
 // a CTA per SM takes items until they run out, in the order the hardware
 // would dispatch CTAs (the producer fetches the next from a counter and
 // passes it to the other roles through two shared slots), so that one

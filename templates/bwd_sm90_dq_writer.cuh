@@ -72,12 +72,18 @@ __device__ __forceinline__ void write_dq(const BwdParams &p, const TmaDescriptor
       };
       if constexpr (kDeterministic) {
         // A tile's dQ goes in after that of every key block before this
-        // one that sees the tile, always in that order (so the fp32 sums
-        // are the same every run): wait until the tile's semaphore has
-        // counted them. They were dispatched before this CTA (key blocks
-        // ascend within a dispatch section), so they never wait for it;
-        // and walking the tiles last first (tile_slot) they reach a
-        // shared tile no later in their walk than this CTA does.
+        // one in the tile's order that sees the tile, always in that order
+        // (so the fp32 sums are the same every run): wait until the tile's
+        // semaphore has counted them. The order is the dispatch order of a
+        // section's key blocks (first first, or where p.shortest_first last
+        // first): they were dispatched before this CTA, so they never wait
+        // for it. Longest first, each walks its tiles last first and so
+        // reaches a shared tile no later in its walk than this CTA does;
+        // shortest first, first first and so a step earlier in its walk
+        // (cta_keys, QueryTileWalk).
+        const int seqlen_k = kVarlen ? seq.seqlen_k : walk.dense_seqlen_k;
+        const bool after = p.shortest_first;  // the key blocks after this one come first
+        const int first = after ? n0 / kBlockN + 1 : 0, end = after ? seqlen_k : n0;
         int before = 0;
         if constexpr (kBlockMap) {
           // Listed in key block nb's row: its kind there is not hidden.
@@ -86,9 +92,10 @@ __device__ __forceinline__ void write_dq(const BwdParams &p, const TmaDescriptor
           const int stride = p.block_map_row_stride - 1;
           const unsigned char *kinds =
               p.block_kinds + walk.map_row_index(batch, kv_head, 0) * stride + m_block;
-          for (int nb = lane; nb * kBlockN < n0; nb += 32) before += kinds[nb * stride] != 0;
+          for (int nb = first + lane; nb * kBlockN < end; nb += 32)
+            before += kinds[nb * stride] != 0;
         } else {
-          for (int nb = lane; nb * kBlockN < n0; nb += 32) {
+          for (int nb = first + lane; nb * kBlockN < end; nb += 32) {
             const QueryTiles seen = walk.query_tiles(seq, nb * kBlockN, batch, kv_head);
             before +=
                 m_block >= seen.m_block_begin && m_block < seen.m_block_begin + seen.m_blocks;

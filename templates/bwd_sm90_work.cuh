@@ -20,8 +20,9 @@ namespace bwd_sm90 {
 // A work item's keys: its first key, KV head and batch entry, from its place
 // in the work order: sections of p.dispatch_section (KV head, batch) pairs
 // (the last may hold fewer), key blocks outer within a section, so that a
-// section's heaviest items under a mask (the first key blocks) start first
-// (BwdSm90Traits::dispatch_section says why). Each role computes them after
+// section's heaviest items under a mask (the first key blocks) start first,
+// or in the deterministic mode where p.shortest_first its lightest
+// (BwdSm90Traits::dispatch_order says why). Each role computes them after
 // its setmaxnreg: values live across the register reallocation are spilled
 // (at d = 256, 0 -> 68 bytes when computed once up front).
 struct CtaKeys {
@@ -37,7 +38,10 @@ __device__ __forceinline__ CtaKeys cta_keys(const BwdParams &p, int item) {
   const int first_pair = section * p.dispatch_section;
   const int section_pairs = min(p.dispatch_section, pairs - first_pair);
   const int pair = first_pair + in_section % section_pairs;
-  return {in_section / section_pairs * kBlockN, pair % heads_kv, pair / heads_kv};
+  int key_block = in_section / section_pairs;
+  if constexpr (kDeterministic)
+    if (p.shortest_first) key_block = n_blocks - 1 - key_block;
+  return {key_block * kBlockN, pair % heads_kv, pair / heads_kv};
 }
 
 // A role's place in the CTA's sequence of work items, in one register (the
@@ -99,12 +103,14 @@ struct QueryTiles {
 // 482.3 -> 367.6 / 497.3 / 526.2, d=96 8k 379.8 -> 393.8, GQA 32/8 3000
 // 425.8 -> 430.1; full masks, d=64 and d=256 within 1% (docs/PERF.md,
 // twenty-sixth session). The deterministic mode needs
-// this walk: a query tile's dQ takes the key blocks' adds in dispatch
-// order (key blocks ascending), so no CTA waits for one that lags it (the
-// ascending walk ran 0.72x the default mode there, d=128 8k causal; the
-// shortest-first dispatch that also avoids it, FlashAttention-3's, was
-// 0.97x there but left the longest CTAs to the end: GQA 32/8 d=64 4k
-// causal 0.71x).
+// this walk where its key blocks go longest first: a query tile's dQ takes
+// the key blocks' adds in dispatch order (key blocks ascending), so no CTA
+// waits for one that lags it (the ascending walk ran 0.72x the default
+// mode there, d=128 8k causal). Where p.shortest_first (key blocks
+// descending, FlashAttention-3's order for its deterministic mode) it
+// walks the m-blocks first first, so that key block j+1 reaches a shared
+// tile a step before key block j instead of at the same step
+// (BwdSm90Traits::dispatch_order: where that pays).
 // A CTA per item (a caller's score_mod or mask_mod) takes this walk too
 // under a mask_mod alone up to d = 128 (causal as a mask_mod, d=128 8k,
 // H200: see docs/PERF.md, twenty-eighth session); with a score_mod, or
@@ -159,8 +165,12 @@ struct QueryTileWalk {
     return it / t.m_blocks;
   }
   __device__ __forceinline__ int tile_slot(const QueryTiles &t, int it) const {
-    if constexpr (kLastFirst)
-      return t.m_blocks - 1 - static_cast<int>(u32(it) / u32(p.heads_per_kv));
+    if constexpr (kLastFirst) {
+      const int step = static_cast<int>(u32(it) / u32(p.heads_per_kv));
+      if constexpr (kDeterministic)
+        if (p.shortest_first) return step;  // first first
+      return t.m_blocks - 1 - step;
+    }
     return it % t.m_blocks;
   }
   // Tile `it`'s m-block, with kBlockMapFull under a block map where mask_mod

@@ -60,7 +60,7 @@ struct BwdParams {
   int total_q;
   int total_k;
 
-  // The sm90 kernel's dispatch order (BwdSm90Traits::dispatch_section): its
+  // The sm90 kernel's dispatch order (BwdSm90Traits::dispatch_order): its
   // one-dimensional grid runs in sections of this many (KV head, batch)
   // pairs, key blocks outer within a section, so that under a mask the
   // heaviest CTAs (the first key blocks) of a section start first; 1 is
@@ -86,6 +86,15 @@ struct BwdParams {
   unsigned char *block_kinds;
   long long block_map_batch_stride, block_map_head_stride;
   int block_map_row_stride;  // 1 + query tiles
+
+  // The sm90 kernel's dispatch order again, the deterministic kernel only
+  // (else 0): a section's key blocks last first (under a causal mask the
+  // shortest first), each walking its query tiles first first, and a
+  // tile's dQ taking its key blocks' adds last first; 0: first first,
+  // tiles last first, adds first first. (Here, in the padding before aux,
+  // so that no other field moves: the kernels that never read it keep
+  // their machine code.)
+  int shortest_first;
 
   // The caller's modifiers' extra inputs, as FwdParams::aux.
   unsigned long long aux[8];

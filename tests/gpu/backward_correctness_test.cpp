@@ -219,7 +219,7 @@ std::vector<Case> sm90_cases() {
   cases.push_back({make_problem(DType::fp16, 1, 6, 2, 333, 333, 200, 200, MaskKind::causal), sm90});
   cases.push_back({make_problem(DType::bf16, 1, 2, 2, 17, 17, 248, 248, MaskKind::causal), sm90});
   // Dispatch sections that do not divide the (KV head, batch) pairs: 15
-  // pairs in sections of 8 (BwdSm90Traits::dispatch_section), GQA.
+  // pairs in sections of 8 (BwdSm90Traits::dispatch_order), GQA.
   cases.push_back(
       {make_problem(DType::bf16, 3, 10, 5, 300, 300, 128, 128, MaskKind::causal), sm90});
   cases.push_back(

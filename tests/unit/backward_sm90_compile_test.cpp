@@ -488,41 +488,41 @@ TEST(BwdSm90Layout, SwizzledChunksAreWhereTmaPutsThem) {
 TEST(BwdSm90Traits, DispatchSectionsFitOneQueryHeadPerPairInL2) {
   // Per query head: seqlen_q x (Q + dO in 16 bits + the fp32 dQ accumulator).
   Problem p = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in 40 MB
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 4);
   p.seqlen_q = p.seqlen_k = 2048;  // 2 MB: 16
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 16);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 16);
   p.heads_q = 28;  // GQA 28/4 at 6000: 6 MB a head, 4 of the 8 pairs
   p.heads_kv = 4;
   p.seqlen_q = p.seqlen_k = 6000;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 4);
   p.batch = 4;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 4);
   // Sections that divide the pairs where one of half the size or more does:
   // 40 pairs at 1500 (16 in L2) in sections of 10, 20 at 3000 (8) of 5.
   p.seqlen_q = p.seqlen_k = 1500;
   p.batch = 10;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 10);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 10);
   p.seqlen_q = p.seqlen_k = 3000;
   p.batch = 5;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 5);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 5);
   // 7 pairs (8 would fit): none from 4 down, so 4 and a last of 3.
   p.heads_q = p.heads_kv = 7;
   p.batch = 1;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 4);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 4);
   // The deterministic mode keeps its sections: 20 pairs at 3000, 8.
   p.heads_q = 28;
   p.heads_kv = 4;
   p.batch = 5;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128, false, /*deterministic=*/true), 8);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128, false, /*deterministic=*/true).section, 8);
   p.batch = 4;
   p.seqlen_q = p.seqlen_k = 1 << 20;  // more than L2 a head: pair by pair
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 1);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 1);
   // Without a mask every CTA costs the same: pair by pair.
   p.seqlen_q = p.seqlen_k = 2048;
   p.mask = MaskKind::none;
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128), 1);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128).section, 1);
   // Unless a caller's mask_mod makes them uneven: as a mask.
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 128, /*mask_mod=*/true), 16);
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 128, /*mask_mod=*/true).section, 16);
   // The kernel orders its CTAs itself: a one-dimensional grid.
   p.mask = MaskKind::causal;
   auto spec = make_backward_spec(p, BwdSm90Traits::default_config(128, 128), kSm90a);
@@ -557,28 +557,85 @@ TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
   EXPECT_EQ(backward_launch_geometry(*spec, gqa, 132).grid.x, 132u);
 }
 
-TEST(BwdSm90Traits, DeterministicDispatchSectionsTradeChainsForL2) {
-  // Each pair's key blocks running at once form one chain of dQ adds: at
-  // least 8 pairs per section keep it short, with or without a mask; with
-  // the head-dim split's 64-key blocks 16 under a mask while a pair has at
-  // most 32 key blocks, and without a mask the L2's sections, 2 to 8.
-  auto det_section = [](const Problem &p, int block_n, bool mask_mod = false) {
-    return BwdSm90Traits::dispatch_section(p, block_n, mask_mod, /*deterministic=*/true);
+TEST(BwdSm90Traits, DeterministicShortestFirstUnderAMaskWithinL2) {
+  // Under a built-in mask without GQA, one head's Q, dO and dQ accumulator
+  // within 32 MB: shortest first, in sections of a power of two of pairs
+  // within 24 MB (d=256: 2 KB a query).
+  auto det = [](const Problem &p, int block_n, bool mask_mod = false) {
+    return BwdSm90Traits::dispatch_order(p, block_n, mask_mod, /*deterministic=*/true);
   };
-  Problem p = causal_problem(256, 2, 8, 8192);  // 16 MB a head: 2 pairs in L2
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(p, 64), 2);
+  auto expect_order = [](BwdSm90Traits::DispatchOrder order, int section, bool shortest_first) {
+    EXPECT_EQ(order.section, section);
+    EXPECT_EQ(order.shortest_first, shortest_first);
+  };
+  expect_order(det(causal_problem(256, 16, 8, 1024), 64), 8, true);   // 2 MB a head
+  expect_order(det(causal_problem(256, 8, 8, 2048), 64), 4, true);    // 4 MB
+  expect_order(det(causal_problem(256, 4, 8, 4096), 64), 2, true);    // 8 MB
+  expect_order(det(causal_problem(256, 2, 8, 8192), 64), 1, true);    // 16 MB
+  expect_order(det(causal_problem(256, 1, 8, 16384), 64), 1, true);   // 32 MB
+  expect_order(det(causal_problem(256, 1, 8, 32768), 64), 8, false);  // 64 MB: longest first
+  expect_order(det(causal_problem(256, 16, 8, 1023), 64), 8, true);
+  expect_order(det(causal_problem(256, 1, 2, 1024), 64), 2, true);   // all the pairs there are
+  expect_order(det(causal_problem(192, 8, 10, 2048), 64), 8, true);  // 3 MB
+  expect_order(det(causal_problem(192, 2, 10, 8192), 64), 2, true);  // 12 MB
+  expect_order(det(causal_problem(128, 8, 16, 2048), 128), 8, true);
+  expect_order(det(causal_problem(64, 2, 32, 8192), 128), 4, true);
+  Problem window = causal_problem(256, 8, 8, 2048);
+  window.mask = MaskKind::window;
+  expect_order(det(window, 64), 4, true);
+  // Longest first: GQA (its longest items would start last), a caller's
+  // mask_mod, no mask, 192/128, and the default mode's order.
+  Problem gqa = causal_problem(256, 4, 16, 2048);
+  gqa.heads_kv = 4;
+  expect_order(det(gqa, 64), 16, false);
+  Problem p = causal_problem(256, 8, 8, 2048);
+  expect_order(det(p, 64, /*mask_mod=*/true), 16, false);
+  expect_order(BwdSm90Traits::dispatch_order(p, 64), 8, false);
+  Problem split = causal_problem(192, 2, 16, 8192);
+  split.head_dim_v = 128;
+  EXPECT_FALSE(det(split, 128).shortest_first);
+  p.mask = MaskKind::none;
+  EXPECT_FALSE(det(p, 64).shortest_first);
+  // The kernel's parameters carry it.
+  p.mask = MaskKind::causal;
+  const BwdParams params = make_backward_params(p, BackwardArgs{}, true, 64);
+  EXPECT_EQ(params.dispatch_section, 4);
+  EXPECT_EQ(params.shortest_first, 1);
+  EXPECT_EQ(make_backward_params(p, BackwardArgs{}, false, 64).shortest_first, 0);
+}
+
+TEST(BwdSm90Traits, DeterministicLongestFirstSectionsTradeChainsForL2) {
+  // Longest first (here: GQA, or no mask), each pair's key blocks running
+  // at once form one chain of dQ adds: at least 8 pairs per section keep
+  // it short, with or without a mask; with the head-dim split's 64-key
+  // blocks 16 under a mask while a pair has at most 32 key blocks, and
+  // without a mask the L2's sections, 2 to 8. (Two query heads a KV head:
+  // the pairs and a head's bytes as in causal_problem's.)
+  auto grouped = [](Problem p) {
+    p.heads_q = 2 * p.heads_kv;
+    return p;
+  };
+  auto det_section = [](const Problem &p, int block_n, bool mask_mod = false) {
+    const auto order =
+        BwdSm90Traits::dispatch_order(p, block_n, mask_mod, /*deterministic=*/true);
+    EXPECT_FALSE(order.shortest_first);
+    return order.section;
+  };
+  Problem p = grouped(causal_problem(256, 2, 8, 8192));  // 16 MB a head: 2 pairs in L2
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(p, 64).section, 2);
   EXPECT_EQ(det_section(p, 64), 8);  // 128 key blocks a pair
   EXPECT_EQ(make_backward_params(p, BackwardArgs{}, true, 64).dispatch_section, 8);
-  EXPECT_EQ(det_section(causal_problem(256, 16, 8, 1024), 64), 16);
-  EXPECT_EQ(det_section(causal_problem(256, 8, 8, 2048), 64), 16);  // 32 key blocks
-  EXPECT_EQ(det_section(causal_problem(256, 8, 8, 2049), 64), 8);   // 33
-  EXPECT_EQ(det_section(causal_problem(256, 64, 8, 512), 64), 32);  // 1 MB a head: 32 in L2
-  EXPECT_EQ(det_section(causal_problem(256, 4, 8, 4096), 64), 8);
-  Problem d128 = causal_problem(128, 2, 16, 8192);  // 8 MB a head: 4 pairs in L2
-  EXPECT_EQ(BwdSm90Traits::dispatch_section(d128, 128), 4);
+  EXPECT_EQ(det_section(grouped(causal_problem(256, 16, 8, 1024)), 64), 16);
+  EXPECT_EQ(det_section(grouped(causal_problem(256, 8, 8, 2048)), 64), 16);  // 32 key blocks
+  EXPECT_EQ(det_section(grouped(causal_problem(256, 8, 8, 2049)), 64), 8);   // 33
+  EXPECT_EQ(det_section(grouped(causal_problem(256, 64, 8, 512)), 64), 32);  // 1 MB: 32 in L2
+  EXPECT_EQ(det_section(grouped(causal_problem(256, 4, 8, 4096)), 64), 8);
+  Problem d128 = grouped(causal_problem(128, 2, 16, 8192));  // 8 MB a head: 4 pairs in L2
+  EXPECT_EQ(BwdSm90Traits::dispatch_order(d128, 128).section, 4);
   EXPECT_EQ(det_section(d128, 128), 8);
   d128.mask = MaskKind::none;
   EXPECT_EQ(det_section(d128, 128), 8);
+  p = causal_problem(256, 2, 8, 8192);
   p.mask = MaskKind::none;
   EXPECT_EQ(det_section(p, 64), 2);                     // 16 MB a head: 2 in L2
   EXPECT_EQ(det_section(p, 64, /*mask_mod=*/true), 8);  // a mask too
@@ -591,7 +648,8 @@ TEST(BwdSm90Traits, DeterministicDispatchSectionsTradeChainsForL2) {
   p.seqlen_q = p.seqlen_k = 16384;  // 32 MB: 1, at least 2
   EXPECT_EQ(det_section(p, 64), 2);
   // Fewer pairs than 8: all of them; more L2 room than 8: the L2's.
-  p.heads_q = p.heads_kv = 2;
+  p.heads_q = 4;
+  p.heads_kv = 2;
   p.batch = 1;
   p.seqlen_q = p.seqlen_k = 8192;
   p.mask = MaskKind::causal;
@@ -599,7 +657,8 @@ TEST(BwdSm90Traits, DeterministicDispatchSectionsTradeChainsForL2) {
   p.heads_q = p.heads_kv = 1;
   p.mask = MaskKind::none;
   EXPECT_EQ(det_section(p, 64), 1);
-  p.heads_q = p.heads_kv = 32;
+  p.heads_q = 64;
+  p.heads_kv = 32;
   p.mask = MaskKind::causal;
   p.seqlen_q = p.seqlen_k = 2048;  // 2 MB a head at d=128: 16 of the 32 pairs
   p.head_dim_qk = p.head_dim_v = 128;
