@@ -5,7 +5,8 @@
 # Runs every check in order, continuing past failures, logs each step to
 # $OUT/NN-step.log (a temporary folder when OUT is unset) and prints a summary
 # LAST: pass/fail per step, then the first-call and memory lines and the
-# benchmark tables (forward, then backward, then decode, then varlen, then serving, then
+# benchmark tables (forward, then backward, then the deterministic
+# backward against the default mode, then decode, then varlen, then serving, then
 # the modifiers against FlexAttention).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out (names as in the summary)
@@ -117,6 +118,7 @@ step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/firs
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
 step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
 step models 600 python_step python3 bench/compare.py --models --repeats 20 --json "$LOGDIR/models.json"
+step det-ratios 400 bash scripts/det-ratios.sh "$(dirname "$BIN")"
 step decode 300 python_step python3 bench/decode.py "${quick[@]}" --json "$LOGDIR/decode.json"
 step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --json "$LOGDIR/varlen.json"
 step serving 300 python_step python3 bench/serving.py "${quick[@]}" --json "$LOGDIR/serving.json"
@@ -141,6 +143,8 @@ table=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-compare.log 2>/dev/null)
 [ -n "$table" ] && printf '\n%s\n' "$table"
 models=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-models.log 2>/dev/null)
 [ -n "$models" ] && printf '\nreal models'"'"' shapes (bench/compare.py --models):\n%s\n' "$models"
+det=$(sed -n '/^=== deterministic \/ default/,$p' "$LOGDIR"/*-det-ratios.log 2>/dev/null)
+[ -n "$det" ] && printf '\n%s\n' "$det"
 decode=$(sed -n '/^=== flashjit vs SDPA (decode/,$p' "$LOGDIR"/*-decode.log 2>/dev/null)
 [ -n "$decode" ] && printf '\n%s\n' "$decode"
 varlen=$(sed -n '/^=== flashjit varlen/,$p' "$LOGDIR"/*-varlen.log 2>/dev/null)

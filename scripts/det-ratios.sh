@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The deterministic backward against the default mode (issue #16's bar:
+# >= 0.85x), on the GPU machine, from the repository root: kernel time of
+# `flashjit run --pass bwd` with and without --deterministic, same binary,
+# over the training grid (FlashAttention's convention: 16k tokens, hidden
+# 2048; head dims 64, 128, 256, causal and full, 512 to 16k tokens) and the
+# rows where the deterministic mode was furthest behind (d=256 causal 1k
+# and 4k, d=192). One line per shape as it goes, the table last:
+#   shape | deterministic | default | ratio [| BASE's deterministic]
+#   scripts/det-ratios.sh [BUILD]   BUILD: a folder with bin/flashjit (.device)
+#   BASE=.device-base                also time that build's deterministic mode
+#   QUICK=1                          2k and 8k only
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+build=${1:-.device}
+[ -x "$build/bin/flashjit" ] || { echo "no $build/bin/flashjit" >&2; exit 2; }
+base=${BASE:-}
+db=$(mktemp -d /tmp/flashjit-det.XXXXXX)
+
+# perf BUILD FLAGS...: TFLOP/s of the backward, or ERR.
+perf() {
+  local dir=$1
+  shift
+  local out
+  out=$(FLASHJIT_DB=$db/$(basename "$dir").db timeout "${RUN_TIMEOUT:-90}" \
+        "$dir/bin/flashjit" run "$@" --pass bwd --repeats "${REPEATS:-20}" 2>&1)
+  echo "$out" | awk '/^perf/{print $2; found=1} END{if (!found) print "ERR"}'
+}
+
+lines=()
+row() {
+  local det def ratio extra=""
+  det=$(perf "$build" "$@" --deterministic)
+  def=$(perf "$build" "$@")
+  ratio=$(awk -v a="$det" -v b="$def" 'BEGIN{if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-"}')
+  [ -n "$base" ] && extra=" | $(perf "$base" "$@" --deterministic)"
+  local line="$* | $det | $def | $ratio$extra"
+  echo "$line"
+  lines+=("$line")
+}
+
+seqlens=(512 2048 8192 16384)
+[ "${QUICK:-0}" = 1 ] && seqlens=(2048 8192)
+for d in 64 128 256; do
+  for s in "${seqlens[@]}"; do
+    for mask in --causal ""; do
+      # shellcheck disable=SC2086
+      row --hdim "$d" --seqlen "$s" --batch $((16384 / s)) --heads $((2048 / d)) $mask
+    done
+  done
+done
+row --hdim 256 --seqlen 1024 --batch 16 --heads 8 --causal
+row --hdim 256 --seqlen 4096 --batch 4 --heads 8 --causal
+row --hdim 192 --seqlen 2048 --batch 8 --heads 10 --causal
+row --hdim 192 --seqlen 8192 --batch 2 --heads 10 --causal
+row --hdim 192 --hdim-v 128 --seqlen 8192 --batch 2 --heads 16 --causal
+
+echo
+echo "=== deterministic / default (backward, TFLOP/s, $build)"
+header="shape | deterministic | default | ratio"
+[ -n "$base" ] && header="$header | $base deterministic"
+echo "$header"
+printf '%s\n' "${lines[@]}"
+rm -rf "$db"
