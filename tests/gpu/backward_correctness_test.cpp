@@ -238,6 +238,15 @@ std::vector<Case> sm90_cases() {
       {make_problem(DType::bf16, 1, 4, 2, 200, 300, 256, 256, MaskKind::none), sm90_det});
   cases.push_back(
       {make_problem(DType::bf16, 2, 4, 2, 257, 257, 192, 128, MaskKind::causal), sm90_det});
+  // Shortest first (BwdSm90Traits::dispatch_order: a built-in mask without
+  // GQA): the head-dim split at 256 and 192, own keys at 64, more keys than
+  // queries (bottom-right aligned).
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 4, 333, 333, 256, 256, MaskKind::causal), sm90_det});
+  cases.push_back(
+      {make_problem(DType::fp16, 1, 6, 6, 257, 257, 192, 192, MaskKind::causal), sm90_det});
+  cases.push_back(
+      {make_problem(DType::fp16, 2, 4, 4, 203, 450, 64, 64, MaskKind::causal), sm90_det});
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
   // (the head-dim split, staged dQ: 64 keys a CTA, named, the default
   // being 128), each side wider, both below 256.
@@ -387,6 +396,19 @@ TEST(BackwardDeterminism, Sm90DeterministicOwnKeysIsBitIdentical) {
   expect_bit_identical_runs(
       deterministic(KernelConfig{KernelPath::sm90, 64, 128, 12, 1}),
       make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 32, 32, MaskKind::causal));
+}
+
+// Shortest first (without GQA under a built-in mask; the problems above
+// have GQA, so longest first): a tile's adds last key block first.
+TEST(BackwardDeterminism, Sm90DeterministicShortestFirstIsBitIdentical) {
+  FLASHJIT_REQUIRE_SM90();
+  const KernelConfig sm90 = deterministic(KernelConfig{KernelPath::sm90});
+  expect_bit_identical_runs(
+      sm90, make_problem(DType::bf16, 2, 8, 8, 1000, 1000, 128, 128, MaskKind::causal));
+  expect_bit_identical_runs(
+      sm90, make_problem(DType::bf16, 1, 4, 4, 1000, 1000, 256, 256, MaskKind::causal));
+  expect_bit_identical_runs(
+      sm90, make_problem(DType::fp16, 2, 4, 4, 700, 1300, 64, 64, MaskKind::window, 300, 0));
 }
 
 // The head-dim split at a 192-wide tile (each warpgroup's dQ half its own
