@@ -133,9 +133,10 @@ struct BwdSm90Traits {
   // where one head's Q, dO and dQ accumulator fit in 32 MB, shortest
   // first: a section's key blocks last first, each walking its tiles first
   // first, a tile's adds last first, so key block j+1 reaches each shared
-  // tile a step before key block j (longest first, every key block reaches
-  // a tile at the same step of its walk, and those started together queue
-  // on it); in sections of a power of two of pairs within 24 MB, since each
+  // tile a step or more before key block j (as many queries as keys; no
+  // later in any case), where longest first every key block reaches a
+  // tile at the same step of its walk, and those started together queue
+  // on it; in sections of a power of two of pairs within 24 MB, since each
   // pair's key blocks then spread over its tiles and keep all of them live
   // in L2. H100, d=256 causal, deterministic, longest -> shortest first,
   // TFLOP/s: 1k 197.4 -> 215.6, 2k 257.1 -> 285.9, 4k 313.6 -> 341.5, 8k

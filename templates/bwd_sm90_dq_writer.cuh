@@ -79,7 +79,8 @@ __device__ __forceinline__ void write_dq(const BwdParams &p, const TmaDescriptor
         // first): they were dispatched before this CTA, so they never wait
         // for it. Longest first, each walks its tiles last first and so
         // reaches a shared tile no later in its walk than this CTA does;
-        // shortest first, first first and so a step earlier in its walk
+        // shortest first, first first and so no later either (under a
+        // causal mask over as many queries as keys, a step or more earlier)
         // (cta_keys, QueryTileWalk).
         const int seqlen_k = kVarlen ? seq.seqlen_k : walk.dense_seqlen_k;
         const bool after = p.shortest_first;  // the key blocks after this one come first

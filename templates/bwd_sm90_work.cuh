@@ -92,7 +92,8 @@ struct QueryTiles {
 // The walk over a CTA's tiles: tile `it` is query head kv_head *
 // heads_per_kv + tile_head(it) and the tile_slot(it)-th of the CTA's
 // m-blocks. The resident kernels and the deterministic mode walk the
-// m-blocks last first, the group's heads inner. Under a causal mask every
+// m-blocks last first (but the deterministic mode where p.shortest_first:
+// see below), the group's heads inner. Under a causal mask every
 // key block that sees a query tile then reaches it at the same place in
 // its walk (the earlier key blocks see more tiles, but at the start,
 // which now comes last), earlier under a window: the CTAs of a (KV head,
@@ -109,7 +110,8 @@ struct QueryTiles {
 // mode there, d=128 8k causal). Where p.shortest_first (key blocks
 // descending, FlashAttention-3's order for its deterministic mode) it
 // walks the m-blocks first first, so that key block j+1 reaches a shared
-// tile a step before key block j instead of at the same step
+// tile no later than key block j, and under a causal mask (as many
+// queries as keys) a step or more before it instead of at the same step
 // (BwdSm90Traits::dispatch_order: where that pays).
 // A CTA per item (a caller's score_mod or mask_mod) takes this walk too
 // under a mask_mod alone up to d = 128 (causal as a mask_mod, d=128 8k,

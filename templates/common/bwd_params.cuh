@@ -63,8 +63,8 @@ struct BwdParams {
   // The sm90 kernel's dispatch order (BwdSm90Traits::dispatch_order): its
   // one-dimensional grid runs in sections of this many (KV head, batch)
   // pairs, key blocks outer within a section, so that under a mask the
-  // heaviest CTAs (the first key blocks) of a section start first; 1 is
-  // each pair's key blocks in turn.
+  // heaviest CTAs (the first key blocks) of a section start first (unless
+  // shortest_first, below); 1 is each pair's key blocks in turn.
   int dispatch_section;
   // The sm90 kernel's work: work_items CTA-sized items (key block, KV head,
   // batch) in the order above, run by a grid of at most that many CTAs.
@@ -87,9 +87,9 @@ struct BwdParams {
   long long block_map_batch_stride, block_map_head_stride;
   int block_map_row_stride;  // 1 + query tiles
 
-  // The sm90 kernel's dispatch order again, the deterministic kernel only
-  // (else 0): a section's key blocks last first (under a causal mask the
-  // shortest first), each walking its query tiles first first, and a
+  // The sm90 kernel's dispatch order again, read by its deterministic
+  // kernel only: a section's key blocks last first (under a causal mask
+  // the shortest first), each walking its query tiles first first, and a
   // tile's dQ taking its key blocks' adds last first; 0: first first,
   // tiles last first, adds first first. (Here, in the padding before aux,
   // so that no other field moves: the kernels that never read it keep

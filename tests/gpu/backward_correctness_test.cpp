@@ -247,6 +247,9 @@ std::vector<Case> sm90_cases() {
       {make_problem(DType::fp16, 1, 6, 6, 257, 257, 192, 192, MaskKind::causal), sm90_det});
   cases.push_back(
       {make_problem(DType::fp16, 2, 4, 4, 203, 450, 64, 64, MaskKind::causal), sm90_det});
+  cases.push_back(
+      {make_problem(DType::bf16, 2, 4, 4, 250, 600, 128, 128, MaskKind::window, 100, 20),
+       sm90_det});
   // Unequal head dims (Q/K tiled apart from V/dO): DeepSeek-V3's 192/128
   // (the head-dim split, staged dQ: 64 keys a CTA, named, the default
   // being 128), each side wider, both below 256.
