@@ -138,9 +138,13 @@ BwdSm90Traits::DispatchOrder BwdSm90Traits::dispatch_order(const Problem &proble
   const int64_t head_bytes =
       std::max<int64_t>(1, problem.seqlen_q) *
       ((problem.head_dim_qk + problem.head_dim_v) * element + problem.head_dim_qk * 4);
+  // Shortest first leaves a tail of about one longest item (a pair's
+  // first key block): only where the work per SM is many of them.
+  constexpr int64_t kSms = 132;  // an H100's or H200's
+  const bool many_items = work_items(problem, block_n) >= 12 * kSms;
   if (deterministic && problem.mask != MaskKind::none && !mask_mod &&
       problem.heads_q == problem.heads_kv && problem.head_dim_qk == problem.head_dim_v &&
-      head_bytes <= (32ll << 20)) {
+      head_bytes <= (32ll << 20) && many_items) {
     // Shortest first (see the header): a power of two of pairs within 24 MB.
     int64_t section = 1;
     while ((section * 2) * head_bytes <= (24ll << 20) && section * 2 <= pairs) section *= 2;

@@ -130,8 +130,8 @@ struct BwdSm90Traits {
   // pair by pair).
   // The deterministic mode: a query tile's dQ takes its key blocks' adds
   // one after another. Under a built-in mask (causal, window) without GQA,
-  // where one head's Q, dO and dQ accumulator fit in 32 MB, shortest
-  // first: a section's key blocks last first, each walking its tiles first
+  // where one head's Q, dO and dQ accumulator fit in 32 MB and there are
+  // at least 12 work items an SM (132 SMs), shortest first: a section's key blocks last first, each walking its tiles first
   // first, a tile's adds last first, so key block j+1 reaches each shared
   // tile a step or more before key block j (as many queries as keys; no
   // later in any case), where longest first every key block reaches a
@@ -147,7 +147,14 @@ struct BwdSm90Traits {
   // longest items start last (d=256 16/4 heads 2k 196.1 -> 144.2), at
   // 192/128 it lost (412.4 -> 396.3), and without a mask it gained nothing
   // (d=256 4k 391.4 / 392.1): longest first there (docs/PERF.md,
-  // thirty-eighth session).
+  // thirty-eighth session). Its longest items start last, so it leaves a
+  // tail of about one of them: with fewer items it loses in a model of
+  // the schedule (tools/bwd_det_schedule_model.py orders; longest /
+  // shortest first against the default mode, the work per SM in longest
+  // items: 7.8 (every row of the 16k-token grid) 0.83-0.96 / 0.89-0.92,
+  // 3.9 0.88-0.96 / 0.86-0.87, 1.9 0.79-0.90 / 0.75-0.76, and GQA 16/4
+  // 0.96-0.98 / 0.76, as measured), so longest first below 12 items an SM
+  // (6 longest items; the grid has 15.5).
   // Longest first, each pair's key blocks running at once form a chain
   // whose links wait for the key block before to reach the tile;
   // more pairs a section make shorter chains, but keep more heads' Q, dO

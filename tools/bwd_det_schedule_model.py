@@ -14,19 +14,21 @@ later (performed, fenced, seen). `pipelined`: the next field is issued
 before the previous is performed. L2 and DRAM are not modelled.
 
   tools/bwd_det_schedule_model.py            the tables in docs/PERF.md
+  tools/bwd_det_schedule_model.py orders     longest against shortest first
 """
 import heapq
 
 
-def dispatch(P, pairs, blocks, ctas, walk):
+def dispatch(P, pairs, blocks, ctas, walk, shortest_first=False):
     """Items (pair, block) in dispatch order (sections of P pairs, blocks
-    outer), each taken by the first of `ctas` resident CTAs to free;
-    walk(pair, block, start) returns when the item ends. The last end."""
+    outer: first first, or last first where shortest_first), each taken by
+    the first of `ctas` resident CTAs to free; walk(pair, block, start)
+    returns when the item ends. The last end."""
     free = [(0.0, c) for c in range(ctas)]
     heapq.heapify(free)
     finish = 0.0
     for s0 in range(0, pairs, P):
-        for block in range(blocks):
+        for block in (range(blocks - 1, -1, -1) if shortest_first else range(blocks)):
             for pair in range(s0, min(pairs, s0 + P)):
                 t0, c = heapq.heappop(free)
                 end = walk(pair, block, t0)
@@ -61,6 +63,62 @@ def run(P=16, pairs=128, K=16, ctas=132, tau=1.0, Lbw=0.4, O=0.2, det=True, fiel
         return max(t, *writer_free)
 
     return dispatch(P, pairs, K, ctas, walk)
+
+
+def run_orders(P=16, pairs=64, K=32, heads=1, ctas=132, tau=1.0, Lbw=0.4, O=0.2, det=True,
+               shortest_first=False):
+    """The two dispatch orders of the deterministic mode (one field, one
+    tile's adds awaited): longest first, each item walking its tiles last
+    first and a tile taking its adds key block ascending; shortest first
+    (BwdParams::shortest_first), tiles first first, adds descending.
+    `heads` query heads a KV head (GQA), walked inner."""
+    released = {}
+
+    def walk(p, kb, t0):
+        t, writer_free, buffer_free = t0, [t0, t0], t0
+        tiles = range(kb, K) if shortest_first else range(K - 1, kb - 1, -1)
+        i = 0
+        for m in tiles:
+            for h in range(heads):
+                t = max(t + tau, buffer_free)
+                w = i % 2
+                i += 1
+                start = max(t, writer_free[w])
+                if not det:
+                    buffer_free, writer_free[w] = start + Lbw, start
+                    continue
+                earlier = range(kb + 1, m + 1) if shortest_first else range(kb)
+                need = max([released[(p, m, h, j)] for j in earlier], default=0.0)
+                streamed = max(start, need) + Lbw
+                released[(p, m, h, kb)] = streamed + O
+                buffer_free, writer_free[w] = streamed, streamed + O
+        return max(t, *writer_free)
+
+    return dispatch(P, pairs, K, ctas, walk, shortest_first)
+
+
+def orders_table():
+    """Longest against shortest first, against the default mode's time,
+    by the work per SM in longest items (pairs x key blocks / 2 / SMs: the
+    tail shortest first leaves is about one longest item)."""
+    shapes = [("d=256 2k, 8x8 (the grid)", 64, 32, 1, 16, 4),
+              ("d=256 8k, 2x8 (the grid)", 16, 128, 1, 8, 1),
+              ("d=256 8k, 1x8", 8, 128, 1, 8, 1),
+              ("d=256 2k, 2x8", 16, 32, 1, 16, 4),
+              ("d=256 2k, 1x8", 8, 32, 1, 8, 4),
+              ("d=256 2k, GQA 16/4, 4 batch", 16, 32, 4, 16, 1)]
+    print("| shape (pairs, key blocks) | work per SM / longest item | L 0.4, O 0.2: longest / "
+          "shortest first | L 0.5, O 0.5 |")
+    print("| --- | --- | --- | --- |")
+    for name, pairs, K, heads, p_longest, p_shortest in shapes:
+        cells = []
+        for l, o in [(0.4, 0.2), (0.5, 0.5)]:
+            base = run_orders(P=p_longest, pairs=pairs, K=K, heads=heads, Lbw=l, O=o, det=False)
+            longest = run_orders(P=p_longest, pairs=pairs, K=K, heads=heads, Lbw=l, O=o)
+            shortest = run_orders(P=p_shortest, pairs=pairs, K=K, heads=heads, Lbw=l, O=o,
+                                  shortest_first=True)
+            cells.append(f"{base / longest:.2f} / {base / shortest:.2f}")
+        print(f"| {name} ({pairs}, {K}) | {pairs * K / 2 / 132:.1f} | " + " | ".join(cells) + " |")
 
 
 def run_cluster(P=16, pairs=128, K=16, clusters=66, tau=1.0, Lbw=0.4, O=0.2, det=True):
@@ -110,4 +168,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    orders_table() if sys.argv[1:] == ["orders"] else main()

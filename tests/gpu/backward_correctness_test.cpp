@@ -8,8 +8,10 @@
 #include <cmath>
 
 #include "flashjit/backward.h"
+#include "generator/bwd_sm90_traits.h"
 #include "gpu_environment.h"
 #include "reference/accuracy.h"
+#include "reference/backward_check.h"
 #include "reference/cpu_attention_backward.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/launch_backward.h"
@@ -238,9 +240,10 @@ std::vector<Case> sm90_cases() {
       {make_problem(DType::bf16, 1, 4, 2, 200, 300, 256, 256, MaskKind::none), sm90_det});
   cases.push_back(
       {make_problem(DType::bf16, 2, 4, 2, 257, 257, 192, 128, MaskKind::causal), sm90_det});
-  // Shortest first (BwdSm90Traits::dispatch_order: a built-in mask without
-  // GQA): the head-dim split at 256 and 192, own keys at 64, more keys than
-  // queries (bottom-right aligned).
+  // Without GQA under a built-in mask, with too few work items for
+  // shortest first (BwdSm90Traits::dispatch_order; it has a test of its
+  // own below): the head-dim split at 256 and 192, own keys at 64, more
+  // keys than queries (bottom-right aligned).
   cases.push_back(
       {make_problem(DType::bf16, 2, 4, 4, 333, 333, 256, 256, MaskKind::causal), sm90_det});
   cases.push_back(
@@ -401,17 +404,32 @@ TEST(BackwardDeterminism, Sm90DeterministicOwnKeysIsBitIdentical) {
       make_problem(DType::bf16, 2, 8, 2, 1000, 1000, 32, 32, MaskKind::causal));
 }
 
-// Shortest first (without GQA under a built-in mask; the problems above
-// have GQA, so longest first): a tile's adds last key block first.
-TEST(BackwardDeterminism, Sm90DeterministicShortestFirstIsBitIdentical) {
+// Shortest first (BwdSm90Traits::dispatch_order: without GQA under a
+// built-in mask, at least 12 work items an SM), on problems too large for
+// the float64 CPU gradients: against the GPU backward reference (fp32, in
+// exact and element precision), and bit-identical runs. A causal mask over
+// the head-dim split, a window over more keys than queries at 64.
+TEST(BackwardDeterminism, Sm90ShortestFirstMatchesGpuReferenceBitIdentically) {
   FLASHJIT_REQUIRE_SM90();
-  const KernelConfig sm90 = deterministic(KernelConfig{KernelPath::sm90});
-  expect_bit_identical_runs(
-      sm90, make_problem(DType::bf16, 2, 8, 8, 1000, 1000, 128, 128, MaskKind::causal));
-  expect_bit_identical_runs(
-      sm90, make_problem(DType::bf16, 1, 4, 4, 1000, 1000, 256, 256, MaskKind::causal));
-  expect_bit_identical_runs(
-      sm90, make_problem(DType::fp16, 2, 4, 4, 700, 1300, 64, 64, MaskKind::window, 300, 0));
+  const KernelConfig det = deterministic(KernelConfig{KernelPath::sm90});
+  const Problem problems[] = {
+      make_problem(DType::bf16, 4, 16, 16, 2048, 2048, 256, 256, MaskKind::causal),
+      make_problem(DType::fp16, 8, 16, 16, 1500, 2048, 64, 64, MaskKind::window, 700, 30)};
+  uint64_t seed = 60;
+  for (const Problem &p : problems) {
+    const KernelConfig tile = BwdSm90Traits::default_config(p.head_dim_qk, p.head_dim_v);
+    ASSERT_TRUE(BwdSm90Traits::dispatch_order(p, tile.block_n, false, true).shortest_first)
+        << "d=" << p.head_dim_qk;
+    auto report = check_modified_backward(
+        p, ModifierArgs{},
+        [&](const Problem &q, const BackwardArgs &args, CUstream stream) {
+          return launch_backward(q, args, stream, det);
+        },
+        nullptr, nullptr, seed++);
+    ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+    EXPECT_TRUE(report->passed()) << "d=" << p.head_dim_qk << ": " << report->describe();
+    expect_bit_identical_runs(det, p);
+  }
 }
 
 // The head-dim split at a 192-wide tile (each warpgroup's dQ half its own

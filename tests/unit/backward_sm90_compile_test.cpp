@@ -559,8 +559,9 @@ TEST(BwdSm90Traits, ResidentCtasOnePerSmOrACtaPerItem) {
 
 TEST(BwdSm90Traits, DeterministicShortestFirstUnderAMaskWithinL2) {
   // Under a built-in mask without GQA, one head's Q, dO and dQ accumulator
-  // within 32 MB: shortest first, in sections of a power of two of pairs
-  // within 24 MB (d=256: 2 KB a query).
+  // within 32 MB, at least 12 work items an SM of 132: shortest first, in
+  // sections of a power of two of pairs within 24 MB (d=256: 2 KB a
+  // query).
   auto det = [](const Problem &p, int block_n, bool mask_mod = false) {
     return BwdSm90Traits::dispatch_order(p, block_n, mask_mod, /*deterministic=*/true);
   };
@@ -575,7 +576,10 @@ TEST(BwdSm90Traits, DeterministicShortestFirstUnderAMaskWithinL2) {
   expect_order(det(causal_problem(256, 1, 8, 16384), 64), 1, true);   // 32 MB
   expect_order(det(causal_problem(256, 1, 8, 32768), 64), 8, false);  // 64 MB: longest first
   expect_order(det(causal_problem(256, 16, 8, 1023), 64), 8, true);
-  expect_order(det(causal_problem(256, 1, 2, 1024), 64), 2, true);   // all the pairs there are
+  // 12 x 132 items: 12 heads of 132 key blocks; 11 heads fall short.
+  expect_order(det(causal_problem(256, 1, 12, 8448), 64), 1, true);
+  expect_order(det(causal_problem(256, 1, 11, 8448), 64), 8, false);
+  expect_order(det(causal_problem(256, 1, 8, 8192), 64), 8, false);  // 1024 items
   expect_order(det(causal_problem(192, 8, 10, 2048), 64), 8, true);  // 3 MB
   expect_order(det(causal_problem(192, 2, 10, 8192), 64), 2, true);  // 12 MB
   expect_order(det(causal_problem(128, 8, 16, 2048), 128), 8, true);
