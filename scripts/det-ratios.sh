@@ -10,6 +10,7 @@
 #   scripts/det-ratios.sh [BUILD]   BUILD: a folder with bin/flashjit (.device)
 #   BASE=.device-base                also time that build's deterministic mode
 #   QUICK=1                          2k and 8k only
+# Exits 1 when a run failed (ERR in its cell).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-.device}
@@ -62,3 +63,4 @@ header="shape | deterministic | default | ratio"
 echo "$header"
 printf '%s\n' "${lines[@]}"
 rm -rf "$db"
+! printf '%s\n' "${lines[@]}" | grep -q ERR
