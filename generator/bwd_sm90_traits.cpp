@@ -138,20 +138,21 @@ BwdSm90Traits::DispatchOrder BwdSm90Traits::dispatch_order(const Problem &proble
   const int64_t head_bytes =
       std::max<int64_t>(1, problem.seqlen_q) *
       ((problem.head_dim_qk + problem.head_dim_v) * element + problem.head_dim_qk * 4);
+  // The most pairs, a power of two, whose heads fit in `bytes`.
+  auto pairs_within = [&](int64_t bytes) {
+    int64_t n = 1;
+    while (n * 2 * head_bytes <= bytes && n * 2 <= pairs) n *= 2;
+    return n;
+  };
   // Shortest first leaves a tail of about one longest item (a pair's
   // first key block): only where the work per SM is many of them.
   constexpr int64_t kSms = 132;  // an H100's or H200's
   const bool many_items = work_items(problem, block_n) >= 12 * kSms;
   if (deterministic && problem.mask != MaskKind::none && !mask_mod &&
       problem.heads_q == problem.heads_kv && problem.head_dim_qk == problem.head_dim_v &&
-      head_bytes <= (32ll << 20) && many_items) {
-    // Shortest first (see the header): a power of two of pairs within 24 MB.
-    int64_t section = 1;
-    while ((section * 2) * head_bytes <= (24ll << 20) && section * 2 <= pairs) section *= 2;
-    return {static_cast<int>(section), true};
-  }
-  int64_t section = 1;
-  while (section * 2 * head_bytes <= kL2Bytes && section * 2 <= pairs) section *= 2;
+      head_bytes <= (32ll << 20) && many_items)
+    return {static_cast<int>(pairs_within(24ll << 20)), true};  // see the header
+  int64_t section = pairs_within(kL2Bytes);
   int64_t least = 1;
   if (deterministic) {
     // The head-dim split's 64-key blocks (192 and 256 wide): see the header.
