@@ -10,6 +10,8 @@
 #   scripts/det-ratios.sh [BUILD]   BUILD: a folder with bin/flashjit (.device)
 #   BASE=.device-base                also time that build's deterministic mode
 #   QUICK=1                          2k and 8k only
+#   ROWS=FILE                        these shapes instead, one row's
+#                                    `flashjit run` flags a line, in order
 # Exits 1 when a run failed (ERR in its cell).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -40,21 +42,30 @@ row() {
   lines+=("$line")
 }
 
-seqlens=(512 2048 8192 16384)
-[ "${QUICK:-0}" = 1 ] && seqlens=(2048 8192)
-for d in 64 128 256; do
-  for s in "${seqlens[@]}"; do
-    for mask in --causal ""; do
-      # shellcheck disable=SC2086
-      row --hdim "$d" --seqlen "$s" --batch $((16384 / s)) --heads $((2048 / d)) $mask
+if [ -n "${ROWS:-}" ]; then
+  # fd 3: flashjit must not read the list from its stdin
+  while read -r -u 3 args; do
+    [ -z "$args" ] && continue
+    # shellcheck disable=SC2086
+    row $args
+  done 3< "$ROWS"
+else
+  seqlens=(512 2048 8192 16384)
+  [ "${QUICK:-0}" = 1 ] && seqlens=(2048 8192)
+  for d in 64 128 256; do
+    for s in "${seqlens[@]}"; do
+      for mask in --causal ""; do
+        # shellcheck disable=SC2086
+        row --hdim "$d" --seqlen "$s" --batch $((16384 / s)) --heads $((2048 / d)) $mask
+      done
     done
   done
-done
-row --hdim 256 --seqlen 1024 --batch 16 --heads 8 --causal
-row --hdim 256 --seqlen 4096 --batch 4 --heads 8 --causal
-row --hdim 192 --seqlen 2048 --batch 8 --heads 10 --causal
-row --hdim 192 --seqlen 8192 --batch 2 --heads 10 --causal
-row --hdim 192 --hdim-v 128 --seqlen 8192 --batch 2 --heads 16 --causal
+  row --hdim 256 --seqlen 1024 --batch 16 --heads 8 --causal
+  row --hdim 256 --seqlen 4096 --batch 4 --heads 8 --causal
+  row --hdim 192 --seqlen 2048 --batch 8 --heads 10 --causal
+  row --hdim 192 --seqlen 8192 --batch 2 --heads 10 --causal
+  row --hdim 192 --hdim-v 128 --seqlen 8192 --batch 2 --heads 16 --causal
+fi
 
 echo
 echo "=== deterministic / default (backward, TFLOP/s, $build)"
