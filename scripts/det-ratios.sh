@@ -2,22 +2,26 @@
 # The deterministic backward against the default mode (issue #16's bar:
 # >= 0.85x), on the GPU machine, from the repository root: kernel time of
 # `flashjit run --pass bwd` with and without --deterministic, same binary,
-# over the training grid (FlashAttention's convention: 16k tokens, hidden
-# 2048; head dims 64, 128, 256, causal and full, 512 to 16k tokens) and the
-# rows where the deterministic mode was furthest behind (d=256 causal 1k
-# and 4k, d=192). One line per shape as it goes, the table last:
+# over the shapes of scripts/det-rows.txt: the training grid
+# (FlashAttention's convention: 16k tokens, hidden 2048; head dims 64, 128,
+# 256, causal and full, 512 to 16k tokens) and the rows where the
+# deterministic mode was furthest behind (d=256 causal 1k and 4k, d=192),
+# most wanted first, so that a device call cut short still brings them back.
+# One line per shape as it goes, the table last:
 #   shape | deterministic | default | ratio [| BASE's deterministic]
 #   scripts/det-ratios.sh [BUILD]   BUILD: a folder with bin/flashjit (.device)
 #   BASE=.device-base                also time that build's deterministic mode
 #   QUICK=1                          2k and 8k only
 #   ROWS=FILE                        these shapes instead, one row's
-#                                    `flashjit run` flags a line, in order
+#                                    `flashjit run` flags a line
 # Exits 1 when a run failed (ERR in its cell).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-.device}
 [ -x "$build/bin/flashjit" ] || { echo "no $build/bin/flashjit" >&2; exit 2; }
 base=${BASE:-}
+rows=${ROWS:-scripts/det-rows.txt}
+[ -r "$rows" ] || { echo "no row list at $rows" >&2; exit 2; }
 db=$(mktemp -d /tmp/flashjit-det.XXXXXX)
 
 # perf BUILD FLAGS...: TFLOP/s of the backward, or ERR.
@@ -42,30 +46,13 @@ row() {
   lines+=("$line")
 }
 
-if [ -n "${ROWS:-}" ]; then
-  # fd 3: flashjit must not read the list from its stdin
-  while read -r -u 3 args; do
-    [ -z "$args" ] && continue
-    # shellcheck disable=SC2086
-    row $args
-  done 3< "$ROWS"
-else
-  seqlens=(512 2048 8192 16384)
-  [ "${QUICK:-0}" = 1 ] && seqlens=(2048 8192)
-  for d in 64 128 256; do
-    for s in "${seqlens[@]}"; do
-      for mask in --causal ""; do
-        # shellcheck disable=SC2086
-        row --hdim "$d" --seqlen "$s" --batch $((16384 / s)) --heads $((2048 / d)) $mask
-      done
-    done
-  done
-  row --hdim 256 --seqlen 1024 --batch 16 --heads 8 --causal
-  row --hdim 256 --seqlen 4096 --batch 4 --heads 8 --causal
-  row --hdim 192 --seqlen 2048 --batch 8 --heads 10 --causal
-  row --hdim 192 --seqlen 8192 --batch 2 --heads 10 --causal
-  row --hdim 192 --hdim-v 128 --seqlen 8192 --batch 2 --heads 16 --causal
-fi
+quick='.'
+[ "${QUICK:-0}" = 1 ] && quick='--seqlen (2048|8192) '
+# fd 3: flashjit must not read the list from its stdin
+while read -r -u 3 args; do
+  # shellcheck disable=SC2086
+  row $args
+done 3< <(grep -E -e "$quick" "$rows")
 
 echo
 echo "=== deterministic / default (backward, TFLOP/s, $build)"
