@@ -24,9 +24,9 @@ std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch)
 
 int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
   // d=64 at block_n 192 and d=128 at 144..176 spilled 64-280 bytes; d=256
-  // (no intra-warpgroup overlap) fits 96 in registers but only 80 in shared
-  // memory with two stages. Three consumer warpgroups at d=64 (160 registers
-  // each): 128 spilled 4-152 bytes under a mask or softcap, 112 none.
+  // fits only 80 in shared memory with two stages. Three consumer
+  // warpgroups at d=64 (160 registers each): 128 spilled 4-152 bytes under
+  // a mask or softcap, 112 none.
   // d=192 (intra-warpgroup overlap, O 96 registers): 112, FlashAttention-3's
   // tile there, and the widest whose two stages fit beside one Q buffer.
   if (block_m == 192) return 112;
@@ -35,7 +35,7 @@ int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
 }
 
 KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
-                                           int64_t rows_per_query, int page_size) {
+                                           int64_t rows_per_query, int page_size, bool masked) {
   // FlashAttention-3 uses 192x128 (d=64), 128x176 (d=128) and 128x80 (d=256);
   // here block_n is capped by max_block_n. Fastest on the H200 (docs/PERF.md,
   // 2026-11-30, sixth session):
@@ -45,7 +45,11 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   lost (358.8 -> 347.1, causal 239.9 -> 208.0): 192-row tiles over 512
   //   or 1024 rows compute 11-12% padding rows (3 and 6 tiles), over 2048
   //   3%.
-  // - d=64 up to 1024 queries: 128x128 with 3 stages (2 the same).
+  // - d=64 without a mask, 513-1024 queries: 192x96 with 3 stages (H100,
+  //   2026-12-06, `bench/compare.py` 16k tokens: 1024 full 382.7 -> 409.0
+  //   TFLOP/s; at 512 within noise, 353.8 -> 360.4 with 192x112). Over
+  //   1024 keys block_n 96 leaves a 64-key last tile where 112 leaves 16.
+  // - d=64 otherwise up to 1024 queries: 128x128 with 3 stages (2 the same).
   // - d=128: 128x128 with 2 stages, which leaves room for a second Q buffer
   //   (causal 512: 317 against 277 with 3 stages and one Q buffer; from 4k
   //   on the same).
@@ -82,6 +86,10 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   } else if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
     c.block_m = 192;
     c.block_n = 112;
+    c.stages = 3;
+  } else if (head_dim == 64 && !masked && seqlen_q > kThreeWarpgroupsUnmaskedAbove) {
+    c.block_m = 192;
+    c.block_n = 96;
     c.stages = 3;
   } else {
     c.block_m = kBlockM;

@@ -93,10 +93,12 @@ struct FwdSm90Traits {
   // a whole bucket gets one config.
   // `rows_per_query` is the query heads packed into a tile's rows (1: none):
   // when seqlen_q of them fit one warpgroup's 64 rows (decode), one consumer
-  // warpgroup.
+  // warpgroup. `masked`: a causal or window mask (its diagonal tiles make
+  // the three warpgroups' padding rows dearer).
   static constexpr int64_t kThreeWarpgroupsAbove = 1024;
+  static constexpr int64_t kThreeWarpgroupsUnmaskedAbove = 512;
   static KernelConfig default_config(int head_dim, int64_t seqlen_q, int64_t rows_per_query = 1,
-                                     int page_size = 0);
+                                     int page_size = 0, bool masked = true);
   // Every config the kernel claims at `head_dim` within `max_smem_bytes`:
   // block_n from 48 to max_block_n in steps of 16, 2 to 4 stages. The compile
   // test builds each of them and checks for spills.

@@ -163,7 +163,7 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     const int head_dim = std::max(problem.head_dim_qk, problem.head_dim_v);
     const KernelConfig first = FwdSm90Traits::default_config(
         head_dim, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
-        problem.page_size);
+        problem.page_size, problem.mask != MaskKind::none);
     const KernelConfig second = FwdSm90Traits::default_config(head_dim, 0);
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};

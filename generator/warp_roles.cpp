@@ -30,17 +30,21 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // slower on the H200 (docs/PERF.md), so one.
   // A paged cache's producer warp also reads page indices and shuffles them
   // to its leader: 24 registers spilled 12-16 bytes there (ptxas -v).
+  // At head dim 256 the consumer overlaps S(t+1) with P(t) V: a packed
+  // batch's paged or counted cache spilled 16-76 bytes at 232-240, none at
+  // 256 (the pool of 255 x 256 holds it).
   const bool paged = spec.page_size > 0;
   if (spec.config.block_m == 64) {
-    if (paged) return WarpRoleRegisters{56, 240, 1};
-    return sm90_forward_tile_head_dim(spec.head_dim_qk) == 256 ? WarpRoleRegisters{40, 232, 1}
-                                                               : WarpRoleRegisters{24, 240, 1};
+    const bool d256 = sm90_forward_tile_head_dim(spec.head_dim_qk) == 256;
+    if (paged) return WarpRoleRegisters{56, d256 ? 256 : 240, 1};
+    return d256 ? WarpRoleRegisters{40, 256, 1} : WarpRoleRegisters{24, 240, 1};
   }
   if (paged && spec.config.block_m == 128) return WarpRoleRegisters{40, 232, 2};
   if (paged && spec.config.block_m == 192) return WarpRoleRegisters{48, 152, 3};
   // FlashAttention-3's 24/240 split, except at head dim 256, whose producer
-  // (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers and whose
-  // consumers, without intra-warpgroup overlap, need fewer than 232.
+  // (4 TMA boxes per tile) spilled 40-52 bytes at 24 registers; its
+  // consumers, overlapping S(t+1) with P(t) V (O 128, S 40, P 20 registers
+  // at block_n 80), fit 232 without spills.
   if (sm90_forward_tile_head_dim(spec.head_dim_qk) == 256) return WarpRoleRegisters{40, 232, 2};
   // Three consumer warpgroups (block_m 192, 512 threads, a pool of 4 x 128):
   // FlashAttention-3's 32/160, which fills it exactly.

@@ -116,10 +116,14 @@ constexpr bool kPingPong = kConsumerWarpgroups >= 2;
 // second loop spilled 108 bytes (d = 64, 192 x 112 tiles, page 256).
 constexpr bool kSkipIdleWarpgroups =
     kVarlen && (kSeqUsedK || kPageSize > 0) && kConsumerWarpgroups == 2;
-// Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once: with V's
-// head dim tiled as 256 (O alone is 128 registers) that spilled (40-130
-// bytes, ptxas -v), so that kernel runs S, softmax, P V in sequence.
-constexpr bool kIntraOverlap = kHeadDimVTile < 256;
+// Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once. With V's
+// head dim tiled as 256 (O alone is 128 registers) that fits 232 registers
+// (ptxas -v: every mask, softcap, sinks, decode, split, paged variant),
+// except beside a caller's score_mod or mask_mod (ALiBi with documents: 24
+// bytes spilled) or the idle-warpgroup walk (varlen with a counted cache:
+// 208 bytes): those run S, softmax, P V in sequence.
+constexpr bool kIntraOverlap =
+    kHeadDimVTile < 256 || !(Modifiers::kScore || Modifiers::kMask || kSkipIdleWarpgroups);
 // Named barrier ids: 0 is __syncthreads; 1.. the turns, one per consumer
 // warpgroup.
 constexpr int kBarrierPingPong = 1;

@@ -168,6 +168,33 @@ TEST(ForwardSm90Compile, EveryClaimedConfigCompilesWithoutSpills) {
                     "$FLASHJIT_CUOBJDUMP";
 }
 
+// The intra-warpgroup overlap leaves one wgmma group in flight while the
+// softmax runs (wgmma.wait_group 1: WARPGROUP.DEPBAR.LE gsb0, 0x1); a
+// kernel in sequence waits only for zero. Every head dim overlaps, 256
+// included (its three register tiles fit at block_n 80).
+TEST(ForwardSm90Compile, EveryHeadDimOverlapsTheNextSWithPV) {
+  const std::string cuobjdump = testing::find_cuobjdump();
+  if (cuobjdump.empty())
+    GTEST_SKIP() << "no cuobjdump on PATH or in $FLASHJIT_CUOBJDUMP: the SASS cannot be read";
+  for (int d : {64, 128, 192, 256})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+      Problem p;
+      p.batch = 2;
+      p.heads_q = p.heads_kv = 8;
+      p.seqlen_q = p.seqlen_k = 4096;
+      p.head_dim_qk = p.head_dim_v = d;
+      p.mask = mask;
+      SCOPED_TRACE(describe(p));
+      const Compiled r = compile_case({p, FwdSm90Traits::default_config(d, 4096)}, cuobjdump);
+      ASSERT_EQ(r.error, "");
+      ASSERT_TRUE(r.cubin.has_value());
+      auto sass = testing::cuobjdump_output(*r.cubin, cuobjdump, "-sass");
+      ASSERT_TRUE(sass.has_value()) << "cuobjdump -sass failed on " << r.id;
+      EXPECT_NE(sass->find("WARPGROUP.DEPBAR.LE gsb0, 0x1"), std::string::npos) << r.id;
+      EXPECT_EQ(r.report.spill_store_bytes, 0) << r.id;
+    }
+}
+
 TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
   Problem p;
   p.head_dim_qk = p.head_dim_v = 128;
@@ -414,8 +441,9 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
       EXPECT_NE(c.block_m, 192) << d;
 
   // The heuristic takes them beyond 1024 queries (a whole size bucket,
-  // ceil(log2)), where 192-row tiles pad little; on problems of enough
-  // work tiles that nothing splits (nor packs: no GQA).
+  // ceil(log2)), where 192-row tiles pad little, and without a mask beyond
+  // 512 (block_n 96 up to 1024); on problems of enough work tiles that
+  // nothing splits (nor packs: no GQA).
   auto unsplit = [](KernelConfig c) {
     c.splits = 1;
     c.pack_gqa = GqaPacking::off;
@@ -425,10 +453,24 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
   p.batch = 8;
   p.heads_q = p.heads_kv = 16;
   p.head_dim_qk = p.head_dim_v = 64;
-  p.seqlen_q = p.seqlen_k = 1024;
+  p.seqlen_q = p.seqlen_k = 512;
   EXPECT_EQ(default_forward_config(p, kSm90a),
             unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
-  p.seqlen_q = 1025;
+  p.seqlen_q = p.seqlen_k = 513;
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 96, 16, 3}));
+  p.seqlen_q = p.seqlen_k = 1024;
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 96, 16, 3}));
+  for (MaskKind mask : {MaskKind::causal, MaskKind::window}) {
+    p.mask = mask;
+    p.window_left = 256;
+    p.window_right = 0;
+    EXPECT_EQ(default_forward_config(p, kSm90a),
+              unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
+  }
+  p.mask = MaskKind::none;
+  p.seqlen_q = p.seqlen_k = 1025;
   EXPECT_EQ(default_forward_config(p, kSm90a),
             unsplit(KernelConfig{KernelPath::sm90, 192, 112, 16, 3}));
   // A caller's block_n 128 rules them out: the 128-row tile, still sm90.
