@@ -32,7 +32,7 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // to its leader: 24 registers spilled 12-16 bytes there (ptxas -v).
   // At head dim 256 the consumer overlaps S(t+1) with P(t) V: a packed
   // batch's paged or counted cache spilled 16-76 bytes at 232-240, none at
-  // 256 (the pool of 255 x 256 holds it).
+  // 256 (a pool of 256 registers x 256 threads holds it).
   const bool paged = spec.page_size > 0;
   if (spec.config.block_m == 64) {
     const bool d256 = sm90_forward_tile_head_dim(spec.head_dim_qk) == 256;

@@ -68,8 +68,8 @@
 // S(t+1) while P V is in flight (wgmma.wait_group 1), then rescales O and
 // replaces P. At head dim 256 the three register tiles (O 128, S 40, P 20
 // at block_n 80) fit the consumers' 232 registers, as in FlashAttention-3;
-// in sequence (S, softmax, P V) it ran 4-11% slower (H100, docs/PERF.md
-// 2026-12-06), which is what the kernels left out keep. Overlapping work tiles as
+// in sequence (S, softmax, P V), which the kernels left out keep, it ran
+// 4-11% slower (H100, docs/PERF.md 2026-12-06). Overlapping work tiles as
 // well (the next tile's first S issued with the last P V, its softmax under
 // that, then the epilogue) measured 2-15% slower on the H200: the epilogue
 // then sits between a warpgroup's turns and holds up the other's
