@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -333,6 +334,15 @@ llvm::Expected<std::optional<TuningRecord>> TuningDb::find_tuning(
 llvm::Expected<std::optional<TuningRecord>> TuningDb::find_nearest_tuning(
     const DeviceFingerprint &device, const SoftwareFingerprint &software,
     const ProblemClassKey &problem) {
+  auto nearest = nearest_tunings(device, software, problem, 1);
+  if (!nearest) return nearest.takeError();
+  if (nearest->empty()) return std::nullopt;
+  return std::move(nearest->front());
+}
+
+llvm::Expected<std::vector<TuningRecord>> TuningDb::nearest_tunings(
+    const DeviceFingerprint &device, const SoftwareFingerprint &software,
+    const ProblemClassKey &problem, int limit) {
   TuningRecord probe;
   probe.device = device;
   probe.software = software;
@@ -356,14 +366,18 @@ llvm::Expected<std::optional<TuningRecord>> TuningDb::find_nearest_tuning(
   std::lock_guard lock(impl_->mutex);
   auto statement =
       impl_->db.prepare("SELECT " + tuning_fields::column_list() + " FROM tunings WHERE " + where +
-                        " ORDER BY " + distance + ties + " LIMIT 1");
+                        " ORDER BY " + distance + ties +
+                        llvm::formatv(" LIMIT {0}", std::max(limit, 0)).str());
   if (!statement) return statement.takeError();
   for (size_t i = 0; i < bound.size(); ++i)
     bind_field(*statement, static_cast<int>(i + 1), tuning_fields::ref(*bound[i], probe));
-  llvm::Expected<bool> row = statement->step();
-  if (!row) return row.takeError();
-  if (!*row) return std::nullopt;
-  return read_tuning(*statement);
+  std::vector<TuningRecord> out;
+  for (;;) {
+    llvm::Expected<bool> row = statement->step();
+    if (!row) return row.takeError();
+    if (!*row) return out;
+    out.push_back(read_tuning(*statement));
+  }
 }
 
 llvm::Expected<std::vector<TuningRecord>> TuningDb::list_tunings() {

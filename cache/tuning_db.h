@@ -154,6 +154,12 @@ class TuningDb {
   llvm::Expected<std::optional<TuningRecord>> find_nearest_tuning(
       const DeviceFingerprint &device, const SoftwareFingerprint &software,
       const ProblemClassKey &problem);
+  // The `limit` closest rows of the class in that order (the first is
+  // find_nearest_tuning's), for a caller that passes some over.
+  llvm::Expected<std::vector<TuningRecord>> nearest_tunings(const DeviceFingerprint &device,
+                                                            const SoftwareFingerprint &software,
+                                                            const ProblemClassKey &problem,
+                                                            int limit);
   llvm::Expected<std::vector<TuningRecord>> list_tunings();
 
   // Insert or replace by key. blob_sha256 is computed when empty; a given

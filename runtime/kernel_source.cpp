@@ -107,6 +107,18 @@ std::optional<KernelConfig> usable_config(const TuningRecord &record,
   return *config;
 }
 
+// How many of the nearest buckets a call looks through for one whose
+// heuristic agrees (a class holds a few dozen tunings at most).
+constexpr int kNearestCandidates = 16;
+
+// A config's tiles as "sm90 128x128 w12 s3": what a nearest bucket's
+// heuristic is compared on (the decode fields follow each call's shape).
+std::string tiles_text(const StoredConfig &c) {
+  return llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path.empty() ? "none" : c.path, c.block_m,
+                       c.block_n, c.warps, c.stages)
+      .str();
+}
+
 // Every cubin NVRTC writes is an ELF file: anything else in the store is
 // damage the blob hash did not catch, and must not reach cuModuleLoadData.
 bool looks_like_cubin(llvm::ArrayRef<char> bytes) {
@@ -148,33 +160,52 @@ llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelC
     } else {
       const DeviceFingerprint dev = device_fingerprint(device);
       const ProblemClassKey key = problem_class_key(problem, rules.class_pass, rules.modifiers);
-      struct Lookup {
-        ConfigSource source;
-        const char *what;
-        llvm::Expected<std::optional<TuningRecord>> (TuningDb::*find)(
-            const DeviceFingerprint &, const SoftwareFingerprint &, const ProblemClassKey &);
+      auto take = [&](TuningRecord &record, ConfigSource source, const char *what) {
+        auto config = usable_config(record, requested, rules, what, chosen.note);
+        if (!config) return false;
+        chosen.config = *config;
+        chosen.source = source;
+        chosen.record = std::move(record);
+        return true;
       };
-      const Lookup lookups[] = {
-          {ConfigSource::tuned, "tuned", &TuningDb::find_tuning},
-          {ConfigSource::nearest, "nearest", &TuningDb::find_nearest_tuning},
-      };
-      for (const Lookup &lookup : lookups) {
-        auto record = (db->*lookup.find)(dev, *software, key);
-        if (!record) {
-          append_note(chosen.note, llvm::formatv("{0} lookup failed: {1}", lookup.what,
-                                                 llvm::toString(record.takeError())));
-          continue;
+      auto tuned = db->find_tuning(dev, *software, key);
+      if (!tuned)
+        append_note(chosen.note, "tuned lookup failed: " + llvm::toString(tuned.takeError()));
+      else if (*tuned && take(**tuned, ConfigSource::tuned, "tuned"))
+        return chosen;
+      // A nearest bucket's tuning is a correction of the heuristic measured
+      // at another size, so it carries over only where the heuristic picks
+      // the same tiles here as it picked there; where it picks others, it
+      // knows something of this size that the tuning never measured (H100,
+      // d=64 causal 8k: a 1k tuning's 128x128 ran at 432 TFLOP/s, the
+      // heuristic's 192x112 at 488).
+      auto nearest = db->nearest_tunings(dev, *software, key, kNearestCandidates);
+      if (!nearest) {
+        append_note(chosen.note, "nearest lookup failed: " + llvm::toString(nearest.takeError()));
+      } else if (!nearest->empty()) {
+        KernelConfig open;
+        open.deterministic = requested.deterministic;
+        const std::string here = tiles_text(to_stored(rules.heuristic(open)));
+        int passed_over = 0;
+        std::string first_passed;
+        for (TuningRecord &record : *nearest) {
+          // The nearest bucket may be this very class, already passed over.
+          if (record.problem == key) continue;
+          if (const std::string there = tiles_text(record.heuristic_config); there != here) {
+            if (passed_over++ == 0)
+              first_passed = llvm::formatv("{0}: the heuristic picked {1} there",
+                                           record.shape.empty() ? "another size" : record.shape,
+                                           there);
+            continue;
+          }
+          if (take(record, ConfigSource::nearest, "nearest")) return chosen;
         }
-        if (!*record) continue;
-        // The nearest bucket may be this very class, already passed over.
-        if (lookup.source == ConfigSource::nearest && (*record)->problem == key) continue;
-        if (auto config =
-                usable_config(**record, requested, rules, lookup.what, chosen.note)) {
-          chosen.config = *config;
-          chosen.source = lookup.source;
-          chosen.record = std::move(**record);
-          return chosen;
-        }
+        if (passed_over)
+          append_note(chosen.note,
+                      llvm::formatv("{0} nearest {1} passed over, tuned where the heuristic picks "
+                                    "other tiles than its {2} here (first: {3})",
+                                    passed_over, passed_over == 1 ? "entry" : "entries", here,
+                                    first_passed));
       }
     }
   }

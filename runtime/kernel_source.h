@@ -1,6 +1,7 @@
 // Where a call's config and cubin come from. Config: the caller's,
 // else the database's tuning for this device, software and problem class
-// (exact bucket, then the nearest), else the heuristic. Cubin: the process
+// (exact bucket, then the nearest one tuned where the heuristic picked the
+// tiles it picks here), else the heuristic. Cubin: the process
 // cache, else the database's cubin store, else NVRTC (and the result is
 // stored). The database is optional: without one (FLASHJIT_DB=off, or a
 // file that cannot be opened) everything works from the heuristic and NVRTC.

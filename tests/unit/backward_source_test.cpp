@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "generator/backward_spec.h"
+#include "generator/heuristic.h"
 #include "runtime/backward_source.h"
 #include "runtime/kernel_source.h"
 #include "runtime/runtime_counters.h"
@@ -55,6 +56,14 @@ class BackwardSourceTest : public testing::TempDbTest {
     r.software = software_;
     r.problem = problem_class_key(p, pass);
     r.config = to_stored(config);
+    KernelConfig mode;  // the heuristic's config, as the tuner stores it
+    mode.deterministic = llvm::StringRef(pass) == "bwd-det";
+    r.heuristic_config =
+        llvm::StringRef(pass) == "fwd"
+            ? to_stored(default_forward_config(p, fake_a100().target(),
+                                               fake_a100().max_smem_per_block_optin))
+            : to_stored(default_backward_config(p, fake_a100().target(),
+                                                fake_a100().max_smem_per_block_optin, mode));
     r.shape = describe(p);
     r.median_ms = r.min_ms = r.max_ms = 1.0;
     r.tflops = 100;

@@ -186,13 +186,34 @@ TEST(CliBackwardTuning, QueryReadsBackwardTuningsByMode) {
   EXPECT_EQ(S(o.getString("source")), "heuristic");
   EXPECT_EQ(S(o.getObject("class")->getString("pass")), "fwd");
 
-  // Another bucket of the backward class: the nearest tuning.
+  // Another bucket of the backward class: the 4096 tuning corrected a
+  // heuristic (sm80 64x128 w8 s2) this size does not get, so it is passed
+  // over; a tuning of the size's own heuristic is the nearest one.
   std::vector<std::string> args = base;
   args.back() = "16384";
   args.insert(args.end(), {"--pass", "bwd", "--json"});
   r = run_cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(S(parse_json(r.out).getString("source")), "nearest") << r.out;
+  o = parse_json(r.out);
+  EXPECT_EQ(S(o.getString("source")), "heuristic") << r.out;
+  ASSERT_NE(o.getObject("config"), nullptr);
+  const StoredConfig here = testing::json_tiles(o.getObject("config"));
+  ASSERT_NE(here, (StoredConfig{"sm80", 64, 128, 8, 2}));
+  {
+    auto db = TuningDb::open(db_path);
+    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+    TuningRecord r8k = backward_tuning(*software, "bwd", StoredConfig{"sm80", 64, 64, 8, 2});
+    r8k.problem.seqlen_q_bucket = r8k.problem.seqlen_k_bucket = 13;
+    r8k.heuristic_config = here;
+    ASSERT_FALSE(bool((*db)->put_tuning(r8k)));
+  }
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  o = parse_json(r.out);
+  EXPECT_EQ(S(o.getString("source")), "nearest") << r.out;
+  ASSERT_NE(o.getObject("config"), nullptr);
+  EXPECT_EQ(I(o.getObject("config")->getInteger("block_m")), 64);
+  EXPECT_EQ(I(o.getObject("config")->getInteger("block_n")), 64);
 }
 
 // On Hopper, query says why a class runs the sm80 family: a head dim or a

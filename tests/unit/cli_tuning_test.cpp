@@ -13,6 +13,7 @@
 #include "foreign_tuning.h"
 #include "runtime/device.h"
 #include "runtime/tuning_key.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/ADT/Optional.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -182,12 +183,49 @@ TEST(CliTuning, QueryReadsTuningsOfAnotherMachine) {
   EXPECT_EQ(S(o.getString("kernel_id")),
             "fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a");
 
+  // Another bucket of the same class: the 4096 tuning corrected a heuristic
+  // (sm80 128x128 w8 s2) that is not the one this size gets, so it is
+  // passed over, and query says so.
   args = base;
-  args.insert(args.end(), {"--seqlen", "16384"});  // another bucket of the same class
+  args.insert(args.end(), {"--seqlen", "16384"});
+  r = run_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  o = parse_json(r.out);
+  EXPECT_EQ(S(o.getString("source")), "heuristic") << r.out;
+  const StoredConfig here = testing::json_tiles(o.getObject("config"));
+  ASSERT_NE(here, (StoredConfig{"sm80", 128, 128, 8, 2}));
+  const std::string here_tiles = llvm::formatv("{0} {1}x{2} w{3} s{4}", here.path, here.block_m,
+                                               here.block_n, here.warps, here.stages);
+  ASSERT_NE(o.getArray("notes"), nullptr) << r.out;
+  EXPECT_EQ(S(o.getArray("notes")->back().getAsString()),
+            "1 nearest entry passed over, tuned where the heuristic picks other tiles than its " +
+                here_tiles +
+                " here (first: bf16 b=2 hq=16 hkv=16 sq=4096 sk=4096 d=128 dv=128 causal: the "
+                "heuristic picked sm80 128x128 w8 s2 there)")
+      << r.out;
+
+  // A farther bucket tuned where the heuristic picked this size's tiles
+  // serves it (nearest), past the nearer one.
+  {
+    Problem far;
+    far.batch = 2;
+    far.heads_q = far.heads_kv = 16;
+    far.seqlen_q = far.seqlen_k = 1024;
+    far.mask = MaskKind::causal;
+    auto db = TuningDb::open(db_path);
+    ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+    ASSERT_FALSE(bool((*db)->put_tuning(
+        testing::foreign_tuning(*software, far, "fwd",
+                                {StoredConfig{"sm80", 64, 64, 4, 2}, here, 0.5, 0.49, 0.52, 0.6,
+                                 350, 200, 49152, 20, 2}))));
+  }
   r = run_cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
   o = parse_json(r.out);
   EXPECT_EQ(S(o.getString("source")), "nearest") << r.out;
+  ASSERT_NE(o.getObject("config"), nullptr);
+  EXPECT_EQ(I(o.getObject("config")->getInteger("block_m")), 64);
+  EXPECT_EQ(I(o.getObject("config")->getInteger("block_n")), 64);
   EXPECT_NE(o.getObject("provenance"), nullptr);
 
   args = base;

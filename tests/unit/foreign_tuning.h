@@ -9,6 +9,7 @@
 #include "cache/tuning_db.h"
 #include "flashjit/problem.h"
 #include "runtime/tuning_key.h"
+#include "llvm/Support/JSON.h"
 
 namespace flashjit::testing {
 
@@ -40,6 +41,23 @@ inline TuningRecord foreign_tuning(const SoftwareFingerprint &software, const Pr
   r.tuned_at = "2026-11-29T12:00:00Z";
   r.flashjit_version = FLASHJIT_VERSION;
   return r;
+}
+
+// The tiles of a config as `query --json` prints it (its "config" object),
+// the fields a nearest bucket's heuristic is compared on.
+inline StoredConfig json_tiles(const llvm::json::Object *config) {
+  StoredConfig c;
+  if (!config) return c;
+  if (auto path = config->getString("path")) c.path = path->str();
+  auto field = [&](const char *name) {
+    auto v = config->getInteger(name);
+    return v ? static_cast<int>(*v) : -1;
+  };
+  c.block_m = field("block_m");
+  c.block_n = field("block_n");
+  c.warps = field("warps");
+  c.stages = field("stages");
+  return c;
 }
 
 }  // namespace flashjit::testing

@@ -17,6 +17,7 @@
 #include "tests/fake_devices.h"
 #include "tests/temp_db_test.h"
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
 namespace {
@@ -65,6 +66,7 @@ class KernelSourceTest : public testing::TempDbTest {
     r.software = software;
     r.problem = problem_class_key(p);
     r.config = to_stored(config);
+    r.heuristic_config = to_stored(heuristic(p));  // as the tuner stores it
     r.shape = describe(p);
     r.median_ms = r.min_ms = r.max_ms = 1.0;
     r.tflops = 100;
@@ -145,6 +147,50 @@ TEST_F(KernelSourceTest, NearestWhenOnlyAnotherBucketIsTuned) {
   EXPECT_EQ(choose(other).source, ConfigSource::heuristic);
 }
 
+// A nearest bucket's tuning carries over only where the heuristic picks the
+// tiles here that it picked where the tuning ran: d=64 causal, the
+// heuristic's 128x128 at 1k and 192x112 at 2k and 8k.
+TEST_F(KernelSourceTest, NearestOnlyWhereTheHeuristicPicksTheSameTiles) {
+  auto d64 = [](int64_t seqlen) {
+    Problem p = problem(seqlen);
+    p.head_dim_qk = p.head_dim_v = 64;
+    return p;
+  };
+  ASSERT_NE(to_stored(heuristic(d64(1024))), to_stored(heuristic(d64(8192))));
+  ASSERT_EQ(to_stored(heuristic(d64(2048))), to_stored(heuristic(d64(8192))));
+  const StoredConfig here = to_stored(heuristic(d64(8192)));
+  const StoredConfig there = to_stored(heuristic(d64(1024)));
+  auto tiles = [](const StoredConfig &c) {
+    return llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path, c.block_m, c.block_n, c.warps, c.stages)
+        .str();
+  };
+
+  put(d64(1024), kTuned);
+  ChosenConfig c = choose(d64(8192));
+  EXPECT_EQ(c.source, ConfigSource::heuristic);
+  EXPECT_EQ(c.config, heuristic(d64(8192)));
+  EXPECT_EQ(c.note, "1 nearest entry passed over, tuned where the heuristic picks other tiles "
+                    "than its " + tiles(here) + " here (first: " + describe(d64(1024)) +
+                        ": the heuristic picked " + tiles(there) + " there)");
+
+  // A farther bucket whose heuristic agrees is taken past a nearer one
+  // that does not (2k is nearer to 16k than 1k is; ties go to longer keys).
+  put(d64(2048), kOtherBucket);
+  c = choose(d64(16384));
+  EXPECT_EQ(c.source, ConfigSource::nearest);
+  EXPECT_EQ(c.config, resolved(kOtherBucket));
+  ASSERT_TRUE(c.record.has_value());
+  EXPECT_EQ(c.record->problem.seqlen_q_bucket, 11);
+  // 512's heuristic is 1k's: 1k's tuning serves it.
+  ASSERT_EQ(to_stored(heuristic(d64(512))), there);
+  c = choose(d64(512));
+  EXPECT_EQ(c.source, ConfigSource::nearest);
+  EXPECT_EQ(c.config, resolved(kTuned));
+  ASSERT_TRUE(c.record.has_value());
+  EXPECT_EQ(c.record->problem.seqlen_q_bucket, 10);
+  EXPECT_EQ(c.note, "");
+}
+
 // The caller's modifiers are part of the class (their hash): a modified
 // call never takes the plain class's tuning, nor one of other snippets, and
 // finds its own exact or nearest.
@@ -160,6 +206,7 @@ TEST_F(KernelSourceTest, ModifiersAreAClassOfTheirOwn) {
   r.software = software_;
   r.problem = problem_class_key(problem(16384), "fwd", alibi);
   r.config = to_stored(kOtherBucket);
+  r.heuristic_config = to_stored(heuristic(problem(16384)));
   r.median_ms = r.min_ms = r.max_ms = 1.0;
   ASSERT_FALSE(bool(db_->put_tuning(r)));
   modified = choose_forward_config(problem(4096), {}, fake_h200(), db_.get(), alibi);

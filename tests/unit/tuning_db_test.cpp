@@ -172,6 +172,19 @@ TEST(TuningDb, NearestPicksTheClosestBucketsThenTheLargerSeqlenK) {
   EXPECT_EQ(nearest(15, 15, 8), "16/16/9");
   EXPECT_EQ(nearest(1, 1, 1), "10/10/5");
 
+  // Every row of the class, closest first, for a caller that passes some
+  // over; the limit cuts the list.
+  auto in_order = [&](int q, int k, int bh, int limit) -> std::string {
+    auto found = db->nearest_tunings(h200(), software_a(), problem_class(q, k, bh), limit);
+    if (!found) return "error: " + llvm::toString(found.takeError());
+    std::string shapes;
+    for (const TuningRecord &r : *found) shapes += (shapes.empty() ? "" : " ") + r.shape;
+    return shapes;
+  };
+  EXPECT_EQ(in_order(11, 11, 5, 16), "12/12/5 10/10/5 10/14/5 16/16/9");
+  EXPECT_EQ(in_order(11, 11, 5, 1), "12/12/5");
+  EXPECT_EQ(in_order(11, 11, 5, 0), "");
+
   ProblemClassKey untuned = problem_class(10, 10, 5);
   untuned.head_dim_qk = 256;
   auto none = db->find_nearest_tuning(h200(), software_a(), untuned);
