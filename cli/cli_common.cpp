@@ -183,7 +183,8 @@ llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
   const KernelConfig config =
       backward ? default_backward_config(chooser, arch, out.max_smem_bytes, parsed->config,
                                          modified)
-               : default_forward_config(chooser, arch, out.max_smem_bytes, parsed->config);
+               : default_forward_config(chooser, arch, out.max_smem_bytes, parsed->config,
+                                        /*sm_count=*/0, modified);
   auto spec = backward ? make_backward_spec(out.problem, config, arch, out.max_smem_bytes)
                        : make_forward_spec(out.problem, config, arch, out.max_smem_bytes);
   if (!spec) return spec.takeError();

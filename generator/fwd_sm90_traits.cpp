@@ -22,20 +22,29 @@ std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch)
   return FwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v);
 }
 
-int FwdSm90Traits::max_block_n(int head_dim, int block_m) {
-  // d=64 at block_n 192 and d=128 at 144..176 spilled 64-280 bytes; d=256
-  // fits only 80 in shared memory with two stages. Three consumer
-  // warpgroups at d=64 (160 registers each): 128 spilled 4-152 bytes under
-  // a mask or softcap, 112 none.
+bool FwdSm90Traits::lean(const Problem &problem, bool modified) {
+  return !modified && problem.softcap == 0.f &&
+         (problem.mask == MaskKind::none || problem.mask == MaskKind::causal) &&
+         problem.page_size == 0;
+}
+
+int FwdSm90Traits::max_block_n(int head_dim, int block_m, bool lean) {
+  // d=64 at block_n 192 spilled 64-280 bytes. d=128: 176 for lean problems,
+  // FlashAttention-3's tile there (64 + 88 + 44 registers of O, S and P in
+  // 240: 0 bytes since the intra-warpgroup overlap's rework, where it had
+  // spilled), else 128. d=256 fits only 80 in shared memory with two
+  // stages. Three consumer warpgroups at d=64 (160 registers each): 128 for
+  // lean problems, else 112.
   // d=192 (intra-warpgroup overlap, O 96 registers): 112, FlashAttention-3's
   // tile there, and the widest whose two stages fit beside one Q buffer.
-  if (block_m == 192) return 112;
+  if (block_m == 192) return lean ? 128 : 112;
   head_dim = sm90_forward_tile_head_dim(head_dim);
-  return head_dim == 64 ? 128 : head_dim == 128 ? 128 : head_dim == 192 ? 112 : 96;
+  return head_dim == 64 ? 128 : head_dim == 128 ? (lean ? 176 : 128) : head_dim == 192 ? 112 : 96;
 }
 
 KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
-                                           int64_t rows_per_query, int page_size, bool masked) {
+                                           int64_t rows_per_query, int page_size, bool masked,
+                                           bool lean) {
   // FlashAttention-3 uses 192x128 (d=64), 128x176 (d=128) and 128x80 (d=256);
   // here block_n is capped by max_block_n. Fastest on the H200 (docs/PERF.md,
   // 2026-11-30, sixth session):
@@ -49,10 +58,17 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   2026-12-06, `bench/compare.py` 16k tokens: 1024 full 382.7 -> 409.0
   //   TFLOP/s; at 512 within noise, 353.8 -> 360.4 with 192x112). Over
   //   1024 keys block_n 96 leaves a 64-key last tile where 112 leaves 16.
+  // - Lean problems (lean()) take block_n 128 at 192 rows, FlashAttention-3's
+  //   tile (H100, 2026-12-06, `flashjit run` 16k tokens, against 192x112:
+  //   full 1k / 2k / 8k / 16k 395 / 485 / 538 / 524 -> 449 / 527 / 580 /
+  //   532 TFLOP/s; causal 273 / 389 / 488 / 497 -> 289 / 401 / 493 / 524).
   // - d=64 otherwise up to 1024 queries: 128x128 with 3 stages (2 the same).
   // - d=128: 128x128 with 2 stages, which leaves room for a second Q buffer
   //   (causal 512: 317 against 277 with 3 stages and one Q buffer; from 4k
-  //   on the same).
+  //   on the same). Lean and unmasked beyond 2048 queries: 128x160 (H100,
+  //   same run: 4k / 8k / 16k 666 / 638 / 638 -> 674 / 687 / 650; 176
+  //   673 / 681 / 648; at 512-2k and under a causal mask 128 is as fast or
+  //   faster, up to 14% at causal 512).
   // - d=256: 128x80 with 2 (block_n 48, the largest with two Q buffers: 438
   //   against 492 at causal 2k).
   // - decode (seqlen_q times the packed heads within 64 rows): 64 rows, one
@@ -85,12 +101,16 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
     }
   } else if (head_dim == 64 && seqlen_q > kThreeWarpgroupsAbove) {
     c.block_m = 192;
-    c.block_n = 112;
+    c.block_n = lean ? 128 : 112;
     c.stages = 3;
   } else if (head_dim == 64 && !masked && seqlen_q > kThreeWarpgroupsUnmaskedAbove) {
     c.block_m = 192;
-    c.block_n = 96;
+    c.block_n = lean ? 128 : 96;
     c.stages = 3;
+  } else if (head_dim == 128 && !masked && lean && seqlen_q > kWideKeyTilesUnmaskedAbove) {
+    c.block_m = kBlockM;
+    c.block_n = 160;
+    c.stages = 2;
   } else {
     c.block_m = kBlockM;
     c.block_n = head_dim == 256 ? 80 : head_dim == 192 ? 112 : 128;
@@ -100,16 +120,18 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   return c;
 }
 
-std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem_bytes) {
+std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem_bytes,
+                                                      bool lean) {
   std::vector<KernelConfig> out;
   for (int block_m : {64, 128, 192}) {
     if (!block_m_allowed(head_dim, block_m)) continue;
     const int warps = warps_for(block_m);
-    for (int block_n = 48; block_n <= max_block_n(head_dim, block_m); block_n += 16)
+    for (int block_n = 48; block_n <= max_block_n(head_dim, block_m, lean); block_n += 16)
       for (int stages = 2; stages <= 4; ++stages) {
         // 64 rows are decode's tile, bound by reading K/V: only block_n 64
         // (the heuristic's at d=128) and the widest.
-        if (block_m == 64 && block_n != 64 && block_n != max_block_n(head_dim, block_m)) continue;
+        if (block_m == 64 && block_n != 64 && block_n != max_block_n(head_dim, block_m, lean))
+          continue;
         FwdSm90Traits t{head_dim, block_m, block_n, warps, stages};
         if (t.smem_bytes() <= max_smem_bytes)
           out.push_back(KernelConfig{KernelPath::sm90, block_m, block_n, warps, stages});
@@ -120,7 +142,7 @@ std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem
 
 llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_v, int block_m,
                                                  int block_n, int warps, int stages,
-                                                 int max_smem_bytes) {
+                                                 int max_smem_bytes, bool lean) {
   FwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages};
   t.head_dim_v = head_dim_v;
   std::vector<std::string> why;
@@ -138,11 +160,13 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
                                 warps, warps_for(block_m), block_m / 64, block_m));
   if (block_n < 16 || block_n % 16 || block_n > 256)
     why.push_back(llvm::formatv("block_n={0} is not a multiple of 16 in [16, 256]", block_n));
-  else if (dims.empty() && block_n > max_block_n(head_dim, block_m))
-    why.push_back(
-        llvm::formatv("block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel "
-                      "spills)",
-                      block_n, max_block_n(head_dim, block_m), head_dim, block_m));
+  else if (dims.empty() && block_n > max_block_n(head_dim, block_m, lean))
+    why.push_back(llvm::formatv(
+        "block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel spills{4})", block_n,
+        max_block_n(head_dim, block_m, lean), head_dim, block_m,
+        !lean && block_n <= max_block_n(head_dim, block_m, true)
+            ? "; wider only without a softcap, a window, a paged cache or modifiers"
+            : ""));
   if (stages < 2 || stages > 4)
     why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
   if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)

@@ -80,13 +80,22 @@ struct FwdSm90Traits {
     return !masked || work_tiles >= (query_blocks - 1) * sm_count;
   }
   // Every reason the config cannot be compiled or launched, in one message.
+  // `lean`: the problem is one of lean()'s (wider tiles allowed).
   static llvm::Expected<FwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
-                                            int max_smem_bytes);
+                                            int max_smem_bytes, bool lean = false);
+  // The variants whose consumers hold the fewest live registers: no
+  // softcap, no window, K/V contiguous, none of a caller's modifiers
+  // (`modified`). Only they take the widest tiles, FlashAttention-3's:
+  // 192x128 at d=64, where a softcap, a window, a paged cache or a
+  // score_mod under a causal mask spilled 8-172 bytes, and block_n 144-176
+  // at d=128, where a mask_mod spilled 4-132.
+  static bool lean(const Problem &problem, bool modified);
   // The largest block_n per head dim and block_m whose kernel compiled
   // without spills (ptxas -v): S, P and O of a consumer warpgroup share its
-  // 240 registers (160 with three consumer warpgroups).
-  static int max_block_n(int head_dim, int block_m);
+  // 240 registers (160 with three consumer warpgroups); wider for lean
+  // problems.
+  static int max_block_n(int head_dim, int block_m, bool lean = false);
   // The heuristic's config for `seqlen_q` queries (0: unknown, taken as
   // short): measured on the H200, a starting point for the tuner. Its
   // seqlen rule follows the tuning database's size buckets (ceil(log2)), so
@@ -95,14 +104,17 @@ struct FwdSm90Traits {
   // when seqlen_q of them fit one warpgroup's 64 rows (decode), one consumer
   // warpgroup. `masked`: a causal or window mask (its diagonal tiles make
   // the three warpgroups' padding rows dearer).
+  // `lean`: the problem is one of lean()'s.
   static constexpr int64_t kThreeWarpgroupsAbove = 1024;
   static constexpr int64_t kThreeWarpgroupsUnmaskedAbove = 512;
+  static constexpr int64_t kWideKeyTilesUnmaskedAbove = 2048;
   static KernelConfig default_config(int head_dim, int64_t seqlen_q, int64_t rows_per_query = 1,
-                                     int page_size = 0, bool masked = true);
+                                     int page_size = 0, bool masked = true, bool lean = false);
   // Every config the kernel claims at `head_dim` within `max_smem_bytes`:
   // block_n from 48 to max_block_n in steps of 16, 2 to 4 stages. The compile
   // test builds each of them and checks for spills.
-  static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes);
+  static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes,
+                                                bool lean = false);
 };
 
 // Why the sm90 family cannot serve `problem` on `arch` (empty: it can): the

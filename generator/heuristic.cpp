@@ -55,7 +55,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The family and tiles (defined below): FlashAttention-3's and -2's choices.
 KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arch,
-                                   int max_smem_bytes, const KernelConfig &partial);
+                                   int max_smem_bytes, const KernelConfig &partial, bool modified);
 
 // Work tiles of `config` for `problem`, before splitting: query blocks x
 // heads (KV heads when packed) x batch.
@@ -122,10 +122,11 @@ int forward_splits_heuristic(const Problem &problem, const KernelConfig &config,
 
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,
                                     int max_smem_bytes, const KernelConfig &partial,
-                                    int sm_count) {
+                                    int sm_count, bool modified) {
   // The tiles, then the decode fields from the tiles.
   return with_decode_fields(problem,
-                            default_forward_tiles(problem, arch, max_smem_bytes, partial),
+                            default_forward_tiles(problem, arch, max_smem_bytes, partial,
+                                                  modified),
                             sm_count);
 }
 
@@ -140,7 +141,7 @@ KernelConfig with_decode_fields(const Problem &problem, KernelConfig config, int
 namespace {
 
 KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arch,
-                                   int max_smem_bytes, const KernelConfig &partial) {
+                                   int max_smem_bytes, const KernelConfig &partial, bool modified) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   // sm90 where it serves the problem: asked for, or chosen automatically on
   // sm_90a when the caller fixed no tile (tile sizes mean sm80's otherwise).
@@ -161,15 +162,16 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     // Unequal head dims take the wider one's tiles (O's registers and K's
     // shared memory both bound them).
     const int head_dim = std::max(problem.head_dim_qk, problem.head_dim_v);
+    const bool lean = FwdSm90Traits::lean(problem, modified);
     const KernelConfig first = FwdSm90Traits::default_config(
         head_dim, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
-        problem.page_size, problem.mask != MaskKind::none);
+        problem.page_size, problem.mask != MaskKind::none, lean);
     const KernelConfig second = FwdSm90Traits::default_config(head_dim, 0);
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tiles, [&](const KernelConfig &c) {
       return FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
-                                 c.warps, c.stages, max_smem_bytes)
+                                 c.warps, c.stages, max_smem_bytes, lean)
           .takeError();
     });
     // Asked for by name, the sm90 config stays even when it does not fit:

@@ -12,10 +12,12 @@ namespace flashjit {
 // A complete config for `problem` on `arch` that fits `max_smem_bytes`
 // (0: the architecture's limit). Fields already set in `partial` are kept;
 // splits and pack_gqa come out concrete (>= 1; on or off). `sm_count` is the
-// device's (0: unknown, taken as an H100/H200's 132).
+// device's (0: unknown, taken as an H100/H200's 132). `modified`: the
+// kernel compiles a caller's modifiers in (they hold registers, so the
+// widest tiles are left out: FwdSm90Traits::lean).
 KernelConfig default_forward_config(const Problem &problem, const TargetArch &arch,
                                     int max_smem_bytes = 0, const KernelConfig &partial = {},
-                                    int sm_count = 0);
+                                    int sm_count = 0, bool modified = false);
 
 // `config` (tiles set) with its pack_gqa and splits filled where they are
 // left to the heuristic (automatic, 0), from pack_gqa_pays and

@@ -223,8 +223,12 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
   if (config.path == KernelPath::sm90) {
     if (std::string why = sm90_fallback_reason(problem, arch); !why.empty())
       return problem_error("kernel path sm90 is not available: " + why + "; use sm80");
+    // The modifiers join the spec after it is made: a lean problem's widest
+    // tiles are valid here, and a modified kernel at them may spill a few
+    // bytes (slower, never wrong; the heuristic and the tuner keep them out).
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
-                                      config.block_n, config.warps, config.stages, max_smem_bytes);
+                                      config.block_n, config.warps, config.stages, max_smem_bytes,
+                                      FwdSm90Traits::lean(problem, /*modified=*/false));
     if (!traits) return traits.takeError();
   } else {
     auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,

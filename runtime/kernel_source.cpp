@@ -228,7 +228,7 @@ llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
   };
   rules.heuristic = [&](const KernelConfig &partial) {
     return default_forward_config(problem, device.target(), device.max_smem_per_block_optin,
-                                  partial, device.sm_count);
+                                  partial, device.sm_count, !modifiers.empty());
   };
   auto chosen = choose_config(problem, requested, device, db, rules);
   if (!chosen) return chosen.takeError();

@@ -13,7 +13,7 @@
 namespace flashjit {
 
 CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
-                                int max_smem_bytes) {
+                                int max_smem_bytes, bool modified) {
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   CandidateSet set;
   auto add = [&](const KernelConfig &config) {
@@ -65,7 +65,7 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
 
   // The heuristic first: successive halving breaks ties by index, so a
   // candidate must be strictly faster to displace the default.
-  consider(default_forward_config(problem, arch, max_smem_bytes));
+  consider(default_forward_config(problem, arch, max_smem_bytes, {}, 0, modified));
   // The sm80 space of bench/sweep_configs.py and a little more: the H200
   // sweep (docs/PERF.md) had winners at 128x128x4 (d=64), 128x64x4 and
   // 256x64x8 (d=128) and 128x64x8 (d=256), all inside this grid.
@@ -78,7 +78,8 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
   // problem (sm90_fallback_reason says why not).
   if (sm90_fallback_reason(problem, arch).empty())
     for (const KernelConfig &config :
-         FwdSm90Traits::search_space(problem.head_dim_qk, max_smem_bytes))
+         FwdSm90Traits::search_space(problem.head_dim_qk, max_smem_bytes,
+                                     FwdSm90Traits::lean(problem, modified)))
       consider(config);
   return set;
 }

@@ -27,8 +27,10 @@ struct CandidateSet {
 // sm90 family's search space where it serves the problem. The heuristic's
 // config is always first. Every candidate's splits and pack_gqa are concrete,
 // filled for its tiles as the heuristic fills its own (with_decode_fields).
+// `modified`: the candidates compile a caller's modifiers in (the widest
+// sm90 tiles are then left out, as the heuristic leaves them).
 CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
-                                int max_smem_bytes);
+                                int max_smem_bytes, bool modified = false);
 
 // After compiling: a candidate is dropped when it spills more than
 // `max_spill_bytes` per thread or fits no CTA on an SM.

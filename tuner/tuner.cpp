@@ -19,11 +19,12 @@ PassSearch forward_search(const Problem &problem, const Modifiers &modifiers) {
   s.modifiers = modifiers_of_pass(modifiers, Pass::forward);
   s.what = describe(problem);
   s.check_against = "the reference";
-  s.candidates = [&problem](const TargetArch &arch, int max_smem) {
-    return forward_candidates(problem, arch, max_smem);
+  const bool modified = !s.modifiers.empty();
+  s.candidates = [&problem, modified](const TargetArch &arch, int max_smem) {
+    return forward_candidates(problem, arch, max_smem, modified);
   };
-  s.heuristic = [&problem](const TargetArch &arch, int max_smem) {
-    return default_forward_config(problem, arch, max_smem);
+  s.heuristic = [&problem, modified](const TargetArch &arch, int max_smem) {
+    return default_forward_config(problem, arch, max_smem, {}, 0, modified);
   };
   s.spec = [&problem, &modifiers](const KernelConfig &config, const TargetArch &arch,
                                   int max_smem) -> llvm::Expected<KernelSpec> {

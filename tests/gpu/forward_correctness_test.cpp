@@ -6,6 +6,7 @@
 // and the gaps of O must come back untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "forward_check.h"
@@ -190,6 +191,21 @@ std::vector<Case> sm90_cases() {
   for (int d : {64, 128, 256})
     for (const KernelConfig &c : FwdSm90Traits::search_space(d, 227 * 1024))
       cases.push_back({make_problem(DType::bf16, 1, 3, 3, 701, 905, d, d, MaskKind::causal), c});
+  // The widest tiles, lean problems' only (FwdSm90Traits::lean): 192x128 at
+  // d=64, block_n 144-176 at d=128 (and the head dims tiled as 128); GQA,
+  // fp16, key tails, rows that see no key.
+  for (int d : {64, 128}) {
+    const std::vector<KernelConfig> narrow = FwdSm90Traits::search_space(d, 227 * 1024);
+    for (const KernelConfig &c : FwdSm90Traits::search_space(d, 227 * 1024, /*lean=*/true))
+      if (std::find(narrow.begin(), narrow.end(), c) == narrow.end())
+        cases.push_back({make_problem(DType::bf16, 1, 3, 3, 701, 905, d, d, MaskKind::causal), c});
+  }
+  const KernelConfig wide_64{KernelPath::sm90, 192, 128, 16, 3};
+  cases.push_back({make_problem(DType::fp16, 2, 8, 2, 1517, 1517, 64, 64, MaskKind::none), wide_64});
+  cases.push_back({make_problem(DType::bf16, 1, 2, 2, 300, 100, 64, 64, MaskKind::causal), wide_64});
+  const KernelConfig wide_128{KernelPath::sm90, 128, 160, 12, 2};
+  cases.push_back({make_problem(DType::fp16, 2, 8, 2, 2500, 3001, 128, 128, MaskKind::none), wide_128});
+  cases.push_back({make_problem(DType::bf16, 1, 4, 4, 300, 100, 96, 96, MaskKind::causal), wide_128});
   // Large: the fp32 GPU reference.
   cases.push_back({make_problem(DType::bf16, 2, 16, 16, 4096, 4096, 128, 128, MaskKind::causal), sm90_path()});
   cases.push_back({make_problem(DType::bf16, 1, 16, 4, 3000, 5000, 64, 64, MaskKind::none), sm90_path()});
@@ -229,6 +245,13 @@ TEST(Sm90Sanitizer, SmallShapes) {
     run_case({make_problem(DType::bf16, 2, 34, 17, seqlen_q, 200, 64, 64, MaskKind::causal),
               KernelConfig{KernelPath::sm90, 192, 112, 16, 3}},
              97);
+  // The lean problems' widest tiles.
+  run_case({make_problem(DType::bf16, 2, 34, 17, 400, 300, 64, 64, MaskKind::causal),
+            KernelConfig{KernelPath::sm90, 192, 128, 16, 3}},
+           96);
+  run_case({make_problem(DType::bf16, 2, 34, 17, 150, 400, 128, 128, MaskKind::none),
+            KernelConfig{KernelPath::sm90, 128, 176, 12, 2}},
+           95);
 }
 
 // The same inputs give bit-identical outputs run after run: a moving result

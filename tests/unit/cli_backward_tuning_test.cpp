@@ -231,7 +231,7 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
        "sm80 family: head_dim=24: the sm90 kernel serves head dims that are multiples of 8 "
        "from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or 256)"},
       // Head dims between 64, 128 and 256 are tiled as the next of them.
-      {{"--hdim", "96"}, "fwd_sm90_bf16_hdqk96_hdv96_none_nocap_bm128_bn128_w12_s2_sm_90a", ""},
+      {{"--hdim", "96"}, "fwd_sm90_bf16_hdqk96_hdv96_none_nocap_bm128_bn160_w12_s2_sm_90a", ""},
       {{"--pass", "bwd", "--hdim", "192"},
        "bwd_sm90_bf16_hdqk192_hdv192_none_nocap_bm64_bn64_w12_s2_sm_90a",
        ""},

@@ -115,7 +115,7 @@ TEST(DecodeHeuristic, TrainingShapesKeepTheirConfigs) {
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
   EXPECT_FALSE(spec->split_kv);
   EXPECT_EQ(spec->pack_gqa, 1);
-  EXPECT_EQ(spec->id(), "fwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm128_bn128_w12_s2_sm_90a");
+  EXPECT_EQ(spec->id(), "fwd_sm90_bf16_hdqk128_hdv128_none_nocap_bm128_bn160_w12_s2_sm_90a");
 }
 
 // ---- validation ------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // Hopper instructions (HGMMA, UTMALDG) and no local-memory traffic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -96,6 +97,19 @@ std::vector<Sm90Case> sm90_cases() {
       p.softcap = 5.f;
       cases.push_back({p, c});
     }
+  // The tiles only lean problems take (FwdSm90Traits::lean), under a causal
+  // mask, the heaviest lean variant.
+  for (int d : {64, 128}) {
+    const int smem = max_smem_per_block(kSm90a);
+    const std::vector<KernelConfig> narrow = FwdSm90Traits::search_space(d, smem);
+    for (const KernelConfig &c : FwdSm90Traits::search_space(d, smem, /*lean=*/true)) {
+      if (std::find(narrow.begin(), narrow.end(), c) != narrow.end()) continue;
+      Problem p;
+      p.head_dim_qk = p.head_dim_v = d;
+      p.mask = MaskKind::causal;
+      cases.push_back({p, c});
+    }
+  }
   return cases;
 }
 
@@ -394,12 +408,22 @@ TEST(FwdSm90Traits, SharedMemoryAndRejections) {
   // Head dim 256 at block_n 48: two Q buffers of 128x256 fit.
   expect_layout(256, 128, 48, 12, 2, 384, 2, 2 * 65536 + 2 * 2 * 24576 + 12 * 8 + 2 * 8 + 1024);
   expect_rejected(256, 128, 96, 12, 2, "the device allows 232448");
-  expect_rejected(128, 128, 176, 12, 2, "exceeds 128");
+  expect_rejected(128, 128, 144, 12, 2,
+                  "block_n=144 exceeds 128 at head dim 128, block_m 128 (the kernel spills; wider "
+                  "only without a softcap, a window, a paged cache or modifiers)");
+  // Lean problems (FwdSm90Traits::lean) take block_n up to 176 at d=128.
+  EXPECT_TRUE(bool(FwdSm90Traits::make(128, 128, 128, 176, 12, 2, 232448, /*lean=*/true)));
+  auto too_wide = FwdSm90Traits::make(128, 128, 128, 192, 12, 2, 232448, /*lean=*/true);
+  ASSERT_FALSE(bool(too_wide));
+  EXPECT_NE(llvm::toString(too_wide.takeError())
+                .find("block_n=192 exceeds 176 at head dim 128, block_m 128 (the kernel spills)"),
+            std::string::npos);
   for (int d : {64, 128, 256}) EXPECT_FALSE(FwdSm90Traits::search_space(d, 232448).empty());
 }
 
 // Three consumer warpgroups (block_m 192, 16 warps) at head dim 64 only,
-// block_n up to 112, with FlashAttention-3's 32/160 register split.
+// block_n up to 112 (128 for lean problems), with FlashAttention-3's 32/160
+// register split.
 TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
   // Two Q buffers 192x64, 3 x (K + V) 112x64, 2 x 2 Q + 4 x 3 K/V barriers,
   // 2 tile slots.
@@ -416,14 +440,18 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
       EXPECT_LE(c.block_n, 112);
     }
   EXPECT_EQ(with_192, 5 * 3);  // block_n 48..112 x stages 2..4
+  int lean_192 = 0;
+  for (const KernelConfig &c : FwdSm90Traits::search_space(64, 232448, /*lean=*/true))
+    lean_192 += c.block_m == 192;
+  EXPECT_EQ(lean_192, 6 * 3);  // block_n 48..128
   for (int d : {128, 256})
     for (const KernelConfig &c : FwdSm90Traits::search_space(d, 232448))
       EXPECT_NE(c.block_m, 192) << d;
 
   // The heuristic takes them beyond 1024 queries (a whole size bucket,
   // ceil(log2)), where 192-row tiles pad little, and without a mask beyond
-  // 512 (block_n 96 up to 1024); on problems of enough work tiles that
-  // nothing splits (nor packs: no GQA).
+  // 512; on problems of enough work tiles that nothing splits (nor packs:
+  // no GQA). block_n 128 for lean problems, else 112 (96 up to 1024).
   auto unsplit = [](KernelConfig c) {
     c.splits = 1;
     c.pack_gqa = GqaPacking::off;
@@ -438,10 +466,16 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
             unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
   p.seqlen_q = p.seqlen_k = 513;
   EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 96, 16, 3}));
+            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
   p.seqlen_q = p.seqlen_k = 1024;
   EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, {}, 0, /*modified=*/true),
             unsplit(KernelConfig{KernelPath::sm90, 192, 96, 16, 3}));
+  p.softcap = 30.f;
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 96, 16, 3}));
+  p.softcap = 0.f;
   for (MaskKind mask : {MaskKind::causal, MaskKind::window}) {
     p.mask = mask;
     p.window_left = 256;
@@ -449,19 +483,40 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
     EXPECT_EQ(default_forward_config(p, kSm90a),
               unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
   }
-  p.mask = MaskKind::none;
   p.seqlen_q = p.seqlen_k = 1025;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
+  EXPECT_EQ(default_forward_config(p, kSm90a),  // the window: not lean
             unsplit(KernelConfig{KernelPath::sm90, 192, 112, 16, 3}));
-  // A caller's block_n 128 rules them out: the 128-row tile, still sm90.
+  p.mask = MaskKind::causal;
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
+  p.mask = MaskKind::none;
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
+  // A caller's block_n 128 keeps them for a lean problem; under a softcap
+  // it rules them out: the 128-row tile, still sm90.
   KernelConfig wide_n;
   wide_n.block_n = 128;
   wide_n.path = KernelPath::sm90;
   EXPECT_EQ(default_forward_config(p, kSm90a, 0, wide_n),
+            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
+  p.softcap = 30.f;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, wide_n),
             unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
+  p.softcap = 0.f;
+  // d=128: 128x160 for lean problems without a mask beyond 2048 queries.
   p.head_dim_qk = p.head_dim_v = 128;
   p.seqlen_q = p.seqlen_k = 8192;
   EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 128, 160, 12, 2}));
+  p.seqlen_q = p.seqlen_k = 2048;
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
+  p.seqlen_q = p.seqlen_k = 8192;
+  p.mask = MaskKind::causal;
+  EXPECT_EQ(default_forward_config(p, kSm90a),
+            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
+  p.mask = MaskKind::none;
+  EXPECT_EQ(default_forward_config(p, kSm90a, 0, {}, 0, /*modified=*/true),
             unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
   p.head_dim_qk = p.head_dim_v = 64;
   auto spec = make_forward_spec(p, KernelConfig{KernelPath::sm90, 192, 112, 16, 3}, kSm90a);

@@ -131,7 +131,7 @@ TEST(Modifiers, HashIsStableAndTellsEveryPartApart) {
 }
 
 KernelSpec modified_spec(const Problem &p, const TargetArch &arch, const Modifiers &m) {
-  KernelConfig c = default_forward_config(p, arch, 0, {}, 132);
+  KernelConfig c = default_forward_config(p, arch, 0, {}, 132, /*modified=*/!m.empty());
   auto spec = make_forward_spec(p, c, arch);
   EXPECT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
   KernelSpec s = spec ? *spec : KernelSpec{};

@@ -242,7 +242,8 @@ TEST(ForwardCandidates, HeuristicFirstEveryConfigValidNoDuplicates) {
           << "duplicate " << describe(c);
       if (c.path == KernelPath::sm90) {
         ++sm90;
-        EXPECT_TRUE(bool(FwdSm90Traits::make(d, d, c.block_m, c.block_n, c.warps, c.stages, smem)))
+        EXPECT_TRUE(bool(FwdSm90Traits::make(d, d, c.block_m, c.block_n, c.warps, c.stages, smem,
+                                             FwdSm90Traits::lean(p, false))))
             << describe(c);
         continue;
       }
@@ -254,7 +255,9 @@ TEST(ForwardCandidates, HeuristicFirstEveryConfigValidNoDuplicates) {
     // Both families on sm_90a where sm90 serves the head dim (64, 128, 256):
     // the whole sm80 grid (3 x 3 x 2 x 2) plus sm90's search space.
     const size_t sm90_space = sm90_fallback_reason(p, kSm90a).empty()
-                                  ? FwdSm90Traits::search_space(d, smem).size()
+                                  ? FwdSm90Traits::search_space(d, smem,
+                                                                FwdSm90Traits::lean(p, false))
+                                        .size()
                                   : 0;
     EXPECT_EQ(sm90, sm90_space) << d;
     EXPECT_EQ(set.configs.size() + set.pruned.size(), 36u + sm90_space) << d;
