@@ -71,6 +71,17 @@ TuningRecord read_tuning(const sqlite::Statement &statement) {
   return record;
 }
 
+// Every row a prepared SELECT of the tuning columns returns, in its order.
+llvm::Expected<std::vector<TuningRecord>> read_tunings(sqlite::Statement &statement) {
+  std::vector<TuningRecord> out;
+  for (;;) {
+    llvm::Expected<bool> row = statement.step();
+    if (!row) return row.takeError();
+    if (!*row) return out;
+    out.push_back(read_tuning(statement));
+  }
+}
+
 // "a = ?1 AND b = ?2 ..." over the fields `pick` selects, numbering from 1.
 template <typename Pick>
 std::string where_equal(Pick pick, std::vector<const Field *> &bound) {
@@ -199,13 +210,7 @@ llvm::Expected<std::vector<TuningRecord>> select_tunings(sqlite::Connection &db)
   auto statement =
       db.prepare("SELECT " + tuning_fields::column_list() + " FROM tunings ORDER BY id");
   if (!statement) return statement.takeError();
-  std::vector<TuningRecord> out;
-  for (;;) {
-    llvm::Expected<bool> row = statement->step();
-    if (!row) return row.takeError();
-    if (!*row) return out;
-    out.push_back(read_tuning(*statement));
-  }
+  return read_tunings(*statement);
 }
 
 llvm::Expected<std::vector<CubinRecord>> select_cubins(sqlite::Connection &db, bool with_bytes) {
@@ -371,13 +376,7 @@ llvm::Expected<std::vector<TuningRecord>> TuningDb::nearest_tunings(
   if (!statement) return statement.takeError();
   for (size_t i = 0; i < bound.size(); ++i)
     bind_field(*statement, static_cast<int>(i + 1), tuning_fields::ref(*bound[i], probe));
-  std::vector<TuningRecord> out;
-  for (;;) {
-    llvm::Expected<bool> row = statement->step();
-    if (!row) return row.takeError();
-    if (!*row) return out;
-    out.push_back(read_tuning(*statement));
-  }
+  return read_tunings(*statement);
 }
 
 llvm::Expected<std::vector<TuningRecord>> TuningDb::list_tunings() {

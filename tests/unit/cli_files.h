@@ -49,4 +49,15 @@ inline std::string S(llvm::Optional<llvm::StringRef> v) { return v ? v->str() : 
 inline int64_t I(llvm::Optional<int64_t> v) { return v ? *v : -999; }
 inline double D(llvm::Optional<double> v) { return v ? *v : -999; }
 
+// `query --json`'s source and config tiles, as "nearest sm80 64x64 w8 s2".
+inline std::string source_and_tiles(const llvm::json::Object &o) {
+  const llvm::json::Object *c = o.getObject("config");
+  if (!c) return S(o.getString("source")) + " <no config>";
+  return S(o.getString("source")) + " " + S(c->getString("path")) + " " +
+         std::to_string(I(c->getInteger("block_m"))) + "x" +
+         std::to_string(I(c->getInteger("block_n"))) + " w" +
+         std::to_string(I(c->getInteger("warps"))) + " s" +
+         std::to_string(I(c->getInteger("stages")));
+}
+
 }  // namespace flashjit::testing_cli

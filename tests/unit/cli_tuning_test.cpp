@@ -222,10 +222,7 @@ TEST(CliTuning, QueryReadsTuningsOfAnotherMachine) {
   r = run_cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
   o = parse_json(r.out);
-  EXPECT_EQ(S(o.getString("source")), "nearest") << r.out;
-  ASSERT_NE(o.getObject("config"), nullptr);
-  EXPECT_EQ(I(o.getObject("config")->getInteger("block_m")), 64);
-  EXPECT_EQ(I(o.getObject("config")->getInteger("block_n")), 64);
+  EXPECT_EQ(source_and_tiles(o), "nearest sm80 64x64 w4 s2") << r.out;
   EXPECT_NE(o.getObject("provenance"), nullptr);
 
   args = base;
