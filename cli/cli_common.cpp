@@ -186,7 +186,7 @@ llvm::Expected<ResolvedKernel> resolve_kernel(const ProblemOptions &options,
                : default_forward_config(chooser, arch, out.max_smem_bytes, parsed->config,
                                         /*sm_count=*/0, modified);
   auto spec = backward ? make_backward_spec(out.problem, config, arch, out.max_smem_bytes)
-                       : make_forward_spec(out.problem, config, arch, out.max_smem_bytes);
+                       : make_forward_spec(out.problem, config, arch, out.max_smem_bytes, modified);
   if (!spec) return spec.takeError();
   out.spec = std::move(*spec);
   exit_code = kExitOk;

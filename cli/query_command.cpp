@@ -186,7 +186,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   if (auto spec = backward ? make_backward_spec(parsed->problem, chosen->config, target_arch,
                                                 max_smem)
                            : make_forward_spec(parsed->problem, chosen->config, target_arch,
-                                               max_smem)) {
+                                               max_smem, !mods_hash.empty())) {
     spec->modifiers = *mods;
     kernel_id = spec->id();
   } else

@@ -206,7 +206,8 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
 }
 
 llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const KernelConfig &config,
-                                             const TargetArch &arch, int max_smem_bytes) {
+                                             const TargetArch &arch, int max_smem_bytes,
+                                             bool modified) {
   if (auto e = validate_problem(problem)) return e;
   if (arch.sm() < 80)
     return problem_error(llvm::formatv(
@@ -223,12 +224,9 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
   if (config.path == KernelPath::sm90) {
     if (std::string why = sm90_fallback_reason(problem, arch); !why.empty())
       return problem_error("kernel path sm90 is not available: " + why + "; use sm80");
-    // The modifiers join the spec after it is made: a lean problem's widest
-    // tiles are valid here, and a modified kernel at them may spill a few
-    // bytes (slower, never wrong; the heuristic and the tuner keep them out).
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages, max_smem_bytes,
-                                      FwdSm90Traits::lean(problem, /*modified=*/false));
+                                      FwdSm90Traits::lean(problem, modified));
     if (!traits) return traits.takeError();
   } else {
     auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,

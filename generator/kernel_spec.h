@@ -81,9 +81,13 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
 
 // Validates `config` (complete) for `problem` on `arch` and builds the spec.
 // `max_smem_bytes` is the device's opt-in shared memory per block (0: the
-// architecture's known limit).
+// architecture's known limit). `modified`: the kernel will compile a
+// caller's modifiers in (which the caller then sets on the spec), so the
+// widest sm90 tiles, which would spill, are refused
+// (FwdSm90Traits::lean).
 llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const KernelConfig &config,
-                                             const TargetArch &arch, int max_smem_bytes = 0);
+                                             const TargetArch &arch, int max_smem_bytes = 0,
+                                             bool modified = false);
 
 // One CTA of `threads` threads per `block_rows` of `rows` (rounded up), per
 // head and per batch: grid (row tiles, heads, batch).

@@ -223,7 +223,8 @@ llvm::Expected<ChosenConfig> choose_forward_config(const Problem &problem,
   rules.class_pass = class_pass(Pass::forward);
   rules.modifiers = modifiers.str();
   rules.validate = [&](const KernelConfig &config) {
-    return make_forward_spec(problem, config, device.target(), device.max_smem_per_block_optin)
+    return make_forward_spec(problem, config, device.target(), device.max_smem_per_block_optin,
+                             !modifiers.empty())
         .takeError();
   };
   rules.heuristic = [&](const KernelConfig &partial) {

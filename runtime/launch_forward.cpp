@@ -172,7 +172,7 @@ llvm::Expected<ResolvedSpec> resolve(const Problem &problem, const KernelConfig 
   auto chosen = choose_forward_config(problem, config, *device, process_tuning_db(), modifiers);
   if (!chosen) return chosen.takeError();
   auto spec = make_forward_spec(problem, chosen->config, device->target(),
-                                device->max_smem_per_block_optin);
+                                device->max_smem_per_block_optin, !modifiers.empty());
   if (!spec) return spec.takeError();
   return ResolvedSpec{std::move(*spec), chosen->source};
 }

@@ -26,7 +26,8 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
     // shared memory, rows per warp, accumulator registers) and the decode
     // fields' rules: what it rejects would fail to compile, to launch, or
     // would spill, so it is never worth an NVRTC run.
-    llvm::Error rejected = make_forward_spec(problem, config, arch, max_smem_bytes).takeError();
+    llvm::Error rejected =
+        make_forward_spec(problem, config, arch, max_smem_bytes, modified).takeError();
     if (!rejected) {
       set.configs.push_back(config);
     } else {

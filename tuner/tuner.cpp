@@ -26,9 +26,9 @@ PassSearch forward_search(const Problem &problem, const Modifiers &modifiers) {
   s.heuristic = [&problem, modified](const TargetArch &arch, int max_smem) {
     return default_forward_config(problem, arch, max_smem, {}, 0, modified);
   };
-  s.spec = [&problem, &modifiers](const KernelConfig &config, const TargetArch &arch,
-                                  int max_smem) -> llvm::Expected<KernelSpec> {
-    auto spec = make_forward_spec(problem, config, arch, max_smem);
+  s.spec = [&problem, &modifiers, modified](const KernelConfig &config, const TargetArch &arch,
+                                            int max_smem) -> llvm::Expected<KernelSpec> {
+    auto spec = make_forward_spec(problem, config, arch, max_smem, modified);
     if (spec) spec->modifiers = modifiers;
     return spec;
   };

@@ -138,8 +138,12 @@ void expect_the_crash_fails_only_its_candidate(const std::vector<KernelSpec> &sp
 TEST_F(FaultIsolation, ACompilerCrashFailsOnlyItsCandidate) {
   std::vector<KernelSpec> specs;
   std::vector<int> candidates;
-  first_four_sm80(forward_candidates(problem(), TargetArch{9, 0, true}, 0), make_forward_spec,
-                  problem(), specs, candidates);
+  first_four_sm80(
+      forward_candidates(problem(), TargetArch{9, 0, true}, 0),
+      [](const Problem &p, const KernelConfig &c, const TargetArch &arch, int smem) {
+        return make_forward_spec(p, c, arch, smem);
+      },
+      problem(), specs, candidates);
   if (HasFatalFailure()) return;
   expect_the_crash_fails_only_its_candidate(specs, candidates, *db_, "flashjit_fwd_sm80");
 }

@@ -444,6 +444,19 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
   for (const KernelConfig &c : FwdSm90Traits::search_space(64, 232448, /*lean=*/true))
     lean_192 += c.block_m == 192;
   EXPECT_EQ(lean_192, 6 * 3);  // block_n 48..128
+  // A caller's modifiers take registers: the widest tiles are refused for a
+  // modified kernel, as under a softcap.
+  Problem lean;
+  lean.head_dim_qk = lean.head_dim_v = 64;
+  lean.mask = MaskKind::causal;
+  const KernelConfig widest{KernelPath::sm90, 192, 128, 16, 3};
+  EXPECT_TRUE(bool(make_forward_spec(lean, widest, kSm90a)));
+  auto refused = make_forward_spec(lean, widest, kSm90a, 0, /*modified=*/true);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError())
+                .find("block_n=128 exceeds 112 at head dim 64, block_m 192 (the kernel spills; "
+                      "wider only without a softcap, a window, a paged cache or modifiers)"),
+            std::string::npos);
   for (int d : {128, 256})
     for (const KernelConfig &c : FwdSm90Traits::search_space(d, 232448))
       EXPECT_NE(c.block_m, 192) << d;

@@ -671,6 +671,23 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
   EXPECT_EQ(r.err,
             "flashjit: error: --pass bwd with --score-mod needs --score-mod-grad (d score_mod / "
             "d score): the backward scales by it\n");
+  // The modifiers take registers: the widest sm90 tiles, valid without
+  // them, are refused with them (they would spill).
+  const std::vector<std::string> widest = {"compile", "--arch", "sm_90a", "--path", "sm90",
+                                           "--hdim", "64", "--causal", "--block-m", "192",
+                                           "--block-n", "128", "--warps", "16", "--stages", "3"};
+  r = run_cli(widest);
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> modified = widest;
+  modified.insert(modified.end(),
+                  {"--score-mod", dir.file("alibi.cu"), "--aux", "const float* slopes"});
+  r = run_cli(modified);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "flashjit: error: sm90 forward config (block_m=192 block_n=128 warps=16 stages=3, "
+            "d=64 dv=64) is invalid: block_n=128 exceeds 112 at head dim 64, block_m 192 (the "
+            "kernel spills; wider only without a softcap, a window, a paged cache or "
+            "modifiers)\n");
   // With the derivative the backward program takes them.
   write_file(dir.file("alibi_grad.cu"),
              "__device__ float score_mod_grad(float s, int b, int h, int q, int k, const Aux &a) "
