@@ -103,8 +103,9 @@ struct FwdSm90Traits {
   // `rows_per_query` is the query heads packed into a tile's rows (1: none):
   // when seqlen_q of them fit one warpgroup's 64 rows (decode), one consumer
   // warpgroup. `masked`: a causal or window mask (its diagonal tiles make
-  // the three warpgroups' padding rows dearer).
-  // `lean`: the problem is one of lean()'s.
+  // the three warpgroups' padding rows dearer). `lean`: the problem is one
+  // of lean()'s, which take the widest tiles (at d=128 only without a mask
+  // beyond kWideKeyTilesUnmaskedAbove queries).
   static constexpr int64_t kThreeWarpgroupsAbove = 1024;
   static constexpr int64_t kThreeWarpgroupsUnmaskedAbove = 512;
   static constexpr int64_t kWideKeyTilesUnmaskedAbove = 2048;
