@@ -89,15 +89,6 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
   return plan;
 }
 
-std::string config_text(const StoredConfig &c) {
-  std::string text =
-      llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path, c.block_m, c.block_n, c.warps, c.stages).str();
-  // As describe(KernelConfig): only where they change the kernel.
-  if (c.splits > 1) text += llvm::formatv(" splits={0}", c.splits).str();
-  if (c.pack_gqa == "on") text += " pack_gqa";
-  return text;
-}
-
 llvm::json::Object stored_config_json(const StoredConfig &c) {
   llvm::json::Object o;
   for (const tuning_fields::ConfigField &field : tuning_fields::config_fields())

@@ -9,6 +9,7 @@
 #include "cache/tuning_db.h"
 #include "cli/cli_common.h"
 #include "cli/modifier_options.h"
+#include "runtime/tuning_key.h"  // config_text
 #include "tuner/plan.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -33,9 +34,6 @@ llvm::Expected<TuningPlan> plan_or_problem(const ProblemOptions &problem, llvm::
                                            int &exit_code,
                                            const ModifierOptions *modifiers = nullptr);
 
-// "sm80 128x64 w4 s2" (" splits=4", " pack_gqa" where set): short enough for
-// a table column.
-std::string config_text(const StoredConfig &config);
 llvm::json::Object stored_config_json(const StoredConfig &config);
 // "NVIDIA H200 (cc 9.0, 132 SMs, driver 13.0)"
 std::string device_text(const DeviceFingerprint &device);

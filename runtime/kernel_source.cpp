@@ -113,10 +113,10 @@ constexpr int kNearestCandidates = 16;
 
 // A config's tiles as "sm90 128x128 w12 s3": what a nearest bucket's
 // heuristic is compared on (the decode fields follow each call's shape).
-std::string tiles_text(const StoredConfig &c) {
-  return llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path.empty() ? "none" : c.path, c.block_m,
-                       c.block_n, c.warps, c.stages)
-      .str();
+std::string tiles_text(StoredConfig c) {
+  c.splits = 1;
+  c.pack_gqa = "off";
+  return config_text(c);
 }
 
 // Every cubin NVRTC writes is an ELF file: anything else in the store is

@@ -181,6 +181,15 @@ std::string cubin_key(const GeneratedSource &source, const TargetArch &arch,
   return h.hex();
 }
 
+std::string config_text(const StoredConfig &c) {
+  std::string text =
+      llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path, c.block_m, c.block_n, c.warps, c.stages).str();
+  // As describe(KernelConfig): only where they change the kernel.
+  if (c.splits > 1) text += llvm::formatv(" splits={0}", c.splits).str();
+  if (c.pack_gqa == "on") text += " pack_gqa";
+  return text;
+}
+
 StoredConfig to_stored(const KernelConfig &config) {
   StoredConfig stored;
   for_each_kernel_config_field([&](const auto &field) {

@@ -46,5 +46,8 @@ std::string cubin_key(const GeneratedSource &source, const TargetArch &arch,
 
 StoredConfig to_stored(const KernelConfig &config);
 llvm::Expected<KernelConfig> from_stored(const StoredConfig &config);
+// "sm80 128x64 w4 s2" (" splits=4", " pack_gqa" where set): short enough for
+// a table column.
+std::string config_text(const StoredConfig &config);
 
 }  // namespace flashjit

@@ -13,7 +13,6 @@
 #include "foreign_tuning.h"
 #include "runtime/device.h"
 #include "runtime/tuning_key.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/ADT/Optional.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -194,8 +193,7 @@ TEST(CliTuning, QueryReadsTuningsOfAnotherMachine) {
   EXPECT_EQ(S(o.getString("source")), "heuristic") << r.out;
   const StoredConfig here = testing::json_tiles(o.getObject("config"));
   ASSERT_NE(here, (StoredConfig{"sm80", 128, 128, 8, 2}));
-  const std::string here_tiles = llvm::formatv("{0} {1}x{2} w{3} s{4}", here.path, here.block_m,
-                                               here.block_n, here.warps, here.stages);
+  const std::string here_tiles = config_text(here);
   ASSERT_NE(o.getArray("notes"), nullptr) << r.out;
   EXPECT_EQ(S(o.getArray("notes")->back().getAsString()),
             "1 nearest entry passed over, tuned where the heuristic picks other tiles than its " +

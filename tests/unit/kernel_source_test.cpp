@@ -17,7 +17,6 @@
 #include "tests/fake_devices.h"
 #include "tests/temp_db_test.h"
 #include "llvm/ADT/ScopeExit.h"
-#include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
 namespace {
@@ -148,8 +147,8 @@ TEST_F(KernelSourceTest, NearestWhenOnlyAnotherBucketIsTuned) {
 }
 
 // A nearest bucket's tuning carries over only where the heuristic picks the
-// tiles here that it picked where the tuning ran: d=64 causal, the
-// heuristic's 128x128 at 1k and 192x112 at 2k and 8k.
+// tiles here that it picked where the tuning ran: d=64 causal, where the
+// heuristic takes 128-row tiles up to 1k and 192-row ones beyond.
 TEST_F(KernelSourceTest, NearestOnlyWhereTheHeuristicPicksTheSameTiles) {
   auto d64 = [](int64_t seqlen) {
     Problem p = problem(seqlen);
@@ -160,18 +159,14 @@ TEST_F(KernelSourceTest, NearestOnlyWhereTheHeuristicPicksTheSameTiles) {
   ASSERT_EQ(to_stored(heuristic(d64(2048))), to_stored(heuristic(d64(8192))));
   const StoredConfig here = to_stored(heuristic(d64(8192)));
   const StoredConfig there = to_stored(heuristic(d64(1024)));
-  auto tiles = [](const StoredConfig &c) {
-    return llvm::formatv("{0} {1}x{2} w{3} s{4}", c.path, c.block_m, c.block_n, c.warps, c.stages)
-        .str();
-  };
 
   put(d64(1024), kTuned);
   ChosenConfig c = choose(d64(8192));
   EXPECT_EQ(c.source, ConfigSource::heuristic);
   EXPECT_EQ(c.config, heuristic(d64(8192)));
   EXPECT_EQ(c.note, "1 nearest entry passed over, tuned where the heuristic picks other tiles "
-                    "than its " + tiles(here) + " here (first: " + describe(d64(1024)) +
-                        ": the heuristic picked " + tiles(there) + " there)");
+                    "than its " + config_text(here) + " here (first: " + describe(d64(1024)) +
+                        ": the heuristic picked " + config_text(there) + " there)");
 
   // A farther bucket whose heuristic agrees is taken past a nearer one
   // that does not (2k is nearer to 16k than 1k is; ties go to longer keys).
