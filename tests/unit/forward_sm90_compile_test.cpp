@@ -470,68 +470,64 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
     c.pack_gqa = GqaPacking::off;
     return c;
   };
+  // A caller's block_n 128 keeps them for a lean problem; under a softcap
+  // it rules them out: the 128-row tile, still sm90. d=128: 128x160 for
+  // lean problems without a mask beyond 2048 queries.
+  struct Row {
+    int head_dim;
+    int64_t seqlen;
+    MaskKind mask;
+    float softcap;
+    bool modified;
+    int caller_block_n;  // 0: none
+    KernelConfig expected;
+  };
+  const MaskKind none = MaskKind::none, causal = MaskKind::causal, window = MaskKind::window;
+  const KernelConfig k128x128s3{KernelPath::sm90, 128, 128, 12, 3},
+      k192x128{KernelPath::sm90, 192, 128, 16, 3}, k192x96{KernelPath::sm90, 192, 96, 16, 3},
+      k192x112{KernelPath::sm90, 192, 112, 16, 3}, k128x128s2{KernelPath::sm90, 128, 128, 12, 2},
+      k128x160{KernelPath::sm90, 128, 160, 12, 2};
+  const Row rows[] = {
+      {64, 512, none, 0.f, false, 0, k128x128s3},
+      {64, 513, none, 0.f, false, 0, k192x128},
+      {64, 1024, none, 0.f, false, 0, k192x128},
+      {64, 1024, none, 0.f, true, 0, k192x96},
+      {64, 1024, none, 30.f, false, 0, k192x96},
+      {64, 1024, causal, 0.f, false, 0, k128x128s3},
+      {64, 1024, window, 0.f, false, 0, k128x128s3},
+      {64, 1025, window, 0.f, false, 0, k192x112},  // a window: not lean
+      {64, 1025, causal, 0.f, false, 0, k192x128},
+      {64, 1025, none, 0.f, false, 0, k192x128},
+      {64, 1025, none, 0.f, false, 128, k192x128},
+      {64, 1025, none, 30.f, false, 128, k128x128s3},
+      {128, 8192, none, 0.f, false, 0, k128x160},
+      {128, 2048, none, 0.f, false, 0, k128x128s2},
+      {128, 8192, causal, 0.f, false, 0, k128x128s2},
+      {128, 8192, none, 0.f, true, 0, k128x128s2},
+  };
+  for (const Row &row : rows) {
+    Problem p;
+    p.batch = 8;
+    p.heads_q = p.heads_kv = 16;
+    p.head_dim_qk = p.head_dim_v = row.head_dim;
+    p.seqlen_q = p.seqlen_k = row.seqlen;
+    p.mask = row.mask;
+    p.window_left = 256;
+    p.window_right = 0;
+    p.softcap = row.softcap;
+    KernelConfig caller;
+    if (row.caller_block_n) {
+      caller.block_n = row.caller_block_n;
+      caller.path = KernelPath::sm90;
+    }
+    EXPECT_EQ(default_forward_config(p, kSm90a, 0, caller, 0, row.modified), unsplit(row.expected))
+        << describe(p) << (row.modified ? " modified" : "") << " block_n " << row.caller_block_n;
+  }
   Problem p;
   p.batch = 8;
   p.heads_q = p.heads_kv = 16;
   p.head_dim_qk = p.head_dim_v = 64;
-  p.seqlen_q = p.seqlen_k = 512;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
-  p.seqlen_q = p.seqlen_k = 513;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
-  p.seqlen_q = p.seqlen_k = 1024;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
-  EXPECT_EQ(default_forward_config(p, kSm90a, 0, {}, 0, /*modified=*/true),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 96, 16, 3}));
-  p.softcap = 30.f;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 96, 16, 3}));
-  p.softcap = 0.f;
-  for (MaskKind mask : {MaskKind::causal, MaskKind::window}) {
-    p.mask = mask;
-    p.window_left = 256;
-    p.window_right = 0;
-    EXPECT_EQ(default_forward_config(p, kSm90a),
-              unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
-  }
-  p.seqlen_q = p.seqlen_k = 1025;
-  EXPECT_EQ(default_forward_config(p, kSm90a),  // the window: not lean
-            unsplit(KernelConfig{KernelPath::sm90, 192, 112, 16, 3}));
-  p.mask = MaskKind::causal;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
-  p.mask = MaskKind::none;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
-  // A caller's block_n 128 keeps them for a lean problem; under a softcap
-  // it rules them out: the 128-row tile, still sm90.
-  KernelConfig wide_n;
-  wide_n.block_n = 128;
-  wide_n.path = KernelPath::sm90;
-  EXPECT_EQ(default_forward_config(p, kSm90a, 0, wide_n),
-            unsplit(KernelConfig{KernelPath::sm90, 192, 128, 16, 3}));
-  p.softcap = 30.f;
-  EXPECT_EQ(default_forward_config(p, kSm90a, 0, wide_n),
-            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 3}));
-  p.softcap = 0.f;
-  // d=128: 128x160 for lean problems without a mask beyond 2048 queries.
-  p.head_dim_qk = p.head_dim_v = 128;
   p.seqlen_q = p.seqlen_k = 8192;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 128, 160, 12, 2}));
-  p.seqlen_q = p.seqlen_k = 2048;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
-  p.seqlen_q = p.seqlen_k = 8192;
-  p.mask = MaskKind::causal;
-  EXPECT_EQ(default_forward_config(p, kSm90a),
-            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
-  p.mask = MaskKind::none;
-  EXPECT_EQ(default_forward_config(p, kSm90a, 0, {}, 0, /*modified=*/true),
-            unsplit(KernelConfig{KernelPath::sm90, 128, 128, 12, 2}));
-  p.head_dim_qk = p.head_dim_v = 64;
   auto spec = make_forward_spec(p, KernelConfig{KernelPath::sm90, 192, 112, 16, 3}, kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
   std::optional<WarpRoleRegisters> roles = warp_role_registers(*spec);
