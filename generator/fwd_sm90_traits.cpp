@@ -62,6 +62,9 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   tile (H100, 2026-12-06, `flashjit run` 16k tokens, against 192x112:
   //   full 1k / 2k / 8k / 16k 395 / 485 / 538 / 524 -> 449 / 527 / 580 /
   //   532 TFLOP/s; causal 273 / 389 / 488 / 497 -> 289 / 401 / 493 / 524).
+  //   Without a mask from 257 queries on (H100, `flashjit tune`, 32x32
+  //   heads x 512: 1.14x over 128x128 s3; docs/perf_fwd_tune_42_h100.txt;
+  //   192x112 had tied 128x128 at 512, and 128 beat 112 by 14% at 1k).
   // - d=64 otherwise up to 1024 queries: 128x128 with 3 stages (2 the same).
   // - d=128: 128x128 with 2 stages, which leaves room for a second Q buffer
   //   (causal 512: 317 against 277 with 3 stages and one Q buffer; from 4k
@@ -103,7 +106,8 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
     c.block_m = 192;
     c.block_n = lean ? 128 : 112;
     c.stages = 3;
-  } else if (head_dim == 64 && !masked && seqlen_q > kThreeWarpgroupsUnmaskedAbove) {
+  } else if (head_dim == 64 && !masked &&
+             seqlen_q > (lean ? kThreeWarpgroupsLeanUnmaskedAbove : kThreeWarpgroupsUnmaskedAbove)) {
     c.block_m = 192;
     c.block_n = lean ? 128 : 96;
     c.stages = 3;

@@ -108,6 +108,10 @@ struct FwdSm90Traits {
   // beyond kWideKeyTilesUnmaskedAbove queries).
   static constexpr int64_t kThreeWarpgroupsAbove = 1024;
   static constexpr int64_t kThreeWarpgroupsUnmaskedAbove = 512;
+  // Lean problems' 192x128 tiles pay from the (256, 512] bucket on,
+  // although 512 queries pad to 576 rows (default_config's measurements);
+  // at 256 two 128-row tiles cover them without padding.
+  static constexpr int64_t kThreeWarpgroupsLeanUnmaskedAbove = 256;
   static constexpr int64_t kWideKeyTilesUnmaskedAbove = 2048;
   static KernelConfig default_config(int head_dim, int64_t seqlen_q, int64_t rows_per_query = 1,
                                      int page_size = 0, bool masked = true, bool lean = false);

@@ -463,8 +463,9 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
 
   // The heuristic takes them beyond 1024 queries (a whole size bucket,
   // ceil(log2)), where 192-row tiles pad little, and without a mask beyond
-  // 512; on problems of enough work tiles that nothing splits (nor packs:
-  // no GQA). block_n 128 for lean problems, else 112 (96 up to 1024).
+  // 512 (lean problems: 256); on problems of enough work tiles that nothing
+  // splits (nor packs: no GQA). block_n 128 for lean problems, else 112 (96
+  // up to 1024).
   auto unsplit = [](KernelConfig c) {
     c.splits = 1;
     c.pack_gqa = GqaPacking::off;
@@ -488,8 +489,13 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
       k192x112{KernelPath::sm90, 192, 112, 16, 3}, k128x128s2{KernelPath::sm90, 128, 128, 12, 2},
       k128x160{KernelPath::sm90, 128, 160, 12, 2};
   const Row rows[] = {
-      {64, 512, none, 0.f, false, 0, k128x128s3},
+      {64, 256, none, 0.f, false, 0, k128x128s3},
+      {64, 257, none, 0.f, false, 0, k192x128},
+      {64, 512, none, 0.f, false, 0, k192x128},
+      {64, 512, none, 0.f, true, 0, k128x128s3},
+      {64, 512, none, 30.f, false, 0, k128x128s3},
       {64, 513, none, 0.f, false, 0, k192x128},
+      {64, 513, none, 30.f, false, 0, k192x96},
       {64, 1024, none, 0.f, false, 0, k192x128},
       {64, 1024, none, 0.f, true, 0, k192x96},
       {64, 1024, none, 30.f, false, 0, k192x96},
