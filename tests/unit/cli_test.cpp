@@ -133,7 +133,7 @@ TEST(Cli, CompileReportsRegistersPerWarpRole) {
        "roles      producer warpgroup 40 registers, 2 consumer warpgroups 232 each (setmaxnreg)\n"},
       {{"--pass", "bwd", "--hdim", "64"},
        "roles      producer warpgroup 24 registers, 2 consumer warpgroups 240 each (setmaxnreg)\n"},
-      // d=64 beyond 1024 queries, or beyond 512 without a mask: three
+      // d=64 beyond 1024 queries, or beyond 256 without a mask: three
       // consumer warpgroups (block_m 192).
       {{"--hdim", "64", "--seqlen", "1025", "--causal"},
        "roles      producer warpgroup 32 registers, 3 consumer warpgroups 160 each (setmaxnreg)\n"},
@@ -142,6 +142,8 @@ TEST(Cli, CompileReportsRegistersPerWarpRole) {
       {{"--hdim", "64", "--seqlen", "1024"},
        "roles      producer warpgroup 32 registers, 3 consumer warpgroups 160 each (setmaxnreg)\n"},
       {{"--hdim", "64", "--seqlen", "512"},
+       "roles      producer warpgroup 32 registers, 3 consumer warpgroups 160 each (setmaxnreg)\n"},
+      {{"--hdim", "64", "--seqlen", "256"},
        "roles      producer warpgroup 24 registers, 2 consumer warpgroups 240 each (setmaxnreg)\n"},
       {{"--hdim", "128", "--path", "sm80"}, ""},
   };
