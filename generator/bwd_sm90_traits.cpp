@@ -5,6 +5,7 @@
 #include "flashjit/problem.h"
 #include "generator/config_error.h"
 #include "generator/heuristic.h"
+#include "generator/kernel_spec.h"
 #include "generator/target_arch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -132,7 +133,8 @@ int64_t BwdSm90Traits::grid_ctas(const Problem &problem, int block_n, int sm_cou
 BwdSm90Traits::DispatchOrder BwdSm90Traits::dispatch_order(const Problem &problem, int block_n,
                                                           bool mask_mod, bool deterministic) {
   const int64_t pairs = std::max<int64_t>(1, problem.heads_kv * problem.batch);
-  const bool masked = problem.mask != MaskKind::none || mask_mod;
+  const MaskKind mask = normalized_mask(problem);  // window(-1, 0) is causal
+  const bool masked = mask != MaskKind::none || mask_mod;
   constexpr int64_t kL2Bytes = 40ll << 20;  // of the H100/H200's 50 MB, what data keeps
   const int64_t element = 2;                // bf16 or fp16
   const int64_t head_bytes =
@@ -148,7 +150,7 @@ BwdSm90Traits::DispatchOrder BwdSm90Traits::dispatch_order(const Problem &proble
   // first key block): only where the work per SM is many of them.
   constexpr int64_t kSms = 132;  // an H100's or H200's
   const bool many_items = work_items(problem, block_n) >= 12 * kSms;
-  if (deterministic && problem.mask != MaskKind::none && !mask_mod &&
+  if (deterministic && mask != MaskKind::none && !mask_mod &&
       problem.heads_q == problem.heads_kv && problem.head_dim_qk == problem.head_dim_v &&
       head_bytes <= (32ll << 20) && many_items)
     return {static_cast<int>(pairs_within(24ll << 20)), true};  // see the header

@@ -6,6 +6,7 @@
 
 #include "flashjit/problem.h"
 #include "generator/config_error.h"
+#include "generator/kernel_spec.h"
 #include "generator/target_arch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -23,9 +24,11 @@ std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch)
 }
 
 bool FwdSm90Traits::lean(const Problem &problem, bool modified) {
+  // The mask the kernel compiles: window(-1, 0) is the causal kernel.
+  const MaskKind mask = normalized_mask(problem);
   return !modified && problem.softcap == 0.f &&
-         (problem.mask == MaskKind::none || problem.mask == MaskKind::causal) &&
-         problem.page_size == 0;
+         (mask == MaskKind::none || mask == MaskKind::causal) && problem.page_size == 0 &&
+         !problem.seqused_k;
 }
 
 int FwdSm90Traits::max_block_n(int head_dim, int block_m, bool lean) {
@@ -133,8 +136,10 @@ std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem
     for (int block_n = 48; block_n <= max_block_n(head_dim, block_m, lean); block_n += 16)
       for (int stages = 2; stages <= 4; ++stages) {
         // 64 rows are decode's tile, bound by reading K/V: only block_n 64
-        // (the heuristic's at d=128) and the widest.
-        if (block_m == 64 && block_n != 64 && block_n != max_block_n(head_dim, block_m, lean))
+        // (the heuristic's at d=128) and the widest that every problem
+        // takes (the heuristic's for a paged cache of small pages; lean
+        // problems' wider tiles were measured for prefill only).
+        if (block_m == 64 && block_n != 64 && block_n != max_block_n(head_dim, block_m))
           continue;
         FwdSm90Traits t{head_dim, block_m, block_n, warps, stages};
         if (t.smem_bytes() <= max_smem_bytes)
@@ -169,7 +174,7 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
         "block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel spills{4})", block_n,
         max_block_n(head_dim, block_m, lean), head_dim, block_m,
         !lean && block_n <= max_block_n(head_dim, block_m, true)
-            ? "; wider only without a softcap, a window, a paged cache or modifiers"
+            ? "; wider only without a softcap, a window, a KV cache or modifiers"
             : ""));
   if (stages < 2 || stages > 4)
     why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));

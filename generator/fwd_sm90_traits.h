@@ -85,11 +85,13 @@ struct FwdSm90Traits {
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool lean = false);
   // The variants whose consumers hold the fewest live registers: no
-  // softcap, no window, K/V contiguous, none of a caller's modifiers
-  // (`modified`). Only they take the widest tiles, FlashAttention-3's:
-  // 192x128 at d=64, where a softcap, a window, a paged cache or a
-  // score_mod under a causal mask spilled 8-172 bytes, and block_n 144-176
-  // at d=128, where a mask_mod spilled 4-132.
+  // softcap, no window (as the kernel compiles it: normalized_mask), K/V
+  // not in a cache (paged, or with per-sequence key counts), none of a
+  // caller's modifiers (`modified`). Only they take the widest tiles,
+  // FlashAttention-3's: 192x128 at d=64, where a softcap, a window, a paged
+  // cache or a score_mod under a causal mask spilled 8-172 bytes, and
+  // block_n 144-176 at d=128, where a mask_mod spilled 4-132 and a causal
+  // serving batch (varlen over a cache, packed heads) 16-44.
   static bool lean(const Problem &problem, bool modified);
   // The largest block_n per head dim and block_m whose kernel compiled
   // without spills (ptxas -v): S, P and O of a consumer warpgroup share its

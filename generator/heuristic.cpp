@@ -2,6 +2,7 @@
 
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
+#include "generator/kernel_spec.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -165,7 +166,7 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     const bool lean = FwdSm90Traits::lean(problem, modified);
     const KernelConfig first = FwdSm90Traits::default_config(
         head_dim, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
-        problem.page_size, problem.mask != MaskKind::none, lean);
+        problem.page_size, normalized_mask(problem) != MaskKind::none, lean);
     const KernelConfig second = FwdSm90Traits::default_config(head_dim, 0);
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};

@@ -76,10 +76,12 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
         for (int stages : {2, 3})
           consider(KernelConfig{KernelPath::sm80, block_m, block_n, warps, stages});
   // Both families on Hopper: the sm90 kernel's own tiles where it serves the
-  // problem (sm90_fallback_reason says why not).
+  // problem (sm90_fallback_reason says why not), the wider head dim's, as
+  // the heuristic and validation take them (qk 64 / v 128: 128x160).
   if (sm90_fallback_reason(problem, arch).empty())
     for (const KernelConfig &config :
-         FwdSm90Traits::search_space(problem.head_dim_qk, max_smem_bytes,
+         FwdSm90Traits::search_space(std::max(problem.head_dim_qk, problem.head_dim_v),
+                                     max_smem_bytes,
                                      FwdSm90Traits::lean(problem, modified)))
       consider(config);
   return set;

@@ -586,7 +586,12 @@ TEST(BwdSm90Traits, DeterministicShortestFirstUnderAMaskWithinL2) {
   expect_order(det(causal_problem(64, 2, 32, 8192), 128), 4, true);
   Problem window = causal_problem(256, 8, 8, 2048);
   window.mask = MaskKind::window;
+  window.window_left = 512;
+  window.window_right = 0;
   expect_order(det(window, 64), 4, true);
+  // A window without bounds is no mask (normalized_mask): longest first.
+  window.window_left = window.window_right = -1;
+  expect_order(det(window, 64), 8, false);
   // Longest first: GQA (its longest items would start last), a caller's
   // mask_mod, no mask, 192/128, and the default mode's order.
   Problem gqa = causal_problem(256, 4, 16, 2048);

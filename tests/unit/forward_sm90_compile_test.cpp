@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "cli/ptxas_report.h"
@@ -108,6 +109,51 @@ std::vector<Sm90Case> sm90_cases() {
       p.head_dim_qk = p.head_dim_v = d;
       p.mask = MaskKind::causal;
       cases.push_back({p, c});
+    }
+  }
+  // The heuristic's lean tiles (d=64 192x128, d=128 128x160) and d=128's
+  // widest in the lean variants the heuristic pairs them with: split keys,
+  // a varlen batch with packed heads, packed heads without a mask, fp16,
+  // unequal head dims. Packed heads under a causal mask outside a varlen
+  // batch spill 12 bytes at 192x128; the heuristic never packs there
+  // (pack_gqa_pays: not beyond 1024 queries), and the tuner times what it
+  // offers. A serving batch (varlen over a cache) is not lean.
+  const KernelConfig lean_tiles[] = {{KernelPath::sm90, 192, 128, 16, 3},
+                                     {KernelPath::sm90, 128, 160, 12, 2},
+                                     {KernelPath::sm90, 128, 176, 12, 2}};
+  for (const KernelConfig &tiles : lean_tiles) {
+    const int d = tiles.block_m == 192 ? 64 : 128;
+    auto lean_problem = [&](MaskKind mask) {
+      Problem p;
+      p.head_dim_qk = p.head_dim_v = d;
+      p.mask = mask;
+      p.seqlen_q = p.seqlen_k = 2048;
+      return p;
+    };
+    Problem split = lean_problem(MaskKind::causal);
+    split.heads_q = split.heads_kv = 4;
+    KernelConfig split_tiles = tiles;
+    split_tiles.splits = 2;
+    cases.push_back({split, split_tiles});
+    Problem varlen = lean_problem(MaskKind::causal);
+    varlen.varlen = true;
+    varlen.batch = 2;
+    varlen.heads_q = 32;
+    varlen.heads_kv = 8;
+    KernelConfig packed = tiles;
+    packed.pack_gqa = GqaPacking::on;
+    cases.push_back({varlen, packed});
+    Problem unmasked = lean_problem(MaskKind::none);
+    unmasked.heads_q = 32;
+    unmasked.heads_kv = 8;
+    cases.push_back({unmasked, packed});
+    Problem half = lean_problem(MaskKind::causal);
+    half.dtype = DType::fp16;
+    cases.push_back({half, tiles});
+    if (d == 128) {
+      Problem unequal = lean_problem(MaskKind::causal);
+      unequal.head_dim_qk = 64;
+      cases.push_back({unequal, tiles});
     }
   }
   return cases;
@@ -410,7 +456,7 @@ TEST(FwdSm90Traits, SharedMemoryAndRejections) {
   expect_rejected(256, 128, 96, 12, 2, "the device allows 232448");
   expect_rejected(128, 128, 144, 12, 2,
                   "block_n=144 exceeds 128 at head dim 128, block_m 128 (the kernel spills; wider "
-                  "only without a softcap, a window, a paged cache or modifiers)");
+                  "only without a softcap, a window, a KV cache or modifiers)");
   // Lean problems (FwdSm90Traits::lean) take block_n up to 176 at d=128.
   EXPECT_TRUE(bool(FwdSm90Traits::make(128, 128, 128, 176, 12, 2, 232448, /*lean=*/true)));
   auto too_wide = FwdSm90Traits::make(128, 128, 128, 192, 12, 2, 232448, /*lean=*/true);
@@ -444,6 +490,25 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
   for (const KernelConfig &c : FwdSm90Traits::search_space(64, 232448, /*lean=*/true))
     lean_192 += c.block_m == 192;
   EXPECT_EQ(lean_192, 6 * 3);  // block_n 48..128
+  // d=128: block_n 144-176 at 128 rows for lean problems only; decode's
+  // 64-row tiles stay block_n 64 and 128 for both.
+  auto tiles_of = [](bool lean) {
+    std::set<std::pair<int, int>> tiles;
+    for (const KernelConfig &c : FwdSm90Traits::search_space(128, 232448, lean))
+      tiles.insert({c.block_m, c.block_n});
+    return tiles;
+  };
+  const std::set<std::pair<int, int>> narrow128 = tiles_of(false), lean128 = tiles_of(true);
+  for (int block_n : {144, 160, 176}) {
+    EXPECT_TRUE(lean128.count({128, block_n})) << block_n;
+    EXPECT_FALSE(narrow128.count({128, block_n})) << block_n;
+  }
+  for (const auto &tiles : {narrow128, lean128}) {
+    std::set<int> decode;
+    for (const auto &[block_m, block_n] : tiles)
+      if (block_m == 64) decode.insert(block_n);
+    EXPECT_EQ(decode, (std::set<int>{64, 128}));
+  }
   // A caller's modifiers take registers: the widest tiles are refused for a
   // modified kernel, as under a softcap.
   Problem lean;
@@ -455,7 +520,7 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
   ASSERT_FALSE(bool(refused));
   EXPECT_NE(llvm::toString(refused.takeError())
                 .find("block_n=128 exceeds 112 at head dim 64, block_m 192 (the kernel spills; "
-                      "wider only without a softcap, a window, a paged cache or modifiers)"),
+                      "wider only without a softcap, a window, a KV cache or modifiers)"),
             std::string::npos);
   for (int d : {128, 256})
     for (const KernelConfig &c : FwdSm90Traits::search_space(d, 232448))
@@ -528,6 +593,48 @@ TEST(FwdSm90Traits, ThreeConsumerWarpgroupsAtHeadDim64) {
     }
     EXPECT_EQ(default_forward_config(p, kSm90a, 0, caller, 0, row.modified), unsplit(row.expected))
         << describe(p) << (row.modified ? " modified" : "") << " block_n " << row.caller_block_n;
+  }
+  // A window that is the causal mask or none (window(-1, 0), window(-1, -1))
+  // compiles that kernel, and is lean as it is: the same tiles.
+  for (auto [right, seqlen, expected] :
+       {std::tuple{int64_t(0), int64_t(1025), k192x128}, {int64_t(-1), int64_t(512), k192x128}}) {
+    Problem p;
+    p.batch = 8;
+    p.heads_q = p.heads_kv = 16;
+    p.head_dim_qk = p.head_dim_v = 64;
+    p.seqlen_q = p.seqlen_k = seqlen;
+    p.mask = MaskKind::window;
+    p.window_left = -1;
+    p.window_right = right;
+    EXPECT_TRUE(FwdSm90Traits::lean(p, false)) << right;
+    EXPECT_EQ(default_forward_config(p, kSm90a, 0), unsplit(expected)) << right;
+    EXPECT_TRUE(bool(make_forward_spec(p, expected, kSm90a))) << right;
+  }
+  // K/V in a cache with per-sequence key counts is not lean: a causal
+  // serving batch (varlen, packed heads) spilled 16-44 bytes at d=128
+  // 128x160-176. The heuristic's d=64 tiles there are 192x112.
+  {
+    Problem serving;
+    serving.batch = 2;
+    serving.heads_q = 32;
+    serving.heads_kv = 8;
+    serving.head_dim_qk = serving.head_dim_v = 64;
+    serving.seqlen_q = serving.seqlen_k = 2048;
+    serving.mask = MaskKind::causal;
+    serving.varlen = serving.seqused_k = true;
+    EXPECT_FALSE(FwdSm90Traits::lean(serving, false));
+    KernelConfig tiles = default_forward_config(serving, kSm90a, 0);
+    EXPECT_EQ(tiles.block_m, 192);
+    EXPECT_EQ(tiles.block_n, 112);
+    serving.head_dim_qk = serving.head_dim_v = 128;
+    KernelConfig wide{KernelPath::sm90, 128, 160, 12, 2};
+    wide.pack_gqa = GqaPacking::on;
+    auto refused = make_forward_spec(serving, wide, kSm90a);
+    ASSERT_FALSE(bool(refused));
+    EXPECT_NE(llvm::toString(refused.takeError())
+                  .find("block_n=160 exceeds 128 at head dim 128, block_m 128 (the kernel spills; "
+                        "wider only without a softcap, a window, a KV cache or modifiers)"),
+              std::string::npos);
   }
   Problem p;
   p.batch = 8;

@@ -686,7 +686,7 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
   EXPECT_EQ(r.err,
             "flashjit: error: sm90 forward config (block_m=192 block_n=128 warps=16 stages=3, "
             "d=64 dv=64) is invalid: block_n=128 exceeds 112 at head dim 64, block_m 192 (the "
-            "kernel spills; wider only without a softcap, a window, a paged cache or "
+            "kernel spills; wider only without a softcap, a window, a KV cache or "
             "modifiers)\n");
   // With the derivative the backward program takes them.
   write_file(dir.file("alibi_grad.cu"),

@@ -265,6 +265,32 @@ TEST(ForwardCandidates, HeuristicFirstEveryConfigValidNoDuplicates) {
   }
 }
 
+// Unequal head dims: the search covers the wider one's tiles, as the
+// heuristic and validation take them. qk 64 / v 128, lean, without a mask
+// beyond 2048 queries: the heuristic's 128x160 is the first candidate, d=128's
+// widest (176) is searched, and d=64's three warpgroups are not offered.
+TEST(ForwardCandidates, UnequalHeadDimsSearchTheWiderOnesTiles) {
+  Problem p = problem_with(64, MaskKind::none);
+  p.head_dim_v = 128;
+  p.seqlen_q = p.seqlen_k = 8192;
+  const int smem = max_smem_per_block(kSm90a);
+  const CandidateSet set = forward_candidates(p, kSm90a, smem);
+  ASSERT_FALSE(set.configs.empty());
+  const KernelConfig heuristic = default_forward_config(p, kSm90a, smem);
+  EXPECT_EQ(heuristic.block_n, 160);
+  EXPECT_EQ(set.configs.front(), heuristic);
+  int widest = 0, rows_192 = 0;
+  for (const KernelConfig &c : set.configs) {
+    if (c.path != KernelPath::sm90) continue;
+    widest += c.block_m == 128 && c.block_n == 176;
+    rows_192 += c.block_m == 192;
+  }
+  EXPECT_EQ(widest, 1);  // 2 stages: 3 do not fit shared memory
+  EXPECT_EQ(rows_192, 0);
+  for (const PrunedConfig &pruned : set.pruned)
+    EXPECT_EQ(pruned.config.path, KernelPath::sm80) << describe(pruned.config) << pruned.reason;
+}
+
 // A decode problem: every candidate's splits and pack_gqa are concrete, as
 // the heuristic fills them for its tiles, so the heuristic's tiles are one
 // candidate and what a tuning stores is what its kernel ran.
