@@ -336,15 +336,6 @@ llvm::Expected<std::optional<TuningRecord>> TuningDb::find_tuning(
   return read_tuning(*statement);
 }
 
-llvm::Expected<std::optional<TuningRecord>> TuningDb::find_nearest_tuning(
-    const DeviceFingerprint &device, const SoftwareFingerprint &software,
-    const ProblemClassKey &problem) {
-  auto nearest = nearest_tunings(device, software, problem, 1);
-  if (!nearest) return nearest.takeError();
-  if (nearest->empty()) return std::nullopt;
-  return std::move(nearest->front());
-}
-
 llvm::Expected<std::vector<TuningRecord>> TuningDb::nearest_tunings(
     const DeviceFingerprint &device, const SoftwareFingerprint &software,
     const ProblemClassKey &problem, int limit) {

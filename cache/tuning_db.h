@@ -149,13 +149,9 @@ class TuningDb {
   llvm::Expected<std::optional<TuningRecord>> find_tuning(const DeviceFingerprint &device,
                                                           const SoftwareFingerprint &software,
                                                           const ProblemClassKey &problem);
-  // The same class (every field but the three buckets) with the closest
-  // buckets (sum of absolute bucket differences; ties: larger seqlen_k).
-  llvm::Expected<std::optional<TuningRecord>> find_nearest_tuning(
-      const DeviceFingerprint &device, const SoftwareFingerprint &software,
-      const ProblemClassKey &problem);
-  // The `limit` closest rows of the class in that order (the first is
-  // find_nearest_tuning's), for a caller that passes some over.
+  // Up to `limit` rows of the same class (every field but the three
+  // buckets), closest buckets first (sum of absolute bucket differences;
+  // ties: larger seqlen_k), for a caller that passes some over.
   llvm::Expected<std::vector<TuningRecord>> nearest_tunings(const DeviceFingerprint &device,
                                                             const SoftwareFingerprint &software,
                                                             const ProblemClassKey &problem,

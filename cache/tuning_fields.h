@@ -20,7 +20,7 @@ using FieldRef = std::variant<std::string *, int *, int64_t *, double *, bool *>
 
 enum class Role {
   key,     // device, software and the problem class: equal in an exact lookup
-  bucket,  // part of the key, but find_nearest_tuning lets it differ
+  bucket,  // part of the key, but nearest_tunings lets it differ
   value,
 };
 

@@ -127,9 +127,9 @@ TEST(TuningDb, StaleSoftwareIsIgnoredByLookupsButListed) {
   auto exact = db->find_tuning(old.device, software_a(), old.problem);
   ASSERT_TRUE(bool(exact));
   EXPECT_FALSE(exact->has_value());
-  auto nearest = db->find_nearest_tuning(old.device, software_a(), old.problem);
+  auto nearest = db->nearest_tunings(old.device, software_a(), old.problem, 1);
   ASSERT_TRUE(bool(nearest));
-  EXPECT_FALSE(nearest->has_value());
+  EXPECT_TRUE(nearest->empty());
   EXPECT_EQ(db->list_tunings()->size(), 1u);
 }
 
@@ -161,9 +161,9 @@ TEST(TuningDb, NearestPicksTheClosestBucketsThenTheLargerSeqlenK) {
   ASSERT_FALSE(bool(db->put_tuning(other_software)));
 
   auto nearest = [&](int q, int k, int bh) -> std::string {
-    auto found = db->find_nearest_tuning(h200(), software_a(), problem_class(q, k, bh));
+    auto found = db->nearest_tunings(h200(), software_a(), problem_class(q, k, bh), 1);
     if (!found) return "error: " + llvm::toString(found.takeError());
-    return found->has_value() ? (*found)->shape : "none";
+    return found->empty() ? "none" : found->front().shape;
   };
   EXPECT_EQ(nearest(10, 10, 5), "10/10/5");  // exact
   EXPECT_EQ(nearest(10, 10, 4), "10/10/5");  // distance 1
@@ -187,9 +187,9 @@ TEST(TuningDb, NearestPicksTheClosestBucketsThenTheLargerSeqlenK) {
 
   ProblemClassKey untuned = problem_class(10, 10, 5);
   untuned.head_dim_qk = 256;
-  auto none = db->find_nearest_tuning(h200(), software_a(), untuned);
+  auto none = db->nearest_tunings(h200(), software_a(), untuned, 16);
   ASSERT_TRUE(bool(none));
-  EXPECT_FALSE(none->has_value());
+  EXPECT_TRUE(none->empty());
 }
 
 TEST(TuningDb, CubinRoundTripsAndTouchesLastUse) {
