@@ -10,13 +10,17 @@ machines; the ratios ours/flash and ours/cudnn are the result.
 28/4 and 64/8 at head dim 128; head dims 40, 80 and 96; lengths 1500, 3000
 and 6000, causal; the same 16k tokens): SDPA takes GQA as enable_gqa=True.
 
-Backward (--pass bwd or both), as the anchors measure it: the time of forward +
-backward (torch.autograd.grad of the output with respect to q, k, v, a fixed
-random dout) minus the time of the forward in the same grad mode; backward
-FLOPs = 2.5 x forward FLOPs. Its table follows the forward's.
+Backward (--pass bwd or both): the time of forward + backward
+(torch.autograd.grad of the output with respect to q, k, v, a fixed random
+dout) minus the time of the forward in the same grad mode, for every
+implementation alike; backward FLOPs = 2.5 x forward FLOPs. Its table follows
+the forward's.
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/compare.py [--quick] [--pass fwd|bwd|both]
-                                                               [--json out.json]
+                                                               [--json out.json] [--results DIR]
+
+Writes the suites grid_fwd and grid_bwd (models_fwd, models_bwd with --models)
+to bench/results/<gpu>/ (bench/results.py); bench/report.py renders them.
 """
 import argparse
 import json
@@ -26,17 +30,25 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashjit  # noqa: E402
+import results  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 TABLE_HEADER = "=== flashjit vs SDPA (forward, TFLOP/s) ==="
 BWD_TABLE_HEADER = "=== flashjit vs SDPA (backward, TFLOP/s) ==="
 BWD_FLOPS_FACTOR = 2.5
+METHOD_FWD = ("kernel time: CUDA events over back-to-back calls, the GPU kept busy while the host "
+              "enqueues them; median of {repeats} samples after {warmup} warm-up calls; "
+              "TFLOP/s = 2*b*h*s^2*(d_qk + d_v) / time, halved when causal")
+METHOD_BWD = ("kernel time of forward + backward minus forward, both in grad mode (CUDA events, "
+              "the GPU kept busy, median of {repeats} samples after {warmup} warm-up calls); "
+              "TFLOP/s = 2.5 x the forward's FLOPs / time")
 
 
 def time_ms(fn, warmup, repeats, min_sample_ms=1.0):
@@ -99,11 +111,13 @@ MODEL_SHAPES = [
 
 
 def bench_shape(d, causal, s, dtype, warmup, repeats, tokens, hidden, sdpa_layout, passes,
-                heads=None, heads_kv=None, dv=None):
+                heads=None, heads_kv=None, dv=None, model=None):
     dv = dv or d
     b, h = max(1, tokens // s), heads or hidden // d
     hkv = heads_kv or h
     row = {"hdim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
+    if model:
+        row["model"] = model
     if dv != d:
         row["hdim_v"] = dv
     if hkv != h:
@@ -273,7 +287,7 @@ def bench_backward(d, causal, s, dtype, warmup, repeats, b, h, sdpa_layout, hkv,
 
 def bwd_view(r):
     """A backward row shaped like a forward row, for the table and geomeans."""
-    keys = ("hdim", "hdim_v", "causal", "seqlen", "batch", "heads", "heads_kv")
+    keys = ("model", "hdim", "hdim_v", "causal", "seqlen", "batch", "heads", "heads_kv")
     return {**{k: r[k] for k in keys if k in r}, **r["bwd"]}
 
 
@@ -338,6 +352,27 @@ def print_table(header, env, args, rows, tol):
     return summary
 
 
+def publish(args, rows, passes):
+    """The result files: <base>_fwd and <base>_bwd, base grid (or models). A
+    grid other than the default one (--hdims, --seqlens, --masks, --tokens,
+    --hidden) is written only under a --suite name of its own."""
+    defaults = {"hdims": "64,128,256", "seqlens": "512,1024,2048,4096,8192,16384",
+                "masks": "full,causal", "tokens": 16384, "hidden": 2048}
+    if args.quick:
+        defaults["seqlens"] = "1024,8192"
+    narrowed = not args.models and any(getattr(args, k) != v for k, v in defaults.items())
+    base = "models" if args.models else "grid"
+    config = {"dtype": args.dtype, "tokens": args.tokens, "hidden": args.hidden,
+              "warmup": args.warmup, "repeats": args.repeats, "sdpa_layout": args.sdpa_layout}
+    if "fwd" in passes:
+        results.publish(args, results.suite_name(args, base, "fwd"),
+                        [{k: v for k, v in r.items() if k != "bwd"} for r in rows],
+                        METHOD_FWD.format(**config), config, torch, flashjit.version(), narrowed)
+    if "bwd" in passes:
+        results.publish(args, results.suite_name(args, base, "bwd"), [bwd_view(r) for r in rows],
+                        METHOD_BWD.format(**config), config, torch, flashjit.version(), narrowed)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hdims", default="64,128,256",
@@ -358,6 +393,7 @@ def main():
     ap.add_argument("--models", action="store_true",
                     help="real models' shapes (MODEL_SHAPES, causal) instead of the grid")
     ap.add_argument("--json", help="write every row and the geometric means here")
+    results.add_arguments(ap)
     args = ap.parse_args()
     if args.repeats < 20:
         ap.error("--repeats must be at least 20")
@@ -384,13 +420,13 @@ def main():
     print_header()
     rows = []
     if args.models:
-        shapes = [(d, d, True, s, hq, hkv) for (_, d, hq, hkv, s) in MODEL_SHAPES]
+        shapes = [(d, d, True, s, hq, hkv, label) for (label, d, hq, hkv, s) in MODEL_SHAPES]
     else:
-        shapes = [(d, dv, mask == "causal", s, None, None)
+        shapes = [(d, dv, mask == "causal", s, None, None, None)
                   for d, dv in hdims for mask in masks for s in seqlens]
-    for d, dv, causal, s, hq, hkv in shapes:
+    for d, dv, causal, s, hq, hkv, label in shapes:
         r = bench_shape(d, causal, s, dtype, args.warmup, args.repeats,
-                        args.tokens, args.hidden, args.sdpa_layout, passes, hq, hkv, dv)
+                        args.tokens, args.hidden, args.sdpa_layout, passes, hq, hkv, dv, label)
         rows.append(r)
         if "fwd" in passes:
             print_row(r, tol)
@@ -416,6 +452,7 @@ def main():
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=1)
         print(f"wrote {args.json}")
+    publish(args, rows, passes)
     errors = sum("error" in r["ours"] for r in rows if "ours" in r)
     errors += sum("error" in r["bwd"]["ours"] for r in rows if "bwd" in r)
     return 1 if errors else 0

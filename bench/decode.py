@@ -12,11 +12,14 @@ the backend accepts it, else K and V repeated to the query heads (its
 bytes are still counted as the cache's: what a caller has to read).
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/decode.py [--quick] [--json out.json]
-        [--rows 1x8192,8x8192] [--splits N] [--pack on|off|auto] [--pages 64,16]
+        [--rows 1x8192,8x8192] [--splits N] [--pack on|off|auto] [--pages 64,16] [--results DIR]
 
 flashjit also runs attention_with_kvcache over the same keys in a paged cache
 (--pages: page sizes; shuffled page tables, cache_seqlens = the KV length),
 columns p64, p16: GB/s and the ratio to the contiguous call.
+
+Writes the suites decode and decode_paged to bench/results/<gpu>/
+(bench/results.py).
 """
 import argparse
 import json
@@ -32,14 +35,20 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashjit  # noqa: E402
+import results  # noqa: E402
 from compare import short_error  # noqa: E402
 from latency import latency_us  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 TABLE_HEADER = "=== flashjit vs SDPA (decode, GB/s of K/V) ==="
-# The issue's table: batch x KV length.
+# batch x KV length: one long sequence, a serving batch, many short ones,
+# and 128k keys.
 ROWS = [(1, 8192), (8, 8192), (64, 4096), (256, 1024), (16, 32768), (1, 131072)]
 HBM_GBS = 4800.0
+METHOD = ("kernel time: CUDA events over 50 back-to-back calls, the GPU kept busy for twice "
+          "the time the host takes to enqueue them; median of {repeats} samples after {warmup} "
+          "warm-up calls; GB/s = bytes of K and V / time; latency: one call on an idle GPU, "
+          "Python call to kernel end, median of 20")
 
 
 def time_ms(fn, warmup, repeats, calls=50):
@@ -181,6 +190,7 @@ def main():
     ap.add_argument("--pages", default="64,16",
                     help="page sizes of the paged-cache columns ('' for none)")
     ap.add_argument("--json", default="")
+    results.add_arguments(ap)
     args = ap.parse_args()
     rows = ROWS
     if args.rows:
@@ -191,11 +201,11 @@ def main():
     pages = [int(x) for x in args.pages.split(",") if x]
     warmup, repeats = (3, 10) if args.quick else (5, 20)
 
-    results = []
+    measured = []
     for b, sk in rows:
-        results.append(bench_row(b, sk, args.heads, args.heads_kv, args.hdim, torch.bfloat16,
+        measured.append(bench_row(b, sk, args.heads, args.heads_kv, args.hdim, torch.bfloat16,
                                  warmup, repeats, args.splits, pack, pages))
-        r = results[-1]
+        r = measured[-1]
         print(json.dumps(r), flush=True)
 
     print()
@@ -207,7 +217,7 @@ def main():
           + paged_cols)
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * 2 * len(pages))
     ratios = []
-    for r in results:
+    for r in measured:
         o, f, c = r["ours"], r["flash"], r["cudnn"]
         xc = o["gbs"] / c["gbs"] if "gbs" in o and "gbs" in c else float("nan")
         xf = o["gbs"] / f["gbs"] if "gbs" in o and "gbs" in f else float("nan")
@@ -231,7 +241,29 @@ def main():
         print(f"geometric mean x cuDNN: {geo:.3f} over {len(ratios)} rows")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+            json.dump(measured, fh, indent=1)
+    publish(args, measured, pages, warmup, repeats)
+
+
+def publish(args, measured, pages, warmup, repeats):
+    """decode: the contiguous call and SDPA's backends; decode_paged: the
+    paged cache's columns beside the contiguous call. Rows other than the
+    default table's (--rows, --heads, --heads-kv, --hdim, --splits, --pack)
+    are written only under a --suite name."""
+    narrowed = bool(args.rows) or (args.heads, args.heads_kv, args.hdim, args.splits,
+                                   args.pack) != (32, 8, 128, 0, "auto")
+    config = {"dtype": "bf16", "warmup": warmup, "repeats": repeats, "pages": pages}
+    method = METHOD.format(warmup=warmup, repeats=repeats)
+    shape = ("batch", "seqlen_k", "heads_q", "heads_kv", "hdim")
+    page_keys = {f"p{p}" for p in pages}
+    results.publish(args, results.suite_name(args, "decode"),
+                    [{k: v for k, v in r.items() if k not in page_keys} for r in measured],
+                    method, config, torch, flashjit.version(), narrowed)
+    if pages:
+        paged = [dict({k: r[k] for k in shape}, contiguous=r["ours"],
+                      **{k: r[k] for k in sorted(page_keys)}) for r in measured]
+        results.publish(args, results.suite_name(args, "decode", "paged"), paged, method, config,
+                        torch, flashjit.version(), narrowed)
 
 
 if __name__ == "__main__":

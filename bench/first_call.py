@@ -1,6 +1,6 @@
 """Cold first call of flashjit.attention, in fresh processes.
 
-anchors.md's protocol: bf16, batch 2, 16 heads, head dim 128, causal; the first
+bf16, batch 2, 16 heads, head dim 128, causal; the first
 call has seqlen 4096 and the "next new shape" seqlen 3000 (same problem class:
 it should compile nothing). Each measurement runs in a new Python process with
 torch's CUDA context already up, so the time is flashjit's: loading libcuda and
@@ -11,7 +11,9 @@ Two processes by default:
   warm  - the same database again: a runtime that caches cubins in it loads
           instead of compiling (compile_count tells which happened).
 
-    FLASHJIT_LIB=build/libflashjit.so python3 bench/first_call.py [--json out.json]
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/first_call.py [--json out.json] [--results DIR]
+
+Writes the suite first_call to bench/results/<gpu>/ (bench/results.py).
 """
 import argparse
 import json
@@ -22,6 +24,14 @@ import tempfile
 import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results  # noqa: E402
+
+METHOD = ("wall time of one flashjit.attention call in a fresh Python process whose torch CUDA "
+          "context is up, synchronized: cold with an empty database (compiles), warm with the "
+          "database the cold process left; then a new sequence length of the same class, and "
+          "the same call again")
 
 
 def child(args):
@@ -71,6 +81,7 @@ def main():
     ap.add_argument("--db", help="database to use (default: a fresh one, so the first process is cold)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    results.add_arguments(ap)
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -84,20 +95,33 @@ def main():
         argv.append("--no-causal")
     print(f"{args.dtype} b={args.batch} h={args.heads} d={args.hdim} "
           f"{'causal' if args.causal else 'full'} | FLASHJIT_DB={db}", flush=True)
-    results, rc = {}, 0
+    measured, rc = {}, 0
     for tag in ("cold", "warm"):
         p = subprocess.run(argv, env=env, capture_output=True, text=True)
         line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
         if p.returncode != 0 or line is None:
             print(f"{tag}: failed (exit {p.returncode})\n{p.stdout[-2000:]}{p.stderr[-4000:]}", flush=True)
-            results[tag] = {"error": (p.stderr or p.stdout)[-2000:]}
+            measured[tag] = {"error": (p.stderr or p.stdout)[-2000:]}
             rc = 1
             continue
-        results[tag] = json.loads(line[len("RESULT "):])
-        print(describe(tag, results[tag]), flush=True)
+        measured[tag] = json.loads(line[len("RESULT "):])
+        print(describe(tag, measured[tag]), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+            json.dump(measured, fh, indent=1)
+    if args.results and rc == 0:
+        # torch only now, in this process: the children above started cold.
+        import torch
+        sys.path.insert(0, os.path.join(_REPO, "python"))
+        import flashjit
+        config = {"dtype": args.dtype, "batch": args.batch, "heads": args.heads,
+                  "hdim": args.hdim, "causal": args.causal, "seqlen": args.seqlen,
+                  "second_seqlen": args.second_seqlen}
+        narrowed = (args.batch, args.heads, args.hdim, args.seqlen, args.second_seqlen, args.dtype,
+                    args.causal, bool(args.db)) != (2, 16, 128, 4096, 3000, "bf16", True, False)
+        results.publish(args, results.suite_name(args, "first_call"),
+                        [dict(process=tag, **measured[tag]) for tag in ("cold", "warm")],
+                        METHOD, config, torch, flashjit.version(), narrowed)
     return rc
 
 

@@ -1,4 +1,4 @@
-"""Call latency from Python (issue #17): flashjit.attention against PyTorch
+"""Call latency from Python: flashjit.attention against PyTorch
 SDPA's flash and cuDNN backends, in one process.
 
 Two numbers per call, each the median of many samples:
@@ -11,7 +11,9 @@ Two numbers per call, each the median of many samples:
 SDPA gets its native layout ([b, h, s, d], contiguous) and its backend is
 selected once, outside the timed region, as a model would.
 
-    FLASHJIT_LIB=build/libflashjit.so python3 bench/latency.py [--json out.json]
+    FLASHJIT_LIB=build/libflashjit.so python3 bench/latency.py [--json out.json] [--results DIR]
+
+Writes the suite latency to bench/results/<gpu>/ (bench/results.py).
 """
 import argparse
 import json
@@ -27,12 +29,17 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashjit  # noqa: E402
+import results  # noqa: E402
 from compare import short_error  # noqa: E402
 
 TABLE_HEADER = "=== call latency from Python (us) ==="
-# The issue's shapes: (batch, seqlen, heads, head dim, causal).
+# (batch, seqlen, heads, head dim, causal): a short call, where the host's
+# cost is most of the latency, and a batch where the kernel's is.
 ROWS = [(1, 128, 16, 128, True), (32, 512, 16, 128, True)]
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+METHOD = ("call latency: one call on an idle GPU, Python call to kernel end (synchronize before "
+          "and after), median of 100 calls; host: the Python call alone with the GPU kept busy, "
+          "median of 20 x 20 calls; {rounds} rounds interleaved, the median round's")
 
 
 def latency_us(fn, repeats=100, warmup=10):
@@ -114,6 +121,7 @@ def fmt(cell, key):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the rows here")
+    results.add_arguments(parser)
     args = parser.parse_args()
     rows = [bench_row(*r) for r in ROWS]
     print(TABLE_HEADER)
@@ -128,6 +136,9 @@ def main():
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=1)
+    results.publish(args, results.suite_name(args, "latency"), rows,
+                    METHOD.format(rounds=ROUNDS), {"dtype": "bf16", "rounds": ROUNDS}, torch,
+                    flashjit.version())
 
 
 if __name__ == "__main__":

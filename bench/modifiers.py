@@ -1,9 +1,10 @@
-"""A caller's modifiers (issue #15): flashjit.attention(score_mod=, mask_mod=,
+"""A caller's modifiers: flashjit.attention(score_mod=, mask_mod=,
 aux=) against PyTorch's FlexAttention (torch.compile(flex_attention), its
 block mask built once) and against flashjit's own kernels without the
 modifier, in one process; forward, kernel time (bench/compare.py's timer).
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/modifiers.py [--quick] [--json out.json]
+                                                                 [--results DIR]
 
 Shapes: bf16, batch 2, 16 heads, 8k tokens, d = 64 and 128. Modifiers:
 ALiBi (against flashjit without bias), causal as a mask_mod (against the
@@ -13,6 +14,8 @@ a sliding window of 1024 with 4 sinks. TFLOP/s count every score's work
 ratios. Also the one-time cost of each: flashjit's first call (NVRTC) and
 Flex's compile plus create_block_mask, and a second sequence length's
 first call (flashjit compiles nothing; Flex may recompile).
+
+Writes the suite modifiers to bench/results/<gpu>/ (bench/results.py).
 """
 import argparse
 import json
@@ -34,7 +37,13 @@ for _limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_lim
         setattr(torch._dynamo.config, _limit, 256)
 
 import flashjit  # noqa: E402
+import results  # noqa: E402
 from compare import short_error, time_ms  # noqa: E402
+
+METHOD = ("kernel time as bench/compare.py's (the GPU kept busy, median of {repeats} samples "
+          "after {warmup} warm-up calls); TFLOP/s = 4*b*h*s^2*d / time for every modifier (no "
+          "credit for skipped blocks), so ratios are time ratios; backward = forward + backward "
+          "minus forward, 2.5x the FLOPs")
 
 # d score_mod / d score of the score_mods, for the backward.
 GRADS = {
@@ -224,6 +233,7 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--no-backward", action="store_true", help="the forward alone")
     ap.add_argument("--only", default="", help="comma list of modifiers (default: all)")
+    results.add_arguments(ap)
     args = ap.parse_args()
     dims = (128,) if args.quick else (64, 128)
     warmup, repeats = (3, 7) if args.quick else (5, 15)
@@ -272,6 +282,11 @@ def main():
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
+    # A subset of the modifiers (--only) is written only under a --suite name.
+    config = {"dtype": "bf16", "batch": 2, "heads": 16, "seqlen": 8192, "dims": list(dims),
+              "warmup": warmup, "repeats": repeats, "backward": not args.no_backward}
+    results.publish(args, results.suite_name(args, "modifiers"), rows, METHOD.format(**config),
+                    config, torch, flashjit.version(), narrowed=bool(args.only))
 
 
 if __name__ == "__main__":

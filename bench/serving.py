@@ -1,4 +1,4 @@
-"""A serving-like batch (issue #18): decode steps and prefill chunks over one
+"""A serving-like batch: decode steps and prefill chunks over one
 paged KV cache, as a continuous-batching server sends them, in one process.
 
 The batch (fixed seed): 48 decode sequences (1 query each) with 1k-32k keys,
@@ -32,7 +32,9 @@ against HBM's 4.8 TB/s. A row that fails prints its error and the run goes
 on. Printed as JSON rows, then a table; --json writes them to a file.
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/serving.py [--quick] [--json out.json]
-        [--pages 16,64] [--seed 0] [--decodes 48] [--prefills 4] [--no-cudnn]
+        [--pages 16,64] [--seed 0] [--decodes 48] [--prefills 4] [--no-cudnn] [--results DIR]
+
+Writes the suite serving to bench/results/<gpu>/ (bench/results.py).
 """
 import argparse
 import json
@@ -48,12 +50,17 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashjit  # noqa: E402
+import results  # noqa: E402
 from compare import short_error  # noqa: E402
 from decode import HBM_GBS, time_ms  # noqa: E402
 
 TABLE_HEADER = "=== flashjit serving batch: one mixed call vs decode + prefill, cuDNN padded ==="
 HEADS_Q, HEADS_KV, HDIM = 32, 8, 128
 DTYPE = torch.bfloat16
+METHOD = ("kernel time as bench/decode.py's (back-to-back calls, the GPU kept busy, median of "
+          "{repeats} samples after {warmup} warm-up calls), flashjit's rows in {rounds} "
+          "interleaved rounds (median); TFLOP/s: 4*heads_q*d per visible (query, key) pair; "
+          "GB/s: the sequences' K and V bytes / time")
 
 
 def workload(seed, decodes, prefills):
@@ -287,6 +294,7 @@ def main():
                     help="interleaved rounds of flashjit's rows, median kept")
     ap.add_argument("--no-cudnn", action="store_true", help="skip the padded cuDNN row")
     ap.add_argument("--json", default="")
+    results.add_arguments(ap)
     args = ap.parse_args()
     pages = [int(x) for x in args.pages.split(",") if x]
     warmup, repeats = (3, 7) if args.quick else (5, 20)
@@ -370,6 +378,13 @@ def main():
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"workload": info, "rows": rows, "cudnn_padded": cudnn}, fh, indent=1)
+    # Another batch (--seed, --decodes, --prefills) is written only under a --suite name.
+    config = {"dtype": "bf16", "warmup": warmup, "repeats": repeats, "rounds": args.rounds,
+              "pages": pages, "seed": args.seed}
+    narrowed = (args.seed, args.decodes, args.prefills) != (0, 48, 4)
+    results.publish(args, results.suite_name(args, "serving"), rows, METHOD.format(**config),
+                    config, torch, flashjit.version(), narrowed,
+                    extras={"workload": info, "cudnn_padded": cudnn})
 
 
 if __name__ == "__main__":

@@ -1,23 +1,26 @@
 """Packed varlen batches (flashjit.attention_varlen) against the dense kernel
-and PyTorch SDPA's flash and cuDNN backends, in one process (issue #14's
-benchmark), forward and backward, TFLOP/s on the real tokens:
+and PyTorch SDPA's flash and cuDNN backends, in one process, forward and
+backward, TFLOP/s on the real tokens:
 
 (a) equal lengths: 4 x 8192 packed against flashjit.attention's dense batch
-    4 x 8192, d = 64/128/256, full and causal (the issue asks >= 0.95x);
+    4 x 8192, d = 64/128/256, full and causal (the bar: >= 0.95x);
 (b) a realistic packed batch: 16 documents of lengths drawn from 128..8192
     (fixed seed) totalling ~32k tokens, against the dense kernel at the same
     total tokens (4 x 8192), against the dense kernel over 16 sequences of
     the documents' mean length (same tokens, same count: what the lengths
     allow apart from their spread), against padding every document to the longest
     with SDPA's cuDNN and flash backends, and against a Python loop over the
-    documents with flashjit.attention (the issue asks >= 0.9x dense and
-    >= 1.5x padded cuDNN).
+    documents with flashjit.attention (the bars: >= 0.9x dense and >= 1.5x
+    padded cuDNN).
 
 Timing as bench/compare.py (median of CUDA-event samples with the GPU kept
 busy), flashjit's sides measured in --rounds interleaved rounds (median); backward = forward + backward minus forward, FLOPs 2.5x the forward's;
 FLOPs 4*h*lq*lk*d per document, halved when causal.
 
     FLASHJIT_LIB=build/libflashjit.so python3 bench/varlen.py [--quick] [--json out.json]
+                                                              [--results DIR]
+
+Writes the suite varlen to bench/results/<gpu>/ (bench/results.py).
 """
 import argparse
 import json
@@ -33,10 +36,15 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashjit  # noqa: E402
+import results  # noqa: E402
 from compare import short_error, time_backward, time_ms  # noqa: E402
 
 TABLE_HEADER = "=== flashjit varlen (TFLOP/s on real tokens) ==="
 HIDDEN = 2048
+METHOD = ("kernel time as bench/compare.py's (the GPU kept busy, median of {repeats} samples "
+          "after {warmup} warm-up calls), flashjit's sides in {rounds} interleaved rounds "
+          "(median); backward = forward + backward minus forward, 2.5x the FLOPs; TFLOP/s on "
+          "the real tokens: 4*h*l^2*d per document, halved when causal")
 
 
 def doc_flops(lens, h, d, causal):
@@ -184,6 +192,7 @@ def main():
                     help="interleaved rounds of flashjit's sides (varlen, dense), median kept")
     ap.add_argument("--dims", default="", help="head dims, e.g. 64,256 (default: 64,128,256; "
                                                "--quick: 128)")
+    results.add_arguments(ap)
     args = ap.parse_args()
     passes = ("fwd", "bwd") if args.passes == "both" else (args.passes,)
     dims = (128,) if args.quick else (64, 128, 256)
@@ -219,6 +228,12 @@ def main():
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
+    # Head dims other than the default ones are written only under a --suite name.
+    config = {"dtype": "bf16", "hidden": HIDDEN, "warmup": warmup, "repeats": repeats,
+              "rounds": args.rounds, "dims": list(dims), "passes": list(passes)}
+    results.publish(args, results.suite_name(args, "varlen"), rows,
+                    METHOD.format(**config), config, torch, flashjit.version(),
+                    narrowed=bool(args.dims))
 
 
 if __name__ == "__main__":

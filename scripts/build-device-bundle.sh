@@ -4,6 +4,8 @@
 #   .device/bin/flashjit, .device/bin/flashjit_gpu_tests,
 #   .device/bin/flashjit_unit_tests, .device/lib/libflashjit.so,
 #   .device/wheel/flashjit-*.whl (when build-wheel/dist has one)
+#   .device/COMMIT: the commit built, "-dirty" after it when the library's
+#   sources differ from it (the benchmarks' result files name it)
 # Carry .device/ to the GPU machine and run scripts/device-check.sh there.
 # LLVM, SQLite and yaml-cpp are linked in statically; what is left (libc,
 # libstdc++, libtinfo; libcuda and libnvrtc are dlopen'ed) is on the GPU
@@ -25,6 +27,11 @@ cp build/flashjit build/tests/flashjit_gpu_tests build/tests/flashjit_unit_tests
 # The real file, under the name the Python binding and FLASHJIT_LIB use.
 cp -L build/libflashjit.so .device/lib/libflashjit.so
 strip --strip-unneeded .device/bin/* .device/lib/libflashjit.so
+if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+  git diff --quiet HEAD -- include generator runtime templates reference cache tuner cli python \
+    CMakeLists.txt cmake || commit=$commit-dirty
+  echo "$commit" >.device/COMMIT
+fi
 # The wheel scripts/wheel-check.sh built, when there is one, for
 # scripts/device-wheel-check.sh (warned about when older than the sources).
 wheel=$(ls build-wheel/dist/flashjit-*.whl 2>/dev/null | head -n 1 || true)

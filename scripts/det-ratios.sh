@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The deterministic backward against the default mode (issue #16's bar:
-# >= 0.85x), on the GPU machine, from the repository root: kernel time of
+# The deterministic backward against the default mode (the bar: >= 0.85x),
+# on the GPU machine, from the repository root: kernel time of
 # `flashjit run --pass bwd` with and without --deterministic, same binary,
 # over the shapes of scripts/det-rows.txt: the training grid
 # (FlashAttention's convention: 16k tokens, hidden 2048; head dims 64, 128,
@@ -14,6 +14,12 @@
 #   QUICK=1                          2k and 8k only
 #   ROWS=FILE                        these shapes instead, one row's
 #                                    `flashjit run` flags a line
+#   RESULTS=DIR                      where the suite's result file goes
+#                                    (default bench/results; empty: none)
+#   SUITE=NAME                       its suite name (default deterministic;
+#                                    needed to write one with ROWS)
+# Writes DIR/<gpu>/deterministic.json (bench/results.py) when every run
+# succeeded; the commit is BUILD's COMMIT file's (build-device-bundle.sh).
 # Exits 1 when a run failed (ERR in its cell).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -61,4 +67,19 @@ header="shape | deterministic | default | ratio"
 echo "$header"
 printf '%s\n' "${lines[@]}"
 rm -rf "$db"
-! printf '%s\n' "${lines[@]}" | grep -q ERR
+if printf '%s\n' "${lines[@]}" | grep -q ERR; then
+  exit 1
+fi
+
+results=${RESULTS-bench/results}
+if [ -n "$results" ] && { [ -n "${SUITE:-}" ] || [ -z "${ROWS:-}" ]; }; then
+  columns=shape,deterministic,default,ratio
+  [ -n "$base" ] && columns=$columns,base_deterministic
+  commit=${FLASHJIT_COMMIT:-}
+  [ -z "$commit" ] && [ -f "$build/COMMIT" ] && commit=$(cat "$build/COMMIT")
+  printf '%s\n' "${lines[@]}" |
+    FLASHJIT_COMMIT=$commit python3 bench/results.py --suite "${SUITE:-deterministic}" \
+      --columns "$columns" --results "$results" --config "repeats=${REPEATS:-20}" \
+      --config "quick=${QUICK:-0}" \
+      --method "kernel time of the backward as \`flashjit run --pass bwd\` times it (median of ${REPEATS:-20}), with and without --deterministic, same binary; ratio = deterministic / default TFLOP/s"
+fi

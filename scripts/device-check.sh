@@ -10,6 +10,9 @@
 # the modifiers against FlexAttention).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out (names as in the summary)
+# The benchmarks' result files go to $OUT/results/<gpu>/ (RESULTS=DIR
+# elsewhere); `python3 bench/report.py --add DIR` takes them into
+# bench/results/ and regenerates docs/PERF.md.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -22,6 +25,8 @@ export FLASHJIT_CLI=$BIN/flashjit  # the unit tests' CLI cases run this binary
 FLASHJIT_DB=$(mktemp -d /tmp/flashjit-db.XXXXXX)/flashjit.db
 export FLASHJIT_DB
 export PYTHONUNBUFFERED=1
+RESULTS=${RESULTS:-$LOGDIR/results}
+export RESULTS  # scripts/det-ratios.sh's
 
 if [ ! -x "$BIN/flashjit" ] || [ ! -f "$FLASHJIT_LIB" ]; then
   echo "device-check: .device/ is missing or incomplete; build it with scripts/build-device-bundle.sh" \
@@ -113,16 +118,16 @@ step python-modifiers 300 python_step python3 tests/python/test_modifiers.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step python-compile 300 python_step python3 tests/python/test_torch_compile.py
 step wheel 400 wheel_step
-step latency 120 python_step python3 bench/latency.py --json "$LOGDIR/latency.json"
-step first-call 300 python_step python3 bench/first_call.py --json "$LOGDIR/first_call.json"
+step latency 120 python_step python3 bench/latency.py --results "$RESULTS" --json "$LOGDIR/latency.json"
+step first-call 300 python_step python3 bench/first_call.py --results "$RESULTS" --json "$LOGDIR/first_call.json"
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
-step compare 600 python_step python3 bench/compare.py "${quick[@]}" --json "$LOGDIR/compare.json"
-step models 600 python_step python3 bench/compare.py --models --repeats 20 --json "$LOGDIR/models.json"
+step compare 600 python_step python3 bench/compare.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/compare.json"
+step models 600 python_step python3 bench/compare.py --models --repeats 20 --results "$RESULTS" --json "$LOGDIR/models.json"
 step det-ratios 400 bash scripts/det-ratios.sh "$(dirname "$BIN")"
-step decode 300 python_step python3 bench/decode.py "${quick[@]}" --json "$LOGDIR/decode.json"
-step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --json "$LOGDIR/varlen.json"
-step serving 300 python_step python3 bench/serving.py "${quick[@]}" --json "$LOGDIR/serving.json"
-step modifiers 400 python_step python3 bench/modifiers.py "${quick[@]}" --json "$LOGDIR/modifiers.json"
+step decode 300 python_step python3 bench/decode.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/decode.json"
+step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/varlen.json"
+step serving 300 python_step python3 bench/serving.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/serving.json"
+step modifiers 400 python_step python3 bench/modifiers.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/modifiers.json"
 
 echo
 echo "===== summary (logs in $LOGDIR)"
