@@ -208,7 +208,7 @@ def _declare(lib):
             ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(VarlenArgs),
             ctypes.POINTER(KvCacheArgs), ctypes.c_void_p, ctypes.POINTER(Config)]
         lib.flashjit_forward_varlen_kvcache.restype = ctypes.c_int
-    # A library older than the backward (issue #5) still serves the forward;
+    # A library older than the backward still serves the forward;
     # has_backward() tells, and the backward raises a clear error without it.
     if hasattr(lib, "flashjit_backward"):
         lib.flashjit_backward.argtypes = [
@@ -309,3 +309,13 @@ def has_backward():
 def last_error():
     message = lib().flashjit_last_error()
     return message.decode("utf-8", "replace") if message else "unknown error"
+
+
+def version():
+    """The library's version string, e.g. "0.1.0"."""
+    return lib().flashjit_version().decode()
+
+
+def compile_count():
+    """NVRTC compilations this process has performed (cache hits do not count)."""
+    return int(lib().flashjit_compile_count())

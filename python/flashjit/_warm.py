@@ -1,11 +1,11 @@
-"""The warm-call cache of flashjit.attention's inference forward (issue #17:
-a call as cheap as SDPA's).
+"""The warm-call cache of flashjit.attention's inference forward: a repeated
+call as cheap as SDPA's.
 
 A call's validation, its ctypes problem and argument block (strides
 included), its config and its output shapes depend only on the tensors'
 shapes, strides, dtypes and devices and on the keyword arguments. The first
-call of such a key takes the full path (flashjit.attention: _validate,
-_forward) and, when the call needs nothing per call besides pointers (no
+call of such a key takes the full path (dense.prepare_call, _launch.forward)
+and, when the call needs nothing per call besides pointers (no
 head-dim padding, inputs the kernel can read as they are, no poisoning),
 stores an entry here. A later call with the same key builds the key, checks
 the pointers' alignment, allocates the outputs, writes the five pointers
@@ -71,7 +71,7 @@ def _environment_reader(name):
     return lambda: os.environ.get(name)
 
 
-# $FLASHJIT_KERNEL_PATH pins the forward's family (flashjit._forward_config);
+# $FLASHJIT_KERNEL_PATH pins the forward's family (_launch.forward_config);
 # part of the key, since benchmarks change it between calls.
 _kernel_path = _environment_reader("FLASHJIT_KERNEL_PATH")
 

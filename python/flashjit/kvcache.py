@@ -8,33 +8,23 @@ contiguous or paged, with flash_attn_with_kvcache's contract.
 The cache is read in place and, when k/v are given, written in place: no copy
 of it is ever made. Not differentiable (an inference call).
 """
-import ctypes
+from . import _launch
+from ._checks import attention_options, block_table as check_block_table
+from ._checks import check_inputs, check_tensor, failure, int32_vector
+from ._layout import kernel_ready, prepare
 
-from . import _capi
-from ._checks import block_table as check_block_table
-from ._checks import check_inputs, check_tensor, int32_vector
-
-_NAME = "flashjit.attention_with_kvcache"
-
-
-def _fail(kind, message):
-    return kind(f"{_NAME}: {message}")
-
-
-def _check_tensor(torch, name, t, dims, device=None):
-    check_tensor(torch, _fail, name, t, dims, device)
+NAME = "flashjit.attention_with_kvcache"
+_fail = failure(NAME)
 
 
 def _cache_ready(name, t):
     """The cache is used in place: its layout must already suit the kernels
     (head_dim contiguous, strides multiples of 8 elements, 16-byte aligned)."""
-    from . import _kernel_ready
-    if not _kernel_ready(t):
+    if not kernel_ready(t):
         raise _fail(ValueError,
                     f"{name} must have a contiguous last dimension, strides that are multiples "
                     f"of 8 elements and a 16-byte aligned start (got strides {tuple(t.stride())}); "
                     f"the cache is read and written in place, so flashjit does not copy it")
-
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
@@ -71,13 +61,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     zero-initialised cache does. Runs on the current CUDA stream of q's device.
     """
     import torch
-    from . import (_POISON_OUTPUT, _check_rc, _custom_ops, _forward_config, _forward_knobs,
-                   _kernel_strides, _mask, _prepare)
 
     if torch.compiler.is_compiling():
         # torch.compile traces the custom op (flashjit/ops.py), which writes
         # k_cache/v_cache in place as this function does.
-        _custom_ops()
+        from . import ops  # noqa: F401  registers torch.ops.flashjit.* on import
         if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
             cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
                                        device=q.device)
@@ -88,6 +76,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
             int(right), float(softcap), int(num_splits))
         return (out, lse) if return_lse else out
 
+    call = prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                        softmax_scale, causal, window, softcap, num_splits)
+    out, lse, _, _, _ = _launch.forward(torch, call, q, k_cache, v_cache, want_lse=return_lse)
+    return (out, lse) if return_lse else out
+
+
+def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale,
+                 causal, window, softcap, num_splits):
+    """The checked arguments as a _launch.Call; raises TypeError or
+    ValueError naming the wrong argument."""
     dtype = check_inputs(torch, _fail, q, 4, (("k_cache", k_cache), ("v_cache", v_cache)))
     device = q.device
     batch, seqlen_q, heads_q, dim = q.shape
@@ -125,15 +123,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         cache_seqlens = int32_vector(torch, _fail, "cache_seqlens", cache_seqlens, batch, device,
                                      "q's batch")
 
-    seqlen_new = 0
     if (k is None) != (v is None):
         raise _fail(ValueError, "pass both k and v (this step's keys and values) or neither")
     if k is not None:
         if cache_seqlens is None:
             raise _fail(ValueError, "k/v need cache_seqlens: they are written at each "
                                     "sequence's cache_seqlens")
-        _check_tensor(torch, "k", k, 4, device)
-        _check_tensor(torch, "v", v, 4, device)
+        check_tensor(torch, _fail, "k", k, 4, device)
+        check_tensor(torch, _fail, "v", v, 4, device)
         seqlen_new = k.shape[1]
         for name, t, d in (("k", k, dim), ("v", v, dim_v)):
             if tuple(t.shape) != (batch, seqlen_new, heads_kv, d):
@@ -141,53 +138,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                                         f"{(batch, seqlen_new, heads_kv, d)}")
             if t.dtype != q.dtype:
                 raise _fail(TypeError, f"{name} is {t.dtype} but q is {q.dtype}")
-        k, v = _prepare(torch, k, 0), _prepare(torch, v, 0)
+        k, v = prepare(torch, k, 0), prepare(torch, v, 0)
 
-    mask, window_left, window_right = _mask(causal, window)
-    softcap = float(softcap)
-    if softcap < 0:
-        raise _fail(ValueError, f"softcap must be >= 0 (0: off), got {softcap}")
-    splits, pack = _forward_knobs(num_splits, None)
-    scale = dim ** -0.5 if softmax_scale is None else float(softmax_scale)
-
-    out = torch.empty((batch, seqlen_q, heads_q, dim_v), dtype=q.dtype, device=device)
-    lse = (torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=device)
-           if return_lse else None)
-    if batch * seqlen_q * heads_q == 0:
-        return (out, lse) if return_lse else out
-    qp = _prepare(torch, q, 0)
-    if _POISON_OUTPUT:
-        out.fill_(float("nan"))
-        if lse is not None:
-            lse.fill_(float("nan"))
-
-    problem = _capi.Problem(
-        dtype=dtype, mask=mask, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
-        seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim_qk=dim, head_dim_v=dim_v,
-        window_left=window_left, window_right=window_right, softmax_scale=scale,
-        softcap=softcap, page_size=page_size, seqused_k=int(cache_seqlens is not None))
-    args = _capi.ForwardArgs(
-        qp.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
-        lse.data_ptr() if lse is not None else None,
-        *_kernel_strides(qp), *_kernel_strides(k_cache), *_kernel_strides(v_cache),
-        *_kernel_strides(out))
-    cache = _capi.KvCacheArgs(
-        cache_seqlens.data_ptr() if cache_seqlens is not None else None,
-        block_table.data_ptr() if block_table is not None else None,
-        table_stride, outer if block_table is not None else 0,
-        k.data_ptr() if k is not None else None, v.data_ptr() if v is not None else None,
-        seqlen_new,
-        *(_kernel_strides(k) if k is not None else (0, 0, 0)),
-        *(_kernel_strides(v) if v is not None else (0, 0, 0)))
-
-    lib = _capi.lib()
-    if not hasattr(lib, "flashjit_forward_kvcache"):
-        raise RuntimeError(f"{_NAME}: the loaded libflashjit.so has no flashjit_forward_kvcache "
-                           f"(built before the KV cache); rebuild it")
-    with torch.cuda.device(device):
-        stream = torch.cuda.current_stream(device).cuda_stream
-        config = _forward_config(splits, pack)
-        _check_rc(lib.flashjit_forward_kvcache(
-            ctypes.byref(problem), ctypes.byref(args), ctypes.byref(cache),
-            ctypes.c_void_p(stream), ctypes.byref(config) if config is not None else None), _NAME)
-    return (out, lse) if return_lse else out
+    options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
+                                              softmax_scale, num_splits)
+    problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, dim,
+                                     dim_v, options, page_size=page_size,
+                                     seqused_k=int(cache_seqlens is not None))
+    cache = _launch.kvcache_args(cache_seqlens, block_table, table_stride,
+                                 outer if block_table is not None else 0, k, v)
+    # No query: nothing to attend, and no append (the kernel writes k/v).
+    empty = batch * seqlen_q * heads_q == 0
+    return _launch.Call(NAME, problem, dim, dim_v, empty, splits, pack, cache=cache,
+                        keep=(cache_seqlens, block_table, k, v))

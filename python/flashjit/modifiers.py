@@ -1,6 +1,8 @@
-"""A caller's score and mask modifiers for flashjit.attention (issue #15):
-CUDA source compiled into the forward kernel (the C API's
-flashjit_forward_modified). The extra inputs come as a dict, name -> CUDA
+"""A caller's score and mask modifiers for flashjit.attention: CUDA source
+compiled into the kernels (the C API's flashjit_forward_modified and
+flashjit_backward_modified), the learned sinks that travel in the same
+struct, and block masks (a FlexAttention BlockMask, or one built by
+flashjit.create_block_mask). The extra inputs come as a dict, name -> CUDA
 tensor (a device pointer: float32 -> const float*, int32 -> const int*,
 int64 -> const long long*, uint8 -> const unsigned char*) or Python int /
 float (int / float); the snippets read them as aux.<name> from their last
@@ -8,6 +10,7 @@ parameter, `const Aux &aux`."""
 import ctypes
 
 from . import _capi
+from .mods import Modifier
 
 _POINTER_TYPES = None
 
@@ -76,6 +79,56 @@ def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score
         score_mod_grad=score_mod_grad.encode() if score_mod_grad else None,
         sinks=sinks.data_ptr() if sinks is not None else None, dsinks=None)
     return mods, array
+
+
+def unpack_shipped(score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad, q, k):
+    """score_mod / mask_mod given as flashjit.mods objects, unpacked into
+    their source, derivative, qk-only flag and aux values (merged with the
+    caller's aux): (score_mod, mask_mod, aux, mask_mod_qk_only,
+    score_mod_grad). Source text passes through."""
+    merged = dict(aux or {})
+
+    def take(modifier, slot, has):
+        if not has:
+            raise TypeError(f"flashjit.attention: {slot}={modifier!r} is not a "
+                            f"{'score' if slot == 'score_mod' else 'mask'} modifier: pass it as "
+                            f"{'mask_mod' if slot == 'score_mod' else 'score_mod'}=")
+        modifier.check(q, k)
+        for name, value in modifier.aux.items():
+            if name in merged:
+                raise ValueError(f"flashjit.attention: aux field {name!r} is given twice (by "
+                                 f"{modifier!r} and another)")
+            merged[name] = value
+
+    if isinstance(score_mod, Modifier):
+        take(score_mod, "score_mod", score_mod.score_mod is not None)
+        if score_mod_grad is not None:
+            raise ValueError(f"flashjit.attention: score_mod_grad given with {score_mod!r}, "
+                             f"which carries its own")
+        score_mod, score_mod_grad = score_mod.score_mod, score_mod.score_mod_grad
+    if isinstance(mask_mod, Modifier):
+        take(mask_mod, "mask_mod", mask_mod.mask_mod is not None)
+        mask_mod_qk_only = mask_mod_qk_only or mask_mod.mask_mod_qk_only
+        mask_mod = mask_mod.mask_mod
+    return score_mod, mask_mod, merged or None, mask_mod_qk_only, score_mod_grad
+
+
+def checked_sinks(torch, sinks, q):
+    """The learned sinks as the kernels read them: float32 [heads_q],
+    contiguous, on q's device (a copy unless they are that already)."""
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"flashjit.attention: sinks must be a torch.Tensor [heads_q], got "
+                        f"{type(sinks).__name__}")
+    heads_q = q.shape[2]
+    if tuple(sinks.shape) != (heads_q,):
+        raise ValueError(f"flashjit.attention: sinks has shape {tuple(sinks.shape)}: expected "
+                         f"({heads_q},), one logit per query head")
+    if not sinks.is_floating_point():
+        raise TypeError(f"flashjit.attention: sinks is {sinks.dtype}: expected a floating-point "
+                        f"tensor (float32, bf16 or fp16)")
+    if sinks.device != q.device:
+        raise ValueError(f"flashjit.attention: sinks is on {sinks.device} but q is on {q.device}")
+    return sinks.detach().to(torch.float32).contiguous()
 
 
 def block_mask(torch, mask, mask_mod, q, k):
@@ -158,10 +211,19 @@ class BlockMask:
                 f"BLOCK_SIZE={self.BLOCK_SIZE}, seq_lengths={self.seq_lengths})")
 
 
-def create_block_mask(torch, mask_mod, batch, heads, seqlen_q, seqlen_k, aux, mask_mod_qk_only,
-                      block_size, device):
-    """flashjit.create_block_mask's body (see there)."""
-    from .mods import Modifier
+def create_block_mask(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None,
+                      mask_mod_qk_only=False, block_size=128, device=None):
+    """The block mask of `mask_mod` (CUDA source text, as attention()'s, or a
+    flashjit.mods mask modifier) for batch x heads sequences of seqlen_q
+    queries and seqlen_k keys, built on the GPU in one pass: which blocks of
+    block_size keys each block of block_size queries sees in part or whole
+    (FlexAttention's BlockMask layout; block_size an int or (block_q,
+    block_k)). aux: the mask_mod's values, as attention()'s. With
+    mask_mod_qk_only one mask serves every batch and head. Pass it as
+    attention(..., mask_mod=mask_mod, aux=aux, block_mask=mask) to every call
+    with those values (every layer of a step): each call then skips its own
+    pre-pass. Raises ValueError or TypeError naming the wrong argument."""
+    import torch
     if isinstance(mask_mod, Modifier):
         if mask_mod.mask_mod is None:
             raise TypeError(f"flashjit.create_block_mask: {mask_mod!r} is not a mask modifier")

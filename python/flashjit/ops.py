@@ -49,19 +49,23 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backward, _forward, _prepare, _validate
-from . import kvcache as _kvcache
-from . import varlen as _varlen
+from . import _launch, dense, kvcache, varlen
+from ._layout import prepare
 
 _PACKING = {0: None, 1: True, 2: False}
+
+
+def pack_code(pack_gqa):
+    """attention()'s pack_gqa (None, True, False) as the op's int."""
+    return 0 if pack_gqa is None else 1 if pack_gqa else 2
 
 
 def _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits=0,
           pack_gqa=0):
     if pack_gqa not in _PACKING:
         raise ValueError(f"flashjit.attention: pack_gqa code {pack_gqa} is not 0, 1 or 2")
-    return _validate(torch, q, k, v, causal, (window_left, window_right), softcap, softmax_scale,
-                     num_splits, _PACKING[pack_gqa])
+    return dense.prepare_call(torch, q, k, v, causal, (window_left, window_right), softcap,
+                              softmax_scale, num_splits, _PACKING[pack_gqa])
 
 
 def _like(t, g):
@@ -76,7 +80,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   pack_gqa: int) -> Tuple[torch.Tensor, torch.Tensor]:
     call = _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits,
                  pack_gqa)
-    out, lse, _, _, _ = _forward(torch, q, k, v, call, want_lse=True)
+    out, lse, _, _, _ = _launch.forward(torch, call, q, k, v, want_lse=True)
     if call.pad_v:
         out = out[..., :call.dim_v].contiguous()
     return out, lse
@@ -99,16 +103,12 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     if call.empty:
         # No key for any row (or no row): O does not depend on q, k, v.
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    qp, kp, vp = (_prepare(torch, q, call.pad_qk), _prepare(torch, k, call.pad_qk),
-                  _prepare(torch, v, call.pad_v))
+    qp, kp, vp = (prepare(torch, q, call.pad_qk), prepare(torch, k, call.pad_qk),
+                  prepare(torch, v, call.pad_v))
     # The kernel's output had zero columns past dim_v (V's padding): the
     # same O, padded again.
-    outp = _prepare(torch, out, call.pad_v)
-    dq, dk, dv, _ = _backward(torch, call, dout, qp, kp, vp, outp, lse)
-    if call.pad_qk:
-        dq, dk = dq[..., :call.dim_qk], dk[..., :call.dim_qk]
-    if call.pad_v:
-        dv = dv[..., :call.dim_v]
+    outp = prepare(torch, out, call.pad_v)
+    dq, dk, dv, _ = _launch.backward(torch, call, dout, qp, kp, vp, outp, lse)
     return _like(q, dq), _like(k, dk), _like(v, dv)
 
 
@@ -136,18 +136,14 @@ def _attention_backward(ctx, dout, _dlse):
 attention_fwd.register_autograd(_attention_backward, setup_context=_setup_context)
 
 
-def pack_code(pack_gqa):
-    """attention()'s pack_gqa (None, True, False) as the op's int."""
-    return 0 if pack_gqa is None else 1 if pack_gqa else 2
-
-
 # ---- packed varlen batches (flashjit.attention_varlen) --------------------------
 
 def _varlen_call(q, k, v, cu_q, cu_k, max_q, max_k, causal, window_left, window_right, softcap,
                  softmax_scale):
     """The attention_varlen call of these arguments: its checks, then the
-    _Call its forward and backward share (None when there is no query)."""
-    return _varlen.prepare_call(torch, q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal,
+    _launch.Call its forward and backward share (None when there is no
+    query)."""
+    return varlen.prepare_call(torch, q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal,
                                 (window_left, window_right), softcap)
 
 
@@ -160,8 +156,8 @@ def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     call = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
                         window_left, window_right, softcap, softmax_scale)
     if call is None:
-        return _varlen.empty_result(torch, q, v)
-    out, lse = _varlen._forward(torch, call, q, k, v, want_lse=True)[:2]
+        return varlen.empty_result(torch, q, v)
+    out, lse = varlen.forward(torch, call, q, k, v, want_lse=True)
     return out.contiguous(), lse
 
 
@@ -184,11 +180,11 @@ def attention_varlen_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
                         window_left, window_right, softcap, softmax_scale)
     if call is None:
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    qp, kp, vp = (_prepare(torch, t.unsqueeze(0), pad)
+    qp, kp, vp = (prepare(torch, t.unsqueeze(0), pad)
                   for t, pad in ((q, call.pad_qk), (k, call.pad_qk), (v, call.pad_v)))
-    outp = _prepare(torch, out.unsqueeze(0), call.pad_v)
-    dq, dk, dv = _varlen._backward(torch, call, dout, qp, kp, vp, outp, lse)
-    return _like(q, dq), _like(k, dk), _like(v, dv)
+    outp = prepare(torch, out.unsqueeze(0), call.pad_v)
+    dq, dk, dv, _ = _launch.backward(torch, call, dout.unsqueeze(0), qp, kp, vp, outp, lse)
+    return _like(q, dq[0]), _like(k, dk[0]), _like(v, dv[0])
 
 
 @attention_varlen_bwd.register_fake
@@ -227,7 +223,7 @@ def attention_with_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
                               softmax_scale: Optional[float], causal: bool, window_left: int,
                               window_right: int, softcap: float,
                               num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _kvcache.attention_with_kvcache(
+    return kvcache.attention_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens, block_table=block_table,
         softmax_scale=softmax_scale, causal=causal, window=(window_left, window_right),
         softcap=softcap, num_splits=num_splits, return_lse=True)
@@ -252,15 +248,13 @@ def attention_varlen_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              softmax_scale: Optional[float], block_table: Optional[torch.Tensor],
                              seqused_k: Optional[torch.Tensor]) -> Tuple[torch.Tensor,
                                                                          torch.Tensor]:
-    call = _varlen.prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    call = varlen.prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, softmax_scale, causal, (window_left, window_right),
                                 softcap, block_table=block_table, seqused_k=seqused_k)
     if call is None:
-        return _varlen.empty_result(torch, q, v)
-    if block_table is None and seqused_k is None:  # no cache after all: the packed forward
-        out, lse = _varlen._forward(torch, call, q, k, v, want_lse=True)[:2]
-    else:
-        out, lse = _varlen.forward_cache(torch, call, q, k, v, want_lse=True)
+        return varlen.empty_result(torch, q, v)
+    # Without block_table and seqused_k, the packed forward.
+    out, lse = varlen.forward(torch, call, q, k, v, want_lse=True)
     return out.contiguous(), lse
 
 

@@ -16,17 +16,17 @@ only:
                                     max_seqlen_q, max_seqlen_k, causal=True,
                                     block_table=table, seqused_k=lens)
 """
-import ctypes
+from . import _launch
+from ._checks import attention_options, block_table as check_block_table
+from ._checks import check_inputs, check_tensor, failure, int32_vector
+from ._layout import unpad
+from .autograd import varlen_function
 
-from . import _capi
-from ._checks import block_table as check_block_table
-from ._checks import check_inputs, check_tensor, int32_vector
+NAME = "flashjit.attention_varlen"
+_fail = failure(NAME)
 
-_NAME = "flashjit.attention_varlen"
-
-
-def _fail(kind, message):
-    return kind(f"{_NAME}: {message}")
+_MAX_ROWS = 2 ** 31 - 1  # int32 row indices in the kernels
+_BATCH_FROM = "len(cu_seqlens_q) - 1"
 
 
 def _offsets(torch, name, t, batch, device):
@@ -108,8 +108,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py); eager calls
         # below go straight to the library.
-        from . import _custom_ops
-        _custom_ops()
+        from . import ops  # noqa: F401  registers torch.ops.flashjit.* on import
         left, right = window
         scale = None if softmax_scale is None else float(softmax_scale)
         if cached:
@@ -128,15 +127,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                         seqused_k=seqused_k)
     if call is None:
         out, lse = empty_result(torch, q, v)
-        return (out, lse) if return_lse else out
-    if cached:
-        out, lse = forward_cache(torch, call, q, k, v, want_lse=return_lse)
-        return (out, lse) if return_lse else out
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if not needs_grad:
-        out, lse = _forward(torch, call, q, k, v, want_lse=return_lse)[:2]
-        return (out, lse) if return_lse else out
-    out, lse = _function().apply(q, k, v, call)
+    elif not cached and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        out, lse = varlen_function(torch).apply(q, k, v, call)
+    else:
+        out, lse = forward(torch, call, q, k, v, want_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
@@ -156,13 +150,23 @@ def _refuse_grad(torch, q, k, v):
                     f"torch.inference_mode(), or pass detached tensors")
 
 
+def forward(torch, call, q, k, v, want_lse):
+    """The forward of a prepared call, without autograd: (out [total_q,
+    heads_q, dv], lse [heads_q, total_q] fp32 or None). k and v: packed
+    [total_k, heads_kv, d], or the paged cache [num_pages, page_size,
+    heads_kv, d] whose batch stride steps between pages (padding, or a
+    layout the kernel cannot read, copies the cache)."""
+    paged = call.problem.page_size > 0
+    k, v = (k, v) if paged else (k.unsqueeze(0), v.unsqueeze(0))
+    outp, lse, _, _, _ = _launch.forward(torch, call, q.unsqueeze(0), k, v, want_lse)
+    return unpad(outp[0], call.dim_v), (lse[0] if lse is not None else None)
+
+
 def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window, softcap, block_table=None, seqused_k=None):
-    """The checked arguments as the _Call the forward and backward share (a
-    _CacheCall over a KV cache: block_table or seqused_k given), or None
+    """The checked arguments as the _launch.Call the forward and backward
+    share (over a KV cache when block_table or seqused_k is given), or None
     when there is nothing to attend (no kernel to run)."""
-    from . import _mask
-
     if block_table is not None or seqused_k is not None:
         return _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, window, softcap,
@@ -189,15 +193,13 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                                                                     total_k)):
         if longest > total:
             raise _fail(ValueError, f"{name}={longest} exceeds the packed tensor's {total} rows")
-    mask, window_left, window_right = _mask(causal, window)
-    softcap = float(softcap)
-    if softcap < 0:
-        raise _fail(ValueError, f"softcap must be >= 0 (0: off), got {softcap}")
-    scale = dim ** -0.5 if softmax_scale is None else float(softmax_scale)
+    options, _, _ = attention_options(_fail, dim, causal, window, softcap, softmax_scale)
     if total_q == 0 or heads_q == 0 or max_q == 0:
         return None
-    return _Call(torch, dtype, batch, heads_q, heads_kv, max_q, max_k, dim, dim_v, mask,
-                 window_left, window_right, scale, softcap, total_q, total_k, cu_q, cu_k)
+    problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, max(max_k, 1), dim,
+                                     dim_v, options, varlen=1)
+    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
+    return _launch.Call(NAME, problem, dim, dim_v, varlen=offsets, keep=(cu_q, cu_k))
 
 
 def empty_result(torch, q, v):
@@ -209,42 +211,11 @@ def empty_result(torch, q, v):
     return out, lse
 
 
-class _Call:
-    """What the forward and backward of one call share: the C problem (head
-    dims padded to multiples of 8), the padding, the offsets and totals."""
-
-    def __init__(self, torch, dtype, batch, heads_q, heads_kv, max_q, max_k, dim, dim_v, mask,
-                 window_left, window_right, scale, softcap, total_q, total_k, cu_q, cu_k):
-        self.pad_qk, self.pad_v = -dim % 8, -dim_v % 8
-        self.dim_v = dim_v
-        self.problem = _capi.Problem(
-            dtype=dtype, mask=mask, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
-            seqlen_q=max_q, seqlen_k=max(max_k, 1), head_dim_qk=dim + self.pad_qk,
-            head_dim_v=dim_v + self.pad_v, window_left=window_left, window_right=window_right,
-            softmax_scale=scale, softcap=softcap, varlen=1)
-        self.cu_q, self.cu_k = cu_q, cu_k
-        self.varlen = _capi.VarlenArgs(cu_q.data_ptr(), cu_k.data_ptr(), total_q, total_k)
-
-
-def _strides(t):
-    """(batch unused, row, head) element strides of a [1, total, heads, d] view."""
-    from . import _kernel_strides
-    return (0,) + _kernel_strides(t)[1:]
-
-
 # ---- the serving call: a packed batch of queries over a KV cache ---------------
-
-_MAX_ROWS = 2 ** 31 - 1  # int32 row indices in the kernels
-
-
-_BATCH_FROM = "len(cu_seqlens_q) - 1"
-
 
 def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, window, softcap, block_table, seqused_k):
     """prepare_call over a KV cache (block_table and/or seqused_k given)."""
-    from . import _mask
-
     paged = block_table is not None
     dtype = check_inputs(torch, _fail, q, 3, ())
     device = q.device
@@ -315,184 +286,13 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                                     f"{total_k} rows")
         seqlen_k = max_k
         no_key = max_k == 0
-    mask, window_left, window_right = _mask(causal, window)
-    softcap = float(softcap)
-    if softcap < 0:
-        raise _fail(ValueError, f"softcap must be >= 0 (0: off), got {softcap}")
-    scale = dim ** -0.5 if softmax_scale is None else float(softmax_scale)
+    options, _, _ = attention_options(_fail, dim, causal, window, softcap, softmax_scale)
     if total_q == 0 or heads_q == 0 or max_q == 0 or no_key:
         return None  # no query, or no key for any (O = 0, LSE = +inf)
-    return _CacheCall(dtype, batch, heads_q, heads_kv, max_q, seqlen_k, dim, dim_v, mask,
-                      window_left, window_right, scale, softcap, total_q, total_k, cu_q, cu_k,
-                      used, table, table_stride, num_pages, page)
-
-
-class _CacheCall:
-    """One serving call's C arguments (head dims padded to multiples of 8)
-    and the tensors they point into, kept alive with it."""
-
-    def __init__(self, dtype, batch, heads_q, heads_kv, max_q, seqlen_k, dim, dim_v, mask,
-                 window_left, window_right, scale, softcap, total_q, total_k, cu_q, cu_k, used,
-                 table, table_stride, num_pages, page):
-        self.pad_qk, self.pad_v = -dim % 8, -dim_v % 8
-        self.dim_v = dim_v
-        self.paged = page > 0
-        self.problem = _capi.Problem(
-            dtype=dtype, mask=mask, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
-            seqlen_q=max_q, seqlen_k=seqlen_k, head_dim_qk=dim + self.pad_qk,
-            head_dim_v=dim_v + self.pad_v, window_left=window_left, window_right=window_right,
-            softmax_scale=scale, softcap=softcap, page_size=page,
-            seqused_k=int(used is not None), varlen=1)
-        self.tensors = (cu_q, cu_k, used, table)
-        self.varlen = _capi.VarlenArgs(cu_q.data_ptr(),
-                                       cu_k.data_ptr() if cu_k is not None else None,
-                                       total_q, total_k)
-        self.cache = _capi.KvCacheArgs(
-            used.data_ptr() if used is not None else None,
-            table.data_ptr() if table is not None else None,
-            table_stride, num_pages, None, None, 0, 0, 0, 0, 0, 0, 0)
-
-
-def forward_cache(torch, call, q, k, v, want_lse):
-    """The serving call's forward: (out [total_q, heads_q, dv], lse
-    [heads_q, total_q] or None)."""
-    from . import _check_rc, _forward_config, _kernel_strides, _prepare
-    p = call.problem
-    qp = _prepare(torch, q.unsqueeze(0), call.pad_qk)
-    if call.paged:
-        # [num_pages, page_size, heads_kv, d]: the batch stride steps between
-        # pages. Padding (or a layout the kernel cannot read) copies the cache.
-        kp, vp = _prepare(torch, k, call.pad_qk), _prepare(torch, v, call.pad_v)
-        k_strides, v_strides = _kernel_strides(kp), _kernel_strides(vp)
-    else:
-        kp, vp = _prepare(torch, k.unsqueeze(0), call.pad_qk), _prepare(torch, v.unsqueeze(0),
-                                                                        call.pad_v)
-        k_strides, v_strides = _strides(kp), _strides(vp)
-    outp, lse = _packed_outputs(torch, q, p.head_dim_v, want_lse)
-    args = _capi.ForwardArgs(
-        qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), outp.data_ptr(),
-        lse.data_ptr() if lse is not None else None,
-        *_strides(qp), *k_strides, *v_strides, *_strides(outp))
-    lib = _capi.lib()
-    if not hasattr(lib, "flashjit_forward_varlen_kvcache"):
-        raise RuntimeError(f"{_NAME}: the loaded libflashjit.so has no "
-                           f"flashjit_forward_varlen_kvcache (built before the serving call: "
-                           f"block_table/seqused_k); rebuild it")
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        config = _forward_config(0, _capi.PACK_GQA_AUTO)
-        _check_rc(lib.flashjit_forward_varlen_kvcache(
-            ctypes.byref(p), ctypes.byref(args), ctypes.byref(call.varlen),
-            ctypes.byref(call.cache), ctypes.c_void_p(stream),
-            ctypes.byref(config) if config is not None else None), _NAME)
-    out = outp[0, ..., :call.dim_v] if call.pad_v else outp[0]
-    return out, lse
-
-
-def _packed_outputs(torch, q, head_dim_v, want_lse):
-    """O as [1, total_q, heads_q, head_dim_v] and the LSE as [heads_q,
-    total_q] (or None), poisoned with NaN when the tests ask for it."""
-    from . import _POISON_OUTPUT
-    total_q, heads_q = q.shape[0], q.shape[1]
-    outp = torch.empty((1, total_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
-    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device) \
-        if want_lse else None
-    if _POISON_OUTPUT:
-        outp.fill_(float("nan"))
-        if lse is not None:
-            lse.fill_(float("nan"))
-    return outp, lse
-
-
-def _forward(torch, call, q, k, v, want_lse):
-    """(out [total_q, heads_q, dv], lse or None, and the padded [1, total,
-    heads, d] views q, k, v, out the backward needs)."""
-    from . import _check_rc, _forward_config, _prepare
-    p = call.problem
-    qp, kp, vp = (_prepare(torch, t.unsqueeze(0), pad)
-                  for t, pad in ((q, call.pad_qk), (k, call.pad_qk), (v, call.pad_v)))
-    outp, lse = _packed_outputs(torch, q, p.head_dim_v, want_lse)
-    args = _capi.ForwardArgs(
-        qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), outp.data_ptr(),
-        lse.data_ptr() if lse is not None else None,
-        *_strides(qp), *_strides(kp), *_strides(vp), *_strides(outp))
-    lib = _capi.lib()
-    if not hasattr(lib, "flashjit_forward_varlen"):
-        raise RuntimeError(f"{_NAME}: the loaded libflashjit.so has no flashjit_forward_varlen "
-                           f"(built before varlen); rebuild it")
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        config = _forward_config(0, _capi.PACK_GQA_AUTO)
-        _check_rc(lib.flashjit_forward_varlen(
-            ctypes.byref(p), ctypes.byref(args), ctypes.byref(call.varlen),
-            ctypes.c_void_p(stream), ctypes.byref(config) if config is not None else None), _NAME)
-    out = outp[0, ..., :call.dim_v] if call.pad_v else outp[0]
-    return out, lse, qp, kp, vp, outp
-
-
-def _backward(torch, call, dout, qp, kp, vp, outp, lse):
-    """dq, dk, dv ([total, heads, d] of the unpadded head dims)."""
-    from . import (_POISON_OUTPUT, _check_rc, _grad_buffer, _pinned_config, _prepare)
-    lib = _capi.lib()
-    if not hasattr(lib, "flashjit_backward_varlen"):
-        raise RuntimeError(f"{_NAME} backward: the loaded libflashjit.so has no "
-                           f"flashjit_backward_varlen (built before the varlen backward); "
-                           f"rebuild it")
-    p = call.problem
-    # Zeros in dO's extra columns leave D and dP unchanged (flashjit.attention).
-    dop = _prepare(torch, dout.unsqueeze(0), call.pad_v)
-    dq, dk, dv = _grad_buffer(torch, qp), _grad_buffer(torch, kp), _grad_buffer(torch, vp)
-    nbytes = int(lib.flashjit_backward_varlen_workspace_bytes(ctypes.byref(p),
-                                                              call.varlen.total_q))
-    if nbytes == 0:
-        raise RuntimeError(f"{_NAME} backward: {_capi.last_error() or 'invalid sizes'}")
-    workspace = torch.empty(nbytes + 16, dtype=torch.uint8, device=qp.device)
-    ws_ptr = workspace.data_ptr() + (-workspace.data_ptr() % 16)
-    if _POISON_OUTPUT:
-        for t in (dq, dk, dv):
-            t.fill_(float("nan"))
-        workspace.fill_(0xFF)
-    args = _capi.BackwardArgs(
-        qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), outp.data_ptr(), dop.data_ptr(),
-        lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-        *_strides(qp), *_strides(kp), *_strides(vp), *_strides(outp), *_strides(dop),
-        *_strides(dq), *_strides(dk), *_strides(dv), ws_ptr, nbytes)
-    with torch.cuda.device(qp.device):
-        stream = torch.cuda.current_stream(qp.device).cuda_stream
-        config = _pinned_config("FLASHJIT_BACKWARD_PATH")
-        _check_rc(lib.flashjit_backward_varlen(
-            ctypes.byref(p), ctypes.byref(args), ctypes.byref(call.varlen),
-            ctypes.c_void_p(stream), ctypes.byref(config) if config is not None else None),
-            f"{_NAME} backward")
-    dim_qk = p.head_dim_qk - call.pad_qk
-    return dq[0, ..., :dim_qk], dk[0, ..., :dim_qk], dv[0, ..., :call.dim_v]
-
-
-_fn = None
-
-
-def _function():
-    """The torch.autograd.Function, defined on first use (torch is imported lazily)."""
-    global _fn
-    if _fn is None:
-        import torch
-        from torch.autograd.function import once_differentiable
-
-        class AttentionVarlen(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, call):
-                out, lse, qp, kp, vp, outp = _forward(torch, call, q, k, v, want_lse=True)
-                ctx.save_for_backward(qp, kp, vp, outp, lse, call.cu_q, call.cu_k)
-                ctx.call = call
-                ctx.mark_non_differentiable(lse)
-                return out, lse
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, dout, _dlse):
-                qp, kp, vp, outp, lse, _, _ = ctx.saved_tensors
-                dq, dk, dv = _backward(torch, ctx.call, dout, qp, kp, vp, outp, lse)
-                return dq, dk, dv, None
-
-        _fn = AttentionVarlen
-    return _fn
+    problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, seqlen_k, dim, dim_v,
+                                     options, page_size=page, seqused_k=int(used is not None),
+                                     varlen=1)
+    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
+    cache = _launch.kvcache_args(used, table, table_stride, num_pages)
+    return _launch.Call(NAME, problem, dim, dim_v, varlen=offsets, cache=cache,
+                        keep=(cu_q, cu_k, used, table))

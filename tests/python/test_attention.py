@@ -398,9 +398,9 @@ def test_warm_calls_match_the_full_path():
     cache)."""
     _require_gpu()
     import threading
-    from flashjit import _warm
-    saved = flashjit._POISON_OUTPUT
-    flashjit._POISON_OUTPUT = False
+    from flashjit import _launch, _warm
+    saved = _launch.POISON_OUTPUT
+    _launch.POISON_OUTPUT = False
     try:
         cases = [dict(b=2, sq=257, sk=300, hq=8, hkv=2, d=128, dv=128, dtype=torch.bfloat16),
                  dict(b=1, sq=1, sk=3000, hq=32, hkv=8, d=128, dv=128, dtype=torch.bfloat16),
@@ -458,7 +458,7 @@ def test_warm_calls_match_the_full_path():
             t.join()
         assert not errors, "; ".join(errors)
     finally:
-        flashjit._POISON_OUTPUT = saved
+        _launch.POISON_OUTPUT = saved
 
 
 def test_one_compile_per_class():

@@ -1,10 +1,15 @@
 """The ctypes binding against the C API, without torch or a GPU (run by ctest
 as python_capi): the ctypes structs have the C layout, the library loads
-through FLASHJIT_LIB, and a refused call comes back as the library's message.
+through FLASHJIT_LIB, a refused call comes back as the library's message,
+the package exports its public names with their signatures, and no module
+of it reaches into another's underscore-private names.
 
     python3 tests/python/test_capi.py <abi_layout binary> <libflashjit.so>
 """
+import ast
 import ctypes
+import glob
+import inspect
 import os
 import subprocess
 import sys
@@ -44,42 +49,126 @@ def check_layout(layout_binary, capi):
     return errors
 
 
-def check_forward_knobs(flashjit):
+def check_forward_knobs():
     """attention()'s num_splits and pack_gqa as flashjit_config fields (no torch
     needed: the checks and the config come before any tensor is touched)."""
+    from flashjit import _capi as capi, _checks, _launch
     errors = []
     os.environ.pop("FLASHJIT_KERNEL_PATH", None)
-    capi = flashjit._capi
+    fail = _checks.failure("flashjit.attention")
     expected = {(0, None): (0, capi.PACK_GQA_AUTO), (1, False): (1, capi.PACK_GQA_OFF),
                 (4, True): (4, capi.PACK_GQA_ON), (256, None): (256, capi.PACK_GQA_AUTO)}
     for (splits, pack), want in expected.items():
-        got = flashjit._forward_knobs(splits, pack)
+        got = _checks.forward_knobs(fail, splits, pack)
         if got != want:
-            errors.append(f"_forward_knobs({splits}, {pack}) = {got}, expected {want}")
+            errors.append(f"forward_knobs({splits}, {pack}) = {got}, expected {want}")
     # The defaults pass no config at all, as before the knobs existed.
-    if flashjit._forward_config(0, capi.PACK_GQA_AUTO) is not None:
-        errors.append("_forward_config of the defaults is not None")
-    config = flashjit._forward_config(4, capi.PACK_GQA_ON)
+    if _launch.forward_config(0, capi.PACK_GQA_AUTO) is not None:
+        errors.append("forward_config of the defaults is not None")
+    config = _launch.forward_config(4, capi.PACK_GQA_ON)
     got = (config.path, config.block_m, config.splits, config.pack_gqa)
     if got != (capi.PATH_AUTO, 0, 4, capi.PACK_GQA_ON):
-        errors.append(f"_forward_config(4, on) = {got}")
+        errors.append(f"forward_config(4, on) = {got}")
     os.environ["FLASHJIT_KERNEL_PATH"] = "sm80"
-    config = flashjit._forward_config(0, capi.PACK_GQA_OFF)
+    config = _launch.forward_config(0, capi.PACK_GQA_OFF)
     if (config.path, config.splits, config.pack_gqa) != (capi.PATH_SM80, 0, capi.PACK_GQA_OFF):
-        errors.append("_forward_config drops $FLASHJIT_KERNEL_PATH")
+        errors.append("forward_config drops $FLASHJIT_KERNEL_PATH")
     del os.environ["FLASHJIT_KERNEL_PATH"]
-    bad = [(-1, None, ValueError, "num_splits must be in [0, 256]"),
+    P = "flashjit.attention: "
+    bad = [(-1, None, ValueError, P + "num_splits must be in [0, 256]"),
            (257, None, ValueError, "got 257"),
-           (True, None, TypeError, "num_splits must be an int"),
+           (True, None, TypeError, P + "num_splits must be an int"),
            (2.0, None, TypeError, "got float"),
-           (0, 1, TypeError, "pack_gqa must be None (the library chooses), True or False, got 1")]
+           (0, 1, TypeError, P + "pack_gqa must be None (the library chooses), True or False, "
+                             "got 1")]
     for splits, pack, exc, needle in bad:
         try:
-            flashjit._forward_knobs(splits, pack)
-            errors.append(f"_forward_knobs({splits!r}, {pack!r}) accepted")
+            _checks.forward_knobs(fail, splits, pack)
+            errors.append(f"forward_knobs({splits!r}, {pack!r}) accepted")
         except exc as e:
             if needle not in str(e):
-                errors.append(f"_forward_knobs({splits!r}, {pack!r}): {e!r} lacks {needle!r}")
+                errors.append(f"forward_knobs({splits!r}, {pack!r}): {e!r} lacks {needle!r}")
+    return errors
+
+
+# flashjit's public names and their signatures (None: a class).
+PUBLIC_API = {
+    "attention": "(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None, "
+                 "return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, "
+                 "mask_mod=None, aux=None, mask_mod_qk_only=False, score_mod_grad=None, "
+                 "sinks=None, block_mask=None)",
+    "attention_varlen": "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, "
+                        "softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, "
+                        "return_lse=False, block_table=None, seqused_k=None)",
+    "attention_with_kvcache": "(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, "
+                              "block_table=None, softmax_scale=None, causal=False, "
+                              "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False)",
+    "compile_count": "()",
+    "version": "()",
+    "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
+                         "mask_mod_qk_only=False, block_size=128, device=None)",
+    "query": "(**options)",
+    "tune": "(timeout=None, **options)",
+    "precompile": "(timeout=None, **options)",
+    "LibraryNotFound": None,
+    "FlashjitCommandError": None,
+    "BlockMask": None,
+}
+SHIPPED_MODIFIERS = ("alibi", "relative_bias", "document", "prefix_lm", "sliding_window",
+                     "causal", "softcap")
+
+
+def check_public_api(flashjit):
+    """Every public name with its signature, flashjit.mods' modifiers, and
+    the exceptions' bases (what callers catch)."""
+    errors = []
+    if sorted(flashjit.__all__) != sorted(PUBLIC_API):
+        errors.append(f"__all__ is {sorted(flashjit.__all__)}, expected {sorted(PUBLIC_API)}")
+    for name, signature in PUBLIC_API.items():
+        value = getattr(flashjit, name, None)
+        if value is None:
+            errors.append(f"flashjit.{name} is missing")
+        elif signature is None:
+            if not inspect.isclass(value):
+                errors.append(f"flashjit.{name} is not a class")
+        elif str(inspect.signature(value)) != signature:
+            errors.append(f"flashjit.{name}{inspect.signature(value)}, expected {signature}")
+    if not issubclass(flashjit.LibraryNotFound, ImportError):
+        errors.append("LibraryNotFound is not an ImportError")
+    if not issubclass(flashjit.FlashjitCommandError, RuntimeError):
+        errors.append("FlashjitCommandError is not a RuntimeError")
+    missing = [m for m in SHIPPED_MODIFIERS if not callable(getattr(flashjit.mods, m, None))]
+    if missing:
+        errors.append(f"flashjit.mods lacks {missing}")
+    return errors
+
+
+def check_module_boundaries(package_dir):
+    """No module of the package imports another's underscore-private names
+    (`from .x import _y`, or `x._y` of a module imported as `from . import
+    x`): what modules share is a public name of the module that owns it."""
+    errors = []
+    modules = {os.path.splitext(os.path.basename(p))[0]
+               for p in glob.glob(os.path.join(package_dir, "*.py"))}
+    for path in sorted(glob.glob(os.path.join(package_dir, "*.py"))):
+        where = os.path.basename(path)
+        tree = ast.parse(open(path, encoding="utf-8").read(), where)
+        siblings = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or node.level == 0:
+                continue
+            for alias in node.names:
+                if node.module is None and alias.name in modules:
+                    siblings.add(alias.asname or alias.name)
+                elif alias.name.startswith("_"):
+                    errors.append(f"{where}:{node.lineno}: imports the private "
+                                  f"{node.module or ''}.{alias.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in siblings and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                errors.append(f"{where}:{node.lineno}: uses the private "
+                              f"{node.value.id}.{node.attr}")
     return errors
 
 
@@ -116,7 +205,9 @@ def main(argv):
         message = _capi.last_error()
         if rc == 0 or f"config.{field}={value} is invalid" not in message:
             errors.append(f"config.{field}={value}: rc={rc}, message {message!r}")
-    errors += check_forward_knobs(flashjit)
+    errors += check_forward_knobs()
+    errors += check_public_api(flashjit)
+    errors += check_module_boundaries(os.path.dirname(flashjit.__file__))
 
     # Modifiers: the declarations and values are checked before any GPU work.
     mods = _capi.Modifiers(score_mod=b"float score_mod(float s, int b, int h, int q, int k, "
