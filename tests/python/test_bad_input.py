@@ -1,4 +1,4 @@
-"""Bad input at the Python binding (issue 6): every refusal is the exact
+"""Bad input at the Python binding: every refusal is the exact
 message naming the argument, raised before anything reaches the library, and
 nothing is launched. Needs torch with a CUDA device (the binding's tensors
 live there); skips cleanly (exit 0) otherwise.

@@ -1,4 +1,4 @@
-"""flashjit.attention with a caller's score_mod / mask_mod (issue #15)
+"""flashjit.attention with a caller's score_mod / mask_mod
 against a PyTorch reference that applies the same bias and mask, on the GPU.
 
     FLASHJIT_LIB=build/libflashjit.so python3 tests/python/test_modifiers.py

@@ -1,7 +1,6 @@
 """flashjit.attention, attention_varlen and attention_with_kvcache under
 torch.compile, and their custom ops under torch.library.opcheck, on the GPU
-(a step of scripts/device-check.sh). The varlen and KV-cache cases were
-written in the ninth session after its device time ran out.
+(a step of scripts/device-check.sh).
 
     FLASHJIT_LIB=build/libflashjit.so python3 tests/python/test_torch_compile.py
 
