@@ -181,7 +181,7 @@ def fmt(r, key="gbs"):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="three rows, fewer repeats")
-    ap.add_argument("--rows", default="", help="BxS,BxS,... (default: the issue's table)")
+    ap.add_argument("--rows", default="", help="BxS,BxS,... (default: ROWS)")
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--heads-kv", type=int, default=8)
     ap.add_argument("--hdim", type=int, default=128)

@@ -1,5 +1,5 @@
 """Memory of flashjit's forward + backward at a long sequence: it must stay
-O(seqlen) (issue #5: P is never stored; the backward recomputes it from the
+O(seqlen) (P is never stored; the backward recomputes it from the
 saved O and log-sum-exp).
 
 Default shape: seqlen 131072, batch 1, 16 heads, head dim 128, bf16, causal.

@@ -1,4 +1,4 @@
-"""Probe (issue #16): where the backward's time goes, kernel by kernel,
+"""Where the backward's time goes, kernel by kernel,
 flashjit against SDPA's cuDNN backend, under torch.profiler.
 
 Each shape runs forward + backward (torch.autograd.grad, fixed dout) `calls`

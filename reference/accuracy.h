@@ -1,4 +1,4 @@
-// The pass/fail criterion of DESIGN.md ("Correctness"), as FlashAttention's
+// The pass/fail criterion of the correctness tests, as FlashAttention's
 // own tests apply it: a kernel passes when its max abs error against the
 // exact reference is at most `factor` times that of the same reference
 // computed in the kernel's precision, plus `atol`. Outputs are poisoned with
@@ -53,7 +53,7 @@ AccuracyReport check_forward_accuracy(llvm::ArrayRef<float> out, llvm::ArrayRef<
                                       llvm::ArrayRef<float> reference_lse = {},
                                       const AccuracyCriterion &criterion = {});
 
-// DESIGN.md's criterion for gradients: factor 3, the same atol.
+// The criterion for gradients: factor 3, the same atol.
 inline constexpr AccuracyCriterion kGradientCriterion{3.0, 1e-5};
 
 // One AccuracyReport per gradient tensor (no LSE).

@@ -32,8 +32,8 @@ using BackwardLauncher =
 
 // Random inputs and dO (rounded to the element type); O and LSE from the
 // CPU forward (O in element precision, as a kernel writes it; LSE exact);
-// dq, dk, dv and the workspace poisoned with NaN; `launch`; then DESIGN.md's
-// gradient criterion against cpu_attention_backward (factor 3). Runs
+// dq, dk, dv and the workspace poisoned with NaN; `launch`; then the
+// gradient criterion (accuracy.h) against cpu_attention_backward (factor 3). Runs
 // `problem` as given: pass backward_accuracy_problem(p) for a large one.
 llvm::Expected<GradientAccuracyReport> check_backward(const Problem &problem,
                                                       BackwardLauncher launch, CUstream stream,

@@ -42,7 +42,7 @@ enum class ReferencePrecision {
   exact,
   // As a kernel in the element type computes it: P = exp(s - rowmax) rounded
   // to the element type before P·V, the output rounded. Its error against
-  // `exact` sets the tolerance (DESIGN.md, "Correctness").
+  // `exact` sets the tolerance (reference/accuracy.h).
   element,
 };
 

@@ -1,5 +1,5 @@
 // The gradients of attention on the CPU in float64, for small shapes: the
-// ground truth the backward kernels are checked against (issue #5). Same
+// ground truth the backward kernels are checked against. Same
 // conventions as cpu_attention: packed [batch, seqlen, heads, dim] float
 // arrays that already hold element-type values, the mask of key_visible(),
 // scores = softcap * tanh(scale * q.k / softcap) when softcap > 0.
@@ -36,7 +36,7 @@ struct AttentionGradients {
 // that share it. `dout` is packed like O: [batch, seqlen_q, heads_q, head_dim_v].
 //
 // ReferencePrecision::element emulates what a kernel in problem.dtype rounds
-// (the baseline of DESIGN.md's gradient criterion, factor 3):
+// (the baseline of the gradient criterion (reference/accuracy.h), factor 3):
 //   - O is the element-precision forward's output (P rounded before P·V,
 //     O rounded), so D = rowsum(dO ∘ O_element);
 //   - P is rounded to the element type before dV = Pᵀ dO (dS = P∘(dP − D)

@@ -1,8 +1,8 @@
 // A packed (varlen) batch's outputs checked sequence by sequence: each
 // sequence is a dense problem of its own for the references (the GPU
 // reference for the forward, float64 CPU gradients for the backward), whose
-// results are assembled in the packed layout and compared with DESIGN.md's
-// criteria. `flashjit run --varlen --check` and the tuner's check of a
+// results are assembled in the packed layout and compared with the
+// criteria of accuracy.h. `flashjit run --varlen --check` and the tuner's check of a
 // varlen winner both come here.
 #pragma once
 

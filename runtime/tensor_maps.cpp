@@ -25,7 +25,7 @@ constexpr int kQBoxRows = 64;
 // HBM's peak where cuDNN, missing every sector, reached 93% (ncu, 16 x 32k);
 // without it, decode's geometric mean 0.998 -> 1.015x cuDNN and a page-64
 // cache 0.92-0.95 -> 0.97-0.99x contiguous, the training forward unchanged
-// (H200, docs/PERF.md, sixteenth session). The backward's keep 256 bytes.
+// (H200, 2026-12-02). The backward's keep 256 bytes.
 constexpr CUtensorMapL2promotion kForwardPromotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
 constexpr CUtensorMapL2promotion kBackwardPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 

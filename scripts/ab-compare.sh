@@ -22,7 +22,7 @@ read -r -a builds <<<"${BUILDS:-$A $B}"
 db=$(mktemp -d /tmp/flashjit-ab.XXXXXX)
 for shape in "$@"; do
   for build in "${builds[@]}"; do
-    # A kernel that hangs (an experiment's barrier bug) costs RUN_TIMEOUT
+    # A kernel that hangs (a barrier bug under test) costs RUN_TIMEOUT
     # seconds, not the whole call: timeout prints no check or perf line.
     # shellcheck disable=SC2086
     out=$(FLASHJIT_DB=$db/$(basename "$build").db timeout "${RUN_TIMEOUT:-90}" \

@@ -6,7 +6,7 @@
 # (FlashAttention's convention: 16k tokens, hidden 2048; head dims 64, 128,
 # 256, causal and full, 512 to 16k tokens) and the rows where the
 # deterministic mode was furthest behind (d=256 causal 1k and 4k, d=192),
-# most wanted first, so that a device call cut short still brings them back.
+# most wanted first, so that a run cut short still brings them back.
 # One line per shape as it goes, the table last:
 #   shape | deterministic | default | ratio [| BASE's deterministic]
 #   scripts/det-ratios.sh [BUILD]   BUILD: a folder with bin/flashjit (.device)

@@ -7,7 +7,7 @@
 # mount namespace), and from a folder outside the repository, with no
 # FLASHJIT_* variable but the test database set, imports the installed
 # flashjit, shows that it compiled with the NVRTC pip installed beside
-# PyTorch, and runs the Python tests against it (issue #17).
+# PyTorch, and runs the Python tests against it.
 #   TESTS="test_attention.py test_torch_compile.py"   the test files to run
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2

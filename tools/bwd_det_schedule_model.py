@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A model of the sm90 backward's deterministic dQ order (docs/PERF.md,
-thirty-fourth session): how long key blocks wait for each other's dQ adds.
+"""A model of the sm90 backward's deterministic dQ order: how long key
+blocks wait for each other's dQ adds.
 
 Resident CTAs take work items (a key block of a (KV head, batch) pair) in
 dispatch order: sections of P pairs, key blocks outer. Each item walks its
@@ -13,7 +13,7 @@ before has released it, streams for Lbw / fields, and is released `O`
 later (performed, fenced, seen). `pipelined`: the next field is issued
 before the previous is performed. L2 and DRAM are not modelled.
 
-  tools/bwd_det_schedule_model.py            the tables in docs/PERF.md
+  tools/bwd_det_schedule_model.py            the waits of each order, per field count
   tools/bwd_det_schedule_model.py orders     longest against shortest first
 """
 import heapq

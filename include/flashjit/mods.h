@@ -12,8 +12,7 @@ namespace flashjit::mods {
 // ALiBi: score + slopes[h] * (k - q). Aux: const float* slopes ([heads_q]).
 // Written plainly: on the H200 it ran as fast or faster than its distance
 // through flashjit::position_to_float, which trades the I2F per score for
-// an integer and a float add (docs/PERF.md, nineteenth and twentieth
-// sessions).
+// an integer and a float add (H200, 2026-12-03).
 Modifiers alibi();
 
 // A learned relative position bias: score + table[h][clamp(k - q, -max_distance,

@@ -1,5 +1,5 @@
 // The backward kernels against float64 CPU reference gradients, with
-// DESIGN.md's criterion for gradients: max error <= 3 x that of the same
+// the gradient criterion of reference/accuracy.h: max error <= 3 x that of the same
 // reference in the kernel's precision + 1e-5. The forward runs first on the
 // GPU (its O and LSE feed the backward, as in training); gradients are
 // poisoned with NaN before the run, so an unwritten element fails.

@@ -1,8 +1,8 @@
 // The backward as a tuned class on the GPU: a real tune of a small class into
 // a temporary database stores a record (class "bwd", or "bwd-det" for the
 // deterministic mode) whose config is a candidate, at least as fast as the
-// heuristic's measured in the same run, and whose gradients pass DESIGN.md's
-// criterion.
+// heuristic's measured in the same run, and whose gradients pass the
+// criterion of reference/accuracy.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,8 +1,8 @@
-// A caller's block mask (flashjit::BlockMask, issue #15) on the GPU, built
+// A caller's block mask (flashjit::BlockMask) on the GPU, built
 // here from the mask_mod as FlexAttention's create_block_mask builds it:
 //  - at block sizes other than the kernel's tiles, broadcast or per (batch,
-//    head), with packed GQA, it gives what the mask_mod gives (DESIGN.md's
-//    criterion against the reference), forward and backward, both dQ modes;
+//    head), with packed GQA, it gives what the mask_mod gives (the
+//    accuracy criterion against the reference), forward and backward, both dQ modes;
 //  - it is read, not just accepted: a mask listing every block as full
 //    runs the tiles without mask_mod (the plain attention), one listing
 //    none hides everything;
@@ -306,7 +306,7 @@ TEST(BlockMaskGpu, IsReadAndItsListsAreBounded) {
 
 // The backward with a caller's block mask of causal written as a mask_mod
 // (create_block_mask's causal mask) at 128 x 128 and at 64 x 192, with GQA,
-// meets DESIGN.md's gradient criterion against the built-in causal, in the
+// meets the gradient criterion (reference/accuracy.h) against the built-in causal, in the
 // default and the deterministic dQ modes (the deterministic order counts
 // the map's rows, so a map the grid built wrong would never finish).
 TEST(BlockMaskGpu, TheBackwardReadsItToo) {

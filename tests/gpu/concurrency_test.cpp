@@ -1,4 +1,4 @@
-// Concurrency on the GPU (issue 6):
+// Concurrency on the GPU:
 //  - 16 threads making the first call for one new problem class at once get
 //    one compile and one module load between them, and correct outputs;
 //  - 3 `flashjit tune` processes tuning different plans into one database

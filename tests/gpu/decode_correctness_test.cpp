@@ -1,7 +1,7 @@
 // Decode-shaped forward problems (few query rows, long key ranges) on the
 // sm90 family with split-KV and packed GQA, against the reference with
-// DESIGN.md's criterion (forward_check.h: strided views with NaN gaps,
-// poisoned outputs, untouched gaps). Every case checks first that the spec
+// the accuracy criterion of reference/accuracy.h (forward_check.h: strided
+// views with NaN gaps, poisoned outputs, untouched gaps). Every case checks first that the spec
 // really splits / packs as the case says, so a heuristic change cannot turn
 // these into tests of something else.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Fault isolation on the GPU (issue 6): a tune of either pass whose
+// Fault isolation on the GPU: a tune of either pass whose
 // candidate n is planted ($FLASHJIT_TEST_PLANT, tuner/planted_faults.h) to
 // fault on the GPU (a store to a wild address: CUDA_ERROR_ILLEGAL_ADDRESS,
 // which poisons the measuring worker's context), to spin forever, or to

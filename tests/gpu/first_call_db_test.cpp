@@ -1,6 +1,6 @@
 // A fresh process's first forward call for a problem whose cubin is in the
-// tuning database compiles nothing (issue 3: "first call served from the
-// database"). The process database is a singleton opened once from
+// tuning database compiles nothing: the database serves the first call.
+// The process database is a singleton opened once from
 // $FLASHJIT_DB, so each "fresh process" is this test binary re-executed with
 // a filter that runs only the helper test below, and an environment that
 // points it at a temporary database.
@@ -82,7 +82,7 @@ TEST(FirstCallDb, FreshProcessLoadsTheStoredCubinAndCompilesNothing) {
   EXPECT_EQ(warm.get("module_loads"), warm.get("kernels")) << warm.output;
   EXPECT_EQ(warm.get("correct"), "1") << warm.output;
 
-  // The issue's target is <= 20 ms including module load; reported, not
+  // The target is <= 20 ms including module load; reported, not
   // asserted, as a shared test machine's timing is not a correctness result.
   std::printf("first call, cubin compiled (cold process): %s ms (+ %s ms to finish on the GPU)\n",
               cold.get("first_call_ms").c_str(), cold.get("sync_ms").c_str());
@@ -96,8 +96,8 @@ TEST(FirstCallDb, FreshProcessLoadsTheStoredCubinAndCompilesNothing) {
 
 // `flashjit precompile --mask-mod` on a build machine, then a fresh
 // process's first call with the same snippet: served from the database, no
-// NVRTC (issue #15: the same snippet never compiles twice, across
-// processes through the database), every kernel of the program (the main
+// NVRTC (the same snippet never compiles twice, across processes
+// through the database), every kernel of the program (the main
 // one and the block map's) loaded from the stored cubin.
 TEST(FirstCallDb, APrecompiledModifiedKernelCompilesNothing) {
   if (std::getenv(kChildVar)) GTEST_SKIP() << "inside a child run";

@@ -1,4 +1,4 @@
-// Runs one forward case against the reference with DESIGN.md's criterion:
+// Runs one forward case against the reference with the accuracy criterion (reference/accuracy.h):
 // max error <= 2 x that of the same reference in the kernel's precision +
 // 1e-5. Inputs are random, tensors are strided views with NaN in every gap (a
 // read outside the view poisons the result), outputs are poisoned before the

@@ -1,6 +1,7 @@
 // The forward kernel against the float64 CPU reference (small problems) or
-// the fp32 GPU reference (large ones), with DESIGN.md's criterion: max error
-// <= 2 x that of the same reference in the kernel's precision + 1e-5.
+// the fp32 GPU reference (large ones), with the accuracy criterion of
+// reference/accuracy.h: max error <= 2 x that of the same reference in the
+// kernel's precision + 1e-5.
 // Inputs are random, tensors are strided views with NaN in every gap (a read
 // outside the view poisons the result), outputs are poisoned before the run
 // and the gaps of O must come back untouched.

@@ -1,6 +1,6 @@
 // The C++ API's host cost per call on a warm class with the real driver
-// (issue #17: <= 5 us from flashjit::forward's entry to cuLaunchKernel's
-// return, measured 3.8-3.9 us on the H200 then). tests/host/host_overhead.cpp
+// (the bar: <= 5 us from flashjit::forward's entry to cuLaunchKernel's
+// return; 3.8-3.9 us on the H200, 2026-12-01). tests/host/host_overhead.cpp
 // measures flashjit's own share against a stub driver in CI; this adds the
 // real driver, and replays the driver work of the same call (the launch of
 // the same kernel with the same arguments, the pointer and context queries,
@@ -212,7 +212,7 @@ TEST(HostCost, WarmForwardCallCostsItsDriverWorkPlusAtMostTwoMicroseconds) {
     EXPECT_LE(us, driver_us + kOwnShareUs) << row.name << ": the driver's work " << driver_us
                                            << " us + flashjit's own <= " << kOwnShareUs << " us";
     const int launches = row.split ? 2 : 1;
-    if (us > 5.0 * launches)  // issue #17's absolute figure, where the driver allows it
+    if (us > 5.0 * launches)  // the 5 us bar, where the driver allows it
       std::printf("  over 5 us per launch: the driver's own launch takes %.2f us here\n", bare);
   }
 }

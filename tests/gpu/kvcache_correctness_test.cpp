@@ -2,7 +2,7 @@
 // key counts (0 and 1 included), contiguous and paged caches with shuffled
 // page tables, this step's keys appended first, against a float64 reference
 // computed sequence by sequence on the keys each one really has, with
-// DESIGN.md's criterion. Pages no sequence uses hold NaN (a read of one
+// the accuracy criterion (reference/accuracy.h). Pages no sequence uses hold NaN (a read of one
 // poisons the result); table entries past a sequence's keys hold indices
 // outside the cache; outputs are poisoned before the run.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // Runs of the forward and the backward with a caller's modifiers, shared by
-// the GPU suites of issue #15 (modifiers_test.cpp, block_mask_test.cpp):
+// the GPU suites of modifiers (modifiers_test.cpp, block_mask_test.cpp):
 // packed tensors uploaded from host values, outputs poisoned before each
 // run and downloaded after it.
 #pragma once

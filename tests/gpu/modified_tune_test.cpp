@@ -1,4 +1,4 @@
-// Tuning kernels that compile a caller's modifiers (issue #15): the
+// Tuning kernels that compile a caller's modifiers: the
 // candidates run on the inputs `flashjit run` gives them (generated arrays,
 // the caller's scalar values), the winner is checked against the GPU
 // references with the snippets in, and the record is stored under the

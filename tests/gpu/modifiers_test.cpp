@@ -1,8 +1,8 @@
-// A caller's modifiers on the GPU (issue #15), forward, both families:
+// A caller's modifiers on the GPU, forward, both families:
 // causal written as a mask_mod equals the built-in causal bit for bit;
 // ALiBi (a score_mod over per-head slopes) and document masking (a mask_mod
 // over per-token document ids, with the built-in causal mask) match the
-// reference's hook with DESIGN.md's criterion. Outputs are poisoned before
+// reference's hook with the accuracy criterion (reference/accuracy.h). Outputs are poisoned before
 // each run. Through flashjit::forward (ForwardArgs::modifiers, AuxValues).
 #include <gtest/gtest.h>
 
@@ -62,7 +62,7 @@ TEST(ModifiersGpu, CausalAsMaskModEqualsTheBuiltInCausal) {
       EXPECT_EQ(a.lse, b.lse) << to_string(family.path);
     } else {
       // sm80 walks every key tile (no block map), the hidden ones too:
-      // DESIGN.md's criterion against the causal reference.
+      // the accuracy criterion (reference/accuracy.h) against the causal reference.
       const AttentionOutputs exact = cpu_attention(built_in, q, k, v, ReferencePrecision::exact);
       const AttentionOutputs element =
           cpu_attention(built_in, q, k, v, ReferencePrecision::element);
@@ -78,7 +78,7 @@ TEST(ModifiersGpu, CausalAsMaskModEqualsTheBuiltInCausal) {
 // tiles and cut others, with packed GQA (decode-like rows) and without,
 // causal and not, varlen-free; one map shared over batches and heads
 // (mask_mod_qk_only) gives the very same result as one per (batch, head),
-// and both meet DESIGN.md's criterion. A mask that hides everything gives
+// and both meet the accuracy criterion (reference/accuracy.h). A mask that hides everything gives
 // O = 0 and LSE = +inf, as a row that sees no key does.
 TEST(ModifiersGpu, BlockMapSkipsHiddenTilesAndSharesOverBatchAndHeads) {
   FLASHJIT_REQUIRE_SM90();
@@ -318,7 +318,7 @@ TEST(ModifiersGpu, ShippedModifiersMatchTheReference) {
 // A mask_mod of (q, k) and scalar aux values alone keeps its block map
 // across calls (runtime/block_map_cache.h): a second call of the shape
 // launches no map kernel (kinds, list, runs) and gives the same bits;
-// another aux value builds a map of its own, which meets DESIGN.md's
+// another aux value builds a map of its own, which meets the accuracy
 // criterion; a mask reading device data (document ids, which may change
 // under the same pointer) builds its map on every call.
 TEST(ModifiersGpu, AShapeOnlyMaskKeepsItsBlockMapAcrossCalls) {
@@ -376,7 +376,7 @@ namespace flashjit {
 namespace {
 
 // The backward's block map (templates/bwd_block_map.cuh): causal written as
-// a mask_mod, per KV group and shared (mask_mod_qk_only), meets DESIGN.md's
+// a mask_mod, per KV group and shared (mask_mod_qk_only), meets the
 // gradient criterion against the built-in causal's reference on irregular
 // lengths with GQA, at the head dims whose sm90 tiles differ, in the default
 // and the deterministic dQ modes (whose order counts the map's rows: a wrong

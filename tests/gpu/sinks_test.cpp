@@ -1,8 +1,8 @@
-// Learned attention sinks (GPT-OSS; issue #15), built in (Modifiers::sinks):
+// Learned attention sinks (GPT-OSS), built in (Modifiers::sinks):
 // the forward of both families, unsplit and split-KV (the combine adds the
 // sink once), against the float64 reference with the sinks, a row that sees
 // no key writing O = 0 and LSE = its head's sink; the backward's dq, dk, dv
-// with DESIGN.md's gradient criterion and d sinks against the reference's,
+// with the gradient criterion (reference/accuracy.h) and d sinks against the reference's,
 // the deterministic mode bit-identical over runs. Outputs and gradients are
 // poisoned before each run.
 #include <gtest/gtest.h>
@@ -238,7 +238,7 @@ TEST(SinksGpu, AlibiSlopeWithSinksMatchesTheReference) {
     expect_forward_with_sinks(c, DType::bf16, modifiers, &aux, ref);
 }
 
-// The backward with sinks: dq, dk, dv with DESIGN.md's gradient criterion
+// The backward with sinks: dq, dk, dv with the gradient criterion (reference/accuracy.h)
 // and d sinks against the reference's (at most 3x the element reference's
 // error, plus 1e-3 of the largest); sm90 default and deterministic (the
 // same bits twice), sm80.

@@ -2,7 +2,7 @@
 // the record is stored with every field filled, its config is one of the
 // candidates, it is at least as fast as the heuristic's (measured in the same
 // run), and a second tune of the class compiles nothing. Prints the wall time
-// (issue #3: <= 60 s per class on the H200, target 20 s).
+// (the bar: <= 60 s per class on the H200, aiming at 20 s).
 #include <gtest/gtest.h>
 
 #include <algorithm>

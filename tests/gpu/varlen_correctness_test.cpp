@@ -3,7 +3,7 @@
 // more mixed in one batch, seqlen_q != seqlen_k per sequence, masks aligned
 // bottom-right per sequence, GQA (packed where the heuristic packs), split-KV,
 // both dtypes and families, against a float64 reference computed sequence
-// by sequence with DESIGN.md's criterion. Outputs are poisoned before the
+// by sequence with the accuracy criterion (reference/accuracy.h). Outputs are poisoned before the
 // run; the LSE is [heads_q, total_q]. Offsets the host cannot check (past
 // the tensors, decreasing) are clamped on the device, and the reference
 // applies the same clamp.
@@ -266,7 +266,7 @@ TEST(Varlen, EqualLengthsMatchTheDenseKernelBitForBit) {
 // The backward of a packed batch: O and the LSE from the float64 forward of
 // each sequence (O in element precision, as a kernel writes it), random dO;
 // dq, dk, dv and the workspace poisoned; the gradients against float64 ones
-// computed sequence by sequence, with DESIGN.md's gradient criterion. A
+// computed sequence by sequence, with the gradient criterion (reference/accuracy.h). A
 // sequence without keys gets dq = 0, keys no query sees dk = dv = 0.
 struct VarlenBackwardCase {
   Problem problem;

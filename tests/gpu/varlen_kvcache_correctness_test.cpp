@@ -1,14 +1,14 @@
-// The serving call (issue #18): a packed batch of queries (cu_seqlens_q)
+// The serving call: a packed batch of queries (cu_seqlens_q)
 // over a KV cache, with per-sequence key counts (seqused_k) and/or a paged
 // cache read through a block table. Mixed decode (one query) and prefill
 // (hundreds) sequences, 0 cached keys, shuffled page tables at page sizes
 // 16/64/256, GQA, causal/window/softcap, both dtypes and families, against
 // a float64 reference computed sequence by sequence on the keys each one
-// has, bottom-right aligned, with DESIGN.md's criterion. Pages no sequence
+// has, bottom-right aligned, with the accuracy criterion (reference/accuracy.h). Pages no sequence
 // uses hold NaN (a read of one poisons the result); table entries past a
 // sequence's keys point outside the cache; outputs are poisoned before the
-// run. The same data through the dense KV-cache call (#13) and the packed
-// call without a cache (#14) gives the same bits.
+// run. The same data through the dense KV-cache call and the packed
+// call without a cache gives the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,8 +1,8 @@
 // flashjit's host cost per call on a warm class, measured against a stand-in
 // driver (tools/cuda_driver_stub.cpp, loaded as libcuda.so.1 through
 // LD_LIBRARY_PATH) that answers every call at once, so what is timed is
-// flashjit's own work from flashjit::forward's entry to the launch (issue
-// #17 asks <= 5 us with the real driver's launch included). Also counts the
+// flashjit's own work from flashjit::forward's entry to the launch (the
+// bar: <= 5 us with the real driver's launch included). Also counts the
 // driver calls a warm call makes, and fails when they differ from the
 // expected ones: a regression in the host path shows here without a GPU.
 //

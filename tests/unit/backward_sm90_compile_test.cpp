@@ -246,7 +246,7 @@ TEST(BackwardSm90Spec, ChoosesAndRefuses) {
             "head dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 32, 64, "
             "96, 128, 192 or 256); use sm80");
   // Head dims between 64, 128 and 256: the tiled dim's tiles, taken on
-  // their own (checked on the H200, docs/PERF.md, thirteenth session).
+  // their own (checked on the H200, 2026-12-01).
   Problem between;
   between.head_dim_qk = between.head_dim_v = 192;
   EXPECT_EQ(default_backward_config(between, kSm90a),

@@ -1,4 +1,4 @@
-// The bad-input corpus (issue 6): one table per boundary that runs without a
+// The bad-input corpus: one table per boundary that runs without a
 // GPU, one row per distinct bad input, each with the exact message it must
 // give. Nothing may crash, no check may be skipped for a driver call (the
 // layout checks run before the driver is needed, so these rows give the same

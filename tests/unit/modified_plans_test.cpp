@@ -1,5 +1,5 @@
-// A caller's modifiers in plans, the worker protocol and precompile (issue
-// #15), without a GPU: a plan's score_mod/mask_mod/aux keys read snippet
+// A caller's modifiers in plans, the worker protocol and precompile,
+// without a GPU: a plan's score_mod/mask_mod/aux keys read snippet
 // files beside the plan, with exact errors; worker requests carry the
 // snippets; `precompile --mask-mod` stores the modified kernels under the
 // ids a call (and `query`) looks up; `tune` checks them and their values.

@@ -1,4 +1,4 @@
-// DESIGN.md's pass/fail criterion and the ptxas report parser.
+// The pass/fail criterion (reference/accuracy.h) and the ptxas report parser.
 #include <cmath>
 #include <limits>
 

@@ -1,4 +1,4 @@
-// Learned attention sinks (Modifiers::sinks; issue #15) without a GPU: the
+// Learned attention sinks (Modifiers::sinks) without a GPU: the
 // flag in the prelude, the hash and the kernel ID; the backward's extra step
 // (flashjit_bwd_sink_grad, one CTA per head); the forward programs (sm90
 // unsplit and split with its combine, sm80) and the backward programs (sm90

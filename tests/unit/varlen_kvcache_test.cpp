@@ -1,4 +1,4 @@
-// The serving call without a GPU (issue #18): a packed batch of queries over
+// The serving call without a GPU: a packed batch of queries over
 // a KV cache, paged through a block table and/or with per-sequence key
 // counts (flash_attn_varlen_func's seqused_k and block_table). Problem and
 // argument validation with their messages, the kernel ID and prelude (no
