@@ -805,7 +805,10 @@ def main(argv=None):
     if args.check:
         stale = 0
         for path, want in ((args.perf_md, perf), (args.readme, readme)):
-            have = open(path).read() if os.path.exists(path) else ""
+            have = ""
+            if os.path.exists(path):
+                with open(path) as fh:
+                    have = fh.read()
             if have != want:
                 stale += 1
                 rel = os.path.relpath(path)
