@@ -66,8 +66,7 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   os << "// flashjit " << what << " " << spec.id() << "\n"
      << "// templates " << templates_hash().substr(0, 16) << "\n"
      << "#include \"common/types.cuh\"\n"
-     << "#include \"common/mask.cuh\"\n"
-     << "#include \"common/modifiers.cuh\"\n"
+     << "#include \"common/score_policy.cuh\"\n"
      << "\n"
      << "namespace flashjit {\n"
      << "namespace cfg {\n"
@@ -99,7 +98,9 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   os.flush();
   int line = 1;
   for (char c : out) line += c == '\n';
-  os << modifiers_prelude(spec.compiled_modifiers(), line, spec.id() + ".cu") << "\n";
+  os << modifiers_prelude(spec.compiled_modifiers(), line, spec.id() + ".cu")
+     // What happens to a score, for every kernel (common/score_policy.cuh).
+     << "namespace flashjit::cfg { using Score = ScorePolicy<Mask, kSoftcap, Modifiers>; }\n\n";
   for (llvm::StringRef header : kernel_headers) os << "#include \"" << header << "\"\n";
   return os.str();
 }

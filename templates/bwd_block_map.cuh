@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_block_map::kThreads)
   // Only the query tiles the built-in mask lets see any of the keys are
   // evaluated, as the kernel's walk (bwd_sm90.cuh, query_tiles).
   const TileSpan span =
-      visible_query_tiles<Mask>(p, seq.seqlen_q, n0, kBlockN, seq.offset, kBlockM);
+      Score::query_tiles(p, seq.seqlen_q, n0, kBlockN, seq.offset, kBlockM);
   const bool seen = n0 < seq.seqlen_k && m0 < seq.seqlen_q && m_block >= span.first &&
                     m_block < span.first + span.count;
   const int head0 = kv_head * p.heads_per_kv;

@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
 
   // None past the sequence's queries (a shorter sequence of a varlen batch).
   const TileSpan key_tiles =
-      m0 < seqlen_q ? visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kDqBlockN)
+      m0 < seqlen_q ? Score::key_tiles(p, seqlen_k, m0, kBlockM, offset, kDqBlockN)
                     : TileSpan{0, 0};
   const int n_block_begin = key_tiles.first;
   const int num_tiles = key_tiles.count;
@@ -149,41 +149,40 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
     zero(s);
     warp_gemm<Element, 1, kDqBlockN / 8, kDimQK / 16, false, kSmemQK, false, kSmemQK>(
         s, sQ, warp * 16, sK, 0, 0, lane);
-    float tanh_s[kSoftcap ? kDqBlockN / 8 : 1][4];
+    // The score policy (common/score_policy.cuh), as the main kernel
+    // recomputes it: the softcapped scores and score_mod's derivative are
+    // kept for dS.
+    float capped[kSoftcap ? kDqBlockN / 8 : 1][4];
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int nt = 0; nt < kDqBlockN / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          tanh_s[nt][i] = tanh_approx(s[0][nt][i] * p.score_scale);
-          s[0][nt][i] = tanh_s[nt][i];
+          capped[nt][i] = Score::softcap(s[0][nt][i], p);
+          s[0][nt][i] = capped[nt][i];
         }
     }
-    // The caller's score_mod (its derivative kept for dS) and mask_mod, as
-    // the main kernel recomputes them (common/modifiers.cuh).
     float grad[Modifiers::kScore ? kDqBlockN / 8 : 1][4];
 #pragma unroll
     for (int nt = 0; nt < kDqBlockN / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float logit = s[0][nt][i] * p.softmax_scale_log2;
-        if constexpr (Modifiers::kScore || Modifiers::kMask) {
+        if constexpr (Score::kModified) {
           float g = 1.f;
-          logit = modified_logit2<Modifiers>(p, s[0][nt][i], batch, head,
-                                             m0 + warp * 16 + lane / 4 + (i / 2) * 8,
-                                             n0 + nt * 8 + (lane % 4) * 2 + (i & 1), seqlen_q,
-                                             seqlen_k, g);
+          logit = Score::logit2(p, s[0][nt][i], batch, head, m0 + warp * 16 + lane / 4 + (i / 2) * 8,
+                                n0 + nt * 8 + (lane % 4) * 2 + (i & 1), seqlen_q, seqlen_k, g);
           if constexpr (Modifiers::kScore) grad[nt][i] = g;
         }
-        s[0][nt][i] = exp2_approx(logit - lse_log2[i / 2]);
+        s[0][nt][i] = probability_from_lse(logit, lse_log2[i / 2]);
       }
 
-    if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kDqBlockN, offset)) {
+    if (Score::tile_is_cut(p, seqlen_k, m0, kBlockM, n0, kDqBlockN, offset)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const i64 row = m0 + warp * 16 + lane / 4 + h * 8;
         int lo_local, hi_local;  // visible keys of this row, tile-local
-        visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kDqBlockN, offset, lo_local, hi_local);
+        Score::visible_keys(p, seqlen_k, row, n0, kDqBlockN, offset, lo_local, hi_local);
 #pragma unroll
         for (int nt = 0; nt < kDqBlockN / 8; ++nt)
 #pragma unroll
@@ -204,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_dq_sm80::kThreadsDq)
       for (int i = 0; i < 4; ++i) {
         float ds = s[0][nt][i] * (dp[0][nt][i] - dsum[i / 2]);
         if constexpr (Modifiers::kScore) ds *= grad[nt][i];
-        if constexpr (kSoftcap) ds *= 1.f - tanh_s[nt][i] * tanh_s[nt][i];
+        if constexpr (kSoftcap) ds *= Score::softcap_grad(capped[nt][i]);
         dp[0][nt][i] = ds;
       }
 

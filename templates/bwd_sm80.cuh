@@ -42,8 +42,9 @@
 
 #include "bwd_rowwise.cuh"
 #include "common/bwd_params.cuh"
-#include "common/mask.cuh"
+#include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/smem_tile.cuh"
 #include "common/types.cuh"
@@ -141,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
   // The query tiles that see any of these keys (none when the keys lie past
   // the sequence's: a shorter sequence of a varlen batch).
   const TileSpan query_tiles =
-      n0 < seqlen_k ? visible_query_tiles<Mask>(p, seqlen_q, n0, kBlockN, offset, kBlockM)
+      n0 < seqlen_k ? Score::query_tiles(p, seqlen_q, n0, kBlockN, offset, kBlockM)
                     : TileSpan{0, 0};
   const int m_block_begin = query_tiles.first;
   const int m_blocks = query_tiles.count;
@@ -235,7 +236,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
       zero(s);
       warp_gemm<Element, kSMT, kSNT, kDimQK / 16, false, kSmemQK, false, kSmemQK>(
           s, sK, key0, sQ, query0, 0, lane);
-      float tanh_s[kSoftcap ? kSMT : 1][kSoftcap ? kSNT : 1][4];
+      // The score policy (common/score_policy.cuh): the softcapped scores
+      // are kept for dS's softcap derivative.
+      float capped[kSoftcap ? kSMT : 1][kSoftcap ? kSNT : 1][4];
       if constexpr (kSoftcap) {
 #pragma unroll
         for (int mt = 0; mt < kSMT; ++mt)
@@ -243,11 +246,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
           for (int nt = 0; nt < kSNT; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              tanh_s[mt][nt][i] = tanh_approx(s[mt][nt][i] * p.score_scale);
-              s[mt][nt][i] = tanh_s[mt][nt][i];
+              capped[mt][nt][i] = Score::softcap(s[mt][nt][i], p);
+              s[mt][nt][i] = capped[mt][nt][i];
             }
       }
-      const bool cut = tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
+      const bool cut = Score::tile_is_cut(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
       // P^T = exp2(S^T * scale_log2 - LSE_log2[query]), or of the caller's
       // score_mod (its derivative kept for dS^T) and mask_mod.
       float grad[Modifiers::kScore ? kSMT : 1][Modifiers::kScore ? kSNT : 1][4];
@@ -259,14 +262,14 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
           for (int i = 0; i < 4; ++i) {
             const int q_local = query0 + nt * 8 + (lane % 4) * 2 + (i & 1);
             float logit = s[mt][nt][i] * p.softmax_scale_log2;
-            if constexpr (Modifiers::kScore || Modifiers::kMask) {
+            if constexpr (Score::kModified) {
               float g = 1.f;
-              logit = modified_logit2<Modifiers>(p, s[mt][nt][i], batch, head, m0 + q_local,
-                                                 n0 + key0 + mt * 16 + lane / 4 + (i / 2) * 8,
-                                                 seqlen_q, seqlen_k, g);
+              logit = Score::logit2(p, s[mt][nt][i], batch, head, m0 + q_local,
+                                    n0 + key0 + mt * 16 + lane / 4 + (i / 2) * 8, seqlen_q,
+                                    seqlen_k, g);
               if constexpr (Modifiers::kScore) grad[mt][nt][i] = g;
             }
-            s[mt][nt][i] = exp2_approx(logit - lse_log2[q_local]);
+            s[mt][nt][i] = probability_from_lse(logit, lse_log2[q_local]);
           }
       if (cut) {
         // Entries an edge or the seqlen_k tail hides: per row (key), the
@@ -277,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
           for (int h = 0; h < 2; ++h) {
             const int key = n0 + key0 + mt * 16 + lane / 4 + h * 8;
             int q_lo, q_hi;  // the queries that see this key, tile-local
-            visible_queries_in_tile<Mask>(p, seqlen_k, key, m0, kBlockM, offset, q_lo, q_hi);
+            Score::visible_queries(p, seqlen_k, key, m0, kBlockM, offset, q_lo, q_hi);
 #pragma unroll
             for (int nt = 0; nt < kSNT; ++nt)
 #pragma unroll
@@ -302,8 +305,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
             const int q_local = query0 + nt * 8 + (lane % 4) * 2 + (i & 1);
             float ds = s[mt][nt][i] * (dp[mt][nt][i] - dsum[q_local]);
             if constexpr (Modifiers::kScore) ds *= grad[mt][nt][i];
-            if constexpr (kSoftcap)
-              ds *= 1.f - tanh_s[mt][nt][i] * tanh_s[mt][nt][i];
+            if constexpr (kSoftcap) ds *= Score::softcap_grad(capped[mt][nt][i]);
             dp[mt][nt][i] = ds;
           }
       store_fragments<Element, kSMT, kSNT, kSmemM>(smem + kOffDS, dp, key0, query0, lane, 1.f);

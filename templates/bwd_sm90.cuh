@@ -7,7 +7,7 @@
 //
 // Tiling. One work item per (kBlockN keys, KV head, batch), in sections of
 // (KV head, batch) pairs with the first (under a mask the heaviest) key
-// blocks first, in the deterministic mode at times the last (cta_keys,
+// blocks first, in the deterministic mode at times the last (Scheduler::keys_of,
 // BwdSm90Traits::dispatch_order). Where kResident,
 // a CTA per SM takes items until they run out, in the order the hardware
 // would dispatch CTAs (the producer fetches the next from a counter and
@@ -41,7 +41,7 @@
 //   P^T  = exp2(S^T * scale_log2 - LSE[query] log2 e), dS^T = P^T (dP^T - D)
 //          in registers (times 1 - tanh^2 under softcap; a caller's
 //          score_mod and mask_mod recomputed per element, dS^T times
-//          score_mod_grad; common/modifiers.cuh);
+//          score_mod_grad; common/score_policy.cuh);
 //   dV  += P^T dO, dK += dS^T Q          RS: the accumulators of S^T and dP^T
 //          are the A fragments (as P in the forward), dO and Q read
 //          transposed (MN-major);

@@ -10,9 +10,9 @@
 #include "bwd_sm90_layout.cuh"
 #include "bwd_sm90_work.cuh"
 #include "common/bwd_params.cuh"
-#include "common/mask.cuh"
-#include "common/modifiers.cuh"
+#include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/sm90.cuh"
 #include "common/sm90_wgmma.cuh"
@@ -65,7 +65,7 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
   for (;; at.next_item()) {
     const int item = read_item(p, bars, at.items());
     if (item >= p.work_items) break;
-    const CtaKeys keys = cta_keys(p, item);  // lambdas below capture them: no structured binding
+    const WorkKeys keys = Scheduler::keys_of(p, item);  // lambdas below capture them: no structured binding
     const int n0 = keys.n0, kv_head = keys.kv_head, batch = keys.batch;
     const Sequence seq(p, batch);
     const int seqlen_q = kVarlen ? seq.seqlen_q : walk.dense_seqlen_q;
@@ -262,19 +262,19 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
       // the key tail cuts the tile, per key the visible queries are [q_lo, q_hi]
       // in tile coordinates; P = 0 elsewhere (and so dS = 0).
       int q_lo[2] = {-1, -1}, q_hi[2] = {kBlockM, kBlockM};
-      const bool cut = tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
+      const bool cut = Score::tile_is_cut(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset);
       if (cut) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int key = n0 + key0 + warp * 16 + group + h * 8;
-          visible_queries_in_tile<Mask>(p, seqlen_k, key, m0, kBlockM, offset, q_lo[h], q_hi[h]);
+          Score::visible_queries(p, seqlen_k, key, m0, kBlockM, offset, q_lo[h], q_hi[h]);
         }
       }
       const float *const dsum = lse_tile + kSN;
       // Without modifiers, a column pair's LSE and D in one 8-byte load each,
       // from the buffer's shared address (with a mask_mod it spilled 8 bytes
       // at d=64, where the 4-byte loads spilled none).
-      constexpr bool kModified = Modifiers::kScore || Modifiers::kMask;
+      constexpr bool kModified = Score::kModified;
       constexpr bool kPairLoads = !kModified;
       const u32 stats_pairs = smem + kOffsetStats + cwg * kStatsBytes + (tile % 2) * 2 * kSN * 4;
       // The element loop, with the modifiers or without them: a mask_mod
@@ -308,18 +308,18 @@ __device__ __forceinline__ void compute_gradients(const BwdParams &p, unsigned c
             for (int h = 0; h < 2; ++h) {
               const int i = 4 * nt + 2 * h + c;
               float s = acc_s[i];
-              if constexpr (kSoftcap) s = tanh_approx(s * p.score_scale);
+              s = Score::softcap(s, p);
               float logit = s * p.softmax_scale_log2;  // base 2
               float grad = 1.f;                        // d score_mod / d score
               if constexpr (decltype(modified)::value)
-                logit = modified_logit2<Modifiers>(p, s, batch, head, m0 + q_local,
-                                                   n0 + key0 + warp * 16 + group + h * 8, seqlen_q,
-                                                   seqlen_k, grad, masked);
-              float prob = exp2_approx(logit - lse);
+                logit = Score::logit2(p, s, batch, head, m0 + q_local,
+                                      n0 + key0 + warp * 16 + group + h * 8, seqlen_q, seqlen_k,
+                                      grad, masked);
+              float prob = probability_from_lse(logit, lse);
               if (decltype(may_cut)::value && (q_local < q_lo[h] || q_local > q_hi[h])) prob = 0.f;
               float ds = prob * (acc_dp[i] - d);
               if constexpr (Modifiers::kScore) ds *= grad;
-              if constexpr (kSoftcap) ds *= 1.f - s * s;  // d tanh
+              if constexpr (kSoftcap) ds *= Score::softcap_grad(s);
               acc_s[i] = prob;
               acc_dp[i] = ds;
             }

@@ -54,8 +54,8 @@ __device__ __forceinline__ void write_dq(const BwdParams &p, const TmaDescriptor
   for (WorkPosition at;; at.next_item()) {
     const int item = read_item(p, bars, at.items());
     if (item >= p.work_items) break;
-    const CtaKeys keys =
-        cta_keys(p, item);  // a lambda below captures them: no structured binding
+    // A lambda below captures them: no structured binding.
+    const WorkKeys keys = Scheduler::keys_of(p, item);
     const int n0 = keys.n0, kv_head = keys.kv_head, batch = keys.batch;
     const Sequence seq(p, batch);
     const QueryTiles tiles = walk.query_tiles(seq, n0, batch, kv_head);
@@ -81,7 +81,7 @@ __device__ __forceinline__ void write_dq(const BwdParams &p, const TmaDescriptor
         // reaches a shared tile no later in its walk than this CTA does;
         // shortest first, first first and so no later either (under a
         // causal mask over as many queries as keys, a step or more earlier)
-        // (cta_keys, QueryTileWalk).
+        // (Scheduler::keys_of, QueryTileWalk).
         const int seqlen_k = kVarlen ? seq.seqlen_k : walk.dense_seqlen_k;
         const bool after = p.shortest_first;  // the key blocks after this one come first
         const int first = after ? n0 / kBlockN + 1 : 0, end = after ? seqlen_k : n0;

@@ -9,7 +9,7 @@
 
 #include "common/bwd_params.cuh"
 #include "common/fwd_sm90_layout.cuh"
-#include "common/modifiers.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/types.cuh"
 

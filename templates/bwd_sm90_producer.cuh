@@ -32,7 +32,7 @@ __device__ __forceinline__ void load_tiles(const BwdParams &p, const TmaDescript
       mbarrier_arrive(bars.item_full(n));
     }
     if (item >= p.work_items) return;
-    const auto [n0, kv_head, batch] = cta_keys(p, item);
+    const auto [n0, kv_head, batch] = Scheduler::keys_of(p, item);
     const Sequence seq(p, batch);
     const QueryTiles tiles = walk.query_tiles(seq, n0, batch, kv_head);
     const int iterations = tiles.iterations;

@@ -1,5 +1,6 @@
 // The sm90 backward's work (bwd_sm90.cuh): which keys a work item holds
-// (cta_keys), how the producer hands items to the other roles (read_item),
+// (the tile scheduler, common/bwd_scheduler.cuh), how the producer hands
+// items to the other roles (read_item),
 // where a role is in its CTA's sequence of items and tiles (WorkPosition),
 // and the walk over the query tiles that see an item's keys
 // (QueryTileWalk).
@@ -8,8 +9,9 @@
 #include "bwd_sm90_layout.cuh"
 #include "common/block_map.cuh"
 #include "common/bwd_params.cuh"
-#include "common/mask.cuh"
+#include "common/bwd_scheduler.cuh"
 #include "common/ptx.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/sm90.cuh"
 #include "common/types.cuh"
@@ -17,32 +19,8 @@
 namespace flashjit {
 namespace bwd_sm90 {
 
-// A work item's keys: its first key, KV head and batch entry, from its place
-// in the work order: sections of p.dispatch_section (KV head, batch) pairs
-// (the last may hold fewer), key blocks outer within a section, so that a
-// section's heaviest items under a mask (the first key blocks) start first,
-// or in the deterministic mode where p.shortest_first its lightest
-// (BwdSm90Traits::dispatch_order says why). Each role computes them after
-// its setmaxnreg: values live across the register reallocation are spilled
-// (at d = 256, 0 -> 68 bytes when computed once up front).
-struct CtaKeys {
-  int n0, kv_head, batch;
-};
-__device__ __forceinline__ CtaKeys cta_keys(const BwdParams &p, int item) {
-  const int heads_kv = p.heads_q / p.heads_per_kv;
-  const int pairs = heads_kv * p.batch;
-  const int n_blocks = p.work_items / pairs;
-  const int section_ctas = p.dispatch_section * n_blocks;
-  const int section = item / section_ctas;
-  const int in_section = item - section * section_ctas;
-  const int first_pair = section * p.dispatch_section;
-  const int section_pairs = min(p.dispatch_section, pairs - first_pair);
-  const int pair = first_pair + in_section % section_pairs;
-  int key_block = in_section / section_pairs;
-  if constexpr (kDeterministic)
-    if (p.shortest_first) key_block = n_blocks - 1 - key_block;
-  return {key_block * kBlockN, pair % heads_kv, pair / heads_kv};
-}
+// A work item's keys (common/bwd_scheduler.cuh).
+using Scheduler = BwdTileScheduler<kBlockN, kDeterministic>;
 
 // A role's place in the CTA's sequence of work items, in one register (the
 // consumers have none to spare, the producer warpgroup runs on
@@ -154,11 +132,11 @@ struct QueryTileWalk {
     } else if constexpr (kVarlen) {
       if (n0 >= seq.seqlen_k) return QueryTiles{0, 0, 0, 0};
       const TileSpan span =
-          visible_query_tiles<Mask>(p, seq.seqlen_q, n0, kBlockN, seq.offset, kBlockM);
+          Score::query_tiles(p, seq.seqlen_q, n0, kBlockN, seq.offset, kBlockM);
       return QueryTiles{span.first, span.count, span.count * p.heads_per_kv, 0};
     } else {
       const TileSpan span =
-          visible_query_tiles<Mask>(p, dense_seqlen_q, n0, kBlockN, dense_offset, kBlockM);
+          Score::query_tiles(p, dense_seqlen_q, n0, kBlockN, dense_offset, kBlockM);
       return QueryTiles{span.first, span.count, span.count * p.heads_per_kv, 0};
     }
   }

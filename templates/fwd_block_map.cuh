@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_block_map::kThreads)
   // Only the key tiles the built-in mask leaves the block any of are
   // evaluated (a causal mask's upper half costs a CTA start each).
   const TileSpan span =
-      visible_key_tiles<Mask>(p, seq.seqlen_k, q0, kQRowsPerTile, seq.offset, kBlockN);
+      Score::key_tiles(p, seq.seqlen_k, q0, kQRowsPerTile, seq.offset, kBlockN);
   const bool seen =
       q0 < seq.seqlen_q && n_block >= span.first && n_block < span.first + span.count;
   const int head0 = kPack > 1 ? head * kPack : head;

@@ -48,7 +48,7 @@ __device__ __forceinline__ SequenceCost sequence_cost(const Params &p, int b) {
   const Sequence seq(p, b);
   const int blocks = (seq.seqlen_q + kQRowsPerTile - 1) / kQRowsPerTile;
   if (blocks == 0) return {-1, 0};
-  const TileSpan last = visible_key_tiles<Mask>(p, seq.seqlen_k, (blocks - 1) * kQRowsPerTile,
+  const TileSpan last = Score::key_tiles(p, seq.seqlen_k, (blocks - 1) * kQRowsPerTile,
                                                 kQRowsPerTile, seq.offset, kBlockN);
   return {last.count, blocks};
 }

@@ -12,11 +12,12 @@
 // free; tails past seqlen are zero-filled by the copy itself.
 //
 // Per K/V tile, per warp: S = Q K^T with ldmatrix + mma.m16n8k16 (fp32
-// accumulators); optional softcap (tanh); the mask, applied element-wise only
-// on tiles a mask edge or the seqlen_k tail cuts (fully masked tiles are never
-// visited); online softmax in base 2 with the scale folded into one FFMA per
-// score and an unnormalised O; P converted to 16 bits in registers becomes
-// the A operand of O += P V (V through ldmatrix.trans).
+// accumulators); the score policy (common/score_policy.cuh: softcap, a
+// caller's modifiers, the mask element-wise only on tiles a mask edge or
+// the seqlen_k tail cuts; fully masked tiles are never visited); the online
+// softmax (common/online_softmax.cuh) in base 2 with the scale folded into
+// one FFMA per score and an unnormalised O; P converted to 16 bits in
+// registers becomes the A operand of O += P V (V through ldmatrix.trans).
 //
 // Epilogue. O / rowsum is converted to 16 bits, staged through shared memory
 // (reusing the Q/K/V space) and written with 16-byte coalesced stores; the
@@ -44,9 +45,9 @@
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/mask.cuh"
-#include "common/modifiers.cuh"
+#include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/smem_tile.cuh"
 #include "common/types.cuh"
@@ -188,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   // The K/V tiles any row of this tile sees (this split's share of them);
   // none past the sequence's queries (varlen: shorter than the longest).
   TileSpan key_tiles = m0 < seqlen_q
-                           ? visible_key_tiles<Mask>(p, seqlen_k, m0, kBlockM, offset, kBlockN)
+                           ? Score::key_tiles(p, seqlen_k, m0, kBlockM, offset, kBlockN)
                            : TileSpan{0, 0};
   if constexpr (kSplitKv) key_tiles = split_share(key_tiles, split, splits);
   const int n_block_begin = key_tiles.first;
@@ -262,15 +263,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc_o[mt][nt][i] = 0.f;
   // Per thread: rows `group` and `group + 8` of each m16 tile.
-  float row_max[kMTiles][2], row_sum[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_max[mt][h] = kNegInf;
-      row_sum[mt][h] = 0.f;
-    }
-
+  OnlineSoftmax<kMTiles> stats;
+  stats.reset();
+  auto o_at = [&acc_o](int mt, int nt, int i) -> float & { return acc_o[mt][nt][i]; };
   const float scale_log2 = p.softmax_scale_log2;
   int stage = 0;
   for (int t = 0; t < num_tiles; ++t) {
@@ -302,6 +297,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
 
     // ---- S = Q K^T ----------------------------------------------------------
     float acc_s[kMTiles][kNTilesS][4];
+    auto s_at = [&acc_s](int mt, int nt, int i) -> float & { return acc_s[mt][nt][i]; };
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -326,21 +322,19 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
       }
     }
 
-    if constexpr (kSoftcap) {
+    // ---- the score policy (common/score_policy.cuh) ---------------------------
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+    for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNTilesS; ++nt)
+      for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = tanh_approx(acc_s[mt][nt][i] * p.score_scale);
-    }
+        for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = Score::softcap(acc_s[mt][nt][i], p);
 
-    // ---- the caller's modifiers (common/modifiers.cuh) ------------------------
     // score_mod in the softmax's natural units (S times `unit`), mask_mod
     // hiding keys; only on queries and keys the sequence holds (the built-in
     // mask and the epilogue take care of the rest).
-    if constexpr (Modifiers::kScore || Modifiers::kMask) {
-      const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
+    if constexpr (Score::kModified) {
+      const float unit = Score::natural_unit(p);
       const float inv_unit = 1.f / unit;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
@@ -355,23 +349,23 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
               float &s = acc_s[mt][nt][h * 2 + c];
               if (q < seqlen_q && k < seqlen_k) {
                 if constexpr (Modifiers::kScore)
-                  s = Modifiers::score(s * unit, batch, head, q, k, p.aux) * inv_unit;
+                  s = Score::modify(s * unit, batch, head, q, k, p.aux) * inv_unit;
                 if constexpr (Modifiers::kMask)
-                  if (!Modifiers::visible(batch, head, q, k, p.aux)) s = kNegInf;
+                  if (!Score::shown(batch, head, q, k, p.aux)) s = kNegInf;
               }
             }
         }
     }
 
     // ---- mask: only tiles an edge cuts --------------------------------------
-    if (tile_is_cut<Mask>(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
+    if (Score::tile_is_cut(p, seqlen_k, m0, kBlockM, n0, kBlockN, offset)) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const i64 row = m0 + warp_row0 + mt * 16 + group + h * 8;
           int lo_local, hi_local;  // visible keys of this row, tile-local
-          visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
+          Score::visible_keys(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
 #pragma unroll
           for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
@@ -382,38 +376,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
         }
     }
 
-    // ---- online softmax (base 2, unnormalised O) ----------------------------
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float m = row_max[mt][h];
-#pragma unroll
-        for (int nt = 0; nt < kNTilesS; ++nt)
-          m = fmaxf(m, fmaxf(acc_s[mt][nt][h * 2], acc_s[mt][nt][h * 2 + 1]));
-        m = quad_max(m);
-        // A row that has seen only masked keys keeps max -inf: subtract 0
-        // instead so exp2 gives 0, not NaN.
-        const float m_scaled = m == kNegInf ? 0.f : m * scale_log2;
-        const float correction = exp2_approx(row_max[mt][h] * scale_log2 - m_scaled);
-        row_max[mt][h] = m;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kNTilesS; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float &s = acc_s[mt][nt][h * 2 + c];
-            s = exp2_approx(s * scale_log2 - m_scaled);
-            sum += s;
-          }
-        // Row sums stay per thread (a quarter of the row) until the epilogue.
-        row_sum[mt][h] = row_sum[mt][h] * correction + sum;
-#pragma unroll
-        for (int nt = 0; nt < kNTilesO; ++nt) {
-          acc_o[mt][nt][h * 2] *= correction;
-          acc_o[mt][nt][h * 2 + 1] *= correction;
-        }
-      }
+    // ---- online softmax (common/online_softmax.cuh) ---------------------------
+    stats.update<kNTilesS>(s_at, scale_log2, [&](int r, float factor) {
+      OnlineSoftmax<kMTiles>::rescale_row<kNTilesO>(o_at, r, factor);
+    });
 
     // ---- O += P V -------------------------------------------------------------
 #pragma unroll
@@ -453,9 +419,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float sum = quad_sum(row_sum[mt][h]);
-        const bool empty = !(sum > 0.f);
-        const float inv = empty ? 0.f : 1.f / sum;
+        const RowFinish finish =
+            finish_partial(stats.row_max[2 * mt + h], stats.total(2 * mt + h), scale_log2);
+        const float inv = finish.inv;
         const int row = m0 + warp_row0 + mt * 16 + group + h * 8;
         if (row >= seqlen_q) continue;
         float *const o_row = p.o_partial + (slice + head_rows + row) * kHeadDimV;
@@ -466,10 +432,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
             *reinterpret_cast<F32x2 *>(o_row + col) =
                 F32x2{acc_o[mt][nt][h * 2] * inv, acc_o[mt][nt][h * 2 + 1] * inv};
         }
-        if (quad_lane == 0)
-          p.lse_partial[slice + head_rows + row] =
-              empty ? kNegInf
-                    : (row_max[mt][h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
+        if (quad_lane == 0) p.lse_partial[slice + head_rows + row] = finish.lse;
       }
     return;
   }
@@ -480,11 +443,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float sum = quad_sum(row_sum[mt][h]);
-      // The row's output factor and LSE, a learned sink joining its softmax
-      // (common/modifiers.cuh).
-      const RowFinish finish = finish_row<Modifiers::kSinks>(
-          row_max[mt][h], sum, scale_log2, Modifiers::kSinks ? p.sinks[head] : 0.f);
+      // The row's output factor and LSE, a learned sink joining its softmax.
+      const RowFinish finish =
+          finish_row<Modifiers::kSinks>(stats.row_max[2 * mt + h], stats.total(2 * mt + h),
+                                        scale_log2, Modifiers::kSinks ? p.sinks[head] : 0.f);
       const float inv = finish.inv;
       const int row = warp_row0 + mt * 16 + group + h * 8;
 #pragma unroll

@@ -49,18 +49,18 @@
 // Rows past seqlen are zero-filled by TMA; the mask handles the rest.
 //
 // Per K/V tile, per consumer warpgroup: S = Q K^T by wgmma with both operands
-// in shared memory (SS, fp32 accumulators); optional softcap; the mask,
-// element-wise only on tiles an edge or the seqlen_k tail cuts (fully masked
-// tiles are never loaded); a caller's score_mod and mask_mod
-// (common/modifiers.cuh) on every score the sequence holds, a mask_mod's
-// work tiles walking only the key tiles its block map lists
-// (fwd_block_map.cuh) and calling it only on the ones it does not show
-// whole; online softmax in base 2 with an unnormalised O;
-// P converted to 16 bits in registers is the A operand of O += P V (RS
-// wgmma, V read transposed from shared memory). The accumulator layout of
-// m64nNk16 is the mma.m16n8 C fragment per warp (16 rows) repeated over N/8
-// column tiles, so P's registers are exactly the A fragments of P V, and the
-// softmax code is the sm80 kernel's.
+// in shared memory (SS, fp32 accumulators); the score policy
+// (common/score_policy.cuh: softcap, a caller's score_mod and mask_mod on
+// every score the sequence holds, the built-in mask element-wise only on
+// tiles an edge or the seqlen_k tail cuts; fully masked tiles are never
+// loaded), a mask_mod's work tiles walking only the key tiles its block map
+// lists (fwd_block_map.cuh) and calling it only on the ones it does not
+// show whole; the online softmax (common/online_softmax.cuh) in base 2
+// with an unnormalised O; P converted to 16 bits in registers is the A
+// operand of O += P V (RS wgmma, V read transposed from shared memory).
+// The accumulator layout of m64nNk16 is the mma.m16n8 C fragment per warp
+// (16 rows) repeated over N/8 column tiles, so P's registers are exactly
+// the A fragments of P V, and the softmax is the sm80 kernel's.
 //
 // Intra-warpgroup overlap (kIntraOverlap: every head dim, but at 256 not
 // with a caller's modifiers or idle-warpgroup skipping). Iteration t issues
@@ -115,9 +115,9 @@
 #include "common/block_map.cuh"
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/mask.cuh"
-#include "common/modifiers.cuh"
+#include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/sm90.cuh"
 #include "common/sm90_epilogue.cuh"
@@ -303,7 +303,6 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     return;
   }
   setmaxnreg_inc<kConsumerRegisters>();
-  const float kNegInf = __int_as_float(0xff800000);
   const int cwg = warpgroup - 1;      // consumer warpgroup index
   const int ctid = tid % 128;         // thread within it
   const int warp = ctid / 32;         // warp within it: rows 16*warp..
@@ -318,12 +317,18 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const u64 v_desc0 = smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
 
   float acc_o[kORegisters];
-  // Per thread: rows `group` (h = 0) and `group + 8` (h = 1) of its warp.
-  float row_max[2], row_sum[2];
+  // The thread's rows `group` and `group + 8` of its warp (common/online_softmax.cuh).
+  OnlineSoftmax<1> stats;
   // Under a score_mod, S leaves apply_modifiers() in the softmax's natural
   // units (the snippet's result, not scaled back), so the softmax and the
   // LSE scale by log2(e) alone: one multiply per score fewer.
   const float scale_log2 = Modifiers::kScore ? 1.4426950408889634f : p.softmax_scale_log2;
+  // The fragment accessors of S and O for the shared softmax: one m16 row
+  // tile per warp, element i of column tile nt at 4 nt + i.
+  auto s_at = [](float (&acc_s)[kSRegisters]) {
+    return [&acc_s](int, int nt, int i) -> float & { return acc_s[4 * nt + i]; };
+  };
+  auto o_at = [&acc_o](int, int nt, int i) -> float & { return acc_o[4 * nt + i]; };
 
   // Turn-taking between the consumer warpgroups (ping-pong, round robin with
   // three): a warpgroup issues its GEMMs only in its turn and hands the turn
@@ -354,10 +359,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     const int n0 = key_tile_index(entry) * kBlockN;
     const int seqlen_k = seq.seqlen_k;
     const i64 offset = seq.offset;
-    if constexpr (kSoftcap) {
 #pragma unroll
-      for (int i = 0; i < kSRegisters; ++i) acc_s[i] = tanh_approx(acc_s[i] * p.score_scale);
-    }
+    for (int i = 0; i < kSRegisters; ++i) acc_s[i] = Score::softcap(acc_s[i], p);
     // A partial tile of mask_mod's whose rows are runs is masked with the
     // built-in mask below, its bounds narrowed to the runs, not by mask_mod.
     const bool runs_tile = kRowRuns && (entry & kBlockMapRuns);
@@ -366,43 +369,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
                       kBlockMap && ((entry & kBlockMapFull) || runs_tile), warp, group, quad_lane);
     // Mask only tiles an edge or the seqlen_k tail cuts (for this warpgroup's
     // rows), and mask_mod's run tiles.
-    if (runs_tile || tile_is_cut<Mask>(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset))
+    if (runs_tile || Score::tile_is_cut(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset))
       mask_cut_tile(acc_s, p, seqlen_k, offset, wg_m0, n0, runs_tile, runs);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m = row_max[h];
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt)
-        m = fmaxf(m, fmaxf(acc_s[4 * nt + 2 * h], acc_s[4 * nt + 2 * h + 1]));
-      m = quad_max(m);
-      // A row that has seen only masked keys keeps max -inf: subtract 0
-      // instead so exp2 gives 0, not NaN.
-      const float m_scaled = m == kNegInf ? 0.f : m * scale_log2;
-      correction[h] = exp2_approx(row_max[h] * scale_log2 - m_scaled);
-      row_max[h] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float &s = acc_s[4 * nt + 2 * h + c];
-          s = exp2_approx(s * scale_log2 - m_scaled);
-          sum += s;
-        }
-      // Row sums stay per thread (a quarter of the row) until the epilogue.
-      row_sum[h] = row_sum[h] * correction[h] + sum;
-    }
+    stats.update<kSTiles>(s_at(acc_s), scale_log2,
+                          [&](int r, float factor) { correction[r] = factor; });
   };
 
   // O *= the softmax's correction of each of the thread's two rows.
   auto rescale_o = [&](const float (&correction)[2]) {
-#pragma unroll
-    for (int nt = 0; nt < kOTiles; ++nt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        acc_o[4 * nt + 2 * h] *= correction[h];
-        acc_o[4 * nt + 2 * h + 1] *= correction[h];
-      }
+    OnlineSoftmax<1>::rescale<kOTiles>(o_at, correction);
   };
 
 
@@ -468,15 +443,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // The rows' own bias, left out of the softmax (apply_modifiers): the max back
       // in the true logits' units, for the LSE and a sink.
       const float slope = Modifiers::score_slope(tile.batch, tile.head, p.aux);
-      float true_max[2];
+      OnlineSoftmax<1> true_stats = stats;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        true_max[h] = row_max[h] - slope * static_cast<float>(warp * 16 + group + h * 8);
-      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_max, row_sum,
-                      scale_log2);
+        true_stats.row_max[h] -= slope * static_cast<float>(warp * 16 + group + h * 8);
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_stats, scale_log2);
     } else {
-      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, row_max, row_sum,
-                      scale_log2);
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, stats, scale_log2);
     }
   };
 
@@ -544,8 +517,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     const int entry_base = walk.entry_base_of(tile, key_tiles);
     auto entry_of = [&](int t) { return walk.key_tile_entry(entry_base, t); };
     reset_o();
-    row_max[0] = row_max[1] = kNegInf;
-    row_sum[0] = row_sum[1] = 0.f;
+    stats.reset();
     mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
 
     if (num_tiles == 0) {

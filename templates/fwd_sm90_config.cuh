@@ -12,7 +12,7 @@
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
 #include "common/fwd_sm90_layout.cuh"
-#include "common/modifiers.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/sm90_epilogue.cuh"
 #include "common/types.cuh"

@@ -1,24 +1,25 @@
-// The sm90 forward's scores (fwd_sm90.cuh): what happens to a consumer
-// warpgroup's S tile before the softmax, for the thread at fragment rows
-// 16 warp + group (+ 8), column pair quad_lane: a caller's score_mod and
-// mask_mod (common/modifiers.cuh), and the built-in mask (common/mask.cuh)
-// where an edge cuts the tile, or mask_mod's row runs.
+// The sm90 forward's walk of the score policy (common/score_policy.cuh)
+// over a consumer warpgroup's S tile before the softmax, for the thread at
+// fragment rows 16 warp + group (+ 8), column pair quad_lane: a caller's
+// score_mod and mask_mod, and the built-in mask where an edge cuts the
+// tile, or mask_mod's row runs. The policy says what each score becomes;
+// this file says which scores, with the sm90 fragments' shortcuts (a
+// score_mod's slope form, packed heads, bounds per thread).
 #pragma once
 
 #include "fwd_sm90_config.cuh"
 #include "common/fwd_params.cuh"
 #include "common/block_map.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/mask.cuh"
 #include "common/ptx.cuh"
-#include "common/modifiers.cuh"
+#include "common/score_policy.cuh"
 #include "common/sequence.cuh"
 #include "common/types.cuh"
 
 namespace flashjit {
 namespace fwd_sm90 {
 
-// The caller's modifiers (common/modifiers.cuh) on the S tile of work tile
+// The caller's modifiers (Score::modify, Score::shown) on the S tile of work tile
 // `tile`: score_mod on every score whose query and key the sequence holds
 // (in the softmax's natural units: S times `unit`; its result stays in
 // them, see scale_log2), mask_mod hiding the
@@ -35,7 +36,7 @@ __device__ __forceinline__ void apply_modifiers(float (&acc_s)[kSRegisters], con
                                                 int wg_m0, int n0, bool shown, int warp,
                                                 int group, int quad_lane) {
   const float kNegInf = __int_as_float(0xff800000);
-  const float unit = p.softmax_scale_log2 * 0.6931471805599453f;
+  const float unit = Score::natural_unit(p);
   // Copies of the loop, with and without mask_mod, and with and without
   // the bounds, so that none carries another's live values (one loop
   // testing `shown` per element spilled 144 bytes at d = 64 under ALiBi
@@ -58,11 +59,11 @@ __device__ __forceinline__ void apply_modifiers(float (&acc_s)[kSRegisters], con
         // past seqlen_k is masked below (the key tail cuts its tile), a
         // query past seqlen_q is never written. No select per element.
         if constexpr (Modifiers::kScore && !Modifiers::kScoreSlope)
-          s = Modifiers::score(s * unit, tile.batch, head, q_at,
-                               kEdge ? min(k, seq.seqlen_k - 1) : k, p.aux);
+          s = Score::modify(s * unit, tile.batch, head, q_at,
+                            kEdge ? min(k, seq.seqlen_k - 1) : k, p.aux);
         if constexpr (decltype(with_mask)::value)
           if ((!kEdge || (q < seq.seqlen_q && k < seq.seqlen_k)) &&
-              !Modifiers::visible(tile.batch, head, q, k, p.aux))
+              !Score::shown(tile.batch, head, q, k, p.aux))
             s = kNegInf;
       }
   }
@@ -161,7 +162,7 @@ __device__ __forceinline__ void mask_cut_tile(float (&acc_s)[kSRegisters], const
     // The row's query position (packed rows: head fastest).
     const i64 row = wg_m0 + (((lane_t / 32) % 4) * 16 + (lane_t % 32) / 4 + h * 8) / kPack;
     int lo_local, hi_local;  // visible keys of this row, tile-local
-    visible_keys_in_tile<Mask>(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
+    Score::visible_keys(p, seqlen_k, row, n0, kBlockN, offset, lo_local, hi_local);
     if (runs_tile) {
       lo_local = max(lo_local, static_cast<int>(runs.row[h] & 0xffffu));
       hi_local = min(hi_local, static_cast<int>(runs.row[h] >> 16) - 1);
@@ -178,7 +179,7 @@ __device__ __forceinline__ void mask_cut_tile(float (&acc_s)[kSRegisters], const
       for (int c = 0; c < 2; ++c) {
         const int col = nt * 8 + c;
         bool masked = col > hi_t;
-        if constexpr (Mask::kHasLeft || kRowRuns) masked = masked || col < lo_t;
+        if constexpr (Score::Mask::kHasLeft || kRowRuns) masked = masked || col < lo_t;
         if (masked) acc_s[4 * nt + 2 * h + c] = kNegInf;
       }
   }

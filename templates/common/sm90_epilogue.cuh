@@ -20,7 +20,7 @@
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
-#include "common/modifiers.cuh"
+#include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/types.cuh"
 
@@ -29,7 +29,8 @@ namespace flashjit {
 // kHeadDim is the tiled head dim of O's fragments; kStoredColumns the
 // problem's (a multiple of 8, at most kHeadDim): the columns past it are
 // zeros, never stored. kSinks: a learned sink per query head joins each
-// row's softmax (finish_row; a split's partial leaves it to the combine).
+// row's softmax (finish_row; a split's partial leaves it to the
+// combine).
 template <class Element, int kHeadDim, int kStoredColumns, int kPack, int kLoadedRowsPerWg,
           bool kSplitKv, bool kSinks = false>
 struct Sm90Epilogue {
@@ -39,40 +40,37 @@ struct Sm90Epilogue {
                 "stored columns: whole n8 tiles of O");
 
   // The work tile's rows of this warpgroup (from query position wg_m0): O
-  // (acc_o, unnormalised), and the row statistics of the online softmax,
-  // per thread for rows group and group + 8 (row_sum a quarter of the row),
-  // of `warp` within the warpgroup; `group` (lane / 4) is the fragment row
-  // and `quad_lane` (lane % 4) the column pair, as the kernel holds them.
+  // (acc_o, unnormalised), and the online softmax's statistics of the
+  // thread's rows group and group + 8 of `warp` within the warpgroup;
+  // `group` (lane / 4) is the fragment row and `quad_lane` (lane % 4) the
+  // column pair, as the kernel holds them.
   template <class Sequence>
   __device__ __forceinline__ static void store(const FwdParams &p, const WorkTile &tile,
                                                const Sequence &seq, int wg_m0, int warp, int group,
                                                int quad_lane,
                                                const float (&acc_o)[kHeadDim / 2],
-                                               const float (&row_max)[2],
-                                               const float (&row_sum)[2], float scale_log2) {
-    const float kNegInf = __int_as_float(0xff800000);
+                                               const OnlineSoftmax<1> &stats, float scale_log2) {
     const bool partial = kSplitKv && p.num_splits > 1;
     const bool odd = quad_lane & 1, high = quad_lane & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float sum = quad_sum(row_sum[h]);
-      const bool empty = !(sum > 0.f);  // no visible key (or NaN input)
       // The row's query position and head (packed rows: head fastest).
       const int local = warp * 16 + group + h * 8;
       const int row = wg_m0 + local / kPack;
       const int head = kPack > 1 ? tile.head * kPack + local % kPack : tile.head;
       // A split's partial is normalised by its own sum; the whole row's
       // output by its sum and the sink.
+      const float sum = stats.total(h);
       const RowFinish finish =
-          kSinks && !partial ? finish_row<kSinks>(row_max[h], sum, scale_log2, p.sinks[head])
-                             : finish_row<false>(row_max[h], sum, scale_log2, 0.f);
+          kSinks && !partial
+              ? finish_row<kSinks>(stats.row_max[h], sum, scale_log2, p.sinks[head])
+              : finish_row<false>(stats.row_max[h], sum, scale_log2, 0.f);
       const float inv = finish.inv;
+      const RowFinish split = finish_partial(stats.row_max[h], sum, scale_log2);
       const bool stored =
           (kLoadedRowsPerWg == 64 || local < kLoadedRowsPerWg) && row < seq.seqlen_q;
       // The LSE's index of (sequence, head, row) (common/sequence.cuh).
       const i64 lse_row = seq.lse_row(p, head, row);
-      // ln(sum * 2^(max*scale_log2)) = (max*scale_log2 + log2(sum)) * ln2
-      const float lse = (row_max[h] * scale_log2 + __log2f(sum)) * 0.6931471805599453f;
       if (kSplitKv && partial) {
         // [split][LSE row]: the split's slice of every row (dense [batch][head][row],
         // varlen [head][total_q]).
@@ -83,8 +81,7 @@ struct Sm90Epilogue {
           for (int nt = 0; nt < kStoredColumns / 8; ++nt)
             *reinterpret_cast<F32x2 *>(o_row + nt * 8) =
                 F32x2{acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv};
-          // A split that saw no key weighs nothing in the combine.
-          if (quad_lane == 0) p.lse_partial[slice + lse_row] = empty ? kNegInf : lse;
+          if (quad_lane == 0) p.lse_partial[slice + lse_row] = split.lse;
         }
         continue;
       }

@@ -110,7 +110,8 @@ TEST(ForwardSource, PreludeHoldsEveryConstantAndIncludesTheTemplate) {
        {"constexpr int kHeadDimQK = 72;", "constexpr int kHeadDimV = 40;",
         "constexpr int kBlockM = 64;", "constexpr int kBlockN = 32;", "constexpr int kWarps = 4;",
         "constexpr int kStages = 3;", "constexpr bool kSoftcap = true;", "using Element = fp16;",
-        "using Mask = WindowMask;", "#include \"fwd_sm80.cuh\""})
+        "using Mask = WindowMask;",
+        "using Score = ScorePolicy<Mask, kSoftcap, Modifiers>;", "#include \"fwd_sm80.cuh\""})
     EXPECT_NE(s.source.find(line), std::string::npos) << line;
   // The prelude is short: the kernel lives in the template.
   EXPECT_LT(std::count(s.source.begin(), s.source.end(), '\n'), 30);
