@@ -28,9 +28,10 @@ struct BlockMapGeometry {
   int64_t batches = 1;    // 1: shared (qk-only and every sequence of the problem's lengths)
   // The forward's row runs of partial tiles (kBlockMapRuns), in 32-bit
   // words per slot of a row: one per query position of its work tile; 0
-  // where the kernel reads none (the backward, docs/experiments/
-  // bwd-sm90-key-runs.diff; a packed GQA tile whose mask_mod reads heads;
-  // d = 64's three-warpgroup forward).
+  // where the kernel reads none (the backward: runs with keys as the rows
+  // cost registers the d=128 kernel does not have, and causal as a
+  // mask_mod fell to 0.92x the built-in, H200, 2026-12-04; a packed GQA
+  // tile whose mask_mod reads heads; d = 64's three-warpgroup forward).
   int64_t run_words = 0;
   static constexpr int64_t kRunSlots = 4;  // kBlockMapRunSlots
 

@@ -49,8 +49,7 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
                                            int64_t rows_per_query, int page_size, bool masked,
                                            bool lean) {
   // FlashAttention-3 uses 192x128 (d=64), 128x176 (d=128) and 128x80 (d=256);
-  // here block_n is capped by max_block_n. Fastest on the H200 (docs/PERF.md,
-  // 2026-11-30, sixth session):
+  // here block_n is capped by max_block_n. Fastest on the H200 (2026-11-30):
   // - d=64 beyond 1024 queries: 192x112 with 3 stages, three consumer
   //   warpgroups taking turns (8k full 452.7 -> 527.5 TFLOP/s, causal 423.7
   //   -> 480.9; 2048 full 432.0 -> 464.2, causal 365.3 -> 385.1). At 512 it
@@ -66,8 +65,8 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   //   full 1k / 2k / 8k / 16k 395 / 485 / 538 / 524 -> 449 / 527 / 580 /
   //   532 TFLOP/s; causal 273 / 389 / 488 / 497 -> 289 / 401 / 493 / 524).
   //   Without a mask from 257 queries on (H100, `flashjit tune`, 32x32
-  //   heads x 512: 1.14x over 128x128 s3; docs/perf_fwd_tune_42_h100.txt;
-  //   192x112 had tied 128x128 at 512, and 128 beat 112 by 14% at 1k).
+  //   heads x 512: 1.14x over 128x128 s3; 192x112 had tied 128x128 at
+  //   512, and 128 beat 112 by 14% at 1k).
   // - d=64 otherwise up to 1024 queries: 128x128 with 3 stages (2 the same).
   // - d=128: 128x128 with 2 stages, which leaves room for a second Q buffer
   //   (causal 512: 317 against 277 with 3 stages and one Q buffer; from 4k
@@ -85,11 +84,10 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   KernelConfig c;
   c.path = KernelPath::sm90;
   if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {
-    // H200, Llama-3-8B decode (32/8 heads, d=128), GB/s (`flashjit run`;
-    // docs/PERF.md): one consumer warpgroup with block_n 64 x 2 stages
+    // H200, Llama-3-8B decode (32/8 heads, d=128), GB/s (`flashjit run`,
+    // 2026-12-01): one consumer warpgroup with block_n 64 x 2 stages
     // against 128 x 3: 1x8k 1667 / 1545, 64x4k 4188 / 4053, 1x128k 3998 /
-    // 3619; against two warpgroups splitting the keys (64 x 4 stages;
-    // docs/experiments/fwd-sm90-key-splitting-warpgroups.diff):
+    // 3619; against two warpgroups splitting the keys (64 x 4 stages):
     // 1x8k 1650 / 1426, 64x4k 4159 / 3931, 16x32k 4327 / 4082, 1x128k
     // 4056 / 3588. d=64 and 256 keep d=128's K/V tile bytes (not measured).
     c.block_m = 64;

@@ -105,7 +105,7 @@ int forward_splits_heuristic(const Problem &problem, const KernelConfig &config,
   // which streams ~64 keys/us per CTA), and the combine when split.
   // Measured at 1 x 8k (8 packed work tiles, 128 key tiles of 64): 15
   // splits, the old wave-efficiency rule's, leave one CTA 9 tiles where 16
-  // give every CTA 8 (docs/PERF.md, ninth session).
+  // give every CTA 8 (H200, 2026-12-01).
   const int64_t start = ceil_div(kSplitStartKeys, config.block_n);
   auto cost = [&](int64_t splits) {
     const int64_t waves = ceil_div(work * splits, slots);

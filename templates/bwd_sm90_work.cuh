@@ -80,8 +80,8 @@ struct QueryTiles {
 // m-block m at step m - 2j of a head: H200, bf16, 16k tokens, TFLOP/s,
 // that walk -> this one, d=128 causal 2k / 8k / 16k 362.8 / 485.0 /
 // 482.3 -> 367.6 / 497.3 / 526.2, d=96 8k 379.8 -> 393.8, GQA 32/8 3000
-// 425.8 -> 430.1; full masks, d=64 and d=256 within 1% (docs/PERF.md,
-// twenty-sixth session). The deterministic mode needs
+// 425.8 -> 430.1; full masks, d=64 and d=256 within 1% (2026-12-04). The
+// deterministic mode needs
 // this walk where its key blocks go longest first: a query tile's dQ takes
 // the key blocks' adds in dispatch order (key blocks ascending), so no CTA
 // waits for one that lags it (the ascending walk ran 0.72x the default
@@ -93,7 +93,7 @@ struct QueryTiles {
 // (BwdSm90Traits::dispatch_order: where that pays).
 // A CTA per item (a caller's score_mod or mask_mod) takes this walk too
 // under a mask_mod alone up to d = 128 (causal as a mask_mod, d=128 8k,
-// H200: see docs/PERF.md, twenty-eighth session); with a score_mod, or
+// H200, 2026-12-04); with a score_mod, or
 // at d > 128, the walk its speed was measured with, head by head, the
 // m-blocks ascending (this one spilled 16 bytes of a d=256 block-map
 // kernel).
