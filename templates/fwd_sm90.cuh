@@ -73,7 +73,7 @@
 // well (the next tile's first S issued with the last P V, its softmax under
 // that, then the epilogue) measured 2-15% slower on the H200: the epilogue
 // then sits between a warpgroup's turns and holds up the other's (H200,
-// 2026-12-04: d=128 causal 1k 426.8 -> 389.8 TFLOP/s).
+// 2026-11-30: d=128 causal 1k 426.8 -> 389.8 TFLOP/s).
 //
 // Ping-pong (round robin with three). One named barrier per consumer
 // warpgroup passes a turn from each to the next: a warpgroup issues its
