@@ -329,7 +329,6 @@ const std::vector<ShippedModifiers> &shipped_table() {
         {"prefix_lm", mods::prefix_lm()},
         {"sliding_window_with_sinks", mods::sliding_window_with_sinks()},
         {"causal_mask", mods::causal_mask()},
-        {"tanh_softcap", mods::tanh_softcap()},
     };
     std::vector<ShippedModifiers> out;
     for (const auto &[name, m] : entries) {
@@ -410,7 +409,10 @@ int flashjit_shipped_modifiers(const char *name, flashjit_modifiers *out) {
     const ShippedModifiers *found = name ? shipped_modifiers(name) : nullptr;
     if (!found)
       return fail(std::string("flashjit_shipped_modifiers: no shipped modifier '") +
-                  (name ? name : "(null)") + "': expected one of " + shipped_modifier_names());
+                  (name ? name : "(null)") + "': expected one of " + shipped_modifier_names() +
+                  (name && llvm::StringRef(name) == "tanh_softcap"
+                       ? " (a tanh softcap is built in: set the problem's softcap)"
+                       : ""));
     *out = flashjit_modifiers{};
     auto text = [](const std::string &s) { return s.empty() ? nullptr : s.c_str(); };
     out->score_mod = text(found->modifiers.score_mod);

@@ -78,19 +78,4 @@ Modifiers causal_mask() {
   return m;
 }
 
-Modifiers tanh_softcap() {
-  Modifiers m;
-  m.score_mod =
-      "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
-      "  return aux.cap * tanhf(score / aux.cap);\n"
-      "}\n";
-  m.score_mod_grad =
-      "__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) {\n"
-      "  const float t = tanhf(score / aux.cap);\n"
-      "  return 1.f - t * t;\n"
-      "}\n";
-  m.aux = {{"float", "cap"}};
-  return m;
-}
-
 }  // namespace flashjit::mods

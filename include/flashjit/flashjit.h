@@ -223,7 +223,7 @@ int flashjit_create_block_mask(const flashjit_problem *problem,
 
 /* The shipped modifiers (include/flashjit/mods.h) by name: "alibi",
  * "relative_bias", "document_mask", "prefix_lm", "sliding_window_with_sinks",
- * "causal_mask", "tanh_softcap". Fills *out's score_mod, score_mod_grad,
+ * "causal_mask". Fills *out's score_mod, score_mod_grad,
  * mask_mod and aux (the declarations, e.g. "const float* slopes") with
  * strings that live as long as the process (NULL where the modifier has
  * none) and mask_mod_qk_only; clears the rest (aux_values, sinks). The

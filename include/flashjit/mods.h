@@ -36,10 +36,10 @@ Modifiers prefix_lm();
 // Aux: int window, int sinks.
 Modifiers sliding_window_with_sinks();
 
-// The built-in causal mask and tanh softcap, written as modifiers: what a
-// caller's own can be checked against. causal_mask: k <= q (equal lengths);
-// tanh_softcap: cap * tanh(score / cap), aux: float cap.
+// The built-in causal mask written as a modifier, k <= q (equal lengths):
+// what a caller's own mask_mod can be checked against. (The softcap has no
+// modifier twin: it is Problem::softcap, which the score policy applies
+// before any score_mod.)
 Modifiers causal_mask();
-Modifiers tanh_softcap();
 
 }  // namespace flashjit::mods

@@ -98,7 +98,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         any kernel. score_mod and mask_mod also take the shipped modifiers
         of flashjit.mods (alibi(slopes), relative_bias(table, n),
         document(doc_ids), prefix_lm(n), sliding_window(w, sinks),
-        causal(), softcap(cap)), their aux values bound, their score
+        causal()), their aux values bound, their score
         modifiers differentiable.
     sinks: learned attention sinks (GPT-OSS), a CUDA tensor [heads_q] of
         logits in natural-log units (not multiplied by softmax_scale): each

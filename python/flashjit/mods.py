@@ -125,9 +125,3 @@ def causal():
     """k <= q, the built-in causal mask as a modifier (equal lengths)."""
     return Modifier("causal_mask", {})
 
-
-def softcap(cap):
-    """cap * tanh(score / cap), the built-in softcap as a score modifier."""
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
-        raise ValueError(f"flashjit.mods.softcap: cap must be a number > 0, got {cap!r}")
-    return Modifier("tanh_softcap", {"cap": float(cap)})

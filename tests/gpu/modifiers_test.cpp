@@ -257,13 +257,6 @@ TEST(ModifiersGpu, ShippedModifiersMatchTheReference) {
     };
     shipped.push_back({"sliding_window_with_sinks", mods::sliding_window_with_sinks(), r});
   }
-  {
-    ReferenceModifiers r;
-    r.score = [](double s, int64_t, int64_t, int64_t, int64_t) {
-      return 20.0 * std::tanh(s / 20.0);
-    };
-    shipped.push_back({"tanh_softcap", mods::tanh_softcap(), r});
-  }
   for (const Shipped &one : shipped) {
     AuxValues aux(one.modifiers);
     ASSERT_EQ(aux.error(), "") << one.name;

@@ -340,15 +340,26 @@ TEST(ReferenceBackwardGpu, ScoreModGradientScalesTheScoreGradient) {
   EXPECT_LE(relative_error(plain->dk, cpu.dk), 5e-6);
 }
 
-// mods::tanh_softcap (a score_mod with score_mod_grad 1 − tanh²) is the
-// built-in softcap bit for bit, in both precisions.
+// A tanh softcap written as a score_mod (with score_mod_grad 1 − tanh²)
+// is the built-in softcap bit for bit, in both precisions: the modifier
+// path and the built-in one compute the same backward.
 TEST(ReferenceBackwardGpu, TanhSoftcapModifierIsTheBuiltInSoftcap) {
   FLASHJIT_REQUIRE_GPU();
   const Problem capped =
       make_problem(DType::bf16, 2, 4, 2, 77, 133, 64, 64, MaskKind::causal, -1, -1, 2.5f);
   Problem plain = capped;
   plain.softcap = 0.f;
-  const Modifiers m = mods::tanh_softcap();
+  Modifiers m;
+  m.score_mod =
+      "__device__ float score_mod(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return aux.cap * tanhf(score / aux.cap);\n"
+      "}\n";
+  m.score_mod_grad =
+      "__device__ float score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux) {\n"
+      "  const float t = tanhf(score / aux.cap);\n"
+      "  return 1.f - t * t;\n"
+      "}\n";
+  m.aux = {{"float", "cap"}};
   AuxValues aux(m);
   ASSERT_EQ(aux.set("cap", 2.5f), "");
   Call call;

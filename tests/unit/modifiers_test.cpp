@@ -928,8 +928,7 @@ TEST(ModifiersLibrary, EveryShippedModifierCompiles) {
                                mods::document_mask(),
                                mods::prefix_lm(),
                                mods::sliding_window_with_sinks(),
-                               mods::causal_mask(),
-                               mods::tanh_softcap()};
+                               mods::causal_mask()};
   Problem p;
   p.batch = 2;
   p.heads_q = p.heads_kv = 16;
