@@ -3,20 +3,28 @@
 # binaries built here carried in .device/ (scripts/build-device-bundle.sh):
 #   .device/bin/{flashjit,flashjit_gpu_tests,flashjit_unit_tests}, .device/lib/libflashjit.so
 # Runs every check in order, continuing past failures, logs each step to
-# $OUT/NN-step.log (a temporary folder when OUT is unset) and prints a summary
-# LAST: pass/fail per step, then the first-call and memory lines and the
-# benchmark tables (forward, then backward, then the deterministic
-# backward against the default mode, then decode, then varlen, then serving, then
-# the modifiers against FlexAttention).
+# NN-step.log in a temporary folder and prints a summary LAST: pass/fail per
+# step, then the first-call and memory lines and the benchmark tables
+# (forward, then backward, then a baseline build against this one, then the
+# deterministic backward against the default mode, then decode, then
+# varlen, then serving, then the modifiers against FlexAttention).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
-#   SKIP=a,b  steps to leave out (names as in the summary)
-# The benchmarks' result files go to $OUT/results/<gpu>/ (RESULTS=DIR
-# elsewhere); `python3 bench/report.py --add DIR` takes them into
+#   SKIP=a,b  steps to leave out, ONLY=a,b the steps to run (names as in
+#             the summary); one call of the device tool runs 10 minutes at
+#             most, so the whole list takes two or three calls
+#   BASELINE=DIR  a bundle of another build (e.g. .device-old): the ab-grid
+#             step times its grids and this build's alternately (A B A B)
+#             and prints B / A per shape (bench/ab_ratio.py)
+# The benchmarks' result files go to RESULTS (default: results/ in the log
+# folder); with OUT set (the device tool's), the logs and the results are
+# packed into $OUT/logs.tgz and $OUT/results.tgz (few files come back from
+# that machine). `python3 bench/report.py --add DIR` takes the results into
 # bench/results/ and regenerates docs/PERF.md.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-LOGDIR=${OUT:-$(mktemp -d /tmp/flashjit-device-check.XXXXXX)}
+LOGDIR=$(mktemp -d /tmp/flashjit-device-check.XXXXXX)
+export LOGDIR  # ab_grid's
 mkdir -p "$LOGDIR"
 export BIN=$PWD/.device/bin
 export FLASHJIT_LIB=$PWD/.device/lib/libflashjit.so
@@ -43,6 +51,7 @@ step() {
   n=$((n + 1))
   local log
   log=$LOGDIR/$(printf '%02d' "$n")-$name.log
+  [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]] && return
   if [[ ",${SKIP:-}," == *",$name,"* ]]; then
     names+=("$name") results+=("skipped") seconds+=(0)
     return
@@ -99,7 +108,34 @@ wheel_step() {  # the installed wheel with the toolkit's NVRTC hidden, when a wh
   fi
 }
 
-export -f have_torch python_step run_shapes wheel_step
+# A baseline build's grids against this one's, alternately A B A B, each
+# pass's TFLOP/s per shape and B / A (bench/ab_ratio.py); the last run of
+# this build writes the grid suites.
+ab_grid() {
+  if [ -z "${BASELINE:-}" ] || [ ! -f "$BASELINE/lib/libflashjit.so" ]; then
+    echo "SKIP: no BASELINE bundle (BASELINE=.device-old, carried)"
+    return 0
+  fi
+  local rc=0 round lib tag quick=()
+  [ "${QUICK:-0}" = 1 ] && quick=(--quick)
+  for round in 1 2; do
+    for tag in a b; do
+      lib=$BASELINE/lib/libflashjit.so
+      [ $tag = b ] && lib=$FLASHJIT_LIB
+      local results=''
+      [ $tag = b ] && [ $round = 2 ] && results=$RESULTS
+      echo "+ $tag$round: $lib"
+      FLASHJIT_LIB=$lib FLASHJIT_DB=$(mktemp -d /tmp/flashjit-ab.XXXXXX)/db \
+        python3 bench/compare.py "${quick[@]}" --results "$results" \
+        --json "$LOGDIR/ab-$tag$round.json" >"$LOGDIR/ab-$tag$round.log" 2>&1 || rc=1
+      tail -n 3 "$LOGDIR/ab-$tag$round.log"
+    done
+  done
+  python3 bench/ab_ratio.py --a "$LOGDIR"/ab-a?.json --b "$LOGDIR"/ab-b?.json || rc=1
+  return $rc
+}
+
+export -f have_torch python_step run_shapes wheel_step ab_grid
 
 quick=()
 [ "${QUICK:-0}" = 1 ] && quick=(--quick)
@@ -121,6 +157,7 @@ step wheel 400 wheel_step
 step latency 120 python_step python3 bench/latency.py --results "$RESULTS" --json "$LOGDIR/latency.json"
 step first-call 300 python_step python3 bench/first_call.py --results "$RESULTS" --json "$LOGDIR/first_call.json"
 step memory 300 python_step python3 bench/memory.py --json "$LOGDIR/memory.json"
+step ab-grid 600 python_step ab_grid
 step compare 600 python_step python3 bench/compare.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/compare.json"
 step models 600 python_step python3 bench/compare.py --models --repeats 20 --results "$RESULTS" --json "$LOGDIR/models.json"
 step det-ratios 400 bash scripts/det-ratios.sh "$(dirname "$BIN")"
@@ -144,6 +181,8 @@ first_call=$(grep -hE '^(cold|warm) ' "$LOGDIR"/*-first-call.log 2>/dev/null)
 [ -n "$first_call" ] && printf '\nfirst call (bench/first_call.py):\n%s\n' "$first_call"
 memory=$(grep -h '^memory: ' "$LOGDIR"/*-memory.log 2>/dev/null)
 [ -n "$memory" ] && printf '\nforward + backward memory (bench/memory.py):\n%s\n' "$memory"
+ab=$(sed -n '/^=== B \/ A/,$p' "$LOGDIR"/*-ab-grid.log 2>/dev/null)
+[ -n "$ab" ] && printf '\nthe baseline (A, %s) against this build (B):\n%s\n' "${BASELINE:-}" "$ab"
 table=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-compare.log 2>/dev/null)
 [ -n "$table" ] && printf '\n%s\n' "$table"
 models=$(sed -n '/^=== flashjit vs SDPA/,$p' "$LOGDIR"/*-models.log 2>/dev/null)
@@ -158,6 +197,12 @@ serving=$(sed -n '/^=== flashjit serving/,$p' "$LOGDIR"/*-serving.log 2>/dev/nul
 [ -n "$serving" ] && printf '\n%s\n' "$serving"
 modifiers=$(sed -n '/^=== flashjit modifiers/,$p' "$LOGDIR"/*-modifiers.log 2>/dev/null)
 [ -n "$modifiers" ] && printf '\n%s\n' "$modifiers"
+if [ -n "${OUT:-}" ]; then
+  # Few files come back from the device machine: the logs and the result
+  # files, packed.
+  tar czf "$OUT/logs.tgz" -C "$LOGDIR" --exclude results . 2>/dev/null
+  [ -d "$RESULTS" ] && tar czf "$OUT/results.tgz" -C "$RESULTS" .
+fi
 echo
 echo "device-check: $failed step(s) failed"
 exit $((failed > 0))
