@@ -3,6 +3,7 @@
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/kernel_spec.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,8 +14,8 @@ int max_smem_per_block(const TargetArch &arch) {
   switch (arch.sm()) {
     case 80: case 87: return 163 * 1024;
     case 86: case 89: return 99 * 1024;
-    case 90: return 227 * 1024;
-    default: return arch.sm() > 90 ? 227 * 1024 : 99 * 1024;
+    case 90: return kSm90SmemBudget;
+    default: return arch.sm() > 90 ? kSm90SmemBudget : 99 * 1024;
   }
 }
 
@@ -105,7 +106,7 @@ int forward_splits_heuristic(const Problem &problem, const KernelConfig &config,
   // which streams ~64 keys/us per CTA), and the combine when split.
   // Measured at 1 x 8k (8 packed work tiles, 128 key tiles of 64): 15
   // splits, the old wave-efficiency rule's, leave one CTA 9 tiles where 16
-  // give every CTA 8 (docs/PERF.md, ninth session).
+  // give every CTA 8 (docs/PERF.md, 2026-12-01).
   const int64_t start = ceil_div(kSplitStartKeys, config.block_n);
   auto cost = [&](int64_t splits) {
     const int64_t waves = ceil_div(work * splits, slots);
