@@ -88,35 +88,74 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
          }).config;
 }
 
+namespace {
+
+BwdSm80Traits backward_sm80_traits(const KernelSpec &spec) {
+  return BwdSm80Traits{spec.head_dim_qk,         spec.head_dim_v,   spec.config.block_m,
+                       spec.config.block_n,      spec.config.warps, spec.config.stages,
+                       spec.config.deterministic};
+}
+
+// Preprocess and dQ conversion (bwd_rowwise.cuh): a thread per query row, 128 a
+// CTA.
+constexpr int kRowwiseThreads = 128;
+
+}  // namespace
+
+LaunchGeometry backward_block_geometry(const KernelSpec &spec) {
+  LaunchGeometry g;
+  if (spec.config.path == KernelPath::sm90) {
+    const BwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
+                          spec.config.warps, spec.config.stages,  spec.head_dim_v};
+    g.block.x = static_cast<unsigned>(t.threads());
+    g.dynamic_smem_bytes = t.smem_bytes();
+  } else {
+    const BwdSm80Traits t = backward_sm80_traits(spec);
+    g.block.x = static_cast<unsigned>(t.threads());
+    g.dynamic_smem_bytes = t.smem_bytes();
+  }
+  return g;
+}
+
 LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                         int sm_count) {
+  LaunchGeometry g = backward_block_geometry(spec);
   if (spec.config.path == KernelPath::sm90) {
-    BwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
-                    spec.config.warps, spec.config.stages,  spec.head_dim_v};
     // One dimension: the kernel orders its work itself (dispatch_order)
     // and takes items until they run out (BwdParams::work_items).
-    LaunchGeometry g = row_tiled_geometry(1, 1, 1, 1, t.threads(), t.smem_bytes());
     const bool resident = sm90_backward_resident(!spec.modifiers.score_mod.empty(),
                                                  !spec.modifiers.mask_mod.empty());
     g.grid.x = static_cast<unsigned>(
         BwdSm90Traits::grid_ctas(problem, spec.config.block_n, sm_count, resident));
     return g;
   }
-  BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
-                  spec.config.warps, spec.config.stages};
-  return row_tiled_geometry(problem.seqlen_k, t.block_n, problem.heads_kv, problem.batch,
-                            t.threads(), t.smem_bytes());
+  return row_tiled_geometry(problem.seqlen_k, spec.config.block_n, problem.heads_kv, problem.batch,
+                            static_cast<int>(g.block.x), g.dynamic_smem_bytes);
+}
+
+LaunchGeometry backward_dq_block_geometry(const KernelSpec &spec) {
+  const BwdSm80Traits t = backward_sm80_traits(spec);
+  LaunchGeometry g;
+  g.block.x = static_cast<unsigned>(t.dq_threads());
+  g.dynamic_smem_bytes = t.dq_smem_bytes();
+  return g;
 }
 
 LaunchGeometry backward_dq_geometry(const KernelSpec &spec, const Problem &problem) {
-  BwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
-                  spec.config.warps, spec.config.stages, true};
-  return row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q, problem.batch,
-                            t.dq_threads(), t.dq_smem_bytes());
+  const LaunchGeometry g = backward_dq_block_geometry(spec);
+  return row_tiled_geometry(problem.seqlen_q, spec.config.block_m, problem.heads_q, problem.batch,
+                            static_cast<int>(g.block.x), g.dynamic_smem_bytes);
+}
+
+LaunchGeometry backward_rowwise_block_geometry() {
+  LaunchGeometry g;
+  g.block.x = kRowwiseThreads;
+  return g;
 }
 
 LaunchGeometry backward_rowwise_geometry(const Problem &problem) {
-  return row_tiled_geometry(problem.seqlen_q, 128, problem.heads_q, problem.batch, 128, 0);
+  return row_tiled_geometry(problem.seqlen_q, kRowwiseThreads, problem.heads_q, problem.batch,
+                            kRowwiseThreads, 0);
 }
 
 }  // namespace flashjit

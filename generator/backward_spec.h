@@ -27,9 +27,16 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
 // many CTAs as BwdSm90Traits::grid_ctas says for `sm_count` SMs (0: unknown).
 LaunchGeometry backward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                         int sm_count = 0);
+// Its block and dynamic shared memory: what every launch of it shares,
+// whatever the problem (the grid is left at one CTA).
+LaunchGeometry backward_block_geometry(const KernelSpec &spec);
 // The deterministic dQ kernel: one CTA per (query tile, head, batch).
 LaunchGeometry backward_dq_geometry(const KernelSpec &spec, const Problem &problem);
+// Its block and dynamic shared memory (the grid left at one CTA).
+LaunchGeometry backward_dq_block_geometry(const KernelSpec &spec);
 // Preprocess and dQ conversion: one thread per query row.
 LaunchGeometry backward_rowwise_geometry(const Problem &problem);
+// Their block (no shared memory; the grid left at one CTA).
+LaunchGeometry backward_rowwise_block_geometry();
 
 }  // namespace flashjit

@@ -19,12 +19,13 @@ struct BackwardStep {
 // Preprocess (D = rowsum(dO·O), dQ accumulator zeroed), the main kernel,
 // then the dQ conversion, or with sm80's `deterministic` the dQ kernel;
 // with learned sinks (Modifiers::sinks) last their gradient.
-// The dynamic shared memory of each step depends on `spec` alone, so a
-// problem of any size of the class gives the amounts to load the kernels
-// with.
 // `sm_count`, the device's SMs, sizes the sm90 kernel's resident grid (0:
 // a CTA per work item).
 llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec, const Problem &problem,
                                                   int sm_count = 0);
+// The same steps with what they take from `spec` alone, their blocks and
+// dynamic shared memory (each grid left at one CTA): the entries a backward
+// program holds and the shared memory to load each with.
+llvm::SmallVector<BackwardStep, 3> backward_steps(const KernelSpec &spec);
 
 }  // namespace flashjit

@@ -8,26 +8,6 @@
 
 namespace flashjit {
 
-int BwdSm80Traits::smem_bytes() const {
-  const int smem_qk = round_up(head_dim_qk, 64), smem_v = round_up(head_dim_v, 64);
-  const int smem_m = round_up(block_m, 64);
-  // K, V; `stages` of Q and dO; P^T and dS^T; LSE and D (fp32, per stage).
-  const int elements = block_n * smem_qk + block_n * smem_v + stages * block_m * smem_qk +
-                       stages * block_m * smem_v + 2 * block_n * smem_m + 2 * stages * block_m * 2;
-  return elements * 2;
-}
-
-int BwdSm80Traits::dq_smem_bytes() const {
-  const int smem_qk = round_up(head_dim_qk, 64), smem_v = round_up(head_dim_v, 64);
-  return (block_m * (smem_qk + smem_v) + stages * kDqBlockN * (smem_qk + smem_v)) * 2;
-}
-
-int BwdSm80Traits::accumulator_registers() const {
-  const int kv = (block_n / warps_kv_m()) * (dim_qk() + dim_v()) / warps_kv_n() / 32;
-  const int s = (block_n / warps_s_m()) * (block_m / warps_s_n()) / 32;  // S^T and dP^T
-  return kv + 2 * s;
-}
-
 llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_v, int block_m,
                                                  int block_n, int warps, int stages,
                                                  int max_smem_bytes, bool deterministic) {
@@ -45,15 +25,16 @@ llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_
     why.push_back(llvm::formatv("block_n={0} is not 32, 64 or 128", block_n));
   if (why.empty()) {
     // The kernel's static_asserts, in the same order.
-    if (block_n % (16 * t.warps_s_m()))
+    const BwdSm80Layout l = t.layout();
+    if (block_n % (16 * l.warps_s_m()))
       why.push_back(llvm::formatv("block_n={0} leaves a warp less than 16 keys in S^T (needs "
                                   "a multiple of {1})",
-                                  block_n, 16 * t.warps_s_m()));
-    if (t.warps_kv_n() > 2)
+                                  block_n, 16 * l.warps_s_m()));
+    if (l.warps_kv_n() > 2)
       why.push_back(llvm::formatv("block_n={0} spreads dK/dV over more than 2 warps per key "
                                   "tile ({1} warps)",
                                   block_n, warps));
-    if (why.empty() && (t.dim_qk() / (8 * t.warps_kv_n())) % 2)
+    if (why.empty() && l.kv_n_tiles_qk() % 2)
       why.push_back("head dim does not split into pairs of n8 tiles per warp");
     if (why.empty() && t.accumulator_registers() > kMaxAccumulatorRegisters)
       why.push_back(llvm::formatv("{0} fp32 accumulators per thread exceed {1}; use more "

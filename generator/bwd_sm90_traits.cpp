@@ -11,42 +11,6 @@
 
 namespace flashjit {
 
-namespace {
-constexpr int kSmemLimit = 232448;  // sm_90's 227 KB per CTA
-}
-
-// Everything but the staged dQ buffers.
-static int unstaged_smem_bytes(const BwdSm90Traits &t) {
-  const int dims = t.tiled_head_dim() + t.tiled_head_dim_v();
-  const int kv = t.block_n * dims * 2;
-  const int q_do = t.stages * t.block_m * dims * 2;
-  const int ds = (t.splits_head_dim() ? 2 : 1) * 2 * t.block_n * t.block_m * 2;
-  const int stat_rows = t.splits_head_dim() ? t.block_m / 2 : t.block_m;
-  const int stats = 2 * 2 * 2 * stat_rows * 4;  // per consumer warpgroup, two buffers
-  // kv_full, kv_empty, item_full[2], item_empty[2], full/empty per stage,
-  // then the two work item slots.
-  const int barriers = 8 * (6 + 2 * t.stages) + 8;
-  return kv + q_do + ds + stats + barriers + BwdSm90Traits::kSmemAlign;
-}
-
-// Two consumer warpgroups' dQ parts, 64 rows x their columns of fp32 each:
-// the whole Q/K head dim when they split the tile by rows (block_m 128) or
-// take their own keys (tiled 64 with block_m 64), else half of it.
-static int dq_stage_bytes(const BwdSm90Traits &t) {
-  const int d = t.tiled_head_dim();
-  const bool whole =
-      t.block_m == 128 || sm90_backward_dq_own_keys(t.head_dim, t.v_dim(), t.block_m);
-  return 2 * 64 * (whole ? d : d / 2) * 4;
-}
-
-bool BwdSm90Traits::dq_staged() const {
-  return unstaged_smem_bytes(*this) + dq_stage_bytes(*this) <= kSmemLimit;
-}
-
-int BwdSm90Traits::smem_bytes() const {
-  return unstaged_smem_bytes(*this) + (dq_staged() ? dq_stage_bytes(*this) : 0);
-}
-
 std::string BwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
   if (std::string why =
           sm90_head_dims_reason("the sm90 backward", "32, 64, 96, 128, 192 or 256", head_dim_qk,
@@ -72,7 +36,7 @@ std::string sm90_backward_automatic_reason(const Problem &problem, const TargetA
   if (std::string why = sm90_backward_fallback_reason(problem, arch); !why.empty()) return why;
   // Deterministic: where the default tiles stage dQ (checked on the H200:
   // bit-identical runs, 0.72-0.90x the default mode's speed and 2.6x the
-  // sm80 family's deterministic mode; docs/PERF.md, fourteenth session).
+  // sm80 family's deterministic mode; docs/PERF.md, 2026-12-02).
   if (deterministic) {
     const KernelConfig c = BwdSm90Traits::default_config(problem.head_dim_qk, problem.head_dim_v);
     auto traits = BwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
@@ -102,8 +66,8 @@ int BwdSm90Traits::default_block_m(int head_dim_qk, int head_dim_v) {
 // (the kernel's kDQUnderLastMma). H200, bf16, 16k tokens, one process, one
 // stage -> two, TFLOP/s: d=128 full 512/2k/8k 266/407/471 -> 281/435/492,
 // causal 168/341/445 -> 173/362/485; d=64 +2-8%, d=32 +4-10%, d=96 +1-6%,
-// d=192 +4-9%, 160 +3-4%, 192/128 +2-4% (docs/PERF.md, twenty-fifth
-// session). The grid's tuning of 2026-11-30 had chosen one stage for every
+// d=192 +4-9%, 160 +3-4%, 192/128 +2-4% (docs/PERF.md,
+// 2026-12-03). The grid's tuning of 2026-11-30 had chosen one stage for every
 // d=128 class, on a kernel that released the stage before dQ's product and
 // had no resident CTAs. A caller's modifiers (score_mod, mask_mod, sinks)
 // take two as well where the query tiles have 64 rows (tiled 96 and up:

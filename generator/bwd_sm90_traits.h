@@ -1,13 +1,14 @@
 // Host twin of templates/bwd_sm90.cuh's derived constants: which head dims
-// and tiles the TMA + wgmma backward serves, its shared memory and launch
-// shape. A change to the kernel's layout must be mirrored here.
+// and tiles the TMA + wgmma backward serves, and its launch shape. Its
+// shared memory is BwdSm90Layout's (templates/common/bwd_sm90_layout.cuh),
+// the arithmetic the kernel compiles.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "llvm/Support/Error.h"
-#include "templates/common/fwd_sm90_layout.cuh"
+#include "templates/common/bwd_sm90_layout.cuh"
 
 namespace flashjit {
 
@@ -23,8 +24,7 @@ struct BwdSm90Traits {
   int stages = 0;    // Q/dO buffers
   int head_dim_v = 0;  // of V and dO, the problem's (0: head_dim)
 
-  static constexpr int kWarps = 12;  // a producer and two consumer warpgroups
-  static constexpr int kSmemAlign = 1024;
+  static constexpr int kWarps = BwdSm90Layout::kWarps;  // a producer and two consumer warpgroups
   // What the producer and the dQ writer, on 24 registers, may keep of their
   // loop's state in local memory (L1, off the consumers' path; cuobjdump:
   // 11-38 STL/LDL there with two Q/dO stages at d = 128-192, against 0-4 in
@@ -36,7 +36,7 @@ struct BwdSm90Traits {
   // descriptors and an item's state, 84-212 bytes of stores by ptxas
   // (deterministic at the top), none of them wgmma operands (no
   // serialisation); timed all the same, 1.15-1.61x the head-dim split
-  // (H100, docs/PERF.md, thirty-sixth and thirty-seventh sessions).
+  // (H100, docs/PERF.md, 2026-12-05).
   static constexpr int kTwoPassSpillBytes = 216;
 
   int threads() const { return 32 * warps; }
@@ -64,7 +64,7 @@ struct BwdSm90Traits {
   // (the kernel's kEarlyPartProducts) they win in every mode. H100, bf16,
   // 16k tokens, TFLOP/s, 64 -> 128 keys: 8k full 367.9 -> 472.6, causal
   // 8k 353.2 -> 422.1, 2k 278.0 -> 332.3, deterministic 8k causal 229.8 ->
-  // 371.0 (docs/PERF.md, thirty-sixth and thirty-seventh sessions). A
+  // 371.0 (docs/PERF.md, 2026-12-05). A
   // caller's modifiers keep the split: on 128 keys mask_mod, score_mod and
   // softcap together keep 304-344 bytes in local memory (the split none),
   // past the tuner's limit.
@@ -74,20 +74,20 @@ struct BwdSm90Traits {
     return sm90_backward_wide_own_keys(head_dim_qk, dv) && !modified ? 128 : 64;
   }
   int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
-  int tiled_head_dim() const { return sm90_backward_tile_head_dim(head_dim, v_dim()); }
-  int tiled_head_dim_v() const { return sm90_backward_tile_head_dim(v_dim(), head_dim); }
-  bool splits_head_dim() const {
-    return sm90_backward_splits_head_dim(head_dim, v_dim(), block_n);
-  }
+  int tiled_head_dim() const { return layout().tile_head_dim(); }
+  int tiled_head_dim_v() const { return layout().tile_head_dim_v(); }
+  bool splits_head_dim() const { return layout().splits_head_dim(); }
+  // The layout arithmetic, compiled from the header the kernel uses.
+  BwdSm90Layout layout() const { return {head_dim, v_dim(), block_m, block_n, stages}; }
   // K, V; `stages` of Q and dO; two dS^T buffers (with P^T under the head-dim
   // split); two LSE/D buffers per consumer warpgroup, for its S^T columns;
   // each consumer warpgroup's dQ part when staged; the mbarriers; slack to
   // align the base.
-  int smem_bytes() const;
+  int smem_bytes() const { return layout().smem_bytes(); }
   // Whether the consumers hand dQ's parts to the TMA unit through shared
   // buffers (reduce-add) rather than adding them with per-thread atomics:
   // wherever the buffers fit (the kernel's kDQStaged).
-  bool dq_staged() const;
+  bool dq_staged() const { return layout().dq_staged(); }
 
   // Why the sm90 backward cannot serve this problem at all (empty: it can).
   static std::string unsupported_reason(int head_dim_qk, int head_dim_v);
@@ -147,7 +147,7 @@ struct BwdSm90Traits {
   // longest items start last (d=256 16/4 heads 2k 196.1 -> 144.2), at
   // 192/128 it lost (412.4 -> 396.3), and without a mask it gained nothing
   // (d=256 4k 391.4 / 392.1): longest first there (docs/PERF.md,
-  // thirty-eighth session). Its longest items start last, so it leaves a
+  // 2026-12-05). Its longest items start last, so it leaves a
   // tail of about one of them: with fewer items it loses in a model of
   // the schedule (tools/bwd_det_schedule_model.py orders; longest /
   // shortest first against the default mode, the work per SM in longest
@@ -170,8 +170,8 @@ struct BwdSm90Traits {
   // d=256, sections of 8 / 16 pairs (TFLOP/s): causal 1k 148 / 197.5, 2k
   // 242.4 / 256.9, 4k 316.2 / 278.6, 8k 371.9 / 253.9; d=192 8k causal
   // 361.2 / 256.7; without a mask 4k (4 pairs) 391.4 against 341.1 with
-  // 8, 8k (2) 407.4 against 280.9 (docs/PERF.md, thirty-seventh session;
-  // on the H200 the thirtieth had 16 ahead at 4k and 8k causal by 1-4%).
+  // 8, 8k (2) 407.4 against 280.9 (docs/PERF.md, 2026-12-05;
+  // on the H200 on 2026-12-04 16 were ahead at 4k and 8k causal by 1-4%).
   struct DispatchOrder {
     int section;
     bool shortest_first;

@@ -8,22 +8,6 @@
 
 namespace flashjit {
 
-int FwdSm80Traits::smem_bytes() const {
-  constexpr int kElementBytes = 2;
-  // Q tile once, then `stages` (K tile, V tile) pairs. The output tile is
-  // staged through the same space after the main loop.
-  int q = block_m * smem_dim_qk();
-  int kv = stages * block_n * (smem_dim_qk() + smem_dim_v());
-  return (q + kv) * kElementBytes;
-}
-
-int FwdSm80Traits::accumulator_registers() const {
-  int m_tiles = m_tiles_per_warp();
-  int o = m_tiles * (round_up(head_dim_v, 16) / 8) * 4;
-  int s = m_tiles * (block_n / 8) * 4;
-  return o + s;
-}
-
 llvm::Expected<FwdSm80Traits> FwdSm80Traits::make(int head_dim_qk, int head_dim_v, int block_m,
                                                  int block_n, int warps, int stages,
                                                  int max_smem_bytes) {

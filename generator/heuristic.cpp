@@ -3,6 +3,7 @@
 #include "generator/fwd_sm80_traits.h"
 #include "generator/fwd_sm90_traits.h"
 #include "generator/kernel_spec.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,8 +14,8 @@ int max_smem_per_block(const TargetArch &arch) {
   switch (arch.sm()) {
     case 80: case 87: return 163 * 1024;
     case 86: case 89: return 99 * 1024;
-    case 90: return 227 * 1024;
-    default: return arch.sm() > 90 ? 227 * 1024 : 99 * 1024;
+    case 90: return kSm90SmemBudget;
+    default: return arch.sm() > 90 ? kSm90SmemBudget : 99 * 1024;
   }
 }
 

@@ -247,18 +247,46 @@ LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, i
   return g;
 }
 
+namespace {
+
+FwdSm90Traits forward_sm90_traits(const KernelSpec &spec) {
+  return FwdSm90Traits{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
+                       spec.config.warps, spec.config.stages,  spec.pack_gqa,
+                       spec.page_size,    spec.head_dim_v};
+}
+
+FwdSm80Traits forward_sm80_traits(const KernelSpec &spec) {
+  return FwdSm80Traits{spec.head_dim_qk,    spec.head_dim_v,   spec.config.block_m,
+                       spec.config.block_n, spec.config.warps, spec.config.stages};
+}
+
+}  // namespace
+
+LaunchGeometry forward_block_geometry(const KernelSpec &spec) {
+  LaunchGeometry g;
+  if (spec.config.path == KernelPath::sm90) {
+    const FwdSm90Traits t = forward_sm90_traits(spec);
+    g.block.x = static_cast<unsigned>(t.threads());
+    g.dynamic_smem_bytes = t.smem_bytes();
+  } else {
+    const FwdSm80Traits t = forward_sm80_traits(spec);
+    g.block.x = static_cast<unsigned>(t.threads());
+    g.dynamic_smem_bytes = t.smem_bytes();
+  }
+  return g;
+}
+
 LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &problem,
                                        int sm_count, int num_splits) {
+  const LaunchGeometry block = forward_block_geometry(spec);
   if (spec.config.path == KernelPath::sm90) {
-    const FwdSm90Traits t{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
-                          spec.config.warps, spec.config.stages,  spec.pack_gqa,
-                          spec.page_size,    spec.head_dim_v};
-    const FwdSm90Layout layout = t.layout();
+    const FwdSm90Layout layout = forward_sm90_traits(spec).layout();
     // Packed: the work tiles' rows are positions x the group's heads, and
     // there is one per KV head.
     const int64_t heads = spec.pack_gqa > 1 ? problem.heads_q / spec.pack_gqa : problem.heads_q;
-    LaunchGeometry g = row_tiled_geometry(problem.seqlen_q, layout.q_rows_per_tile(), heads,
-                                          problem.batch, t.threads(), t.smem_bytes());
+    LaunchGeometry g =
+        row_tiled_geometry(problem.seqlen_q, layout.q_rows_per_tile(), heads, problem.batch,
+                           static_cast<int>(block.block.x), block.dynamic_smem_bytes);
     const int64_t query_blocks = g.grid.x;
     // Work tiles in x; the kernel decodes (query block, split, head, batch)
     // itself.
@@ -270,10 +298,9 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
     g.grid.y = g.grid.z = 1;
     return g;
   }
-  FwdSm80Traits t{spec.head_dim_qk, spec.head_dim_v, spec.config.block_m, spec.config.block_n,
-                  spec.config.warps, spec.config.stages};
-  LaunchGeometry g = row_tiled_geometry(problem.seqlen_q, t.block_m, problem.heads_q,
-                                        problem.batch, t.threads(), t.smem_bytes());
+  LaunchGeometry g =
+      row_tiled_geometry(problem.seqlen_q, spec.config.block_m, problem.heads_q, problem.batch,
+                         static_cast<int>(block.block.x), block.dynamic_smem_bytes);
   // Split-KV: x is (query block, split), splits fastest (fwd_sm80.cuh).
   g.grid.x *= static_cast<unsigned>(std::max(num_splits, 1));
   return g;
@@ -342,20 +369,6 @@ uint64_t forward_split_workspace_bytes(const Problem &problem, int num_splits, i
   if (num_splits <= 1) return 0;
   const uint64_t rows = static_cast<uint64_t>(forward_lse_rows(problem, total_q));
   return uint64_t(num_splits) * rows * (uint64_t(problem.head_dim_v) + 1) * sizeof(float);
-}
-
-Problem class_problem(const KernelSpec &spec) {
-  Problem p;
-  p.dtype = spec.dtype;
-  p.head_dim_qk = spec.head_dim_qk;
-  p.head_dim_v = spec.head_dim_v;
-  p.mask = spec.mask;
-  p.softcap = spec.softcap ? 1.f : 0.f;
-  p.seqused_k = spec.seqused_k;
-  p.page_size = spec.page_size;
-  if (p.page_size > 0) p.seqlen_k = p.page_size;
-  p.varlen = spec.varlen;
-  return p;
 }
 
 }  // namespace flashjit

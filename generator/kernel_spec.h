@@ -94,10 +94,10 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
 LaunchGeometry row_tiled_geometry(int64_t rows, int block_rows, int64_t heads, int64_t batch,
                                   int threads, int dynamic_smem_bytes);
 
-// A problem of `spec`'s class (sizes 1): what depends on the spec alone
-// (dynamic shared memory, block size) through the functions that own launch
-// geometry.
-Problem class_problem(const KernelSpec &spec);
+// The block and dynamic shared memory of `spec`'s forward kernel: what
+// every launch of it shares, whatever the problem (the grid is left at one
+// CTA). The kernel is loaded with this shared memory.
+LaunchGeometry forward_block_geometry(const KernelSpec &spec);
 
 // Grid (Q tiles, heads, batch), block and shared memory of a forward launch.
 // Where FwdSm90Traits::persistent_grid, the sm90 kernel runs one CTA per SM

@@ -183,7 +183,7 @@ GeneratedSource generate_backward(const KernelSpec &spec) {
   out.entry = sm90 ? "flashjit_bwd_sm90" : "flashjit_bwd_sm80";
   // The entries backward_steps launches, the main kernel first.
   out.entries = {out.entry};
-  for (const BackwardStep &step : backward_steps(spec, class_problem(spec)))
+  for (const BackwardStep &step : backward_steps(spec))
     if (step.entry != out.entry) out.entries.push_back(step.entry);
   out.headers = embedded_templates();
   if (sm90 && !spec.modifiers.mask_mod.empty()) {

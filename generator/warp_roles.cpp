@@ -1,5 +1,6 @@
 #include "generator/warp_roles.h"
 
+#include "templates/common/bwd_sm90_layout.cuh"
 #include "templates/common/fwd_sm90_layout.cuh"
 
 namespace flashjit {

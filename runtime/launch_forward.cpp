@@ -214,7 +214,7 @@ llvm::Expected<ForwardKernels> get_forward_kernels(const KernelSpec &spec) {
   };
   ForwardKernels out;
   out.id = spec.id();
-  const LaunchGeometry geometry = forward_launch_geometry(spec, class_problem(spec));
+  const LaunchGeometry geometry = forward_block_geometry(spec);
   auto main = load(out.id, geometry.dynamic_smem_bytes, nullptr);
   if (!main) return main.takeError();
   out.main = &*main;

@@ -4,6 +4,7 @@
 
 #include "runtime/cuda_driver.h"
 #include "runtime/tensor_checks.h"
+#include "templates/common/bwd_sm90_layout.cuh"
 #include "templates/common/fwd_sm90_layout.cuh"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -15,9 +16,9 @@ constexpr int kElementBytes = 2;
 // Box inner extent: 64 16-bit elements = 128 bytes, the most a 128-byte
 // swizzle allows and exactly one swizzle row of the kernel's tiles (the
 // backward's may be 32 columns, 64-byte swizzled: encode's box_columns).
-constexpr int kBoxColumns = 64;
+constexpr int kBoxColumns = FwdSm90Layout::kRowBytes / kElementBytes;
 // Query rows per TMA box: one consumer warpgroup's rows (fwd_sm90.cuh).
-constexpr int kQBoxRows = 64;
+constexpr int kQBoxRows = FwdSm90Layout::kWarpgroupRows;
 
 // The L2 promotion of a map's loads. The forward's maps take none: with
 // 256-byte promotion a K/V box's 128-byte rows fetch their neighbours too,
@@ -241,12 +242,13 @@ llvm::Expected<BackwardTensorMaps> make_backward_tensor_maps(const KernelSpec &s
   if (!dout) return dout.takeError();
   // The fp32 dQ accumulator (the workspace's first rows x head_dim_qk, see
   // make_backward_params) as a 2-d map the kernel reduce-adds its dQ parts
-  // into, in boxes of 32 columns (128 bytes: one swizzle row) x 64 rows.
+  // into, in the boxes of its staging buffers (32 columns, 128 bytes: one
+  // swizzle row, x 64 rows).
   const cuuint64_t accum_dims[2] = {static_cast<cuuint64_t>(spec.head_dim_qk),
                                     static_cast<cuuint64_t>(
                                         forward_lse_rows(p, args.varlen.total_q))};
   const cuuint64_t accum_stride[1] = {static_cast<cuuint64_t>(spec.head_dim_qk) * 4};
-  const cuuint32_t accum_box[2] = {32, 64};
+  const cuuint32_t accum_box[2] = {BwdSm90Layout::kDQBoxColumns, BwdSm90Layout::kDQBoxRows};
   auto dq_accum = encode_tiled(*driver, "the dQ accumulator (workspace)",
                                CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.workspace, 2, accum_dims,
                                accum_stride, accum_box, kBackwardPromotion);

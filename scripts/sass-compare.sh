@@ -8,11 +8,13 @@
 #   scripts/sass-compare.sh OLD_CLI NEW_CLI [PASS]   (PASS: bwd, the default, or fwd;
 #   each has its own configurations)
 #   CONFIGS="flags|flags|..." to override the configurations below
+#   ARCH=sm_80 to compile for another target than sm_90a
 # Needs cuobjdump and the nvdisasm it runs: $CUOBJDUMP, on PATH, or pip's
 # nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm. Or FLASHJIT_CUOBJDUMP, as
 # the unit tests take it.
 set -uo pipefail
 old=${1:?old CLI} new=${2:?new CLI} pass=${3:-bwd}
+arch=${ARCH:-sm_90a}
 cuobjdump=${CUOBJDUMP:-${FLASHJIT_CUOBJDUMP:-$(command -v cuobjdump || true)}}
 if [ -z "$cuobjdump" ]; then
   cuobjdump=$(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13/bin/cuobjdump"))' \
@@ -73,7 +75,7 @@ IFS='|' read -r -a configs <<<"${CONFIGS:-$default_configs}"
 sass() {
   local cli=$1 flags=$2 out=$3
   # shellcheck disable=SC2086
-  FLASHJIT_DB=$out.db "$cli" compile --arch sm_90a --pass "$pass" $flags -o "$out.cubin" \
+  FLASHJIT_DB=$out.db "$cli" compile --arch "$arch" --pass "$pass" $flags -o "$out.cubin" \
     >"$out.log" 2>&1 || { echo "compile failed: $(tail -n 1 "$out.log")"; return 1; }
   "$cuobjdump" -sass "$out.cubin" | grep -E '^\s+/\*[0-9a-f]{4}\*/|Function :' >"$out.sass"
   sed -n 's/^spills *//p' "$out.log"

@@ -21,19 +21,21 @@ namespace bwd_dq_sm80 {
 using namespace cfg;
 using Ops = ElementOps<Element>;
 
-constexpr int kWarpsDq = kBlockM / 16;
-constexpr int kThreadsDq = 32 * kWarpsDq;
-constexpr int kDqBlockN = 64;  // keys per tile: S and dP take 32 registers each
+// The layout arithmetic is bwd_sm80.cuh's, which the host twin uses too.
+constexpr BwdSm80Layout kLayout = bwd_sm80::kLayout;
+constexpr int kWarpsDq = kLayout.dq_warps();
+constexpr int kThreadsDq = kLayout.dq_threads();
+constexpr int kDqBlockN = BwdSm80Layout::kDqBlockN;  // keys per tile
 constexpr int kDimQK = bwd_sm80::kDimQK;
 constexpr int kDimV = bwd_sm80::kDimV;
 constexpr int kSmemQK = bwd_sm80::kSmemQK;
 constexpr int kSmemV = bwd_sm80::kSmemV;
 constexpr int kChunksQK = kHeadDimQK / 8;
 constexpr int kChunksV = kHeadDimV / 8;
-constexpr int kOffDO = kBlockM * kSmemQK;
-constexpr int kOffKV = kOffDO + kBlockM * kSmemV;
-constexpr int kStageKV = kDqBlockN * (kSmemQK + kSmemV);
-constexpr int kSmemElements = kOffKV + kStages * kStageKV;
+constexpr int kOffDO = kLayout.dq_offset_do();
+constexpr int kOffKV = kLayout.dq_offset_kv();
+constexpr int kStageKV = kLayout.dq_stage_elements();
+constexpr int kSmemElements = kLayout.dq_smem_elements();
 
 }  // namespace bwd_dq_sm80
 }  // namespace flashjit

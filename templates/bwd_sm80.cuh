@@ -36,12 +36,13 @@
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
 // kBlockM, kBlockN, kWarps, kStages, kSoftcap, kDeterministic, Element,
-// Mask). The host twin of the
-// derived constants is generator/bwd_sm80_traits.cpp.
+// Mask). The layout arithmetic is BwdSm80Layout (common/bwd_sm80_layout.cuh),
+// which the host twin (generator/bwd_sm80_traits.cpp) compiles too.
 #pragma once
 
 #include "bwd_rowwise.cuh"
 #include "common/bwd_params.cuh"
+#include "common/bwd_sm80_layout.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/score_policy.cuh"
@@ -57,31 +58,33 @@ using Ops = ElementOps<Element>;
 // Each sequence's lengths and rows: dense, or a packed varlen batch.
 using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
 
-constexpr int kThreads = kWarps * 32;
-constexpr int kDimQK = (kHeadDimQK + 31) / 32 * 32;  // MMA extent of the head dims
-constexpr int kDimV = (kHeadDimV + 31) / 32 * 32;
-constexpr int kSmemQK = (kHeadDimQK + 63) / 64 * 64;  // shared row lengths
-constexpr int kSmemV = (kHeadDimV + 63) / 64 * 64;
-constexpr int kSmemM = (kBlockM + 63) / 64 * 64;
+// The layout arithmetic the host twin (generator/bwd_sm80_traits.cpp) uses too.
+constexpr BwdSm80Layout kLayout{kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kStages};
+constexpr int kThreads = kLayout.threads();
+constexpr int kDimQK = kLayout.dim_qk();  // MMA extent of the head dims
+constexpr int kDimV = kLayout.dim_v();
+constexpr int kSmemQK = kLayout.smem_dim_qk();  // shared row lengths
+constexpr int kSmemV = kLayout.smem_dim_v();
+constexpr int kSmemM = kLayout.smem_dim_m();
 constexpr int kChunksQK = kHeadDimQK / 8;
 constexpr int kChunksV = kHeadDimV / 8;
 
 // (a) S^T, dP^T: kBlockN x kBlockM over kWarpsSM x kWarpsSN warps.
-constexpr int kWarpsSN = (kBlockM >= 64 && kWarps >= 8) ? 2 : 1;
-constexpr int kWarpsSM = kWarps / kWarpsSN;
-constexpr int kSMT = kBlockN / (16 * kWarpsSM);
-constexpr int kSNT = kBlockM / (8 * kWarpsSN);
+constexpr int kWarpsSN = kLayout.warps_s_n();
+constexpr int kWarpsSM = kLayout.warps_s_m();
+constexpr int kSMT = kLayout.s_m_tiles();
+constexpr int kSNT = kLayout.s_n_tiles();
 // (b) dK, dV: kBlockN x head dim.
-constexpr int kWarpsKM = kWarps < kBlockN / 16 ? kWarps : kBlockN / 16;
-constexpr int kWarpsKN = kWarps / kWarpsKM;
-constexpr int kKMT = kBlockN / (16 * kWarpsKM);
-constexpr int kKNTQK = kDimQK / (8 * kWarpsKN);
-constexpr int kKNTV = kDimV / (8 * kWarpsKN);
+constexpr int kWarpsKM = kLayout.warps_kv_m();
+constexpr int kWarpsKN = kLayout.warps_kv_n();
+constexpr int kKMT = kLayout.kv_m_tiles();
+constexpr int kKNTQK = kLayout.kv_n_tiles_qk();
+constexpr int kKNTV = kLayout.kv_n_tiles_v();
 // (c) dQ: kBlockM x head dim.
-constexpr int kWarpsQM = kWarps < kBlockM / 16 ? kWarps : kBlockM / 16;
-constexpr int kWarpsQN = kWarps / kWarpsQM;
-constexpr int kQMT = kBlockM / (16 * kWarpsQM);
-constexpr int kQNT = kDimQK / (8 * kWarpsQN);
+constexpr int kWarpsQM = kLayout.warps_q_m();
+constexpr int kWarpsQN = kLayout.warps_q_n();
+constexpr int kQMT = kLayout.q_m_tiles();
+constexpr int kQNT = kLayout.q_n_tiles();
 
 static_assert(kStages == 1 || kStages == 2, "Q/dO single or double buffered");
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK <= 256, "head_dim_qk: multiple of 8, <= 256");
@@ -95,18 +98,19 @@ static_assert(kQMT >= 1 && kWarps % kWarpsQM == 0 && kWarpsQN <= 2, "(c) warp ti
 static_assert(kQNT % 2 == 0, "(c) pairs of n8 tiles of head dim");
 
 // Shared memory, in elements of 16 bits (LSE and D are fp32: two each).
-constexpr int kSmemK = kBlockN * kSmemQK;
-constexpr int kSmemVTile = kBlockN * kSmemV;
-constexpr int kSmemQ = kBlockM * kSmemQK;
-constexpr int kSmemDO = kBlockM * kSmemV;
-constexpr int kSmemP = kBlockN * kSmemM;
-constexpr int kOffV = kSmemK;
-constexpr int kOffQ = kOffV + kSmemVTile;           // kStages of Q
-constexpr int kOffDO = kOffQ + kStages * kSmemQ;    // kStages of dO
-constexpr int kOffP = kOffDO + kStages * kSmemDO;   // P^T
-constexpr int kOffDS = kOffP + kSmemP;              // dS^T
-constexpr int kOffStats = kOffDS + kSmemP;  // LSE_log2[kStages][kBlockM], D[kStages][kBlockM]
-constexpr int kSmemElements = kOffStats + 2 * kStages * kBlockM * 2;
+constexpr int kSmemK = kLayout.k_elements();
+constexpr int kSmemVTile = kLayout.v_elements();
+constexpr int kSmemQ = kLayout.q_elements();
+constexpr int kSmemDO = kLayout.do_elements();
+constexpr int kSmemP = kLayout.p_elements();
+constexpr int kOffV = kLayout.offset_v();
+constexpr int kOffQ = kLayout.offset_q();    // kStages of Q
+constexpr int kOffDO = kLayout.offset_do();  // kStages of dO
+constexpr int kOffP = kLayout.offset_p();    // P^T
+constexpr int kOffDS = kLayout.offset_ds();  // dS^T
+// LSE_log2[kStages][kBlockM], D[kStages][kBlockM]
+constexpr int kOffStats = kLayout.offset_stats();
+constexpr int kSmemElements = kLayout.smem_elements();
 
 constexpr float kLog2e = 1.4426950408889634f;
 

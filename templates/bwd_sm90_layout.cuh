@@ -3,11 +3,13 @@
 // kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
 // kConsumerRegisters, Element, Mask): tiles, shared memory, register
 // budgets, named barriers, the mbarriers' places, and the order of a
-// tile's products. The host twin of the derived constants is
-// generator/bwd_sm90_traits.cpp.
+// tile's products. The layout arithmetic is BwdSm90Layout
+// (common/bwd_sm90_layout.cuh), which the host twin
+// (generator/bwd_sm90_traits.cpp) compiles too.
 #pragma once
 
 #include "common/bwd_params.cuh"
+#include "common/bwd_sm90_layout.cuh"
 #include "common/fwd_sm90_layout.cuh"
 #include "common/score_policy.cuh"
 #include "common/sequence.cuh"
@@ -28,33 +30,34 @@ constexpr bool kBlockMap = Modifiers::kMask;
 // then runs once: its position is a constant the compiler folds).
 constexpr bool kResident = sm90_backward_resident(Modifiers::kScore, Modifiers::kMask);
 
-// The tiled head dims (32, 64, 96, 128, 192 or 256;
-// common/fwd_sm90_layout.cuh) of Q and K, and of V and dO (they may differ,
-// e.g. 192/128): a problem's between has zero columns past its own (TMA
-// fills them), so S^T, dP^T and the products keep them zero; dK, dV and dQ
-// store and reduce only the problem's columns.
-constexpr int kHeadDim = sm90_backward_tile_head_dim(kHeadDimQK, kHeadDimV);
-constexpr int kHeadDimVTile = sm90_backward_tile_head_dim(kHeadDimV, kHeadDimQK);
+// The layout arithmetic the host twin (generator/bwd_sm90_traits.cpp) uses too.
+constexpr BwdSm90Layout kLayout{kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kStages};
+// The tiled head dims (32, 64, 96, 128, 192 or 256) of Q and K, and of V
+// and dO (they may differ, e.g. 192/128): a problem's between has zero
+// columns past its own (TMA fills them), so S^T, dP^T and the products keep
+// them zero; dK, dV and dQ store and reduce only the problem's columns.
+constexpr int kHeadDim = kLayout.tile_head_dim();
+constexpr int kHeadDimVTile = kLayout.tile_head_dim_v();
 constexpr int kThreads = kWarps * 32;
 constexpr int kConsumerWarps = 8;
 // The head-dim split wherever either tile is 192 or 256 wide, but 192/128
 // with 128 keys a CTA.
-constexpr bool kSplitHeadDim = sm90_backward_splits_head_dim(kHeadDimQK, kHeadDimV, kBlockN);
+constexpr bool kSplitHeadDim = kLayout.splits_head_dim();
 // Q, K, V and dO as swizzle rows of kAtomCols columns (64: 128 bytes; 32,
 // where a tile is 32, 96 or 192 wide: 64 bytes, so that a 192's halves of
 // 96 columns start on a row) in 8-row atoms of kAtomBytes.
-constexpr int kAtomCols = sm90_backward_swizzle_columns(kHeadDimQK, kHeadDimV);
-constexpr int kColBlocks = kHeadDim / kAtomCols;        // swizzle columns of Q, K
-constexpr int kVColBlocks = kHeadDimVTile / kAtomCols;  // and of V, dO
-constexpr int kRowBytes = 2 * kAtomCols;
-constexpr int kAtomBytes = 8 * kRowBytes;
+constexpr int kAtomCols = kLayout.atom_columns();
+constexpr int kColBlocks = kLayout.col_blocks();     // swizzle columns of Q, K
+constexpr int kVColBlocks = kLayout.v_col_blocks();  // and of V, dO
+constexpr int kRowBytes = kLayout.row_bytes();
+constexpr int kAtomBytes = kLayout.atom_bytes();
 constexpr int kKStepsPerRow = kAtomCols / 16;  // k16 steps in one swizzle row
 // dS^T (and P^T) keep 64 queries (128 bytes) per swizzle row.
-constexpr int kDsRowBytes = 128;
+constexpr int kDsRowBytes = BwdSm90Layout::kDsRowBytes;
 
-constexpr int kSN = kSplitHeadDim ? kBlockM / 2 : kBlockM;    // query columns of a warpgroup's S^T
-constexpr int kKN = kSplitHeadDim ? kHeadDim / 2 : kHeadDim;  // its columns of dK
-constexpr int kVN = kSplitHeadDim ? kHeadDimVTile / 2 : kHeadDimVTile;  // and of dV
+constexpr int kSN = kLayout.s_columns();   // query columns of a warpgroup's S^T
+constexpr int kKN = kLayout.dk_columns();  // its columns of dK
+constexpr int kVN = kLayout.dv_columns();  // and of dV
 // Loops over both head dims' column blocks or n8 tiles at once, each side
 // guarded, so that equal head dims interleave K with V (Q with dO, dK with
 // dV) as one loop.
@@ -62,31 +65,31 @@ constexpr int kMaxColBlocks = kColBlocks > kVColBlocks ? kColBlocks : kVColBlock
 constexpr int kMaxKVN = kKN > kVN ? kKN : kVN;
 
 // Tiles as swizzled column blocks ([col block][row][kRowBytes]).
-constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
-constexpr int kKTileBytes = kColBlocks * kKVColBlockBytes;
-constexpr int kVTileBytes = kVColBlocks * kKVColBlockBytes;
-constexpr int kQColBlockBytes = kBlockM * kRowBytes;
-constexpr int kQTileBytes = kColBlocks * kQColBlockBytes;    // one Q tile
-constexpr int kDOTileBytes = kVColBlocks * kQColBlockBytes;  // one dO tile
+constexpr int kKVColBlockBytes = kLayout.kv_col_block_bytes();
+constexpr int kKTileBytes = kLayout.k_tile_bytes();
+constexpr int kVTileBytes = kLayout.v_tile_bytes();
+constexpr int kQColBlockBytes = kLayout.q_col_block_bytes();
+constexpr int kQTileBytes = kLayout.q_tile_bytes();    // one Q tile
+constexpr int kDOTileBytes = kLayout.do_tile_bytes();  // one dO tile
 // dS^T: keys as rows, queries as columns.
-constexpr int kDsColBlockBytes = kBlockN * kDsRowBytes;
-constexpr int kDsBytes = (kBlockM / 64) * kDsColBlockBytes;
+constexpr int kDsColBlockBytes = kLayout.ds_col_block_bytes();
+constexpr int kDsBytes = kLayout.ds_bytes();
 // Under the head-dim split, P^T follows dS^T in each buffer.
-constexpr int kDsBufferBytes = (kSplitHeadDim ? 2 : 1) * kDsBytes;
+constexpr int kDsBufferBytes = kLayout.ds_buffer_bytes();
 
 // Bytes, relative to the 1024-byte aligned base of dynamic shared memory.
-constexpr int kOffsetK = 0;
-constexpr int kOffsetV = kOffsetK + kKTileBytes;
-constexpr int kOffsetQ = kOffsetV + kVTileBytes;
-constexpr int kOffsetDO = kOffsetQ + kStages * kQTileBytes;
-constexpr int kOffsetDS = kOffsetDO + kStages * kDOTileBytes;  // 2 buffers
+constexpr int kOffsetK = kLayout.offset_k();
+constexpr int kOffsetV = kLayout.offset_v();
+constexpr int kOffsetQ = kLayout.offset_q();
+constexpr int kOffsetDO = kLayout.offset_do();
+constexpr int kOffsetDS = kLayout.offset_ds();  // 2 buffers
 // Per consumer warpgroup, two buffers of [LSE | D][kSN] fp32: the
 // statistics of its S^T columns.
-constexpr int kStatsBytes = 2 * 2 * kSN * 4;
-constexpr int kOffsetStats = kOffsetDS + 2 * kDsBufferBytes;
-constexpr int kOffsetDQ = kOffsetStats + 2 * kStatsBytes;  // 1024-byte aligned
-constexpr int kSmemAlign = 1024;    // the 128-byte swizzle repeats every 1024 bytes
-constexpr int kSmemLimit = 232448;  // sm_90's 227 KB per CTA
+constexpr int kStatsBytes = kLayout.stats_bytes();
+constexpr int kOffsetStats = kLayout.offset_stats();
+constexpr int kOffsetDQ = kLayout.offset_dq();  // 1024-byte aligned
+constexpr int kSmemAlign = BwdSm90Layout::kSmemAlign;
+constexpr int kSmemLimit = BwdSm90Layout::kSmemLimit;
 
 // Register budgets after setmaxnreg. The CTA's pool is what the launch
 // allocated, 168 per thread (65536 / 384, rounded down to a multiple of 8):
@@ -115,7 +118,7 @@ constexpr int kSPartSteps = kSPartN / 16;
 // other warpgroup being at the same place (dS^T's barrier each tile).
 // ncu had this tiling latency-bound (issue slots 17%); with the products
 // moved, 192/128 8k causal 346.8 -> 422.1 TFLOP/s, full 409.8 -> 472.6
-// (H100, docs/PERF.md, thirty-seventh session).
+// (H100, docs/PERF.md, 2026-12-05).
 constexpr bool kEarlyPartProducts = kSParts == 2 && kStages == 1;
 static_assert(kSParts <= 2, "the early part products take the pass before as k-steps 0.."
                             "kSPartSteps: two passes at most");
@@ -156,9 +159,9 @@ constexpr int kPSteps = kBlockM / 16;  // k16 steps of dV and dK
 //             64 keys, both adding to the accumulator (twice the reductions,
 //             but no dS^T exchange: the warpgroups never wait for each other).
 // Each warpgroup's product is 64 x kDQN, whole swizzle columns of K.
-constexpr bool kDQSplitRows = kBlockM == 128;
-constexpr bool kDQOwnKeys = sm90_backward_dq_own_keys(kHeadDimQK, kHeadDimV, kBlockM);
-constexpr int kDQN = kDQSplitRows || kDQOwnKeys ? kHeadDim : kHeadDim / 2;
+constexpr bool kDQSplitRows = kLayout.dq_split_rows();
+constexpr bool kDQOwnKeys = kLayout.dq_own_keys();
+constexpr int kDQN = kLayout.dq_columns();
 constexpr int kDQSteps = (kDQOwnKeys ? 64 : kBlockN) / 16;  // k16 steps (keys) of dQ
 constexpr int kDQRegisters = kDQN / 2;
 constexpr int kDQTiles = kDQN / 8;
@@ -177,16 +180,16 @@ constexpr int kDQTiles = kDQN / 8;
 // warpgroup), 7.8 with the writer warp. `flashjit run --pass bwd` 8k,
 // TFLOP/s, consumer-issued -> writer warp: d=128 full 456.9 -> 472.9,
 // causal 411.3 -> 451.2; d=256 full 357.3 -> 394.6, causal 339.9 -> 394.5.
-constexpr int kDQBoxColumns = 32;  // 128 bytes of fp32
-constexpr int kDQBoxBytes = 64 * kDQBoxColumns * 4;
-constexpr int kDQStageBytes = kDQN / kDQBoxColumns * kDQBoxBytes;  // one warpgroup's part
+constexpr int kDQBoxColumns = BwdSm90Layout::kDQBoxColumns;  // 128 bytes of fp32
+constexpr int kDQBoxBytes = kLayout.dq_box_bytes();
+constexpr int kDQStageBytes = kLayout.dq_stage_bytes();  // one warpgroup's part
 // kv_full, kv_empty, item_full[2], item_empty[2], full[kStages],
 // empty[kStages], then the two work item slots.
-constexpr int kBarrierCount = 6 + 2 * kStages;
-constexpr int kBarrierBytes = 8 * kBarrierCount + 8;
-constexpr bool kDQStaged = kOffsetDQ + 2 * kDQStageBytes + kBarrierBytes + kSmemAlign <= kSmemLimit;
-constexpr int kOffsetBarriers = kOffsetDQ + (kDQStaged ? 2 * kDQStageBytes : 0);
-constexpr int kSmemUsed = kOffsetBarriers + kBarrierBytes;
+constexpr int kBarrierCount = kLayout.barrier_count();
+constexpr int kBarrierBytes = kLayout.barrier_bytes();
+constexpr bool kDQStaged = kLayout.dq_staged();
+constexpr int kOffsetBarriers = kLayout.offset_barriers();
+constexpr int kSmemUsed = kLayout.smem_used();
 
 // Named barrier ids: 0 is __syncthreads; 1 the consumers' dS^T exchange.
 constexpr int kBarrierDs = 1;
@@ -229,7 +232,7 @@ constexpr bool kDQUnderLastMma = kStages >= 2 && kDQStaged;
 // runs each: d=64 causal 1k 236.6 -> 245.6, 8k 380.4 -> 388.9, full 8k
 // 401.0 -> 403.4. Not with 64-query tiles: d=128 within 1% (8k full 507.6
 // -> 502.7, causal 534.9 -> 531.3), d=96 causal 2k 345.5 -> 334.9, d=80
-// causal 3000 332.8 -> 318.2 (docs/PERF.md, thirtieth session).
+// causal 3000 332.8 -> 318.2 (docs/PERF.md, 2026-12-04).
 constexpr bool kDKIntoNextTile = kDQUnderLastMma && kDQSplitRows;
 // The writer (0 or 1) of the CTA's `tile`-th tile.
 __device__ __forceinline__ int dq_writer_of(u32 tile) {
@@ -243,7 +246,7 @@ static_assert(kKN % kAtomCols == 0 && kVN % kAtomCols == 0,
 static_assert(kBlockN == (kSplitHeadDim ? 64 : 128),
               "64 keys per consumer warpgroup, 2 of them; 64 shared under the head-dim split");
 static_assert(kBlockM == 64 || (kBlockM == 128 && !kSplitHeadDim), "query tiles of 64 or 128 rows");
-static_assert(kWarps == 12, "one producer warpgroup + two consumers");
+static_assert(kWarps == BwdSm90Layout::kWarps, "one producer warpgroup + two consumers");
 static_assert(kStages >= 1 && kStages <= 3, "1 to 3 Q/dO buffers");
 static_assert(!kDeterministic || kDQStaged,
               "the deterministic sm90 backward orders dQ's TMA reduce-adds: dQ staged");

@@ -39,12 +39,14 @@
 // by cp.async without reading memory.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
-// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The host-side
-// twin of every derived constant below is generator/fwd_sm80_traits.cpp.
+// kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The layout
+// arithmetic is FwdSm80Layout (common/fwd_sm80_layout.cuh), which the host
+// twin (generator/fwd_sm80_traits.cpp) compiles too.
 #pragma once
 
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
+#include "common/fwd_sm80_layout.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/score_policy.cuh"
@@ -59,28 +61,30 @@ using namespace cfg;
 using Ops = ElementOps<Element>;
 using Modifiers = cfg::Modifiers;
 
-constexpr int kThreads = kWarps * 32;
-constexpr int kWarpRows = kBlockM / kWarps;
-constexpr int kMTiles = kWarpRows / 16;
+// The layout arithmetic the host twin (generator/fwd_sm80_traits.cpp) uses too.
+constexpr FwdSm80Layout kLayout{kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kStages};
+constexpr int kThreads = kLayout.threads();
+constexpr int kWarpRows = kLayout.warp_rows();
+constexpr int kMTiles = kLayout.m_tiles();
 // Shared-memory rows are whole 64-element swizzle atoms.
-constexpr int kSmemDimQK = (kHeadDimQK + 63) / 64 * 64;
-constexpr int kSmemDimV = (kHeadDimV + 63) / 64 * 64;
+constexpr int kSmemDimQK = kLayout.smem_dim_qk();
+constexpr int kSmemDimV = kLayout.smem_dim_v();
 // 16-byte chunks per row that hold data, and that the MMAs read (k and n
 // steps are 16 wide; chunks in between are zeroed once).
 constexpr int kChunksQK = kHeadDimQK / 8;
 constexpr int kChunksV = kHeadDimV / 8;
-constexpr int kReadChunksQK = (kHeadDimQK + 15) / 16 * 2;
-constexpr int kReadChunksV = (kHeadDimV + 15) / 16 * 2;
+constexpr int kReadChunksQK = kLayout.read_chunks_qk();
+constexpr int kReadChunksV = kLayout.read_chunks_v();
 constexpr int kKStepsQK = kReadChunksQK / 2;  // k16 steps of S = Q K^T
-constexpr int kNTilesS = kBlockN / 8;         // n8 tiles of S
-constexpr int kKStepsPV = kBlockN / 16;       // k16 steps of O += P V
-constexpr int kNTilesO = kReadChunksV;        // n8 tiles of O
+constexpr int kNTilesS = kLayout.n_tiles_s();  // n8 tiles of S
+constexpr int kKStepsPV = kBlockN / 16;        // k16 steps of O += P V
+constexpr int kNTilesO = kLayout.n_tiles_o();  // n8 tiles of O
 
-constexpr int kSmemQ = kBlockM * kSmemDimQK;  // elements
-constexpr int kSmemK = kBlockN * kSmemDimQK;
-constexpr int kSmemV = kBlockN * kSmemDimV;
-constexpr int kSmemStage = kSmemK + kSmemV;
-constexpr int kSmemElements = kSmemQ + kStages * kSmemStage;
+constexpr int kSmemQ = kLayout.q_elements();  // elements
+constexpr int kSmemK = kLayout.k_elements();
+constexpr int kSmemV = kLayout.v_elements();
+constexpr int kSmemStage = kLayout.stage_elements();
+constexpr int kSmemElements = kLayout.smem_elements();
 
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK <= 256, "head_dim_qk: multiple of 8, <= 256");
 static_assert(kHeadDimV % 8 == 0 && kHeadDimV <= 256, "head_dim_v: multiple of 8, <= 256");

@@ -55,7 +55,7 @@ llvm::Expected<BackwardKernels> load_steps(const KernelSpec &spec, llvm::ArrayRe
   BackwardKernels out;
   out.spec = spec;
   out.id = spec.id();
-  for (const BackwardStep &step : backward_steps(spec, class_problem(spec))) {
+  for (const BackwardStep &step : backward_steps(spec)) {
     auto kernel = LoadedKernel::load(cubin, stand_in ? *stand_in : std::string(step.entry),
                                      step.geometry.dynamic_smem_bytes);
     if (!kernel) return kernel.takeError();

@@ -1,12 +1,20 @@
-// The sm90 kernels' tiled head dim, and the forward's layout arithmetic:
-// rows per tile, shared memory per stage, the Q buffers and the whole
-// footprint. Plain constexpr C++ with no
-// CUDA and no includes, so the kernel (templates/fwd_sm90.cuh) and its host
-// twin (generator/fwd_sm90_traits.cpp, which prunes configs before any
-// compile and sizes the launch) compile the same code and cannot disagree.
+// What the sm90 kernels share (sm_90's shared memory, the head dims they
+// serve), and the forward's layout arithmetic: its tiled head dim, rows per
+// tile, shared memory per stage, the Q buffers and the whole footprint.
+// Plain constexpr C++ with no CUDA and no includes, so the kernel
+// (templates/fwd_sm90.cuh) and its host twin (generator/fwd_sm90_traits.cpp,
+// which prunes configs before any compile and sizes the launch) compile the
+// same code and cannot disagree. The backward's is common/bwd_sm90_layout.cuh.
 #pragma once
 
 namespace flashjit {
+
+// sm_90's opt-in maximum of shared memory per block (227 KB).
+constexpr int kSm90SmemBudget = 227 * 1024;
+// The base of dynamic shared memory is rounded up to this inside the
+// kernels: the 128-byte swizzle (which TMA and wgmma both apply to absolute
+// shared addresses) repeats every 1024 bytes.
+constexpr int kSm90SmemAlign = 1024;
 
 constexpr int gcd_of(int a, int b) { return b == 0 ? a : gcd_of(b, a % b); }
 
@@ -29,84 +37,6 @@ constexpr int sm90_forward_tile_head_dim(int head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
-// The head dim the sm90 backward tiles, `head_dim` beside the pair's
-// `other` (Q/K beside V/dO, or the other way round): 32, 64, 96, 128, 192
-// or 256, the shapes its register tiles (dK and dV next to S^T and dP^T)
-// and its dQ split were written for. 192 (136..192, DeepSeek-V3's 192/128)
-// rather than 256 saves the dK, dV and dQ products a quarter of their
-// columns, 96 rather than 128 a quarter, 32 rather than 64 half. Beside a
-// tile of 192 or 256 (the head-dim split: each consumer warpgroup takes
-// half of both) a 96 is tiled as 128, whose halves are whole swizzle rows.
-constexpr int sm90_backward_tile_head_dim(int head_dim, int other) {
-  auto alone = [](int d) {
-    return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
-  };
-  const int tiled = alone(head_dim);
-  return tiled == 96 && alone(other) >= 192 ? 128 : tiled;
-}
-
-// Whether the sm90 backward may also give each consumer warpgroup 64 keys
-// of its own (128 keys a CTA) where Q/K is tiled as 192: beside a V tiled
-// at most 128 (DeepSeek-V3's 192/128), dK (96 registers) and dV (64) fit
-// with S^T and dP^T taken in two passes over the queries (bwd_sm90.cuh).
-constexpr bool sm90_backward_wide_own_keys(int head_dim_qk, int head_dim_v) {
-  return sm90_backward_tile_head_dim(head_dim_qk, head_dim_v) == 192 &&
-         sm90_backward_tile_head_dim(head_dim_v, head_dim_qk) <= 128;
-}
-
-// Whether the sm90 backward splits the head dims between its consumer
-// warpgroups (64 shared keys; bwd_sm90.cuh): where either is tiled as 192
-// or 256, unless the head dims also allow 128 keys a CTA
-// (sm90_backward_wide_own_keys) and `block_n` is 128.
-constexpr bool sm90_backward_splits_head_dim(int head_dim_qk, int head_dim_v, int block_n) {
-  if (block_n == 128 && sm90_backward_wide_own_keys(head_dim_qk, head_dim_v)) return false;
-  return sm90_backward_tile_head_dim(head_dim_qk, head_dim_v) >= 192 ||
-         sm90_backward_tile_head_dim(head_dim_v, head_dim_qk) >= 192;
-}
-
-// The columns of one swizzle row of the sm90 backward's Q, K, V and dO tiles
-// (16-bit elements; the TMA boxes' inner extent and the wgmma descriptors'
-// swizzle): 64 (128-byte swizzle) except where a head dim is tiled as 32
-// (one row of 64 bytes), 96 (three), or 192 and split between the two
-// consumer warpgroups, whose halves of 96 columns must start on a swizzle
-// row: 32 (64-byte swizzle) there.
-constexpr int sm90_backward_swizzle_columns(int head_dim_qk, int head_dim_v) {
-  const int qk = sm90_backward_tile_head_dim(head_dim_qk, head_dim_v);
-  const int v = sm90_backward_tile_head_dim(head_dim_v, head_dim_qk);
-  auto narrow = [](int tiled) { return tiled == 32 || tiled == 96 || tiled == 192; };
-  return narrow(qk) || narrow(v) ? 32 : 64;
-}
-
-// The byte offset of 16-byte chunk `chunk` of row `row` of a tile of
-// `row_bytes`-byte rows (128 or 64) that TMA wrote with the matching swizzle
-// (from a base aligned to its 1024- or 512-byte period): the hardware XORs
-// the chunk's index with bits 7.. of the row's offset, within the row.
-constexpr int swizzled_chunk_offset(int row, int chunk, int row_bytes) {
-  const int row_offset = row * row_bytes;
-  return row_offset + ((chunk ^ ((row_offset >> 7) % (row_bytes / 16))) << 4);
-}
-
-// Whether the sm90 backward's consumer warpgroups each compute dQ's whole
-// tile over their own 64 keys (both adding it to the accumulator: twice the
-// reductions, no exchange of dS^T) rather than halves of its columns over
-// all keys: at 64-query tiles of warpgroups that own their keys (no
-// head-dim split) where Q/K are tiled as 32 or 64 (halves would be under
-// one swizzle row), or as 96 (halves of 48 columns would not start on one).
-constexpr bool sm90_backward_dq_own_keys(int head_dim_qk, int head_dim_v, int block_m) {
-  const int tiled = sm90_backward_tile_head_dim(head_dim_qk, head_dim_v);
-  const int other = sm90_backward_tile_head_dim(head_dim_v, head_dim_qk);
-  return block_m == 64 && tiled < 192 && other < 192 && (tiled <= 64 || tiled == 96);
-}
-
-// Whether the sm90 backward runs as resident CTAs that take work items until
-// they run out (BwdParams::work_items), one item's epilogue under the next
-// one's loads; else a CTA per item. A caller's score_mod or mask_mod keeps a
-// CTA per item: their consumers are at the edge of the registers, and the
-// item loop's state spilled them (d=64 with a mask_mod: 0 -> 60 bytes).
-constexpr bool sm90_backward_resident(bool score_mod, bool mask_mod) {
-  return !score_mod && !mask_mod;
-}
-
 // The head dims the sm90 kernels serve: TMA rows of whole 16 bytes, at most
 // the widest tile.
 constexpr bool sm90_head_dim_served(int head_dim) {
@@ -122,8 +52,8 @@ struct FwdSm90Layout {
   int page_size = 0;  // K/V rows per page (0: contiguous)
   int head_dim_v = 0;  // of V and O, tiled (0: head_dim)
 
-  static constexpr int kSmemAlign = 1024;         // the 128-byte swizzle repeats every 1024 B
-  static constexpr int kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
+  static constexpr int kSmemAlign = kSm90SmemAlign;
+  static constexpr int kSmemBudget = kSm90SmemBudget;
   static constexpr int kRowBytes = 128;           // one 64-element swizzle row
   static constexpr int kWarpgroupRows = 64;       // rows of one consumer warpgroup's wgmma
 

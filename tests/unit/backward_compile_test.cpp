@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "generator/backward_spec.h"
-#include "generator/bwd_sm80_traits.h"
 #include "generator/source.h"
 #include "runtime/nvrtc_compiler.h"
 #include "llvm/Support/ThreadPool.h"
@@ -161,19 +160,6 @@ TEST(BackwardSpec, ValidatesConfigs) {
   auto big = make_backward_spec(p, {KernelPath::sm80, 64, 128, 8, 2}, kSm90a);
   ASSERT_FALSE(bool(big));
   EXPECT_NE(llvm::toString(big.takeError()).find("the device allows 232448"), std::string::npos);
-}
-
-TEST(BwdSm80Traits, DerivesTheKernelsTilings) {
-  auto t = BwdSm80Traits::make(128, 128, 64, 128, 8, 2, 0);
-  ASSERT_TRUE(bool(t));
-  EXPECT_EQ(t->warps_s_m(), 4);
-  EXPECT_EQ(t->warps_s_n(), 2);
-  EXPECT_EQ(t->warps_kv_m(), 8);
-  EXPECT_EQ(t->warps_q_m(), 4);
-  EXPECT_EQ(t->warps_q_n(), 2);
-  // K, V: 128x128; Q, dO: 2 x 64x128; P^T, dS^T: 128x64; LSE and D.
-  EXPECT_EQ(t->smem_bytes(), (2 * 128 * 128 + 4 * 64 * 128 + 2 * 128 * 64 + 512) * 2);
-  EXPECT_EQ(t->accumulator_registers(), 128 + 64);
 }
 
 }  // namespace

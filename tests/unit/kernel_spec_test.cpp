@@ -154,20 +154,6 @@ TEST(KernelSpec, RejectsImpossibleConfigsWithEveryReason) {
   EXPECT_EQ(spec_error(base_problem(), sm90), "");
 }
 
-TEST(FwdSm80Traits, DerivesSharedMemoryAndThreads) {
-  auto t = FwdSm80Traits::make(128, 128, 128, 64, 4, 2, 0);
-  ASSERT_TRUE(bool(t));
-  EXPECT_EQ(t->threads(), 128);
-  EXPECT_EQ(t->m_tiles_per_warp(), 2);
-  // Q 128x128 + 2 x (K 64x128 + V 64x128), 2 bytes each.
-  EXPECT_EQ(t->smem_bytes(), (128 * 128 + 2 * (64 * 128 + 64 * 128)) * 2);
-  // d=72 pads shared rows to 128 elements (whole swizzle atoms).
-  auto padded = FwdSm80Traits::make(72, 40, 64, 32, 4, 3, 0);
-  ASSERT_TRUE(bool(padded));
-  EXPECT_EQ(padded->smem_bytes(), (64 * 128 + 3 * (32 * 128 + 32 * 64)) * 2);
-  EXPECT_EQ(padded->accumulator_registers(), 1 * 6 * 4 + 1 * 4 * 4);
-}
-
 TEST(Heuristic, FitsSmallerSharedMemory) {
   Problem p = base_problem();
   p.head_dim_qk = p.head_dim_v = 256;

@@ -163,9 +163,8 @@ TEST(VarlenKvCacheSource, IdPreludeEntriesAndKeys) {
   EXPECT_EQ(source.entries,
             (std::vector<std::string>{"flashjit_fwd_sm90", "flashjit_fwd_sequence_order"}));
   EXPECT_FALSE(appends_keys(*spec));
-  const Problem class_of = class_problem(*spec);
-  EXPECT_TRUE(class_of.varlen && class_of.seqused_k);
-  EXPECT_EQ(class_of.page_size, 64);
+  EXPECT_TRUE(spec->varlen && spec->seqused_k);
+  EXPECT_EQ(spec->page_size, 64);
   // Its own call class: neither the dense cache's nor the packed batch's.
   Problem packed = serving_problem();
   packed.seqused_k = false;

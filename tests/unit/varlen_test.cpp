@@ -131,7 +131,7 @@ TEST(VarlenSource, IdPreludeAndKeys) {
   EXPECT_EQ(source.entries,
             (std::vector<std::string>{"flashjit_fwd_sm90", "flashjit_fwd_sequence_order"}));
   EXPECT_NE(source.source.find("#include \"fwd_sequence_order.cuh\""), std::string::npos);
-  EXPECT_TRUE(class_problem(*spec).varlen);
+  EXPECT_TRUE(spec->varlen);
   Problem dense = varlen_problem();
   dense.varlen = false;
   auto dense_spec =
