@@ -118,6 +118,9 @@ ab_grid() {
   fi
   local rc=0 round lib tag quick=()
   [ "${QUICK:-0}" = 1 ] && quick=(--quick)
+  # One database a build: the second round finds the first's cubins and
+  # times the same kernels without compiling them again.
+  local -A db=([a]=$(mktemp -d /tmp/flashjit-ab.XXXXXX)/db [b]=$(mktemp -d /tmp/flashjit-ab.XXXXXX)/db)
   for round in 1 2; do
     for tag in a b; do
       lib=$BASELINE/lib/libflashjit.so
@@ -125,7 +128,7 @@ ab_grid() {
       local results=''
       [ $tag = b ] && [ $round = 2 ] && results=$RESULTS
       echo "+ $tag$round: $lib"
-      FLASHJIT_LIB=$lib FLASHJIT_DB=$(mktemp -d /tmp/flashjit-ab.XXXXXX)/db \
+      FLASHJIT_LIB=$lib FLASHJIT_DB=${db[$tag]} \
         python3 bench/compare.py "${quick[@]}" --results "$results" \
         --json "$LOGDIR/ab-$tag$round.json" >"$LOGDIR/ab-$tag$round.log" 2>&1 || rc=1
       tail -n 3 "$LOGDIR/ab-$tag$round.log"
