@@ -18,7 +18,40 @@ double Problem::forward_flops() const {
   return mask == MaskKind::causal ? flops / 2 : flops;
 }
 
-const char *to_string(DType dtype) { return dtype == DType::bf16 ? "bf16" : "fp16"; }
+const char *to_string(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+    case DType::e4m3: return "e4m3";
+  }
+  return "?";
+}
+
+const char *to_string(KvDType dtype) { return dtype == KvDType::e4m3 ? "e4m3" : "same"; }
+
+const char *to_string(OutDType dtype) {
+  switch (dtype) {
+    case OutDType::automatic: return "auto";
+    case OutDType::bf16: return "bf16";
+    case OutDType::fp16: return "fp16";
+  }
+  return "?";
+}
+
+DType kv_element(const Problem &problem) {
+  return problem.kv_dtype == KvDType::e4m3 ? DType::e4m3 : problem.dtype;
+}
+
+DType out_element(const Problem &problem) {
+  switch (problem.out_dtype) {
+    case OutDType::bf16: return DType::bf16;
+    case OutDType::fp16: return DType::fp16;
+    case OutDType::automatic: break;
+  }
+  return problem.dtype == DType::e4m3 ? DType::bf16 : problem.dtype;
+}
+
+int element_bytes(DType dtype) { return dtype == DType::e4m3 ? 1 : 2; }
 
 const char *to_string(MaskKind mask) {
   switch (mask) {

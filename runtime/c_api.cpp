@@ -33,7 +33,17 @@ int fail(std::string message) {
 // and flashjit/kernel_config_fields.h). Enum values were range-checked
 // before; the C enums are numbered apart from the C++ ones.
 void from_c(int32_t c, flashjit::DType &out) {
-  out = c == FLASHJIT_BF16 ? flashjit::DType::bf16 : flashjit::DType::fp16;
+  out = c == FLASHJIT_BF16   ? flashjit::DType::bf16
+        : c == FLASHJIT_FP16 ? flashjit::DType::fp16
+                             : flashjit::DType::e4m3;
+}
+void from_c(int32_t c, flashjit::KvDType &out) {
+  out = c == FLASHJIT_KV_E4M3 ? flashjit::KvDType::e4m3 : flashjit::KvDType::same;
+}
+void from_c(int32_t c, flashjit::OutDType &out) {
+  out = c == FLASHJIT_OUT_BF16   ? flashjit::OutDType::bf16
+        : c == FLASHJIT_OUT_FP16 ? flashjit::OutDType::fp16
+                                 : flashjit::OutDType::automatic;
 }
 void from_c(int32_t c, flashjit::MaskKind &out) {
   out = c == FLASHJIT_MASK_NONE     ? flashjit::MaskKind::none

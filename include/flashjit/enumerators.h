@@ -12,7 +12,13 @@
 
 namespace flashjit {
 
-constexpr std::array<DType, 2> enumerators(DType) { return {DType::bf16, DType::fp16}; }
+constexpr std::array<DType, 3> enumerators(DType) {
+  return {DType::bf16, DType::fp16, DType::e4m3};
+}
+constexpr std::array<KvDType, 2> enumerators(KvDType) { return {KvDType::same, KvDType::e4m3}; }
+constexpr std::array<OutDType, 3> enumerators(OutDType) {
+  return {OutDType::automatic, OutDType::bf16, OutDType::fp16};
+}
 constexpr std::array<MaskKind, 3> enumerators(MaskKind) {
   return {MaskKind::none, MaskKind::causal, MaskKind::window};
 }

@@ -10,7 +10,11 @@
 extern "C" {
 #endif
 
-enum flashjit_dtype { FLASHJIT_BF16 = 0, FLASHJIT_FP16 = 1 };
+enum flashjit_dtype { FLASHJIT_BF16 = 0, FLASHJIT_FP16 = 1, FLASHJIT_E4M3 = 2 };
+/* K's and V's elements where they differ from Q's (an fp8 KV cache). */
+enum flashjit_kv_dtype { FLASHJIT_KV_SAME = 0, FLASHJIT_KV_E4M3 = 1 };
+/* O's elements: AUTO is Q's dtype for 16-bit Q, bf16 for e4m3 Q. */
+enum flashjit_out_dtype { FLASHJIT_OUT_AUTO = 0, FLASHJIT_OUT_BF16 = 1, FLASHJIT_OUT_FP16 = 2 };
 enum flashjit_mask { FLASHJIT_MASK_NONE = 0, FLASHJIT_MASK_CAUSAL = 1, FLASHJIT_MASK_WINDOW = 2 };
 enum flashjit_path { FLASHJIT_PATH_AUTO = 0, FLASHJIT_PATH_SM80 = 1, FLASHJIT_PATH_SM90 = 2 };
 enum flashjit_pack_gqa {
@@ -35,7 +39,9 @@ typedef struct flashjit_problem {
    * k/v [total_k, heads_kv, d]; seqlen_q/seqlen_k are the longest
    * sequence's lengths. */
   int32_t varlen;
-  int32_t reserved; /* 0 */
+  int32_t kv_dtype;  /* enum flashjit_kv_dtype */
+  int32_t out_dtype; /* enum flashjit_out_dtype */
+  int32_t reserved;  /* 0 */
 } flashjit_problem;
 
 /* Element strides; the last dimension is contiguous. */
@@ -47,6 +53,13 @@ typedef struct flashjit_forward_args {
   int64_t k_stride_batch, k_stride_seq, k_stride_head;
   int64_t v_stride_batch, v_stride_seq, v_stride_head;
   int64_t o_stride_batch, o_stride_seq, o_stride_head;
+  /* e4m3 tensors' dequantization factors (real = stored * factor), fp32 on
+   * the device, [batch, heads_kv] with these element strides (both 0: one
+   * factor per tensor): q_descale with e4m3 Q, k_descale and v_descale with
+   * e4m3 K/V (an fp8 KV cache's k_scale and v_scale); NULL where the
+   * tensor is 16-bit. */
+  const float *q_descale, *k_descale, *v_descale;
+  int64_t descale_stride_batch, descale_stride_head;
 } flashjit_forward_args;
 
 /* A KV cache (flash_attn_with_kvcache), for a problem with seqused_k or

@@ -75,6 +75,20 @@ struct VarlenArgs {
 // Device pointers in the current CUDA context (or the primary context of the
 // current device). `lse` ([batch, heads_q, seqlen_q] fp32, contiguous) may be
 // null when the caller does not need it.
+// The fp32 dequantization factors of e4m3 tensors, on the device, indexed
+// [batch][kv head] with these element strides (both 0: one factor for the
+// whole tensor, e.g. a one-element tensor): q with e4m3 Q (FlashAttention-3
+// scales Q per KV head too), k and v with e4m3 K/V, where they are an fp8 KV
+// cache's k_scale and v_scale. Null where the tensor is 16-bit; required
+// where it is e4m3.
+struct Fp8Descales {
+  const float *q = nullptr;
+  const float *k = nullptr;
+  const float *v = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+};
+
 struct ForwardArgs {
   const void *q = nullptr;
   const void *k = nullptr;
@@ -102,6 +116,8 @@ struct ForwardArgs {
   // caller, e.g. once for every layer; null: the kernel's pre-pass
   // classifies its tiles by calling mask_mod.
   const BlockMask *block_mask = nullptr;
+  // e4m3 tensors' dequantization factors (real value = stored * factor).
+  Fp8Descales descale;
 
   // Strides of densely packed [batch, seqlen, heads, dim] tensors.
   static ForwardArgs packed(const Problem &problem, const void *q, const void *k, const void *v,

@@ -7,7 +7,18 @@
 
 namespace flashjit {
 
-enum class DType : uint8_t { bf16, fp16 };
+// Element types. e4m3 is fp8 (torch.float8_e4m3fn): 1 sign, 4 exponent, 3
+// mantissa bits, no infinities, 448 at most; its tensors come with fp32
+// dequantization factors (ForwardArgs::descale).
+enum class DType : uint8_t { bf16, fp16, e4m3 };
+
+// K's and V's elements where they differ from Q's: an fp8 KV cache (e4m3)
+// read by 16-bit queries. `same`: Q's dtype.
+enum class KvDType : uint8_t { same, e4m3 };
+
+// O's elements: `automatic` is Q's dtype for 16-bit queries and bf16 for
+// e4m3 ones (FlashAttention-3's fp8 output); bf16 or fp16 ask for one.
+enum class OutDType : uint8_t { automatic, bf16, fp16 };
 
 // Bottom-right aligned, as FlashAttention >= 2.1: query row i sees key j when
 //   i + (seqlen_k - seqlen_q) - left <= j <= i + (seqlen_k - seqlen_q) + right.
@@ -15,7 +26,9 @@ enum class DType : uint8_t { bf16, fp16 };
 enum class MaskKind : uint8_t { none, causal, window };
 
 struct Problem {
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;  // Q's; K's, V's and O's too unless the next two say otherwise
+  KvDType kv_dtype = KvDType::same;
+  OutDType out_dtype = OutDType::automatic;
   int64_t batch = 1;
   int64_t heads_q = 1;
   int64_t heads_kv = 1;  // heads_q must be a multiple (GQA / MQA)
@@ -83,6 +96,13 @@ struct KernelConfig {
 };
 
 const char *to_string(DType dtype);
+const char *to_string(KvDType dtype);   // "same" | "e4m3"
+const char *to_string(OutDType dtype);  // "auto" | "bf16" | "fp16"
+// The element types a problem's tensors have: K's and V's, and O's.
+DType kv_element(const Problem &problem);
+DType out_element(const Problem &problem);
+// Bytes of one element.
+int element_bytes(DType dtype);
 const char *to_string(MaskKind mask);
 const char *to_string(KernelPath path);
 const char *to_string(GqaPacking packing);  // "auto" | "on" | "off"

@@ -42,6 +42,7 @@ inline constexpr std::tuple kProblemFields{
     FLASHJIT_PROBLEM_FIELD(window_right), FLASHJIT_PROBLEM_FIELD(softmax_scale),
     FLASHJIT_PROBLEM_FIELD(softcap),      FLASHJIT_PROBLEM_FIELD(seqused_k),
     FLASHJIT_PROBLEM_FIELD(page_size),    FLASHJIT_PROBLEM_FIELD(varlen),
+    FLASHJIT_PROBLEM_FIELD(kv_dtype),     FLASHJIT_PROBLEM_FIELD(out_dtype),
 };
 
 #undef FLASHJIT_PROBLEM_FIELD

@@ -98,6 +98,14 @@ struct FwdParams {
   // head, natural units.
   const float *sinks;
 
+  // e4m3 tensors' fp32 dequantization factors (real = stored * factor), per
+  // (batch, KV head) with these element strides (both 0: one per tensor);
+  // null where the tensor is 16-bit (flashjit::Fp8Descales).
+  const float *q_descale;
+  const float *k_descale;
+  const float *v_descale;
+  long long descale_batch_stride, descale_head_stride;
+
   // The extra inputs of a caller's modifiers (common/modifiers.cuh), laid
   // out as the snippet's struct Aux (generator/modifier_source.h: at most
   // 64 bytes, C layout).
