@@ -13,6 +13,9 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
   auto fail = [](const llvm::Twine &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
   };
+  if (problem.dtype == DType::e4m3 || problem.kv_dtype == KvDType::e4m3)
+    return fail("the fp8 backward is not supported (FlashAttention-3 has none either): run the "
+                "backward in bf16 or fp16");
   if (problem.seqused_k || problem.page_size > 0)
     return fail("the backward takes no KV cache (seqused_k, page_size): a cache is an "
                 "inference input; pass K and V as dense tensors of equal lengths");

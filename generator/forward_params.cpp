@@ -40,6 +40,11 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
   }
   p.num_splits = 1;  // the launch sets the split-KV workspace and count
   p.sinks = args.sinks;
+  p.q_descale = args.descale.q;
+  p.k_descale = args.descale.k;
+  p.v_descale = args.descale.v;
+  p.descale_batch_stride = args.descale.batch_stride;
+  p.descale_head_stride = args.descale.head_stride;
   // The modifiers' aux values (checked against their struct by the launch).
   if (args.aux && args.aux_bytes > 0)
     std::memcpy(p.aux, args.aux, args.aux_bytes < sizeof(p.aux) ? args.aux_bytes : sizeof(p.aux));

@@ -126,8 +126,19 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
 }
 
 std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem_bytes,
-                                                      bool lean) {
+                                                      bool lean, int element_bytes) {
   std::vector<KernelConfig> out;
+  if (element_bytes == 1) {
+    for (int block_m : {64, 128})
+      for (int stages = 2; stages <= 4; ++stages) {
+        FwdSm90Traits t{head_dim, block_m, kFp8BlockN, warps_for(block_m), stages};
+        t.element_bytes = 1;
+        if (t.smem_bytes() <= max_smem_bytes)
+          out.push_back(KernelConfig{KernelPath::sm90, block_m, kFp8BlockN, warps_for(block_m),
+                                     stages});
+      }
+    return out;
+  }
   for (int block_m : {64, 128, 192}) {
     if (!block_m_allowed(head_dim, block_m)) continue;
     const int warps = warps_for(block_m);
@@ -147,11 +158,45 @@ std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem
   return out;
 }
 
+KernelConfig FwdSm90Traits::fp8_config(const KernelConfig &c, int head_dim) {
+  KernelConfig out = c;
+  out.block_m = c.block_m == 64 ? 64 : kBlockM;
+  out.warps = warps_for(out.block_m);
+  out.block_n = kFp8BlockN;
+  out.stages = sm90_forward_tile_head_dim(head_dim, 1) == 128 ? 3 : 2;
+  return out;
+}
+
 llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_v, int block_m,
                                                  int block_n, int warps, int stages,
-                                                 int max_smem_bytes, bool lean) {
+                                                 int max_smem_bytes, bool lean,
+                                                 int element_bytes) {
   FwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages};
   t.head_dim_v = head_dim_v;
+  t.element_bytes = element_bytes;
+  if (element_bytes == 1) {
+    // e4m3: the tiles its V^T and register budgets were laid out for.
+    std::vector<std::string> why;
+    if (std::string dims = unsupported_reason(head_dim_qk, head_dim_v); !dims.empty())
+      why.push_back(dims);
+    if (block_m != 64 && block_m != 128)
+      why.push_back(llvm::formatv("block_m={0} is not 64 or 128 with e4m3", block_m));
+    else if (warps != warps_for(block_m))
+      why.push_back(llvm::formatv("warps={0} is not {1} at block_m={2}", warps,
+                                  warps_for(block_m), block_m));
+    if (block_n != kFp8BlockN)
+      why.push_back(llvm::formatv("block_n={0} is not {1} with e4m3 (V^T's rows are one 128-byte "
+                                  "swizzle block of keys)",
+                                  block_n, kFp8BlockN));
+    if (stages < 2 || stages > 4)
+      why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
+    if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
+      why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
+    if (!why.empty())
+      return invalid_config("sm90 e4m3 forward", block_m, block_n, warps, stages, head_dim_qk,
+                            head_dim_v, why);
+    return t;
+  }
   std::vector<std::string> why;
   std::string dims = unsupported_reason(head_dim_qk, head_dim_v);
   if (!dims.empty()) why.push_back(dims);

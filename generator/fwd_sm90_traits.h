@@ -27,6 +27,7 @@ struct FwdSm90Traits {
   int pack_gqa = 1;  // query heads packed into a tile's rows (1: none)
   int page_size = 0;  // K/V rows per page (0: contiguous)
   int head_dim_v = 0;  // of V and O (0: head_dim)
+  int element_bytes = 2;  // of Q, K and V: 1 for e4m3 (FwdSm90Layout::element_bytes)
 
   // 64 query rows per consumer warpgroup: two (block_m 128) at every head
   // dim, three (block_m 192) at head dim 64, whose short GEMMs leave a
@@ -47,13 +48,14 @@ struct FwdSm90Traits {
 
   // The layout arithmetic, compiled from the header the kernel uses.
   FwdSm90Layout layout() const {
-    return {sm90_forward_tile_head_dim(head_dim),
+    return {sm90_forward_tile_head_dim(head_dim, element_bytes),
             block_m,
             block_n,
             stages,
             pack_gqa,
             page_size,
-            sm90_forward_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim)};
+            sm90_forward_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim, element_bytes),
+            element_bytes};
   }
   int threads() const { return 32 * warps; }
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q
@@ -81,9 +83,17 @@ struct FwdSm90Traits {
   }
   // Every reason the config cannot be compiled or launched, in one message.
   // `lean`: the problem is one of lean()'s (wider tiles allowed).
+  // `element_bytes` 1 (e4m3): block_n 128, whose V^T rows are one 128-byte
+  // swizzle block (fp8 wgmma's k32 steps walk them), and 64 or 128 rows.
   static llvm::Expected<FwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
-                                            int max_smem_bytes, bool lean = false);
+                                            int max_smem_bytes, bool lean = false,
+                                            int element_bytes = 2);
+  // An e4m3 problem's tiles from the 16-bit heuristic's `c` at `head_dim`:
+  // its rows (64 for decode, else 128) and 128 keys; 3 stages where the tile
+  // head dim is 128, else 2 (one Q buffer at 256: 224 KB).
+  static KernelConfig fp8_config(const KernelConfig &c, int head_dim);
+  static constexpr int kFp8BlockN = 128;
   // The variants whose consumers hold the fewest live registers: no
   // softcap, no window (as the kernel compiles it: normalized_mask), K/V
   // not in a cache (paged, or with per-sequence key counts), none of a
@@ -121,7 +131,7 @@ struct FwdSm90Traits {
   // block_n from 48 to max_block_n in steps of 16, 2 to 4 stages. The compile
   // test builds each of them and checks for spills.
   static std::vector<KernelConfig> search_space(int head_dim, int max_smem_bytes,
-                                                bool lean = false);
+                                                bool lean = false, int element_bytes = 2);
 };
 
 // Why the sm90 family cannot serve `problem` on `arch` (empty: it can): the

@@ -165,21 +165,27 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     // shared memory both bound them).
     const int head_dim = std::max(problem.head_dim_qk, problem.head_dim_v);
     const bool lean = FwdSm90Traits::lean(problem, modified);
-    const KernelConfig first = FwdSm90Traits::default_config(
+    KernelConfig first = FwdSm90Traits::default_config(
         head_dim, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
         problem.page_size, normalized_mask(problem) != MaskKind::none, lean);
-    const KernelConfig second = FwdSm90Traits::default_config(head_dim, 0);
+    KernelConfig second = FwdSm90Traits::default_config(head_dim, 0);
+    const int bytes = element_bytes(problem.dtype);
+    if (bytes == 1) {
+      first = FwdSm90Traits::fp8_config(first, head_dim);
+      second = FwdSm90Traits::fp8_config(second, head_dim);
+    }
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tiles, [&](const KernelConfig &c) {
       return FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
-                                 c.warps, c.stages, max_smem_bytes, lean)
+                                 c.warps, c.stages, max_smem_bytes, lean, bytes)
           .takeError();
     });
     // Asked for by name, the sm90 config stays even when it does not fit:
     // validation then says why, rather than an error about an sm80 config
     // the caller never asked for.
-    if (sm90.fits || partial.path == KernelPath::sm90) return sm90.config;
+    // e4m3 has no sm80 kernel: its config stays too, for the same reason.
+    if (sm90.fits || partial.path == KernelPath::sm90 || bytes == 1) return sm90.config;
     // Too big for this device's shared memory: the sm80 family below.
   } else if (partial.path == KernelPath::sm90) {
     return keep_named_sm90(partial, FwdSm90Traits::default_config(128, 0));

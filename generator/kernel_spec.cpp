@@ -84,8 +84,29 @@ llvm::Error validate_problem(const Problem &p) {
                                          kMaxInt));
     return llvm::Error::success();
   };
-  if (p.dtype != DType::bf16 && p.dtype != DType::fp16)
-    return problem_error(llvm::formatv("dtype={0} is not bf16 or fp16", static_cast<int>(p.dtype)));
+  if (p.dtype != DType::bf16 && p.dtype != DType::fp16 && p.dtype != DType::e4m3)
+    return problem_error(
+        llvm::formatv("dtype={0} is not bf16, fp16 or e4m3", static_cast<int>(p.dtype)));
+  if (p.kv_dtype != KvDType::same && p.kv_dtype != KvDType::e4m3)
+    return problem_error(
+        llvm::formatv("kv_dtype={0} is not same or e4m3", static_cast<int>(p.kv_dtype)));
+  if (p.out_dtype != OutDType::automatic && p.out_dtype != OutDType::bf16 &&
+      p.out_dtype != OutDType::fp16)
+    return problem_error(
+        llvm::formatv("out_dtype={0} is not auto, bf16 or fp16", static_cast<int>(p.out_dtype)));
+  if (p.dtype != DType::e4m3 && p.out_dtype != OutDType::automatic &&
+      out_element(p) != p.dtype)
+    return problem_error(llvm::formatv(
+        "out_dtype={0} with dtype={1}: a 16-bit problem's output has its own dtype; leave "
+        "out_dtype auto",
+        to_string(p.out_dtype), to_string(p.dtype)));
+  if (p.dtype == DType::e4m3 || p.kv_dtype == KvDType::e4m3)
+    for (auto [name, d] : {std::pair{"head_dim_qk", p.head_dim_qk}, {"head_dim_v", p.head_dim_v}})
+      if (d % 16)
+        return problem_error(llvm::formatv(
+            "{0}={1} is not supported with e4m3: expected a multiple of 16 (TMA moves rows of "
+            "whole 16 bytes)",
+            name, d));
   if (auto e = positive("batch", p.batch)) return e;
   if (auto e = positive("heads_q", p.heads_q)) return e;
   if (auto e = positive("heads_kv", p.heads_kv)) return e;
@@ -168,6 +189,7 @@ Modifiers KernelSpec::compiled_modifiers() const { return modifiers_of_pass(modi
 
 std::string KernelSpec::id() const {
   std::string decode;
+  if (out_dtype != dtype) decode += std::string("_o") + to_string(out_dtype);
   if (pack_gqa > 1) decode += llvm::formatv("_gqa{0}", pack_gqa).str();
   if (split_kv) decode += "_split";
   if (seqused_k) decode += "_seqused";
@@ -188,6 +210,7 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   KernelSpec spec;
   spec.pass = pass;
   spec.dtype = problem.dtype;
+  spec.out_dtype = out_element(problem);
   spec.head_dim_qk = problem.head_dim_qk;
   spec.head_dim_v = problem.head_dim_v;
   spec.mask = normalized_mask(problem);
@@ -221,12 +244,22 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
                          " (fill it with default_forward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   if (llvm::Error e = validate_decode_fields(problem, config)) return e;
+  if (problem.kv_dtype == KvDType::e4m3 && problem.dtype != DType::e4m3)
+    return problem_error(
+        "kv_dtype=e4m3 under 16-bit queries (an fp8 KV cache read by bf16/fp16 Q) is not served "
+        "yet: quantize Q too (dtype=e4m3) or keep the cache in Q's dtype");
+  if (problem.dtype == DType::e4m3 && config.path != KernelPath::sm90)
+    return problem_error(llvm::formatv(
+        "dtype=e4m3 needs the sm90 kernel family on an sm_90a target (fp8 wgmma), not kernel "
+        "path {0} on {1}: the sm80 family has no fp8 kernel",
+        to_string(config.path), arch.name()));
   if (config.path == KernelPath::sm90) {
     if (std::string why = sm90_fallback_reason(problem, arch); !why.empty())
       return problem_error("kernel path sm90 is not available: " + why + "; use sm80");
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages, max_smem_bytes,
-                                      FwdSm90Traits::lean(problem, modified));
+                                      FwdSm90Traits::lean(problem, modified),
+                                      element_bytes(problem.dtype));
     if (!traits) return traits.takeError();
   } else {
     auto traits = FwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
@@ -252,7 +285,7 @@ namespace {
 FwdSm90Traits forward_sm90_traits(const KernelSpec &spec) {
   return FwdSm90Traits{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
                        spec.config.warps, spec.config.stages,  spec.pack_gqa,
-                       spec.page_size,    spec.head_dim_v};
+                       spec.page_size,    spec.head_dim_v,     element_bytes(spec.dtype)};
 }
 
 FwdSm80Traits forward_sm80_traits(const KernelSpec &spec) {

@@ -16,7 +16,14 @@ namespace flashjit {
 
 namespace {
 
-const char *element_type(DType dtype) { return dtype == DType::bf16 ? "bf16" : "fp16"; }
+const char *element_type(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+    case DType::e4m3: return "e4m3";
+  }
+  return "bf16";
+}
 
 const char *mask_policy(MaskKind mask) {
   switch (mask) {
@@ -89,7 +96,10 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   if (std::optional<WarpRoleRegisters> roles = warp_role_registers(spec))
     os << "constexpr int kProducerRegisters = " << roles->producer << ";\n"
        << "constexpr int kConsumerRegisters = " << roles->consumer << ";\n";
+  // Element: Q's, K's and V's; OutElement: O's (bf16 or fp16 under e4m3
+  // inputs).
   os << "using Element = " << element_type(spec.dtype) << ";\n"
+     << "using OutElement = " << element_type(spec.out_dtype) << ";\n"
      << "using Mask = " << mask_policy(spec.mask) << ";\n"
      << "}  // namespace cfg\n"
      << "}  // namespace flashjit\n";

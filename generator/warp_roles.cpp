@@ -35,6 +35,16 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // batch's paged or counted cache spilled 16-76 bytes at 232-240, none at
   // 256 (a pool of 256 registers x 256 threads holds it).
   const bool paged = spec.page_size > 0;
+  // e4m3: the producer warpgroup's other three warps transpose V tiles
+  // (fwd_sm90_v_transpose.cuh: 16 bytes of 4 keys in, 16 words out, in
+  // registers) and walk the work tiles: at 40 registers that spilled 8-24
+  // bytes (48 leaves the consumers 228, no multiple of 8), so 56, as
+  // FlashAttention-3 gives that role; the consumers' O, S and P fit 224
+  // without spills up to head dim 128, and at 256 (no intra-warpgroup
+  // overlap) spill 8 bytes under a causal mask.
+  if (spec.dtype == DType::e4m3)
+    return spec.config.block_m == 64 ? WarpRoleRegisters{56, 240, 1}
+                                     : WarpRoleRegisters{56, 224, 2};
   if (spec.config.block_m == 64) {
     const bool d256 = sm90_forward_tile_head_dim(spec.head_dim_qk) == 256;
     if (paged) return WarpRoleRegisters{56, d256 ? 256 : 240, 1};

@@ -12,11 +12,11 @@
 namespace flashjit {
 namespace {
 
-constexpr int kElementBytes = 2;
-// Box inner extent: 64 16-bit elements = 128 bytes, the most a 128-byte
-// swizzle allows and exactly one swizzle row of the kernel's tiles (the
-// backward's may be 32 columns, 64-byte swizzled: encode's box_columns).
-constexpr int kBoxColumns = FwdSm90Layout::kRowBytes / kElementBytes;
+// Box inner extent: 128 bytes (64 16-bit elements, 128 e4m3), the most a
+// 128-byte swizzle allows and exactly one swizzle row of the kernel's tiles
+// (the backward's may be 32 columns, 64-byte swizzled: encode's
+// box_columns).
+int box_columns_of(DType dtype) { return FwdSm90Layout::kRowBytes / element_bytes(dtype); }
 // Query rows per TMA box: one consumer warpgroup's rows (fwd_sm90.cuh).
 constexpr int kQBoxRows = FwdSm90Layout::kWarpgroupRows;
 
@@ -34,9 +34,9 @@ constexpr CUtensorMapL2promotion kBackwardPromotion = CU_TENSOR_MAP_L2_PROMOTION
 // A dimension of extent 1 is never stepped over, so any stride serves there;
 // callers (PyTorch) give such dimensions arbitrary strides, which TMA would
 // reject, so they are replaced by the row size.
-uint64_t tma_stride(int64_t elements, int64_t extent, int head_dim) {
-  if (extent <= 1) return static_cast<uint64_t>(head_dim) * kElementBytes;
-  return static_cast<uint64_t>(elements) * kElementBytes;
+uint64_t tma_stride(int64_t elements, int64_t extent, int head_dim, int bytes) {
+  if (extent <= 1) return static_cast<uint64_t>(head_dim) * bytes;
+  return static_cast<uint64_t>(elements) * bytes;
 }
 
 // The inputs of one encode, which determine its map: a warm call passes the
@@ -138,7 +138,12 @@ llvm::Expected<CUtensorMap> encode_tiled(
 }
 
 CUtensorMapDataType tma_type(DType dtype) {
-  return dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  switch (dtype) {
+    case DType::bf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::fp16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case DType::e4m3: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // TMA moves bytes
+  }
+  return CU_TENSOR_MAP_DATA_TYPE_UINT8;
 }
 
 // A [batch, seqlen, heads, dim] tensor as the 4-d map (dim, seqlen, heads,
@@ -147,13 +152,14 @@ CUtensorMapDataType tma_type(DType dtype) {
 llvm::Expected<CUtensorMap> encode(const CudaDriver &cu, const char *name, DType dtype,
                                    const void *data, int head_dim, int64_t seqlen, int64_t heads,
                                    int64_t batch, const TensorStrides &strides, int box_rows,
-                                   CUtensorMapL2promotion promotion,
-                                   int box_columns = kBoxColumns) {
+                                   CUtensorMapL2promotion promotion, int box_columns = 0) {
+  const int bytes = element_bytes(dtype);
+  if (box_columns == 0) box_columns = box_columns_of(dtype);
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seqlen),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t byte_strides[3] = {tma_stride(strides.seq, seqlen, head_dim),
-                                      tma_stride(strides.head, heads, head_dim),
-                                      tma_stride(strides.batch, batch, head_dim)};
+  const cuuint64_t byte_strides[3] = {tma_stride(strides.seq, seqlen, head_dim, bytes),
+                                      tma_stride(strides.head, heads, head_dim, bytes),
+                                      tma_stride(strides.batch, batch, head_dim, bytes)};
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_columns),
                              static_cast<cuuint32_t>(box_rows), 1, 1};
   return encode_tiled(cu, name, tma_type(dtype), data, 4, dims, byte_strides, box, promotion,
@@ -168,14 +174,15 @@ llvm::Expected<CUtensorMap> encode_packed_q(const CudaDriver &cu, DType dtype, c
                                             int64_t batch, const TensorStrides &strides,
                                             int ratio) {
   const int64_t heads_kv = heads_q / ratio;
+  const int bytes = element_bytes(dtype);
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(ratio),
                               static_cast<cuuint64_t>(heads_kv), static_cast<cuuint64_t>(seqlen),
                               static_cast<cuuint64_t>(batch)};
-  const cuuint64_t byte_strides[4] = {tma_stride(strides.head, ratio, head_dim),
-                                      tma_stride(strides.head * ratio, heads_kv, head_dim),
-                                      tma_stride(strides.seq, seqlen, head_dim),
-                                      tma_stride(strides.batch, batch, head_dim)};
-  const cuuint32_t box[5] = {kBoxColumns, static_cast<cuuint32_t>(ratio), 1,
+  const cuuint64_t byte_strides[4] = {tma_stride(strides.head, ratio, head_dim, bytes),
+                                      tma_stride(strides.head * ratio, heads_kv, head_dim, bytes),
+                                      tma_stride(strides.seq, seqlen, head_dim, bytes),
+                                      tma_stride(strides.batch, batch, head_dim, bytes)};
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(box_columns_of(dtype)), static_cast<cuuint32_t>(ratio), 1,
                              static_cast<cuuint32_t>(kQBoxRows / ratio), 1};
   return encode_tiled(cu, "q packed by its group's heads (dims: the group second)", tma_type(dtype),
                       data, 5, dims, byte_strides, box, kForwardPromotion);
@@ -205,11 +212,11 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   const int64_t kv_rows = paged ? spec.page_size : keys.rows;
   const int64_t kv_outer = paged ? args.cache.num_pages : keys.batch;
   const int box_rows = kv_box_rows(spec.page_size, spec.config.block_n);
-  auto k = encode(*driver, "k", p.dtype, args.k, spec.head_dim_qk, kv_rows, p.heads_kv, kv_outer,
-                  args.k_strides, box_rows, kForwardPromotion);
+  auto k = encode(*driver, "k", kv_element(p), args.k, spec.head_dim_qk, kv_rows, p.heads_kv,
+                  kv_outer, args.k_strides, box_rows, kForwardPromotion);
   if (!k) return k.takeError();
-  auto v = encode(*driver, "v", p.dtype, args.v, spec.head_dim_v, kv_rows, p.heads_kv, kv_outer,
-                  args.v_strides, box_rows, kForwardPromotion);
+  auto v = encode(*driver, "v", kv_element(p), args.v, spec.head_dim_v, kv_rows, p.heads_kv,
+                  kv_outer, args.v_strides, box_rows, kForwardPromotion);
   if (!v) return v.takeError();
   maps.q = *q;
   maps.k = *k;

@@ -43,7 +43,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_combine::kThreads)
     flashjit_fwd_combine(const flashjit::FwdParams p) {
   using namespace flashjit;
   using namespace flashjit::fwd_combine;
-  using Ops = ElementOps<cfg::Element>;
+  using Ops = ElementOps<cfg::OutElement>;
   constexpr int kDim = cfg::kHeadDimV;
   const float kNegInf = __int_as_float(0xff800000);
 

@@ -112,6 +112,7 @@
 #include "fwd_sm90_gemms.cuh"
 #include "fwd_sm90_key_tiles.cuh"
 #include "fwd_sm90_score.cuh"
+#include "fwd_sm90_v_transpose.cuh"
 #include "common/block_map.cuh"
 #include "common/fwd_params.cuh"
 #include "common/fwd_scheduler.cuh"
@@ -163,14 +164,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
     for (int b = 0; b < kQStages; ++b) {
       mbarrier_init(bars.q_full(b), 1);
-      mbarrier_init(bars.q_empty(b), kConsumerWarps);
+      // e4m3 under a counter: the transposing warps read the tile slots too.
+      mbarrier_init(bars.q_empty(b), kConsumerWarps + (kFp8 && dynamic ? kTransposeWarps : 0));
     }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(bars.k_full(s), 1);
       mbarrier_init(bars.v_full(s), 1);
       mbarrier_init(bars.k_empty(s), kConsumerWarps);
-      mbarrier_init(bars.v_empty(s), kConsumerWarps);
+      // e4m3: V's staging tile is the transposing warps' to release.
+      mbarrier_init(bars.v_empty(s), kFp8 ? kTransposeWarps : kConsumerWarps);
+      if constexpr (kFp8) {
+        mbarrier_init(bars.vt_full(s), kTransposeWarps);
+        mbarrier_init(bars.vt_empty(s), kConsumerWarps);
+      }
     }
     fence_barrier_init();
   }
@@ -231,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
             for (int cb = 0; cb < (v ? kVColBlocks : kColBlocks); ++cb)
               tma_load_4d(dst + cb * kKVColBlockBytes + box * Sequence::kBoxRows * kRowBytes,
-                          v ? &tma_v : &tma_k, full, cb * 64,
+                          v ? &tma_v : &tma_k, full, cb * kColElems,
                           static_cast<int>(seq.box_row(n0, box)), kv_head, outer);
           };
           if constexpr (Sequence::kPaged) {
@@ -281,9 +288,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             // Packed: the box is [positions][the group's heads][64 columns]
             // of a [batch][seq][kv head][head in group][dim] view of Q.
             if constexpr (kPack > 1)
-              tma_load_5d(dst, &tma_q, bars.q_full(qb), cb * 64, 0, tile.head, q0, seq.outer);
+              tma_load_5d(dst, &tma_q, bars.q_full(qb), cb * kColElems, 0, tile.head, q0, seq.outer);
             else
-              tma_load_4d(dst, &tma_q, bars.q_full(qb), cb * 64, q0, tile.head, seq.outer);
+              tma_load_4d(dst, &tma_q, bars.q_full(qb), cb * kColElems, q0, tile.head, seq.outer);
           }
         if (kQStages == 2 && key_tiles.count > 0) load_v(0);
         for (int t = 1; t < key_tiles.count; ++t) {
@@ -300,6 +307,48 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         mbarrier_arrive(bars.q_full(q_buffer_of(j)));
       }
     }
+    if constexpr (kFp8) {
+      // The transposing warps (fwd_sm90_v_transpose.cuh) walk the same
+      // work tiles and key tiles as the consumers: each V tile, once landed
+      // in its staging stage and once the consumers are done with the V^T
+      // stage it goes to, is written there; V^T full, staging free.
+      if (tid / 32 > 0) {
+        const int twarp = tid / 32 - 1;
+        const int lane = tid % 32;
+        int kv_iter = 0;
+        WorkTile tile;
+        for (int j = 0;; ++j) {
+          if (dynamic) {
+            mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
+            int w = 0;
+            if (lane == 0) w = ld_shared_s32(tile_slot(smem, j));
+            w = __shfl_sync(0xffffffffu, w, 0);
+            if (lane == 0) mbarrier_arrive(bars.q_empty(q_buffer_of(j)));
+            if (w < 0 || !sched.at(p, w, tile)) break;
+          } else if (!sched.next(p, j, tile)) {
+            break;
+          }
+          const Sequence seq(p, tile.batch);
+          const int num_tiles = walk.key_tiles_of(tile, seq).count;
+          for (int t = 0; t < num_tiles; ++t) {
+            const int it = kv_iter + t;
+            const int stage = stage_of(it);
+            mbarrier_wait(bars.v_full(stage), parity_of(it));
+            mbarrier_wait(bars.vt_empty(stage), parity_of(it) ^ 1);
+            transpose_v_tile(smem + kOffsetV + stage * kVTileBytes,
+                             smem + kOffsetVt + stage * kLayout.vt_tile_bytes(), twarp, lane);
+            // V^T is read by wgmma, through the async proxy.
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) {
+              mbarrier_arrive(bars.vt_full(stage));
+              mbarrier_arrive(bars.v_empty(stage));
+            }
+          }
+          kv_iter += num_tiles;
+        }
+      }
+    }
     return;
   }
   setmaxnreg_inc<kConsumerRegisters>();
@@ -314,7 +363,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const u64 q_desc0 = smem_descriptor_sw128(smem + cwg * kQWarpgroupBytes, 16, 1024);
   auto q_desc_of = [&](int j) { return q_desc0 + ((q_buffer_of(j) * kQBytes) >> 4); };
   const u64 k_desc0 = smem_descriptor_sw128(smem + kOffsetK, 16, 1024);
-  const u64 v_desc0 = smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
+  // P V's B: V read MN-major, or e4m3's V^T K-major (as K).
+  const u64 v_desc0 = kFp8 ? smem_descriptor_sw128(smem + kOffsetVt, 16, 1024)
+                           : smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
 
   float acc_o[kORegisters];
   // The thread's rows `group` and `group + 8` of its warp (common/online_softmax.cuh).
@@ -322,7 +373,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // Under a score_mod, S leaves apply_modifiers() in the softmax's natural
   // units (the snippet's result, not scaled back), so the softmax and the
   // LSE scale by log2(e) alone: one multiply per score fewer.
-  const float scale_log2 = Modifiers::kScore ? 1.4426950408889634f : p.softmax_scale_log2;
+  const float base_scale_log2 = Modifiers::kScore ? 1.4426950408889634f : p.softmax_scale_log2;
+  // e4m3: the work tile's descales (below); the scale is per work tile.
+  constexpr bool kDescaleScores = kSoftcap || Modifiers::kScore;
+  float scale_log2 = base_scale_log2;
+  float qk_descale = 1.f, v_descale = 1.f;
   // The fragment accessors of S and O for the shared softmax: one m16 row
   // tile per warp, element i of column tile nt at 4 nt + i.
   auto s_at = [](float (&acc_s)[kSRegisters]) {
@@ -359,6 +414,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     const int n0 = key_tile_index(entry) * kBlockN;
     const int seqlen_k = seq.seqlen_k;
     const i64 offset = seq.offset;
+    if constexpr (kFp8 && kDescaleScores) {
+#pragma unroll
+      for (int i = 0; i < kSRegisters; ++i) acc_s[i] *= qk_descale;
+    }
 #pragma unroll
     for (int i = 0; i < kSRegisters; ++i) acc_s[i] = Score::softcap(acc_s[i], p);
     // A partial tile of mask_mod's whose rows are runs is masked with the
@@ -371,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     // rows), and mask_mod's run tiles.
     if (runs_tile || Score::tile_is_cut(p, seqlen_k, wg_m0, kQRowsPerWg, n0, kBlockN, offset))
       mask_cut_tile(acc_s, p, seqlen_k, offset, wg_m0, n0, runs_tile, runs);
-    stats.update<kSTiles>(s_at(acc_s), scale_log2,
+    stats.update<kSTiles, kPExponent>(s_at(acc_s), scale_log2,
                           [&](int r, float factor) { correction[r] = factor; });
   };
 
@@ -386,7 +445,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     if (lane == 0) mbarrier_arrive(bars.k_empty(stage_of(it)));
   };
   auto release_v = [&](int it) {
-    if (lane == 0) mbarrier_arrive(bars.v_empty(stage_of(it)));
+    if (lane == 0) mbarrier_arrive(bars.pv_empty(stage_of(it)));
   };
   // Every consumer warp's release of work tile j's Q buffer.
   auto release_q = [&](int j) {
@@ -407,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // O += P V of K/V tile `it` in this warpgroup's turn, waited for; the V
   // stage is released.
   auto pv_alone = [&](u32 (&p_frag)[kPVSteps][4], int it) {
-    mbarrier_wait(bars.v_full(stage_of(it)), parity_of(it));
+    mbarrier_wait(bars.pv_full(stage_of(it)), parity_of(it));
     take_turn();
     issue_pv(acc_o, p_frag, v_desc0, stage_of(it));
     pass_turn();
@@ -421,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   auto s_and_pv = [&](float (&acc_s)[kSRegisters], int j, int it_s, u32 (&p_frag)[kPVSteps][4],
                       int it_pv) {
     mbarrier_wait(bars.k_full(stage_of(it_s)), parity_of(it_s));
-    mbarrier_wait(bars.v_full(stage_of(it_pv)), parity_of(it_pv));
+    mbarrier_wait(bars.pv_full(stage_of(it_pv)), parity_of(it_pv));
     take_turn();
     issue_s(acc_s, q_desc_of(j), k_desc0, stage_of(it_s));
     issue_pv(acc_o, p_frag, v_desc0, stage_of(it_pv));
@@ -439,7 +498,24 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // O and the LSE of the work tile, or this split's partials
   // (common/sm90_epilogue.cuh).
   auto write_o = [&](const WorkTile &tile, const Sequence &seq, int wg_m0) {
-    if constexpr (Modifiers::kScoreSlope && kPack == 1) {
+    if constexpr (kFp8) {
+      // O in V's true units. P went into P V as 2^kPExponent P, and so into
+      // the row sum: O over the sum is right as it is, and the LSE is the
+      // max lowered by 2^kPExponent's share (a sink's weight against the
+      // keys likewise).
+#pragma unroll
+      for (int i = 0; i < kORegisters; ++i) acc_o[i] *= v_descale;
+      OnlineSoftmax<1> true_stats = stats;
+      const float shift = static_cast<float>(kPExponent) / scale_log2;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        true_stats.row_max[h] -= shift;
+        if constexpr (Modifiers::kScoreSlope && kPack == 1)
+          true_stats.row_max[h] -= Modifiers::score_slope(tile.batch, tile.head, p.aux) *
+                                   static_cast<float>(warp * 16 + group + h * 8);
+      }
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_stats, scale_log2);
+    } else if constexpr (Modifiers::kScoreSlope && kPack == 1) {
       // The rows' own bias, left out of the softmax (apply_modifiers): the max back
       // in the true logits' units, for the LSE and a sink.
       const float slope = Modifiers::score_slope(tile.batch, tile.head, p.aux);
@@ -479,13 +555,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     for (int t = 0; t < num_tiles; ++t) {
       const int it = kv_iter + t;
       mbarrier_wait(bars.k_full(stage_of(it)), parity_of(it));
-      if (kIntraOverlap && t > 0) mbarrier_wait(bars.v_full(stage_of(it - 1)), parity_of(it - 1));
+      if (kIntraOverlap && t > 0) mbarrier_wait(bars.pv_full(stage_of(it - 1)), parity_of(it - 1));
       turn();
       release_k(it);
       if (kIntraOverlap && t > 0) release_v(it - 1);
       if (!kIntraOverlap) {
         if (t + 1 == num_tiles) release_q(j);
-        mbarrier_wait(bars.v_full(stage_of(it)), parity_of(it));
+        mbarrier_wait(bars.pv_full(stage_of(it)), parity_of(it));
         turn();
         release_v(it);
       }
@@ -493,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     if (kIntraOverlap) {
       const int last = kv_iter + num_tiles - 1;
       release_q(j);
-      mbarrier_wait(bars.v_full(stage_of(last)), parity_of(last));
+      mbarrier_wait(bars.pv_full(stage_of(last)), parity_of(last));
       turn();
       release_v(last);
     }
@@ -518,6 +594,16 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     auto entry_of = [&](int t) { return walk.key_tile_entry(entry_base, t); };
     reset_o();
     stats.reset();
+    if constexpr (kFp8) {
+      // The (batch, KV head)'s descales: Q K^T's into the softmax's scale
+      // (or onto S, where softcap or a score_mod must see true scores), V's
+      // into O's finish.
+      const i64 at = tile.batch * p.descale_batch_stride +
+                     sched.kv_head(p, tile) * p.descale_head_stride;
+      qk_descale = p.q_descale[at] * p.k_descale[at];
+      v_descale = p.v_descale[at];
+      if constexpr (!kDescaleScores) scale_log2 = base_scale_log2 * qk_descale;
+    }
     mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
 
     if (num_tiles == 0) {

@@ -1,7 +1,7 @@
 // The sm90 forward's configuration (fwd_sm90.cuh): the constants derived
 // from the generator's prelude, flashjit::cfg (kHeadDimQK, kHeadDimV,
 // kBlockM, kBlockN, kWarps, kStages, kSoftcap, kProducerRegisters,
-// kConsumerRegisters, Element, Mask), the parts they choose (scheduler,
+// kConsumerRegisters, Element, OutElement, Mask), the parts they choose (scheduler,
 // sequence, epilogue), the mbarriers' places and the pipeline's positions.
 // The layout arithmetic is FwdSm90Layout (common/fwd_sm90_layout.cuh, which
 // the host twin compiles too); the host twin of every derived constant is
@@ -21,23 +21,34 @@ namespace flashjit {
 namespace fwd_sm90 {
 
 using namespace cfg;
-using Ops = ElementOps<Element>;
 using Modifiers = cfg::Modifiers;
 
-// The tiled head dim (64, 128, 192 or 256): a problem's between has zero columns
-// past its own (TMA fills them), which the epilogue never stores.
-constexpr int kHeadDim = sm90_forward_tile_head_dim(kHeadDimQK);
+// e4m3 Q, K and V (FlashAttention-3's fp8 forward): k32 wgmma on both
+// GEMMs, V transposed in shared memory (fwd_sm90_v_transpose.cuh), P
+// quantized to e4m3 times 2^kPExponent (so that the small probabilities
+// beside a large one, an attention sink's, stay above e4m3's smallest
+// subnormal, 2^-9), the descales folded into the softmax's scale and O's
+// finish; O in OutElement.
+constexpr bool kFp8 = IsFp8<Element>::value;
+constexpr int kElementBytes = kFp8 ? 1 : 2;
+constexpr int kPExponent = kFp8 ? 8 : 0;
+
+// The tiled head dim (64, 128, 192 or 256; e4m3 128 or 256): a problem's
+// between has zero columns past its own (TMA fills them), which the
+// epilogue never stores.
+constexpr int kHeadDim = sm90_forward_tile_head_dim(kHeadDimQK, kElementBytes);
 // V's and O's (kHeadDimV may differ from kHeadDimQK, e.g. 192/128).
-constexpr int kHeadDimVTile = sm90_forward_tile_head_dim(kHeadDimV);
+constexpr int kHeadDimVTile = sm90_forward_tile_head_dim(kHeadDimV, kElementBytes);
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
-constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,      kStages,
-                                 kPackGqa, kPageSize, kHeadDimVTile};
+constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,       kStages,
+                                 kPackGqa, kPageSize, kHeadDimVTile, kElementBytes};
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
 constexpr int kColBlocks = kLayout.col_blocks();  // 64-element (128-byte) swizzle columns of Q, K
 constexpr int kVColBlocks = kLayout.v_col_blocks();  // and of V
 constexpr int kRowBytes = FwdSm90Layout::kRowBytes;
+constexpr int kColElems = kRowBytes / kElementBytes;  // elements of a 128-byte column block
 // Packed GQA (kPackGqa > 1): a warpgroup's rows are kQRowsPerWg positions
 // times the kPackGqa query heads of one KV head, head fastest.
 constexpr int kPack = kPackGqa;
@@ -61,7 +72,8 @@ constexpr int kVTileBytes = kLayout.v_tile_bytes();  // one V tile
 constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
 constexpr int kQStages = kLayout.q_stages();
 constexpr int kOffsetK = kLayout.offset_k();
-constexpr int kOffsetV = kLayout.offset_v();
+constexpr int kOffsetV = kLayout.offset_v();  // e4m3: the staging ring
+constexpr int kOffsetVt = kLayout.offset_vt();  // e4m3: V^T's ring
 constexpr int kOffsetBarriers = kLayout.offset_barriers();
 constexpr int kOffsetTileSlots = kLayout.offset_tile_slots();
 static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
@@ -88,7 +100,7 @@ using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 constexpr bool kWarpProducer = Sequence::kPaged;
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
-using Epilogue = Sm90Epilogue<Element, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv,
+using Epilogue = Sm90Epilogue<OutElement, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv,
                               Modifiers::kSinks>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
@@ -99,10 +111,12 @@ constexpr int kSRegisters = kBlockN / 2;    // S accumulators per thread
 constexpr int kORegisters = kHeadDimVTile / 2;  // O accumulators per thread
 constexpr int kSTiles = kBlockN / 8;        // n8 column tiles of S
 constexpr int kOTiles = kHeadDimVTile / 8;  // n8 column tiles of O
-constexpr int kPVSteps = kBlockN / 16;      // k16 steps of O += P V
-// k16 steps of S = Q K^T: over the problem's columns only (the tile's past
-// them are zeros, which add nothing to S).
-constexpr int kQKSteps = (kHeadDimQK + 15) / 16;
+// k-steps of O += P V: 16 keys (k16), or 32 with e4m3 (k32); each is 32
+// bytes of a K-major row.
+constexpr int kPVSteps = kBlockN / (kFp8 ? 32 : 16);
+// k-steps of S = Q K^T, 32 bytes of a row each: over the problem's columns
+// only (the tile's past them are zeros, which add nothing to S).
+constexpr int kQKSteps = (kHeadDimQK * kElementBytes + 31) / 32;
 
 constexpr bool kPingPong = kConsumerWarpgroups >= 2;
 // The serving call's work tiles (a packed batch over a KV cache) often leave
@@ -122,8 +136,11 @@ constexpr bool kSkipIdleWarpgroups =
 // except beside a caller's score_mod or mask_mod (ALiBi with documents: 24
 // bytes spilled) or the idle-warpgroup walk (varlen with a counted cache:
 // 208 bytes): those run S, softmax, P V in sequence.
+// e4m3 at 256 (O 128, S 64 and P 16 registers at its 128-key tiles) spilled
+// 144 bytes and serialised the wgmmas in 224 registers with the overlap.
 constexpr bool kIntraOverlap =
-    kHeadDimVTile < 256 || !(Modifiers::kScore || Modifiers::kMask || kSkipIdleWarpgroups);
+    kHeadDimVTile < 256 ||
+    !(kFp8 || Modifiers::kScore || Modifiers::kMask || kSkipIdleWarpgroups);
 // Named barrier ids: 0 is __syncthreads; 1.. the turns, one per consumer
 // warpgroup.
 constexpr int kBarrierPingPong = 1;
@@ -137,6 +154,7 @@ static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup +
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
               "block_n: multiple of 16 (P V k-steps) up to 256 (wgmma N, TMA box)");
 static_assert(kStages >= 2, "at least double buffering");
+static_assert(!kFp8 || kBlockN == 128, "e4m3: V^T's rows are one 128-byte block of keys");
 // The CTA's register pool is what the launch allocated (65536 / kThreads per
 // thread, rounded down to a multiple of 8): the consumers' setmaxnreg.inc
 // must be covered by what the producer gives back, or it waits forever.
@@ -145,7 +163,9 @@ static_assert(kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters <=
               "the consumers' setmaxnreg.inc would wait for registers nobody frees");
 
 // The mbarriers: q_full[kQStages], q_empty[kQStages], then the K/V ring's
-// k_full, v_full, k_empty and v_empty[kStages] from kv_base. (Two bases, as
+// k_full, v_full, k_empty and v_empty[kStages] from kv_base, and with e4m3
+// V^T's vt_full and vt_empty[kStages] (v_full then says the staging tile
+// landed, v_empty that the transposing warps have read it). (Two bases, as
 // values: the K/V ring's addresses folded into offsets from `base` changed
 // the consumers' register allocation, d=128 0 -> 24 bytes spilled.)
 struct Barriers {
@@ -158,6 +178,11 @@ struct Barriers {
   __device__ __forceinline__ u32 v_full(int s) const { return kv_base + 8 * (kStages + s); }
   __device__ __forceinline__ u32 k_empty(int s) const { return kv_base + 8 * (2 * kStages + s); }
   __device__ __forceinline__ u32 v_empty(int s) const { return kv_base + 8 * (3 * kStages + s); }
+  __device__ __forceinline__ u32 vt_full(int s) const { return kv_base + 8 * (4 * kStages + s); }
+  __device__ __forceinline__ u32 vt_empty(int s) const { return kv_base + 8 * (5 * kStages + s); }
+  // What the consumers wait for before P V, and release after it: V, or V^T.
+  __device__ __forceinline__ u32 pv_full(int s) const { return kFp8 ? vt_full(s) : v_full(s); }
+  __device__ __forceinline__ u32 pv_empty(int s) const { return kFp8 ? vt_empty(s) : v_empty(s); }
 };
 
 // The K/V ring's stage and phase of K/V tile `it` (counted over all work

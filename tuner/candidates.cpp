@@ -82,7 +82,8 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
     for (const KernelConfig &config :
          FwdSm90Traits::search_space(std::max(problem.head_dim_qk, problem.head_dim_v),
                                      max_smem_bytes,
-                                     FwdSm90Traits::lean(problem, modified)))
+                                     FwdSm90Traits::lean(problem, modified),
+                                     element_bytes(problem.dtype)))
       consider(config);
   return set;
 }

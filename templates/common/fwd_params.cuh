@@ -98,6 +98,11 @@ struct FwdParams {
   // head, natural units.
   const float *sinks;
 
+  // The extra inputs of a caller's modifiers (common/modifiers.cuh), laid
+  // out as the snippet's struct Aux (generator/modifier_source.h: at most
+  // 64 bytes, C layout).
+  unsigned long long aux[8];
+
   // e4m3 tensors' fp32 dequantization factors (real = stored * factor), per
   // (batch, KV head) with these element strides (both 0: one per tensor);
   // null where the tensor is 16-bit (flashjit::Fp8Descales).
@@ -105,11 +110,7 @@ struct FwdParams {
   const float *k_descale;
   const float *v_descale;
   long long descale_batch_stride, descale_head_stride;
-
-  // The extra inputs of a caller's modifiers (common/modifiers.cuh), laid
-  // out as the snippet's struct Aux (generator/modifier_source.h: at most
-  // 64 bytes, C layout).
-  unsigned long long aux[8];
+  // (Last: the 16-bit kernels' parameter offsets stay as they were.)
 };
 
 // The append kernel's block (kv_append.cuh): this step's keys and values,

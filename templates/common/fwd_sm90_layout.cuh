@@ -33,7 +33,12 @@ constexpr int kv_box_rows(int page_size, int block_n) {
 // Q/K, and 136..184) rather than 256 saves a quarter of them: O takes 96
 // registers, which leaves S room for 112-key tiles with the intra-warpgroup
 // overlap that 256 cannot afford.
-constexpr int sm90_forward_tile_head_dim(int head_dim) {
+//
+// e4m3 rows are tiled in whole 128-byte blocks too (128 or 256 columns), so
+// 64 and 192 pay for 128 and 256: fp8 wgmma reads K-major operands only and
+// its 128-byte swizzle spans 128 elements.
+constexpr int sm90_forward_tile_head_dim(int head_dim, int element_bytes = 2) {
+  if (element_bytes == 1) return head_dim <= 128 ? 128 : 256;
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
@@ -51,6 +56,11 @@ struct FwdSm90Layout {
   int pack_gqa;   // query heads packed into a tile's rows (1: none)
   int page_size = 0;  // K/V rows per page (0: contiguous)
   int head_dim_v = 0;  // of V and O, tiled (0: head_dim)
+  // Bytes of one Q/K/V element: 2 (bf16, fp16), or 1 (e4m3), whose V is
+  // transposed in shared memory (fp8 wgmma reads B K-major only): TMA lands
+  // each V tile in a staging ring, the producer warpgroup writes it as V^T
+  // into a ring of its own.
+  int element_bytes = 2;
 
   static constexpr int kSmemAlign = kSm90SmemAlign;
   static constexpr int kSmemBudget = kSm90SmemBudget;
@@ -59,9 +69,11 @@ struct FwdSm90Layout {
 
   constexpr int consumer_warpgroups() const { return block_m / kWarpgroupRows; }
   constexpr int warps() const { return 4 * (1 + consumer_warpgroups()); }  // + the producer
-  constexpr int col_blocks() const { return head_dim / 64; }  // of Q and K
+  // 128-byte swizzle columns of Q and K, and of V.
+  constexpr int col_blocks() const { return head_dim * element_bytes / kRowBytes; }
   constexpr int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
-  constexpr int v_col_blocks() const { return v_dim() / 64; }
+  constexpr int v_col_blocks() const { return v_dim() * element_bytes / kRowBytes; }
+  constexpr bool transposes_v() const { return element_bytes == 1; }
 
   // Packed GQA: a warpgroup's 64 rows are (query position, head in group)
   // pairs, head fastest, so a tile holds whole groups of kPack heads of
@@ -82,25 +94,34 @@ struct FwdSm90Layout {
   constexpr int kv_col_block_bytes() const { return block_n * kRowBytes; }
   constexpr int k_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }
   constexpr int v_tile_bytes() const { return v_col_blocks() * kv_col_block_bytes(); }
+  // V^T of one tile ([key blocks of 128][v_dim rows][128 B]), e4m3 only.
+  constexpr int vt_col_block_bytes() const { return v_dim() * kRowBytes; }
+  constexpr int vt_tile_bytes() const {
+    return transposes_v() ? block_n / kRowBytes * vt_col_block_bytes() : 0;
+  }
+  // mbarriers of the K/V ring: k_full, v_full, k_empty, v_empty, and with
+  // V^T its vt_full and vt_empty, `stages` each.
+  constexpr int kv_barriers() const { return (transposes_v() ? 6 : 4) * stages; }
   constexpr int kv_box_rows() const { return flashjit::kv_box_rows(page_size, block_n); }
 
   // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
-  // `stages` V tiles, then the mbarriers, 8 bytes each: q_full[q_buffers],
-  // q_empty[q_buffers], k_full, v_full, k_empty, v_empty [stages each]; then
+  // `stages` V tiles (and V^T tiles), then the mbarriers, 8 bytes each:
+  // q_full[q_buffers], q_empty[q_buffers], the K/V ring's; then
   // a tile slot per Q buffer (8 bytes each): the work tile whose Q the
   // buffer holds, when the producer takes tiles from a counter.
   constexpr int smem_used(int q_buffers) const {
-    return q_buffers * q_bytes() + stages * (k_tile_bytes() + v_tile_bytes()) +
-           8 * (2 * q_buffers + 4 * stages) + 8 * q_buffers;
+    return q_buffers * q_bytes() + stages * (k_tile_bytes() + v_tile_bytes() + vt_tile_bytes()) +
+           8 * (2 * q_buffers + kv_barriers()) + 8 * q_buffers;
   }
   // Two Q buffers where they fit: the next work tile's Q loads while this
   // one's is still in use (until its last S).
   constexpr int q_stages() const { return smem_used(2) + kSmemAlign <= kSmemBudget ? 2 : 1; }
   constexpr int offset_k() const { return q_stages() * q_bytes(); }
   constexpr int offset_v() const { return offset_k() + stages * k_tile_bytes(); }
-  constexpr int offset_barriers() const { return offset_v() + stages * v_tile_bytes(); }
+  constexpr int offset_vt() const { return offset_v() + stages * v_tile_bytes(); }
+  constexpr int offset_barriers() const { return offset_vt() + stages * vt_tile_bytes(); }
   constexpr int offset_tile_slots() const {
-    return offset_barriers() + 8 * (2 * q_stages() + 4 * stages);
+    return offset_barriers() + 8 * (2 * q_stages() + kv_barriers());
   }
   // The dynamic shared memory to launch with: the base is rounded up to
   // kSmemAlign inside the kernel.

@@ -93,7 +93,10 @@ struct OnlineSoftmax {
   // is done, `rescale(r, factor)` gets the factor O's row r must be scaled
   // by: the sm80 kernel scales there, the sm90 one keeps it until its P V
   // in flight completes.
-  template <int kNTiles, class Score, class Rescale>
+  // kPExponent: P comes out times 2^kPExponent (the sum with it), for an
+  // 8-bit P whose small values would otherwise underflow (the sm90 e4m3
+  // forward; the finish takes it back out of the LSE).
+  template <int kNTiles, int kPExponent = 0, class Score, class Rescale>
   __device__ __forceinline__ void update(Score &&score, float scale_log2, Rescale &&rescale) {
     const float kNegInf = __int_as_float(0xff800000);
 #pragma unroll
@@ -111,13 +114,14 @@ struct OnlineSoftmax {
         const float m_scaled = m == kNegInf ? 0.f : m * scale_log2;
         const float correction = exp2_approx(row_max[r] * scale_log2 - m_scaled);
         row_max[r] = m;
+        const float p_shift = kPExponent ? m_scaled - static_cast<float>(kPExponent) : m_scaled;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float &s = score(mt, nt, 2 * h + c);
-            s = exp2_approx(s * scale_log2 - m_scaled);
+            s = exp2_approx(s * scale_log2 - p_shift);
             sum += s;
           }
         row_sum[r] = row_sum[r] * correction + sum;

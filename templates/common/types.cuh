@@ -29,6 +29,35 @@ struct fp16 {
   u16 bits;
 };
 
+// fp8 e4m3 (1 sign, 4 exponent, 3 mantissa bits; no infinities, 448 at
+// most): raw storage, read by the sm90 forward's k32 wgmma.
+struct e4m3 {
+  unsigned char bits;
+};
+
+// Whether T is an 8-bit element.
+template <typename T>
+struct IsFp8 {
+  static constexpr bool value = false;
+};
+template <>
+struct IsFp8<e4m3> {
+  static constexpr bool value = true;
+};
+
+// Four fp32 values -> packed e4m3x4, `a0` in the low byte, round to nearest
+// even and saturate to +-448 (finite P never saturates: it is at most 256).
+__device__ __forceinline__ u32 pack_e4m3x4(float a0, float a1, float a2, float a3) {
+  u32 r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(a0), "f"(a1), "f"(a2), "f"(a3));
+  return r;
+}
+
 template <typename T>
 struct ElementOps;
 
