@@ -77,7 +77,8 @@ typedef struct flashjit_forward_args {
  * batch strides step between pages) and page_table [batch, seqlen_k /
  * page_size] int32 rows page_table_stride apart list each sequence's pages.
  * k_new/v_new [batch, seqlen_new, heads_kv, d] (optional, both or neither)
- * are written into the cache at cache_seqlens[b] before attention. Device
+ * are written into the cache at cache_seqlens[b] before attention, in Q's
+ * dtype (quantized with k_descale/v_descale into an fp8 cache). Device
  * values are clamped: no table or count content makes a kernel access memory
  * outside the cache (a page index outside [0, num_pages) reads zeros). */
 typedef struct flashjit_kvcache_args {
