@@ -456,7 +456,7 @@ TEST(BadInputCorpus, CApiRejectsBadCallsWithLastError) {
 
 TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
-      {{"gen", "--arch", "sm_80", "--dtype", "BF16"}, "--dtype: expected bf16 or fp16, got BF16"},
+      {{"gen", "--arch", "sm_80", "--dtype", "BF16"}, "--dtype: expected bf16, fp16 or e4m3, got BF16"},
       {{"gen", "--arch", "sm_80", "--hdim", "0"},
        "--hdim: expected a multiple of 8 in [8, 256], got 0"},
       {{"gen", "--arch", "sm_80", "--hdim", "512"},
@@ -550,7 +550,7 @@ TEST(BadInputCorpus, PlanErrorsNameFileLineAndKey) {
       {head + "  - {seqlen: 8, hdim: 0}\n",
        "p.yaml:4: key 'hdim': expected a multiple of 8 in [8, 256], got 0"},
       {head + "  - {seqlen: 8, dtype: [bf16]}\n",
-       "p.yaml:4: key 'dtype': expected bf16 or fp16, got a list"},
+       "p.yaml:4: key 'dtype': expected bf16, fp16 or e4m3, got a list"},
       {head + "  - {seqlen: 8, mask: [causal]}\n",
        "p.yaml:4: key 'mask': expected none, causal or window, got a list"},
       {head + "  - {seqlen: 8, mask: window, window: [0, x]}\n",
