@@ -223,13 +223,18 @@ llvm::json::Object problem_json(const Problem &p) {
 
 // The fields a tuning stores, as `db` and `query` print a stored config.
 llvm::json::Object accuracy_json(const AccuracyReport &r) {
-  return llvm::json::Object{{"passed", r.passed},
-                            {"max_err", r.max_err},
-                            {"baseline_err", r.baseline_err},
-                            {"tolerance", r.tolerance},
-                            {"unwritten", int64_t(r.unwritten)},
-                            {"lse_max_err", r.lse_max_err},
-                            {"lse_unwritten", int64_t(r.lse_unwritten)}};
+  llvm::json::Object o{{"passed", r.passed},
+                       {"max_err", r.max_err},
+                       {"baseline_err", r.baseline_err},
+                       {"tolerance", r.tolerance},
+                       {"unwritten", int64_t(r.unwritten)},
+                       {"lse_max_err", r.lse_max_err},
+                       {"lse_unwritten", int64_t(r.lse_unwritten)}};
+  if (r.rmse_checked) {
+    o["rmse"] = r.rmse;
+    o["rmse_bound"] = r.rmse_bound;
+  }
+  return o;
 }
 
 llvm::json::Object config_json(const KernelConfig &c) {
