@@ -11,6 +11,8 @@
 #include "reference/accuracy.h"
 #include "reference/cpu_attention.h"
 #include "reference/fp8.h"
+#include "reference/gpu_reference.h"
+#include "runtime/nvrtc_compiler.h"
 
 namespace flashjit {
 namespace {
@@ -207,6 +209,47 @@ TEST(Fp8Criterion, BoundsAndMessages) {
   r = check_fp8_forward_accuracy(near, many, 1.0);
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.unwritten, 1u);
+}
+
+// The GPU reference reads e4m3 itself (integer decoding, no sm_89 cvt):
+// it compiles for sm_80 as for sm_90a; its parameters carry each tensor's
+// element type and descales, and refuse what a call refuses.
+TEST(Fp8ReferenceCompile, TheForwardReferenceCompilesForSm80AndSm90a) {
+  for (const TargetArch &arch : {TargetArch{8, 0, false}, TargetArch{9, 0, true}}) {
+    auto cubin = compile_to_cubin(generate_reference_attention(), arch);
+    ASSERT_TRUE(bool(cubin)) << arch.name() << ": " << llvm::toString(cubin.takeError());
+  }
+}
+
+TEST(Fp8ReferenceParams, CarryElementTypesAndDescales) {
+  Problem p = gqa_problem();
+  p.out_dtype = OutDType::fp16;
+  const void *fake = reinterpret_cast<const void *>(0x1000);
+  const float *descales = reinterpret_cast<const float *>(0x2000);
+  ForwardArgs a = ForwardArgs::packed(p, fake, fake, fake, nullptr, nullptr);
+  a.descale = {descales, descales + 4, descales + 8, 2, 1};
+  auto params = reference_attention_params(p, a, ReferencePrecision::exact);
+  ASSERT_TRUE(bool(params)) << llvm::toString(params.takeError());
+  EXPECT_EQ(params->q_e4m3, 1);
+  EXPECT_EQ(params->kv_e4m3, 1);
+  EXPECT_EQ(params->is_fp16, 1);  // O's type rounds the element variant
+  EXPECT_EQ(params->k_descale, descales + 4);
+  EXPECT_EQ(params->descale_batch_stride, 2);
+
+  p.dtype = DType::bf16;
+  p.kv_dtype = KvDType::e4m3;
+  p.out_dtype = OutDType::automatic;
+  a.descale.q = nullptr;
+  params = reference_attention_params(p, a, ReferencePrecision::exact);
+  ASSERT_TRUE(bool(params)) << llvm::toString(params.takeError());
+  EXPECT_EQ(params->q_e4m3, 0);
+  EXPECT_EQ(params->kv_e4m3, 1);
+  EXPECT_EQ(params->is_fp16, 0);
+  a.descale.v = nullptr;
+  params = reference_attention_params(p, a, ReferencePrecision::exact);
+  ASSERT_FALSE(bool(params));
+  EXPECT_NE(llvm::toString(params.takeError()).find("argument v_descale is null"),
+            std::string::npos);
 }
 
 }  // namespace
