@@ -221,13 +221,16 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
            reader.skip(what, llvm::formatv("{0} is not in [0, {1}]", n, kMaxSplits));
   };
   const bool valid = one_of("problem.pass", record.problem.pass, "fwd", "bwd", "bwd-det") &&
-                     one_of("problem.dtype", record.problem.dtype, "bf16", "fp16") &&
+                     one_of("problem.dtype", record.problem.dtype, "bf16", "fp16", "e4m3") &&
                      head_dim("problem.head_dim_qk", record.problem.head_dim_qk) &&
                      head_dim("problem.head_dim_v", record.problem.head_dim_v) &&
                      one_of("problem.mask", record.problem.mask, "none", "causal", "window") &&
                      positive("problem.gqa_ratio", record.problem.gqa_ratio) &&
                      kv_layout("problem.kv_layout", record.problem.kv_layout) &&
                      modifiers("problem.modifiers", record.problem.modifiers) &&
+                     one_of("problem.kv_dtype", record.problem.kv_dtype, "same", "e4m3") &&
+                     one_of("problem.out_dtype", record.problem.out_dtype, "auto", "bf16",
+                            "fp16") &&
                      one_of("config.path", record.config.path, "sm80", "sm90") &&
                      positive("config.block_m", record.config.block_m) &&
                      positive("config.block_n", record.config.block_n) &&

@@ -289,11 +289,112 @@ DROP TABLE tunings;
 ALTER TABLE tunings_v4 RENAME TO tunings;
 )sql";
 
+// Version 5: the problem class's element types beyond Q's dtype: kv_dtype
+// ('same', or 'e4m3' for an fp8 KV cache under 16-bit queries) and out_dtype
+// ('auto', or the output's type where it is not the default one), key
+// columns, so that a tuning of a bf16 cache never serves an fp8 one, nor a
+// tuning of one output type another. The
+// table is rebuilt as for version 3; rows written before were all 'same'
+// and 'auto'. Frozen, as version 1.
+constexpr const char *kSchemaV5 = R"sql(
+CREATE TABLE tunings_v5 (
+  id INTEGER PRIMARY KEY,
+  device_name TEXT NOT NULL,
+  device_cc_major INTEGER NOT NULL,
+  device_cc_minor INTEGER NOT NULL,
+  device_sm_count INTEGER NOT NULL,
+  device_driver_version INTEGER NOT NULL,
+  software_nvrtc_version TEXT NOT NULL,
+  software_templates_hash TEXT NOT NULL,
+  problem_pass TEXT NOT NULL,
+  problem_dtype TEXT NOT NULL,
+  problem_head_dim_qk INTEGER NOT NULL,
+  problem_head_dim_v INTEGER NOT NULL,
+  problem_mask TEXT NOT NULL,
+  problem_window_left INTEGER NOT NULL,
+  problem_window_right INTEGER NOT NULL,
+  problem_softcap INTEGER NOT NULL,
+  problem_gqa_ratio INTEGER NOT NULL,
+  problem_seqlen_q_bucket INTEGER NOT NULL,
+  problem_seqlen_k_bucket INTEGER NOT NULL,
+  problem_batch_heads_bucket INTEGER NOT NULL,
+  config_path TEXT NOT NULL,
+  config_block_m INTEGER NOT NULL,
+  config_block_n INTEGER NOT NULL,
+  config_warps INTEGER NOT NULL,
+  config_stages INTEGER NOT NULL,
+  shape TEXT NOT NULL,
+  median_ms REAL NOT NULL,
+  min_ms REAL NOT NULL,
+  max_ms REAL NOT NULL,
+  tflops REAL NOT NULL,
+  heuristic_ms REAL NOT NULL,
+  occupancy REAL NOT NULL,
+  registers INTEGER NOT NULL,
+  smem_bytes INTEGER NOT NULL,
+  spill_bytes INTEGER NOT NULL,
+  candidates_tried INTEGER NOT NULL,
+  candidates_failed INTEGER NOT NULL,
+  tuned_at TEXT NOT NULL,
+  flashjit_version TEXT NOT NULL,
+  cubin_key TEXT NOT NULL,
+  heuristic_config_path TEXT NOT NULL,
+  heuristic_config_block_m INTEGER NOT NULL,
+  heuristic_config_block_n INTEGER NOT NULL,
+  heuristic_config_warps INTEGER NOT NULL,
+  heuristic_config_stages INTEGER NOT NULL,
+  config_splits INTEGER NOT NULL,
+  config_pack_gqa TEXT NOT NULL,
+  heuristic_config_splits INTEGER NOT NULL,
+  heuristic_config_pack_gqa TEXT NOT NULL,
+  problem_kv_layout TEXT NOT NULL DEFAULT 'contiguous',
+  problem_modifiers TEXT NOT NULL DEFAULT '',
+  problem_kv_dtype TEXT NOT NULL DEFAULT 'same',
+  problem_out_dtype TEXT NOT NULL DEFAULT 'auto',
+  -- The buckets last, as in version 1.
+  UNIQUE (device_name, device_cc_major, device_cc_minor, device_sm_count,
+          device_driver_version, software_nvrtc_version, software_templates_hash,
+          problem_pass, problem_dtype, problem_head_dim_qk, problem_head_dim_v,
+          problem_mask, problem_window_left, problem_window_right, problem_softcap,
+          problem_gqa_ratio, problem_kv_layout, problem_modifiers, problem_kv_dtype,
+          problem_out_dtype, problem_seqlen_q_bucket, problem_seqlen_k_bucket,
+          problem_batch_heads_bucket)
+);
+INSERT INTO tunings_v5 (
+  id, device_name, device_cc_major, device_cc_minor, device_sm_count,
+  device_driver_version, software_nvrtc_version, software_templates_hash, problem_pass,
+  problem_dtype, problem_head_dim_qk, problem_head_dim_v, problem_mask,
+  problem_window_left, problem_window_right, problem_softcap, problem_gqa_ratio,
+  problem_seqlen_q_bucket, problem_seqlen_k_bucket, problem_batch_heads_bucket,
+  config_path, config_block_m, config_block_n, config_warps, config_stages, shape,
+  median_ms, min_ms, max_ms, tflops, heuristic_ms, occupancy, registers, smem_bytes,
+  spill_bytes, candidates_tried, candidates_failed, tuned_at, flashjit_version, cubin_key,
+  heuristic_config_path, heuristic_config_block_m, heuristic_config_block_n,
+  heuristic_config_warps, heuristic_config_stages, config_splits, config_pack_gqa,
+  heuristic_config_splits, heuristic_config_pack_gqa, problem_kv_layout, problem_modifiers)
+SELECT
+  id, device_name, device_cc_major, device_cc_minor, device_sm_count,
+  device_driver_version, software_nvrtc_version, software_templates_hash, problem_pass,
+  problem_dtype, problem_head_dim_qk, problem_head_dim_v, problem_mask,
+  problem_window_left, problem_window_right, problem_softcap, problem_gqa_ratio,
+  problem_seqlen_q_bucket, problem_seqlen_k_bucket, problem_batch_heads_bucket,
+  config_path, config_block_m, config_block_n, config_warps, config_stages, shape,
+  median_ms, min_ms, max_ms, tflops, heuristic_ms, occupancy, registers, smem_bytes,
+  spill_bytes, candidates_tried, candidates_failed, tuned_at, flashjit_version, cubin_key,
+  heuristic_config_path, heuristic_config_block_m, heuristic_config_block_n,
+  heuristic_config_warps, heuristic_config_stages, config_splits, config_pack_gqa,
+  heuristic_config_splits, heuristic_config_pack_gqa, problem_kv_layout, problem_modifiers
+FROM tunings;
+DROP TABLE tunings;
+ALTER TABLE tunings_v5 RENAME TO tunings;
+)sql";
+
 const Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
     {3, kSchemaV3},
     {4, kSchemaV4},
+    {5, kSchemaV5},
 };
 
 llvm::Error refuse(const sqlite::Connection &db, const llvm::Twine &why) {

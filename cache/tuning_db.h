@@ -41,7 +41,7 @@ struct SoftwareFingerprint {
 // sizes that change which config is fastest.
 struct ProblemClassKey {
   std::string pass = "fwd";  // "fwd" | "bwd" | "bwd-det" (deterministic backward)
-  std::string dtype;         // "bf16" | "fp16"
+  std::string dtype;         // "bf16" | "fp16" | "e4m3" (Q's)
   int head_dim_qk = 0;
   int head_dim_v = 0;
   std::string mask;  // "none" | "causal" | "window"
@@ -56,6 +56,11 @@ struct ProblemClassKey {
   // digits, generator/modifier_source.h's modifiers_hash), "" for none
   // (schema 4).
   std::string modifiers;
+  // K's and V's elements where they differ from Q's: "same" | "e4m3" (an
+  // fp8 KV cache under 16-bit queries); O's where it is not the default:
+  // "auto" | "bf16" | "fp16" (schema 5).
+  std::string kv_dtype = "same";
+  std::string out_dtype = "auto";
   int seqlen_q_bucket = 0;     // ceil(log2(seqlen_q))
   int seqlen_k_bucket = 0;     // ceil(log2(seqlen_k))
   int batch_heads_bucket = 0;  // ceil(log2(batch * heads_q))
@@ -127,7 +132,7 @@ struct PruneReport {
 class TuningDb {
  public:
   // 2: the configs' splits and pack_gqa.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   // Opens (creating the file, its folder and the schema when absent) and
   // migrates older schemas. A file that is not a flashjit database, or one

@@ -51,6 +51,9 @@ const Field kKeyFields[] = {
     FIELD("problem", "kv_layout", key, false, true, problem.kv_layout),
     // Schema 4. Not required: exports before it had no modifiers.
     FIELD("problem", "modifiers", key, false, false, problem.modifiers),
+    // Schema 5. Not required: exports before it were all same and auto.
+    FIELD("problem", "kv_dtype", key, false, true, problem.kv_dtype),
+    FIELD("problem", "out_dtype", key, false, true, problem.out_dtype),
     FIELD("problem", "seqlen_q_bucket", bucket, true, false, problem.seqlen_q_bucket),
     FIELD("problem", "seqlen_k_bucket", bucket, true, false, problem.seqlen_k_bucket),
     FIELD("problem", "batch_heads_bucket", bucket, true, false, problem.batch_heads_bucket),

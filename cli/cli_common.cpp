@@ -35,7 +35,15 @@ int report_error(int code, llvm::Error error) {
 
 ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem_subs,
                                const Subs &config_subs)
-    : FLASHJIT_PROBLEM_FLAG(dtype, "dtype", "bf16", "bf16|fp16", "Element type (default bf16)"),
+    : FLASHJIT_PROBLEM_FLAG(dtype, "dtype", "bf16", "bf16|fp16|e4m3",
+                            "Element type of Q (and of K and V unless --kv-dtype; e4m3: fp8 "
+                            "with per-(batch, KV head) descales, forward only; default bf16)"),
+      FLASHJIT_PROBLEM_FLAG(kv_dtype, "kv-dtype", "same", "same|e4m3",
+                            "Element type of K and V: e4m3 under a 16-bit --dtype is an fp8 KV "
+                            "cache (forward only; default same)"),
+      FLASHJIT_PROBLEM_FLAG(out_dtype, "out-dtype", "auto", "auto|bf16|fp16",
+                            "Element type of O: auto is --dtype's for 16-bit Q, bf16 for e4m3 "
+                            "(default auto)"),
       FLASHJIT_PROBLEM_FLAG(batch, "batch", "2", "B", "Batch size (default 2)"),
       FLASHJIT_PROBLEM_FLAG(heads, "heads", "16", "H", "Query heads (default 16)"),
       FLASHJIT_PROBLEM_FLAG(heads_kv, "heads-kv", "", "HK", "Key/value heads (GQA; default --heads)"),
@@ -84,6 +92,8 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
 ProblemFlagValues ProblemOptions::values() const {
   ProblemFlagValues v;
   v.dtype = dtype;
+  v.kv_dtype = kv_dtype;
+  v.out_dtype = out_dtype;
   v.batch = batch;
   v.heads = heads;
   v.heads_kv = heads_kv;
@@ -119,7 +129,8 @@ ProblemFlagValues ProblemOptions::values() const {
 
 std::string ProblemOptions::first_given() const {
   const std::pair<const cl::Option *, const char *> flags[] = {
-      {&dtype, "--dtype"},     {&batch, "--batch"},       {&heads, "--heads"},
+      {&dtype, "--dtype"},     {&kv_dtype, "--kv-dtype"}, {&out_dtype, "--out-dtype"},
+      {&batch, "--batch"},       {&heads, "--heads"},
       {&heads_kv, "--heads-kv"}, {&seqlen, "--seqlen"},   {&seqlen_q, "--seqlen-q"},
       {&seqlen_k, "--seqlen-k"}, {&hdim, "--hdim"},       {&hdim_v, "--hdim-v"},
       {&mask, "--mask"},       {&causal, "--causal"},     {&softcap, "--softcap"},
@@ -212,13 +223,18 @@ llvm::json::Object problem_json(const Problem &p) {
 
 // The fields a tuning stores, as `db` and `query` print a stored config.
 llvm::json::Object accuracy_json(const AccuracyReport &r) {
-  return llvm::json::Object{{"passed", r.passed},
-                            {"max_err", r.max_err},
-                            {"baseline_err", r.baseline_err},
-                            {"tolerance", r.tolerance},
-                            {"unwritten", int64_t(r.unwritten)},
-                            {"lse_max_err", r.lse_max_err},
-                            {"lse_unwritten", int64_t(r.lse_unwritten)}};
+  llvm::json::Object o{{"passed", r.passed},
+                       {"max_err", r.max_err},
+                       {"baseline_err", r.baseline_err},
+                       {"tolerance", r.tolerance},
+                       {"unwritten", int64_t(r.unwritten)},
+                       {"lse_max_err", r.lse_max_err},
+                       {"lse_unwritten", int64_t(r.lse_unwritten)}};
+  if (r.rmse_checked) {
+    o["rmse"] = r.rmse;
+    o["rmse_bound"] = r.rmse_bound;
+  }
+  return o;
 }
 
 llvm::json::Object config_json(const KernelConfig &c) {

@@ -43,7 +43,7 @@ struct ProblemOptions {
   // The first problem flag given on the command line ("--hdim"), or "".
   std::string first_given() const;
 
-  llvm::cl::opt<std::string> dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
+  llvm::cl::opt<std::string> dtype, kv_dtype, out_dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
       hdim_v, mask;
   llvm::cl::opt<bool> causal;
   llvm::cl::opt<std::string> softcap, scale, page_size;

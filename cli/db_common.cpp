@@ -121,8 +121,12 @@ std::string class_text(const ProblemClassKey &k) {
   const std::string kv = k.kv_layout == "contiguous" ? "" : " " + k.kv_layout;
   // A caller's modifiers by their hash, where there are any.
   const std::string mods = k.modifiers.empty() ? "" : " mod=" + k.modifiers;
+  // The element types beyond Q's where they are not the defaults.
+  std::string dtype = k.dtype;
+  if (k.kv_dtype != "same") dtype += " kv=" + k.kv_dtype;
+  if (k.out_dtype != "auto") dtype += " out=" + k.out_dtype;
   return llvm::formatv("{0} {1} d={2}/{3} {4}{5}{10}{11} gqa={6} sq<=2^{7} sk<=2^{8} bh<=2^{9}",
-                       k.pass, k.dtype, k.head_dim_qk, k.head_dim_v, mask,
+                       k.pass, dtype, k.head_dim_qk, k.head_dim_v, mask,
                        k.softcap ? " softcap" : "", k.gqa_ratio, k.seqlen_q_bucket,
                        k.seqlen_k_bucket, k.batch_heads_bucket, kv, mods)
       .str();
@@ -131,6 +135,8 @@ std::string class_text(const ProblemClassKey &k) {
 llvm::json::Object class_json(const ProblemClassKey &k) {
   llvm::json::Object o{{"pass", k.pass},
                        {"dtype", k.dtype},
+                       {"kv_dtype", k.kv_dtype},
+                       {"out_dtype", k.out_dtype},
                        {"head_dim_qk", k.head_dim_qk},
                        {"head_dim_v", k.head_dim_v},
                        {"mask", k.mask},

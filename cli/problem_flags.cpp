@@ -156,9 +156,35 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     p.dtype = DType::bf16;
   } else if (v.dtype == "fp16") {
     p.dtype = DType::fp16;
+  } else if (v.dtype == "e4m3") {
+    p.dtype = DType::e4m3;
   } else {
-    return flag_error("dtype", "bf16 or fp16", v.dtype);
+    return flag_error("dtype", "bf16, fp16 or e4m3", v.dtype);
   }
+  if (v.kv_dtype == "same") {
+    p.kv_dtype = KvDType::same;
+  } else if (v.kv_dtype == "e4m3") {
+    p.kv_dtype = KvDType::e4m3;
+  } else {
+    return flag_error("kv-dtype", "same or e4m3", v.kv_dtype);
+  }
+  if (v.out_dtype == "auto") {
+    p.out_dtype = OutDType::automatic;
+  } else if (v.out_dtype == "bf16") {
+    p.out_dtype = OutDType::bf16;
+  } else if (v.out_dtype == "fp16") {
+    p.out_dtype = OutDType::fp16;
+  } else {
+    return flag_error("out-dtype", "auto, bf16 or fp16", v.out_dtype);
+  }
+  if (p.dtype != DType::e4m3 && p.out_dtype != OutDType::automatic &&
+      out_element(p) != p.dtype)
+    return flag_error("out-dtype",
+                      llvm::formatv("auto or {0} with --dtype {0} (a 16-bit problem's output has "
+                                    "its dtype)",
+                                    v.dtype)
+                          .str(),
+                      v.out_dtype);
 
   auto batch = parse_int("batch", v.batch, 1, 65535, kPositive, kGridMax);
   if (!batch) return batch.takeError();
@@ -270,6 +296,11 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   if (out.pass == Pass::backward && c.pack_gqa != GqaPacking::automatic)
     return flag_error("pack-gqa", "auto with --pass bwd (it only changes the forward)",
                       v.pack_gqa);
+  if (out.pass == Pass::backward && (p.dtype == DType::e4m3 || p.kv_dtype == KvDType::e4m3))
+    return flag_error(p.dtype == DType::e4m3 ? "dtype" : "kv-dtype",
+                      "bf16 or fp16 with --pass bwd (the fp8 backward is not supported; "
+                      "FlashAttention-3 has none either)",
+                      p.dtype == DType::e4m3 ? v.dtype : v.kv_dtype);
   if (out.pass == Pass::backward && p.page_size != 0)
     return flag_error("page-size", "0 with --pass bwd (a KV cache is a forward input)",
                       v.page_size);

@@ -15,6 +15,8 @@ namespace flashjit::cli {
 // The flags as typed. An empty optional field means "not given".
 struct ProblemFlagValues {
   std::string dtype = "bf16";
+  std::string kv_dtype = "same";   // --kv-dtype same|e4m3 (an fp8 KV cache)
+  std::string out_dtype = "auto";  // --out-dtype auto|bf16|fp16
   std::string batch = "2";
   std::string heads = "16";
   std::string heads_kv;  // default: --heads

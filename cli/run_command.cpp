@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/random_inputs.h"
 #include "cli/run_backward.h"
+#include "cli/run_fp8.h"
 #include "tuner/modifier_inputs.h"
 #include "cli/run_report.h"
 #include "cli/run_varlen.h"
@@ -206,6 +207,12 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
     kernel->spec.modifiers = modifier_inputs->modifiers;
     if (llvm::Error e = upload_modifier_inputs(kernel->problem, *modifier_inputs))
       return report_error(kExitFailure, std::move(e));
+  }
+  if (kernel->problem.dtype == DType::e4m3 || kernel->problem.kv_dtype == KvDType::e4m3) {
+    if (modifier_inputs)
+      return report_error(kExitUsage, "run: fp8 inputs are drawn without modifiers; drop "
+                                      "--score-mod, --mask-mod and --sinks");
+    return run_fp8(*this, common, *kernel, *device);
   }
   if (kernel->problem.varlen) return run_varlen(*this, common, *kernel, *parsed, *device);
   if (kernel->spec.pass == Pass::backward)

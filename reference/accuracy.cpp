@@ -55,10 +55,57 @@ AccuracyReport check_forward_accuracy(llvm::ArrayRef<float> out, llvm::ArrayRef<
   return r;
 }
 
+double rms_error(llvm::ArrayRef<float> out, llvm::ArrayRef<float> reference) {
+  assert(out.size() == reference.size());
+  if (out.empty()) return 0;
+  double sum = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double e = pair_error(out[i], reference[i]);
+    sum += e * e;
+  }
+  return std::sqrt(sum / double(out.size()));
+}
+
+AccuracyReport check_fp8_forward_accuracy(llvm::ArrayRef<float> out,
+                                          llvm::ArrayRef<float> reference, double v_max_abs,
+                                          llvm::ArrayRef<float> lse,
+                                          llvm::ArrayRef<float> reference_lse,
+                                          const Fp8AccuracyCriterion &criterion) {
+  assert(lse.size() == reference_lse.size());
+  double out_max_abs = 0;
+  for (float x : reference)
+    if (std::isfinite(x)) out_max_abs = std::max(out_max_abs, std::fabs(double(x)));
+  AccuracyReport r;
+  r.elements = out.size();
+  r.unwritten = count_nan(out);
+  r.max_err = max_abs_error(out, reference);
+  r.tolerance =
+      criterion.p_relative * v_max_abs + criterion.out_relative * out_max_abs + criterion.atol;
+  r.rmse_checked = true;
+  r.rmse = rms_error(out, reference);
+  r.rmse_bound = criterion.rmse;
+  r.passed = r.unwritten == 0 && r.max_err <= r.tolerance && r.rmse <= r.rmse_bound;
+  if (!lse.empty()) {
+    r.lse_checked = true;
+    r.lse_unwritten = count_nan(lse);
+    r.lse_max_err = max_abs_error(lse, reference_lse);
+    r.lse_tolerance = criterion.lse_atol;
+    r.passed = r.passed && r.lse_unwritten == 0 && r.lse_max_err <= r.lse_tolerance;
+  }
+  return r;
+}
+
 std::string AccuracyReport::describe() const {
-  std::string s = llvm::formatv("{0} max_err={1:e2} {2} tol={3:e2} (baseline {4:e2})",
-                                passed ? "PASS" : "FAIL", max_err,
-                                max_err <= tolerance ? "<=" : ">", tolerance, baseline_err);
+  std::string s =
+      rmse_checked
+          ? llvm::formatv("{0} rmse={1:e2} {2} {3:e2}, max_err={4:e2} {5} {6:e2} (fp8)",
+                          passed ? "PASS" : "FAIL", rmse, rmse <= rmse_bound ? "<=" : ">",
+                          rmse_bound, max_err, max_err <= tolerance ? "<=" : ">", tolerance)
+                .str()
+          : llvm::formatv("{0} max_err={1:e2} {2} tol={3:e2} (baseline {4:e2})",
+                          passed ? "PASS" : "FAIL", max_err, max_err <= tolerance ? "<=" : ">",
+                          tolerance, baseline_err)
+                .str();
   if (unwritten)
     s += llvm::formatv(", {0} of {1} outputs unwritten (NaN)", unwritten, elements).str();
   if (lse_checked) {

@@ -31,6 +31,12 @@ struct AccuracyReport {
   double lse_max_err = 0;
   size_t lse_unwritten = 0;
   double lse_tolerance = 0;
+  // The fp8 criterion's (check_fp8_forward_accuracy): the output's RMSE
+  // against the exact reference and its bound; max_err's bound is
+  // `tolerance` then, and there is no baseline.
+  bool rmse_checked = false;
+  double rmse = 0;
+  double rmse_bound = 0;
   bool passed = false;
 
   // "PASS max_err=1.95e-03 <= tol=3.92e-03 (baseline 1.95e-03), lse_err=..."
@@ -52,6 +58,45 @@ AccuracyReport check_forward_accuracy(llvm::ArrayRef<float> out, llvm::ArrayRef<
                                       llvm::ArrayRef<float> lse = {},
                                       llvm::ArrayRef<float> reference_lse = {},
                                       const AccuracyCriterion &criterion = {});
+
+// The criterion of an fp8 (e4m3) forward, against the float64 (or fp32 GPU)
+// reference computed from the de-quantized inputs, so that only the
+// kernel's own arithmetic is measured, not the inputs' quantization.
+struct Fp8AccuracyCriterion {
+  // FlashAttention-3 (Shah et al., "FlashAttention-3: Fast and Accurate
+  // Attention with Asynchrony and Low-precision", 2024), Table 3: the RMSE
+  // of its fp8 (e4m3) forward against an fp64 reference is 9.1e-3 on
+  // N(0, 1) inputs with 0.1% of the entries drawn from N(0, 10^2) (a
+  // baseline fp8 attention: 2.4e-2). flashjit asks no more error than that.
+  double rmse = 9.1e-3;
+  // The max-abs bound: max_err <= p_relative * max|V| + out_relative *
+  // max|O_ref| + atol. O is a weighted mean of V's rows whose weights P are
+  // normalised by an fp32 row sum the kernel keeps unrounded; rounding P to
+  // e4m3 for P·V moves each weight by at most half an ulp of its 3-bit
+  // mantissa, 2^-4 of itself, so the mean moves by at most 2^-4 * max|V|.
+  // The output's rounding to bf16 adds half an ulp, 2^-8 of |O| (fp16's
+  // 2^-11 is below it). Weights that fall below e4m3's normal range even
+  // after the kernel's power-of-two scale on P (FlashAttention-3's 2^8:
+  // below 2^-14 of the row max) are outside this bound; each moves by at
+  // most 2^-18, which matters only when tens of thousands of keys sit there.
+  double p_relative = 1.0 / 16;
+  double out_relative = 1.0 / 256;
+  double atol = 1e-5;
+  double lse_atol = 1e-3;  // LSE is fp32, as in the 16-bit kernels
+};
+
+// `out` (the kernel's output, widened), `reference` (exact, from the
+// de-quantized inputs) and `v_max_abs` (max |V| of the de-quantized V);
+// `lse` and `reference_lse` may both be empty.
+AccuracyReport check_fp8_forward_accuracy(llvm::ArrayRef<float> out,
+                                          llvm::ArrayRef<float> reference, double v_max_abs,
+                                          llvm::ArrayRef<float> lse = {},
+                                          llvm::ArrayRef<float> reference_lse = {},
+                                          const Fp8AccuracyCriterion &criterion = {});
+
+// Root mean square of out - reference over finite pairs; a non-finite
+// mismatch (equal infinities aside) makes it infinite.
+double rms_error(llvm::ArrayRef<float> out, llvm::ArrayRef<float> reference);
 
 // The criterion for gradients: factor 3, the same atol.
 inline constexpr AccuracyCriterion kGradientCriterion{3.0, 1e-5};

@@ -1,5 +1,7 @@
 #include "reference/cpu_attention.h"
 
+#include "reference/fp8.h"
+
 #include <bit>
 #include <cassert>
 #include <cmath>
@@ -53,10 +55,12 @@ float fp16_bits_to_float(uint16_t bits) {
 }
 
 uint16_t float_to_bits(DType dtype, float value) {
+  if (dtype == DType::e4m3) return float_to_e4m3_bits(value);
   return dtype == DType::bf16 ? float_to_bf16_bits(value) : float_to_fp16_bits(value);
 }
 
 float bits_to_float(DType dtype, uint16_t bits) {
+  if (dtype == DType::e4m3) return e4m3_bits_to_float(uint8_t(bits));
   return dtype == DType::bf16 ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
 }
 
@@ -127,6 +131,10 @@ AttentionOutputs cpu_attention(const Problem &p, llvm::ArrayRef<float> q, llvm::
       p.softmax_scale != 0.f ? double(p.softmax_scale) : 1.0 / std::sqrt(double(dqk));
   const double softcap = p.softcap;
   const bool element = precision == ReferencePrecision::element;
+  // An fp8 problem's inputs are de-quantized values already; its element
+  // variant rounds P and O to the output's 16-bit type (the fp8 criterion,
+  // reference/accuracy.h, reads no baseline).
+  const DType rounding = p.dtype == DType::e4m3 ? out_element(p) : p.dtype;
   const bool sinks = !modifiers.sinks.empty();
 
   AttentionOutputs result;
@@ -171,13 +179,13 @@ AttentionOutputs cpu_attention(const Problem &p, llvm::ArrayRef<float> q, llvm::
           // The row sum stays unrounded, as a kernel keeps it in fp32
           // registers; only the P·V operand is in the element type.
           sum += prob;
-          const double weight = element ? double(round_to(p.dtype, float(prob))) : prob;
+          const double weight = element ? double(round_to(rounding, float(prob))) : prob;
           const float *vrow = &v[((b * p.seqlen_k + j) * p.heads_kv + hk) * dv];
           for (int64_t d = 0; d < dv; ++d) acc[d] += weight * double(vrow[d]);
         }
         for (int64_t d = 0; d < dv; ++d) {
           const float o = float(acc[d] / sum);
-          orow[d] = element ? round_to(p.dtype, o) : o;
+          orow[d] = element ? round_to(rounding, o) : o;
         }
         lse = float(row_max + std::log(sum));
       }

@@ -21,6 +21,7 @@ float bf16_bits_to_float(uint16_t bits);
 uint16_t float_to_fp16_bits(float value);
 float fp16_bits_to_float(uint16_t bits);
 
+// e4m3 (reference/fp8.h) in the low byte.
 uint16_t float_to_bits(DType dtype, float value);
 float bits_to_float(DType dtype, uint16_t bits);
 // `value` rounded to the nearest value `dtype` can hold.

@@ -12,6 +12,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
+#include "runtime/element_checks.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_kernel.h"
 #include "runtime/launch_forward.h"
@@ -82,6 +83,10 @@ llvm::Expected<RefAttentionParams> reference_attention_params(const Problem &pro
   if (llvm::Error e = validate_modifier_args(inputs.modifiers, inputs.aux, inputs.aux_bytes))
     return e;
   if (llvm::Error e = validate_sink_args(inputs.modifiers, inputs.sinks, nullptr, false)) return e;
+  // Descales for exactly the e4m3 tensors, as a call's (device access is
+  // the launch's to find).
+  llvm::SmallVector<PointerCheck, 3> descales;
+  if (llvm::Error e = check_descales(problem, inputs.descale, descales)) return e;
   RefAttentionParams params{};
   static_assert(sizeof(params.aux) == sizeof(FwdParams::aux), "the aux struct's room");
   if (inputs.aux_bytes > 0) std::memcpy(params.aux, inputs.aux, inputs.aux_bytes);
@@ -116,7 +121,17 @@ llvm::Expected<RefAttentionParams> reference_attention_params(const Problem &pro
                      ? problem.softmax_scale
                      : 1.0f / std::sqrt(static_cast<float>(problem.head_dim_qk));
   params.softcap = problem.softcap;
-  params.is_fp16 = problem.dtype == DType::fp16;
+  // The 16-bit type P and O round to in the element variant: the inputs',
+  // or, under e4m3 Q, the output's.
+  params.is_fp16 =
+      (problem.dtype == DType::e4m3 ? out_element(problem) : problem.dtype) == DType::fp16;
+  params.q_e4m3 = problem.dtype == DType::e4m3;
+  params.kv_e4m3 = kv_element(problem) == DType::e4m3;
+  params.q_descale = inputs.descale.q;
+  params.k_descale = inputs.descale.k;
+  params.v_descale = inputs.descale.v;
+  params.descale_batch_stride = inputs.descale.batch_stride;
+  params.descale_head_stride = inputs.descale.head_stride;
   params.same_precision = precision == ReferencePrecision::element;
   return params;
 }

@@ -79,10 +79,18 @@ flashjit::TensorStrides strides(int64_t batch, int64_t seq, int64_t head) {
 // Enum fields arrive as raw integers from FFI; an out-of-range value would
 // otherwise become an enumerator no switch handles. Returns "" or the error.
 std::string convert_problem(const char *fn, const flashjit_problem &p, flashjit::Problem &out) {
-  if (p.dtype != FLASHJIT_BF16 && p.dtype != FLASHJIT_FP16)
-    return llvm::formatv("{0}: problem.dtype={1} is invalid: expected FLASHJIT_BF16 (0) or "
-                         "FLASHJIT_FP16 (1)",
+  if (p.dtype < FLASHJIT_BF16 || p.dtype > FLASHJIT_E4M3)
+    return llvm::formatv("{0}: problem.dtype={1} is invalid: expected FLASHJIT_BF16 (0), "
+                         "FLASHJIT_FP16 (1) or FLASHJIT_E4M3 (2)",
                          fn, p.dtype);
+  if (p.kv_dtype < FLASHJIT_KV_SAME || p.kv_dtype > FLASHJIT_KV_E4M3)
+    return llvm::formatv("{0}: problem.kv_dtype={1} is invalid: expected FLASHJIT_KV_SAME (0) "
+                         "or FLASHJIT_KV_E4M3 (1)",
+                         fn, p.kv_dtype);
+  if (p.out_dtype < FLASHJIT_OUT_AUTO || p.out_dtype > FLASHJIT_OUT_FP16)
+    return llvm::formatv("{0}: problem.out_dtype={1} is invalid: expected FLASHJIT_OUT_AUTO (0), "
+                         "FLASHJIT_OUT_BF16 (1) or FLASHJIT_OUT_FP16 (2)",
+                         fn, p.out_dtype);
   if (p.mask < FLASHJIT_MASK_NONE || p.mask > FLASHJIT_MASK_WINDOW)
     return llvm::formatv("{0}: problem.mask={1} is invalid: expected FLASHJIT_MASK_NONE (0), "
                          "FLASHJIT_MASK_CAUSAL (1) or FLASHJIT_MASK_WINDOW (2)",
@@ -238,6 +246,11 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
   args.k_strides = strides(a->k_stride_batch, a->k_stride_seq, a->k_stride_head);
   args.v_strides = strides(a->v_stride_batch, a->v_stride_seq, a->v_stride_head);
   args.o_strides = strides(a->o_stride_batch, a->o_stride_seq, a->o_stride_head);
+  args.descale.q = a->q_descale;
+  args.descale.k = a->k_descale;
+  args.descale.v = a->v_descale;
+  args.descale.batch_stride = a->descale_stride_batch;
+  args.descale.head_stride = a->descale_stride_head;
   if (kv) {
     args.cache.cache_seqlens = kv->cache_seqlens;
     args.cache.page_table = kv->page_table;

@@ -34,6 +34,9 @@ struct CallKey {
   // The caller's modifiers (their hash, modifiers_hash_value; 0: none):
   // compiled into the kernel.
   uint64_t modifiers = 0;
+  // K's and V's elements and O's (kv_element, out_element): an fp8 cache and
+  // the output type are compiled into the kernel.
+  DType kv_element = DType::bf16, out_element = DType::bf16;
   // Zero (and -1 for the window) when `requested` is complete; the window
   // stays -1 when only splits or pack_gqa are open (the database is not
   // consulted then either).
@@ -47,6 +50,8 @@ struct CallKey {
     CallKey k{owner,         p.dtype,      normalized_mask(p), p.softcap != 0,
               p.head_dim_qk, p.head_dim_v, requested,          p.seqused_k,
               p.page_size,   p.varlen,     modifiers};
+    k.kv_element = flashjit::kv_element(p);
+    k.out_element = flashjit::out_element(p);
     const bool sized_heuristic =
         requested.splits == 0 || requested.pack_gqa == GqaPacking::automatic;
     if (requested.is_complete() && !sized_heuristic) return k;  // nothing left to choose
@@ -67,7 +72,7 @@ struct CallKeyHash {
   size_t operator()(const CallKey &k) const {
     llvm::hash_code hash = llvm::hash_combine(
         k.owner, k.dtype, k.mask, k.softcap, k.head_dim_qk, k.head_dim_v, k.seqused_k, k.page_size,
-        k.varlen, k.modifiers, k.gqa_ratio, k.window_left, k.window_right, k.seqlen_q_bucket,
+        k.varlen, k.modifiers, k.kv_element, k.out_element, k.gqa_ratio, k.window_left, k.window_right, k.seqlen_q_bucket,
         k.seqlen_k_bucket, k.batch_heads_bucket);
     // Every field of the requested config (operator== compares them all).
     for_each_kernel_config_field([&](const auto &field) {

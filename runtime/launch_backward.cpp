@@ -16,6 +16,7 @@
 #include "runtime/backward_source.h"
 #include "runtime/block_map_launch.h"
 #include "runtime/device.h"
+#include "runtime/element_checks.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/launch_forward.h"
 #include "runtime/nvrtc_compiler.h"
@@ -120,6 +121,9 @@ llvm::Expected<KernelSpec> resolve_backward_spec(const Problem &problem,
 
 llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CUstream stream,
                             const KernelConfig &config) {
+  // Before validate_problem, so that an fp8 problem hears why by name.
+  if (llvm::Error e = refuse_fp8_backward(problem)) return with_context(problem, std::move(e));
+  if (llvm::Error e = validate_element_types(problem)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
   // The modifiers first: checked without the driver.
   if (llvm::Error e = validate_modifier_args(args.modifiers, args.aux, args.aux_bytes))

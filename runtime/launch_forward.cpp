@@ -17,6 +17,7 @@
 #include "runtime/call_key.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
+#include "runtime/element_checks.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/kernel_source.h"
 #include "runtime/tensor_checks.h"
@@ -82,13 +83,19 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
     return fail(llvm::formatv("cache.num_pages={0} is invalid: a paged cache (page_size={1}) "
                               "needs 1 to 2^31-1 pages (K and V's first dimension)",
                               cache.num_pages, problem.page_size));
+  // Each tensor's element size: Q's dtype, K's and V's kv_element (an fp8
+  // cache under 16-bit Q), O's out_element.
+  const int q_bytes = element_bytes(problem.dtype);
+  const int kv_bytes = element_bytes(kv_element(problem));
+  const int o_bytes = element_bytes(out_element(problem));
   llvm::SmallVector<TensorCheck, 6> tensors = {
-      {"q", args.q, args.q_strides, q_outer, q_rows, problem.heads_q},
-      {"k", args.k, args.k_strides, kv_outer, kv_rows, problem.heads_kv},
-      {"v", args.v, args.v_strides, kv_outer, kv_rows, problem.heads_kv},
-      {"o", args.o, args.o_strides, q_outer, q_rows, problem.heads_q},
+      {"q", args.q, args.q_strides, q_outer, q_rows, problem.heads_q, q_bytes},
+      {"k", args.k, args.k_strides, kv_outer, kv_rows, problem.heads_kv, kv_bytes},
+      {"v", args.v, args.v_strides, kv_outer, kv_rows, problem.heads_kv, kv_bytes},
+      {"o", args.o, args.o_strides, q_outer, q_rows, problem.heads_q, o_bytes},
   };
-  llvm::SmallVector<PointerCheck, 5> extra;
+  llvm::SmallVector<PointerCheck, 8> extra;
+  if (llvm::Error e = check_descales(problem, args.descale, extra)) return e;
   if (problem.varlen) {
     extra.push_back({"cu_seqlens_q", varlen.cu_seqlens_q, alignof(int32_t)});
     if (varlen.cu_seqlens_k)  // optional over a paged cache with seqused_k
@@ -143,10 +150,12 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
       return fail(llvm::formatv("cache.seqlen_new={0} is invalid: expected 1 to seqlen_k={1} "
                                 "new keys per sequence",
                                 cache.seqlen_new, problem.seqlen_k));
+    // New keys and values come in Q's dtype: 16-bit ones are quantized into
+    // an fp8 cache with its k/v descales, e4m3 ones copied as they are.
     tensors.push_back({"k_new", cache.k_new, cache.k_new_strides, problem.batch,
-                       cache.seqlen_new, problem.heads_kv});
+                       cache.seqlen_new, problem.heads_kv, q_bytes});
     tensors.push_back({"v_new", cache.v_new, cache.v_new_strides, problem.batch,
-                       cache.seqlen_new, problem.heads_kv});
+                       cache.seqlen_new, problem.heads_kv, q_bytes});
   } else if (cache.seqlen_new != 0) {
     return fail(llvm::formatv("cache.seqlen_new={0} without k_new/v_new: pass the new keys and "
                               "values, or 0",
@@ -458,6 +467,7 @@ llvm::Error validate_sink_args(const Modifiers *modifiers, const float *sinks,
 
 llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUstream stream,
                            const KernelConfig &config) {
+  if (llvm::Error e = validate_element_types(problem)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_problem(problem)) return with_context(problem, std::move(e));
   if (llvm::Error e = validate_modifier_args(args.modifiers, args.aux, args.aux_bytes))
     return with_context(problem, std::move(e));

@@ -4,8 +4,6 @@
 #include <limits>
 #include <tuple>
 
-#include <limits>
-
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -17,10 +15,9 @@ llvm::Error args_error(const llvm::Twine &message) {
 }
 
 // The kernels move rows with 16-byte vector loads and stores (8 elements of
-// a 16-bit type): every row start must be 16-byte aligned, so base pointers
-// must be and strides must be multiples of 8 elements.
+// a 16-bit type, 16 of e4m3): every row start must be 16-byte aligned, so
+// base pointers must be and strides must be multiples of 16 bytes' elements.
 constexpr int kVectorBytes = 16;
-constexpr int kVectorElements = kVectorBytes / 2;
 
 }  // namespace
 
@@ -41,6 +38,7 @@ llvm::Error check_tensor_layout(const TensorCheck &t) {
     return args_error(llvm::formatv(
         "argument {0} ({1}) is not {2}-byte aligned: the kernel uses {2}-byte vector loads",
         t.name, t.data, kVectorBytes));
+  const int vector_elements = kVectorBytes / std::max(t.element_bytes, 1);
   struct Stride {
     const char *what;
     int64_t value;
@@ -55,11 +53,11 @@ llvm::Error check_tensor_layout(const TensorCheck &t) {
           t.name, s.what, s.value));
     // A dimension of extent 1 is never stepped over, so its stride is free
     // (PyTorch gives such dimensions arbitrary strides).
-    if (s.extent > 1 && s.value % kVectorElements)
+    if (s.extent > 1 && s.value % vector_elements)
       return args_error(llvm::formatv(
           "argument {0}: {1} stride {2} is not a multiple of {3} elements: the kernel uses "
           "{4}-byte vector loads, so every row must start {4}-byte aligned",
-          t.name, s.what, s.value, kVectorElements, kVectorBytes));
+          t.name, s.what, s.value, vector_elements, kVectorBytes));
   }
   // The last row's element offset (plus a row of up to 256 elements, 2 bytes
   // each) must fit the kernels' 64-bit byte offsets.

@@ -20,6 +20,9 @@ struct TensorCheck {
   int64_t batch;
   int64_t seqlen;
   int64_t heads;
+  // Bytes of one element: 2 (bf16, fp16) or 1 (e4m3); strides must step
+  // whole 16-byte vectors of them.
+  int element_bytes = 2;
 };
 
 // Needs no driver, so it runs (and is tested) anywhere.

@@ -118,6 +118,13 @@ ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass,
   key.kv_layout = problem.varlen ? (pages.empty() ? "packed" : "packed-" + pages)
                                  : (pages.empty() ? "contiguous" : pages);
   key.modifiers = modifiers.str();
+  // Normalised as the mask: an e4m3 cache under e4m3 queries is `same`, and
+  // an out_dtype that names the default output is `auto`, so that the
+  // spellings of one kernel share its tunings.
+  key.kv_dtype = problem.dtype != DType::e4m3 && problem.kv_dtype == KvDType::e4m3 ? "e4m3" : "same";
+  Problem automatic = problem;
+  automatic.out_dtype = OutDType::automatic;
+  key.out_dtype = out_element(problem) == out_element(automatic) ? "auto" : to_string(problem.out_dtype);
   key.seqlen_q_bucket = size_bucket(problem.seqlen_q);
   key.seqlen_k_bucket = size_bucket(problem.seqlen_k);
   key.batch_heads_bucket = size_bucket(problem.batch * problem.heads_q);

@@ -21,7 +21,9 @@
 namespace flashjit {
 
 struct RefAttentionParams {
-  const void *q;  // 16-bit elements, [batch, seqlen, heads, dim] with strides
+  // 16-bit or e4m3 elements (q_e4m3, kv_e4m3), [batch, seqlen, heads, dim]
+  // with strides.
+  const void *q;
   const void *k;
   const void *v;
   float *o;    // [batch, seqlen_q, heads_q, head_dim_v], packed fp32
@@ -41,13 +43,19 @@ struct RefAttentionParams {
   int window_right;  // -1: unbounded
   float scale;
   float softcap;  // 0: off
-  int is_fp16;    // else bf16
+  int is_fp16;    // else bf16: 16-bit inputs' type, or O's under e4m3 Q
   // Round P to the element type before P·V and the output after it.
   int same_precision;
   // The modifiers' struct Aux (inline, as FwdParams::aux) and the learned
   // sinks (heads_q logits; read under cfg::Modifiers::kSinks only).
   const float *sinks;
   unsigned long long aux[8];
+  // e4m3 inputs: Q's (q_e4m3), K's and V's (kv_e4m3, also an fp8 cache
+  // under 16-bit Q) are bytes read times their descale, indexed [batch][kv
+  // head] with these element strides (ForwardArgs::descale).
+  int q_e4m3, kv_e4m3;
+  const float *q_descale, *k_descale, *v_descale;
+  long long descale_batch_stride, descale_head_stride;
 };
 
 constexpr int kRefBlockM = 16;
@@ -94,6 +102,34 @@ __device__ __forceinline__ float load_element(const void *base, long long index,
   return __uint_as_float(static_cast<unsigned int>(bits) << 16);
 }
 
+// e4m3 from its fields in integer arithmetic (no cvt.e4m3x2, which needs
+// sm_89, and nothing shared with the fast kernels): bias 7, exponent 0
+// subnormal (m * 2^-9), S.1111.111 NaN.
+__device__ __forceinline__ float e4m3_to_float(unsigned int bits) {
+  const unsigned int sign = (bits & 0x80u) << 24, exponent = (bits >> 3) & 15u, mantissa = bits & 7u;
+  float magnitude;
+  if (exponent == 15u && mantissa == 7u)
+    magnitude = __uint_as_float(0x7fc00000u);
+  else if (exponent == 0u)
+    magnitude = static_cast<float>(mantissa) * (1.f / 512.f);
+  else
+    magnitude = __uint_as_float(((exponent + 120u) << 23) | (mantissa << 20));
+  return __uint_as_float(__float_as_uint(magnitude) | sign);
+}
+
+// An input element: 16-bit, or e4m3 times its descale.
+__device__ __forceinline__ float load_input(const void *base, long long index, bool fp16,
+                                            bool e4m3, float descale) {
+  if (e4m3) return e4m3_to_float(static_cast<const unsigned char *>(base)[index]) * descale;
+  return load_element(base, index, fp16);
+}
+
+// A tensor's descale of (batch b, KV head hk); 1 without one.
+__device__ __forceinline__ float descale_of(const RefAttentionParams &p, const float *descale,
+                                            int b, int hk) {
+  return descale ? descale[b * p.descale_batch_stride + hk * p.descale_head_stride] : 1.f;
+}
+
 __device__ __forceinline__ float round_element(float x, bool fp16) {
   unsigned short bits;
   if (fp16) {
@@ -118,12 +154,13 @@ __device__ __forceinline__ float warp_sum(float x) {
 // memory as fp32; rows past `limit` and the padding columns become zero.
 __device__ void load_tile(float *dst, int pitch, int rows, const void *src, long long base,
                           long long row_stride, int first_row, int limit, int dim, int dim_padded,
-                          bool fp16) {
+                          bool fp16, bool e4m3 = false, float descale = 1.f) {
   for (int idx = threadIdx.x; idx < rows * dim_padded; idx += kRefThreads) {
     const int r = idx / dim_padded, c = idx % dim_padded;
     const int row = first_row + r;
-    dst[r * pitch + c] =
-        (row < limit && c < dim) ? load_element(src, base + row * row_stride + c, fp16) : 0.f;
+    dst[r * pitch + c] = (row < limit && c < dim)
+                             ? load_input(src, base + row * row_stride + c, fp16, e4m3, descale)
+                             : 0.f;
   }
 }
 
@@ -191,8 +228,12 @@ extern "C" __global__ void __launch_bounds__(kRefThreads)
   const long long v_base = b * p.v_batch_stride + hk * p.v_head_stride;
   const int dqk_padded = (p.head_dim_qk + 3) / 4 * 4;
   const int dv_padded = (p.head_dim_v + 3) / 4 * 4;
+  const bool q_e4m3 = p.q_e4m3 != 0, kv_e4m3 = p.kv_e4m3 != 0;
+  const float q_descale = descale_of(p, p.q_descale, b, hk);
+  const float k_descale = descale_of(p, p.k_descale, b, hk);
+  const float v_descale = descale_of(p, p.v_descale, b, hk);
   load_tile(qs, q_pitch, kRefBlockM, p.q, q_base, p.q_row_stride, first_row, p.seqlen_q,
-            p.head_dim_qk, dqk_padded, fp16);
+            p.head_dim_qk, dqk_padded, fp16, q_e4m3, q_descale);
 
   // Keys any row of this block can see; tiles outside are skipped.
   const int offset = p.seqlen_k - p.seqlen_q;
@@ -213,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(kRefThreads)
   for (int n0 = tile_begin; n0 < key_end; n0 += kRefBlockN) {
     __syncthreads();
     load_tile(kvs, kv_pitch, kRefBlockN, p.k, k_base, p.k_row_stride, n0, p.seqlen_k,
-              p.head_dim_qk, dqk_padded, fp16);
+              p.head_dim_qk, dqk_padded, fp16, kv_e4m3, k_descale);
     __syncthreads();
     float s[kRowsPerWarp];
     tile_scores(p, qs, q_pitch, kvs, kv_pitch, first_row, n0, b, h, s);
@@ -235,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(kRefThreads)
   for (int n0 = tile_begin; n0 < key_end; n0 += kRefBlockN) {
     __syncthreads();
     load_tile(kvs, kv_pitch, kRefBlockN, p.k, k_base, p.k_row_stride, n0, p.seqlen_k,
-              p.head_dim_qk, dqk_padded, fp16);
+              p.head_dim_qk, dqk_padded, fp16, kv_e4m3, k_descale);
     __syncthreads();
     float s[kRowsPerWarp];
     tile_scores(p, qs, q_pitch, kvs, kv_pitch, first_row, n0, b, h, s);
@@ -247,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(kRefThreads)
     }
     __syncthreads();
     load_tile(kvs, kv_pitch, kRefBlockN, p.v, v_base, p.v_row_stride, n0, p.seqlen_k,
-              p.head_dim_v, dv_padded, fp16);
+              p.head_dim_v, dv_padded, fp16, kv_e4m3, v_descale);
     __syncthreads();
     for (int n = 0; n < kRefBlockN; n += 4) {
       float vv[4][kMaxColsPerThread];

@@ -24,7 +24,7 @@ namespace {
 
 // The keys a problem (or `defaults`) may set; `name` only in a problem, since
 // a shared name would make every entry's name the same.
-const char *const kProblemKeys[] = {"dtype",   "batch",   "heads",    "heads_kv", "seqlen",
+const char *const kProblemKeys[] = {"dtype", "kv_dtype", "out_dtype", "batch",   "heads",    "heads_kv", "seqlen",
                                     "seqlen_q", "seqlen_k", "hdim",     "hdim_v",   "mask",
                                     "window",  "softcap", "scale",    "pass",     "passes",
                                     "deterministic", "page_size", "cache_seqlens", "varlen",
@@ -75,7 +75,7 @@ std::optional<PlanError> read_fields(const YAML::Node &map, bool allow_name, Fie
       if (key == "name")
         return PlanError{line, "key 'name': names a single problem, not defaults"};
       return PlanError{line, llvm::formatv("unknown key '{0}' in {1} (expected one of dtype, "
-                                           "batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, "
+                                           "kv_dtype, out_dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, "
                                            "hdim, hdim_v, mask, window, softcap, scale, pass, "
                                            "passes, deterministic, page_size, cache_seqlens, "
                                            "varlen, seqlens_q, seqlens_k, score_mod, "
@@ -273,9 +273,40 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
       p.dtype = DType::bf16;
     } else if (text == "fp16") {
       p.dtype = DType::fp16;
+    } else if (text == "e4m3") {
+      p.dtype = DType::e4m3;
     } else {
-      return key_error(*f, "dtype", "bf16 or fp16");
+      return key_error(*f, "dtype", "bf16, fp16 or e4m3");
     }
+  }
+  if (const Field *f = get("kv_dtype")) {
+    const std::string text = f->value.IsScalar() ? f->value.Scalar() : "";
+    if (text == "same") {
+      p.kv_dtype = KvDType::same;
+    } else if (text == "e4m3") {
+      p.kv_dtype = KvDType::e4m3;
+    } else {
+      return key_error(*f, "kv_dtype", "same or e4m3");
+    }
+  }
+  if (const Field *f = get("out_dtype")) {
+    const std::string text = f->value.IsScalar() ? f->value.Scalar() : "";
+    if (text == "auto") {
+      p.out_dtype = OutDType::automatic;
+    } else if (text == "bf16") {
+      p.out_dtype = OutDType::bf16;
+    } else if (text == "fp16") {
+      p.out_dtype = OutDType::fp16;
+    } else {
+      return key_error(*f, "out_dtype", "auto, bf16 or fp16");
+    }
+    if (p.dtype != DType::e4m3 && p.out_dtype != OutDType::automatic &&
+        out_element(p) != p.dtype)
+      return key_error(*f, "out_dtype",
+                       llvm::formatv("auto or {0} with dtype {0} (a 16-bit problem's output has "
+                                     "its dtype)",
+                                     to_string(p.dtype))
+                           .str());
   }
   constexpr const char *kPositive = "a positive integer";
   constexpr const char *kGridMax = "at most 65535 (a grid dimension)";
@@ -549,6 +580,12 @@ std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file
       out.name += " mod=" + modifiers_hash(out.modifiers);
     std::vector<Pass> passes;
     if (auto e = read_passes(entry, defaults, passes, out.deterministic)) return e;
+    const bool fp8 = out.problem.dtype == DType::e4m3 || out.problem.kv_dtype == KvDType::e4m3;
+    for (Pass pass : passes)
+      if (pass == Pass::backward && fp8)
+        return PlanError{line, "pass bwd with e4m3 (dtype or kv_dtype): the fp8 backward is not "
+                               "supported (FlashAttention-3 has none either); tune its forward "
+                               "alone (pass: fwd)"};
     for (Pass pass : passes)
       if (pass == Pass::backward && !out.modifiers.score_mod.empty() &&
           out.modifiers.score_mod_grad.empty())

@@ -10,10 +10,18 @@
 extern "C" {
 #endif
 
+/* Q's elements (and K's, V's and O's unless kv_dtype/out_dtype say
+ * otherwise). FLASHJIT_E4M3 is fp8 (torch.float8_e4m3fn) for Q, K and V, with
+ * descale factors in flashjit_forward_args; forward only (the backward
+ * refuses it). */
 enum flashjit_dtype { FLASHJIT_BF16 = 0, FLASHJIT_FP16 = 1, FLASHJIT_E4M3 = 2 };
-/* K's and V's elements where they differ from Q's (an fp8 KV cache). */
+/* K's and V's elements where they differ from Q's: FLASHJIT_KV_E4M3 under a
+ * 16-bit dtype is an fp8 KV cache (k_descale/v_descale are its k_scale and
+ * v_scale; new keys and values to append stay in Q's dtype and are quantized
+ * with them). Under FLASHJIT_E4M3 it changes nothing. */
 enum flashjit_kv_dtype { FLASHJIT_KV_SAME = 0, FLASHJIT_KV_E4M3 = 1 };
-/* O's elements: AUTO is Q's dtype for 16-bit Q, bf16 for e4m3 Q. */
+/* O's elements: AUTO is Q's dtype for 16-bit Q, bf16 for e4m3 Q; BF16 or
+ * FP16 choose one for e4m3 Q (a 16-bit problem's output is its dtype). */
 enum flashjit_out_dtype { FLASHJIT_OUT_AUTO = 0, FLASHJIT_OUT_BF16 = 1, FLASHJIT_OUT_FP16 = 2 };
 enum flashjit_mask { FLASHJIT_MASK_NONE = 0, FLASHJIT_MASK_CAUSAL = 1, FLASHJIT_MASK_WINDOW = 2 };
 enum flashjit_path { FLASHJIT_PATH_AUTO = 0, FLASHJIT_PATH_SM80 = 1, FLASHJIT_PATH_SM90 = 2 };
@@ -69,7 +77,8 @@ typedef struct flashjit_forward_args {
  * batch strides step between pages) and page_table [batch, seqlen_k /
  * page_size] int32 rows page_table_stride apart list each sequence's pages.
  * k_new/v_new [batch, seqlen_new, heads_kv, d] (optional, both or neither)
- * are written into the cache at cache_seqlens[b] before attention. Device
+ * are written into the cache at cache_seqlens[b] before attention, in Q's
+ * dtype (quantized with k_descale/v_descale into an fp8 cache). Device
  * values are clamped: no table or count content makes a kernel access memory
  * outside the cache (a page index outside [0, num_pages) reads zeros). */
 typedef struct flashjit_kvcache_args {

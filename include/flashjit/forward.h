@@ -47,7 +47,9 @@ struct KvCacheArgs {
   // (through the page table when paged) before attention reads it, as
   // flash_attn_with_kvcache does; cache_seqlens is not updated (the caller
   // advances it). Positions past seqlen_k, or on a page outside
-  // [0, num_pages), are not written.
+  // [0, num_pages), are not written. Their elements are Q's dtype: under an
+  // fp8 cache (kv_dtype e4m3, 16-bit Q) they are quantized into it with the
+  // k/v descales (stored = value / factor, saturated to +-448).
   const void *k_new = nullptr;
   const void *v_new = nullptr;
   int64_t seqlen_new = 0;

@@ -8,8 +8,10 @@ import glob
 import os
 import threading
 
-# enum flashjit_dtype / enum flashjit_mask
-BF16, FP16 = 0, 1
+# enum flashjit_dtype / flashjit_kv_dtype / flashjit_out_dtype / flashjit_mask
+BF16, FP16, E4M3 = 0, 1, 2
+KV_SAME, KV_E4M3 = 0, 1
+OUT_AUTO, OUT_BF16, OUT_FP16 = 0, 1, 2
 MASK_NONE, MASK_CAUSAL, MASK_WINDOW = 0, 1, 2
 # enum flashjit_path / enum flashjit_pack_gqa
 PATH_AUTO, PATH_SM80, PATH_SM90 = 0, 1, 2
@@ -34,6 +36,8 @@ class Problem(ctypes.Structure):
         ("page_size", ctypes.c_int32),
         ("seqused_k", ctypes.c_int32),
         ("varlen", ctypes.c_int32),
+        ("kv_dtype", ctypes.c_int32),
+        ("out_dtype", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
     ]
 
@@ -49,6 +53,12 @@ class ForwardArgs(ctypes.Structure):
         (f"{t}_stride_{d}", ctypes.c_int64)
         for t in ("q", "k", "v", "o")
         for d in ("batch", "seq", "head")
+    ] + [
+        ("q_descale", ctypes.c_void_p),
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+        ("descale_stride_batch", ctypes.c_int64),
+        ("descale_stride_head", ctypes.c_int64),
     ]
 
 

@@ -26,6 +26,8 @@ int main(void) {
   FIELD(flashjit_problem, page_size)
   FIELD(flashjit_problem, seqused_k)
   FIELD(flashjit_problem, varlen)
+  FIELD(flashjit_problem, kv_dtype)
+  FIELD(flashjit_problem, out_dtype)
   FIELD(flashjit_problem, reserved)
 
   printf("flashjit_forward_args sizeof %zu\n", sizeof(flashjit_forward_args));
@@ -46,6 +48,11 @@ int main(void) {
   FIELD(flashjit_forward_args, o_stride_batch)
   FIELD(flashjit_forward_args, o_stride_seq)
   FIELD(flashjit_forward_args, o_stride_head)
+  FIELD(flashjit_forward_args, q_descale)
+  FIELD(flashjit_forward_args, k_descale)
+  FIELD(flashjit_forward_args, v_descale)
+  FIELD(flashjit_forward_args, descale_stride_batch)
+  FIELD(flashjit_forward_args, descale_stride_head)
 
   printf("flashjit_aux_value sizeof %zu\n", sizeof(flashjit_aux_value));
   FIELD(flashjit_aux_value, name)

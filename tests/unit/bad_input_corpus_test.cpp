@@ -357,16 +357,22 @@ TEST(BadInputCorpus, CApiRejectsBadCallsWithLastError) {
          return flashjit_backward(&p, nullptr, nullptr, nullptr);
        },
        "flashjit_backward: args is NULL"},
-      {"dtype 2", forward_with(problem_with([](flashjit_problem &p) { p.dtype = 2; })),
-       "flashjit_forward: problem.dtype=2 is invalid: expected FLASHJIT_BF16 (0) or "
-       "FLASHJIT_FP16 (1)"},
+      {"dtype 3", forward_with(problem_with([](flashjit_problem &p) { p.dtype = 3; })),
+       "flashjit_forward: problem.dtype=3 is invalid: expected FLASHJIT_BF16 (0), "
+       "FLASHJIT_FP16 (1) or FLASHJIT_E4M3 (2)"},
+      {"kv_dtype 2", forward_with(problem_with([](flashjit_problem &p) { p.kv_dtype = 2; })),
+       "flashjit_forward: problem.kv_dtype=2 is invalid: expected FLASHJIT_KV_SAME (0) or "
+       "FLASHJIT_KV_E4M3 (1)"},
+      {"out_dtype 3", forward_with(problem_with([](flashjit_problem &p) { p.out_dtype = 3; })),
+       "flashjit_forward: problem.out_dtype=3 is invalid: expected FLASHJIT_OUT_AUTO (0), "
+       "FLASHJIT_OUT_BF16 (1) or FLASHJIT_OUT_FP16 (2)"},
       {"dtype -1 (backward)",
        [&] {
          flashjit_problem p = problem_with([](flashjit_problem &q) { q.dtype = -1; });
          return flashjit_backward(&p, &bargs, nullptr, nullptr);
        },
-       "flashjit_backward: problem.dtype=-1 is invalid: expected FLASHJIT_BF16 (0) or "
-       "FLASHJIT_FP16 (1)"},
+       "flashjit_backward: problem.dtype=-1 is invalid: expected FLASHJIT_BF16 (0), "
+       "FLASHJIT_FP16 (1) or FLASHJIT_E4M3 (2)"},
       {"mask 3", forward_with(problem_with([](flashjit_problem &p) { p.mask = 3; })),
        "flashjit_forward: problem.mask=3 is invalid: expected FLASHJIT_MASK_NONE (0), "
        "FLASHJIT_MASK_CAUSAL (1) or FLASHJIT_MASK_WINDOW (2)"},
@@ -450,7 +456,7 @@ TEST(BadInputCorpus, CApiRejectsBadCallsWithLastError) {
 
 TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
-      {{"gen", "--arch", "sm_80", "--dtype", "BF16"}, "--dtype: expected bf16 or fp16, got BF16"},
+      {{"gen", "--arch", "sm_80", "--dtype", "BF16"}, "--dtype: expected bf16, fp16 or e4m3, got BF16"},
       {{"gen", "--arch", "sm_80", "--hdim", "0"},
        "--hdim: expected a multiple of 8 in [8, 256], got 0"},
       {{"gen", "--arch", "sm_80", "--hdim", "512"},
@@ -544,7 +550,7 @@ TEST(BadInputCorpus, PlanErrorsNameFileLineAndKey) {
       {head + "  - {seqlen: 8, hdim: 0}\n",
        "p.yaml:4: key 'hdim': expected a multiple of 8 in [8, 256], got 0"},
       {head + "  - {seqlen: 8, dtype: [bf16]}\n",
-       "p.yaml:4: key 'dtype': expected bf16 or fp16, got a list"},
+       "p.yaml:4: key 'dtype': expected bf16, fp16 or e4m3, got a list"},
       {head + "  - {seqlen: 8, mask: [causal]}\n",
        "p.yaml:4: key 'mask': expected none, causal or window, got a list"},
       {head + "  - {seqlen: 8, mask: window, window: [0, x]}\n",
@@ -678,8 +684,8 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        "{file}: schema_version is missing or not an integer", ""},
       {"schema_version x", "flashjit_db_export: 1\nschema_version: x\n", false,
        "{file}: schema_version is missing or not an integer", ""},
-      {"newer schema", "flashjit_db_export: 1\nschema_version: 5\ntunings:\n" + t, false,
-       "{file}:2: schema_version: 5 is newer than this flashjit's 4 (exported by a newer "
+      {"newer schema", "flashjit_db_export: 1\nschema_version: 6\ntunings:\n" + t, false,
+       "{file}:2: schema_version: 6 is newer than this flashjit's 5 (exported by a newer "
        "flashjit)",
        ""},
       {"cubins not a list", doc + "cubins: {a: 1}\n", true, "{file}:3: cubins: is not a list", ""},
@@ -703,7 +709,7 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
       {"pass sideways", doc + "tunings:\n" + with(t, "pass: fwd", "pass: sideways"), false, "",
        "tunings[0] (line 4): skipped: problem.pass: 'sideways' is not fwd, bwd or bwd-det\n"},
       {"dtype fp64", doc + "tunings:\n" + with(t, "dtype: bf16", "dtype: fp64"), false, "",
-       "tunings[0] (line 4): skipped: problem.dtype: 'fp64' is not bf16 or fp16\n"},
+       "tunings[0] (line 4): skipped: problem.dtype: 'fp64' is not bf16, fp16 or e4m3\n"},
       {"mask diagonal", doc + "tunings:\n" + with(t, "mask: none", "mask: diagonal"), false, "",
        "tunings[0] (line 4): skipped: problem.mask: 'diagonal' is not none, causal or window\n"},
       {"head_dim_v 100", doc + "tunings:\n" + with(t, "head_dim_v: 128", "head_dim_v: 100"), false,
@@ -718,6 +724,12 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        false, "",
        "tunings[0] (line 4): skipped: problem.modifiers: '0123ABCD' is not empty (no modifiers) "
        "or a modifiers hash of 16 lowercase hex digits\n"},
+      {"kv_dtype fp16",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_dtype: fp16,"), false, "",
+       "tunings[0] (line 4): skipped: problem.kv_dtype: 'fp16' is not same or e4m3\n"},
+      {"out_dtype e4m3",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, out_dtype: e4m3,"), false,
+       "", "tunings[0] (line 4): skipped: problem.out_dtype: 'e4m3' is not auto, bf16 or fp16\n"},
       {"kv_layout packed-paged10",
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: packed-paged10,"),
        false, "",
@@ -849,7 +861,7 @@ TEST(BadInputCorpus, NonFlashjitFilesAreRefusedAndLeftByteIdentical) {
          raw_sql(f, "CREATE TABLE meta (key TEXT, value TEXT); "
                     "INSERT INTO meta VALUES ('application', 'flashjit'), ('schema_version', '9')");
        },
-       "it has schema version 9, newer than this flashjit's 4 (written by a newer flashjit: "
+       "it has schema version 9, newer than this flashjit's 5 (written by a newer flashjit: "
        "upgrade to use it)"},
   };
   int n = 0;

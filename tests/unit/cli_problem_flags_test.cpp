@@ -95,6 +95,53 @@ TEST(ProblemFlags, SplitsAndPackGqa) {
             "--pack-gqa: expected auto with --pass bwd (it only changes the forward), got off");
 }
 
+TEST(ProblemFlags, ElementTypes) {
+  ProblemFlagValues v;
+  v.kv_dtype = std::string("e4m3");
+  auto parsed = parse_problem_flags(v);
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->problem.dtype, DType::bf16);
+  EXPECT_EQ(parsed->problem.kv_dtype, KvDType::e4m3);
+  EXPECT_EQ(parsed->problem.out_dtype, OutDType::automatic);
+  v.out_dtype = std::string("bf16");  // the output a bf16 problem has
+  parsed = parse_problem_flags(v);
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->problem.out_dtype, OutDType::bf16);
+
+  // No fp8 backward: named before anything else about the problem.
+  v = {};
+  v.pass = std::string("bwd");
+  v.dtype = std::string("e4m3");
+  EXPECT_EQ(error_of(v), "--dtype: expected bf16 or fp16 with --pass bwd (the fp8 backward is not "
+                         "supported; FlashAttention-3 has none either), got e4m3");
+  v.dtype = std::string("fp16");
+  v.kv_dtype = std::string("e4m3");
+  EXPECT_EQ(error_of(v), "--kv-dtype: expected bf16 or fp16 with --pass bwd (the fp8 backward is "
+                         "not supported; FlashAttention-3 has none either), got e4m3");
+}
+
+// e4m3 Q reaches the problem as asked; the generator's validate_problem has
+// the last word on whether it serves it.
+TEST(ProblemFlags, E4m3Queries) {
+  ProblemFlagValues v;
+  v.dtype = std::string("e4m3");
+  v.out_dtype = std::string("fp16");
+  Problem e4m3;
+  e4m3.dtype = DType::e4m3;
+  e4m3.seqlen_q = e4m3.seqlen_k = 8192;
+  e4m3.head_dim_qk = e4m3.head_dim_v = 128;
+  if (llvm::Error e = validate_problem(e4m3)) {
+    const std::string why = llvm::toString(std::move(e));
+    EXPECT_EQ(error_of(v), why);  // the generator's message, unchanged
+    GTEST_SKIP() << "the generator does not take e4m3 yet: " << why;
+  }
+  auto parsed = parse_problem_flags(v);
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->problem.dtype, DType::e4m3);
+  EXPECT_EQ(parsed->problem.out_dtype, OutDType::fp16);
+  EXPECT_EQ(out_element(parsed->problem), DType::fp16);
+}
+
 TEST(ProblemFlags, CausalFlagAndMask) {
   ProblemFlagValues v;
   v.causal = true;
@@ -133,7 +180,14 @@ TEST(ProblemFlags, ErrorsNameTheFlagAndWhatIsAllowed) {
       {&ProblemFlagValues::heads_kv, "32",
        "--heads-kv: expected a divisor of --heads (16), got 32"},
       {&ProblemFlagValues::dtype, "fp8",
-       "--dtype: expected bf16 or fp16, got fp8"},
+       "--dtype: expected bf16, fp16 or e4m3, got fp8"},
+      {&ProblemFlagValues::kv_dtype, "bf16",
+       "--kv-dtype: expected same or e4m3, got bf16"},
+      {&ProblemFlagValues::out_dtype, "e4m3",
+       "--out-dtype: expected auto, bf16 or fp16, got e4m3"},
+      {&ProblemFlagValues::out_dtype, "fp16",
+       "--out-dtype: expected auto or bf16 with --dtype bf16 (a 16-bit problem's output has its "
+       "dtype), got fp16"},
       {&ProblemFlagValues::mask, "window:-2,0",
        "--mask: expected none, causal or window:LEFT,RIGHT (-1: unbounded), got window:-2,0"},
       {&ProblemFlagValues::softcap, "inf",

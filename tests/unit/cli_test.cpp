@@ -25,7 +25,7 @@ TEST(Cli, BadProblemFlagsAreOneLineUsageErrors) {
        "--heads-kv: expected a divisor of --heads (16), got 5"},
       {{"run", "--mask", "diagonal"},
        "--mask: expected none, causal or window:LEFT,RIGHT (-1: unbounded), got diagonal"},
-      {{"gen", "--dtype", "fp32"}, "--dtype: expected bf16 or fp16, got fp32"},
+      {{"gen", "--dtype", "fp32"}, "--dtype: expected bf16, fp16 or e4m3, got fp32"},
       {{"run", "--repeats", "0"}, "--repeats: expected an integer >= 1, got 0"},
       {{"gen", "--splits", "257"},
        "--splits: expected 0 (heuristic), 1 (off) or a number of splits up to 256, got 257"},

@@ -268,7 +268,8 @@ TEST(FieldTables, TheCliHasAFlagForEveryField) {
     EXPECT_TRUE(has_flag(flag)) << "KernelConfig::" << field.name << " has no " << flag;
   });
   const std::map<std::string, std::string> problem_flags = {
-      {"dtype", "--dtype"},       {"batch", "--batch"},          {"heads_q", "--heads"},
+      {"dtype", "--dtype"},       {"kv_dtype", "--kv-dtype"},    {"out_dtype", "--out-dtype"},
+      {"batch", "--batch"},          {"heads_q", "--heads"},
       {"heads_kv", "--heads-kv"}, {"seqlen_q", "--seqlen-q"},    {"seqlen_k", "--seqlen-k"},
       {"head_dim_qk", "--hdim"},  {"head_dim_v", "--hdim-v"},    {"mask", "--mask"},
       {"window_left", "--mask"},  {"window_right", "--mask"},    {"softmax_scale", "--scale"},

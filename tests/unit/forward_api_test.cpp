@@ -146,6 +146,31 @@ TEST(CApi, OutOfRangeEnums) {
   expect_contains(flashjit_last_error(), "problem.mask=-1");
 
   p = c_problem();
+  p.dtype = 3;
+  EXPECT_NE(flashjit_forward(&p, &args, nullptr, nullptr), 0);
+  EXPECT_STREQ(flashjit_last_error(),
+               "flashjit_forward: problem.dtype=3 is invalid: expected FLASHJIT_BF16 (0), "
+               "FLASHJIT_FP16 (1) or FLASHJIT_E4M3 (2)");
+
+  for (int32_t bad : {-1, 2}) {
+    p = c_problem();
+    p.kv_dtype = bad;
+    EXPECT_NE(flashjit_forward(&p, &args, nullptr, nullptr), 0);
+    EXPECT_EQ(std::string(flashjit_last_error()),
+              "flashjit_forward: problem.kv_dtype=" + std::to_string(bad) +
+                  " is invalid: expected FLASHJIT_KV_SAME (0) or FLASHJIT_KV_E4M3 (1)");
+  }
+  for (int32_t bad : {-1, 3}) {
+    p = c_problem();
+    p.out_dtype = bad;
+    EXPECT_NE(flashjit_forward(&p, &args, nullptr, nullptr), 0);
+    EXPECT_EQ(std::string(flashjit_last_error()),
+              "flashjit_forward: problem.out_dtype=" + std::to_string(bad) +
+                  " is invalid: expected FLASHJIT_OUT_AUTO (0), FLASHJIT_OUT_BF16 (1) or "
+                  "FLASHJIT_OUT_FP16 (2)");
+  }
+
+  p = c_problem();
   flashjit_config config = {5, 0, 0, 0, 0, 0, 0, FLASHJIT_PACK_GQA_AUTO};
   EXPECT_NE(flashjit_forward(&p, &args, nullptr, &config), 0);
   expect_contains(flashjit_last_error(), "config.path=5");

@@ -142,15 +142,25 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
   const std::pair<std::string, std::string> cases[] = {
       {head + "  - {seqlen: 1024}\n  - {seqlen: 1024, hdim: 100}\n",
        "plans/x.yaml:5: key 'hdim': expected a multiple of 8 in [8, 256], got 100"},
+      {head + "  - {seqlen: 1024, kv_dtype: fp16}\n",
+       "plans/x.yaml:4: key 'kv_dtype': expected same or e4m3, got fp16"},
+      {head + "  - {seqlen: 1024, out_dtype: e4m3}\n",
+       "plans/x.yaml:4: key 'out_dtype': expected auto, bf16 or fp16, got e4m3"},
+      {head + "  - {seqlen: 1024, dtype: fp16, out_dtype: bf16}\n",
+       "plans/x.yaml:4: key 'out_dtype': expected auto or fp16 with dtype fp16 (a 16-bit "
+       "problem's output has its dtype), got bf16"},
+      {head + "  - {seqlen: 1024, kv_dtype: e4m3, passes: [fwd, bwd]}\n",
+       "plans/x.yaml:4: pass bwd with e4m3 (dtype or kv_dtype): the fp8 backward is not "
+       "supported (FlashAttention-3 has none either); tune its forward alone (pass: fwd)"},
       {head + "  - {seqlen: 1024, hdmi: 64}\n",
-       "plans/x.yaml:4: unknown key 'hdmi' in problem (expected one of dtype, batch, heads, "
-       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
-       "passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k, "
+       "plans/x.yaml:4: unknown key 'hdmi' in problem (expected one of dtype, "
+       "kv_dtype, out_dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, "
+       "mask, window, softcap, scale, pass, passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k, "
        "score_mod, score_mod_grad, mask_mod, aux, aux_values, mask_mod_qk_only, sinks, name)"},
       {"defaults: {heads: 16, hdim: 128, nmae: a}\nproblems:\n  - {seqlen: 8}\n",
-       "plans/x.yaml:1: unknown key 'nmae' in defaults (expected one of dtype, batch, heads, "
-       "heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, mask, window, softcap, scale, pass, "
-       "passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k, "
+       "plans/x.yaml:1: unknown key 'nmae' in defaults (expected one of dtype, "
+       "kv_dtype, out_dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim, hdim_v, "
+       "mask, window, softcap, scale, pass, passes, deterministic, page_size, cache_seqlens, varlen, seqlens_q, seqlens_k, "
        "score_mod, score_mod_grad, mask_mod, aux, aux_values, mask_mod_qk_only, sinks)"},
       {"defaults: {heads: 16, hdim: 128, name: a}\nproblems:\n  - {seqlen: 8}\n",
        "plans/x.yaml:1: key 'name': names a single problem, not defaults"},
@@ -160,7 +170,7 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
       {head + "  - {seqlen: 8, batch: 1.5}\n",
        "plans/x.yaml:4: key 'batch': expected a positive integer, got 1.5"},
       {head + "  - {seqlen: 8, dtype: fp32}\n",
-       "plans/x.yaml:4: key 'dtype': expected bf16 or fp16, got fp32"},
+       "plans/x.yaml:4: key 'dtype': expected bf16, fp16 or e4m3, got fp32"},
       {head + "  - {seqlen: 64, page_size: 24}\n",
        "plans/x.yaml:4: key 'page_size': expected 0 (contiguous) or a multiple of 16 in [16, "
        "512], got 24"},

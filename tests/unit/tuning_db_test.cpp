@@ -39,7 +39,7 @@ TEST(TuningDb, OpenCreatesFolderSchemaAndWal) {
   ASSERT_TRUE(bool(raw));
   EXPECT_EQ(*raw->query_text("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'application'"), "flashjit");
-  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
+  EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "5");
 
   // Reopening an existing database is not a migration.
   db.reset();
@@ -102,6 +102,9 @@ TEST(TuningDb, EveryKeyFieldMakesItsOwnRow) {
       [](TuningRecord &r) { r.problem.softcap = false; },
       [](TuningRecord &r) { r.problem.gqa_ratio = 1; },
       [](TuningRecord &r) { r.problem.kv_layout = "paged64"; },
+      [](TuningRecord &r) { r.problem.modifiers = "0123456789abcdef"; },
+      [](TuningRecord &r) { r.problem.kv_dtype = "e4m3"; },
+      [](TuningRecord &r) { r.problem.out_dtype = "fp16"; },
       [](TuningRecord &r) { r.problem.seqlen_q_bucket = 1; },
       [](TuningRecord &r) { r.problem.seqlen_k_bucket = 1; },
       [](TuningRecord &r) { r.problem.batch_heads_bucket = 1; },
@@ -471,7 +474,7 @@ TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
   raw_sql(path, kVersion1Database);
   auto db = open_ok(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(*db->schema_version(), 4);
+  EXPECT_EQ(*db->schema_version(), 5);
 
   const ProblemClassKey key = problem_class(13, 13, 6);
   auto found = db->find_tuning(h200(), software_a(), key);
@@ -520,7 +523,7 @@ TEST(TuningDbSchema, Version1TuningsReadBackWithOneSplitAndNoPacking) {
   ASSERT_TRUE(bool(dense_found) && dense_found->has_value());
   EXPECT_EQ((*dense_found)->cubin_key, "cubin-v1");
 
-  // Reopened: version 4 already, nothing to migrate, the rows as they were.
+  // Reopened: version 5 already, nothing to migrate, the rows as they were.
   db.reset();
   db = open_ok(path);
   ASSERT_TRUE(db);
@@ -550,7 +553,7 @@ UPDATE meta SET value = '2' WHERE key = 'schema_version';
   raw_sql(path, v2);
   auto db = open_ok(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(*db->schema_version(), 4);
+  EXPECT_EQ(*db->schema_version(), 5);
   const ProblemClassKey key = problem_class(13, 13, 6);
   auto found = db->find_tuning(h200(), software_a(), key);
   ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
@@ -577,6 +580,22 @@ UPDATE meta SET value = '2' WHERE key = 'schema_version';
     EXPECT_EQ((*plain)->problem.modifiers, "");
   }
 
+  // Schema 5: the old row is a 16-bit cache with the default output, and an
+  // fp8 cache or another output type is a row of its own beside it.
+  EXPECT_EQ((*found)->problem.kv_dtype, "same");
+  EXPECT_EQ((*found)->problem.out_dtype, "auto");
+  for (auto [kv, out] : {std::pair{"e4m3", "auto"}, {"same", "fp16"}}) {
+    ProblemClassKey fp8 = key;
+    fp8.kv_dtype = kv;
+    fp8.out_dtype = out;
+    auto absent = db->find_tuning(h200(), software_a(), fp8);
+    ASSERT_TRUE(bool(absent));
+    EXPECT_FALSE(absent->has_value()) << kv << " " << out;
+    auto near = db->nearest_tunings(h200(), software_a(), fp8, 4);
+    ASSERT_TRUE(bool(near));
+    EXPECT_TRUE(near->empty()) << kv << " " << out;
+  }
+
   ProblemClassKey paged = key;
   paged.kv_layout = "paged16";
   auto none = db->find_tuning(h200(), software_a(), paged);
@@ -598,21 +617,21 @@ TEST(TuningDbSchema, AFutureMigrationIsOneMoreStep) {
   ASSERT_FALSE(bool(open_ok(path)->put_tuning(full_record())));
 
   std::vector<schema::Migration> steps(schema::migrations().begin(), schema::migrations().end());
-  steps.push_back({5, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
+  steps.push_back({6, "ALTER TABLE tunings ADD COLUMN power_watts REAL NOT NULL DEFAULT 700"});
   {
     auto raw = sqlite::Connection::open(path, SQLITE_OPEN_READWRITE, 1000);
     ASSERT_TRUE(bool(raw));
     auto found = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(found)) << llvm::toString(found.takeError());
-    EXPECT_EQ(*found, 4);  // only step 5 ran: steps 1 to 4 would fail a second time
-    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "5");
+    EXPECT_EQ(*found, 5);  // only step 6 ran: steps 1 to 5 would fail a second time
+    EXPECT_EQ(*raw->query_text("SELECT value FROM meta WHERE key = 'schema_version'"), "6");
     EXPECT_EQ(*raw->query_text("SELECT power_watts FROM tunings"), "700.0");
     // Running it again is a no-op.
     auto again = schema::migrate(*raw, steps);
     ASSERT_TRUE(bool(again));
-    EXPECT_EQ(*again, 5);
+    EXPECT_EQ(*again, 6);
   }
-  // And this flashjit, which knows version 4, now refuses the file.
+  // And this flashjit, which knows version 5, now refuses the file.
   EXPECT_NE(open_error(path).find("newer"), std::string::npos);
 }
 

@@ -25,6 +25,35 @@ std::string joined(const std::vector<std::string> &lines) {
   return out;
 }
 
+// An fp8 cache's class and one of another output type travel as classes of
+// their own beside the 16-bit one with its defaults.
+TEST(TuningDbYamlFp8, ElementTypesRoundTrip) {
+  TempDir dir;
+  auto source = open_ok(dir.file("a.db"));
+  TuningRecord plain = full_record(0), cache = full_record(0), e4m3 = full_record(0);
+  cache.problem.kv_dtype = "e4m3";
+  cache.cubin_key = "cubin-cache";
+  e4m3.problem.dtype = "e4m3";
+  e4m3.problem.out_dtype = "fp16";
+  e4m3.cubin_key = "cubin-e4m3";
+  for (const TuningRecord &r : {plain, cache, e4m3}) ASSERT_FALSE(bool(source->put_tuning(r)));
+  const std::string file = dir.file("export.yaml");
+  ASSERT_FALSE(bool(source->export_yaml(file)));
+  const std::string text = read_bytes(file);
+  EXPECT_NE(text.find("kv_dtype: \"e4m3\""), std::string::npos) << text;
+  EXPECT_NE(text.find("out_dtype: \"fp16\""), std::string::npos) << text;
+
+  auto target = open_ok(dir.file("b.db"));
+  auto report = target->import_yaml(file);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->skipped.empty()) << joined(report->skipped);
+  for (const TuningRecord &r : {plain, cache, e4m3}) {
+    auto found = target->find_tuning(r.device, r.software, r.problem);
+    ASSERT_TRUE(found && found->has_value()) << r.cubin_key;
+    expect_same(**found, r);
+  }
+}
+
 TEST(TuningDbBase64, RoundTripsAndRejectsGarbage) {
   for (std::string text : {"", "f", "fo", "foo", "foob", "fooba", "foobar"}) {
     std::vector<char> bytes(text.begin(), text.end());
@@ -196,7 +225,7 @@ TEST_F(TuningDbYaml, SplitsAndPackGqaTravelInTheConfigs) {
   std::string file = dir.file("export.yaml");
   ASSERT_FALSE(bool(source->export_yaml(file)));
   const std::string text = read_bytes(file);
-  EXPECT_NE(text.find("schema_version: 4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("schema_version: 5\n"), std::string::npos) << text;
   // full_record: config splits 3, pack_gqa on; the heuristic's 2 and auto.
   EXPECT_NE(text.find("stages: 2\n      splits: 3\n      pack_gqa: \"on\"\n"), std::string::npos)
       << text;

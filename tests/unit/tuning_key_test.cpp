@@ -35,6 +35,37 @@ TEST(SizeBucket, IsCeilLog2) {
   EXPECT_EQ(size_bucket(0), 0);  // never valid, but never UB either
 }
 
+// An fp8 problem never takes a 16-bit problem's tuning: Q's dtype, an fp8
+// cache and a non-default output type each key a class; spellings of one
+// kernel share theirs.
+TEST(ProblemClassKey, ElementTypesSplitClasses) {
+  Problem bf16 = base_problem();
+  Problem e4m3 = bf16;
+  e4m3.dtype = DType::e4m3;
+  Problem cache = bf16;
+  cache.kv_dtype = KvDType::e4m3;
+  Problem e4m3_fp16 = e4m3;
+  e4m3_fp16.out_dtype = OutDType::fp16;
+  const ProblemClassKey keys[] = {problem_class_key(bf16), problem_class_key(e4m3),
+                                  problem_class_key(cache), problem_class_key(e4m3_fp16)};
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = i + 1; j < 4; ++j) EXPECT_FALSE(keys[i] == keys[j]) << i << " " << j;
+  EXPECT_EQ(keys[1].dtype, "e4m3");
+  EXPECT_EQ(keys[1].kv_dtype, "same");
+  EXPECT_EQ(keys[1].out_dtype, "auto");
+  EXPECT_EQ(keys[2].dtype, "bf16");
+  EXPECT_EQ(keys[2].kv_dtype, "e4m3");
+  EXPECT_EQ(keys[3].out_dtype, "fp16");
+
+  Problem same = e4m3;
+  same.kv_dtype = KvDType::e4m3;  // all e4m3 either way
+  same.out_dtype = OutDType::bf16;  // the default output
+  EXPECT_EQ(problem_class_key(same), keys[1]);
+  Problem spelled = bf16;
+  spelled.out_dtype = OutDType::bf16;
+  EXPECT_EQ(problem_class_key(spelled), keys[0]);
+}
+
 TEST(ProblemClassKey, FieldsFollowTheProblem) {
   Problem p = base_problem();
   p.heads_kv = 4;
@@ -280,6 +311,30 @@ Problem gqa_problem(int64_t seqlen_q, int64_t seqlen_k) {
   p.window_left = 128;
   p.window_right = 0;
   return p;
+}
+
+// An fp8 cache or another output type runs another kernel: another plan,
+// even with a complete config.
+TEST(CallKey, ElementTypesAreInTheKeyAndItsHash) {
+  const KernelConfig complete{KernelPath::sm90, 128, 128, 12, 2, false, 1, GqaPacking::off};
+  Problem bf16 = base_problem();
+  Problem cache = bf16;
+  cache.kv_dtype = KvDType::e4m3;
+  Problem e4m3 = bf16;
+  e4m3.dtype = DType::e4m3;
+  Problem e4m3_fp16 = e4m3;
+  e4m3_fp16.out_dtype = OutDType::fp16;
+  const CallKey keys[] = {CallKey::make(1, bf16, complete), CallKey::make(1, cache, complete),
+                          CallKey::make(1, e4m3, complete), CallKey::make(1, e4m3_fp16, complete)};
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = i + 1; j < 4; ++j) {
+      EXPECT_FALSE(keys[i] == keys[j]) << i << " " << j;
+      EXPECT_NE(CallKeyHash{}(keys[i]), CallKeyHash{}(keys[j])) << i << " " << j;
+    }
+  Problem spelled = e4m3;
+  spelled.out_dtype = OutDType::bf16;
+  spelled.kv_dtype = KvDType::e4m3;
+  EXPECT_TRUE(CallKey::make(1, spelled, complete) == keys[2]);
 }
 
 TEST(CallKey, ACompleteConfigThatFixesEverythingIgnoresTheSizes) {
