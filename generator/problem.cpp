@@ -88,6 +88,10 @@ std::string describe(const Problem &p) {
                                    to_string(p.dtype), p.batch, p.heads_q, p.heads_kv, p.seqlen_q,
                                    p.seqlen_k, p.head_dim_qk, p.head_dim_v, mask)
                          .str();
+  // Element types only where they differ from the inputs', so the 16-bit
+  // problems read as before.
+  if (kv_element(p) != p.dtype) text += std::string(" kv=") + to_string(kv_element(p));
+  if (out_element(p) != p.dtype) text += std::string(" out=") + to_string(out_element(p));
   if (p.softcap != 0.f) text += llvm::formatv(" softcap={0}", p.softcap).str();
   if (p.seqused_k) text += " seqused_k";
   if (p.page_size > 0) text += llvm::formatv(" page={0}", p.page_size).str();

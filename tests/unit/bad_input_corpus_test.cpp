@@ -144,7 +144,7 @@ const std::vector<ProblemCase> &problem_cases() {
        "head_dim_v=264 is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
        "the Python binding does this for you)"},
       {"dtype out of range", [](Problem &p) { p.dtype = static_cast<DType>(5); },
-       "dtype=5 is not bf16 or fp16"},
+       "dtype=5 is not bf16, fp16 or e4m3"},
       {"mask out of range", [](Problem &p) { p.mask = static_cast<MaskKind>(7); },
        "mask=7 is not none, causal or window"},
       {"window left -2",
