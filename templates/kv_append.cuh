@@ -5,7 +5,7 @@
 // the cache on the same stream (flash_attn_with_kvcache's k/v arguments).
 //
 // Tiling. One CTA per (new row, sequence); its threads walk the row's
-// heads_kv x dim/8 16-byte vectors of K, then of V. The traffic is the new
+// heads_kv x dim 16-byte vectors of K, then of V. The traffic is the new
 // rows alone (a decode step appends one per sequence), so a plain copy
 // suffices.
 //
@@ -23,19 +23,26 @@ namespace flashjit {
 namespace kv_append {
 
 constexpr int kThreads = 128;
-static_assert(cfg::kHeadDimQK % 8 == 0 && cfg::kHeadDimV % 8 == 0, "16-byte vectors of 8 elements");
+// Bytes of an element (the new keys are the cache's type: 2, or 1 for e4m3)
+// and elements of a 16-byte vector.
+constexpr int kBytes = static_cast<int>(sizeof(cfg::Element));
+constexpr int kVectorElements = 16 / kBytes;
+static_assert(cfg::kHeadDimQK % kVectorElements == 0 && cfg::kHeadDimV % kVectorElements == 0,
+              "rows of whole 16-byte vectors");
 
-// Copies one [heads_kv][dim] row of 16-bit elements in 16-byte vectors.
+// Copies one [heads_kv][dim] row in 16-byte vectors.
 template <int kDim>
 __device__ __forceinline__ void copy_row(const unsigned char *src, long long src_head_stride,
                                          unsigned char *dst, long long dst_head_stride,
                                          int heads) {
-  constexpr int kVectors = kDim / 8;
+  constexpr int kVectors = kDim / kVectorElements;
   for (int i = threadIdx.x; i < heads * kVectors; i += kThreads) {
     const int head = i / kVectors, vec = i % kVectors;
     const U32x4 value =
-        *reinterpret_cast<const U32x4 *>(src + 2 * (head * src_head_stride + 8 * vec));
-    *reinterpret_cast<U32x4 *>(dst + 2 * (head * dst_head_stride + 8 * vec)) = value;
+        *reinterpret_cast<const U32x4 *>(src + kBytes * (head * src_head_stride +
+                                                         kVectorElements * vec));
+    *reinterpret_cast<U32x4 *>(dst + kBytes * (head * dst_head_stride + kVectorElements * vec)) =
+        value;
   }
 }
 
@@ -64,13 +71,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
     cache_row = pos % cfg::kPageSize;
   }
   const auto *k_src = static_cast<const unsigned char *>(p.k_new) +
-                      2 * (batch * p.k_new_batch_stride + row * p.k_new_row_stride);
+                      kv_append::kBytes * (batch * p.k_new_batch_stride + row * p.k_new_row_stride);
   const auto *v_src = static_cast<const unsigned char *>(p.v_new) +
-                      2 * (batch * p.v_new_batch_stride + row * p.v_new_row_stride);
+                      kv_append::kBytes * (batch * p.v_new_batch_stride + row * p.v_new_row_stride);
   auto *k_dst = static_cast<unsigned char *>(p.k_cache) +
-                2 * (outer * p.k_batch_stride + cache_row * p.k_row_stride);
+                kv_append::kBytes * (outer * p.k_batch_stride + cache_row * p.k_row_stride);
   auto *v_dst = static_cast<unsigned char *>(p.v_cache) +
-                2 * (outer * p.v_batch_stride + cache_row * p.v_row_stride);
+                kv_append::kBytes * (outer * p.v_batch_stride + cache_row * p.v_row_stride);
   kv_append::copy_row<cfg::kHeadDimQK>(k_src, p.k_new_head_stride, k_dst, p.k_head_stride,
                                        p.heads_kv);
   kv_append::copy_row<cfg::kHeadDimV>(v_src, p.v_new_head_stride, v_dst, p.v_head_stride,

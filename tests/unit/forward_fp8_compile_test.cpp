@@ -133,6 +133,12 @@ std::vector<Fp8Case> fp8_cases() {
   split.splits = 4;
   split.pack_gqa = GqaPacking::on;
   cases.push_back({"decode paged packed split", decode, split});
+  Problem append = fp8_problem(128);  // a dense batch's cache: the append kernel is in the program
+  append.heads_q = 32;
+  append.seqlen_q = 1;
+  append.seqlen_k = 4096;
+  append.seqused_k = true;
+  cases.push_back({"decode with append", append, {}});
   Problem varlen = fp8_problem(128);
   varlen.varlen = true;
   varlen.mask = MaskKind::causal;
@@ -157,6 +163,11 @@ TEST(ForwardFp8Compile, EveryVariantCompilesWithoutSpills) {
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].what);
     testing::expect_clean(compiled[i], {"flashjit_fwd_sm90"}, cases[i].allowed_spill_bytes);
+    if (cases[i].problem.seqused_k && !cases[i].problem.varlen && compiled[i].result.cubin) {
+      const std::string bytes(compiled[i].result.cubin->bytes.begin(),
+                              compiled[i].result.cubin->bytes.end());
+      EXPECT_NE(bytes.find("flashjit_kv_append"), std::string::npos);
+    }
   }
 }
 
