@@ -41,7 +41,8 @@ SCRIPTS = {"grid_fwd": "bench/compare.py", "grid_bwd": "bench/compare.py",
            "decode": "bench/decode.py", "decode_paged": "bench/decode.py",
            "varlen": "bench/varlen.py", "serving": "bench/serving.py",
            "modifiers": "bench/modifiers.py", "deterministic": "scripts/det-ratios.sh",
-           "first_call": "bench/first_call.py", "latency": "bench/latency.py"}
+           "first_call": "bench/first_call.py", "latency": "bench/latency.py",
+           "fp8_fwd": "bench/fp8.py", "fp8_decode": "bench/fp8.py"}
 
 
 # ---- numbers ------------------------------------------------------------------------------
@@ -409,6 +410,119 @@ def render_latency(rec, slug=None):
     return out + table(["<shape", "flashjit", "FA2", "cuDNN", "× cuDNN", "host µs"], body) + [""]
 
 
+def fp8_cell(row, key, field, spec):
+    """A number of an fp8 benchmark's cell; *refused* where the library
+    refused the call (bench/fp8.py marks those unsupported)."""
+    value = row.get(key)
+    if isinstance(value, dict) and value.get("unsupported"):
+        return "*refused*"
+    return num(cell(row, key, field), spec)
+
+
+def refusal(rows, key):
+    """The library's refusal of a suite's cells as a sentence, [] when none."""
+    error = next((r[key]["error"] for r in rows
+                  if isinstance(r.get(key), dict) and r[key].get("unsupported")), None)
+    return [f"*refused*: the library refused the call on this build (`{error}`).", ""] if error else []
+
+
+def cudnn_fp8_text(rec):
+    found = (rec.get("config") or {}).get("cudnn_fp8") or {}
+    if not found.get("path"):
+        return "none could run here (cudnn-frontend, PyTorch SDPA and the aten op tried)"
+    return found["path"] + (f", {found['version']}" if found.get("version") else "")
+
+
+def render_fp8_fwd(rec, slug=None):
+    """bench/fp8.py's forward rows: full and causal side by side."""
+    rows = rec["rows"]
+    masks = [m for m in (False, True) if any(r["causal"] == m for r in rows)]
+    keyed = {}
+    for r in rows:
+        key = (r["hdim"], r["heads"], r.get("heads_kv") or 0, r["seqlen"], r["batch"],
+               r.get("model", ""))
+        keyed.setdefault(key, {})[r["causal"]] = r
+    body = []
+    for key in sorted(keyed):
+        first = next(iter(keyed[key].values()))
+        heads = f"{first['heads']}" + (f"/{first['heads_kv']}" if first.get("heads_kv") else "")
+        model = f" ({first['model']})" if first.get("model") else ""
+        line = [str(first["hdim"]), str(first["seqlen"]), f"{first['batch']} × {heads}{model}"]
+        for m in masks:
+            r = keyed[key].get(m, {})
+            fp8 = cell(r, "ours_fp8", "tflops")
+            line += [fp8_cell(r, "ours_fp8", "tflops", ".1f"),
+                     num(ratio(fp8, cell(r, "ours_bf16", "tflops")), ".2f"),
+                     num(ratio(fp8, cell(r, "cudnn_fp8", "tflops")), ".2f"),
+                     f"{num(cell(r, 'ours_fp8', 'rmse'), '.1e')} / "
+                     f"{num(cell(r, 'ours_bf16', 'rmse'), '.1e')}"]
+        body.append(line)
+    header = ["d", "seqlen", "b × h"]
+    for m in masks:
+        header += [f"{'causal' if m else 'full'} fp8", "× bf16", "× cuDNN fp8", "RMSE fp8 / bf16"]
+    out = ["flashjit's e4m3 forward (Q, K and V quantized per (batch, KV head) by "
+           "`flashjit.quantize_fp8`, bf16 output), TFLOP/s, against its bf16 forward on the same "
+           "shapes and cuDNN's fp8 attention (" + cudnn_fp8_text(rec) + "). RMSE: the output "
+           "against float64 attention of the de-quantized inputs on a slice (bf16: of the bf16 "
+           "inputs).", ""]
+    out += table(header, body) + [""] + refusal(rows, "ours_fp8")
+    lines = []
+    for name, key in (("bf16", "ours_bf16"), ("cuDNN fp8", "cudnn_fp8")):
+        groups = {}
+        for r in sorted(rows, key=lambda r: r["hdim"]):
+            groups.setdefault(f"d={r['hdim']}", []).append(
+                ratio(cell(r, "ours_fp8", "tflops"), cell(r, key, "tflops")))
+        lines.append(means_line(f"fp8 / {name}", groups))
+    return out + means_paragraph(lines)
+
+
+def fp8_decode_speedups(rows):
+    """{"batch < 8": [...], "batch ≥ 8": [...]}: the bf16 cache's time over
+    the fp8 cache's, row by row."""
+    groups = {"batch < 8": [], "batch ≥ 8": []}
+    for r in rows:
+        groups["batch ≥ 8" if r["batch"] >= 8 else "batch < 8"].append(
+            ratio(cell(r, "bf16", "ms"), cell(r, "fp8", "ms")))
+    return groups
+
+
+def render_fp8_decode(rec, slug):
+    rows = rec["rows"]
+    hbm = HBM_GBS.get(slug) or (rec.get("config") or {}).get("hbm_gbs")
+    pages = sorted({int(k[1:]) for r in rows for k in r if re.fullmatch(r"p\d+", k)},
+                   reverse=True)
+    body = []
+    for r in rows:
+        fp8 = cell(r, "fp8", "gbs")
+        line = [f"{r['batch']} × {r['seqlen_k']}", fp8_cell(r, "fp8", "gbs", ".0f")]
+        if hbm:
+            line.append(num(100 * fp8 / hbm if fp8 else None, ".0f"))
+        line += [num(cell(r, "bf16", "gbs"), ".0f"),
+                 num(ratio(cell(r, "bf16", "ms"), cell(r, "fp8", "ms")), ".2f")]
+        for p in pages:
+            line += [fp8_cell(r, f"p{p}", "gbs", ".0f"),
+                     num(ratio(cell(r, f"p{p}", "gbs"), fp8), ".2f")]
+        body.append(line)
+    header = ["batch × keys", "fp8 GB/s"]
+    if hbm:
+        header.append(f"% of {hbm / 1000:.2f} TB/s")
+    header += ["bf16 GB/s", "× bf16"]
+    for p in pages:
+        header += [f"page {p}", "× contiguous"]
+    r0 = rows[0] if rows else {}
+    out = [f"One bf16 query token a sequence over an e4m3 KV cache (per-tensor k_scale and "
+           f"v_scale), `attention_with_kvcache`, against the bf16 cache through the same call; "
+           f"{r0.get('heads_q')}/{r0.get('heads_kv')} heads, d={r0.get('hdim')}. GB/s of the "
+           "cache's bytes read; × bf16: the bf16 cache's time over the fp8 cache's; pages: the "
+           "fp8 cache in a shuffled page table.", ""]
+    out += table(header, body) + [""] + refusal(rows, "fp8")
+    return out + means_paragraph(
+        [means_line("fp8 / bf16 cache (time)", fp8_decode_speedups(rows))]
+        + [means_line(f"page {p} / contiguous",
+                      {"": [ratio(cell(r, f"p{p}", "gbs"), cell(r, "fp8", "gbs")) for r in rows]})
+           for p in pages])
+
+
 SUITES = [  # (suite, title); the order of the sections
     ("grid_fwd", "Forward, training grid"),
     ("grid_bwd", "Backward, training grid"),
@@ -422,11 +536,14 @@ SUITES = [  # (suite, title); the order of the sections
     ("deterministic", "Deterministic backward"),
     ("first_call", "First call"),
     ("latency", "Call latency from Python"),
+    ("fp8_fwd", "FP8 forward (e4m3)"),
+    ("fp8_decode", "Decode over an fp8 KV cache"),
 ]
 RENDERERS = {"decode": render_decode, "decode_paged": render_paged, "varlen": render_varlen,
              "serving": render_serving, "modifiers": render_modifiers,
              "deterministic": render_deterministic, "first_call": render_first_call,
-             "latency": render_latency}
+             "latency": render_latency, "fp8_fwd": render_fp8_fwd,
+             "fp8_decode": render_fp8_decode}
 
 
 def title_of(suite):
@@ -574,6 +691,21 @@ def compare_means(rec, key):
     return geomean([ratio(cell(r, "ours", "tflops"), cell(r, key, "tflops")) for r in rec["rows"]])
 
 
+def fp8_fwd_summary(rows):
+    vs = [geomean([ratio(cell(r, "ours_fp8", "tflops"), cell(r, key, "tflops")) for r in rows])
+          for key in ("ours_bf16", "cudnn_fp8")]
+    return f"{num(vs[0], '.2f')}× our bf16, {num(vs[1], '.2f')}× cuDNN fp8"
+
+
+def fp8_decode_summary(rows):
+    parts = [f"{num(geomean(xs), '.2f')}×" + (" the bf16 cache's speed" if not i else "")
+             + f" at {name}"
+             for i, (name, xs) in enumerate((n, xs) for n, xs in
+                                            reversed(fp8_decode_speedups(rows).items())
+                                            if geomean(xs))]
+    return ", ".join(parts) or NA
+
+
 def summary_cells(records):
     """{item: text} of one GPU's headline ratios."""
     out = {}
@@ -631,6 +763,13 @@ def summary_cells(records):
         if ratios:
             out["deterministic backward"] = (f"{num(geomean(ratios), '.2f')}× the default mode "
                                              f"(lowest {num(min(ratios), '.2f')})")
+    for suite, key, item, text in (("fp8_fwd", "ours_fp8", "fp8 forward (e4m3)", fp8_fwd_summary),
+                                   ("fp8_decode", "fp8", "decode, fp8 KV cache",
+                                    fp8_decode_summary)):
+        rows = (records.get(suite) or {}).get("rows")
+        if rows:
+            refused = all((r.get(key) or {}).get("unsupported") for r in rows)
+            out[item] = "refused by the library" if refused else text(rows)
     rec = records.get("first_call")
     if rec:
         by = {r.get("process"): r for r in rec["rows"]}
@@ -661,8 +800,10 @@ def readme_summary(found):
            "flashjit against FlashAttention-2 and cuDNN (PyTorch SDPA) and FlexAttention in the",
            "same process, bf16, geometric means of kernel-time ratios (above 1: flashjit is",
            "faster; latency in µs). Every table, with its date, commit, driver and versions,",
-           "and the method: [docs/PERF.md](docs/PERF.md).", ""]
-    out += table(["<"] + ["<" + h for h in header[1:]], body)
+           "and the method: [docs/PERF.md](docs/PERF.md)."]
+    if any(suite.startswith("fp8_") for slug in slugs for suite in found[slug]):
+        out += ["The fp8 rows: flashjit's e4m3 kernels against its own bf16 ones and cuDNN's fp8."]
+    out += [""] + table(["<"] + ["<" + h for h in header[1:]], body)
     plot = plot_name(slugs[0], "grid_fwd") if slugs else None
     if plot:
         out += ["", f"![forward TFLOP/s, training grid, {gpu_name(found[slugs[0]])}](docs/perf/{plot})"]

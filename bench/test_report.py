@@ -34,6 +34,43 @@ def fake_grid(commit="abc1234", ours=500.0):
                                 "command": "bench/compare.py"}, "2026-12-06T04:18:46Z")
 
 
+REFUSED = "ValueError: kv_dtype=e4m3 under 16-bit queries is not served yet"
+
+
+def fake_fp8_fwd():
+    def row(d, causal, s, fp8, bf16, cudnn):
+        return {"hdim": d, "causal": causal, "seqlen": s, "batch": 16384 // s, "heads": 2048 // d,
+                "ours_fp8": fp8, "ours_bf16": bf16, "cudnn_fp8": cudnn}
+    rows = [row(128, False, 16384, {"tflops": 1100.0, "rmse": 2e-3}, {"tflops": 700.0, "rmse": 5e-4},
+                {"tflops": 1000.0}),
+            row(128, True, 16384, {"tflops": 950.0, "rmse": 2.1e-3}, {"tflops": 600.0, "rmse": 6e-4},
+                {"error": "RuntimeError: no plan"}),
+            row(256, False, 4096, {"error": REFUSED, "unsupported": True},
+                {"tflops": 650.0, "rmse": 3e-4}, None)]
+    return results.make_record("fp8_fwd", rows, "kernel time", ENV, "abc1234",
+                               {"cudnn_fp8": {"path": "cudnn-frontend sdpa_fp8",
+                                              "version": "frontend 1.16.0, backend 91900"},
+                                "repeats": 20, "warmup": 5, "command": "bench/fp8.py"},
+                               "2026-12-07T04:18:46Z")
+
+
+def fake_fp8_decode(all_refused=False):
+    refused = {"error": REFUSED, "unsupported": True}
+
+    def row(b, fp8, bf16, p64, p16):
+        return {"batch": b, "seqlen_k": 8192, "heads_q": 32, "heads_kv": 8, "hdim": 128,
+                "fp8": fp8, "bf16": bf16, "p64": p64, "p16": p16}
+    rows = [row(1, refused, {"ms": 0.02, "gbs": 3355.4}, refused, refused)]
+    if all_refused:
+        rows.append(row(8, refused, {"ms": 0.018, "gbs": 3728.0}, refused, refused))
+    else:
+        rows.append(row(8, {"ms": 0.01, "gbs": 3355.4}, {"ms": 0.018, "gbs": 3728.0},
+                        {"gbs": 3300.0}, {"gbs": 3100.0}))
+    return results.make_record("fp8_decode", rows, "kernel time", ENV, "abc1234",
+                               {"pages": [64, 16], "command": "bench/fp8.py"},
+                               "2026-12-07T04:18:46Z")
+
+
 README = "# x\n\n## Performance\n\n" + report.README_BEGIN + "\nold\n" + report.README_END + \
     "\n\n## Quick start\n"
 
@@ -147,6 +184,54 @@ class Report(unittest.TestCase):
         self.assertNotIn("\nold\n", readme)
         self.assertIn("| forward, training grid | 1.36× cuDNN, 2.00× FA2 |", readme)
         self.assertTrue(readme.endswith("## Quick start\n"))
+
+    def page_and_readme(self):
+        self.assertEqual(self.run_report()[0], 0)
+        with open(self.perf) as fh, open(self.readme) as gh:
+            return fh.read(), gh.read()
+
+    def test_no_fp8_lines_without_fp8_results(self):
+        page, readme = self.page_and_readme()
+        self.assertNotIn("fp8", page)
+        self.assertNotIn("fp8", readme)
+
+    def test_fp8_forward_table_ratios_refusals_and_summary(self):
+        results.write_suite(self.results, fake_fp8_fwd())
+        page, readme = self.page_and_readme()
+        self.assertIn("### FP8 forward (e4m3)", page)
+        self.assertIn("cuDNN's fp8 attention (cudnn-frontend sdpa_fp8, frontend 1.16.0, "
+                      "backend 91900)", page)
+        # 1100 / 700 = 1.57 x bf16, 1100 / 1000 = 1.10 x cuDNN; causal 950 / 600 = 1.58, its
+        # cuDNN cell an error (n/a).
+        self.assertIn("| 128 | 16384 | 1 × 16 | 1100.0 | 1.57 | 1.10 | 2.0e-03 / 5.0e-04 | "
+                      "950.0 | 1.58 | n/a | 2.1e-03 / 6.0e-04 |", page)
+        # The refused fp8 call says so; the mask not measured is n/a.
+        self.assertIn("| 256 | 4096 | 4 × 8 | *refused* | n/a | n/a | n/a / 3.0e-04 | n/a | n/a | "
+                      "n/a | n/a / n/a |", page)
+        self.assertIn(f"the library refused the call on this build (`{REFUSED}`)", page)
+        bf16 = (1100 / 700 * 950 / 600) ** 0.5
+        self.assertIn(f"fp8 / bf16 **{bf16:.3f}**", page)
+        self.assertIn(f"| fp8 forward (e4m3) | {bf16:.2f}× our bf16, 1.10× cuDNN fp8 |", readme)
+        self.assertIn("The fp8 rows: flashjit's e4m3 kernels", readme)
+
+    def test_fp8_decode_table_marks_the_refused_cache(self):
+        results.write_suite(self.results, fake_fp8_decode())
+        page, readme = self.page_and_readme()
+        self.assertIn("### Decode over an fp8 KV cache", page)
+        self.assertIn("| batch × keys | fp8 GB/s | % of 4.80 TB/s | bf16 GB/s | × bf16 | page 64 | "
+                      "× contiguous | page 16 | × contiguous |", page)
+        # 3355 GB/s is 70 % of 4.8 TB/s; 0.018 ms / 0.01 ms = 1.80 x the bf16 cache.
+        self.assertIn("| 8 × 8192 | 3355 | 70 | 3728 | 1.80 | 3300 | 0.98 | 3100 | 0.92 |", page)
+        self.assertIn("| 1 × 8192 | *refused* | n/a | 3355 | n/a | *refused* | n/a | *refused* | "
+                      "n/a |", page)
+        self.assertIn("fp8 / bf16 cache (time) **1.800**", page)
+        self.assertIn("| decode, fp8 KV cache | 1.80× the bf16 cache's speed at batch ≥ 8 |", readme)
+
+    def test_fp8_decode_refused_everywhere_is_said_in_the_summary(self):
+        results.write_suite(self.results, fake_fp8_decode(all_refused=True))
+        page, readme = self.page_and_readme()
+        self.assertIn("| decode, fp8 KV cache | refused by the library |", readme)
+        self.assertNotIn("fp8 / bf16 cache (time) **", page)
 
     def test_output_is_the_same_twice(self):
         self.run_report()
