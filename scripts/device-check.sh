@@ -7,7 +7,8 @@
 # step, then the first-call and memory lines and the benchmark tables
 # (forward, then backward, then a baseline build against this one, then the
 # deterministic backward against the default mode, then decode, then
-# varlen, then serving, then the modifiers against FlexAttention).
+# varlen, then serving, then the modifiers against FlexAttention, then the
+# fp8 forward and fp8 KV cache decode).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out, ONLY=a,b the steps to run (names as in
 #             the summary); one call of the device tool runs 10 minutes at
@@ -156,6 +157,7 @@ step python-serving 300 python_step python3 tests/python/test_varlen_kvcache.py
 step python-modifiers 300 python_step python3 tests/python/test_modifiers.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step python-compile 300 python_step python3 tests/python/test_torch_compile.py
+step fp8-tests 300 python_step python3 tests/python/test_fp8.py
 step wheel 400 wheel_step
 step latency 120 python_step python3 bench/latency.py --results "$RESULTS" --json "$LOGDIR/latency.json"
 step first-call 300 python_step python3 bench/first_call.py --results "$RESULTS" --json "$LOGDIR/first_call.json"
@@ -168,6 +170,7 @@ step decode 300 python_step python3 bench/decode.py "${quick[@]}" --results "$RE
 step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/varlen.json"
 step serving 300 python_step python3 bench/serving.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/serving.json"
 step modifiers 400 python_step python3 bench/modifiers.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/modifiers.json"
+step fp8 400 python_step python3 bench/fp8.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/fp8.json"
 
 echo
 echo "===== summary (logs in $LOGDIR)"
@@ -200,6 +203,8 @@ serving=$(sed -n '/^=== flashjit serving/,$p' "$LOGDIR"/*-serving.log 2>/dev/nul
 [ -n "$serving" ] && printf '\n%s\n' "$serving"
 modifiers=$(sed -n '/^=== flashjit modifiers/,$p' "$LOGDIR"/*-modifiers.log 2>/dev/null)
 [ -n "$modifiers" ] && printf '\n%s\n' "$modifiers"
+fp8=$(sed -n '/^=== flashjit fp8/,$p' "$LOGDIR"/*-fp8.log 2>/dev/null)
+[ -n "$fp8" ] && printf '\n%s\n' "$fp8"
 if [ -n "${OUT:-}" ]; then
   # Few files come back from the device machine: the logs and the result
   # files, packed.
