@@ -28,13 +28,14 @@
 //
 // Warp roles. Warpgroup 0 is the producer: it gives registers back
 // (setmaxnreg.dec) and one elected thread of its first warp issues every TMA
-// load; its other warps exit. Warpgroups 1.. are consumers (setmaxnreg.inc).
+// load; its other warps exit (with e4m3 they transpose V tiles:
+// fwd_sm90_v_transpose.cuh). Warpgroups 1.. are consumers (setmaxnreg.inc).
 //
 // Pipeline. Shared memory holds kQStages Q tiles (two where they fit, so
 // the next work tile's Q loads while this one's is in use) and a ring of
 // kStages K tiles and kStages V tiles, which runs on across work tiles.
 // Every tile is a set of 128-byte swizzled column blocks of 64 elements
-// ([col block][row][128 B], the layout TMA's SWIZZLE_128B writes and wgmma's
+// (128 e4m3) ([col block][row][128 B], the layout TMA's SWIZZLE_128B writes and wgmma's
 // 128-byte swizzle mode reads), so a head dim of 128 is two TMA boxes per
 // tile. Barriers (mbarriers):
 //   q_full[b]        Q buffer b landed (TMA transaction bytes),
@@ -46,6 +47,8 @@
 //                    refill it. K frees a P V earlier than V, which makes two
 //                    stages nearly as deep as three and leaves the shared
 //                    memory for the second Q buffer at d = 128.
+//   e4m3: v_full/v_empty are V's staging tile landed / read by the
+//   transposing warps; vt_full/vt_empty its V^T written / read by P V.
 // Rows past seqlen are zero-filled by TMA; the mask handles the rest.
 //
 // Per K/V tile, per consumer warpgroup: S = Q K^T by wgmma with both operands
@@ -56,8 +59,9 @@
 // loaded), a mask_mod's work tiles walking only the key tiles its block map
 // lists (fwd_block_map.cuh) and calling it only on the ones it does not
 // show whole; the online softmax (common/online_softmax.cuh) in base 2
-// with an unnormalised O; P converted to 16 bits in registers is the A
-// operand of O += P V (RS wgmma, V read transposed from shared memory).
+// with an unnormalised O; P converted to 16 bits in registers (e4m3 times
+// 2^8) is the A operand of O += P V (RS wgmma, V read transposed from shared
+// memory; e4m3 reads V^T K-major).
 // The accumulator layout of m64nNk16 is the mma.m16n8 C fragment per warp
 // (16 rows) repeated over N/8 column tiles, so P's registers are exactly
 // the A fragments of P V, and the softmax is the sm80 kernel's.
@@ -500,16 +504,17 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   auto write_o = [&](const WorkTile &tile, const Sequence &seq, int wg_m0) {
     if constexpr (kFp8) {
       // O in V's true units. P went into P V as 2^kPExponent P, and so into
-      // the row sum: O over the sum is right as it is, and the LSE is the
-      // max lowered by 2^kPExponent's share (a sink's weight against the
-      // keys likewise).
+      // the row sum: both scale back by 2^-kPExponent (exact), so the LSE,
+      // a sink's weight and a split's partial come out as in 16 bits, for
+      // any descale (0 included).
+      constexpr float kPScale = 1.f / static_cast<float>(1 << kPExponent);
+      const float o_scale = v_descale * kPScale;
 #pragma unroll
-      for (int i = 0; i < kORegisters; ++i) acc_o[i] *= v_descale;
+      for (int i = 0; i < kORegisters; ++i) acc_o[i] *= o_scale;
       OnlineSoftmax<1> true_stats = stats;
-      const float shift = static_cast<float>(kPExponent) / scale_log2;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        true_stats.row_max[h] -= shift;
+        true_stats.row_sum[h] *= kPScale;
         if constexpr (Modifiers::kScoreSlope && kPack == 1)
           true_stats.row_max[h] -= Modifiers::score_slope(tile.batch, tile.head, p.aux) *
                                    static_cast<float>(warp * 16 + group + h * 8);

@@ -45,7 +45,7 @@ constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,       kStages,
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
-constexpr int kColBlocks = kLayout.col_blocks();  // 64-element (128-byte) swizzle columns of Q, K
+constexpr int kColBlocks = kLayout.col_blocks();  // 128-byte swizzle columns of Q, K
 constexpr int kVColBlocks = kLayout.v_col_blocks();  // and of V
 constexpr int kRowBytes = FwdSm90Layout::kRowBytes;
 constexpr int kColElems = kRowBytes / kElementBytes;  // elements of a 128-byte column block

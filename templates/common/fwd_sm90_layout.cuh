@@ -49,7 +49,9 @@ constexpr bool sm90_head_dim_served(int head_dim) {
 }
 
 struct FwdSm90Layout {
-  int head_dim;   // of Q and K, tiled (sm90_forward_tile_head_dim): 64, 128, 192 or 256
+  // Of Q and K, tiled (sm90_forward_tile_head_dim): 64, 128, 192 or 256
+  // (e4m3: 128 or 256).
+  int head_dim;
   int block_m;    // 64 rows per consumer warpgroup: 64, 128 or 192
   int block_n;    // keys per K/V tile
   int stages;     // K/V ring depth
@@ -64,7 +66,7 @@ struct FwdSm90Layout {
 
   static constexpr int kSmemAlign = kSm90SmemAlign;
   static constexpr int kSmemBudget = kSm90SmemBudget;
-  static constexpr int kRowBytes = 128;           // one 64-element swizzle row
+  static constexpr int kRowBytes = 128;           // one swizzle row: 64 16-bit or 128 e4m3 elements
   static constexpr int kWarpgroupRows = 64;       // rows of one consumer warpgroup's wgmma
 
   constexpr int consumer_warpgroups() const { return block_m / kWarpgroupRows; }
