@@ -10,15 +10,10 @@ import math
 import os
 import sys
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(_REPO, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_env import run_tests, torch  # noqa: E402  (this checkout's python/ first)
 
-SKIP = 77
-
-try:
-    import torch
-except ImportError:  # pragma: no cover - depends on the machine
-    torch = None
+SKIP = 77  # ctest's SKIP_RETURN_CODE for this test
 
 E4M3_MAX = 448.0
 # e4m3: 3 mantissa bits, so rounding to nearest moves a normal value by at
@@ -334,27 +329,14 @@ def test_custom_op_schemas_and_fake_dtypes():
     assert ops.pack_code(None) == 0
 
 
-def main():
+def skip_reason():
+    """Why these tests cannot run here (no GPU needed), or None."""
     if torch is None:
-        print("SKIP: torch is not installed")
-        return SKIP
+        return "torch is not installed"
     if not hasattr(torch, "float8_e4m3fn"):
-        print(f"SKIP: torch {torch.__version__} has no float8_e4m3fn")
-        return SKIP
-    failed = 0
-    for name, fn in sorted(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                print(f"ok   {name}")
-            except Exception:
-                import traceback
-                failed += 1
-                print(f"FAIL {name}")
-                traceback.print_exc()
-    print(f"{failed} failed")
-    return 1 if failed else 0
+        return f"torch {torch.__version__} has no float8_e4m3fn"
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tests(globals(), skip=skip_reason, skip_status=SKIP))
