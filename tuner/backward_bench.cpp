@@ -14,6 +14,7 @@
 #include "reference/packed_check.h"
 #include "runtime/cuda_driver.h"
 #include "tuner/device_context.h"
+#include "tuner/timing_inputs.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -21,24 +22,6 @@ namespace {
 
 llvm::Error error(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
-}
-
-// Roughly normal(0, 1) values in `dtype` (Irwin-Hall of four uniforms),
-// never all zeros; splitmix64 because a large problem's sets hold tens of
-// millions of elements, generated on every tune.
-std::vector<uint16_t> random_bits(DType dtype, size_t n, uint64_t seed) {
-  std::vector<uint16_t> out(n);
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    float sum = 0;
-    for (int j = 0; j < 4; ++j) sum += float((z >> (16 * j)) & 0xFFFF) / 65536.f;
-    out[i] = float_to_bits(dtype, (sum - 2.f) * 1.7320508f);  // variance 4/12 -> 1
-  }
-  return out;
 }
 
 llvm::Expected<DeviceBuffer> upload(const void *host, size_t bytes) {

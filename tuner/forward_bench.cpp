@@ -8,10 +8,13 @@
 
 #include "generator/forward_params.h"
 #include "reference/cpu_attention.h"
+#include "reference/fp8_check.h"
+#include "reference/forward_inputs.h"
 #include "reference/gpu_reference.h"
 #include "reference/packed_check.h"
 #include "runtime/cuda_driver.h"
 #include "tuner/device_context.h"
+#include "tuner/timing_inputs.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -25,27 +28,6 @@ llvm::Error error(const llvm::Twine &message) {
 // 2048 x 2048 and a few heads it takes milliseconds, at 16k it would not.
 constexpr int64_t kAccuracyMaxSeqlen = 2048;
 
-// Approximately normal(0, 1) values in `dtype` (Irwin-Hall of four uniforms),
-// never all zeros. splitmix64 rather than <random>: the timing sets of a
-// large problem hold tens of millions of elements, generated on every tune.
-std::vector<uint16_t> random_bits(DType dtype, size_t n, uint64_t seed) {
-  std::vector<uint16_t> out(n);
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto next = [&state] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t r = next();
-    float sum = 0;
-    for (int j = 0; j < 4; ++j) sum += float((r >> (16 * j)) & 0xFFFF) / 65536.f;
-    out[i] = float_to_bits(dtype, (sum - 2.f) * 1.7320508f);  // variance 4/12 -> 1
-  }
-  return out;
-}
-
 llvm::Expected<DeviceBuffer> upload(const uint16_t *bits, size_t n) {
   auto buffer = DeviceBuffer::allocate(n * sizeof(uint16_t));
   if (!buffer) return buffer.takeError();
@@ -55,6 +37,43 @@ llvm::Expected<DeviceBuffer> upload(const uint16_t *bits, size_t n) {
 
 llvm::Expected<DeviceBuffer> upload(const std::vector<uint16_t> &bits) {
   return upload(bits.data(), bits.size());
+}
+
+bool has_fp8_inputs(const Problem &p) {
+  return p.dtype == DType::e4m3 || kv_element(p) == DType::e4m3;
+}
+
+// A dense timing set's Q, K and V: `bytes` read at element offsets 0, 1 and
+// 2 of their element types (the same values in every set: what matters for
+// L2 is the addresses), and the descales of the e4m3 ones, all
+// kTimingE4m3Descale, [batch, heads_kv] each.
+llvm::Error upload_timing_tensors(const Problem &p, const TensorElements &n,
+                                  const std::vector<uint8_t> &q_values,
+                                  const std::vector<uint8_t> &kv_values, DeviceBuffer &q,
+                                  DeviceBuffer &k, DeviceBuffer &v, DeviceBuffer &descale,
+                                  Fp8Descales &descales) {
+  const size_t q_size = size_t(element_bytes(p.dtype));
+  const size_t kv_size = size_t(element_bytes(kv_element(p)));
+  const std::pair<DeviceBuffer *, std::pair<const uint8_t *, size_t>> tensors[] = {
+      {&q, {q_values.data(), n.q * q_size}},
+      {&k, {kv_values.data() + kv_size, n.k * kv_size}},
+      {&v, {kv_values.data() + 2 * kv_size, n.v * kv_size}}};
+  for (const auto &[buffer, host] : tensors) {
+    auto copy = DeviceBuffer::from_host(host.first, host.second);
+    if (!copy) return copy.takeError();
+    *buffer = std::move(*copy);
+  }
+  const size_t grid = size_t(p.batch * p.heads_kv);
+  if (!has_fp8_inputs(p)) return llvm::Error::success();
+  const std::vector<float> factors(3 * grid, kTimingE4m3Descale);
+  auto copy = DeviceBuffer::from_host(factors.data(), factors.size() * sizeof(float));
+  if (!copy) return copy.takeError();
+  descale = std::move(*copy);
+  const float *base = static_cast<const float *>(descale.data());
+  const bool q_fp8 = p.dtype == DType::e4m3, kv_fp8 = kv_element(p) == DType::e4m3;
+  descales = {q_fp8 ? base : nullptr, kv_fp8 ? base + grid : nullptr,
+              kv_fp8 ? base + 2 * grid : nullptr, p.heads_kv, 1};
+  return llvm::Error::success();
 }
 
 }  // namespace
@@ -75,8 +94,13 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
   bench->problem_ = problem;
   // A packed batch's tensors hold its tokens (total_q, total_k rows), not
   // batch x the longest lengths.
-  const auto [q_n, k_n, v_n, o_n, lse_n] = tensor_elements(problem, *packed);
-  bench->bytes_per_set_ = (q_n + k_n + v_n + o_n) * sizeof(uint16_t) + lse_n * sizeof(float);
+  const TensorElements elements = tensor_elements(problem, *packed);
+  const auto [q_n, k_n, v_n, o_n, lse_n] = elements;
+  const TimingSetBytes set_bytes = timing_set_bytes(problem, elements);
+  bench->bytes_per_set_ = set_bytes.total();
+  if (*packed && has_fp8_inputs(problem))
+    return error("an fp8 (e4m3) varlen class is not timed yet: the tuner's packed batches are "
+                 "16-bit; tune the dense class (the kernel is the same but for its offsets)");
 
   size_t free_bytes = 0, total_bytes = 0;
   if (llvm::Error e = cuda_check(cu.cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo"))
@@ -92,8 +116,16 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
   // The same values in every set, and Q, K and V one random array read at
   // different offsets: what matters for L2 is the addresses, and a large
   // problem's inputs take a while to generate on the host.
-  const std::vector<uint16_t> values =
-      random_bits(problem.dtype, std::max({q_n, k_n, v_n}) + 2, 1);
+  const size_t most = std::max({q_n, k_n, v_n}) + 2;
+  const std::vector<uint16_t> values = *packed ? random_bits(problem.dtype, most, 1)
+                                               : std::vector<uint16_t>();
+  const std::vector<uint8_t> q_values =
+      *packed ? std::vector<uint8_t>() : random_storage(problem.dtype, most, 1);
+  // K and V share Q's array unless their element differs (an fp8 cache).
+  const std::vector<uint8_t> kv_storage = !*packed && kv_element(problem) != problem.dtype
+                                              ? random_storage(kv_element(problem), most, 1)
+                                              : std::vector<uint8_t>();
+  const std::vector<uint8_t> &kv_values = kv_storage.empty() ? q_values : kv_storage;
   for (size_t i = 0; i < count; ++i) {
     InputSet set;
     if (*packed) {
@@ -106,15 +138,11 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
       bench->sets_.push_back(std::move(set));
       continue;
     }
-    auto qb = upload(values.data(), q_n), kb = upload(values.data() + 1, k_n),
-         vb = upload(values.data() + 2, v_n);
-    if (!qb) return qb.takeError();
-    if (!kb) return kb.takeError();
-    if (!vb) return vb.takeError();
-    set.q = std::move(*qb);
-    set.k = std::move(*kb);
-    set.v = std::move(*vb);
-    auto ob = DeviceBuffer::allocate(o_n * sizeof(uint16_t));
+    Fp8Descales descales;
+    if (llvm::Error e = upload_timing_tensors(problem, elements, q_values, kv_values, set.q,
+                                              set.k, set.v, set.descale, descales))
+      return e;
+    auto ob = DeviceBuffer::allocate(set_bytes.o);
     if (!ob) return ob.takeError();
     set.o = std::move(*ob);
     // The LSE is written as in training (the backward pass reads it).
@@ -123,6 +151,7 @@ llvm::Expected<std::unique_ptr<ForwardBench>> ForwardBench::make(
     set.lse = std::move(*lb);
     set.args = ForwardArgs::packed(problem, set.q.data(), set.k.data(), set.v.data(),
                                    set.o.data(), static_cast<float *>(set.lse.data()));
+    set.args.descale = descales;
     auto cache = make_kv_cache_inputs(problem, set.args, KvCacheFill::full_in_order);
     if (!cache) return cache.takeError();
     set.cache = std::move(*cache);
@@ -244,6 +273,62 @@ llvm::Expected<AccuracyReport> check_packed_forward_kernel(const ForwardKernels 
   return check_packed_forward_outputs(p, small, *in, store);
 }
 
+// The output and LSE of a checked call, NaN everywhere: whatever the kernel
+// does not write stays NaN and fails. Uploads and memsets run on the legacy
+// stream, which the check's stream (created non-blocking) does not wait
+// for: without the health check the poison could land after the output.
+llvm::Expected<std::pair<DeviceBuffer, DeviceBuffer>> poisoned_outputs(const Problem &p) {
+  auto o = DeviceBuffer::allocate(o_elements(p) * size_t(element_bytes(out_element(p))));
+  if (!o) return o.takeError();
+  auto lse = DeviceBuffer::allocate(lse_elements(p) * sizeof(float));
+  if (!lse) return lse.takeError();
+  if (llvm::Error e = o->fill_bytes(0xFF)) return e;
+  if (llvm::Error e = lse->fill_bytes(0xFF)) return e;
+  if (llvm::Error e = check_context_health()) return e;
+  return std::make_pair(std::move(*o), std::move(*lse));
+}
+
+// Runs the kernels on the dense tensors of `args` as a call does, then
+// waits: the same bytes as a KV cache when the class has one (every
+// sequence full, pages in order), the config's split count (clamped to
+// this problem's key tiles), the workspace and the combine kernel where it
+// splits. The reference reads `args` itself.
+llvm::Error run_as_call(const ForwardKernels &kernels, const KernelSpec &spec, const Problem &p,
+                        const ForwardArgs &args, CUstream stream) {
+  auto driver = cuda_driver();
+  if (!driver) return driver.takeError();
+  ForwardArgs kernel_args = args;
+  auto cache = make_kv_cache_inputs(p, kernel_args, KvCacheFill::full_in_order);
+  if (!cache) return cache.takeError();
+  const int splits = forward_num_splits(spec, p, spec.config.splits, kernels.main->sm_count());
+  if (llvm::Error e = enqueue_forward(kernels, spec, p, kernel_args,
+                                     make_forward_params(p, kernel_args), splits, stream))
+    return e;
+  return cuda_check(driver->cuStreamSynchronize(stream), "cuStreamSynchronize");
+}
+
+// An fp8 class's winner (`p` already the accuracy problem): standard-normal
+// inputs quantized per (batch, KV head), as `run --check` draws them, under
+// the fp8 criterion against the reference of the de-quantized inputs.
+llvm::Expected<AccuracyReport> check_fp8_forward_kernel(const ForwardKernels &kernels,
+                                                        const KernelSpec &spec, const Problem &p,
+                                                        CUstream stream, TuningDb *store,
+                                                        const ModifierInputs *modifiers) {
+  const ForwardHostInputs in = make_forward_inputs(p, 11);
+  auto device_in = upload_forward_inputs(in);
+  if (!device_in) return device_in.takeError();
+  auto outputs = poisoned_outputs(p);
+  if (!outputs) return outputs.takeError();
+  auto &[o, lse] = *outputs;
+  ForwardArgs args = ForwardArgs::packed(p, device_in->q.data(), device_in->k.data(),
+                                         device_in->v.data(), o.data(),
+                                         static_cast<float *>(lse.data()));
+  args.descale = device_in->descale(p);
+  if (modifiers) modifiers->attach(args);
+  if (llvm::Error e = run_as_call(kernels, spec, p, args, stream)) return e;
+  return check_fp8_forward_outputs(p, args, in, o, lse, stream, store);
+}
+
 }  // namespace
 
 llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernels,
@@ -257,48 +342,26 @@ llvm::Expected<AccuracyReport> check_forward_kernel(const ForwardKernels &kernel
     return error("the accuracy check of a packed batch (varlen) has no modifiers");
   if (*batch) return check_packed_forward_kernel(kernels, spec, problem, **batch, stream, store);
   const Problem p = accuracy_problem(problem);
-  auto driver = cuda_driver();
-  if (!driver) return driver.takeError();
+  if (has_fp8_inputs(p))
+    return check_fp8_forward_kernel(kernels, spec, p, stream, store, modifiers);
   auto q = upload(random_bits(p.dtype, q_elements(p), 11));
   if (!q) return q.takeError();
   auto k = upload(random_bits(p.dtype, k_elements(p), 12));
   if (!k) return k.takeError();
   auto v = upload(random_bits(p.dtype, v_elements(p), 13));
   if (!v) return v.takeError();
-  auto o = DeviceBuffer::allocate(o_elements(p) * sizeof(uint16_t));
-  if (!o) return o.takeError();
-  auto lse = DeviceBuffer::allocate(lse_elements(p) * sizeof(float));
-  if (!lse) return lse.takeError();
-  // NaN everywhere: whatever the kernel does not write stays NaN and fails.
-  if (llvm::Error e = o->fill_bytes(0xFF)) return e;
-  if (llvm::Error e = lse->fill_bytes(0xFF)) return e;
-  // Uploads and memsets run on the legacy stream, which `stream` (created
-  // non-blocking) does not wait for: without this the poison could land
-  // after the kernel's output.
-  if (llvm::Error e = check_context_health()) return e;
-
-  // The reference reads the dense tensors; the kernel the same bytes as a
-  // KV cache when the class has one (every sequence full, pages in order).
-  ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o->data(),
-                                         static_cast<float *>(lse->data()));
+  auto outputs = poisoned_outputs(p);
+  if (!outputs) return outputs.takeError();
+  auto &[o, lse] = *outputs;
+  ForwardArgs args = ForwardArgs::packed(p, q->data(), k->data(), v->data(), o.data(),
+                                         static_cast<float *>(lse.data()));
   if (modifiers) modifiers->attach(args);
-  ForwardArgs kernel_args = args;
-  auto cache = make_kv_cache_inputs(p, kernel_args, KvCacheFill::full_in_order);
-  if (!cache) return cache.takeError();
-  // As a call runs it: the config's split count (clamped to this problem's
-  // key tiles), the workspace and the combine kernel where it splits.
-  const int splits = forward_num_splits(spec, p, spec.config.splits, kernels.main->sm_count());
-  if (llvm::Error e = enqueue_forward(kernels, spec, p, kernel_args,
-                                     make_forward_params(p, kernel_args), splits, stream))
-    return e;
-  if (llvm::Error e = cuda_check(driver->cuStreamSynchronize(stream), "cuStreamSynchronize"))
-    return e;
+  if (llvm::Error e = run_as_call(kernels, spec, p, args, stream)) return e;
 
   std::vector<uint16_t> o_bits(o_elements(p));
   std::vector<float> lse_values(lse_elements(p));
-  if (llvm::Error e = o->download(o_bits.data(), o_bits.size() * sizeof(uint16_t)))
-    return e;
-  if (llvm::Error e = lse->download(lse_values.data(), lse_values.size() * sizeof(float)))
+  if (llvm::Error e = o.download(o_bits.data(), o_bits.size() * sizeof(uint16_t))) return e;
+  if (llvm::Error e = lse.download(lse_values.data(), lse_values.size() * sizeof(float)))
     return e;
   auto exact = gpu_reference_attention(p, args, ReferencePrecision::exact, stream, store);
   if (!exact) return exact.takeError();

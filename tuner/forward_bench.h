@@ -69,6 +69,7 @@ class ForwardBench {
   ForwardBench() = default;
   struct InputSet {
     DeviceBuffer q, k, v, o, lse;
+    DeviceBuffer descale;  // the e4m3 tensors' factors (an fp8 class), else empty
     KvCacheInputs cache;  // a KV-cache class: the dense problem's keys in order
     std::optional<PackedForwardInputs> packed;  // a varlen class: its own buffers
     ForwardArgs args;

@@ -7,6 +7,12 @@
     out, lse = flashjit.attention(q, k, v, return_lse=True)    # lse: [2, 16, 4096] fp32
     out = flashjit.attention(q, k, v, num_splits=4, pack_gqa=True)  # decode knobs
 
+fp8 (e4m3) on Hopper, forward only: quantize_fp8 gives float8_e4m3fn tensors
+and their fp32 descales (per (batch, KV head), or per tensor):
+
+    q8, k8, v8, qd, kd, vd = flashjit.quantize_fp8(q, k, v, rotate=True)
+    out = flashjit.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)  # bf16
+
 The same contract as flash_attn.flash_attn_func, differentiable: when grad
 mode is on and q, k or v requires grad, the call goes through a
 torch.autograd.Function whose backward runs flashjit_backward (recomputing the
@@ -30,9 +36,9 @@ that leaves elements unwritten is caught.
 
 The modules: dense.py (attention), varlen.py (attention_varlen), kvcache.py
 (attention_with_kvcache), autograd.py (their torch.autograd.Functions),
-modifiers.py and mods.py (score and mask modifiers, block masks), ops.py
-(torch.library custom ops for torch.compile), service.py (query, tune,
-precompile); below them the call path they share: _checks.py (argument
+modifiers.py and mods.py (score and mask modifiers, block masks), fp8.py
+(quantize_fp8), ops.py (torch.library custom ops for torch.compile),
+service.py (query, tune, precompile); below them the call path they share: _checks.py (argument
 checks), _launch.py (the C problem, argument blocks and call), _layout.py
 (strides and copies), _warm.py (the warm-call cache), _capi.py (the ctypes
 mirror of flashjit.h).
@@ -42,6 +48,7 @@ import sys
 from . import mods  # noqa: F401  (flashjit.mods: the shipped modifiers)
 from ._capi import LibraryNotFound, compile_count, version
 from .dense import attention
+from .fp8 import quantize_fp8
 from .kvcache import attention_with_kvcache
 from .modifiers import BlockMask, create_block_mask
 from .service import FlashjitCommandError, precompile, query, tune
@@ -49,7 +56,7 @@ from .varlen import attention_varlen
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile_count", "version",
            "LibraryNotFound", "query", "tune", "precompile", "FlashjitCommandError",
-           "create_block_mask", "BlockMask"]
+           "create_block_mask", "BlockMask", "quantize_fp8"]
 
 # torch.compile traces the custom ops of ops.py (torch >= 2.4). With torch
 # imported already they are registered now, not mid-trace; else the first

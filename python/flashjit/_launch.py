@@ -52,14 +52,20 @@ def forward_config(splits, pack_gqa):
 
 
 def padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, dim_qk, dim_v, options,
-                   **fields):
+                   elements=None, **fields):
     """The flashjit_problem of a checked call, its head dims padded to
-    multiples of 8 (the kernels' 16-byte loads); options: the mask and score
-    fields of _checks.attention_options; fields: the rest (page_size,
-    seqused_k, varlen)."""
+    16-byte rows (multiples of 8 16-bit elements, of 16 e4m3 ones: the
+    kernels' 16-byte loads); options: the mask and score fields of
+    _checks.attention_options; elements: the call's _checks.Elements (None:
+    16-bit throughout); fields: the rest (page_size, seqused_k, varlen)."""
+    fp8 = dtype == _capi.E4M3 or (elements is not None and elements.kv_dtype == _capi.KV_E4M3)
+    multiple = 16 if fp8 else 8
+    if elements is not None:
+        fields.update(elements.fields())
     return _capi.Problem(dtype=dtype, batch=batch, heads_q=heads_q, heads_kv=heads_kv,
-                         seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim_qk=dim_qk + (-dim_qk % 8),
-                         head_dim_v=dim_v + (-dim_v % 8), **options, **fields)
+                         seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                         head_dim_qk=dim_qk + (-dim_qk % multiple),
+                         head_dim_v=dim_v + (-dim_v % multiple), **options, **fields)
 
 
 def _pointer(t):
@@ -92,12 +98,13 @@ class Call:
     None; keep: what those blocks point into, alive as long as the call;
     sinks: the learned sinks as the kernels read them (float32 [heads_q],
     contiguous) or None; empty: no query, or no key for any (O = 0, LSE =
-    +inf, no launch)."""
+    +inf, no launch); elements: the element types and descales
+    (_checks.Elements) or None for a 16-bit call."""
     __slots__ = ("name", "problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty", "config",
-                 "varlen", "cache", "modifiers", "sinks", "keep")
+                 "varlen", "cache", "modifiers", "sinks", "keep", "elements")
 
     def __init__(self, name, problem, dim_qk, dim_v, empty=False, splits=0,
-                 pack_gqa=_capi.PACK_GQA_AUTO, varlen=None, cache=None, keep=()):
+                 pack_gqa=_capi.PACK_GQA_AUTO, varlen=None, cache=None, keep=(), elements=None):
         self.name, self.problem, self.dim_qk, self.dim_v = name, problem, dim_qk, dim_v
         self.pad_qk, self.pad_v = problem.head_dim_qk - dim_qk, problem.head_dim_v - dim_v
         self.empty = empty
@@ -105,6 +112,22 @@ class Call:
         self.varlen, self.cache, self.modifiers = varlen, cache, None
         self.sinks = None
         self.keep = keep
+        self.elements = elements
+
+    @property
+    def fp8(self):
+        """Whether any input is e4m3 (no backward, no warm-call entry)."""
+        return self.elements is not None and self.elements.fp8
+
+    def out_dtype(self, q):
+        """The output's torch dtype: the fp8 call's out_dtype, else q's."""
+        return self.elements.out_torch_dtype if self.elements is not None else q.dtype
+
+    def descale_fields(self):
+        """flashjit_forward_args' descale pointers and strides."""
+        if not self.fp8:
+            return (None, None, None, 0, 0)
+        return (*(_pointer(t) for t in self.elements.descales), *self.elements.strides)
 
     def strides(self, t, of_keys):
         """A tensor's kernel strides: a varlen call's packed rows have no
@@ -156,7 +179,8 @@ def forward(torch, call, q, k, v, want_lse):
     call passes its packed tensors as [1, total, h, d] views."""
     p = call.problem
     batch, seqlen_q, heads_q = q.shape[:3]
-    out = torch.empty((batch, seqlen_q, heads_q, p.head_dim_v), dtype=q.dtype, device=q.device)
+    out = torch.empty((batch, seqlen_q, heads_q, p.head_dim_v), dtype=call.out_dtype(q),
+                      device=q.device)
     lse = (torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
            if want_lse else None)
     if call.empty:
@@ -179,7 +203,7 @@ def forward(torch, call, q, k, v, want_lse):
         qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), out.data_ptr(),
         lse.data_ptr() if lse is not None else None,
         *call.strides(qp, False), *call.strides(kp, True), *call.strides(vp, True),
-        *call.strides(out, False))
+        *call.strides(out, False), *call.descale_fields())
     symbol, blocks = call.blocks(backward=False)
     run(torch, q.device, call.name, symbol, p, args, blocks, call.config)
     return out, lse, qp, kp, vp

@@ -20,9 +20,11 @@ def row_strides(t):
 
 def kernel_ready(t):
     """The kernel loads 16-byte vectors: the last dim must be contiguous, the
-    other strides multiples of 8 elements and the pointer 16-byte aligned."""
+    other strides multiples of 16 bytes (8 16-bit elements, 16 e4m3 ones)
+    and the pointer 16-byte aligned."""
+    size = t.element_size()
     return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-            and all(s % 8 == 0 for s in kernel_strides(t)))
+            and all(s * size % 16 == 0 for s in kernel_strides(t)))
 
 
 def prepare(torch, t, pad):

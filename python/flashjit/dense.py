@@ -9,7 +9,8 @@ calls that a torch.compile trace reaches go through the custom ops (ops.py).
 import ctypes
 
 from . import _launch, _warm, modifiers
-from ._checks import attention_options, check_inputs, failure
+from ._checks import attention_options, check_inputs, failure, fp8_elements, is_fp8
+from ._checks import refuse_fp8_grad
 from ._layout import kernel_strides, unpad
 from .autograd import attention_function
 
@@ -18,7 +19,8 @@ _fail = failure(NAME)
 
 
 def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits=0,
-                 pack_gqa=None):
+                 pack_gqa=None, q_descale=None, k_descale=None, v_descale=None,
+                 out_dtype=None):
     """The checked arguments as the _launch.Call the forward and backward
     share; raises TypeError or ValueError naming the wrong argument."""
     dtype = check_inputs(torch, _fail, q, 4, (("k", k), ("v", v)),
@@ -38,24 +40,33 @@ def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_spl
     for name, d in (("q/k", dim_qk), ("v", dim_v)):
         if not 1 <= d <= 256:
             raise _fail(ValueError, f"head_dim of {name} is {d}; flashjit supports 1..256")
+    elements = fp8_elements(torch, _fail, q, k.dtype, (("q_descale", q_descale),
+                                                       ("k_descale", k_descale),
+                                                       ("v_descale", v_descale)),
+                            out_dtype, batch, heads_kv)
     options, splits, pack = attention_options(_fail, dim_qk, causal, window, softcap,
                                               softmax_scale, num_splits, pack_gqa)
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
-                                     dim_qk, dim_v, options)
+                                     dim_qk, dim_v, options, elements)
     empty = batch * seqlen_q * heads_q == 0 or seqlen_k == 0
-    return _launch.Call(NAME, problem, dim_qk, dim_v, empty, splits, pack)
+    call = _launch.Call(NAME, problem, dim_qk, dim_v, empty, splits, pack, elements=elements)
+    refuse_fp8_grad(torch, _fail, elements.fp8, (("q", q), ("k", k), ("v", v),
+                                             ("q_descale", q_descale), ("k_descale", k_descale),
+                                             ("v_descale", v_descale)))
+    return call
 
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
               aux=None, mask_mod_qk_only=False, score_mod_grad=None, sinks=None,
-              block_mask=None):
+              block_mask=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim];
-    v: [batch, seqlen_k, heads_kv, head_dim_v]. bf16 or fp16, all the same, on one
-    CUDA device; heads_q a multiple of heads_kv (GQA/MQA); head dims up to 256.
+    v: [batch, seqlen_k, heads_kv, head_dim_v]. bf16, fp16 or float8_e4m3fn, all
+    the same, on one CUDA device; heads_q a multiple of heads_kv (GQA/MQA); head
+    dims up to 256.
 
     causal: mask aligned to the bottom-right corner (FlashAttention >= 2.1): query
         row i sees key j <= i + seqlen_k - seqlen_q.
@@ -112,6 +123,17 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         blocks it hides and call mask_mod only where it lists a partial
         block, with no per-call pre-pass over mask_mod.
 
+    q_descale, k_descale, v_descale: with float8_e4m3fn q, k and v (the
+        sm90 family; flashjit.quantize_fp8 makes them), the fp32 factors
+        their codes are multiplied by (real = code * descale), on q's
+        device: [batch, heads_kv] (one per sequence and KV head, any
+        strides; q's shared by the query heads of a group) or one element
+        (per tensor). Required for e4m3 tensors, refused for 16-bit ones.
+    out_dtype: the output's dtype for e4m3 inputs, torch.bfloat16 (the
+        default) or torch.float16; a 16-bit call's output has q's dtype.
+        fp8 calls are forward only (the LSE stays fp32 in the usual units):
+        with grad mode on, an e4m3 input that requires grad is refused.
+
     Returns out [batch, seqlen_q, heads_q, head_dim_v] (and lse). Runs on the
     current CUDA stream of the tensors' device.
 
@@ -123,21 +145,24 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     """
     import torch
 
+    fp8 = (q_descale, k_descale, v_descale, out_dtype)
     if (score_mod is not None or mask_mod is not None or aux is not None or mask_mod_qk_only
             or score_mod_grad is not None or sinks is not None or block_mask is not None):
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
                                    return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
-                                   mask_mod_qk_only, score_mod_grad, sinks, block_mask)
+                                   mask_mod_qk_only, score_mod_grad, sinks, block_mask, fp8)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
         # below go straight to the library.
         from . import ops  # registers torch.ops.flashjit.* on import
+        refuse_fp8_grad(torch, _fail, is_fp8(torch, getattr(q, "dtype", None)),
+                        (("q", q), ("k", k), ("v", v)))
         left, right = window
         out, lse = torch.ops.flashjit.attention_fwd(
             q, k, v, bool(causal), int(left), int(right), float(softcap),
             None if softmax_scale is None else float(softmax_scale), int(num_splits),
-            ops.pack_code(pack_gqa))
+            ops.pack_code(pack_gqa), *fp8)
         return (out, lse) if return_lse else out
 
     differentiable = False
@@ -148,7 +173,8 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     except AttributeError:  # not tensors: prepare_call says which
         pass
     else:
-        if not differentiable:
+        # fp8 calls take the full path: the entries hold no descales.
+        if not differentiable and all(a is None for a in fp8):
             # A call whose shapes, strides, dtypes and arguments ran before.
             call_key, served = _warm.serve(torch, q, k, v, causal, window, softcap,
                                            softmax_scale, num_splits, pack_gqa, return_lse)
@@ -156,7 +182,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
                 return served if return_lse else served[0]
 
     call = prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits,
-                        pack_gqa)
+                        pack_gqa, *fp8)
     if differentiable:
         out, lse = attention_function(torch).apply(q, k, v, None, call)
         return (out, lse) if return_lse else out
@@ -172,10 +198,11 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
                         num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only,
-                        score_mod_grad, sinks, block_mask):
+                        score_mod_grad, sinks, block_mask, fp8):
     """attention() with a caller's modifiers (modifiers.py) or learned sinks,
     eager; differentiable with respect to q, k, v and the sinks (a score_mod
-    then needs its score_mod_grad)."""
+    then needs its score_mod_grad); fp8: (q_descale, k_descale, v_descale,
+    out_dtype)."""
     if torch.compiler.is_compiling():
         raise NotImplementedError("flashjit.attention: score_mod/mask_mod/sinks are not "
                                   "traceable by torch.compile yet; call it eagerly")
@@ -186,7 +213,7 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
                                   "the forward only: give score_mod_grad (d score_mod / d score) "
                                   "for gradients, or call under torch.no_grad()")
     call = prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits,
-                        pack_gqa)
+                        pack_gqa, *fp8)
     if sinks is not None:
         call.sinks = modifiers.checked_sinks(torch, sinks, q)
     score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad = modifiers.unpack_shipped(

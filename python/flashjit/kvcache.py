@@ -10,7 +10,8 @@ of it is ever made. Not differentiable (an inference call).
 """
 from . import _launch
 from ._checks import attention_options, block_table as check_block_table
-from ._checks import check_inputs, check_tensor, failure, int32_vector
+from ._checks import check_inputs, check_tensor, failure, fp8_elements, int32_vector, is_fp8
+from ._checks import mixed_dtype_message, refuse_fp8_grad
 from ._layout import kernel_ready, prepare
 
 NAME = "flashjit.attention_with_kvcache"
@@ -19,25 +20,27 @@ _fail = failure(NAME)
 
 def _cache_ready(name, t):
     """The cache is used in place: its layout must already suit the kernels
-    (head_dim contiguous, strides multiples of 8 elements, 16-byte aligned)."""
+    (head_dim contiguous, strides multiples of 16 bytes, 16-byte aligned)."""
     if not kernel_ready(t):
         raise _fail(ValueError,
                     f"{name} must have a contiguous last dimension, strides that are multiples "
-                    f"of 8 elements and a 16-byte aligned start (got strides {tuple(t.stride())}); "
+                    f"of 16 bytes and a 16-byte aligned start (got strides {tuple(t.stride())}); "
                     f"the cache is read and written in place, so flashjit does not copy it")
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                            block_table=None, softmax_scale=None, causal=False, window=(-1, -1),
-                           softcap=0.0, num_splits=0, return_lse=False):
+                           softcap=0.0, num_splits=0, return_lse=False, q_descale=None,
+                           k_scale=None, v_scale=None, out_dtype=None):
     """Attention of q over a KV cache, optionally appending this step's k/v first.
 
     q: [batch, seqlen_q, heads_q, d].
     k_cache, v_cache: [batch, seqlen_cache, heads_kv, d], or with block_table
         the paged cache [num_pages, page_size, heads_kv, d] (page_size a
-        multiple of 16 in [16, 512]). bf16 or fp16 as q; d a multiple of 8
-        from 32 to 256 (the sm90 family on Hopper serves a cache).
-    k, v: optional [batch, seqlen_new, heads_kv, d], written into the cache
+        multiple of 16 in [16, 512]). bf16 or fp16 as q, or float8_e4m3fn
+        (an fp8 cache, d a multiple of 16); d a multiple of 8 from 32 to 256
+        (the sm90 family on Hopper serves a cache).
+    k, v: optional [batch, seqlen_new, heads_kv, d] in q's dtype, written into the cache
         at positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1
         before attending (the cache tensors are modified in place;
         cache_seqlens is not: advance it yourself). Needs cache_seqlens.
@@ -55,6 +58,15 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     num_splits: split-KV count (0: the library chooses, 1: off).
     return_lse: also return the fp32 [batch, heads_q, seqlen_q] log-sum-exp
         (+inf for a row that sees no key, whose output is 0).
+    k_scale, v_scale: an e4m3 cache's fp32 dequantization factors (real =
+        code * scale), on q's device: one element (per tensor, vLLM's
+        convention), [heads_kv], or [batch, heads_kv]; required for an e4m3
+        cache. Under bf16/fp16 q the output has q's dtype (an fp8 cache
+        under 16-bit q is not served by the kernels yet: the library's
+        error says so).
+    q_descale, out_dtype: float8_e4m3fn q (with an e4m3 cache) as in
+        flashjit.attention: q's factors [batch, heads_kv] or one element,
+        the output bf16 (default) or fp16.
 
     Cache slots past a sequence's key count (within its last page, or of a
     contiguous cache) are read and masked: they must hold finite values, as a
@@ -73,20 +85,30 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         out, lse = torch.ops.flashjit.attention_with_kvcache(
             q, k_cache, v_cache, k, v, cache_seqlens, block_table,
             None if softmax_scale is None else float(softmax_scale), bool(causal), int(left),
-            int(right), float(softcap), int(num_splits))
+            int(right), float(softcap), int(num_splits), q_descale, k_scale, v_scale, out_dtype)
         return (out, lse) if return_lse else out
 
     call = prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
-                        softmax_scale, causal, window, softcap, num_splits)
+                        softmax_scale, causal, window, softcap, num_splits,
+                        (q_descale, k_scale, v_scale, out_dtype))
     out, lse, _, _, _ = _launch.forward(torch, call, q, k_cache, v_cache, want_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
 def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, window, softcap, num_splits):
+                 causal, window, softcap, num_splits, fp8=(None, None, None, None)):
     """The checked arguments as a _launch.Call; raises TypeError or
-    ValueError naming the wrong argument."""
-    dtype = check_inputs(torch, _fail, q, 4, (("k_cache", k_cache), ("v_cache", v_cache)))
+    ValueError naming the wrong argument. fp8: (q_descale, k_scale,
+    v_scale, out_dtype)."""
+    dtype = check_inputs(torch, _fail, q, 4, ())
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(torch, _fail, name, t, 4, q.device)
+        # q's dtype, or an e4m3 cache under 16-bit q.
+        if t.dtype != q.dtype and not (is_fp8(torch, t.dtype) and not is_fp8(torch, q.dtype)):
+            raise _fail(TypeError, mixed_dtype_message(torch, name, t.dtype, q.dtype))
+    if v_cache.dtype != k_cache.dtype:
+        raise _fail(TypeError, f"v_cache is {v_cache.dtype} but k_cache is {k_cache.dtype}: the "
+                               f"cache's keys and values must have one dtype")
     device = q.device
     batch, seqlen_q, heads_q, dim = q.shape
     outer, rows, heads_kv, dim_k = k_cache.shape
@@ -96,9 +118,11 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
     dim_v = v_cache.shape[3]
     if dim_k != dim:
         raise _fail(ValueError, f"q has head_dim {dim} but k_cache has {dim_k}")
-    if dim % 8 or dim_v % 8:
-        raise _fail(ValueError, f"head dims ({dim}, {dim_v}) must be multiples of 8: the cache "
-                                f"is used in place, so it cannot be padded")
+    row = 16 if is_fp8(torch, k_cache.dtype) else 8  # elements of 16 bytes
+    if dim % row or dim_v % row:
+        raise _fail(ValueError, f"head dims ({dim}, {dim_v}) must be multiples of {row} for a "
+                                f"{k_cache.dtype} cache (rows of whole 16 bytes): the cache is "
+                                f"used in place, so it cannot be padded")
     if heads_kv == 0 or heads_q % heads_kv:
         raise _fail(ValueError, f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
     _cache_ready("k_cache", k_cache)
@@ -140,14 +164,22 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
                 raise _fail(TypeError, f"{name} is {t.dtype} but q is {q.dtype}")
         k, v = prepare(torch, k, 0), prepare(torch, v, 0)
 
+    q_descale, k_scale, v_scale, out_dtype = fp8
+    elements = fp8_elements(torch, _fail, q, k_cache.dtype,
+                            (("q_descale", q_descale), ("k_scale", k_scale),
+                             ("v_scale", v_scale)), out_dtype, batch, heads_kv, per_head=True,
+                            tensor_names=("q", "k_cache", "v_cache"))
+    refuse_fp8_grad(torch, _fail, elements.fp8, (("q", q), ("k", k), ("v", v),
+                                             ("q_descale", q_descale), ("k_scale", k_scale),
+                                             ("v_scale", v_scale)))
     options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
                                               softmax_scale, num_splits)
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, dim,
-                                     dim_v, options, page_size=page_size,
+                                     dim_v, options, elements, page_size=page_size,
                                      seqused_k=int(cache_seqlens is not None))
     cache = _launch.kvcache_args(cache_seqlens, block_table, table_stride,
                                  outer if block_table is not None else 0, k, v)
     # No query: nothing to attend, and no append (the kernel writes k/v).
     empty = batch * seqlen_q * heads_q == 0
     return _launch.Call(NAME, problem, dim, dim_v, empty, splits, pack, cache=cache,
-                        keep=(cache_seqlens, block_table, k, v))
+                        keep=(cache_seqlens, block_table, k, v), elements=elements)

@@ -8,7 +8,8 @@ first call (tests/python/test_torch_compile.py and, for the serving call,
 test_varlen_kvcache.py run them on the GPU).
 
     torch.ops.flashjit.attention_fwd(q, k, v, causal, window_left, window_right,
-                                     softcap, softmax_scale, num_splits, pack_gqa)
+                                     softcap, softmax_scale, num_splits, pack_gqa,
+                                     q_descale, k_descale, v_descale, out_dtype)
         -> (out [b, sq, hq, dv], lse [b, hq, sq] fp32)
     torch.ops.flashjit.attention_bwd(dout, q, k, v, out, lse, causal, window_left,
                                      window_right, softcap, softmax_scale)
@@ -16,7 +17,8 @@ test_varlen_kvcache.py run them on the GPU).
     torch.ops.flashjit.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                             max_seqlen_q, max_seqlen_k, causal,
                                             window_left, window_right, softcap,
-                                            softmax_scale)
+                                            softmax_scale, q_descale, k_descale,
+                                            v_descale, out_dtype)
         -> (out [total_q, hq, dv], lse [hq, total_q] fp32)
     torch.ops.flashjit.attention_varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q,
                                             cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -26,12 +28,15 @@ test_varlen_kvcache.py run them on the GPU).
     torch.ops.flashjit.attention_with_kvcache(q, k_cache, v_cache, k, v,
                                               cache_seqlens, block_table,
                                               softmax_scale, causal, window_left,
-                                              window_right, softcap, num_splits)
+                                              window_right, softcap, num_splits,
+                                              q_descale, k_scale, v_scale, out_dtype)
         -> (out, lse)   (k_cache and v_cache are written when k/v are given)
     torch.ops.flashjit.attention_varlen_kvcache(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                                 max_seqlen_q, max_seqlen_k, causal,
                                                 window_left, window_right, softcap,
-                                                softmax_scale, block_table, seqused_k)
+                                                softmax_scale, block_table, seqused_k,
+                                                q_descale, k_descale, v_descale,
+                                                out_dtype)
         -> (out [total_q, hq, dv], lse [hq, total_q] fp32)   (forward only;
            cu_seqlens_k, block_table and seqused_k optional as in
            attention_varlen; the cache is read, not written)
@@ -43,13 +48,17 @@ so tracing needs no GPU work.
 flashjit's functions call them while torch.compile traces; in eager mode
 they keep their direct paths (no dispatcher on the way to the launch).
 pack_gqa: 0 lets the library choose, 1 packs, 2 does not; softmax_scale None
-is 1/sqrt(head_dim).
+is 1/sqrt(head_dim). The descales (None for 16-bit inputs) and out_dtype
+(None: bf16 for e4m3 inputs, else q's) are flashjit.attention's; the fake
+implementations give the output that dtype. fp8 forwards have no backward:
+the entry points refuse e4m3 inputs that require grad before tracing them.
 """
 from typing import Optional, Tuple
 
 import torch
 
 from . import _launch, dense, kvcache, varlen
+from ._checks import failure, output_dtype
 from ._layout import prepare
 
 _PACKING = {0: None, 1: True, 2: False}
@@ -61,11 +70,16 @@ def pack_code(pack_gqa):
 
 
 def _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits=0,
-          pack_gqa=0):
+          pack_gqa=0, fp8=(None, None, None, None)):
     if pack_gqa not in _PACKING:
         raise ValueError(f"flashjit.attention: pack_gqa code {pack_gqa} is not 0, 1 or 2")
     return dense.prepare_call(torch, q, k, v, causal, (window_left, window_right), softcap,
-                              softmax_scale, num_splits, _PACKING[pack_gqa])
+                              softmax_scale, num_splits, _PACKING[pack_gqa], *fp8)
+
+
+def _out_dtype(who, q, out_dtype):
+    """The output dtype the op gives (a fake implementation's too)."""
+    return output_dtype(torch, failure(who), q.dtype, out_dtype)[0]
 
 
 def _like(t, g):
@@ -76,10 +90,12 @@ def _like(t, g):
 @torch.library.custom_op("flashjit::attention_fwd", mutates_args=(), device_types="cuda")
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                   window_left: int, window_right: int, softcap: float,
-                  softmax_scale: Optional[float], num_splits: int,
-                  pack_gqa: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                  softmax_scale: Optional[float], num_splits: int, pack_gqa: int,
+                  q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+                  v_descale: Optional[torch.Tensor],
+                  out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
     call = _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits,
-                 pack_gqa)
+                 pack_gqa, (q_descale, k_descale, v_descale, out_dtype))
     out, lse, _, _, _ = _launch.forward(torch, call, q, k, v, want_lse=True)
     if call.pad_v:
         out = out[..., :call.dim_v].contiguous()
@@ -87,9 +103,10 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 
 @attention_fwd.register_fake
-def _(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits, pack_gqa):
+def _(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits, pack_gqa,
+      q_descale, k_descale, v_descale, out_dtype):
     b, sq, hq, _ = q.shape
-    return (q.new_empty((b, sq, hq, v.shape[3])),
+    return (q.new_empty((b, sq, hq, v.shape[3]), dtype=_out_dtype(dense.NAME, q, out_dtype)),
             q.new_empty((b, hq, sq), dtype=torch.float32))
 
 
@@ -118,7 +135,7 @@ def _(dout, q, k, v, out, lse, causal, window_left, window_right, softcap, softm
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, window_left, window_right, softcap, softmax_scale, _, _ = inputs
+    q, k, v, causal, window_left, window_right, softcap, softmax_scale = inputs[:8]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.mask_args = (causal, window_left, window_right, softcap, softmax_scale)
@@ -130,7 +147,7 @@ def _attention_backward(ctx, dout, _dlse):
     # it (as FlashAttention).
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, *ctx.mask_args)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return (dq, dk, dv) + (None,) * 11
 
 
 attention_fwd.register_autograd(_attention_backward, setup_context=_setup_context)
@@ -139,33 +156,36 @@ attention_fwd.register_autograd(_attention_backward, setup_context=_setup_contex
 # ---- packed varlen batches (flashjit.attention_varlen) --------------------------
 
 def _varlen_call(q, k, v, cu_q, cu_k, max_q, max_k, causal, window_left, window_right, softcap,
-                 softmax_scale):
+                 softmax_scale, fp8=(None, None, None, None)):
     """The attention_varlen call of these arguments: its checks, then the
     _launch.Call its forward and backward share (None when there is no
     query)."""
     return varlen.prepare_call(torch, q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal,
-                                (window_left, window_right), softcap)
+                                (window_left, window_right), softcap, fp8=fp8)
 
 
 @torch.library.custom_op("flashjit::attention_varlen_fwd", mutates_args=(), device_types="cuda")
 def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                          max_seqlen_q: int, max_seqlen_k: int, causal: bool, window_left: int,
-                         window_right: int, softcap: float,
-                         softmax_scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+                         window_right: int, softcap: float, softmax_scale: Optional[float],
+                         q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+                         v_descale: Optional[torch.Tensor],
+                         out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+    fp8 = (q_descale, k_descale, v_descale, out_dtype)
     call = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                        window_left, window_right, softcap, softmax_scale)
+                        window_left, window_right, softcap, softmax_scale, fp8)
     if call is None:
-        return varlen.empty_result(torch, q, v)
+        return varlen.empty_result(torch, q, v, out_dtype)
     out, lse = varlen.forward(torch, call, q, k, v, want_lse=True)
     return out.contiguous(), lse
 
 
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
-      window_right, softcap, softmax_scale):
+      window_right, softcap, softmax_scale, q_descale, k_descale, v_descale, out_dtype):
     total_q, hq, _ = q.shape
-    return (q.new_empty((total_q, hq, v.shape[2])),
+    return (q.new_empty((total_q, hq, v.shape[2]), dtype=_out_dtype(varlen.NAME, q, out_dtype)),
             q.new_empty((hq, total_q), dtype=torch.float32))
 
 
@@ -198,7 +218,7 @@ def _setup_varlen(ctx, inputs, output):
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     ctx.sizes = (max_q, max_k)
-    ctx.mask_args = tuple(inputs[7:])
+    ctx.mask_args = tuple(inputs[7:12])
     ctx.mark_non_differentiable(lse)
 
 
@@ -206,7 +226,7 @@ def _varlen_backward(ctx, dout, _dlse):
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.sizes,
                                       *ctx.mask_args)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+    return (dq, dk, dv) + (None,) * 13
 
 
 attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_setup_varlen)
@@ -221,19 +241,24 @@ def attention_with_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
                               cache_seqlens: Optional[torch.Tensor],
                               block_table: Optional[torch.Tensor],
                               softmax_scale: Optional[float], causal: bool, window_left: int,
-                              window_right: int, softcap: float,
-                              num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                              window_right: int, softcap: float, num_splits: int,
+                              q_descale: Optional[torch.Tensor], k_scale: Optional[torch.Tensor],
+                              v_scale: Optional[torch.Tensor],
+                              out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor,
+                                                                          torch.Tensor]:
     return kvcache.attention_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens, block_table=block_table,
         softmax_scale=softmax_scale, causal=causal, window=(window_left, window_right),
-        softcap=softcap, num_splits=num_splits, return_lse=True)
+        softcap=softcap, num_splits=num_splits, return_lse=True, q_descale=q_descale,
+        k_scale=k_scale, v_scale=v_scale, out_dtype=out_dtype)
 
 
 @attention_with_kvcache_op.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, window_left,
-      window_right, softcap, num_splits):
+      window_right, softcap, num_splits, q_descale, k_scale, v_scale, out_dtype):
     b, sq, hq, _ = q.shape
-    return (q.new_empty((b, sq, hq, v_cache.shape[3])),
+    return (q.new_empty((b, sq, hq, v_cache.shape[3]),
+                        dtype=_out_dtype(kvcache.NAME, q, out_dtype)),
             q.new_empty((b, hq, sq), dtype=torch.float32))
 
 
@@ -246,13 +271,17 @@ def attention_varlen_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                              window_left: int, window_right: int, softcap: float,
                              softmax_scale: Optional[float], block_table: Optional[torch.Tensor],
-                             seqused_k: Optional[torch.Tensor]) -> Tuple[torch.Tensor,
+                             seqused_k: Optional[torch.Tensor],
+                             q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+                             v_descale: Optional[torch.Tensor],
+                             out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor,
                                                                          torch.Tensor]:
     call = varlen.prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, softmax_scale, causal, (window_left, window_right),
-                                softcap, block_table=block_table, seqused_k=seqused_k)
+                                softcap, block_table=block_table, seqused_k=seqused_k,
+                                fp8=(q_descale, k_descale, v_descale, out_dtype))
     if call is None:
-        return varlen.empty_result(torch, q, v)
+        return varlen.empty_result(torch, q, v, out_dtype)
     # Without block_table and seqused_k, the packed forward.
     out, lse = varlen.forward(torch, call, q, k, v, want_lse=True)
     return out.contiguous(), lse
@@ -260,8 +289,9 @@ def attention_varlen_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @attention_varlen_kvcache.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
-      window_right, softcap, softmax_scale, block_table, seqused_k):
+      window_right, softcap, softmax_scale, block_table, seqused_k, q_descale, k_descale,
+      v_descale, out_dtype):
     total_q, hq, _ = q.shape
     # v: packed [total_k, hkv, dv] or paged [num_pages, page_size, hkv, dv].
-    return (q.new_empty((total_q, hq, v.shape[-1])),
+    return (q.new_empty((total_q, hq, v.shape[-1]), dtype=_out_dtype(varlen.NAME, q, out_dtype)),
             q.new_empty((hq, total_q), dtype=torch.float32))

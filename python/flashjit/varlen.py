@@ -18,7 +18,8 @@ only:
 """
 from . import _launch
 from ._checks import attention_options, block_table as check_block_table
-from ._checks import check_inputs, check_tensor, failure, int32_vector
+from ._checks import check_inputs, check_tensor, failure, fp8_elements, int32_vector
+from ._checks import is_fp8, mixed_dtype_message, output_dtype, refuse_fp8_grad
 from ._layout import unpad
 from .autograd import varlen_function
 
@@ -50,12 +51,14 @@ def _length(name, value):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
-                     return_lse=False, block_table=None, seqused_k=None):
+                     return_lse=False, block_table=None, seqused_k=None, q_descale=None,
+                     k_descale=None, v_descale=None, out_dtype=None):
     """Attention over a packed batch of sequences of different lengths.
 
     q: [total_q, heads_q, d]; k, v: [total_k, heads_kv, d] / [total_k,
-        heads_kv, d_v], bf16 or fp16; head dims that are not multiples of 8
-        are padded (copies), as flashjit.attention does.
+        heads_kv, d_v], bf16, fp16 or float8_e4m3fn; head dims that are not
+        multiples of 16 bytes are padded (copies), as flashjit.attention
+        does.
     cu_seqlens_q, cu_seqlens_k: int32 [batch + 1] device tensors: 0, then
         each sequence's end (non-decreasing, the last equal to total). They
         are not checked on the host (that would synchronise): the kernels
@@ -66,6 +69,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     causal / window: aligned bottom-right per sequence; softcap and
         softmax_scale as flashjit.attention.
     return_lse: also return the fp32 [heads_q, total_q] log-sum-exp.
+    q_descale, k_descale, v_descale, out_dtype: fp8 inputs as in
+        flashjit.attention, the descales [batch, heads_kv] (batch = the
+        number of sequences) or one element; forward only. Over a KV cache
+        (below) an e4m3 cache may also go with 16-bit q (k_descale and
+        v_descale then its scales, also [heads_kv]).
 
     Rows of q that no sequence owns get unspecified output (and gradient).
     Differentiable with respect to q, k and v: the backward recomputes the
@@ -105,29 +113,33 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     cached = block_table is not None or seqused_k is not None
     if cached:
         _refuse_grad(torch, q, k, v)
+    fp8 = (q_descale, k_descale, v_descale, out_dtype)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py); eager calls
         # below go straight to the library.
         from . import ops  # noqa: F401  registers torch.ops.flashjit.* on import
+        refuse_fp8_grad(torch, _fail, is_fp8(torch, getattr(q, "dtype", None)),
+                        (("q", q), ("k", k), ("v", v)))
         left, right = window
         scale = None if softmax_scale is None else float(softmax_scale)
         if cached:
             out, lse = torch.ops.flashjit.attention_varlen_kvcache(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                 bool(causal), int(left), int(right), float(softcap), scale, block_table,
-                seqused_k)
+                seqused_k, *fp8)
         else:
             out, lse = torch.ops.flashjit.attention_varlen_fwd(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                bool(causal), int(left), int(right), float(softcap), scale)
+                bool(causal), int(left), int(right), float(softcap), scale, *fp8)
         return (out, lse) if return_lse else out
 
     call = prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, window, softcap, block_table=block_table,
-                        seqused_k=seqused_k)
+                        seqused_k=seqused_k, fp8=fp8)
     if call is None:
-        out, lse = empty_result(torch, q, v)
-    elif not cached and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        out, lse = empty_result(torch, q, v, out_dtype)
+    elif (not cached and not call.fp8 and torch.is_grad_enabled()
+          and any(t.requires_grad for t in (q, k, v))):
         out, lse = varlen_function(torch).apply(q, k, v, call)
     else:
         out, lse = forward(torch, call, q, k, v, want_lse=return_lse)
@@ -163,14 +175,16 @@ def forward(torch, call, q, k, v, want_lse):
 
 
 def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 softmax_scale, causal, window, softcap, block_table=None, seqused_k=None):
+                 softmax_scale, causal, window, softcap, block_table=None, seqused_k=None,
+                 fp8=(None, None, None, None)):
     """The checked arguments as the _launch.Call the forward and backward
     share (over a KV cache when block_table or seqused_k is given), or None
-    when there is nothing to attend (no kernel to run)."""
+    when there is nothing to attend (no kernel to run). fp8: (q_descale,
+    k_descale, v_descale, out_dtype)."""
     if block_table is not None or seqused_k is not None:
         return _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, window, softcap,
-                                   block_table, seqused_k)
+                                   block_table, seqused_k, fp8)
 
     dtype = check_inputs(torch, _fail, q, 3, (("k", k), ("v", v)))
     device = q.device
@@ -193,20 +207,37 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                                                                     total_k)):
         if longest > total:
             raise _fail(ValueError, f"{name}={longest} exceeds the packed tensor's {total} rows")
+    elements = _elements(torch, q, k.dtype, fp8, batch, heads_kv, (q, k, v))
     options, _, _ = attention_options(_fail, dim, causal, window, softcap, softmax_scale)
     if total_q == 0 or heads_q == 0 or max_q == 0:
         return None
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, max(max_k, 1), dim,
-                                     dim_v, options, varlen=1)
+                                     dim_v, options, elements, varlen=1)
     offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
-    return _launch.Call(NAME, problem, dim, dim_v, varlen=offsets, keep=(cu_q, cu_k))
+    return _launch.Call(NAME, problem, dim, dim_v, varlen=offsets, keep=(cu_q, cu_k),
+                        elements=elements)
 
 
-def empty_result(torch, q, v):
-    """(out, lse) of a call with no query to attend: zeros and +inf."""
+def _elements(torch, q, kv_dtype, fp8, batch, heads_kv, tensors, per_head=False):
+    """The call's checked _checks.Elements (fp8: the caller's descales and
+    out_dtype); an fp8 call whose tensors require grad is refused."""
+    q_descale, k_descale, v_descale, out_dtype = fp8
+    elements = fp8_elements(torch, _fail, q, kv_dtype, (("q_descale", q_descale),
+                                                        ("k_descale", k_descale),
+                                                        ("v_descale", v_descale)),
+                            out_dtype, batch, heads_kv, per_head)
+    refuse_fp8_grad(torch, _fail, elements.fp8, tuple(zip(("q", "k", "v"), tensors)) + (
+        ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)))
+    return elements
+
+
+def empty_result(torch, q, v, out_dtype=None):
+    """(out, lse) of a call with no query to attend: zeros and +inf (out in
+    the call's output dtype: out_dtype is the caller's, checked)."""
     total_q, heads_q = q.shape[0], q.shape[1]
+    dtype, _ = output_dtype(torch, _fail, q.dtype, out_dtype)
     # v's last dim: packed [total_k, heads_kv, dv] or paged [pages, page, heads_kv, dv].
-    out = torch.zeros((total_q, heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
+    out = torch.zeros((total_q, heads_q, v.shape[-1]), dtype=dtype, device=q.device)
     lse = torch.full((heads_q, total_q), float("inf"), dtype=torch.float32, device=q.device)
     return out, lse
 
@@ -214,8 +245,9 @@ def empty_result(torch, q, v):
 # ---- the serving call: a packed batch of queries over a KV cache ---------------
 
 def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        softmax_scale, causal, window, softcap, block_table, seqused_k):
-    """prepare_call over a KV cache (block_table and/or seqused_k given)."""
+                        softmax_scale, causal, window, softcap, block_table, seqused_k, fp8):
+    """prepare_call over a KV cache (block_table and/or seqused_k given); an
+    e4m3 cache may go with 16-bit q (kv_dtype e4m3)."""
     paged = block_table is not None
     dtype = check_inputs(torch, _fail, q, 3, ())
     device = q.device
@@ -226,8 +258,12 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                                     f"heads_kv, head_dim] when block_table is given, got shape "
                                     f"{tuple(t.shape)}")
         check_tensor(torch, _fail, name, t, dims, device)
-        if t.dtype != q.dtype:
-            raise _fail(TypeError, f"{name} is {t.dtype} but q is {q.dtype}")
+        # q's dtype, or an e4m3 cache under 16-bit q.
+        if t.dtype != q.dtype and not (is_fp8(torch, t.dtype) and not is_fp8(torch, q.dtype)):
+            raise _fail(TypeError, mixed_dtype_message(torch, name, t.dtype, q.dtype))
+    if v.dtype != k.dtype:
+        raise _fail(TypeError, f"v is {v.dtype} but k is {k.dtype}: the cache's keys and values "
+                               f"must have one dtype")
     total_q, heads_q, dim = q.shape
     heads_kv, dim_k, dim_v = k.shape[-2], k.shape[-1], v.shape[-1]
     if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
@@ -286,13 +322,14 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                                     f"{total_k} rows")
         seqlen_k = max_k
         no_key = max_k == 0
+    elements = _elements(torch, q, k.dtype, fp8, batch, heads_kv, (q, k, v), per_head=True)
     options, _, _ = attention_options(_fail, dim, causal, window, softcap, softmax_scale)
     if total_q == 0 or heads_q == 0 or max_q == 0 or no_key:
         return None  # no query, or no key for any (O = 0, LSE = +inf)
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, seqlen_k, dim, dim_v,
-                                     options, page_size=page, seqused_k=int(used is not None),
-                                     varlen=1)
+                                     options, elements, page_size=page,
+                                     seqused_k=int(used is not None), varlen=1)
     offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
     cache = _launch.kvcache_args(used, table, table_stride, num_pages)
     return _launch.Call(NAME, problem, dim, dim_v, varlen=offsets, cache=cache,
-                        keep=(cu_q, cu_k, used, table))
+                        keep=(cu_q, cu_k, used, table), elements=elements)

@@ -42,15 +42,16 @@ def require_gpu():
         raise unittest.SkipTest(reason)  # pytest reports this as a skip too
 
 
-def run_tests(namespace):
+def run_tests(namespace, skip=skip_reason, skip_status=0):
     """Runs every test_* function of `namespace` (a test module's globals) in
     name order, printing ok / FAIL with the traceback for each, then the
-    count; the exit status. One SKIP line where the GPU tests cannot run."""
+    count; the exit status. One SKIP line, and skip_status, where skip()
+    gives a reason the tests cannot run (by default: no GPU tests here)."""
     import traceback
-    reason = skip_reason()
+    reason = skip()
     if reason:
         print(f"SKIP: {reason}")
-        return 0
+        return skip_status
     failed = 0
     for name, fn in sorted(namespace.items()):
         if name.startswith("test_") and callable(fn):

@@ -46,7 +46,7 @@ def _cases():
          lambda: flashjit.attention(q, k.cpu(), v)),
         ("v on the CPU", ValueError, P + "v must be a CUDA tensor, got device cpu",
          lambda: flashjit.attention(q, k, v.cpu())),
-        ("fp32", TypeError, P + "q must be bf16 or fp16, got torch.float32",
+        ("fp32", TypeError, P + "q must be bf16, fp16 or float8_e4m3fn, got torch.float32",
          lambda: flashjit.attention(q.float(), k.float(), v.float())),
         ("k fp16, q bf16", TypeError,
          P + "k is torch.float16 but q is torch.bfloat16; q, k and v must have the same dtype",

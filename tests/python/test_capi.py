@@ -96,13 +96,16 @@ PUBLIC_API = {
     "attention": "(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None, "
                  "return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, "
                  "mask_mod=None, aux=None, mask_mod_qk_only=False, score_mod_grad=None, "
-                 "sinks=None, block_mask=None)",
+                 "sinks=None, block_mask=None, q_descale=None, k_descale=None, v_descale=None, "
+                 "out_dtype=None)",
     "attention_varlen": "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, "
                         "softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, "
-                        "return_lse=False, block_table=None, seqused_k=None)",
+                        "return_lse=False, block_table=None, seqused_k=None, q_descale=None, "
+                        "k_descale=None, v_descale=None, out_dtype=None)",
     "attention_with_kvcache": "(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, "
                               "block_table=None, softmax_scale=None, causal=False, "
-                              "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False)",
+                              "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False, "
+                              "q_descale=None, k_scale=None, v_scale=None, out_dtype=None)",
     "compile_count": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
@@ -113,6 +116,7 @@ PUBLIC_API = {
     "LibraryNotFound": None,
     "FlashjitCommandError": None,
     "BlockMask": None,
+    "quantize_fp8": "(q, k, v, per='head', rotate=False, seed=0)",
 }
 SHIPPED_MODIFIERS = ("alibi", "relative_bias", "document", "prefix_lm", "sliding_window",
                      "causal")
