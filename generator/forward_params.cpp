@@ -95,6 +95,10 @@ KvAppendParams make_kv_append_params(const Problem &problem, const ForwardArgs &
   p.seqlen_k = static_cast<int>(problem.seqlen_k);
   p.heads_kv = static_cast<int>(problem.heads_kv);
   p.batch = static_cast<int>(problem.batch);
+  p.k_scale = args.descale.k;
+  p.v_scale = args.descale.v;
+  p.scale_batch_stride = args.descale.batch_stride;
+  p.scale_head_stride = args.descale.head_stride;
   return p;
 }
 

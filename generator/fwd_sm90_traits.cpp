@@ -170,10 +170,11 @@ KernelConfig FwdSm90Traits::fp8_config(const KernelConfig &c, int head_dim) {
 llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_v, int block_m,
                                                  int block_n, int warps, int stages,
                                                  int max_smem_bytes, bool lean,
-                                                 int element_bytes) {
+                                                 int element_bytes, int q_element_bytes) {
   FwdSm90Traits t{head_dim_qk, block_m, block_n, warps, stages};
   t.head_dim_v = head_dim_v;
   t.element_bytes = element_bytes;
+  t.q_element_bytes = q_element_bytes;
   if (element_bytes == 1) {
     // e4m3: the tiles its V^T and register budgets were laid out for.
     std::vector<std::string> why;

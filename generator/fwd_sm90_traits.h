@@ -27,7 +27,8 @@ struct FwdSm90Traits {
   int pack_gqa = 1;  // query heads packed into a tile's rows (1: none)
   int page_size = 0;  // K/V rows per page (0: contiguous)
   int head_dim_v = 0;  // of V and O (0: head_dim)
-  int element_bytes = 2;  // of Q, K and V: 1 for e4m3 (FwdSm90Layout::element_bytes)
+  int element_bytes = 2;  // of K and V (and the GEMMs' Q): 1 for e4m3 (FwdSm90Layout)
+  int q_element_bytes = 0;  // of the caller's Q (0: element_bytes)
 
   // 64 query rows per consumer warpgroup: two (block_m 128) at every head
   // dim, three (block_m 192) at head dim 64, whose short GEMMs leave a
@@ -55,7 +56,8 @@ struct FwdSm90Traits {
             pack_gqa,
             page_size,
             sm90_forward_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim, element_bytes),
-            element_bytes};
+            element_bytes,
+            q_element_bytes};
   }
   int threads() const { return 32 * warps; }
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q
@@ -88,7 +90,7 @@ struct FwdSm90Traits {
   static llvm::Expected<FwdSm90Traits> make(int head_dim_qk, int head_dim_v, int block_m,
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool lean = false,
-                                            int element_bytes = 2);
+                                            int element_bytes = 2, int q_element_bytes = 0);
   // An e4m3 problem's tiles from the 16-bit heuristic's `c` at `head_dim`:
   // its rows (64 for decode, else 128) and 128 keys; 3 stages where the tile
   // head dim is 128, else 2 (one Q buffer at 256: 224 KB).

@@ -169,7 +169,8 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
         head_dim, problem.seqlen_q, pack ? problem.heads_q / problem.heads_kv : 1,
         problem.page_size, normalized_mask(problem) != MaskKind::none, lean);
     KernelConfig second = FwdSm90Traits::default_config(head_dim, 0);
-    const int bytes = element_bytes(problem.dtype);
+    // e4m3 K/V (and Q, or 16-bit Q quantized in the kernel) take its tiles.
+    const int bytes = element_bytes(kv_element(problem));
     if (bytes == 1) {
       first = FwdSm90Traits::fp8_config(first, head_dim);
       second = FwdSm90Traits::fp8_config(second, head_dim);
@@ -178,7 +179,8 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
                                 {second.block_m, second.block_n, second.warps, second.stages}};
     TileOutcome sm90 = choose_tiles(partial, KernelPath::sm90, tiles, [&](const KernelConfig &c) {
       return FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m, c.block_n,
-                                 c.warps, c.stages, max_smem_bytes, lean, bytes)
+                                 c.warps, c.stages, max_smem_bytes, lean, bytes,
+                                 element_bytes(problem.dtype))
           .takeError();
     });
     // Asked for by name, the sm90 config stays even when it does not fit:

@@ -189,6 +189,7 @@ Modifiers KernelSpec::compiled_modifiers() const { return modifiers_of_pass(modi
 
 std::string KernelSpec::id() const {
   std::string decode;
+  if (kv_dtype != dtype) decode += std::string("_kv") + to_string(kv_dtype);
   if (out_dtype != dtype) decode += std::string("_o") + to_string(out_dtype);
   if (pack_gqa > 1) decode += llvm::formatv("_gqa{0}", pack_gqa).str();
   if (split_kv) decode += "_split";
@@ -211,6 +212,7 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   spec.pass = pass;
   spec.dtype = problem.dtype;
   spec.out_dtype = out_element(problem);
+  spec.kv_dtype = kv_element(problem);
   spec.head_dim_qk = problem.head_dim_qk;
   spec.head_dim_v = problem.head_dim_v;
   spec.mask = normalized_mask(problem);
@@ -244,21 +246,19 @@ llvm::Expected<KernelSpec> make_forward_spec(const Problem &problem, const Kerne
                          " (fill it with default_forward_config)");
   if (max_smem_bytes <= 0) max_smem_bytes = max_smem_per_block(arch);
   if (llvm::Error e = validate_decode_fields(problem, config)) return e;
-  if (problem.kv_dtype == KvDType::e4m3 && problem.dtype != DType::e4m3)
-    return problem_error(
-        "kv_dtype=e4m3 under 16-bit queries (an fp8 KV cache read by bf16/fp16 Q) is not served "
-        "yet: quantize Q too (dtype=e4m3) or keep the cache in Q's dtype");
-  if (problem.dtype == DType::e4m3 && config.path != KernelPath::sm90)
+  if (kv_element(problem) == DType::e4m3 && config.path != KernelPath::sm90)
     return problem_error(llvm::formatv(
-        "dtype=e4m3 needs the sm90 kernel family on an sm_90a target (fp8 wgmma), not kernel "
-        "path {0} on {1}: the sm80 family has no fp8 kernel",
-        to_string(config.path), arch.name()));
+        "{0}=e4m3 needs the sm90 kernel family on an sm_90a target (fp8 wgmma), not kernel "
+        "path {1} on {2}: the sm80 family has no fp8 kernel",
+        problem.dtype == DType::e4m3 ? "dtype" : "kv_dtype", to_string(config.path),
+        arch.name()));
   if (config.path == KernelPath::sm90) {
     if (std::string why = sm90_fallback_reason(problem, arch); !why.empty())
       return problem_error("kernel path sm90 is not available: " + why + "; use sm80");
     auto traits = FwdSm90Traits::make(problem.head_dim_qk, problem.head_dim_v, config.block_m,
                                       config.block_n, config.warps, config.stages, max_smem_bytes,
                                       FwdSm90Traits::lean(problem, modified),
+                                      element_bytes(kv_element(problem)),
                                       element_bytes(problem.dtype));
     if (!traits) return traits.takeError();
   } else {
@@ -285,7 +285,8 @@ namespace {
 FwdSm90Traits forward_sm90_traits(const KernelSpec &spec) {
   return FwdSm90Traits{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
                        spec.config.warps, spec.config.stages,  spec.pack_gqa,
-                       spec.page_size,    spec.head_dim_v,     element_bytes(spec.dtype)};
+                       spec.page_size,    spec.head_dim_v,     element_bytes(spec.kv_dtype),
+                       element_bytes(spec.dtype)};
 }
 
 FwdSm80Traits forward_sm80_traits(const KernelSpec &spec) {

@@ -22,6 +22,7 @@ struct KernelSpec {
   Pass pass = Pass::forward;
   DType dtype = DType::bf16;      // Q's, K's and V's elements
   DType out_dtype = DType::bf16;  // O's: dtype, or bf16/fp16 under e4m3
+  DType kv_dtype = DType::bf16;   // K's and V's: dtype, or e4m3 (an fp8 KV cache)
   int head_dim_qk = 128;
   int head_dim_v = 128;
   MaskKind mask = MaskKind::none;  // normalised: window(-1,0) is causal
@@ -48,8 +49,8 @@ struct KernelSpec {
 
   // Readable and unique: every parameter appears in it, e.g.
   // fwd_sm80_bf16_hdqk128_hdv128_causal_nocap_bm128_bn64_w4_s2_sm_90a
-  // (the pass first: bwd_... for the backward kernels; _obf16 where O's
-  // dtype is not the inputs'; _gqa4, _split,
+  // (the pass first: bwd_... for the backward kernels; _kve4m3 and _obf16
+  // where K/V's or O's dtype is not Q's; _gqa4, _split,
   // _seqused and _page64 before the arch where the forward packs GQA heads,
   // splits the keys, reads per-sequence key counts or pages; _mod and 16
   // hex digits of the hash of compiled_modifiers() where it compiles a

@@ -96,9 +96,11 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   if (std::optional<WarpRoleRegisters> roles = warp_role_registers(spec))
     os << "constexpr int kProducerRegisters = " << roles->producer << ";\n"
        << "constexpr int kConsumerRegisters = " << roles->consumer << ";\n";
-  // Element: Q's, K's and V's; OutElement: O's (bf16 or fp16 under e4m3
-  // inputs).
-  os << "using Element = " << element_type(spec.dtype) << ";\n"
+  // Element: K's and V's, and what the GEMMs read; QElement: the caller's Q
+  // (16-bit under an e4m3 cache, quantized in the kernel); OutElement: O's
+  // (bf16 or fp16 under e4m3 inputs).
+  os << "using Element = " << element_type(spec.kv_dtype) << ";\n"
+     << "using QElement = " << element_type(spec.dtype) << ";\n"
      << "using OutElement = " << element_type(spec.out_dtype) << ";\n"
      << "using Mask = " << mask_policy(spec.mask) << ";\n"
      << "}  // namespace cfg\n"

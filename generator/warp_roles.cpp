@@ -42,7 +42,7 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // FlashAttention-3 gives that role; the consumers' O, S and P fit 224
   // without spills up to head dim 128, and at 256 (no intra-warpgroup
   // overlap) spill 8 bytes under a causal mask.
-  if (spec.dtype == DType::e4m3)
+  if (spec.kv_dtype == DType::e4m3)
     return spec.config.block_m == 64 ? WarpRoleRegisters{56, 240, 1}
                                      : WarpRoleRegisters{56, 224, 2};
   if (spec.config.block_m == 64) {

@@ -116,6 +116,7 @@
 #include "fwd_sm90_gemms.cuh"
 #include "fwd_sm90_key_tiles.cuh"
 #include "fwd_sm90_score.cuh"
+#include "fwd_sm90_q_quantize.cuh"
 #include "fwd_sm90_v_transpose.cuh"
 #include "common/block_map.cuh"
 #include "common/fwd_params.cuh"
@@ -168,8 +169,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
     for (int b = 0; b < kQStages; ++b) {
       mbarrier_init(bars.q_full(b), 1);
-      // e4m3 under a counter: the transposing warps read the tile slots too.
-      mbarrier_init(bars.q_empty(b), kConsumerWarps + (kFp8 && dynamic ? kTransposeWarps : 0));
+      // e4m3 under a counter, or quantizing Q: the spare producer warps read
+      // the tile slots or the staging buffer too.
+      mbarrier_init(bars.q_empty(b),
+                    kConsumerWarps + (kFp8 && (dynamic || kQuantizeQ) ? kTransposeWarps : 0));
+      if constexpr (kQuantizeQ) mbarrier_init(bars.qc_full(b), kTransposeWarps);
     }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
@@ -286,15 +290,21 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
         for (int wg = 0; wg < kConsumerWarpgroups && leader; ++wg)
 #pragma unroll
-          for (int cb = 0; cb < kColBlocks; ++cb) {
-            const u32 dst = smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes;
+          for (int cb = 0; cb < kQLoadedColBlocks; ++cb) {
+            // A quantized Q lands in its 16-bit staging buffer.
+            const u32 dst =
+                kQuantizeQ ? smem + kOffsetQStaging + qb * kQStagingBytes +
+                                 wg * kLayout.q_staging_warpgroup_bytes() + cb * kQColBlockBytes
+                           : smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes;
             const int q0 = static_cast<int>(seq.q_row0) + tile.q0 + wg * kQRowsPerWg;
             // Packed: the box is [positions][the group's heads][64 columns]
             // of a [batch][seq][kv head][head in group][dim] view of Q.
             if constexpr (kPack > 1)
-              tma_load_5d(dst, &tma_q, bars.q_full(qb), cb * kColElems, 0, tile.head, q0, seq.outer);
+              tma_load_5d(dst, &tma_q, bars.q_full(qb), cb * kQColElems, 0, tile.head, q0,
+                          seq.outer);
             else
-              tma_load_4d(dst, &tma_q, bars.q_full(qb), cb * kColElems, q0, tile.head, seq.outer);
+              tma_load_4d(dst, &tma_q, bars.q_full(qb), cb * kQColElems, q0, tile.head,
+                          seq.outer);
           }
         if (kQStages == 2 && key_tiles.count > 0) load_v(0);
         for (int t = 1; t < key_tiles.count; ++t) {
@@ -322,15 +332,30 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         int kv_iter = 0;
         WorkTile tile;
         for (int j = 0;; ++j) {
+          const int qb = q_buffer_of(j);
           if (dynamic) {
-            mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
+            mbarrier_wait(bars.q_full(qb), q_parity_of(j));
             int w = 0;
             if (lane == 0) w = ld_shared_s32(tile_slot(smem, j));
             w = __shfl_sync(0xffffffffu, w, 0);
-            if (lane == 0) mbarrier_arrive(bars.q_empty(q_buffer_of(j)));
+            if (!kQuantizeQ && lane == 0) mbarrier_arrive(bars.q_empty(qb));
             if (w < 0 || !sched.at(p, w, tile)) break;
           } else if (!sched.next(p, j, tile)) {
             break;
+          }
+          if constexpr (kQuantizeQ) {
+            // The work tile's Q, once landed, into its e4m3 buffer; the
+            // staging buffer is then the producer's again once the
+            // consumers are done with the e4m3 one (q_empty counts both).
+            if (!dynamic) mbarrier_wait(bars.q_full(qb), q_parity_of(j));
+            quantize_q_tile(smem + kOffsetQStaging + qb * kQStagingBytes, smem + qb * kQBytes,
+                            smem + kOffsetQScales + qb * kLayout.q_scale_bytes(), twarp, lane);
+            fence_proxy_async();  // the e4m3 Q is read by wgmma
+            __syncwarp();
+            if (lane == 0) {
+              mbarrier_arrive(bars.qc_full(qb));
+              mbarrier_arrive(bars.q_empty(qb));
+            }
           }
           const Sequence seq(p, tile.batch);
           const int num_tiles = walk.key_tiles_of(tile, seq).count;
@@ -382,6 +407,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   constexpr bool kDescaleScores = kSoftcap || Modifiers::kScore;
   float scale_log2 = base_scale_log2;
   float qk_descale = 1.f, v_descale = 1.f;
+  float q_row_scale[2] = {1.f, 1.f};  // a quantized Q's, of the thread's two rows
   // The fragment accessors of S and O for the shared softmax: one m16 row
   // tile per warp, element i of column tile nt at 4 nt + i.
   auto s_at = [](float (&acc_s)[kSRegisters]) {
@@ -418,7 +444,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     const int n0 = key_tile_index(entry) * kBlockN;
     const int seqlen_k = seq.seqlen_k;
     const i64 offset = seq.offset;
-    if constexpr (kFp8 && kDescaleScores) {
+    if constexpr (kQuantizeQ) {
+      // Element i is row (i / 2) % 2 of the thread's two.
+#pragma unroll
+      for (int i = 0; i < kSRegisters; ++i)
+        acc_s[i] *= q_row_scale[(i / 2) % 2] * (kDescaleScores ? qk_descale : 1.f);
+    } else if constexpr (kFp8 && kDescaleScores) {
 #pragma unroll
       for (int i = 0; i < kSRegisters; ++i) acc_s[i] *= qk_descale;
     }
@@ -605,11 +636,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // into O's finish.
       const i64 at = tile.batch * p.descale_batch_stride +
                      sched.kv_head(p, tile) * p.descale_head_stride;
-      qk_descale = p.q_descale[at] * p.k_descale[at];
+      // (A quantized Q's scales are its rows', read below.)
+      qk_descale = (kQuantizeQ ? 1.f : p.q_descale[at]) * p.k_descale[at];
       v_descale = p.v_descale[at];
       if constexpr (!kDescaleScores) scale_log2 = base_scale_log2 * qk_descale;
     }
-    mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
+    mbarrier_wait(kQuantizeQ ? bars.qc_full(q_buffer_of(j)) : bars.q_full(q_buffer_of(j)),
+                  q_parity_of(j));
+    if constexpr (kQuantizeQ) {
+      // The thread's two rows' scales (fwd_sm90_q_quantize.cuh).
+      const u32 scales = smem + kOffsetQScales + q_buffer_of(j) * kLayout.q_scale_bytes() +
+                         4 * (cwg * 64 + warp * 16 + group);
+      q_row_scale[0] = ld_shared_f32(scales);
+      q_row_scale[1] = ld_shared_f32(scales + 4 * 8);
+    }
 
     if (num_tiles == 0) {
       release_q(j);  // no key visible: Q was not read

@@ -31,6 +31,9 @@ using Modifiers = cfg::Modifiers;
 // finish; O in OutElement.
 constexpr bool kFp8 = IsFp8<Element>::value;
 constexpr int kElementBytes = kFp8 ? 1 : 2;
+// The caller's Q: Element, or 16-bit under an e4m3 KV cache, quantized per
+// row into e4m3 in the kernel (fwd_sm90_q_quantize.cuh).
+constexpr int kQElementBytes = static_cast<int>(sizeof(QElement));
 constexpr int kPExponent = kFp8 ? 8 : 0;
 
 // The tiled head dim (64, 128, 192 or 256; e4m3 128 or 256): a problem's
@@ -40,8 +43,9 @@ constexpr int kHeadDim = sm90_forward_tile_head_dim(kHeadDimQK, kElementBytes);
 // V's and O's (kHeadDimV may differ from kHeadDimQK, e.g. 192/128).
 constexpr int kHeadDimVTile = sm90_forward_tile_head_dim(kHeadDimV, kElementBytes);
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
-constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,       kStages,
-                                 kPackGqa, kPageSize, kHeadDimVTile, kElementBytes};
+constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,       kStages,       kPackGqa,
+                                 kPageSize, kHeadDimVTile, kElementBytes, kQElementBytes};
+constexpr bool kQuantizeQ = kLayout.quantizes_q();
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
@@ -49,6 +53,8 @@ constexpr int kColBlocks = kLayout.col_blocks();  // 128-byte swizzle columns of
 constexpr int kVColBlocks = kLayout.v_col_blocks();  // and of V
 constexpr int kRowBytes = FwdSm90Layout::kRowBytes;
 constexpr int kColElems = kRowBytes / kElementBytes;  // elements of a 128-byte column block
+constexpr int kQColElems = kRowBytes / kQElementBytes;  // of TMA's Q
+constexpr int kQLoadedColBlocks = kLayout.q_loaded_col_blocks();
 // Packed GQA (kPackGqa > 1): a warpgroup's rows are kQRowsPerWg positions
 // times the kPackGqa query heads of one KV head, head fastest.
 constexpr int kPack = kPackGqa;
@@ -74,6 +80,9 @@ constexpr int kQStages = kLayout.q_stages();
 constexpr int kOffsetK = kLayout.offset_k();
 constexpr int kOffsetV = kLayout.offset_v();  // e4m3: the staging ring
 constexpr int kOffsetVt = kLayout.offset_vt();  // e4m3: V^T's ring
+constexpr int kOffsetQStaging = kLayout.offset_q_staging();  // a quantized Q's 16-bit staging
+constexpr int kQStagingBytes = kLayout.q_staging_bytes();
+constexpr int kOffsetQScales = kLayout.offset_q_scales();  // and its rows' scales
 constexpr int kOffsetBarriers = kLayout.offset_barriers();
 constexpr int kOffsetTileSlots = kLayout.offset_tile_slots();
 static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,
@@ -180,6 +189,10 @@ struct Barriers {
   __device__ __forceinline__ u32 v_empty(int s) const { return kv_base + 8 * (3 * kStages + s); }
   __device__ __forceinline__ u32 vt_full(int s) const { return kv_base + 8 * (4 * kStages + s); }
   __device__ __forceinline__ u32 vt_empty(int s) const { return kv_base + 8 * (5 * kStages + s); }
+  // A quantized Q's e4m3 buffer b written (the quantizing warps' arrivals).
+  __device__ __forceinline__ u32 qc_full(int b) const {
+    return kv_base + 8 * (kLayout.kv_barriers() + b);
+  }
   // What the consumers wait for before P V, and release after it: V, or V^T.
   __device__ __forceinline__ u32 pv_full(int s) const { return kFp8 ? vt_full(s) : v_full(s); }
   __device__ __forceinline__ u32 pv_empty(int s) const { return kFp8 ? vt_empty(s) : v_empty(s); }

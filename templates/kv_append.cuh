@@ -23,26 +23,45 @@ namespace flashjit {
 namespace kv_append {
 
 constexpr int kThreads = 128;
-// Bytes of an element (the new keys are the cache's type: 2, or 1 for e4m3)
-// and elements of a 16-byte vector.
+// Bytes of a cache element (2, or 1 for e4m3) and of a new key's (Q's type:
+// 16-bit new keys into an e4m3 cache are quantized with its scale), and the
+// elements of a 16-byte vector of the new keys.
 constexpr int kBytes = static_cast<int>(sizeof(cfg::Element));
-constexpr int kVectorElements = 16 / kBytes;
+constexpr int kNewBytes = static_cast<int>(sizeof(cfg::QElement));
+constexpr bool kQuantizes = kNewBytes != kBytes;
+constexpr int kVectorElements = 16 / kNewBytes;
 static_assert(cfg::kHeadDimQK % kVectorElements == 0 && cfg::kHeadDimV % kVectorElements == 0,
               "rows of whole 16-byte vectors");
 
-// Copies one [heads_kv][dim] row in 16-byte vectors.
-template <int kDim>
+// Copies one [heads_kv][dim] row in 16-byte vectors, or quantizes it
+// (8 16-bit values -> 8 e4m3 bytes) with each head's scale (`scale` and
+// `scale_head_stride`).
+template <int kDim, class E = cfg::QElement>
 __device__ __forceinline__ void copy_row(const unsigned char *src, long long src_head_stride,
                                          unsigned char *dst, long long dst_head_stride,
-                                         int heads) {
+                                         int heads, const float *scale,
+                                         long long scale_head_stride) {
   constexpr int kVectors = kDim / kVectorElements;
   for (int i = threadIdx.x; i < heads * kVectors; i += kThreads) {
     const int head = i / kVectors, vec = i % kVectors;
-    const U32x4 value =
-        *reinterpret_cast<const U32x4 *>(src + kBytes * (head * src_head_stride +
-                                                         kVectorElements * vec));
-    *reinterpret_cast<U32x4 *>(dst + kBytes * (head * dst_head_stride + kVectorElements * vec)) =
-        value;
+    const U32x4 value = *reinterpret_cast<const U32x4 *>(
+        src + kNewBytes * (head * src_head_stride + kVectorElements * vec));
+    unsigned char *out = dst + kBytes * (head * dst_head_stride + kVectorElements * vec);
+    if constexpr (kQuantizes) {
+      using NewOps = ElementOps<E>;
+      const float inv = 1.f / scale[head * scale_head_stride];
+      const u32 w[4] = {value.x, value.y, value.z, value.w};
+      float x[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        x[2 * j] = NewOps::to_float(static_cast<u16>(w[j] & 0xffffu)) * inv;
+        x[2 * j + 1] = NewOps::to_float(static_cast<u16>(w[j] >> 16)) * inv;
+      }
+      *reinterpret_cast<U32x2 *>(out) = U32x2{pack_e4m3x4(x[0], x[1], x[2], x[3]),
+                                               pack_e4m3x4(x[4], x[5], x[6], x[7])};
+    } else {
+      *reinterpret_cast<U32x4 *>(out) = value;
+    }
   }
 }
 
@@ -70,16 +89,22 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
     outer = page;
     cache_row = pos % cfg::kPageSize;
   }
-  const auto *k_src = static_cast<const unsigned char *>(p.k_new) +
-                      kv_append::kBytes * (batch * p.k_new_batch_stride + row * p.k_new_row_stride);
-  const auto *v_src = static_cast<const unsigned char *>(p.v_new) +
-                      kv_append::kBytes * (batch * p.v_new_batch_stride + row * p.v_new_row_stride);
+  const auto *k_src =
+      static_cast<const unsigned char *>(p.k_new) +
+      kv_append::kNewBytes * (batch * p.k_new_batch_stride + row * p.k_new_row_stride);
+  const auto *v_src =
+      static_cast<const unsigned char *>(p.v_new) +
+      kv_append::kNewBytes * (batch * p.v_new_batch_stride + row * p.v_new_row_stride);
   auto *k_dst = static_cast<unsigned char *>(p.k_cache) +
                 kv_append::kBytes * (outer * p.k_batch_stride + cache_row * p.k_row_stride);
   auto *v_dst = static_cast<unsigned char *>(p.v_cache) +
                 kv_append::kBytes * (outer * p.v_batch_stride + cache_row * p.v_row_stride);
+  // The sequence's scales (an e4m3 cache under 16-bit new keys).
+  const long long at = batch * p.scale_batch_stride;
   kv_append::copy_row<cfg::kHeadDimQK>(k_src, p.k_new_head_stride, k_dst, p.k_head_stride,
-                                       p.heads_kv);
+                                       p.heads_kv, p.k_scale + (kv_append::kQuantizes ? at : 0),
+                                       p.scale_head_stride);
   kv_append::copy_row<cfg::kHeadDimV>(v_src, p.v_new_head_stride, v_dst, p.v_head_stride,
-                                      p.heads_kv);
+                                      p.heads_kv, p.v_scale + (kv_append::kQuantizes ? at : 0),
+                                      p.scale_head_stride);
 }

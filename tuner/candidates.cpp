@@ -83,7 +83,7 @@ CandidateSet forward_candidates(const Problem &problem, const TargetArch &arch,
          FwdSm90Traits::search_space(std::max(problem.head_dim_qk, problem.head_dim_v),
                                      max_smem_bytes,
                                      FwdSm90Traits::lean(problem, modified),
-                                     element_bytes(problem.dtype)))
+                                     element_bytes(kv_element(problem))))
       consider(config);
   return set;
 }

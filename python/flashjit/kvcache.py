@@ -61,9 +61,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     k_scale, v_scale: an e4m3 cache's fp32 dequantization factors (real =
         code * scale), on q's device: one element (per tensor, vLLM's
         convention), [heads_kv], or [batch, heads_kv]; required for an e4m3
-        cache. Under bf16/fp16 q the output has q's dtype (an fp8 cache
-        under 16-bit q is not served by the kernels yet: the library's
-        error says so).
+        cache. Under bf16/fp16 q the output has q's dtype: the kernel
+        quantizes q per row to e4m3 and reads the cache as it is; new
+        bf16/fp16 keys k, v are quantized into the cache with these scales.
     q_descale, out_dtype: float8_e4m3fn q (with an e4m3 cache) as in
         flashjit.attention: q's factors [batch, heads_kv] or one element,
         the output bf16 (default) or fp16.

@@ -134,6 +134,11 @@ struct KvAppendParams {
   int seqlen_k;  // the cache's capacity per sequence (keys)
   int heads_kv;
   int batch;
+  // An e4m3 cache under 16-bit new keys: their quantization's factors
+  // (stored = value / scale), FwdParams' k/v descales and strides.
+  const float *k_scale;
+  const float *v_scale;
+  long long scale_batch_stride, scale_head_stride;
 };
 
 }  // namespace flashjit

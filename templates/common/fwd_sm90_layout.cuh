@@ -63,6 +63,11 @@ struct FwdSm90Layout {
   // each V tile in a staging ring, the producer warpgroup writes it as V^T
   // into a ring of its own.
   int element_bytes = 2;
+  // Bytes of the caller's Q element: element_bytes, or 2 where 16-bit
+  // queries meet an e4m3 KV cache: TMA then lands Q in a staging buffer and
+  // the producer warpgroup's spare warps quantize it per row into the e4m3
+  // Q buffer the GEMMs read, its rows' scales beside it.
+  int q_element_bytes = 0;  // 0: element_bytes
 
   static constexpr int kSmemAlign = kSm90SmemAlign;
   static constexpr int kSmemBudget = kSm90SmemBudget;
@@ -76,6 +81,10 @@ struct FwdSm90Layout {
   constexpr int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   constexpr int v_col_blocks() const { return v_dim() * element_bytes / kRowBytes; }
   constexpr bool transposes_v() const { return element_bytes == 1; }
+  constexpr int q_elem_bytes() const {
+    return q_element_bytes > 0 ? q_element_bytes : element_bytes;
+  }
+  constexpr bool quantizes_q() const { return q_elem_bytes() != element_bytes; }
 
   // Packed GQA: a warpgroup's 64 rows are (query position, head in group)
   // pairs, head fastest, so a tile holds whole groups of kPack heads of
@@ -90,9 +99,23 @@ struct FwdSm90Layout {
   constexpr int q_col_block_bytes() const { return kWarpgroupRows * kRowBytes; }
   constexpr int q_warpgroup_bytes() const { return col_blocks() * q_col_block_bytes(); }
   constexpr int q_bytes() const { return consumer_warpgroups() * q_warpgroup_bytes(); }
+  // TMA's Q (the staging buffer's where Q is quantized): its column blocks.
+  constexpr int q_loaded_col_blocks() const { return head_dim * q_elem_bytes() / kRowBytes; }
   constexpr int q_loaded_bytes() const {
-    return consumer_warpgroups() * col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
+    return consumer_warpgroups() * q_loaded_col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
   }
+  // A quantized Q's staging buffer (16-bit, as TMA lands it) and its rows'
+  // scales (fp32), per Q buffer; 0 otherwise.
+  constexpr int q_staging_warpgroup_bytes() const {
+    return q_loaded_col_blocks() * q_col_block_bytes();
+  }
+  constexpr int q_staging_bytes() const {
+    return quantizes_q() ? consumer_warpgroups() * q_staging_warpgroup_bytes() : 0;
+  }
+  constexpr int q_scale_bytes() const { return quantizes_q() ? 4 * block_m : 0; }
+  // mbarriers of the Q buffers: q_full, q_empty, and where Q is quantized
+  // qc_full (the e4m3 Q written), per buffer.
+  constexpr int q_barriers() const { return quantizes_q() ? 3 : 2; }
   constexpr int kv_col_block_bytes() const { return block_n * kRowBytes; }
   constexpr int k_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }
   constexpr int v_tile_bytes() const { return v_col_blocks() * kv_col_block_bytes(); }
@@ -107,13 +130,15 @@ struct FwdSm90Layout {
   constexpr int kv_box_rows() const { return flashjit::kv_box_rows(page_size, block_n); }
 
   // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
-  // `stages` V tiles (and V^T tiles), then the mbarriers, 8 bytes each:
-  // q_full[q_buffers], q_empty[q_buffers], the K/V ring's; then
+  // `stages` V tiles (and V^T tiles), a quantized Q's staging and scales,
+  // then the mbarriers, 8 bytes each: q_full[q_buffers], q_empty[q_buffers],
+  // the K/V ring's, and qc_full[q_buffers] where Q is quantized; then
   // a tile slot per Q buffer (8 bytes each): the work tile whose Q the
   // buffer holds, when the producer takes tiles from a counter.
   constexpr int smem_used(int q_buffers) const {
-    return q_buffers * q_bytes() + stages * (k_tile_bytes() + v_tile_bytes() + vt_tile_bytes()) +
-           8 * (2 * q_buffers + kv_barriers()) + 8 * q_buffers;
+    return q_buffers * (q_bytes() + q_staging_bytes() + q_scale_bytes()) +
+           stages * (k_tile_bytes() + v_tile_bytes() + vt_tile_bytes()) +
+           8 * (q_barriers() * q_buffers + kv_barriers()) + 8 * q_buffers;
   }
   // Two Q buffers where they fit: the next work tile's Q loads while this
   // one's is still in use (until its last S).
@@ -121,9 +146,13 @@ struct FwdSm90Layout {
   constexpr int offset_k() const { return q_stages() * q_bytes(); }
   constexpr int offset_v() const { return offset_k() + stages * k_tile_bytes(); }
   constexpr int offset_vt() const { return offset_v() + stages * v_tile_bytes(); }
-  constexpr int offset_barriers() const { return offset_vt() + stages * vt_tile_bytes(); }
+  constexpr int offset_q_staging() const { return offset_vt() + stages * vt_tile_bytes(); }
+  constexpr int offset_q_scales() const {
+    return offset_q_staging() + q_stages() * q_staging_bytes();
+  }
+  constexpr int offset_barriers() const { return offset_q_scales() + q_stages() * q_scale_bytes(); }
   constexpr int offset_tile_slots() const {
-    return offset_barriers() + 8 * (2 * q_stages() + kv_barriers());
+    return offset_barriers() + 8 * (q_barriers() * q_stages() + kv_barriers());
   }
   // The dynamic shared memory to launch with: the base is rounded up to
   // kSmemAlign inside the kernel.

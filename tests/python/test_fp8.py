@@ -13,8 +13,8 @@ GQA 32/8, head dims 64, 128, 192/128 and 256, fp16 output, per-tensor and
 strided descales, varlen (with 0- and 1-query sequences), paged K/V with
 shuffled pages and decode over cache lengths 0, 1, 1000 and 131072
 (attention_with_kvcache, e4m3 q and cache), split-KV, torch.compile; the
-rotation of quantize_fp8 against outliers; every named error, and an fp8
-cache under 16-bit q refused by the library by name. Outputs are poisoned
+rotation of quantize_fp8 against outliers; every named error; an fp8
+cache under 16-bit q (q quantized per row in the kernel) and its append. Outputs are poisoned
 before every launch. Skips cleanly (exit 0) where torch or a CUDA device is
 missing.
 """
@@ -332,22 +332,56 @@ def test_decode_cache_lengths():
                          page=64)])
 
 
-def test_fp8_cache_under_16bit_q_is_refused_by_name():
-    """An e4m3 cache under bf16 q (kv_dtype e4m3) reaches the library, whose
-    refusal comes back as the caller's RuntimeError."""
+def test_fp8_cache_under_16bit_q():
+    """An e4m3 cache under bf16 and fp16 q (kv_dtype e4m3; the kernel
+    quantizes q per row): decode and a causal chunk over contiguous and
+    shuffled-page caches, against the reference of the 16-bit q and the
+    de-quantized cache; and new bf16 keys appended into the cache quantized
+    with its scale, byte for byte as torch rounds them."""
     require_gpu()
+    cases = []
+    for dtype in (torch.bfloat16, torch.float16):
+        for page, sq, kw in ((0, 1, {}), (64, 1, {}), (16, 37, {"causal": True})):
+            lens = [700, 1, 0, 333]
+            q, k, v = inputs("normal", len(lens), sq, 768, 16, 4, 128, 128, seed=page + sq)
+            _, k8, v8, _, kd, vd = flashjit.quantize_fp8(q, k, v, per="tensor")
+            q16 = q.to(dtype)
+            seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+            if page:
+                k_cache, v_cache, table = shuffled_pages(k8, v8, page, seed=page)
+            else:
+                k_cache, v_cache, table = k8, v8, None
+            out = flashjit.attention_with_kvcache(q16, k_cache, v_cache, cache_seqlens=seqlens,
+                                                  block_table=table, k_scale=kd, v_scale=vd,
+                                                  **kw)
+            assert out.dtype == dtype, out.dtype
+            refs = []
+            for b, n in enumerate(lens):
+                if n == 0:
+                    refs.append(torch.zeros(1, sq, 16, 128, dtype=torch.float64, device="cuda"))
+                    continue
+                o, _ = attention_ref(q16[b:b + 1].double(), dequantize(k8[b:b + 1, :n], kd, 4),
+                                     dequantize(v8[b:b + 1, :n], vd, 4), upcast=False, **kw)
+                refs.append(o)
+            cases.append(report(f"{str(dtype)[6:]} q e4m3 cache page {page} sq {sq}", out,
+                                torch.cat(refs)))
+    # Appending bf16 keys: quantized with the cache's scale, as torch rounds.
     q = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
-    cache = torch.zeros(2, 256, 2, 128, device="cuda", dtype=_e4m3())
-    one = torch.ones(1, device="cuda")
-    try:
-        flashjit.attention_with_kvcache(q, cache, cache, cache_seqlens=100, k_scale=one,
-                                        v_scale=torch.ones(2, device="cuda"))
-    except RuntimeError as e:
-        message = str(e)
-        assert message.startswith("flashjit.attention_with_kvcache: "), message
-        assert "kv_dtype=e4m3 under 16-bit queries" in message, message
-    else:
-        raise AssertionError("an fp8 cache under bf16 q ran")
+    k_cache = torch.zeros(2, 256, 2, 128, device="cuda", dtype=_e4m3())
+    v_cache = torch.zeros_like(k_cache)
+    k_new = torch.randn(2, 1, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v_new = torch.randn(2, 1, 2, 128, device="cuda", dtype=torch.bfloat16)
+    scale = torch.full((1,), 0.01, device="cuda")
+    flashjit.attention_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new,
+                                    cache_seqlens=torch.tensor([100, 7], dtype=torch.int32,
+                                                               device="cuda"),
+                                    k_scale=scale, v_scale=scale)
+    for b, pos in enumerate((100, 7)):
+        for cache, new in ((k_cache, k_new), (v_cache, v_new)):
+            want = (new[b, 0].float() / 0.01).clamp(-448, 448).to(_e4m3())
+            if not torch.equal(cache[b, pos].view(torch.uint8), want.view(torch.uint8)):
+                cases.append(f"append: sequence {b}'s new row differs from torch's rounding")
+    _collect(cases)
 
 
 # ---- named errors ------------------------------------------------------------------

@@ -55,6 +55,17 @@ TEST(ForwardFp8Spec, TheHeuristicTakesTheE4m3Tiles) {
     EXPECT_NE(spec->id().find("_e4m3_"), std::string::npos) << spec->id();
     EXPECT_NE(spec->id().find("_obf16"), std::string::npos) << spec->id();
   }
+  // An e4m3 cache under bf16 queries: the e4m3 tiles, its own kernel id.
+  Problem cache = fp8_problem(128);
+  cache.dtype = DType::bf16;
+  cache.kv_dtype = KvDType::e4m3;
+  auto cached = heuristic_spec(cache);
+  ASSERT_TRUE(static_cast<bool>(cached)) << message(cached.takeError());
+  EXPECT_EQ(cached->config.block_n, 128);
+  EXPECT_EQ(cached->kv_dtype, DType::e4m3);
+  EXPECT_EQ(cached->out_dtype, DType::bf16);
+  EXPECT_NE(cached->id().find("_bf16_"), std::string::npos) << cached->id();
+  EXPECT_NE(cached->id().find("_kve4m3"), std::string::npos) << cached->id();
   // The 16-bit kernels' ids are as they were: no output suffix.
   Problem bf16 = fp8_problem(128);
   bf16.dtype = DType::bf16;
@@ -139,6 +150,26 @@ std::vector<Fp8Case> fp8_cases() {
   append.seqlen_k = 4096;
   append.seqused_k = true;
   cases.push_back({"decode with append", append, {}});
+  // An e4m3 cache under 16-bit queries: Q quantized per row in the kernel,
+  // new bf16 keys quantized into the cache by the append.
+  Problem cache = fp8_problem(128);
+  cache.dtype = DType::bf16;
+  cache.kv_dtype = KvDType::e4m3;
+  cache.heads_q = 32;
+  cache.seqlen_q = 1;
+  cache.seqlen_k = 8192;
+  cache.seqused_k = true;
+  cases.push_back({"bf16 q, e4m3 cache, append", cache, {}});
+  Problem paged_cache = cache;
+  paged_cache.dtype = DType::fp16;
+  paged_cache.page_size = 16;
+  cases.push_back({"fp16 q, e4m3 paged cache, packed split", paged_cache, split});
+  Problem serving = cache;
+  serving.varlen = true;
+  serving.page_size = 64;
+  serving.mask = MaskKind::causal;
+  serving.seqlen_q = 2048;
+  cases.push_back({"bf16 q, e4m3 serving batch", serving, {}});
   Problem varlen = fp8_problem(128);
   varlen.varlen = true;
   varlen.mask = MaskKind::causal;

@@ -1,0 +1,94 @@
+// 16-bit queries against an e4m3 KV cache (fwd_sm90.cuh, kQuantizeQ): the
+// GEMMs read e4m3 on both sides, so the producer warpgroup's three spare
+// warps (the ones that also transpose V) quantize each work tile's Q as TMA
+// landed it in the staging buffer into the e4m3 Q buffer, one scale per row
+// (amax / 448, 1 for a row of zeros), which the consumers multiply S's rows
+// by. Decode reads the cache's bytes and little else, so the row's own
+// scale costs nothing there and keeps Q's error at e4m3's half ulp.
+//
+// Layouts (bytes, 128-byte swizzle: 16-byte chunk c of row r at c ^ r % 8):
+//   staging  [warpgroup][64-column block][row < 64][128], TMA's Q;
+//   e4m3 Q   [warpgroup][128-column block][row < 64][128], as kQColBlockBytes.
+// Work. A warp takes two rows at a time, 16 lanes a row, each lane 8
+// columns of each 128 (one 16-byte chunk of the staging row): the row's
+// amax by a 16-lane shuffle reduction, then 8 bytes stored.
+#pragma once
+
+#include "fwd_sm90_config.cuh"
+#include "fwd_sm90_v_transpose.cuh"
+#include "common/types.cuh"
+
+namespace flashjit {
+namespace fwd_sm90 {
+
+__device__ __forceinline__ void ld_shared_u32x4_q(u32 addr, u32 (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void st_shared_u32x2(u32 addr, u32 lo, u32 hi) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(addr), "r"(lo), "r"(hi));
+}
+
+__device__ __forceinline__ void st_shared_f32(u32 addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v));
+}
+
+__device__ __forceinline__ float ld_shared_f32(u32 addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+
+// Quantizes the Q buffer whose staging is at `staging` into `q8`, the rows'
+// scales into `scales`; `warp` is 0..2 of the quantizing warps.
+template <class E = QElement>
+__device__ __forceinline__ void quantize_q_tile(u32 staging, u32 q8, u32 scales, int warp,
+                                                int lane) {
+  using QOps = ElementOps<E>;
+  constexpr int kRows = kConsumerWarpgroups * 64;
+  constexpr int kChunks = kHeadDim / 128;  // a lane's 8-column pieces of the row
+  const int sub = lane % 16;
+  for (int pair = warp; pair < kRows / 2; pair += kTransposeWarps) {
+    const int row = 2 * pair + lane / 16;
+    const int wg = row / 64, r = row % 64;
+    float x[kChunks][8];
+    float amax = 0.f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      // Columns 128c + 8 sub .. + 7: 16-bit chunk 16c + sub of the row.
+      const int chunk = 16 * c + sub;
+      u32 w[4];
+      ld_shared_u32x4_q(staging + wg * kLayout.q_staging_warpgroup_bytes() +
+                            (chunk / 8) * kQColBlockBytes + r * kRowBytes +
+                            (((chunk % 8) ^ (r % 8)) * 16),
+                        w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[c][2 * i] = QOps::to_float(static_cast<u16>(w[i] & 0xffffu));
+        x[c][2 * i + 1] = QOps::to_float(static_cast<u16>(w[i] >> 16));
+        amax = fmaxf(amax, fmaxf(fabsf(x[c][2 * i]), fabsf(x[c][2 * i + 1])));
+      }
+    }
+#pragma unroll
+    for (int offset = 8; offset > 0; offset /= 2)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float scale = amax > 0.f ? amax * (1.f / 448.f) : 1.f;
+    const float inv = amax > 0.f ? 448.f / amax : 1.f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      // Bytes 8 sub .. + 7 of the e4m3 row's column block c.
+      const int byte = 8 * sub;
+      const u32 lo = pack_e4m3x4(x[c][0] * inv, x[c][1] * inv, x[c][2] * inv, x[c][3] * inv);
+      const u32 hi = pack_e4m3x4(x[c][4] * inv, x[c][5] * inv, x[c][6] * inv, x[c][7] * inv);
+      st_shared_u32x2(q8 + wg * kQWarpgroupBytes + c * kQColBlockBytes + r * kRowBytes +
+                          (((byte / 16) ^ (r % 8)) * 16) + byte % 16,
+                      lo, hi);
+    }
+    if (sub == 0) st_shared_f32(scales + 4 * row, scale);
+  }
+}
+
+}  // namespace fwd_sm90
+}  // namespace flashjit
