@@ -16,30 +16,11 @@
 
 #include "fwd_sm90_config.cuh"
 #include "fwd_sm90_v_transpose.cuh"
+#include "common/ptx.cuh"
 #include "common/types.cuh"
 
 namespace flashjit {
 namespace fwd_sm90 {
-
-__device__ __forceinline__ void ld_shared_u32x4_q(u32 addr, u32 (&v)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void st_shared_u32x2(u32 addr, u32 lo, u32 hi) {
-  asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(addr), "r"(lo), "r"(hi));
-}
-
-__device__ __forceinline__ void st_shared_f32(u32 addr, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v));
-}
-
-__device__ __forceinline__ float ld_shared_f32(u32 addr) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
-  return v;
-}
 
 // Quantizes the Q buffer whose staging is at `staging` into `q8`, the rows'
 // scales into `scales`; `warp` is 0..2 of the quantizing warps.
@@ -60,7 +41,7 @@ __device__ __forceinline__ void quantize_q_tile(u32 staging, u32 q8, u32 scales,
       // Columns 128c + 8 sub .. + 7: 16-bit chunk 16c + sub of the row.
       const int chunk = 16 * c + sub;
       u32 w[4];
-      ld_shared_u32x4_q(staging + wg * kLayout.q_staging_warpgroup_bytes() +
+      ld_shared_u32x4(staging + wg * kLayout.q_staging_warpgroup_bytes() +
                             (chunk / 8) * kQColBlockBytes + r * kRowBytes +
                             (((chunk % 8) ^ (r % 8)) * 16),
                         w);

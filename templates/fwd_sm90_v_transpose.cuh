@@ -33,16 +33,6 @@ namespace fwd_sm90 {
 constexpr int kTransposeWarps = 3;
 constexpr int kTransposeSteps = (kHeadDimVTile / 16) * (kBlockN / 128);
 
-__device__ __forceinline__ void ld_shared_u32x4(u32 addr, u32 (&v)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v));
-}
-
 // Writes the V tile at `staging` as V^T at `vt`; `warp` is 0..2 of the
 // transposing warps.
 __device__ __forceinline__ void transpose_v_tile(u32 staging, u32 vt, int warp, int lane) {

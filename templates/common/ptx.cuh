@@ -69,6 +69,28 @@ __device__ __forceinline__ void ld_shared_f32x2(u32 smem_addr, float (&v)[2]) {
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[0]), "=f"(v[1]) : "r"(smem_addr));
 }
 
+// Plain shared-memory words for the sm90 forward's spare producer warps
+// (V's transpose, Q's quantization), ordered by the mbarriers around them.
+__device__ __forceinline__ void ld_shared_u32x4(u32 addr, u32 (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v));
+}
+__device__ __forceinline__ void st_shared_u32x2(u32 addr, u32 lo, u32 hi) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(addr), "r"(lo), "r"(hi));
+}
+__device__ __forceinline__ void st_shared_f32(u32 addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v));
+}
+__device__ __forceinline__ float ld_shared_f32(u32 addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+
 __device__ __forceinline__ void st_shared_zero_16(u32 smem_addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0));
 }
