@@ -158,9 +158,10 @@ std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem
   return out;
 }
 
-KernelConfig FwdSm90Traits::fp8_config(const KernelConfig &c, int head_dim) {
+KernelConfig FwdSm90Traits::fp8_config(const KernelConfig &c, int head_dim, bool quantized_q) {
   KernelConfig out = c;
-  out.block_m = c.block_m == 64 ? 64 : kBlockM;
+  const bool wide = sm90_forward_tile_head_dim(head_dim, 1) == 256;
+  out.block_m = c.block_m == 64 || (quantized_q && wide) ? 64 : kBlockM;
   out.warps = warps_for(out.block_m);
   out.block_n = kFp8BlockN;
   out.stages = sm90_forward_tile_head_dim(head_dim, 1) == 128 ? 3 : 2;

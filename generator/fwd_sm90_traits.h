@@ -93,8 +93,10 @@ struct FwdSm90Traits {
                                             int element_bytes = 2, int q_element_bytes = 0);
   // An e4m3 problem's tiles from the 16-bit heuristic's `c` at `head_dim`:
   // its rows (64 for decode, else 128) and 128 keys; 3 stages where the tile
-  // head dim is 128, else 2 (one Q buffer at 256: 224 KB).
-  static KernelConfig fp8_config(const KernelConfig &c, int head_dim);
+  // head dim is 128, else 2 (one Q buffer at 256: 224 KB). `quantized_q`
+  // (16-bit Q over an e4m3 cache, whose 16-bit Q buffer is twice the e4m3
+  // one's): 64 rows at 256, where 128 do not fit.
+  static KernelConfig fp8_config(const KernelConfig &c, int head_dim, bool quantized_q = false);
   static constexpr int kFp8BlockN = 128;
   // The variants whose consumers hold the fewest live registers: no
   // softcap, no window (as the kernel compiles it: normalized_mask), K/V

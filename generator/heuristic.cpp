@@ -172,8 +172,9 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
     // e4m3 K/V (and Q, or 16-bit Q quantized in the kernel) take its tiles.
     const int bytes = element_bytes(kv_element(problem));
     if (bytes == 1) {
-      first = FwdSm90Traits::fp8_config(first, head_dim);
-      second = FwdSm90Traits::fp8_config(second, head_dim);
+      const bool quantized_q = problem.dtype != DType::e4m3;
+      first = FwdSm90Traits::fp8_config(first, head_dim, quantized_q);
+      second = FwdSm90Traits::fp8_config(second, head_dim, quantized_q);
     }
     const TileChoice tiles[] = {{first.block_m, first.block_n, first.warps, first.stages},
                                 {second.block_m, second.block_n, second.warps, second.stages}};

@@ -41,9 +41,11 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   // bytes (48 leaves the consumers 228, no multiple of 8), so 56, as
   // FlashAttention-3 gives that role; the consumers' O, S and P fit 224
   // without spills up to head dim 128, and at 256 (no intra-warpgroup
-  // overlap) spill 8 bytes under a causal mask.
+  // overlap) spill 8 bytes under a causal mask. One consumer warpgroup
+  // (decode; a pool of 2 x 256): 96/256, where a 16-bit Q quantized at head
+  // dim 256 spilled 12-40 bytes at 56/240.
   if (spec.kv_dtype == DType::e4m3)
-    return spec.config.block_m == 64 ? WarpRoleRegisters{56, 240, 1}
+    return spec.config.block_m == 64 ? WarpRoleRegisters{96, 256, 1}
                                      : WarpRoleRegisters{56, 224, 2};
   if (spec.config.block_m == 64) {
     const bool d256 = sm90_forward_tile_head_dim(spec.head_dim_qk) == 256;

@@ -9,8 +9,8 @@
 #   sanitize: memcheck  fwd-sm80        PASS (0 errors; 8 tests)
 # Exit 0 when every run that was not skipped passed.
 #   TOOLS="memcheck racecheck synccheck"   the tools to run (default: all three)
-#   FAMILIES="fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 bwd-sm90-split reference"
-#                                          the families (default: all seven); a
+#   FAMILIES="fwd-sm80 fwd-sm90 fwd-fp8 bwd-atomic bwd-deterministic bwd-sm90 bwd-sm90-split reference"
+#                                          the families (default: all eight); a
 #                                          device run is limited to 10 minutes,
 #                                          so a subset per call may be needed
 #   LIMIT_S=540                            per run
@@ -23,7 +23,7 @@ LOGDIR=${OUT:-$(mktemp -d /tmp/flashjit-sanitize.XXXXXX)}
 mkdir -p "$LOGDIR"
 LIMIT_S=${LIMIT_S:-540}
 TOOLS=${TOOLS:-memcheck racecheck synccheck}
-FAMILIES=${FAMILIES:-fwd-sm80 fwd-sm90 bwd-atomic bwd-deterministic bwd-sm90 bwd-sm90-split reference}
+FAMILIES=${FAMILIES:-fwd-sm80 fwd-sm90 fwd-fp8 bwd-atomic bwd-deterministic bwd-sm90 bwd-sm90-split reference}
 
 sanitizer=${COMPUTE_SANITIZER:-}
 if [ -z "$sanitizer" ]; then
@@ -45,6 +45,7 @@ filter_of() {
   case $1 in
     fwd-sm80) echo 'Configs/ForwardCorrectness.*' ;;              # explicit sm80 tiles, 8 cases
     fwd-sm90) echo 'Sm90Sanitizer.*' ;;                           # d = 64, 128, 256, causal GQA
+    fwd-fp8) echo 'Fp8Forward.*' ;;                               # e4m3: V^T, P at 2^8, descales
     bwd-atomic) echo 'Configs/BackwardCorrectness.*' ;;           # fp32 atomics into dQ
     bwd-deterministic) echo 'Deterministic/BackwardCorrectness.*' ;;  # the dQ kernel, no atomics
     # sm90 backward: d=64 full, causal, window; d=128 causal, window; softcap;

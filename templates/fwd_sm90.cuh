@@ -291,11 +291,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         for (int wg = 0; wg < kConsumerWarpgroups && leader; ++wg)
 #pragma unroll
           for (int cb = 0; cb < kQLoadedColBlocks; ++cb) {
-            // A quantized Q lands in its 16-bit staging buffer.
+            // (A quantized Q lands 16-bit, quantized in place.)
             const u32 dst =
-                kQuantizeQ ? smem + kOffsetQStaging + qb * kQStagingBytes +
-                                 wg * kLayout.q_staging_warpgroup_bytes() + cb * kQColBlockBytes
-                           : smem + qb * kQBytes + wg * kQWarpgroupBytes + cb * kQColBlockBytes;
+                smem + qb * kQBufferBytes + wg * kQBufferWarpgroupBytes + cb * kQColBlockBytes;
             const int q0 = static_cast<int>(seq.q_row0) + tile.q0 + wg * kQRowsPerWg;
             // Packed: the box is [positions][the group's heads][64 columns]
             // of a [batch][seq][kv head][head in group][dim] view of Q.
@@ -344,11 +342,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
             break;
           }
           if constexpr (kQuantizeQ) {
-            // The work tile's Q, once landed, into its e4m3 buffer; the
-            // staging buffer is then the producer's again once the
-            // consumers are done with the e4m3 one (q_empty counts both).
+            // The work tile's Q, once landed, quantized in place; the buffer
+            // is the producer's again once the consumers are done with it
+            // too (q_empty counts both).
             if (!dynamic) mbarrier_wait(bars.q_full(qb), q_parity_of(j));
-            quantize_q_tile(smem + kOffsetQStaging + qb * kQStagingBytes, smem + qb * kQBytes,
+            quantize_q_tile(smem + qb * kQBufferBytes,
                             smem + kOffsetQScales + qb * kLayout.q_scale_bytes(), twarp, lane);
             fence_proxy_async();  // the e4m3 Q is read by wgmma
             __syncwarp();
@@ -389,8 +387,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int quad_lane = lane % 4;     // fragment column pair
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
-  const u64 q_desc0 = smem_descriptor_sw128(smem + cwg * kQWarpgroupBytes, 16, 1024);
-  auto q_desc_of = [&](int j) { return q_desc0 + ((q_buffer_of(j) * kQBytes) >> 4); };
+  const u64 q_desc0 = smem_descriptor_sw128(smem + cwg * kQBufferWarpgroupBytes, 16, 1024);
+  auto q_desc_of = [&](int j) { return q_desc0 + ((q_buffer_of(j) * kQBufferBytes) >> 4); };
   const u64 k_desc0 = smem_descriptor_sw128(smem + kOffsetK, 16, 1024);
   // P V's B: V read MN-major, or e4m3's V^T K-major (as K).
   const u64 v_desc0 = kFp8 ? smem_descriptor_sw128(smem + kOffsetVt, 16, 1024)

@@ -80,9 +80,11 @@ constexpr int kQStages = kLayout.q_stages();
 constexpr int kOffsetK = kLayout.offset_k();
 constexpr int kOffsetV = kLayout.offset_v();  // e4m3: the staging ring
 constexpr int kOffsetVt = kLayout.offset_vt();  // e4m3: V^T's ring
-constexpr int kOffsetQStaging = kLayout.offset_q_staging();  // a quantized Q's 16-bit staging
-constexpr int kQStagingBytes = kLayout.q_staging_bytes();
-constexpr int kOffsetQScales = kLayout.offset_q_scales();  // and its rows' scales
+// A Q buffer as TMA lands it, and a warpgroup's share (16-bit where Q is
+// quantized in place; kQBytes and kQWarpgroupBytes otherwise).
+constexpr int kQBufferBytes = kLayout.q_buffer_bytes();
+constexpr int kQBufferWarpgroupBytes = kLayout.q_buffer_warpgroup_bytes();
+constexpr int kOffsetQScales = kLayout.offset_q_scales();  // a quantized Q's rows' scales
 constexpr int kOffsetBarriers = kLayout.offset_barriers();
 constexpr int kOffsetTileSlots = kLayout.offset_tile_slots();
 static_assert(kLayout.smem_bytes() <= FwdSm90Layout::kSmemBudget,

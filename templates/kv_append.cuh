@@ -49,13 +49,13 @@ __device__ __forceinline__ void copy_row(const unsigned char *src, long long src
     unsigned char *out = dst + kBytes * (head * dst_head_stride + kVectorElements * vec);
     if constexpr (kQuantizes) {
       using NewOps = ElementOps<E>;
-      const float inv = 1.f / scale[head * scale_head_stride];
+      const float s = scale[head * scale_head_stride];
       const u32 w[4] = {value.x, value.y, value.z, value.w};
       float x[8];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        x[2 * j] = NewOps::to_float(static_cast<u16>(w[j] & 0xffffu)) * inv;
-        x[2 * j + 1] = NewOps::to_float(static_cast<u16>(w[j] >> 16)) * inv;
+        x[2 * j] = __fdiv_rn(NewOps::to_float(static_cast<u16>(w[j] & 0xffffu)), s);
+        x[2 * j + 1] = __fdiv_rn(NewOps::to_float(static_cast<u16>(w[j] >> 16)), s);
       }
       *reinterpret_cast<U32x2 *>(out) = U32x2{pack_e4m3x4(x[0], x[1], x[2], x[3]),
                                                pack_e4m3x4(x[4], x[5], x[6], x[7])};

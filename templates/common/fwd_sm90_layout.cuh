@@ -64,9 +64,9 @@ struct FwdSm90Layout {
   // into a ring of its own.
   int element_bytes = 2;
   // Bytes of the caller's Q element: element_bytes, or 2 where 16-bit
-  // queries meet an e4m3 KV cache: TMA then lands Q in a staging buffer and
-  // the producer warpgroup's spare warps quantize it per row into the e4m3
-  // Q buffer the GEMMs read, its rows' scales beside it.
+  // queries meet an e4m3 KV cache: TMA then lands Q 16-bit and the producer
+  // warpgroup's spare warps quantize it per row in place (the e4m3 rows at
+  // the start of each warpgroup's buffer), its rows' scales beside it.
   int q_element_bytes = 0;  // 0: element_bytes
 
   static constexpr int kSmemAlign = kSm90SmemAlign;
@@ -104,13 +104,14 @@ struct FwdSm90Layout {
   constexpr int q_loaded_bytes() const {
     return consumer_warpgroups() * q_loaded_col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
   }
-  // A quantized Q's staging buffer (16-bit, as TMA lands it) and its rows'
-  // scales (fp32), per Q buffer; 0 otherwise.
-  constexpr int q_staging_warpgroup_bytes() const {
+  // One Q buffer as TMA lands it (16-bit where Q is quantized, which then
+  // holds the e4m3 rows too) and a warpgroup's share of it; and a quantized
+  // Q's rows' scales (fp32), per Q buffer (0 otherwise).
+  constexpr int q_buffer_warpgroup_bytes() const {
     return q_loaded_col_blocks() * q_col_block_bytes();
   }
-  constexpr int q_staging_bytes() const {
-    return quantizes_q() ? consumer_warpgroups() * q_staging_warpgroup_bytes() : 0;
+  constexpr int q_buffer_bytes() const {
+    return consumer_warpgroups() * q_buffer_warpgroup_bytes();
   }
   constexpr int q_scale_bytes() const { return quantizes_q() ? 4 * block_m : 0; }
   // mbarriers of the Q buffers: q_full, q_empty, and where Q is quantized
@@ -130,26 +131,23 @@ struct FwdSm90Layout {
   constexpr int kv_box_rows() const { return flashjit::kv_box_rows(page_size, block_n); }
 
   // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
-  // `stages` V tiles (and V^T tiles), a quantized Q's staging and scales,
+  // `stages` V tiles (and V^T tiles), a quantized Q's scales,
   // then the mbarriers, 8 bytes each: q_full[q_buffers], q_empty[q_buffers],
   // the K/V ring's, and qc_full[q_buffers] where Q is quantized; then
   // a tile slot per Q buffer (8 bytes each): the work tile whose Q the
   // buffer holds, when the producer takes tiles from a counter.
   constexpr int smem_used(int q_buffers) const {
-    return q_buffers * (q_bytes() + q_staging_bytes() + q_scale_bytes()) +
+    return q_buffers * (q_buffer_bytes() + q_scale_bytes()) +
            stages * (k_tile_bytes() + v_tile_bytes() + vt_tile_bytes()) +
            8 * (q_barriers() * q_buffers + kv_barriers()) + 8 * q_buffers;
   }
   // Two Q buffers where they fit: the next work tile's Q loads while this
   // one's is still in use (until its last S).
   constexpr int q_stages() const { return smem_used(2) + kSmemAlign <= kSmemBudget ? 2 : 1; }
-  constexpr int offset_k() const { return q_stages() * q_bytes(); }
+  constexpr int offset_k() const { return q_stages() * q_buffer_bytes(); }
   constexpr int offset_v() const { return offset_k() + stages * k_tile_bytes(); }
   constexpr int offset_vt() const { return offset_v() + stages * v_tile_bytes(); }
-  constexpr int offset_q_staging() const { return offset_vt() + stages * vt_tile_bytes(); }
-  constexpr int offset_q_scales() const {
-    return offset_q_staging() + q_stages() * q_staging_bytes();
-  }
+  constexpr int offset_q_scales() const { return offset_vt() + stages * vt_tile_bytes(); }
   constexpr int offset_barriers() const { return offset_q_scales() + q_stages() * q_scale_bytes(); }
   constexpr int offset_tile_slots() const {
     return offset_barriers() + 8 * (q_barriers() * q_stages() + kv_barriers());

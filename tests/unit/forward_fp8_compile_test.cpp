@@ -164,6 +164,9 @@ std::vector<Fp8Case> fp8_cases() {
   paged_cache.dtype = DType::fp16;
   paged_cache.page_size = 16;
   cases.push_back({"fp16 q, e4m3 paged cache, packed split", paged_cache, split});
+  Problem wide_cache = cache;  // 64 rows: 128 of a 16-bit Q do not fit at 256
+  wide_cache.head_dim_qk = wide_cache.head_dim_v = 256;
+  cases.push_back({"bf16 q, e4m3 cache, d256", wide_cache, {}});
   Problem serving = cache;
   serving.varlen = true;
   serving.page_size = 64;
