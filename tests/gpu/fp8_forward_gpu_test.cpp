@@ -26,17 +26,7 @@ struct Fp8Case {
 
 Problem fp8_problem(int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int d, int dv,
                     MaskKind mask) {
-  Problem p;
-  p.dtype = DType::e4m3;
-  p.batch = b;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.head_dim_qk = d;
-  p.head_dim_v = dv;
-  p.mask = mask;
-  return p;
+  return testing::make_problem(DType::e4m3, b, hq, hkv, sq, sk, d, dv, mask);
 }
 
 std::vector<Fp8Case> fp8_cases() {
