@@ -10,7 +10,7 @@
 #   SHARDS=4  FILTER=<gtest filter applied to both parts, default *>
 #   PART=serial|shards  one of the two parts (default both): the whole run
 #   took more than the device's 10 minutes a call on an H100 (2026-12-07),
-#   so a session runs it as two calls.
+#   so it runs as two calls there.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 BIN=${1:-.device/bin/flashjit_gpu_tests}
