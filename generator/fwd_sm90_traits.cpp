@@ -176,45 +176,30 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
   t.head_dim_v = head_dim_v;
   t.element_bytes = element_bytes;
   t.q_element_bytes = q_element_bytes;
-  if (element_bytes == 1) {
-    // e4m3: the tiles its V^T and register budgets were laid out for.
-    std::vector<std::string> why;
-    if (std::string dims = unsupported_reason(head_dim_qk, head_dim_v); !dims.empty())
-      why.push_back(dims);
-    if (block_m != 64 && block_m != 128)
-      why.push_back(llvm::formatv("block_m={0} is not 64 or 128 with e4m3", block_m));
-    else if (warps != warps_for(block_m))
-      why.push_back(llvm::formatv("warps={0} is not {1} at block_m={2}", warps,
-                                  warps_for(block_m), block_m));
-    if (block_n != kFp8BlockN)
-      why.push_back(llvm::formatv("block_n={0} is not {1} with e4m3 (V^T's rows are one 128-byte "
-                                  "swizzle block of keys)",
-                                  block_n, kFp8BlockN));
-    if (stages < 2 || stages > 4)
-      why.push_back(llvm::formatv("stages={0} is not in [2, 4]", stages));
-    if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
-      why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
-    if (!why.empty())
-      return invalid_config("sm90 e4m3 forward", block_m, block_n, warps, stages, head_dim_qk,
-                            head_dim_v, why);
-    return t;
-  }
+  // e4m3: the tiles its V^T and register budgets were laid out for.
+  const bool fp8 = element_bytes == 1;
   std::vector<std::string> why;
   std::string dims = unsupported_reason(head_dim_qk, head_dim_v);
   if (!dims.empty()) why.push_back(dims);
   // Unequal head dims are bound by the wider one (O's registers, K's bytes).
   const int head_dim = std::max(head_dim_qk, head_dim_v);
-  if (!block_m_allowed(head_dim, block_m))
-    why.push_back(llvm::formatv("block_m={0} is not 64 or 128 (one or two consumer warpgroups "
-                                "of 64 rows) or, at head dim 64, 192 (three)",
-                                block_m));
+  if (fp8 ? block_m != 64 && block_m != 128 : !block_m_allowed(head_dim, block_m))
+    why.push_back(fp8 ? llvm::formatv("block_m={0} is not 64 or 128 with e4m3", block_m).str()
+                      : llvm::formatv("block_m={0} is not 64 or 128 (one or two consumer "
+                                      "warpgroups of 64 rows) or, at head dim 64, 192 (three)",
+                                      block_m)
+                            .str());
   else if (warps != warps_for(block_m))
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and {2} consumer warpgroups "
                                 "at block_m={3})",
                                 warps, warps_for(block_m), block_m / 64, block_m));
-  if (block_n < 16 || block_n % 16 || block_n > 256)
+  if (fp8 && block_n != kFp8BlockN)
+    why.push_back(llvm::formatv("block_n={0} is not {1} with e4m3 (V^T's rows are one 128-byte "
+                                "swizzle block of keys)",
+                                block_n, kFp8BlockN));
+  else if (!fp8 && (block_n < 16 || block_n % 16 || block_n > 256))
     why.push_back(llvm::formatv("block_n={0} is not a multiple of 16 in [16, 256]", block_n));
-  else if (dims.empty() && block_n > max_block_n(head_dim, block_m, lean))
+  else if (!fp8 && dims.empty() && block_n > max_block_n(head_dim, block_m, lean))
     why.push_back(llvm::formatv(
         "block_n={0} exceeds {1} at head dim {2}, block_m {3} (the kernel spills{4})", block_n,
         max_block_n(head_dim, block_m, lean), head_dim, block_m,
@@ -226,8 +211,8 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
   if (why.empty() && max_smem_bytes > 0 && t.smem_bytes() > max_smem_bytes)
     why.push_back(smem_reason(t.smem_bytes(), max_smem_bytes));
   if (!why.empty())
-    return invalid_config("sm90 forward", block_m, block_n, warps, stages, head_dim_qk, head_dim_v,
-                          why);
+    return invalid_config(fp8 ? "sm90 e4m3 forward" : "sm90 forward", block_m, block_n, warps,
+                          stages, head_dim_qk, head_dim_v, why);
   return t;
 }
 

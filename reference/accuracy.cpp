@@ -31,6 +31,18 @@ size_t count_nan(llvm::ArrayRef<float> values) {
   return n;
 }
 
+// The LSE's part of a forward report (none where `lse` is empty): every row
+// written and within `atol` of the exact one.
+static void check_lse(AccuracyReport &r, llvm::ArrayRef<float> lse,
+                      llvm::ArrayRef<float> reference_lse, double atol) {
+  if (lse.empty()) return;
+  r.lse_checked = true;
+  r.lse_unwritten = count_nan(lse);
+  r.lse_max_err = max_abs_error(lse, reference_lse);
+  r.lse_tolerance = atol;
+  r.passed = r.passed && r.lse_unwritten == 0 && r.lse_max_err <= r.lse_tolerance;
+}
+
 AccuracyReport check_forward_accuracy(llvm::ArrayRef<float> out, llvm::ArrayRef<float> reference,
                                       llvm::ArrayRef<float> lowprec_reference,
                                       llvm::ArrayRef<float> lse,
@@ -45,13 +57,7 @@ AccuracyReport check_forward_accuracy(llvm::ArrayRef<float> out, llvm::ArrayRef<
   r.baseline_err = max_abs_error(lowprec_reference, reference);
   r.tolerance = criterion.factor * r.baseline_err + criterion.atol;
   r.passed = r.unwritten == 0 && r.max_err <= r.tolerance;
-  if (!lse.empty()) {
-    r.lse_checked = true;
-    r.lse_unwritten = count_nan(lse);
-    r.lse_max_err = max_abs_error(lse, reference_lse);
-    r.lse_tolerance = criterion.lse_atol;
-    r.passed = r.passed && r.lse_unwritten == 0 && r.lse_max_err <= r.lse_tolerance;
-  }
+  check_lse(r, lse, reference_lse, criterion.lse_atol);
   return r;
 }
 
@@ -85,13 +91,7 @@ AccuracyReport check_fp8_forward_accuracy(llvm::ArrayRef<float> out,
   r.rmse = rms_error(out, reference);
   r.rmse_bound = criterion.rmse;
   r.passed = r.unwritten == 0 && r.max_err <= r.tolerance && r.rmse <= r.rmse_bound;
-  if (!lse.empty()) {
-    r.lse_checked = true;
-    r.lse_unwritten = count_nan(lse);
-    r.lse_max_err = max_abs_error(lse, reference_lse);
-    r.lse_tolerance = criterion.lse_atol;
-    r.passed = r.passed && r.lse_unwritten == 0 && r.lse_max_err <= r.lse_tolerance;
-  }
+  check_lse(r, lse, reference_lse, criterion.lse_atol);
   return r;
 }
 
