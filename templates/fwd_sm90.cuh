@@ -164,6 +164,15 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   constexpr bool kTakesTiles = kVarlen || (kBlockMap && !kWarpProducer);
   const bool dynamic = kTakesTiles && p.tile_counter != nullptr && (!kVarlen || sched.compact);
   const KeyTileWalk walk{p, sched};
+  // Under the counter, work tile j's index as its slot holds it (-1: none
+  // left), read once its Q buffer is full, by the lane that releases the
+  // buffer, so the read comes before the release in that thread's own order.
+  auto slot_tile = [&](int j) {
+    mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
+    int w = 0;
+    if (tid % 32 == 0) w = ld_shared_s32(tile_slot(smem, j));
+    return __shfl_sync(0xffffffffu, w, 0);
+  };
 
   if (tid == 0) {
 #pragma unroll
@@ -332,10 +341,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         for (int j = 0;; ++j) {
           const int qb = q_buffer_of(j);
           if (dynamic) {
-            mbarrier_wait(bars.q_full(qb), q_parity_of(j));
-            int w = 0;
-            if (lane == 0) w = ld_shared_s32(tile_slot(smem, j));
-            w = __shfl_sync(0xffffffffu, w, 0);
+            const int w = slot_tile(j);
             if (!kQuantizeQ && lane == 0) mbarrier_arrive(bars.q_empty(qb));
             if (w < 0 || !sched.at(p, w, tile)) break;
           } else if (!sched.next(p, j, tile)) {
@@ -610,12 +616,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   };
   auto next_tile = [&](int j, WorkTile &t) {
     if (!dynamic) return sched.next(p, j, t);
-    mbarrier_wait(bars.q_full(q_buffer_of(j)), q_parity_of(j));
-    // Read by the lane that releases the buffer (release_q), so the read
-    // comes before the release in that thread's own order.
-    int w = 0;
-    if (lane == 0) w = ld_shared_s32(tile_slot(smem, j));
-    w = __shfl_sync(0xffffffffu, w, 0);
+    const int w = slot_tile(j);  // before release_q's arrival
     return w >= 0 && sched.at(p, w, t);
   };
   WorkTile tile;
