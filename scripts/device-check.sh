@@ -24,7 +24,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-LOGDIR=$(mktemp -d /tmp/flashjit-device-check.XXXXXX)
+LOGDIR=${LOGDIR:-$(mktemp -d /tmp/flashjit-device-check.XXXXXX)}  # LOGDIR=DIR keeps the logs there
 export LOGDIR  # ab_grid's
 mkdir -p "$LOGDIR"
 export BIN=$PWD/.device/bin
@@ -91,7 +91,10 @@ run_shapes() {
     "--dtype fp16 --heads 16 --heads-kv 4 --hdim 96 --mask window:256,0 --varlen --seqlens-q 1,130,1 --seqlens-k 900,700,33 --page-size 16" \
     "--pass bwd --dtype bf16 --heads 16 --hdim 128 --causal --seqlen 2048" \
     "--pass bwd --dtype bf16 --heads 8 --heads-kv 2 --hdim 128 --causal --varlen --seqlens-q 0,1,17,113,1023 --seqlens-k 5,1,17,200,0" \
-    "--pass bwd --dtype fp16 --heads 4 --hdim 256 --varlen --seqlens-q 300,17,700"; do
+    "--pass bwd --dtype fp16 --heads 4 --hdim 256 --varlen --seqlens-q 300,17,700" \
+    "--dtype e4m3 --batch 2 --heads 16 --seqlen 2048 --hdim 128 --causal" \
+    "--dtype e4m3 --heads 8 --heads-kv 2 --seqlen-q 333 --seqlen-k 1029 --hdim 256 --out-dtype fp16" \
+    "--dtype bf16 --kv-dtype e4m3 --batch 4 --heads 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 4000 --hdim 128"; do
     echo "+ flashjit run --check $shape"
     # shellcheck disable=SC2086
     "$BIN/flashjit" run --check $shape || rc=1

@@ -17,7 +17,8 @@ BIN=${1:-.device/bin/flashjit_gpu_tests}
 SHARDS=${SHARDS:-4}
 FILTER=${FILTER:-*}
 SERIAL='HostCost.*:Concurrency.*:ConcurrencyChild.*:*Tune*:FirstCallDb*:BackwardFirstCallDb*:FaultIsolation*'
-LOGS=$(mktemp -d /tmp/flashjit-gpu-tests.XXXXXX)
+LOGS=${LOGS:-$(mktemp -d /tmp/flashjit-gpu-tests.XXXXXX)}  # LOGS=DIR keeps them (e.g. under $OUT)
+mkdir -p "$LOGS"
 
 if [ ! -x "$BIN" ]; then
   echo "gpu-tests: no test binary at $BIN" >&2
