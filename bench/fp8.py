@@ -9,9 +9,9 @@ bench/compare.py: 16k tokens (batch = 16384 // seqlen), hidden 2048 (heads =
 2048 // d), d=128 and 256 at 4k, 8k and 16k, full and causal; then
 Llama-3.1-70B's 64/8 heads at d=128 and 32k tokens. cuDNN's fp8 attention
 runs where this machine has it: cudnn-frontend's Python graph (sdpa_fp8,
-per-tensor descales, bf16 output where it accepts one), else PyTorch SDPA or
-aten._scaled_dot_product_cudnn_attention on e4m3 tensors; which one (or
-that none did) is in the result's config. RMSE: each output against a
+per-tensor descales, bf16 output where it accepts one; installed, or from
+a wheel in .device-wheels/), else PyTorch SDPA's cuDNN backend on e4m3
+tensors; which one (or that none did) is in the result's config. RMSE: each output against a
 float64 reference of its own de-quantized inputs (bf16: of the bf16 inputs)
 on a slice (batch 0, the last RMSE_ROWS queries, KV heads 0-1 and their
 query heads).
@@ -37,14 +37,18 @@ Writes the suites fp8_fwd and fp8_decode to bench/results/<gpu>/
 (bench/results.py); bench/report.py renders them.
 """
 import argparse
+import glob
 import itertools
 import json
 import math
 import os
 import re
 import sys
+import tempfile
+import zipfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
@@ -165,7 +169,7 @@ def frontend_fp8(q8, k8, v8, descales, causal):
     """cudnn-frontend's sdpa_fp8 graph over [b, s, h, d] e4m3 tensors and
     one-element descales: (call, the output [b, s, h, d], out dtype name).
     The output is bf16 where this cuDNN takes it, else e4m3 with scale 1."""
-    import cudnn
+    cudnn = import_cudnn_frontend()
     if "handle" not in FRONTEND:
         FRONTEND["handle"] = cudnn.create_handle()
     handle = FRONTEND["handle"]
@@ -221,31 +225,47 @@ def frontend_fp8(q8, k8, v8, descales, causal):
     raise RuntimeError("; ".join(errors))
 
 
-def torch_fp8(entry):
-    """PyTorch's own cuDNN attention on e4m3 tensors (SDPA under the cuDNN
-    backend, or the aten op): the descales are folded into the softmax scale
-    and applied to V's side afterwards (one-element descales)."""
-    def prepare(q8, k8, v8, descales, causal):
-        qd, kd, vd = (float(x.reshape(())) for x in descales)
-        scale = qd * kd / math.sqrt(q8.shape[-1])
-        qt, kt, vt = (t.transpose(1, 2) for t in (q8, k8, v8))
-        gqa = {"enable_gqa": True} if k8.shape[2] != q8.shape[2] else {}
-        if entry == "sdpa":
-            def call():
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
-                                                          scale=scale, **gqa)
-        else:
-            def call():
-                return torch.ops.aten._scaled_dot_product_cudnn_attention(
-                    qt, kt, vt, None, False, 0.0, causal, False, scale=scale)[0]
-        return call, (lambda out: out.transpose(1, 2).float() * vd), "float8_e4m3fn"
-    return prepare
+def torch_fp8(q8, k8, v8, descales, causal):
+    """PyTorch SDPA under the cuDNN backend on e4m3 tensors: the descales
+    folded into the softmax scale and applied to V's side afterwards
+    (one-element descales). aten._scaled_dot_product_cudnn_attention is
+    not tried: PyTorch 2.11 hands e4m3 tensors to a 16-bit cuDNN kernel
+    there, which reads past them (an illegal address, H100, 2026-12-07)."""
+    qd, kd, vd = (float(x.reshape(())) for x in descales)
+    scale = qd * kd / math.sqrt(q8.shape[-1])
+    qt, kt, vt = (t.transpose(1, 2) for t in (q8, k8, v8))
+    gqa = {"enable_gqa": True} if k8.shape[2] != q8.shape[2] else {}
+
+    def call():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale,
+                                                  **gqa)
+    return call, (lambda out: out.transpose(1, 2).float() * vd), "float8_e4m3fn"
+
+
+def import_cudnn_frontend():
+    """cudnn-frontend's Python module: installed, or from a wheel in
+    $FLASHJIT_EXTRA_WHEELS (default .device-wheels; the GPU machine has no
+    package registry) unpacked into a temporary folder."""
+    try:
+        import cudnn
+        return cudnn
+    except ImportError:
+        pass
+    folder = os.environ.get("FLASHJIT_EXTRA_WHEELS", os.path.join(ROOT, ".device-wheels"))
+    wheels = sorted(glob.glob(os.path.join(folder, "nvidia_cudnn_frontend-*.whl")))
+    if not wheels:
+        raise ImportError(f"no cudnn-frontend installed, nor a wheel in {folder}")
+    target = tempfile.mkdtemp(prefix="cudnn-frontend-")
+    with zipfile.ZipFile(wheels[-1]) as z:
+        z.extractall(target)
+    sys.path.insert(0, target)
+    import cudnn
+    return cudnn
 
 
 CUDNN_PATHS = [("cudnn-frontend sdpa_fp8", frontend_fp8),
-               ("torch sdpa, cuDNN backend", torch_fp8("sdpa")),
-               ("aten._scaled_dot_product_cudnn_attention", torch_fp8("aten"))]
+               ("torch sdpa, cuDNN backend", torch_fp8)]
 
 
 def find_cudnn_fp8():
@@ -266,7 +286,7 @@ def find_cudnn_fp8():
             continue
         found["path"] = name
         if name.startswith("cudnn-frontend"):
-            import cudnn
+            cudnn = import_cudnn_frontend()
             found["version"] = f"frontend {getattr(cudnn, '__version__', '?')}, backend " \
                                f"{cudnn.backend_version()}"
         break

@@ -82,7 +82,23 @@ struct Fp8AccuracyCriterion {
   double p_relative = 1.0 / 16;
   double out_relative = 1.0 / 256;
   double atol = 1e-5;
-  double lse_atol = 1e-3;  // LSE is fp32, as in the 16-bit kernels
+  // The LSE: |lse - exact| <= lse_atol + lse_score_relative * score_bound.
+  // lse_atol is the 16-bit kernels' (fp32 statistics). The rest is the
+  // scores': an fp8 wgmma accumulates Q K^T with fewer mantissa bits than
+  // fp32 (DeepSeek-V3's report, section 3.3.2: about 14 on the H800), and
+  // softcap's tanh.approx is good to 2^-11 of its value, so a score's error
+  // grows with sum |q_i k_i| <= |q| |k| (Cauchy-Schwarz), not with the
+  // score itself. score_bound is scale * max |q| * max |k| over rows of the
+  // de-quantized inputs (the caller's; 0 leaves lse_atol alone). Measured
+  // (H100, 2026-12-07): 1.04e-3 at d=256 causal on N(0, 1) inputs, where
+  // the bound is about 2e-2; 2.2e-2 with FlashAttention-3's outliers,
+  // where it is about 0.2. A Q the kernel quantizes per row itself (an
+  // e4m3 cache under 16-bit q) moves each score by up to 2^-4 of its
+  // terms, so the caller asks lse_score_relative 2^-8 there (8.8e-3
+  // measured against about 8e-2).
+  double lse_atol = 1e-3;
+  double lse_score_relative = 1.0 / 1024;
+  double score_bound = 0;
 };
 
 // `out` (the kernel's output, widened), `reference` (exact, from the

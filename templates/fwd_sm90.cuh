@@ -638,7 +638,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
       // (A quantized Q's scales are its rows', read below.)
       qk_descale = (kQuantizeQ ? 1.f : p.q_descale[at]) * p.k_descale[at];
       v_descale = p.v_descale[at];
-      if constexpr (!kDescaleScores) scale_log2 = base_scale_log2 * qk_descale;
+      // A descale of 0 (an all-zero tensor's amax) makes every score 0:
+      // uniform weights. Folded into the scale it would turn a masked
+      // score's -inf into NaN (-inf * 0), so the scale stays at least the
+      // smallest normal float, which leaves every finite score at 0 after
+      // the scale and -inf at -inf.
+      if constexpr (!kDescaleScores)
+        scale_log2 = base_scale_log2 * fmaxf(qk_descale, 1.17549435e-38f);
     }
     mbarrier_wait(kQuantizeQ ? bars.qc_full(q_buffer_of(j)) : bars.q_full(q_buffer_of(j)),
                   q_parity_of(j));

@@ -91,9 +91,10 @@ def _like(t, g):
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                   window_left: int, window_right: int, softcap: float,
                   softmax_scale: Optional[float], num_splits: int, pack_gqa: int,
-                  q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
-                  v_descale: Optional[torch.Tensor],
-                  out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+                  q_descale: Optional[torch.Tensor] = None,
+                  k_descale: Optional[torch.Tensor] = None,
+                  v_descale: Optional[torch.Tensor] = None,
+                  out_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     call = _call(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits,
                  pack_gqa, (q_descale, k_descale, v_descale, out_dtype))
     out, lse, _, _, _ = _launch.forward(torch, call, q, k, v, want_lse=True)
@@ -169,9 +170,11 @@ def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                          max_seqlen_q: int, max_seqlen_k: int, causal: bool, window_left: int,
                          window_right: int, softcap: float, softmax_scale: Optional[float],
-                         q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
-                         v_descale: Optional[torch.Tensor],
-                         out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+                         q_descale: Optional[torch.Tensor] = None,
+                         k_descale: Optional[torch.Tensor] = None,
+                         v_descale: Optional[torch.Tensor] = None,
+                         out_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor,
+                                                                           torch.Tensor]:
     fp8 = (q_descale, k_descale, v_descale, out_dtype)
     call = _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
                         window_left, window_right, softcap, softmax_scale, fp8)
@@ -242,9 +245,10 @@ def attention_with_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
                               block_table: Optional[torch.Tensor],
                               softmax_scale: Optional[float], causal: bool, window_left: int,
                               window_right: int, softcap: float, num_splits: int,
-                              q_descale: Optional[torch.Tensor], k_scale: Optional[torch.Tensor],
-                              v_scale: Optional[torch.Tensor],
-                              out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor,
+                              q_descale: Optional[torch.Tensor] = None,
+                              k_scale: Optional[torch.Tensor] = None,
+                              v_scale: Optional[torch.Tensor] = None,
+                              out_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor,
                                                                           torch.Tensor]:
     return kvcache.attention_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens, block_table=block_table,
@@ -272,9 +276,10 @@ def attention_varlen_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              window_left: int, window_right: int, softcap: float,
                              softmax_scale: Optional[float], block_table: Optional[torch.Tensor],
                              seqused_k: Optional[torch.Tensor],
-                             q_descale: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
-                             v_descale: Optional[torch.Tensor],
-                             out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor,
+                             q_descale: Optional[torch.Tensor] = None,
+                             k_descale: Optional[torch.Tensor] = None,
+                             v_descale: Optional[torch.Tensor] = None,
+                             out_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor,
                                                                          torch.Tensor]:
     call = varlen.prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, softmax_scale, causal, (window_left, window_right),
