@@ -145,16 +145,21 @@ class References:
         fj._attention, fj._attention_varlen, fj._DTYPES = self.saved
 
 
-def _close(got, want, rtol, label):
+def _close(got, want, rtol, label, atol=0.0):
     err = tm.max_error(got, want)
     scale = want.float().abs().max().item()
-    assert err <= rtol * scale, f"{label}: max error {err:.3g} > {rtol} * {scale:.3g}"
+    assert err <= rtol * scale + atol, \
+        f"{label}: max error {err:.3g} > {rtol} * {scale:.3g} + {atol:.3g}"
 
 
 def _compare_grads(got, want, label):
+    """Each parameter's gradient within GRAD_RTOL of its largest element,
+    plus 1e-6 of the largest of all: a gradient that is a small difference
+    of large terms (GPT-OSS's router bias) keeps their absolute error."""
     assert got.keys() == want.keys(), (label, sorted(set(got) ^ set(want)))
+    floor = 1e-6 * max(g.abs().max().item() for g in want.values())
     for name in want:
-        _close(got[name], want[name], GRAD_RTOL, f"{label}: grad of {name}")
+        _close(got[name], want[name], GRAD_RTOL, f"{label}: grad of {name}", atol=floor)
 
 
 def _paths(entry, mask_mod=None):

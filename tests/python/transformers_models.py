@@ -37,8 +37,13 @@ def config(name):
                                          sliding_window=SLIDING_WINDOW, layer_types=layers,
                                          **common)
     if name == "gpt_oss":
-        return transformers.GptOssConfig(num_key_value_heads=2, head_dim=64, num_local_experts=4,
-                                         num_experts_per_tok=2, sliding_window=SLIDING_WINDOW,
+        # YaRN's original 4096 positions x factor 32, as GPT-OSS has them.
+        common["max_position_embeddings"] = 131072
+        # One expert: no routing decision that rounding could flip between
+        # the models compared, no router gradient that is a difference of
+        # large terms.
+        return transformers.GptOssConfig(num_key_value_heads=2, head_dim=64, num_local_experts=1,
+                                         num_experts_per_tok=1, sliding_window=SLIDING_WINDOW,
                                          layer_types=layers, **common)
     if name == "gemma3_bidirectional":
         # Not causal (an encoder, as EmbeddingGemma): |i - j| < window.
@@ -69,6 +74,9 @@ def build(name, attn_implementation, dtype=torch.float32, device="cpu", seed=0):
             if isinstance(sinks, torch.nn.Parameter):
                 sinks.normal_(1.0, 1.0)
     model.set_attn_implementation(attn_implementation)
+    if name == "gpt_oss":
+        # The experts as plain matmuls: grouped_mm may lack an fp32 kernel.
+        model.set_experts_implementation("eager")
     return model.to(device=device, dtype=dtype).eval()
 
 
