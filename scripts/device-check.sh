@@ -160,6 +160,9 @@ step python-serving 300 python_step python3 tests/python/test_varlen_kvcache.py
 step python-modifiers 300 python_step python3 tests/python/test_modifiers.py
 step python-bad-input 120 python_step python3 tests/python/test_bad_input.py
 step python-compile 300 python_step python3 tests/python/test_torch_compile.py
+# Tiny transformers models under attn_implementation="fjit" (skips without
+# transformers).
+step python-transformers 300 python_step python3 tests/python/test_transformers.py
 step fp8-tests 300 python_step python3 tests/python/test_fp8.py
 step wheel 400 wheel_step
 step latency 120 python_step python3 bench/latency.py --results "$RESULTS" --json "$LOGDIR/latency.json"
