@@ -26,7 +26,17 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     transformers = None
 
-if torch is not None and transformers is not None:
+
+def _transformers_missing():
+    """Why transformers cannot serve these tests, or None."""
+    if transformers is None:
+        return "transformers is not installed"
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return f"transformers {transformers.__version__} is older than 5"
+    return None
+
+
+if torch is not None and _transformers_missing() is None:
     import transformers_models as tm
     from flashjit.integrations import transformers as fj
 
@@ -201,14 +211,7 @@ def test_generate():
 
 
 def skip_reason():
-    reason = gpu_env.skip_reason()
-    if reason:
-        return reason
-    if transformers is None:
-        return "transformers is not installed"
-    if int(transformers.__version__.split(".")[0]) < 5:
-        return f"transformers {transformers.__version__} is older than 5"
-    return None
+    return gpu_env.skip_reason() or _transformers_missing()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,17 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     transformers = None
 
-if torch is not None and transformers is not None:
+
+def _transformers_missing():
+    """Why transformers cannot serve these tests, or None."""
+    if transformers is None:
+        return "transformers is not installed"
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return f"transformers {transformers.__version__} is older than 5"
+    return None
+
+
+if torch is not None and _transformers_missing() is None:
     import transformers_models as tm
     from flashjit.integrations import transformers as fj
 
@@ -388,12 +398,7 @@ def skip_reason():
     """Why these tests cannot run here (no GPU needed), or None."""
     if torch is None:
         return "torch is not installed"
-    if transformers is None:
-        return "transformers is not installed"
-    major = int(transformers.__version__.split(".")[0])
-    if major < 5:
-        return f"transformers {transformers.__version__} is older than 5"
-    return None
+    return _transformers_missing()
 
 
 if __name__ == "__main__":
