@@ -402,4 +402,8 @@ def skip_reason():
 
 
 if __name__ == "__main__":
+    if torch is not None:
+        # Tiny matmuls: one thread is as fast, and does not spin against the
+        # other jobs of a shared machine.
+        torch.set_num_threads(1)
     sys.exit(run_tests(globals(), skip=skip_reason, skip_status=SKIP))
