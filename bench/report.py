@@ -429,7 +429,9 @@ def refusal(rows, key):
 def cudnn_fp8_text(rec):
     found = (rec.get("config") or {}).get("cudnn_fp8") or {}
     if not found.get("path"):
-        return "none could run here (cudnn-frontend, PyTorch SDPA and the aten op tried)"
+        refused = "; ".join(f"{name}: {why}" for name, why in
+                            sorted((found.get("refused") or {}).items()))
+        return "none ran here" + (f" ({refused})" if refused else "")
     return found["path"] + (f", {found['version']}" if found.get("version") else "")
 
 

@@ -182,9 +182,19 @@ def add_arguments(parser):
 
 
 def command_line():
-    """The benchmark's command line as run, from the repository root."""
+    """The benchmark's command line as run, from the repository root,
+    without where it wrote its files (--results, --json: paths of the
+    machine that ran it, which do not change what was measured)."""
     script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO)
-    return " ".join([script] + sys.argv[1:])
+    args, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a in ("--results", "--json"):
+            skip = True
+        elif not a.startswith(("--results=", "--json=")):
+            args.append(a)
+    return " ".join([script] + args)
 
 
 def suite_name(args, default, part=""):
