@@ -83,6 +83,8 @@ llvm::Expected<NvrtcApi> load_nvrtc(llvm::ArrayRef<std::string> candidates) {
     resolve(api.GetProgramLog, "nvrtcGetProgramLog");
     resolve(api.GetCUBINSize, "nvrtcGetCUBINSize");
     resolve(api.GetCUBIN, "nvrtcGetCUBIN");
+    resolve(api.GetPTXSize, "nvrtcGetPTXSize");
+    resolve(api.GetPTX, "nvrtcGetPTX");
     if (missing.empty()) return api;
     // Too old for nvrtcGetCUBIN (NVRTC < 11.1): keep looking for a newer one.
     tried_os << "\n  " << candidate << ": lacks " << llvm::join(missing, ", ");
@@ -167,13 +169,17 @@ llvm::Expected<std::string> nvrtc_library() {
   return api->library;
 }
 
-llvm::Expected<Cubin> compile_to_cubin(const GeneratedSource &source, const TargetArch &arch) {
+namespace {
+
+// One NVRTC compile of `source` for `arch_name` (sm_XX: a cubin; compute_XX:
+// PTX), its output in `out.bytes` (PTX without its terminating NUL).
+llvm::Expected<Cubin> compile_program(const GeneratedSource &source, const TargetArch &arch,
+                                      const std::string &arch_name, bool ptx) {
   auto loaded = nvrtc();
   if (!loaded) return loaded.takeError();
   const detail::NvrtcApi &api = *loaded;
 
   std::vector<std::string> options = source.options;
-  const std::string arch_name = arch.name();
   bool has_arch = false;
   for (size_t i = 0; i < options.size(); ++i) {
     llvm::StringRef named = arch_option_value(options, i);
@@ -235,18 +241,39 @@ llvm::Expected<Cubin> compile_to_cubin(const GeneratedSource &source, const Targ
   }
   if (compiled != NVRTC_SUCCESS) return fail("compilation", compiled, out.log);
 
-  size_t cubin_size = 0;
-  if (nvrtcResult r = api.GetCUBINSize(program, &cubin_size); r != NVRTC_SUCCESS)
-    return fail("nvrtcGetCUBINSize", r, out.log);
-  if (cubin_size == 0)
-    return fail("nvrtcGetCUBIN (empty: a virtual compute_XX architecture yields only PTX)",
-                NVRTC_ERROR_INVALID_OPTION, out.log);
-  out.bytes.resize(cubin_size);
-  if (nvrtcResult r = api.GetCUBIN(program, out.bytes.data()); r != NVRTC_SUCCESS)
-    return fail("nvrtcGetCUBIN", r, out.log);
+  if (ptx) {
+    size_t ptx_size = 0;
+    if (nvrtcResult r = api.GetPTXSize(program, &ptx_size); r != NVRTC_SUCCESS)
+      return fail("nvrtcGetPTXSize", r, out.log);
+    out.bytes.resize(ptx_size);
+    if (nvrtcResult r = api.GetPTX(program, out.bytes.data()); r != NVRTC_SUCCESS)
+      return fail("nvrtcGetPTX", r, out.log);
+    while (!out.bytes.empty() && out.bytes.back() == '\0') out.bytes.pop_back();
+  } else {
+    size_t cubin_size = 0;
+    if (nvrtcResult r = api.GetCUBINSize(program, &cubin_size); r != NVRTC_SUCCESS)
+      return fail("nvrtcGetCUBINSize", r, out.log);
+    if (cubin_size == 0)
+      return fail("nvrtcGetCUBIN (empty: a virtual compute_XX architecture yields only PTX)",
+                  NVRTC_ERROR_INVALID_OPTION, out.log);
+    out.bytes.resize(cubin_size);
+    if (nvrtcResult r = api.GetCUBIN(program, out.bytes.data()); r != NVRTC_SUCCESS)
+      return fail("nvrtcGetCUBIN", r, out.log);
+  }
   out.compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+}  // namespace
+
+llvm::Expected<Cubin> compile_to_cubin(const GeneratedSource &source, const TargetArch &arch) {
+  return compile_program(source, arch, arch.name(), /*ptx=*/false);
+}
+
+llvm::Expected<Cubin> compile_to_ptx(const GeneratedSource &source, const TargetArch &arch) {
+  // sm_90a's virtual architecture is compute_90a: the same features.
+  return compile_program(source, arch, "compute_" + arch.name().substr(3), /*ptx=*/true);
 }
 
 }  // namespace flashjit

@@ -31,6 +31,10 @@ llvm::Expected<std::string> nvrtc_library();
 // Adds --gpu-architecture=<arch.name()> unless `source.options` already names
 // the same architecture (a different one is an error). Thread-safe.
 llvm::Expected<Cubin> compile_to_cubin(const GeneratedSource &source, const TargetArch &arch);
+// The same for the virtual architecture of `arch` (compute_90a for
+// sm_90a): `bytes` holds the PTX text (without a NUL). For the host's
+// probes (runtime/modifier_facts.h), which read what the compiler made.
+llvm::Expected<Cubin> compile_to_ptx(const GeneratedSource &source, const TargetArch &arch);
 
 namespace detail {
 
@@ -44,6 +48,8 @@ struct NvrtcApi {
   decltype(&::nvrtcGetProgramLog) GetProgramLog = nullptr;
   decltype(&::nvrtcGetCUBINSize) GetCUBINSize = nullptr;
   decltype(&::nvrtcGetCUBIN) GetCUBIN = nullptr;
+  decltype(&::nvrtcGetPTXSize) GetPTXSize = nullptr;
+  decltype(&::nvrtcGetPTX) GetPTX = nullptr;
   std::string library;  // the path or soname that was loaded
 };
 
