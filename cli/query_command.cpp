@@ -13,12 +13,13 @@
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "generator/modifier_source.h"
-#include "runtime/device.h"
-#include "runtime/backward_source.h"
-#include "runtime/kernel_source.h"
-#include "runtime/tuning_key.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
+#include "runtime/backward_source.h"
+#include "runtime/device.h"
+#include "runtime/kernel_source.h"
+#include "runtime/modifier_facts.h"
+#include "runtime/tuning_key.h"
 
 namespace cl = llvm::cl;
 
@@ -129,7 +130,6 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   // The caller's modifiers: their hash is part of the class a call looks up.
   auto mods = modifiers.read(parsed->pass);
   if (!mods) return report_error(kExitUsage, mods.takeError());
-  const std::string mods_hash = modifiers_hash(modifiers_of_pass(*mods, parsed->pass));
   std::optional<TargetArch> target;
   if (!arch.empty()) {
     auto t = TargetArch::parse(arch);
@@ -166,6 +166,17 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
                   : lookup_note.empty() ? device_note
                                         : device_note + "; " + lookup_note;
   }
+
+  // The modifiers as a call on the device compiles them (whether one block
+  // map serves every batch and head): their hash is part of the class.
+  auto block_map = block_map_text(*mods, device->target());
+  if (!block_map) return report_error(kExitFailure, block_map.takeError());
+  if (!mods->empty()) {
+    auto resolved = resolve_modifiers(*mods, parsed->pass, device->target());
+    if (!resolved) return report_error(kExitFailure, resolved.takeError());
+    *mods = std::move(*resolved);
+  }
+  const std::string mods_hash = modifiers_hash(modifiers_of_pass(*mods, parsed->pass));
 
   // Only the class flags (--pass, --deterministic) reach query: the config
   // is what it reports.
@@ -216,6 +227,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
                          {"arch", device->target().name()},
                          {"problem", problem_json(parsed->problem)},
                          {"class", class_json(asked)}};
+    if (!block_map->empty()) o["block_map"] = *block_map;
     if (parsed->problem.varlen) {
       llvm::json::Object v{{"sequences", parsed->problem.batch},
                            {"longest_q", parsed->problem.seqlen_q},
@@ -245,6 +257,7 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   os << llvm::formatv("source     {0}\n", to_string(chosen->source));
   os << llvm::formatv("config     {0}\n", config_text(to_stored(chosen->config)));
   if (!kernel_id.empty()) os << llvm::formatv("kernel     {0}\n", kernel_id);
+  if (!block_map->empty()) os << llvm::formatv("block map  {0}\n", *block_map);
   if (!packed.empty()) os << llvm::formatv("class      {0}\n", packed);
   if (chosen->record) print_record(os, *chosen->record, nearest);
   if (nearest)

@@ -25,18 +25,19 @@
 
 #include "cli/commands.h"
 #include "cli/db_common.h"
-#include "runtime/device.h"
-#include "runtime/runtime_counters.h"
 #include "generator/kernel_spec.h"
 #include "generator/modifier_source.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+#include "runtime/device.h"
+#include "runtime/modifier_facts.h"
+#include "runtime/runtime_counters.h"
 #include "runtime/tuning_key.h"
 #include "tuner/modifier_inputs.h"
 #include "tuner/tune_backward.h"
 #include "tuner/tune_class.h"
 #include "tuner/tuner.h"
 #include "tuner/worker_process.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
 
@@ -166,7 +167,17 @@ struct WorkerSettings {
 // calls look up (class_view: the longest lengths and the total); a modified
 // one's that of its pass's part of the snippets.
 ProblemClassKey row_class_key(const Row &row) {
-  const Modifiers compiled = modifiers_of_pass(row.entry->modifiers, row.entry->pass);
+  Modifiers compiled = modifiers_of_pass(row.entry->modifiers, row.entry->pass);
+  // As the tune compiles them on the row's device (resolve_tuned_modifiers).
+  if (!compiled.empty()) {
+    auto device = cached_device_info(row.device);
+    auto resolved = device ? resolve_modifiers(compiled, row.entry->pass, device->target())
+                           : llvm::Expected<Modifiers>(device.takeError());
+    if (resolved)
+      compiled = std::move(*resolved);
+    else
+      llvm::consumeError(resolved.takeError());
+  }
   return problem_class_key(tuning_class_problem(row.entry->problem, row.packed),
                            class_pass(row.entry->pass, row.entry->deterministic),
                            compiled.empty() ? std::string() : modifiers_hash(compiled));

@@ -103,7 +103,7 @@ BlockMapGeometry forward_block_map_geometry(const KernelSpec &spec, const Proble
                         spec.page_size,    spec.head_dim_v};
   g.row_blocks = ceil_div(problem.seqlen_q, t.layout().q_rows_per_tile());
   g.tiles = ceil_div(problem.seqlen_k, spec.config.block_n);
-  const bool qk_only = spec.modifiers.mask_mod_qk_only;
+  const bool qk_only = spec.modifiers.mask_mod_qk_only == MaskModQkOnly::on;
   // Sequences of their own lengths have maps of their own even when the
   // mask reads only (q, k): the tiles past a shorter one's end differ.
   const bool per_sequence_lengths = spec.varlen || spec.seqused_k;
@@ -123,7 +123,7 @@ BlockMapGeometry backward_block_map_geometry(const KernelSpec &spec, const Probl
   }
   g.row_blocks = ceil_div(problem.seqlen_k, spec.config.block_n);
   g.tiles = ceil_div(problem.seqlen_q, spec.config.block_m);
-  const bool qk_only = spec.modifiers.mask_mod_qk_only;
+  const bool qk_only = spec.modifiers.mask_mod_qk_only == MaskModQkOnly::on;
   // As the forward's: a packed batch's sequences have maps of their own.
   g.heads = qk_only ? 1 : problem.heads_kv;
   g.batches = qk_only && !spec.varlen ? 1 : problem.batch;

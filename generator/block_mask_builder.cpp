@@ -43,12 +43,14 @@ llvm::Error validate_block_mask_to_build(const Problem &problem, const Modifiers
   if (!out.full_kv_num_blocks || !out.full_kv_indices)
     return error("full_kv_num_blocks and full_kv_indices must be device pointers: the blocks "
                  "mask_mod shows whole are written there");
-  if (!modifiers.mask_mod_qk_only &&
+  if (modifiers.mask_mod_qk_only == MaskModQkOnly::off &&
       (out.batches != problem.batch || out.heads != problem.heads_q))
-    return error(llvm::formatv("batches={0}, heads={1}: a mask_mod that may read b and h "
-                               "needs the problem's, {2} and {3}; declare mask_mod_qk_only "
-                               "for one mask of every batch and head",
-                               out.batches, out.heads, problem.batch, problem.heads_q));
+    return error(
+        llvm::formatv("batches={0}, heads={1}: a mask_mod that may read b or h "
+                      "(mask_mod_qk_only off: given, or found by the probe) needs "
+                      "the problem's, {2} and {3}; one mask of every batch and head "
+                      "needs a mask_mod of q and k alone",
+                      out.batches, out.heads, problem.batch, problem.heads_q));
   if (out.q_blocks > 65535 || out.k_blocks > 65535 || out.batches * out.heads > (1ll << 31) - 1)
     return error(llvm::formatv("{0} x {1} blocks: at most 65535 each way; use larger blocks",
                                out.q_blocks, out.k_blocks));

@@ -24,9 +24,10 @@ GeneratedSource generate_block_mask_builder(const Modifiers &modifiers);
 // Why `out` cannot be built for `problem` with `modifiers` (an error naming
 // the field and what it should be): everything validate_block_mask asks of
 // a mask a call reads, all four arrays given, and batches and heads those
-// of the problem unless mask_mod reads only q and k (mask_mod_qk_only),
-// since a mask of one head would stand for heads it was not computed for.
-// Dense problems only.
+// of the problem where mask_mod may read b or h (mask_mod_qk_only `off`:
+// given, or resolved so: runtime/modifier_facts.h; `automatic` is checked
+// once resolved), since a mask of one head would stand for heads it was
+// not computed for. Dense problems only.
 llvm::Error validate_block_mask_to_build(const Problem &problem, const Modifiers &modifiers,
                                          const BlockMask &out);
 

@@ -93,7 +93,7 @@ llvm::Error validate_modifier_functions(const Modifiers &modifiers) {
   if (!modifiers.score_mod_grad.empty() && modifiers.score_mod.empty())
     return modifier_error("score_mod_grad is given but there is no score_mod it is the "
                           "derivative of");
-  if (modifiers.mask_mod_qk_only && modifiers.mask_mod.empty())
+  if (modifiers.mask_mod_qk_only == MaskModQkOnly::on && modifiers.mask_mod.empty())
     return modifier_error("mask_mod_qk_only is set but there is no mask_mod it could describe");
   return llvm::Error::success();
 }
@@ -118,7 +118,9 @@ uint64_t modifiers_hash_value(const Modifiers &modifiers) {
   h = fnv1a(h, modifiers.mask_mod);
   for (const AuxField &field : modifiers.aux) h = fnv1a(fnv1a(h, field.type), field.name);
   // The block map's extent is compiled in: a shared map is another kernel.
-  if (modifiers.mask_mod_qk_only) h = fnv1a(h, "qk_only");
+  // `automatic` compiles as `off` until a call resolves it
+  // (runtime/modifier_facts.h), so the two name one kernel.
+  if (modifiers.mask_mod_qk_only == MaskModQkOnly::on) h = fnv1a(h, "qk_only");
   if (!modifiers.score_mod_grad.empty()) h = fnv1a(fnv1a(h, "grad"), modifiers.score_mod_grad);
   if (modifiers.sinks) h = fnv1a(h, "sinks");
   return h;
@@ -130,7 +132,7 @@ std::string modifiers_hash(const Modifiers &modifiers) {
 }
 
 std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
-                              const std::string &program) {
+                              const std::string &program, bool backward) {
   if (modifiers.empty()) return "namespace flashjit::cfg { using Modifiers = NoModifiers; }\n";
   std::string out;
   llvm::raw_string_ostream os(out);
@@ -165,6 +167,15 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
     os << "template <class... A>\n"
        << "__device__ __forceinline__ ::flashjit::NoScoreSlope score_mod_slope(A...) { return {}; "
           "}\n";
+  // A backward's score_mod_grad where none is given apart: the score_mod
+  // snippet's own, found the same way; this overload of last resort is
+  // what a snippet without one leaves, and score_grad's static_assert
+  // names it (the host refuses such a call first: modifier_grad_error).
+  const bool grad_in_snippet = backward && score && modifiers.score_mod_grad.empty();
+  if (grad_in_snippet)
+    os << "template <class... A>\n"
+       << "__device__ __forceinline__ ::flashjit::NoScoreModGrad score_mod_grad(A...) { return "
+          "{}; }\n";
   // One of the policy's two functions: the caller's, or the identity.
   auto function = [&](const char *head, const std::string &snippet, const char *call,
                       const char *identity) {
@@ -179,7 +190,9 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
      << "  static constexpr bool kMask = " << (modifiers.mask_mod.empty() ? "false" : "true")
      << ";\n"
      << "  static constexpr bool kMaskQkOnly = "
-     << (modifiers.mask_mod_qk_only && !modifiers.mask_mod.empty() ? "true" : "false") << ";\n"
+     << (modifiers.mask_mod_qk_only == MaskModQkOnly::on && !modifiers.mask_mod.empty() ? "true"
+                                                                                        : "false")
+     << ";\n"
      << "  static constexpr bool kSinks = " << (modifiers.sinks ? "true" : "false") << ";\n";
   function("float score(float s, int b, int h, int q, int k, const void *aux)", modifiers.score_mod,
            "::score_mod(s, b, h, q, k", "s");
@@ -194,10 +207,31 @@ std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
      << ";\n  }\n";
   function("bool visible(int b, int h, int q, int k, const void *aux)", modifiers.mask_mod,
            "::mask_mod(b, h, q, k", "true");
-  function("float score_grad(float s, int b, int h, int q, int k, const void *aux)",
-           modifiers.score_mod_grad, "::score_mod_grad(s, b, h, q, k", "1.f");
+  if (grad_in_snippet) {
+    const std::string call = std::string("::score_mod_grad(s, b, h, q, k") + aux_arg + ")";
+    os << "  __device__ __forceinline__ static float score_grad(float s, int b, int h, int q, "
+          "int k, const void *aux) {\n"
+       << "    static_assert(::flashjit::kIsScoreModGrad<decltype(" << call << ")>,\n"
+       << "                  \"" << score_mod_grad_missing(modifiers) << "\");\n"
+       << "    return " << call << ";\n  }\n";
+  } else {
+    function("float score_grad(float s, int b, int h, int q, int k, const void *aux)",
+             modifiers.score_mod_grad, "::score_mod_grad(s, b, h, q, k", "1.f");
+  }
   os << "};\n}  // namespace cfg\n}  // namespace flashjit\n";
   return os.str();
+}
+
+std::string score_mod_grad_signature(const Modifiers &modifiers) {
+  return std::string("float score_mod_grad(float score, int b, int h, int q, int k") +
+         (modifiers.aux.empty() ? ")" : ", const Aux &aux)");
+}
+
+std::string score_mod_grad_missing(const Modifiers &modifiers) {
+  return "the score_mod has no score_mod_grad, d score_mod / d score, which the backward needs: "
+         "define " +
+         score_mod_grad_signature(modifiers) +
+         " in the score_mod's source (or give it apart), or run the forward alone";
 }
 
 llvm::Expected<std::vector<AuxField>> parse_aux_declarations(llvm::StringRef text) {

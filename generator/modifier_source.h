@@ -56,8 +56,20 @@ llvm::Expected<std::vector<AuxField>> parse_aux_declarations(llvm::StringRef tex
 // the snippet's own lines) and flashjit::cfg::Modifiers; `first_line` is
 // the generated file's line where it starts (`program` the file's name), so
 // a `#line` after the snippets puts the numbering back. Empty modifiers
-// give `using Modifiers = NoModifiers;` in flashjit::cfg.
+// give `using Modifiers = NoModifiers;` in flashjit::cfg. `backward`: the
+// program calls score_grad, which is then the score_mod_grad given apart,
+// else the one the score_mod snippet defines, found by overload
+// resolution (a static_assert names its absence); a forward program's
+// score_grad is 1 and its text the same as before there was a choice.
 std::string modifiers_prelude(const Modifiers &modifiers, int first_line,
-                              const std::string &program);
+                              const std::string &program, bool backward = false);
+
+// "float score_mod_grad(float score, int b, int h, int q, int k[, const Aux
+// &aux])": the derivative's declaration a snippet must match, as the
+// kernels call it.
+std::string score_mod_grad_signature(const Modifiers &modifiers);
+// Why a backward of `modifiers` cannot run: its score_mod has no
+// derivative, neither given apart nor in its own source.
+std::string score_mod_grad_missing(const Modifiers &modifiers);
 
 }  // namespace flashjit

@@ -110,7 +110,8 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   os.flush();
   int line = 1;
   for (char c : out) line += c == '\n';
-  os << modifiers_prelude(spec.compiled_modifiers(), line, spec.id() + ".cu")
+  os << modifiers_prelude(spec.compiled_modifiers(), line, spec.id() + ".cu",
+                          spec.pass == Pass::backward)
      // What happens to a score, for every kernel (common/score_policy.cuh).
      << "namespace flashjit::cfg { using Score = ScorePolicy<Mask, kSoftcap, Modifiers>; }\n\n";
   for (llvm::StringRef header : kernel_headers) os << "#include \"" << header << "\"\n";
@@ -125,14 +126,14 @@ std::vector<std::string> kernel_compile_options() {
 
 GeneratedSource modified_program(const std::string &program_name, const std::string &header,
                                  std::vector<std::string> entries, const Modifiers &modifiers,
-                                 std::vector<std::string> options) {
+                                 std::vector<std::string> options, bool backward) {
   GeneratedSource out;
   out.program_name = program_name;
   out.entry = entries.front();
   out.entries = std::move(entries);
   out.source = "#include \"common/modifiers.cuh\"\n" +
-               modifiers_prelude(modifiers, 2, out.program_name) + "#include \"" + header +
-               "\"\n";
+               modifiers_prelude(modifiers, 2, out.program_name, backward) + "#include \"" +
+               header + "\"\n";
   out.options = std::move(options);
   out.headers = embedded_templates();
   return out;

@@ -39,9 +39,10 @@ struct GeneratedSource {
 // the block-mask builder): the policy types, `modifiers`' snippets (from the
 // file's line 2, so NVRTC reports their own lines), then `header`;
 // `entries` its kernels (the first is the entry). Options as given.
+// `backward`: the program calls score_grad (modifiers_prelude).
 GeneratedSource modified_program(const std::string &program_name, const std::string &header,
                                  std::vector<std::string> entries, const Modifiers &modifiers,
-                                 std::vector<std::string> options);
+                                 std::vector<std::string> options, bool backward = false);
 
 // The options every spec's program is compiled with (the architecture is
 // added by the compiler stage, which knows the target).

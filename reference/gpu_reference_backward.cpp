@@ -1,7 +1,5 @@
 #include "reference/gpu_reference_backward.h"
 
-#include "reference/gpu_reference.h"
-
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -9,13 +7,15 @@
 
 #include "generator/modifier_source.h"
 #include "llvm/ADT/Twine.h"
+#include "reference/gpu_reference.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
-#include "runtime/program_kernel.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/kernel_source.h"
+#include "runtime/modifier_facts.h"
 #include "runtime/nvrtc_compiler.h"
+#include "runtime/program_kernel.h"
 
 namespace flashjit {
 
@@ -49,9 +49,11 @@ llvm::Error check_backward_inputs(const Problem &p, const BackwardArgs &in) {
     return reference_error(
         "o, dout and lse must be device pointers (the forward's output and log-sum-exp, and the "
         "output's gradient)");
-  if (in.modifiers && !in.modifiers->score_mod.empty() && in.modifiers->score_mod_grad.empty())
-    return reference_error(
-        "the score_mod has no score_mod_grad, d score_mod / d score, which the backward needs");
+  // Its derivative given apart or in the score_mod's source, not both: a
+  // probe, no GPU.
+  if (in.modifiers)
+    if (llvm::Error e = check_score_mod_grad(*in.modifiers))
+      return reference_error(llvm::toString(std::move(e)));
   return llvm::Error::success();
 }
 
@@ -93,7 +95,8 @@ llvm::Expected<DeviceBuffer> allocate_floats(size_t count) {
 GeneratedSource generate_reference_attention_backward(const Modifiers &modifiers) {
   // No fast math: the reference must not trade accuracy (expf, tanhf).
   return modified_program("reference_attention_backward.cu", "reference_attention_backward.cuh",
-                          {kDqEntry, kDkDvEntry, kSinksEntry}, modifiers, {"-std=c++17"});
+                          {kDqEntry, kDkDvEntry, kSinksEntry}, modifiers, {"-std=c++17"},
+                          /*backward=*/true);
 }
 
 llvm::Expected<AttentionGradients> gpu_reference_attention_backward(const Problem &problem,

@@ -5,9 +5,10 @@
 
 #include "generator/backward_spec.h"
 #include "generator/modifier_source.h"
-#include "runtime/call_key.h"
-#include "runtime/tuning_key.h"
 #include "llvm/ADT/Hashing.h"
+#include "runtime/call_key.h"
+#include "runtime/modifier_facts.h"
+#include "runtime/tuning_key.h"
 
 namespace flashjit {
 
@@ -43,19 +44,26 @@ llvm::Expected<KernelSpec> backward_spec_for_call(const Problem &problem,
   static auto *specs = new std::unordered_map<CallKey, KernelSpec, CallKeyHash>;
   const bool modified = modifiers && !modifiers->empty();
   const CallKey key = CallKey::make(static_cast<uintptr_t>(ordinal), problem, requested,
-                                    modified ? modifiers_hash_value(*modifiers) : 0);
+                                    modified ? call_modifiers_key(*modifiers) : 0);
   {
     std::lock_guard lock(mutex);
     if (auto it = specs->find(key); it != specs->end()) return it->second;
   }
   auto device = cached_device_info(ordinal);
   if (!device) return device.takeError();
+  Modifiers compiled;
+  if (modified) {
+    auto resolved = resolve_modifiers(*modifiers, Pass::backward, device->target());
+    if (!resolved) return resolved.takeError();
+    compiled = std::move(*resolved);
+  }
   auto chosen = choose_backward_config(problem, requested, *device, process_tuning_db(),
-                                       modified ? modifiers_hash(*modifiers) : "");
+                                       modifiers_hash(compiled));
   if (!chosen) return chosen.takeError();
   auto spec = make_backward_spec(problem, chosen->config, device->target(),
                                  device->max_smem_per_block_optin);
   if (!spec) return spec.takeError();
+  spec->modifiers = std::move(compiled);
   // Invalid requests are not remembered: they fail again, with their error.
   std::lock_guard lock(mutex);
   return specs->try_emplace(key, std::move(*spec)).first->second;

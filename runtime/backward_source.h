@@ -31,7 +31,8 @@ llvm::Expected<ChosenConfig> explain_backward_config(const Problem &problem,
 // (size buckets included) and requested config, so a repeat call costs one
 // hash lookup rather than a device query and two database reads.
 // `modifiers` (or null): the caller's, whose hash keys the class and the
-// remembered spec (the caller compiles them in: KernelSpec::modifiers).
+// remembered spec, which carries them as resolve_modifiers decides them
+// for the device (KernelSpec::modifiers: the kernels compile them in).
 llvm::Expected<KernelSpec> backward_spec_for_call(const Problem &problem,
                                                   const KernelConfig &requested, int ordinal,
                                                   const Modifiers *modifiers = nullptr);

@@ -29,8 +29,8 @@ KeptMaps &kept_maps() {
 std::string reusable_block_map_key(const std::string &kernel_id, const Modifiers &modifiers,
                                    const Problem &problem, const unsigned long long (&aux)[8],
                                    bool caller_block_mask, const BlockMapGeometry &map) {
-  if (kernel_id.empty() || caller_block_mask || !modifiers.mask_mod_qk_only || map.heads != 1 ||
-      map.batches != 1 || map.rows() == 0)
+  if (kernel_id.empty() || caller_block_mask || modifiers.mask_mod_qk_only != MaskModQkOnly::on ||
+      map.heads != 1 || map.batches != 1 || map.rows() == 0)
     return "";
   for (const AuxField &field : modifiers.aux)
     if (field.type.find('*') != std::string::npos) return "";

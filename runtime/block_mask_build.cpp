@@ -5,8 +5,9 @@
 #include "generator/block_mask_builder.h"
 #include "generator/modifier_source.h"
 #include "runtime/device.h"
-#include "runtime/program_kernel.h"
 #include "runtime/launch_forward.h"
+#include "runtime/modifier_facts.h"
+#include "runtime/program_kernel.h"
 #include "runtime/workspace_pool.h"
 #include "templates/block_mask_build.cuh"
 
@@ -31,9 +32,22 @@ llvm::Error enqueue_block_mask_build(const Problem &problem, const Modifiers &mo
   if (llvm::Error e = validate_problem(problem)) return e;
   if (llvm::Error e = validate_block_mask_to_build(problem, modifiers, out)) return e;
   if (llvm::Error e = validate_modifier_args(&modifiers, aux, aux_bytes)) return e;
-  auto kinds = builder_kernel(modifiers, "flashjit_block_mask_kinds");
+  // Whether one mask serves every batch and head, as a call decides it:
+  // left to the probe, for the device's target, and checked again.
+  Modifiers resolved = modifiers;
+  if (!modifiers.mask_mod.empty() && modifiers.mask_mod_qk_only == MaskModQkOnly::automatic) {
+    auto context = current_or_primary_context();
+    if (!context) return context.takeError();
+    auto device = cached_device_info(static_cast<int>(context->device));
+    if (!device) return device.takeError();
+    auto found = resolve_modifiers(modifiers, Pass::forward, device->target());
+    if (!found) return found.takeError();
+    resolved = std::move(*found);
+    if (llvm::Error e = validate_block_mask_to_build(problem, resolved, out)) return e;
+  }
+  auto kinds = builder_kernel(resolved, "flashjit_block_mask_kinds");
   if (!kinds) return kinds.takeError();
-  auto lists = builder_kernel(modifiers, "flashjit_block_mask_lists");
+  auto lists = builder_kernel(resolved, "flashjit_block_mask_lists");
   if (!lists) return lists.takeError();
 
   BlockMaskBuildParams params{};

@@ -15,6 +15,8 @@
 #include "flashjit/problem_fields.h"
 #include "generator/modifier_source.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "runtime/device.h"
+#include "runtime/modifier_facts.h"
 #include "runtime/runtime_counters.h"
 
 namespace {
@@ -66,6 +68,12 @@ template <typename C, typename T>
 void from_c(C c, T &out) {
   static_assert(sizeof(C) == sizeof(T), "a C field converts to a C++ field of its width");
   out = c;
+}
+
+int32_t to_c(flashjit::MaskModQkOnly qk_only) {
+  return qk_only == flashjit::MaskModQkOnly::on    ? FLASHJIT_MASK_MOD_QK_ONLY_ON
+         : qk_only == flashjit::MaskModQkOnly::off ? FLASHJIT_MASK_MOD_QK_ONLY_OFF
+                                                   : FLASHJIT_MASK_MOD_QK_ONLY_AUTO;
 }
 
 flashjit::TensorStrides strides(int64_t batch, int64_t seq, int64_t head) {
@@ -131,22 +139,38 @@ std::string convert_config(const char *fn, const flashjit_config *c,
   return "";
 }
 
-// A flashjit_modifiers into `out` and its aux values into `aux` (created
-// here: it needs the fields); "" or why not.
-std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flashjit::Modifiers &out,
-                              std::optional<flashjit::AuxValues> &aux) {
+// A flashjit_modifiers' sources, flag and aux declarations into `out`; ""
+// or why not.
+std::string convert_modifier_sources(const char *fn, const flashjit_modifiers &m,
+                                     flashjit::Modifiers &out) {
   if (m.score_mod) out.score_mod = m.score_mod;
   if (m.mask_mod) out.mask_mod = m.mask_mod;
   if (m.score_mod_grad) out.score_mod_grad = m.score_mod_grad;
-  if (m.mask_mod_qk_only != 0 && m.mask_mod_qk_only != 1)
-    return llvm::formatv("{0}: mask_mod_qk_only is {1}: expected 0 or 1", fn, m.mask_mod_qk_only)
+  if (m.mask_mod_qk_only < FLASHJIT_MASK_MOD_QK_ONLY_AUTO ||
+      m.mask_mod_qk_only > FLASHJIT_MASK_MOD_QK_ONLY_OFF)
+    return llvm::formatv(
+               "{0}: mask_mod_qk_only is {1}: expected FLASHJIT_MASK_MOD_QK_ONLY_AUTO "
+               "(0), FLASHJIT_MASK_MOD_QK_ONLY_ON (1) or FLASHJIT_MASK_MOD_QK_ONLY_OFF "
+               "(2)",
+               fn, m.mask_mod_qk_only)
         .str();
-  out.mask_mod_qk_only = m.mask_mod_qk_only == 1;
+  out.mask_mod_qk_only =
+      m.mask_mod_qk_only == FLASHJIT_MASK_MOD_QK_ONLY_ON    ? flashjit::MaskModQkOnly::on
+      : m.mask_mod_qk_only == FLASHJIT_MASK_MOD_QK_ONLY_OFF ? flashjit::MaskModQkOnly::off
+                                                            : flashjit::MaskModQkOnly::automatic;
   if (m.aux) {
     auto fields = flashjit::parse_aux_declarations(m.aux);
     if (!fields) return std::string(fn) + ": " + llvm::toString(fields.takeError());
     out.aux = std::move(*fields);
   }
+  return "";
+}
+
+// A flashjit_modifiers into `out` and its aux values into `aux` (created
+// here: it needs the fields); "" or why not.
+std::string convert_modifiers(const char *fn, const flashjit_modifiers &m, flashjit::Modifiers &out,
+                              std::optional<flashjit::AuxValues> &aux) {
+  if (std::string e = convert_modifier_sources(fn, m, out); !e.empty()) return e;
   aux.emplace(out);
   if (!aux->error().empty()) return std::string(fn) + ": " + aux->error();
   if (m.aux_count != static_cast<int64_t>(out.aux.size()) || (m.aux_count > 0 && !m.aux_values))
@@ -442,7 +466,52 @@ int flashjit_shipped_modifiers(const char *name, flashjit_modifiers *out) {
     out->score_mod_grad = text(found->modifiers.score_mod_grad);
     out->mask_mod = text(found->modifiers.mask_mod);
     out->aux = text(found->aux_declarations);
-    out->mask_mod_qk_only = found->modifiers.mask_mod_qk_only ? 1 : 0;
+    out->mask_mod_qk_only = to_c(found->modifiers.mask_mod_qk_only);
+    g_last_error.clear();
+    return 0;
+  });
+}
+
+int flashjit_inspect_modifiers(const flashjit_modifiers *modifiers, const char *arch,
+                               flashjit_modifier_facts *out) {
+  constexpr const char *fn = "flashjit_inspect_modifiers";
+  return guarded(fn, [&] {
+    if (!modifiers) return fail(std::string(fn) + ": modifiers is NULL");
+    if (!out) return fail(std::string(fn) + ": out is NULL");
+    // Only the sources and declarations: no aux value is read.
+    flashjit::Modifiers m;
+    if (std::string e = convert_modifier_sources(fn, *modifiers, m); !e.empty()) return fail(e);
+    if (llvm::Error e = flashjit::validate_modifiers(m))
+      return fail(std::string(fn) + ": " + llvm::toString(std::move(e)));
+    flashjit_modifier_facts facts{};
+    auto defines = flashjit::score_mod_defines_grad(m);
+    if (!defines) return fail(std::string(fn) + ": " + llvm::toString(defines.takeError()));
+    facts.score_mod_defines_grad = *defines ? 1 : 0;
+    flashjit::MaskModQkOnly qk_only = m.mask_mod_qk_only;
+    if (!m.mask_mod.empty()) {
+      flashjit::TargetArch target;
+      if (arch) {
+        auto parsed = flashjit::TargetArch::parse(arch);
+        if (!parsed)
+          return fail(std::string(fn) + ": arch '" + arch +
+                      "': " + llvm::toString(parsed.takeError()));
+        target = *parsed;
+      } else {
+        auto context = flashjit::current_or_primary_context();
+        if (!context) return fail(std::string(fn) + ": " + llvm::toString(context.takeError()));
+        auto device = flashjit::cached_device_info(static_cast<int>(context->device));
+        if (!device) return fail(std::string(fn) + ": " + llvm::toString(device.takeError()));
+        target = device->target();
+      }
+      auto reads = flashjit::mask_mod_reads(m, target);
+      if (!reads) return fail(std::string(fn) + ": " + llvm::toString(reads.takeError()));
+      facts.mask_mod_reads_b = reads->b ? 1 : 0;
+      facts.mask_mod_reads_h = reads->h ? 1 : 0;
+      if (qk_only == flashjit::MaskModQkOnly::automatic)
+        qk_only = reads->qk_only() ? flashjit::MaskModQkOnly::on : flashjit::MaskModQkOnly::off;
+    }
+    facts.mask_mod_qk_only = qk_only == flashjit::MaskModQkOnly::on ? 1 : 0;
+    *out = facts;
     g_last_error.clear();
     return 0;
   });

@@ -15,6 +15,7 @@
 #include "flashjit/kernel_config_fields.h"
 #include "flashjit/problem.h"
 #include "generator/kernel_spec.h"
+#include "generator/modifier_source.h"
 #include "llvm/ADT/Hashing.h"
 #include "runtime/tuning_key.h"
 
@@ -31,8 +32,8 @@ struct CallKey {
   bool seqused_k = false;
   int page_size = 0;
   bool varlen = false;  // a packed batch: compiled into the kernel too
-  // The caller's modifiers (their hash, modifiers_hash_value; 0: none):
-  // compiled into the kernel.
+  // The caller's modifiers (call_modifiers_key; 0: none): compiled into
+  // the kernel.
   uint64_t modifiers = 0;
   // K's and V's elements and O's (kv_element, out_element): an fp8 cache and
   // the output type are compiled into the kernel.
@@ -67,6 +68,16 @@ struct CallKey {
     return k;
   }
 };
+
+// The modifiers' part of a call's key (CallKey::modifiers): their hash,
+// told apart where mask_mod_qk_only is left to the probe, since `automatic`
+// hashes as `off` (one kernel until resolved) but may resolve to `on`.
+inline uint64_t call_modifiers_key(const Modifiers &modifiers) {
+  const uint64_t hash = modifiers_hash_value(modifiers);
+  if (modifiers.mask_mod.empty() || modifiers.mask_mod_qk_only != MaskModQkOnly::automatic)
+    return hash;
+  return static_cast<uint64_t>(llvm::hash_combine(hash, "mask_mod_qk_only automatic"));
+}
 
 struct CallKeyHash {
   size_t operator()(const CallKey &k) const {

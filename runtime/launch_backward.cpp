@@ -19,6 +19,7 @@
 #include "runtime/element_checks.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/launch_forward.h"
+#include "runtime/modifier_facts.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tensor_maps.h"
@@ -133,11 +134,12 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   if (llvm::Error e = validate_block_mask(problem, args.modifiers, args.block_mask))
     return with_context(problem, std::move(e));
   const bool modified = args.modifiers && !args.modifiers->empty();
-  if (modified && !args.modifiers->score_mod.empty() && args.modifiers->score_mod_grad.empty())
-    return with_context(problem,
-                        args_error("argument modifiers: the score_mod has no score_mod_grad, "
-                                   "d score_mod / d score, which the backward needs; give one "
-                                   "or run the forward alone"));
+  // The score_mod's derivative, given apart or in its snippet: found
+  // without the GPU (a probe compiled once per snippet).
+  if (modified)
+    if (llvm::Error e = check_score_mod_grad(*args.modifiers))
+      return with_context(problem,
+                          args_error("argument modifiers: " + llvm::toString(std::move(e))));
   if (llvm::Error e = validate_backward_args(problem, args))
     return with_context(problem, std::move(e));
   if (problem.varlen && args.varlen.total_q == 0) return llvm::Error::success();  // no query
@@ -145,8 +147,6 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   auto spec = resolve_backward_spec(class_view(problem, args.varlen.total_q), config,
                                     modified ? args.modifiers : nullptr);
   if (!spec) return with_context(problem, spec.takeError());
-  // The snippets are compiled into the kernels (their hash in the id).
-  if (modified) spec->modifiers = *args.modifiers;
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
 

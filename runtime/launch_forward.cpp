@@ -9,17 +9,18 @@
 #include <unordered_map>
 
 #include "generator/block_map.h"
-#include "runtime/block_map_launch.h"
 #include "generator/forward_params.h"
 #include "generator/modifier_source.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "runtime/block_map_launch.h"
 #include "runtime/call_key.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/element_checks.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/kernel_source.h"
+#include "runtime/modifier_facts.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tensor_maps.h"
 #include "runtime/tuning_key.h"
@@ -481,19 +482,29 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   auto context = current_or_primary_context();
   if (!context) return with_context(problem, context.takeError());
   // The caller's modifiers key the plan and are compiled into its kernel
-  // (the forward's part of them: modifiers_of_pass).
+  // (the forward's part of them: modifiers_of_pass), as the plan resolves
+  // them once (resolve_modifiers: whether one block map serves every batch
+  // and head).
   const bool modified = args.modifiers && !args.modifiers->empty();
-  const Modifiers compiled =
-      modified ? modifiers_of_pass(*args.modifiers, Pass::forward) : Modifiers{};
   // A packed batch is classed by its longest sequence and its total.
   const Problem chooser = class_view(problem, args.varlen.total_q);
-  const CallKey key = CallKey::make(reinterpret_cast<uintptr_t>(context->context), chooser, config,
-                                    modifiers_hash_value(compiled));
+  const CallKey key = CallKey::make(
+      reinterpret_cast<uintptr_t>(context->context), chooser, config,
+      modified ? call_modifiers_key(modifiers_of_pass(*args.modifiers, Pass::forward)) : 0);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
-    auto resolved = resolve(chooser, config, *context, modifiers_hash(compiled));
+    Modifiers compiled;
+    if (modified) {
+      auto device = cached_device_info(int(context->device));
+      if (!device) return with_context(problem, device.takeError());
+      auto resolved = resolve_modifiers(*args.modifiers, Pass::forward, device->target());
+      if (!resolved) return with_context(problem, resolved.takeError());
+      compiled = std::move(*resolved);
+    }
+    auto resolved = resolve(chooser, config, *context,
+                            modifiers_hash(modifiers_of_pass(compiled, Pass::forward)));
     if (!resolved) return with_context(problem, resolved.takeError());
-    if (modified) resolved->spec.modifiers = *args.modifiers;
+    if (modified) resolved->spec.modifiers = std::move(compiled);
     auto kernels = get_forward_kernels(resolved->spec);
     if (!kernels) return with_context(problem, kernels.takeError());
     // The split count of every call: the caller's or the tuning's; else the

@@ -56,7 +56,7 @@ Modifiers prefix_lm() {
       "  return k < aux.prefix || k <= q;\n"
       "}\n";
   m.aux = {{"int", "prefix"}};
-  m.mask_mod_qk_only = true;
+  m.mask_mod_qk_only = MaskModQkOnly::on;
   return m;
 }
 
@@ -67,14 +67,14 @@ Modifiers sliding_window_with_sinks() {
       "  return k <= q && (q - k < aux.window || k < aux.sinks);\n"
       "}\n";
   m.aux = {{"int", "window"}, {"int", "sinks"}};
-  m.mask_mod_qk_only = true;
+  m.mask_mod_qk_only = MaskModQkOnly::on;
   return m;
 }
 
 Modifiers causal_mask() {
   Modifiers m;
   m.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }\n";
-  m.mask_mod_qk_only = true;
+  m.mask_mod_qk_only = MaskModQkOnly::on;
   return m;
 }
 

@@ -16,6 +16,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "runtime/modifier_facts.h"
 #include "yaml-cpp/yaml.h"
 
 namespace flashjit {
@@ -438,8 +439,9 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
 // A caller's modifiers (include/flashjit/modifiers.h): score_mod,
 // score_mod_grad and mask_mod name files of CUDA source (relative to the
 // plan's folder), aux their extra inputs' declarations, mask_mod_qk_only
-// and sinks flags. Checked as a call checks them; a score_mod's backward
-// needs its score_mod_grad.
+// (absent: left to the probe) and sinks flags. Checked as a call checks
+// them; a score_mod's backward needs its score_mod_grad, given or defined
+// in the score_mod's file.
 std::optional<PlanError> read_modifiers(const Fields &entry, const Fields &defaults, int line,
                                         llvm::StringRef file, Modifiers &m) {
   auto get = [&](const char *key) { return lookup(entry, defaults, key); };
@@ -482,13 +484,15 @@ std::optional<PlanError> read_modifiers(const Fields &entry, const Fields &defau
     }
     m.aux = std::move(*fields);
   }
-  for (auto [key, flag] :
-       {std::pair{"mask_mod_qk_only", &m.mask_mod_qk_only}, std::pair{"sinks", &m.sinks}}) {
+  for (const char *key : {"mask_mod_qk_only", "sinks"}) {
     const Field *f = get(key);
     if (!f) continue;
     const std::string text = f->value.IsScalar() ? f->value.Scalar() : std::string();
     if (text != "true" && text != "false") return key_error(*f, key, "true or false");
-    *flag = text == "true";
+    if (llvm::StringRef(key) == "sinks")
+      m.sinks = text == "true";
+    else  // absent: left to the probe (Modifiers::mask_mod_qk_only)
+      m.mask_mod_qk_only = text == "true" ? MaskModQkOnly::on : MaskModQkOnly::off;
   }
   if (llvm::Error e = validate_modifiers(m)) return PlanError{line, llvm::toString(std::move(e))};
   return std::nullopt;
@@ -586,11 +590,23 @@ std::optional<PlanError> parse_root(const YAML::Node &root, llvm::StringRef file
         return PlanError{line, "pass bwd with e4m3 (dtype or kv_dtype): the fp8 backward is not "
                                "supported (FlashAttention-3 has none either); tune its forward "
                                "alone (pass: fwd)"};
-    for (Pass pass : passes)
-      if (pass == Pass::backward && !out.modifiers.score_mod.empty() &&
-          out.modifiers.score_mod_grad.empty())
-        return PlanError{line, "pass bwd with a score_mod needs score_mod_grad (d score_mod / "
-                               "d score): the backward scales by it"};
+    // A backward's derivative: key score_mod_grad's, or the one the
+    // score_mod's file defines (a probe compile finds it), not both.
+    for (Pass pass : passes) {
+      if (pass != Pass::backward || out.modifiers.score_mod.empty()) continue;
+      auto defined = score_mod_defines_grad(out.modifiers);
+      if (!defined) return PlanError{line, llvm::toString(defined.takeError())};
+      if (*defined && !out.modifiers.score_mod_grad.empty())
+        return PlanError{line,
+                         "key score_mod_grad and the score_mod_grad that key score_mod's "
+                         "file defines: give one of them"};
+      if (!*defined && out.modifiers.score_mod_grad.empty())
+        return PlanError{line,
+                         "pass bwd with a score_mod needs a score_mod_grad (d score_mod / "
+                         "d score), which the backward scales by: define " +
+                             score_mod_grad_signature(out.modifiers) +
+                             " in the score_mod's file, or give key score_mod_grad"};
+    }
     const std::string name = out.name;
     for (Pass pass : passes) {
       out.pass = pass;

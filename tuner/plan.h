@@ -22,8 +22,10 @@
 // longest; a caller's modifiers: score_mod, score_mod_grad and mask_mod (CUDA
 // source files, relative to the plan's folder), aux ("const float* slopes,
 // int prefix"), aux_values ({prefix: 1024}: what a tune runs the scalar
-// fields with), mask_mod_qk_only and sinks (true or false). Errors name the
-// file, line and key.
+// fields with), mask_mod_qk_only (true or false; absent: flashjit finds
+// out) and sinks (true or false). A backward's score_mod needs its
+// derivative, key score_mod_grad or defined in the score_mod's own file.
+// Errors name the file, line and key.
 #pragma once
 
 #include <optional>

@@ -4,6 +4,7 @@
 #include "generator/modifier_source.h"
 #include "reference/gpu_reference.h"
 #include "reference/gpu_reference_backward.h"
+#include "runtime/modifier_facts.h"
 #include "tuner/backward_candidates.h"
 #include "tuner/tune_class.h"
 
@@ -52,10 +53,12 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
     return e;
   TuneOptions resolved = options;
   resolved.packed = *packed;
+  // The modifiers as a call on the device compiles them (the class's hash).
+  if (llvm::Error e = resolve_tuned_modifiers(resolved, Pass::backward)) return e;
   // Candidates and the heuristic as a call of this class chooses them
   // (launch_backward: class_view); the timing runs the real packed problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
-  PassSearch search = backward_search(class_problem, deterministic, options.modifiers.modifiers);
+  PassSearch search = backward_search(class_problem, deterministic, resolved.modifiers.modifiers);
   if (*packed)
     search.what = "the " + describe_packed(problem, **packed) +
                   (deterministic ? " backward (deterministic)" : " backward");
@@ -71,14 +74,14 @@ llvm::Expected<PrecompileOutcome> precompile_backward(const Problem &problem, bo
                                                       const std::string &worker_binary,
                                                       const Modifiers &modifiers) {
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
-  if (!modifiers.score_mod.empty() && modifiers.score_mod_grad.empty())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "the backward of a score_mod needs its score_mod_grad (d "
-                                   "score_mod / d score)");
-  auto outcome = precompile_class(problem, backward_search(problem, deterministic, modifiers),
-                                  arch, max_smem_bytes, db, threads, worker_binary);
+  // As a call on `arch` compiles them (its derivative checked), so its
+  // kernels are the ones stored.
+  auto resolved = resolve_modifiers(modifiers, Pass::backward, arch);
+  if (!resolved) return resolved.takeError();
+  auto outcome = precompile_class(problem, backward_search(problem, deterministic, *resolved), arch,
+                                  max_smem_bytes, db, threads, worker_binary);
   if (!outcome || modifiers.empty()) return outcome;
-  const Modifiers compiled = modifiers_of_pass(modifiers, Pass::backward);
+  const Modifiers compiled = modifiers_of_pass(*resolved, Pass::backward);
   store_reference(generate_reference_attention(compiled), "reference_attention", compiled, arch,
                   db, *outcome);
   store_reference(generate_reference_attention_backward(compiled), "reference_attention_backward",

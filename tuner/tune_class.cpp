@@ -8,10 +8,13 @@
 #include <optional>
 
 #include "generator/modifier_source.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "runtime/device.h"
 #include "runtime/kernel_source.h"
-#include "runtime/program_kernel.h"
+#include "runtime/modifier_facts.h"
 #include "runtime/nvrtc_compiler.h"
+#include "runtime/program_kernel.h"
 #include "runtime/tuning_key.h"
 #include "tuner/candidate_runner.h"
 #include "tuner/cubin_batch.h"
@@ -19,8 +22,6 @@
 #include "tuner/worker_compile.h"
 #include "tuner/worker_process.h"
 #include "tuner/worker_runner.h"
-#include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
 namespace {
@@ -407,16 +408,24 @@ llvm::Error validate_tuned_modifiers(const Problem &problem, Pass pass,
     return llvm::Error::success();
   }
   if (llvm::Error e = validate_modifiers(modifiers.modifiers)) return e;
-  if (pass == Pass::backward && !modifiers.modifiers.score_mod.empty() &&
-      modifiers.modifiers.score_mod_grad.empty())
-    return error("the backward of a score_mod needs its score_mod_grad (d score_mod / d score) "
-                 "to be tuned");
+  if (pass == Pass::backward)
+    if (llvm::Error e = check_score_mod_grad(modifiers.modifiers)) return e;
   if (problem.varlen)
     return error("tuning a packed batch (varlen) with modifiers is not supported: the tuner "
                  "checks a packed batch's winner without them. Tune the dense problem of the "
                  "same head dims and mask, or give the call a config");
   auto parsed = parse_modifier_inputs(modifiers.modifiers, modifiers.aux_values, given_as);
   if (!parsed) return parsed.takeError();
+  return llvm::Error::success();
+}
+
+llvm::Error resolve_tuned_modifiers(TuneOptions &options, Pass pass) {
+  if (options.modifiers.modifiers.empty()) return llvm::Error::success();
+  auto device = cached_device_info(options.device);
+  if (!device) return device.takeError();
+  auto resolved = resolve_modifiers(options.modifiers.modifiers, pass, device->target());
+  if (!resolved) return resolved.takeError();
+  options.modifiers.modifiers = std::move(*resolved);
   return llvm::Error::success();
 }
 

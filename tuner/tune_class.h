@@ -56,12 +56,18 @@ llvm::Expected<std::optional<PackedBatch>> packed_batch_to_tune(const Problem &p
 Problem tuning_class_problem(const Problem &problem, const std::optional<PackedBatch> &packed);
 
 // A tune's modifiers checked before anything runs: valid snippets (a
-// backward's score_mod with its score_mod_grad), a dense problem, and the
+// backward's score_mod with its score_mod_grad, given or in its own
+// source: check_score_mod_grad), a dense problem, and the
 // scalar aux values (every scalar field exactly once, of its type), named
 // in errors as `given_as`.
 llvm::Error validate_tuned_modifiers(const Problem &problem, Pass pass,
                                      const TunedModifiers &modifiers,
                                      llvm::StringRef given_as = "aux value");
+
+// `options.modifiers` as a call on options.device compiles them
+// (resolve_modifiers: whether one block map serves every batch and head),
+// so the tune's candidates and stored class are that call's.
+llvm::Error resolve_tuned_modifiers(TuneOptions &options, Pass pass);
 
 // Stores the cubin of a GPU reference program (`source`, compiled with
 // `modifiers`) for `arch` under the id the tuner's check loads it by,

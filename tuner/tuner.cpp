@@ -5,6 +5,7 @@
 #include "generator/modifier_source.h"
 #include "reference/gpu_reference.h"
 #include "runtime/kernel_source.h"
+#include "runtime/modifier_facts.h"
 #include "tuner/candidates.h"
 #include "tuner/tune_class.h"
 
@@ -44,10 +45,12 @@ llvm::Expected<TuneOutcome> tune_forward(const Problem &problem, TuningDb &db,
   if (llvm::Error e = validate_tuned_modifiers(problem, Pass::forward, options.modifiers)) return e;
   TuneOptions resolved = options;
   resolved.packed = *packed;
+  // The modifiers as a call on the device compiles them (the class's hash).
+  if (llvm::Error e = resolve_tuned_modifiers(resolved, Pass::forward)) return e;
   // Candidates and the heuristic as a call of this class chooses them; the
   // timing runs the real (packed) problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
-  PassSearch search = forward_search(class_problem, options.modifiers.modifiers);
+  PassSearch search = forward_search(class_problem, resolved.modifiers.modifiers);
   if (*packed) search.what = describe_packed(problem, **packed);
   return tune_class(problem, search, db, resolved);
 }
@@ -58,14 +61,17 @@ llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
                                                      const std::string &worker_binary,
                                                      const Modifiers &modifiers) {
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
-  auto outcome = precompile_class(problem, forward_search(problem, modifiers), arch,
-                                  max_smem_bytes, db, threads, worker_binary);
+  // As a call on `arch` compiles them, so its kernels are the ones stored.
+  auto compiled = resolve_modifiers(modifiers, Pass::forward, arch);
+  if (!compiled) return compiled.takeError();
+  auto outcome = precompile_class(problem, forward_search(problem, *compiled), arch, max_smem_bytes,
+                                  db, threads, worker_binary);
   if (!outcome) return outcome.takeError();
   // The tuner checks its winner against the GPU reference: store that
   // kernel too (with the forward's part of the modifiers compiled in, as the
   // tuner's check runs it), so a tune on this target compiles nothing at all.
-  store_reference(generate_reference_attention(modifiers_of_pass(modifiers, Pass::forward)),
-                  "reference_attention", modifiers_of_pass(modifiers, Pass::forward), arch, db,
+  store_reference(generate_reference_attention(modifiers_of_pass(*compiled, Pass::forward)),
+                  "reference_attention", modifiers_of_pass(*compiled, Pass::forward), arch, db,
                   *outcome);
   return outcome;
 }

@@ -151,12 +151,15 @@ llvm::Expected<PackedBatch> packed_batch_from_json(const llvm::json::Object &obj
 llvm::json::Object modifiers_to_json(const Modifiers &m) {
   llvm::json::Array aux;
   for (const AuxField &field : m.aux) aux.push_back(llvm::json::Array{field.type, field.name});
-  return llvm::json::Object{{"score_mod", m.score_mod},
-                            {"score_mod_grad", m.score_mod_grad},
-                            {"mask_mod", m.mask_mod},
-                            {"mask_mod_qk_only", m.mask_mod_qk_only},
-                            {"sinks", m.sinks},
-                            {"aux", std::move(aux)}};
+  llvm::json::Object o{{"score_mod", m.score_mod},
+                       {"score_mod_grad", m.score_mod_grad},
+                       {"mask_mod", m.mask_mod},
+                       {"sinks", m.sinks},
+                       {"aux", std::move(aux)}};
+  // true or false where decided; absent where left to the probe.
+  if (m.mask_mod_qk_only != MaskModQkOnly::automatic)
+    o["mask_mod_qk_only"] = m.mask_mod_qk_only == MaskModQkOnly::on;
+  return o;
 }
 
 llvm::Expected<Modifiers> modifiers_from_json(const llvm::json::Object &o) {
@@ -168,12 +171,16 @@ llvm::Expected<Modifiers> modifiers_from_json(const llvm::json::Object &o) {
     if (!value) return value.takeError();
     *text = *value;
   }
-  for (auto [key, flag] :
-       {std::pair{"mask_mod_qk_only", &m.mask_mod_qk_only}, std::pair{"sinks", &m.sinks}}) {
+  for (const char *key : {"mask_mod_qk_only", "sinks"}) {
     auto value = o.getBoolean(key);
+    const bool qk_only = llvm::StringRef(key) == "mask_mod_qk_only";
+    if (!value && qk_only && !o.get(key)) continue;  // left to the probe
     if (!value)
       return error(llvm::formatv("worker request: 'modifiers.{0}': expected true or false", key));
-    *flag = *value;
+    if (qk_only)
+      m.mask_mod_qk_only = *value ? MaskModQkOnly::on : MaskModQkOnly::off;
+    else
+      m.sinks = *value;
   }
   const llvm::json::Array *aux = o.getArray("aux");
   if (!aux) return error("worker request: 'modifiers.aux': expected a list of [type, name]");

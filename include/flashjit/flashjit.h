@@ -181,6 +181,11 @@ enum flashjit_aux_kind {
   FLASHJIT_AUX_INTEGER = 1,
   FLASHJIT_AUX_REAL = 2
 };
+enum flashjit_mask_mod_qk_only {
+  FLASHJIT_MASK_MOD_QK_ONLY_AUTO = 0,
+  FLASHJIT_MASK_MOD_QK_ONLY_ON = 1,
+  FLASHJIT_MASK_MOD_QK_ONLY_OFF = 2
+};
 typedef struct flashjit_aux_value {
   const char *name;
   int32_t kind;     /* enum flashjit_aux_kind: which of the three below is read */
@@ -195,14 +200,19 @@ typedef struct flashjit_modifiers {
   const char *score_mod, *mask_mod, *aux;
   const flashjit_aux_value *aux_values;
   int64_t aux_count;
-  /* 1: mask_mod reads only q and k, so one block map of the tiles it hides
-   * or shows whole serves every batch and head (Modifiers::mask_mod_qk_only);
-   * 0 otherwise. */
+  /* enum flashjit_mask_mod_qk_only: whether one block map of the tiles
+   * mask_mod hides or shows whole serves every batch and head
+   * (Modifiers::mask_mod_qk_only). AUTO (0): where the compiled mask_mod
+   * reads neither b nor h (flashjit_inspect_modifiers); ON (1): declared
+   * so (a mask that reads b or h is then wrong); OFF (2): a map per
+   * (batch, head). */
   int32_t mask_mod_qk_only;
   int32_t reserved; /* 0 */
   /* NUL-terminated source defining
    *   float score_mod_grad(float score, int b, int h, int q, int k)
-   * (d score_mod / d score, for the backward), or NULL. */
+   * (d score_mod / d score, for the backward), or NULL: the backward then
+   * uses the one score_mod's source defines (it needs one of the two, and
+   * refuses both). */
   const char *score_mod_grad;
   /* Learned attention sinks (GPT-OSS): heads_q fp32 logits on the device,
    * in natural-log units (not multiplied by softmax_scale), each joining
@@ -234,8 +244,9 @@ typedef struct flashjit_block_mask {
 /* Builds the block mask of modifiers->mask_mod (with its aux values; its
  * block_mask must be NULL) for problem's lengths on the GPU into *out's four
  * arrays (device int32 of the caller, written whole despite the const of
- * the struct that describes them; batches and heads 1 under
- * mask_mod_qk_only, else the problem's), to pass as modifiers->block_mask
+ * the struct that describes them; batches and heads 1 where mask_mod_qk_only
+ * is ON, or AUTO and flashjit_inspect_modifiers finds it so, else the
+ * problem's, which always serve), to pass as modifiers->block_mask
  * to every call with the same modifiers and aux values: the tile
  * classification a call runs each time, run once. Returns 0, or nonzero
  * with flashjit_last_error saying which input was wrong. */
@@ -253,6 +264,21 @@ int flashjit_create_block_mask(const flashjit_problem *problem,
  * with flashjit_last_error naming the known modifiers. */
 int flashjit_shipped_modifiers(const char *name, flashjit_modifiers *out);
 
+/* What flashjit finds in modifiers' sources (aux_values are not read) by
+ * compiling small probes with NVRTC, once per source and target in a
+ * process: whether score_mod's source defines its score_mod_grad (with the
+ * parameters the backward passes), and which of b and h the compiled
+ * mask_mod reads, for arch (e.g. "sm_90a"; NULL: the current device's). */
+typedef struct flashjit_modifier_facts {
+  int32_t score_mod_defines_grad;
+  int32_t mask_mod_reads_b, mask_mod_reads_h; /* 0 without a mask_mod */
+  /* The block maps a call builds: 1 one for every batch and head, 0 one per
+   * (batch, head): mask_mod_qk_only where ON or OFF, else the probe's. */
+  int32_t mask_mod_qk_only;
+} flashjit_modifier_facts;
+int flashjit_inspect_modifiers(const flashjit_modifiers *modifiers, const char *arch,
+                               flashjit_modifier_facts *out);
+
 /* flashjit_forward with modifiers (NULL: none); the other arguments as
  * flashjit_forward's. */
 int flashjit_forward_modified(const flashjit_problem *problem, const flashjit_forward_args *args,
@@ -265,7 +291,7 @@ int flashjit_backward(const flashjit_problem *problem, const flashjit_backward_a
  * flashjit_forward_varlen's (dq like q, dk/dv like k/v), lse [heads_q,
  * total_q]; workspace of flashjit_backward_varlen_workspace_bytes. */
 /* flashjit_backward with the forward's modifiers (NULL: none): a score_mod
- * needs its score_mod_grad. */
+ * needs its score_mod_grad, given apart or defined in its own source. */
 int flashjit_backward_modified(const flashjit_problem *problem, const flashjit_backward_args *args,
                                const flashjit_modifiers *modifiers, void *stream,
                                const flashjit_config *config);

@@ -21,6 +21,9 @@ struct AuxField {
   bool operator==(const AuxField &) const = default;
 };
 
+// Modifiers::mask_mod_qk_only: detected, declared, or refused.
+enum class MaskModQkOnly : unsigned char { automatic, on, off };
+
 struct Modifiers {
   // Defines
   //   __device__ float score_mod(float score, int b, int h, int q, int k)
@@ -41,21 +44,31 @@ struct Modifiers {
   //   __device__ float score_mod_grad(float score, int b, int h, int q, int k)
   // d score_mod(score) / d score at the same arguments, for the backward
   // (flashjit::backward recomputes the probabilities with score_mod and
-  // scales each score's gradient by it). A score_mod without one serves the
-  // forward only: a backward call with it is an error.
+  // scales each score's gradient by it). The score_mod snippet may define it
+  // itself instead, with the same parameters as score_mod (`const Aux &aux`
+  // last where there are aux fields): the backward finds it there by
+  // overload resolution, as score_mod_slope is found, so this field is for
+  // a derivative kept apart. Given here while the snippet defines one too
+  // is an error naming both; a backward with neither is an error too (the
+  // forward never needs it).
   std::string score_mod_grad;
   // Defines
   //   __device__ bool mask_mod(int b, int h, int q, int k)
   // true where query q sees key k; it composes with the built-in mask (a
   // key is visible when both say so).
   std::string mask_mod;
-  // Declares that mask_mod reads only q and k (not b, h, nor anything that
-  // differs between sequences or heads): the block map of the tiles it
-  // hides or shows whole (templates/fwd_block_map.cuh) is then built once
-  // for all batches and heads instead of once per (batch, head), 1/(batch x
-  // heads) of its cost. A mask that does read b or h gives wrong results
-  // under it: the map of (0, 0) is used for every (b, h).
-  bool mask_mod_qk_only = false;
+  // How many block maps of the tiles mask_mod hides or shows whole
+  // (templates/fwd_block_map.cuh) a call builds. `automatic`: flashjit
+  // compiles mask_mod once into a small probe with b and h as opaque kernel
+  // parameters (runtime/modifier_facts.h); where the optimised code never
+  // reads them, mask_mod is a function of (q, k) and the aux values alone,
+  // and one map serves every batch and head, 1/(batch x heads) of the
+  // per-(batch, head) cost, kept across calls where the aux fields hold no
+  // pointer. `on` declares that without the probe (a mask that does read b
+  // or h then gives wrong results: the map of (0, 0) is used for every
+  // (b, h)); `off` builds the map per (batch, head) whatever the probe
+  // would find.
+  MaskModQkOnly mask_mod_qk_only = MaskModQkOnly::automatic;
   // Learned attention sinks (GPT-OSS), built in rather than a snippet: one
   // fp32 logit per query head (ForwardArgs::sinks, natural units like the
   // scaled scores) joins each row's softmax denominator with no value, so a

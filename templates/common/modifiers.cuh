@@ -5,11 +5,13 @@
 // those indices. The generator's prelude defines cfg::Modifiers: NoModifiers,
 // or a struct of the same shape that calls the caller's score_mod and
 // mask_mod (generator/modifier_source.cpp); the backward kernels also call
-// score_grad, the caller's score_mod_grad (1 where there is none: the
-// backward of a score_mod without one is refused on the host). `aux` points at the call's extra
+// score_grad, the caller's score_mod_grad, given apart or defined in the
+// score_mod snippet (1 without a score_mod; the backward of a score_mod
+// without one is refused on the host). `aux` points at the call's extra
 // inputs (FwdParams::aux), laid out as the snippet's struct Aux. kMaskQkOnly:
-// the caller declared that mask_mod reads only q and k, so one block map
-// serves every batch and head (fwd_block_map.cuh). kSinks: learned
+// mask_mod reads only q and k (declared by the caller, or found by the
+// host's probe: runtime/modifier_facts.h), so one block map serves every
+// batch and head (fwd_block_map.cuh). kSinks: learned
 // attention sinks (FwdParams::sinks, one logit per query head), built in:
 // the forward's epilogues finish each row with finish_row
 // (common/online_softmax.cuh), the split-KV combine adds the sink once
@@ -39,6 +41,17 @@ template <class T>
 inline constexpr bool kIsScoreSlope = true;
 template <>
 inline constexpr bool kIsScoreSlope<NoScoreSlope> = false;
+
+// The same for score_mod_grad in a backward program where none is given
+// apart from the score_mod snippet: its static_assert names the omission
+// (the host refuses the call before compiling: runtime/modifier_facts.h).
+struct NoScoreModGrad {
+  __device__ __forceinline__ operator float() const { return 1.f; }
+};
+template <class T>
+inline constexpr bool kIsScoreModGrad = true;
+template <>
+inline constexpr bool kIsScoreModGrad<NoScoreModGrad> = false;
 
 struct NoModifiers {
   static constexpr bool kScore = false;

@@ -191,7 +191,7 @@ TEST(BlockMaskGpu, CreateBlockMaskBuildsTheHostsListsOnTheGpu) {
               "  return aux.doc_ids[b * aux.seqlen + q] == aux.doc_ids[b * aux.seqlen + k] &&\n"
               "         ((h & 1) == 0 || k <= q);\n}\n";
     m.aux = {{"const int*", "doc_ids"}, {"int", "seqlen"}};
-    m.mask_mod_qk_only = c.qk_only;
+    m.mask_mod_qk_only = c.qk_only ? MaskModQkOnly::on : MaskModQkOnly::off;
     const Problem p = make_problem(DType::bf16, 2, c.heads, c.heads, c.seqlen_q, c.seqlen_k, 128,
                                    128, MaskKind::none);
     const int64_t seqlen = std::max(p.seqlen_q, p.seqlen_k);

@@ -38,7 +38,7 @@ Modifiers documents_by_position(bool qk_only) {
       "  return aux.doc_ids[q] == aux.doc_ids[k];\n"
       "}\n";
   m.aux = {{"const int*", "doc_ids"}};
-  m.mask_mod_qk_only = qk_only;
+  m.mask_mod_qk_only = qk_only ? MaskModQkOnly::on : MaskModQkOnly::off;
   return m;
 }
 
@@ -130,7 +130,7 @@ TEST(ModifiersGpu, BlockMapSkipsHiddenTilesAndSharesOverBatchAndHeads) {
   // Nothing visible: every tile hidden, none loaded.
   Modifiers none;
   none.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return false; }\n";
-  none.mask_mod_qk_only = true;
+  none.mask_mod_qk_only = MaskModQkOnly::on;
   const Problem p = make_problem(DType::fp16, 1, 2, 2, 300, 300, 64, 64, MaskKind::none);
   const auto q = random_values(p.dtype, q_elements(p), 51);
   const Outputs got = run_forward(p, KernelConfig{KernelPath::sm90}, none, nullptr, q, q, q);
@@ -379,7 +379,7 @@ TEST(ModifiersGpu, BackwardBlockMapMatchesTheBuiltInCausal) {
   Modifiers per_group;
   per_group.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }\n";
   Modifiers shared = per_group;
-  shared.mask_mod_qk_only = true;
+  shared.mask_mod_qk_only = MaskModQkOnly::on;
   KernelConfig deterministic{KernelPath::sm90};
   deterministic.deterministic = true;
   struct Case {
@@ -395,10 +395,10 @@ TEST(ModifiersGpu, BackwardBlockMapMatchesTheBuiltInCausal) {
         const AttentionGradients got = run_backward(plain, config, *m, q, k, v, dout);
         ASSERT_EQ(got.dq.size(), size_t(q_elements(plain)));
         const GradientAccuracyReport report = check_gradient_accuracy(got, exact, element);
-        EXPECT_TRUE(report.passed()) << c.seqlen << " d" << c.hdim
-                                     << (config.deterministic ? " deterministic" : "")
-                                     << (m->mask_mod_qk_only ? " shared" : " per group") << ": "
-                                     << report.describe();
+        EXPECT_TRUE(report.passed())
+            << c.seqlen << " d" << c.hdim << (config.deterministic ? " deterministic" : "")
+            << (m->mask_mod_qk_only == MaskModQkOnly::on ? " shared" : " per group") << ": "
+            << report.describe();
       }
     const AttentionGradients once = run_backward(plain, deterministic, per_group, q, k, v, dout);
     const AttentionGradients again = run_backward(plain, deterministic, per_group, q, k, v, dout);

@@ -225,13 +225,17 @@ TEST(BlockMask, CreateBlockMaskCompilesAndChecksItsRequest) {
   auto build_error = [&](const Modifiers &mods, const BlockMask &mask, Problem p = problem()) {
     return create_block_mask(p, mods, &doc_ids, 8, mask).message();
   };
+  // A mask per (batch, head) asked for: the problem's batches and heads.
+  // (Left to the probe, the same check follows it, on the GPU.)
+  m.mask_mod_qk_only = MaskModQkOnly::off;
   EXPECT_EQ(build_error(m, out),
-            "create_block_mask: batches=2, heads=1: a mask_mod that may read b and h needs the "
-            "problem's, 2 and 16; declare mask_mod_qk_only for one mask of every batch and head");
+            "create_block_mask: batches=2, heads=1: a mask_mod that may read b or h "
+            "(mask_mod_qk_only off: given, or found by the probe) needs the problem's, 2 and 16; "
+            "one mask of every batch and head needs a mask_mod of q and k alone");
   BlockMask no_full = out;
   no_full.full_kv_indices = nullptr;
   no_full.full_kv_num_blocks = nullptr;
-  m.mask_mod_qk_only = true;
+  m.mask_mod_qk_only = MaskModQkOnly::on;
   EXPECT_EQ(build_error(m, no_full),
             "create_block_mask: full_kv_num_blocks and full_kv_indices must be device pointers: "
             "the blocks mask_mod shows whole are written there");
@@ -270,11 +274,20 @@ TEST(BlockMask, CreateBlockMaskCompilesAndChecksItsRequest) {
   cm.aux = "const int* doc_ids";
   cm.aux_values = &doc_value;
   cm.aux_count = 1;
+  cm.mask_mod_qk_only = FLASHJIT_MASK_MOD_QK_ONLY_OFF;
   EXPECT_NE(flashjit_create_block_mask(&cp, &cm, &cout, nullptr), 0);
   EXPECT_EQ(std::string(flashjit_last_error()),
             "flashjit_create_block_mask: create_block_mask: batches=1, heads=1: a mask_mod that "
-            "may read b and h needs the problem's, 2 and 16; declare mask_mod_qk_only for one "
-            "mask of every batch and head");
+            "may read b or h (mask_mod_qk_only off: given, or found by the probe) needs the "
+            "problem's, 2 and 16; one mask of every batch and head needs a mask_mod of q and k "
+            "alone");
+  cm.mask_mod_qk_only = 3;
+  EXPECT_NE(flashjit_create_block_mask(&cp, &cm, &cout, nullptr), 0);
+  EXPECT_EQ(std::string(flashjit_last_error()),
+            "flashjit_create_block_mask: mask_mod_qk_only is 3: expected "
+            "FLASHJIT_MASK_MOD_QK_ONLY_AUTO (0), FLASHJIT_MASK_MOD_QK_ONLY_ON (1) or "
+            "FLASHJIT_MASK_MOD_QK_ONLY_OFF (2)");
+  cm.mask_mod_qk_only = FLASHJIT_MASK_MOD_QK_ONLY_OFF;
   cm.block_mask = &cout;
   EXPECT_NE(flashjit_create_block_mask(&cp, &cm, &cout, nullptr), 0);
   EXPECT_EQ(std::string(flashjit_last_error()),

@@ -59,7 +59,7 @@ TEST(ModifiedPlans, PlanKeysReadTheSnippetsBesideThePlan) {
   Modifiers docs;
   docs.mask_mod = kDocuments;
   docs.aux = {{"const int*", "doc_ids"}};
-  docs.mask_mod_qk_only = true;
+  docs.mask_mod_qk_only = MaskModQkOnly::on;
   EXPECT_EQ(plan->entries[0].modifiers, docs);
   EXPECT_EQ(plan->entries[0].name,
             describe(plan->entries[0].problem) + " mod=" + modifiers_hash(docs));
@@ -77,29 +77,64 @@ TEST(ModifiedPlans, PlanKeysReadTheSnippetsBesideThePlan) {
   EXPECT_EQ(plan->entries[4].name, describe(plan->entries[4].problem));
 }
 
+// A backward's derivative in the score_mod's own file: no score_mod_grad
+// key needed (a probe compile finds it), and the entry keeps the file as it
+// is; mask_mod_qk_only absent is left to the probe, false is explicit.
+TEST(ModifiedPlans, TheBackwardFindsTheDerivativeInTheScoreModFile) {
+  TempDir dir;
+  write_file(dir.file("alibi.cu"), std::string(kAlibi) + kAlibiGrad);
+  write_file(dir.file("docs.cu"), kDocuments);
+  write_file(dir.file("plan.yaml"),
+             "defaults: {heads: 16, hdim: 128, seqlen: 2048}\n"
+             "problems:\n"
+             "  - {score_mod: alibi.cu, aux: 'const float* slopes', passes: [fwd, bwd]}\n"
+             "  - {mask_mod: docs.cu, aux: 'const int* doc_ids'}\n"
+             "  - {mask_mod: docs.cu, aux: 'const int* doc_ids', mask_mod_qk_only: false}\n");
+  auto plan = load_plan(dir.file("plan.yaml"));
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_EQ(plan->entries.size(), 4u);
+  EXPECT_EQ(plan->entries[1].pass, Pass::backward);
+  EXPECT_EQ(plan->entries[1].modifiers.score_mod, std::string(kAlibi) + kAlibiGrad);
+  EXPECT_EQ(plan->entries[1].modifiers.score_mod_grad, "");
+  EXPECT_EQ(plan->entries[2].modifiers.mask_mod_qk_only, MaskModQkOnly::automatic);
+  EXPECT_EQ(plan->entries[3].modifiers.mask_mod_qk_only, MaskModQkOnly::off);
+  // The worker request carries the three states (absent: automatic).
+  for (const PlanEntry &entry : plan->entries) {
+    auto back =
+        worker_protocol::modifiers_from_json(worker_protocol::modifiers_to_json(entry.modifiers));
+    ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+    EXPECT_EQ(*back, entry.modifiers);
+  }
+}
+
 TEST(ModifiedPlans, PlanKeyErrorsNameFileLineAndKey) {
   TempDir dir;
   write_file(dir.file("alibi.cu"), kAlibi);
   write_file(dir.file("blank.cu"), " \n\t\n");
   write_file(dir.file("latin1.cu"), "// \xe9t\xe9\n");
+  write_file(dir.file("alibi_grad.cu"), kAlibiGrad);
+  write_file(dir.file("alibi_with_grad.cu"), std::string(kAlibi) + kAlibiGrad);
   const std::string head = "defaults: {heads: 16, hdim: 128, seqlen: 2048}\nproblems:\n";
   const std::pair<std::string, std::string> cases[] = {
       {"  - {mask_mod: nowhere.cu}\n",
-       ":3: key 'mask_mod': cannot read " + dir.file("nowhere.cu") +
-           ": No such file or directory"},
+       ":3: key 'mask_mod': cannot read " + dir.file("nowhere.cu") + ": No such file or directory"},
       {"  - {mask_mod: [a, b]}\n",
        ":3: key 'mask_mod': expected the path of a CUDA source file, got a list"},
       {"  - {score_mod: alibi.cu, aux: 'float'}\n",
        ":3: key 'aux': 'float' is not a declaration TYPE NAME (e.g. 'const float* slopes')"},
-      {"  - {mask_mod: blank.cu}\n",
-       ":3: key 'mask_mod': " + dir.file("blank.cu") + " is empty"},
+      {"  - {mask_mod: blank.cu}\n", ":3: key 'mask_mod': " + dir.file("blank.cu") + " is empty"},
       {"  - {mask_mod: latin1.cu}\n",
        ":3: key 'mask_mod': " + dir.file("latin1.cu") + " is not UTF-8 text (byte 3)"},
       {"  - {score_mod: alibi.cu, aux: 'const float* slopes', sinks: yes}\n",
        ":3: key 'sinks': expected true or false, got yes"},
       {"  - {score_mod: alibi.cu, aux: 'const float* slopes', pass: bwd}\n",
-       ":3: pass bwd with a score_mod needs score_mod_grad (d score_mod / d score): the "
-       "backward scales by it"},
+       ":3: pass bwd with a score_mod needs a score_mod_grad (d score_mod / d score), which the "
+       "backward scales by: define float score_mod_grad(float score, int b, int h, int q, int "
+       "k, const Aux &aux) in the score_mod's file, or give key score_mod_grad"},
+      {"  - {score_mod: alibi_with_grad.cu, score_mod_grad: alibi_grad.cu, aux: 'const float* "
+       "slopes', pass: bwd}\n",
+       ":3: key score_mod_grad and the score_mod_grad that key score_mod's file defines: give "
+       "one of them"},
       {"  - {aux: 'int n'}\n",
        ":3: modifiers: aux fields are declared but there is no score_mod or mask_mod"},
   };
@@ -157,9 +192,13 @@ TEST(ModifiedPlans, PrecompileStoresTheModifiedKernelsAQueryFinds) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(I(parse_json(r.out).getInteger("compiled")), 0);
 
+  // The probe finds that the documents' mask reads neither b nor h: the
+  // kernels stored (and the one a call looks up) build one block map for
+  // every batch and head, as under mask_mod_qk_only.
   Modifiers docs;
   docs.mask_mod = kDocuments;
   docs.aux = {{"const int*", "doc_ids"}};
+  docs.mask_mod_qk_only = MaskModQkOnly::on;
   const std::string mod = "_mod" + modifiers_hash(docs);
   r = run_cli({"db", "list", "--json", "--db", db});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -209,8 +248,8 @@ TEST(ModifiedPlans, TuneChecksModifiersAndTheirValuesBeforeAnyGpuWork) {
        "the aux field 'prefix' (int) needs a value: give --aux-value prefix=VALUE"},
       {{"--mask-mod", prefix, "--aux", "int prefix", "--aux-value", "prefix=x"},
        "--aux-value prefix=x: 'prefix' is int: expected an integer"},
-      {{"--mask-mod", prefix, "--aux", "int prefix", "--aux-value", "prefix=1",
-        "--aux-value", "prefix=2"},
+      {{"--mask-mod", prefix, "--aux", "int prefix", "--aux-value", "prefix=1", "--aux-value",
+        "prefix=2"},
        "--aux-value: 'prefix' is given twice"},
       {{"--aux-value", "prefix=1"}, "--aux-value: given without --aux fields to set"},
       {{"--mask-mod", dir.file("docs.cu"), "--aux", "const int* doc_ids", "--aux-value",
@@ -222,8 +261,10 @@ TEST(ModifiedPlans, TuneChecksModifiersAndTheirValuesBeforeAnyGpuWork) {
        "packed batch's winner without them. Tune the dense problem of the same head dims and "
        "mask, or give the call a config"},
       {{"--score-mod", dir.file("alibi.cu"), "--aux", "const float* slopes", "--pass", "bwd"},
-       "--pass bwd with --score-mod needs --score-mod-grad (d score_mod / d score): the "
-       "backward scales by it"},
+       "--pass bwd with --score-mod needs a score_mod_grad (d score_mod / d score), which the "
+       "backward scales by: define float score_mod_grad(float score, int b, int h, int q, int "
+       "k, const Aux &aux) in " +
+           dir.file("alibi.cu") + ", or give --score-mod-grad FILE"},
   };
   for (const auto &[flags, message] : usage_errors) {
     const CliResult r = tune(flags);

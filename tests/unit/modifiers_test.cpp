@@ -248,7 +248,7 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   const Problem p = problem_of(2, 16, 16, 8192);
   const Modifiers documents = documents_only();
   Modifiers shared = documents;
-  shared.mask_mod_qk_only = true;
+  shared.mask_mod_qk_only = MaskModQkOnly::on;
   auto has_entry = [](const GeneratedSource &g, const char *entry) {
     return std::find(g.entries.begin(), g.entries.end(), entry) != g.entries.end();
   };
@@ -321,12 +321,12 @@ TEST(ModifiersBlockMap, TheSm90ProgramBuildsItAndTheHostSizesIt) {
   EXPECT_EQ(packed_map.run_words, 0);
   EXPECT_EQ(packed_map.workspace_bytes(), packed_map.run_positions_offset());
   KernelSpec packed_shared = packed;
-  packed_shared.modifiers.mask_mod_qk_only = true;
+  packed_shared.modifiers.mask_mod_qk_only = MaskModQkOnly::on;
   EXPECT_EQ(forward_block_map_geometry(packed_shared, decode).run_words,
             packed.config.block_m / 64 * (64 / packed.pack_gqa));
   // qk-only without a mask_mod is a mistake, named.
   Modifiers orphan = score_only;
-  orphan.mask_mod_qk_only = true;
+  orphan.mask_mod_qk_only = MaskModQkOnly::on;
   EXPECT_NE(error_of(validate_modifiers(orphan)).find("mask_mod_qk_only is set but there is no "
                                                       "mask_mod"),
             std::string::npos);
@@ -363,13 +363,13 @@ TEST(ModifiersBlockMap, OnlyShapeOnlyMapsAreKeptAcrossCalls) {
             key);
   // Read per batch and head: one map per (batch, head), built per call.
   Modifiers per_head = window;
-  per_head.mask_mod_qk_only = false;
+  per_head.mask_mod_qk_only = MaskModQkOnly::off;
   const KernelSpec per_head_spec = modified_spec(p, kSm90a, per_head);
   EXPECT_EQ(key_of(per_head_spec, p, aux, false,
                                    forward_block_map_geometry(per_head_spec, p)),
             "");
   Modifiers documents = documents_only();
-  documents.mask_mod_qk_only = true;
+  documents.mask_mod_qk_only = MaskModQkOnly::on;
   const KernelSpec documents_spec = modified_spec(p, kSm90a, documents);
   const BlockMapGeometry documents_map = forward_block_map_geometry(documents_spec, p);
   ASSERT_EQ(documents_map.rows(), 64);
@@ -382,7 +382,7 @@ TEST(ModifiersBlockMap, ItsKernelsCompileCleanly) {
   const Problem p = problem_of(2, 32, 8, 2048, MaskKind::causal);
   const Modifiers documents = documents_only();
   Modifiers shared = documents;
-  shared.mask_mod_qk_only = true;
+  shared.mask_mod_qk_only = MaskModQkOnly::on;
   Problem decode = p;
   decode.seqlen_q = 1;
   decode.mask = MaskKind::none;
@@ -411,7 +411,7 @@ TEST(ModifiersBlockMap, TheBackwardMapsKeyBlocksToQueryTiles) {
   const Problem p = problem_of(2, 32, 8, 2048, MaskKind::causal);
   const Modifiers documents = documents_only();
   Modifiers shared = documents;
-  shared.mask_mod_qk_only = true;
+  shared.mask_mod_qk_only = MaskModQkOnly::on;
   auto spec_of = [](const Problem &problem, const TargetArch &arch, const KernelConfig &request,
                     const Modifiers &m) {
     const KernelConfig config =
@@ -552,6 +552,23 @@ TEST(ModifiersBackward, TheProgramsCompileTheDerivativeIn) {
     });
   pool.wait();
   for (const std::string &f : failures) EXPECT_EQ(f, "");
+  // The derivative in the score_mod's own snippet: the backward program
+  // calls it (found by overload resolution; its static_assert passes).
+  Modifiers in_snippet = alibi_and_documents();
+  in_snippet.score_mod += m.score_mod_grad;
+  const KernelConfig config = default_backward_config(p, kSm80, 0, {}, /*modified=*/true);
+  auto spec = make_backward_spec(p, config, kSm80);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  spec->modifiers = in_snippet;
+  const GeneratedSource source = generate_backward(*spec);
+  EXPECT_EQ(source.source.find("#line 1 \"score_mod_grad\""), std::string::npos);
+  EXPECT_NE(source.source.find("static_assert(::flashjit::kIsScoreModGrad<"), std::string::npos);
+  auto cubin = compile_to_cubin(source, kSm80);
+  EXPECT_TRUE(bool(cubin)) << spec->id() << ": "
+                           << (cubin ? "" : llvm::toString(cubin.takeError()));
+  // Its forward program is the one without a derivative anywhere.
+  KernelSpec forward = modified_spec(p, kSm80, in_snippet);
+  EXPECT_EQ(generate_forward(forward).source.find("NoScoreModGrad"), std::string::npos);
 }
 
 TEST(ModifiersBackward, AScoreModWithoutItsDerivativeIsRefusedBeforeAnyGpuWork) {
@@ -578,6 +595,19 @@ TEST(ModifiersBackward, AScoreModWithoutItsDerivativeIsRefusedBeforeAnyGpuWork) 
   EXPECT_NE(status.message().find("argument modifiers: the score_mod has no score_mod_grad"),
             std::string::npos)
       << status.message();
+  // Defined in the snippet too while given apart: both named, refused.
+  Modifiers both = m;
+  both.score_mod +=
+      "__device__ float score_mod_grad(float s, int b, int h, int q, int k) { return 1.f; }\n";
+  both.score_mod_grad =
+      "__device__ float score_mod_grad(float s, int b, int h, int q, int k) { return 1.f; }\n";
+  args.modifiers = &both;
+  const Status twice = backward(p, args);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.message().find("argument modifiers: score_mod_grad is given apart and the "
+                                 "score_mod's source defines one too: give one of them"),
+            std::string::npos)
+      << twice.message();
 }
 
 TEST(ModifiersCompile, ErrorsPointIntoTheSnippet) {
@@ -671,8 +701,10 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
                "--aux", "const float* slopes"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "flashjit: error: --pass bwd with --score-mod needs --score-mod-grad (d score_mod / "
-            "d score): the backward scales by it\n");
+            "flashjit: error: --pass bwd with --score-mod needs a score_mod_grad (d score_mod / d "
+            "score), which the backward scales by: define float score_mod_grad(float score, int "
+            "b, int h, int q, int k, const Aux &aux) in " +
+                dir.file("alibi.cu") + ", or give --score-mod-grad FILE\n");
   // The modifiers take registers: the widest sm90 tiles, valid without
   // them, are refused with them (they would spill).
   const std::vector<std::string> widest = {"compile", "--arch", "sm_90a", "--path", "sm90",
@@ -699,6 +731,29 @@ TEST(ModifiersCli, GenAndCompileTakeTheSnippets) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("#line 1 \"score_mod_grad\""), std::string::npos);
   EXPECT_NE(r.out.find("#include \"bwd_sm90.cuh\""), std::string::npos);
+  // Or in the --score-mod file itself: the backward program calls the
+  // file's own (found by overload resolution, a static_assert behind it).
+  write_file(dir.file("alibi_both.cu"),
+             std::string(kAlibi) +
+                 "__device__ float score_mod_grad(float s, int b, int h, int q, int k, const Aux "
+                 "&a) { return 1.f; }\n");
+  r = run_cli({"gen", "--arch", "sm_90a", "--pass", "bwd", "--score-mod", dir.file("alibi_both.cu"),
+               "--aux", "const float* slopes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("#line 1 \"score_mod_grad\""), std::string::npos);
+  for (const char *piece :
+       {"::flashjit::NoScoreModGrad score_mod_grad(A...)",
+        "static_assert(::flashjit::kIsScoreModGrad<decltype(::score_mod_grad(s, b, h, q, k, "
+        "*static_cast<const ::Aux *>(aux)))>,",
+        "return ::score_mod_grad(s, b, h, q, k, *static_cast<const ::Aux *>(aux));"})
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece;
+  // Both: neither is taken over the other.
+  r = run_cli({"gen", "--arch", "sm_90a", "--pass", "bwd", "--score-mod", dir.file("alibi_both.cu"),
+               "--score-mod-grad", dir.file("alibi_grad.cu"), "--aux", "const float* slopes"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "flashjit: error: --score-mod-grad " + dir.file("alibi_grad.cu") +
+                       " and the score_mod_grad that --score-mod " + dir.file("alibi_both.cu") +
+                       " defines: give one of them\n");
   r = run_cli({"gen", "--arch", "sm_90a", "--mask-mod", dir.file("empty.cu")});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "flashjit: error: --mask-mod " + dir.file("empty.cu") + ": the file is empty\n");
@@ -718,6 +773,10 @@ TEST(ModifiersCli, RunChecksTheModifiersFlagsBeforeAnyGpuWork) {
              "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
              "  return k < aux.prefix || k <= q;\n}\n");
   const std::string mask = dir.file("prefix.cu");
+  write_file(dir.file("scale.cu"),
+             "__device__ float score_mod(float s, int b, int h, int q, int k, const Aux &aux) {\n"
+             "  return s * aux.prefix;\n}\n");
+  const std::string scale = dir.file("scale.cu");
   const struct {
     std::vector<std::string> args;
     std::string error;
@@ -740,9 +799,11 @@ TEST(ModifiersCli, RunChecksTheModifiersFlagsBeforeAnyGpuWork) {
       {{"--sinks", "--page-size", "64"},
        "run: --score-mod, --mask-mod and --sinks run a dense batch (no --varlen, "
        "--cache-seqlens or --page-size): drop those or the modifiers"},
-      {{"--pass", "bwd", "--score-mod", mask, "--aux", "int prefix", "--aux-value", "prefix=1"},
-       "--pass bwd with --score-mod needs --score-mod-grad (d score_mod / d score): the "
-       "backward scales by it"},
+      {{"--pass", "bwd", "--score-mod", scale, "--aux", "int prefix", "--aux-value", "prefix=1"},
+       "--pass bwd with --score-mod needs a score_mod_grad (d score_mod / d score), which the "
+       "backward scales by: define float score_mod_grad(float score, int b, int h, int q, int "
+       "k, const Aux &aux) in " +
+           scale + ", or give --score-mod-grad FILE"},
   };
   for (const auto &c : cases) {
     std::vector<std::string> args = {"run"};
@@ -823,8 +884,65 @@ TEST(ModifiersCli, QueryClassesTheCallByTheSnippetsHash) {
                dir.file("alibi.cu"), "--aux", "const float* slopes"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "flashjit: error: --pass bwd with --score-mod needs --score-mod-grad (d score_mod / "
-            "d score): the backward scales by it\n");
+            "flashjit: error: --pass bwd with --score-mod needs a score_mod_grad (d score_mod / d "
+            "score), which the backward scales by: define float score_mod_grad(float score, int "
+            "b, int h, int q, int k, const Aux &aux) in " +
+                dir.file("alibi.cu") + ", or give --score-mod-grad FILE\n");
+}
+
+// query says which block maps a call of a mask_mod builds, and why: left to
+// the probe, a mask of q and k alone shares one map (the kernel of
+// mask_mod_qk_only), one that reads b keeps one per batch and head; the
+// flag decides where given, =false included.
+TEST(ModifiersCli, QuerySaysWhichBlockMapACallBuilds) {
+  using namespace testing_cli;
+  TempDir dir;
+  write_file(dir.file("shared.cu"), kDocuments);
+  const char *by_batch =
+      "__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+      "  return aux.doc_ids[b * 4096 + q] == aux.doc_ids[b * 4096 + k];\n}\n";
+  write_file(dir.file("by_batch.cu"), by_batch);
+  const std::string db = dir.file("query.db");
+  auto query = [&](const std::string &file, std::vector<std::string> flags) {
+    std::vector<std::string> args = {
+        "query", "--arch",     "sm_90a",       "--causal", "--db",
+        db,      "--mask-mod", dir.file(file), "--aux",    "const int* doc_ids"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return run_cli(args);
+  };
+  auto hash_of = [](const char *text, MaskModQkOnly qk_only) {
+    Modifiers m;
+    m.mask_mod = text;
+    m.aux = {{"const int*", "doc_ids"}};
+    m.mask_mod_qk_only = qk_only;
+    return "_mod" + modifiers_hash(m);
+  };
+  CliResult r = query("shared.cu", {});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("block map  one for every batch and head (mask_mod reads neither b nor h "
+                       "on sm_90a)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(hash_of(kDocuments, MaskModQkOnly::on)), std::string::npos) << r.out;
+  r = query("by_batch.cu", {"--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  llvm::json::Object o = testing_cli::parse_json(r.out);
+  EXPECT_EQ(testing_cli::S(o.getString("block_map")),
+            "one per batch and head (mask_mod reads b on sm_90a)");
+  EXPECT_NE(testing_cli::S(o.getString("kernel_id")).find(hash_of(by_batch, MaskModQkOnly::off)),
+            std::string::npos)
+      << r.out;
+  r = query("shared.cu", {"--mask-mod-qk-only=false"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("block map  one per batch and head (--mask-mod-qk-only=false)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(hash_of(kDocuments, MaskModQkOnly::off)), std::string::npos) << r.out;
+  r = query("by_batch.cu", {"--mask-mod-qk-only"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("block map  one for every batch and head (--mask-mod-qk-only)\n"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(ModifiersReference, HookAppliesScoreAndMask) {
