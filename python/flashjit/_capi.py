@@ -159,6 +159,19 @@ class Modifiers(ctypes.Structure):
     ]
 
 
+# Modifiers.mask_mod_qk_only (enum flashjit_mask_mod_qk_only).
+MASK_MOD_QK_ONLY_AUTO, MASK_MOD_QK_ONLY_ON, MASK_MOD_QK_ONLY_OFF = 0, 1, 2
+
+
+class ModifierFacts(ctypes.Structure):
+    _fields_ = [
+        ("score_mod_defines_grad", ctypes.c_int32),
+        ("mask_mod_reads_b", ctypes.c_int32),
+        ("mask_mod_reads_h", ctypes.c_int32),
+        ("mask_mod_qk_only", ctypes.c_int32),
+    ]
+
+
 class LibraryNotFound(ImportError):
     """libflashjit.so could not be found or loaded."""
 
@@ -237,6 +250,10 @@ def _declare(lib):
             ctypes.POINTER(Problem), ctypes.POINTER(Modifiers), ctypes.POINTER(BlockMask),
             ctypes.c_void_p]
         lib.flashjit_create_block_mask.restype = ctypes.c_int
+    if hasattr(lib, "flashjit_inspect_modifiers"):
+        lib.flashjit_inspect_modifiers.argtypes = [ctypes.POINTER(Modifiers), ctypes.c_char_p,
+                                                   ctypes.POINTER(ModifierFacts)]
+        lib.flashjit_inspect_modifiers.restype = ctypes.c_int
     if hasattr(lib, "flashjit_shipped_modifiers"):
         lib.flashjit_shipped_modifiers.argtypes = [ctypes.c_char_p, ctypes.POINTER(Modifiers)]
         lib.flashjit_shipped_modifiers.restype = ctypes.c_int

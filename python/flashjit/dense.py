@@ -58,7 +58,7 @@ def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_spl
 
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
-              aux=None, mask_mod_qk_only=False, score_mod_grad=None, sinks=None,
+              aux=None, mask_mod_qk_only=None, score_mod_grad=None, sinks=None,
               block_mask=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
@@ -94,23 +94,32 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         int k)` hides keys on top of the mask; q and k are positions in the
         sequence, h the query head. aux: their extra inputs, a dict of CUDA
         tensors (device pointers by dtype), ints and floats, read as
-        aux.<name> from one more parameter, `const Aux &aux`. The tiles
-        mask_mod hides whole are skipped and the ones it shows whole run
-        without calling it, from a block map built on the GPU per call;
-        mask_mod_qk_only=True declares that mask_mod reads only q and k (no
-        b, h, nor per-sequence data), so one map serves every batch and
-        head (a mask that reads b or h is then wrong; the forward on sm90
-        only, the backward calls mask_mod on every element).
+        aux.<name> from one more parameter, `const Aux &aux`. What is
+        fast: the tiles mask_mod hides whole are skipped and the ones it
+        shows whole run without calling it, from a block map built on the
+        GPU (sm90). A mask_mod that reads neither b nor h needs one map for
+        every batch and head rather than one per (batch, head), kept across
+        calls while the lengths and aux values stay (not where aux holds a
+        tensor: its contents may change, so that map is built per call).
+    mask_mod_qk_only: None (the default) lets the library find out whether
+        mask_mod reads b or h: it compiles mask_mod once into a probe with
+        b and h as unknown kernel parameters and checks whether their loads
+        survive optimisation (an aux array indexed by b reads b; `b * 0`
+        does not). True declares that it reads only q and k without the
+        probe (a mask that reads b or h is then wrong); False builds the
+        map per (batch, head) whatever the probe would find.
     score_mod_grad: CUDA source of `float score_mod_grad(float score, int b,
-        int h, int q, int k)`, d score_mod / d score at the same arguments:
-        with it a score_mod call is differentiable with respect to q, k and
-        v (a mask_mod alone always is). Eager only (not under
-        torch.compile). The snippets run with the caller's privileges, like
-        any kernel. score_mod and mask_mod also take the shipped modifiers
-        of flashjit.mods (alibi(slopes), relative_bias(table, n),
+        int h, int q, int k)`, d score_mod / d score at the same arguments,
+        for gradients with respect to q, k and v (a mask_mod alone is always
+        differentiable). The score_mod source may define it itself instead,
+        with score_mod's parameters: the library finds it there; giving it
+        here too is an error. Eager only (not under torch.compile). The
+        snippets run with the caller's privileges, like any kernel.
+        score_mod and mask_mod also take the shipped modifiers of
+        flashjit.mods (alibi(slopes), relative_bias(table, n),
         document(doc_ids), prefix_lm(n), sliding_window(w, sinks),
-        causal()), their aux values bound, their score
-        modifiers differentiable.
+        causal()), their aux values bound, their score modifiers
+        differentiable.
     sinks: learned attention sinks (GPT-OSS), a CUDA tensor [heads_q] of
         logits in natural-log units (not multiplied by softmax_scale): each
         joins its head's softmax denominator as a key without a value, so
@@ -146,8 +155,9 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     import torch
 
     fp8 = (q_descale, k_descale, v_descale, out_dtype)
-    if (score_mod is not None or mask_mod is not None or aux is not None or mask_mod_qk_only
-            or score_mod_grad is not None or sinks is not None or block_mask is not None):
+    if (score_mod is not None or mask_mod is not None or aux is not None
+            or mask_mod_qk_only is not None or score_mod_grad is not None or sinks is not None
+            or block_mask is not None):
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
                                    return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
                                    mask_mod_qk_only, score_mod_grad, sinks, block_mask, fp8)
@@ -201,17 +211,13 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
                         score_mod_grad, sinks, block_mask, fp8):
     """attention() with a caller's modifiers (modifiers.py) or learned sinks,
     eager; differentiable with respect to q, k, v and the sinks (a score_mod
-    then needs its score_mod_grad); fp8: (q_descale, k_descale, v_descale,
-    out_dtype)."""
+    then needs its score_mod_grad, given or defined in its source); fp8:
+    (q_descale, k_descale, v_descale, out_dtype)."""
     if torch.compiler.is_compiling():
         raise NotImplementedError("flashjit.attention: score_mod/mask_mod/sinks are not "
                                   "traceable by torch.compile yet; call it eagerly")
     differentiable = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, sinks))
-    if (differentiable and isinstance(score_mod, str) and score_mod_grad is None):
-        raise NotImplementedError("flashjit.attention: a score_mod without score_mod_grad runs "
-                                  "the forward only: give score_mod_grad (d score_mod / d score) "
-                                  "for gradients, or call under torch.no_grad()")
     call = prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits,
                         pack_gqa, *fp8)
     if sinks is not None:
@@ -220,6 +226,9 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
         score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad, q, k)
     mods, keep = modifiers.build(torch, score_mod, mask_mod, aux, q.device, mask_mod_qk_only,
                                  score_mod_grad, call.sinks)
+    if differentiable and score_mod:
+        # The backward's derivative, before the forward runs.
+        modifiers.check_score_mod_grad(mods, score_mod_grad)
     if block_mask is not None:
         mask_struct, mask_tensors = modifiers.block_mask(torch, block_mask, mask_mod, q, k)
         mods.block_mask = ctypes.pointer(mask_struct)

@@ -6,7 +6,21 @@ flashjit.create_block_mask). The extra inputs come as a dict, name -> CUDA
 tensor (a device pointer: float32 -> const float*, int32 -> const int*,
 int64 -> const long long*, uint8 -> const unsigned char*) or Python int /
 float (int / float); the snippets read them as aux.<name> from their last
-parameter, `const Aux &aux`."""
+parameter, `const Aux &aux`.
+
+What is fast, and why: the tiles a mask_mod hides whole are skipped and
+the ones it shows whole run without calling it, from a block map built on
+the GPU before the kernel. A mask_mod that reads neither b nor h needs one
+map for every batch and head instead of one per (batch, head); the library
+finds that out itself by compiling the mask_mod once into a small probe
+and seeing whether b's and h's loads survive optimisation
+(mask_mod_qk_only=None, the default; True declares it, False refuses it).
+That shared map is also kept across calls while the lengths, the aux
+values and the snippets stay the same, unless aux holds a tensor, whose
+contents may change under the same pointer: such a map is rebuilt per
+call. A score_mod's derivative for the backward may be defined in the
+score_mod's own source as score_mod_grad (found the same way, by a probe
+compile), or given apart as score_mod_grad=, not both."""
 import ctypes
 
 from . import _capi
@@ -23,20 +37,25 @@ def _pointer_types(torch):
     return _POINTER_TYPES
 
 
-def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score_mod_grad=None,
+_QK_ONLY_CODES = {None: _capi.MASK_MOD_QK_ONLY_AUTO, True: _capi.MASK_MOD_QK_ONLY_ON,
+                  False: _capi.MASK_MOD_QK_ONLY_OFF}
+
+
+def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=None, score_mod_grad=None,
           sinks=None):
     """The flashjit_modifiers struct (and what keeps its buffers alive) for
     score_mod / mask_mod source strings, the aux dict and the learned sinks
     (a contiguous float32 CUDA tensor [heads_q], or None; the caller keeps it
-    alive and sets the struct's dsinks for a backward); raises TypeError or
+    alive and sets the struct's dsinks for a backward); mask_mod_qk_only
+    None (the library decides), True or False. Raises TypeError or
     ValueError naming the argument that is wrong."""
     for name, text in (("score_mod", score_mod), ("mask_mod", mask_mod),
                        ("score_mod_grad", score_mod_grad)):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"flashjit.attention: {name} must be CUDA source text (str), got "
                             f"{type(text).__name__}")
-    if not isinstance(mask_mod_qk_only, bool):
-        raise TypeError(f"flashjit.attention: mask_mod_qk_only must be a bool, got "
+    if mask_mod_qk_only is not None and not isinstance(mask_mod_qk_only, bool):
+        raise TypeError(f"flashjit.attention: mask_mod_qk_only must be None, True or False, got "
                         f"{type(mask_mod_qk_only).__name__}")
     if mask_mod_qk_only and not mask_mod:
         raise ValueError("flashjit.attention: mask_mod_qk_only=True without a mask_mod it could "
@@ -75,10 +94,53 @@ def build(torch, score_mod, mask_mod, aux, device, mask_mod_qk_only=False, score
         mask_mod=mask_mod.encode() if mask_mod else None,
         aux=", ".join(decls).encode() if decls else None,
         aux_values=ctypes.cast(array, ctypes.POINTER(_capi.AuxValue)) if array else None,
-        aux_count=len(values), mask_mod_qk_only=int(mask_mod_qk_only), reserved=0,
+        aux_count=len(values), mask_mod_qk_only=_QK_ONLY_CODES[mask_mod_qk_only], reserved=0,
         score_mod_grad=score_mod_grad.encode() if score_mod_grad else None,
         sinks=sinks.data_ptr() if sinks is not None else None, dsinks=None)
     return mods, array
+
+
+def inspect(mods, arch=None):
+    """The library's findings on a flashjit_modifiers' sources
+    (flashjit_inspect_modifiers: probe compiles, once per source and target
+    in the process): a _capi.ModifierFacts. `arch` ("sm_90a") or None for
+    the current device's, which only a mask_mod needs."""
+    facts = _capi.ModifierFacts()
+    if _capi.lib().flashjit_inspect_modifiers(ctypes.byref(mods),
+                                              arch.encode() if arch else None,
+                                              ctypes.byref(facts)) != 0:
+        raise ValueError(f"flashjit.attention: {_capi.last_error()}")
+    return facts
+
+
+# Whether a score_mod source (with its aux declarations) defines its
+# score_mod_grad: the library's probe, asked once per source here.
+_DEFINES_GRAD = {}
+
+
+def check_score_mod_grad(mods, score_mod_grad):
+    """Raises where a backward of `mods` (a flashjit_modifiers with a
+    score_mod) could not run: NotImplementedError for a score_mod with no
+    derivative (neither score_mod_grad= nor one its source defines),
+    ValueError for both."""
+    key = (mods.score_mod, mods.aux)
+    defines = _DEFINES_GRAD.get(key)
+    if defines is None:
+        # The score_mod alone: its probe needs no device (overload
+        # resolution is the same on every target).
+        sources = _capi.Modifiers(score_mod=mods.score_mod, aux=mods.aux)
+        defines = bool(inspect(sources, "sm_80").score_mod_defines_grad)
+        _DEFINES_GRAD[key] = defines
+    if defines and score_mod_grad:
+        raise ValueError("flashjit.attention: score_mod_grad= is given and the score_mod source "
+                         "defines score_mod_grad too: give one of them")
+    if not defines and not score_mod_grad:
+        raise NotImplementedError(
+            "flashjit.attention: a score_mod without score_mod_grad runs the forward only: "
+            "define `float score_mod_grad(float score, int b, int h, int q, int k"
+            f"{', const Aux &aux' if mods.aux else ''})` (d score_mod / d score) in the score_mod "
+            "source, or give it as score_mod_grad=, for gradients, or call under "
+            "torch.no_grad()")
 
 
 def unpack_shipped(score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad, q, k):
@@ -108,7 +170,8 @@ def unpack_shipped(score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad, q
         score_mod, score_mod_grad = score_mod.score_mod, score_mod.score_mod_grad
     if isinstance(mask_mod, Modifier):
         take(mask_mod, "mask_mod", mask_mod.mask_mod is not None)
-        mask_mod_qk_only = mask_mod_qk_only or mask_mod.mask_mod_qk_only
+        if mask_mod_qk_only is None:  # the caller's True or False stands
+            mask_mod_qk_only = mask_mod.mask_mod_qk_only
         mask_mod = mask_mod.mask_mod
     return score_mod, mask_mod, merged or None, mask_mod_qk_only, score_mod_grad
 
@@ -212,14 +275,17 @@ class BlockMask:
 
 
 def create_block_mask(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None,
-                      mask_mod_qk_only=False, block_size=128, device=None):
+                      mask_mod_qk_only=None, block_size=128, device=None):
     """The block mask of `mask_mod` (CUDA source text, as attention()'s, or a
     flashjit.mods mask modifier) for batch x heads sequences of seqlen_q
     queries and seqlen_k keys, built on the GPU in one pass: which blocks of
     block_size keys each block of block_size queries sees in part or whole
     (FlexAttention's BlockMask layout; block_size an int or (block_q,
-    block_k)). aux: the mask_mod's values, as attention()'s. With
-    mask_mod_qk_only one mask serves every batch and head. Pass it as
+    block_k)). aux: the mask_mod's values, as attention()'s. One mask serves
+    every batch and head (batches and heads of 1) where the mask_mod reads
+    neither b nor h: mask_mod_qk_only=None lets the library find that out
+    (a probe compile), True declares it, False asks for one per (batch,
+    head). Pass it as
     attention(..., mask_mod=mask_mod, aux=aux, block_mask=mask) to every call
     with those values (every layer of a step): each call then skips its own
     pre-pass. Raises ValueError or TypeError naming the wrong argument."""
@@ -232,7 +298,9 @@ def create_block_mask(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None,
             if name in merged:
                 raise ValueError(f"flashjit.create_block_mask: aux field {name!r} is given twice")
             merged[name] = value
-        aux, mask_mod_qk_only = merged or None, mask_mod_qk_only or mask_mod.mask_mod_qk_only
+        aux = merged or None
+        if mask_mod_qk_only is None:
+            mask_mod_qk_only = mask_mod.mask_mod_qk_only
         mask_mod = mask_mod.mask_mod
     if not isinstance(mask_mod, str) or not mask_mod.strip():
         raise TypeError("flashjit.create_block_mask: mask_mod must be CUDA source text (str) or "
@@ -253,7 +321,13 @@ def create_block_mask(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None,
         raise ValueError(f"flashjit.create_block_mask: device must be a CUDA device, got {device}")
     if device.index is None:  # "cuda": the current one, as tensors name it
         device = torch.device("cuda", torch.cuda.current_device())
-    mods, keep = build(torch, None, mask_mod, aux, device, bool(mask_mod_qk_only))
+    mods, keep = build(torch, None, mask_mod, aux, device, mask_mod_qk_only)
+    if mask_mod_qk_only is None:
+        # The library's finding for the device, then given explicitly so
+        # that the mask's shape and its build agree.
+        with torch.cuda.device(device):
+            mask_mod_qk_only = bool(inspect(mods).mask_mod_qk_only)
+        mods.mask_mod_qk_only = _QK_ONLY_CODES[mask_mod_qk_only]
     batches, mask_heads = (1, 1) if mask_mod_qk_only else (batch, heads)
     q_blocks, k_blocks = -(-seqlen_q // block_q), -(-seqlen_k // block_k)
     counts = torch.empty(2, batches, mask_heads, q_blocks, dtype=torch.int32, device=device)

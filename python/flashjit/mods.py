@@ -16,8 +16,9 @@ from . import _capi
 class Modifier:
     """A shipped modifier with its aux values: score_mod / score_mod_grad /
     mask_mod source (str or None), aux (dict name -> value) and
-    mask_mod_qk_only. `check(q, k)` raises where the bound values do not fit
-    a call's tensors."""
+    mask_mod_qk_only (True for the masks of q and k alone, which then need
+    no probe compile; None: the library finds out). `check(q, k)` raises
+    where the bound values do not fit a call's tensors."""
     __slots__ = ("name", "score_mod", "score_mod_grad", "mask_mod", "aux", "mask_mod_qk_only",
                  "_check")
 
@@ -28,7 +29,9 @@ class Modifier:
         text = lambda b: b.decode() if b else None  # noqa: E731
         self.name = name
         self.score_mod, self.score_mod_grad = text(mods.score_mod), text(mods.score_mod_grad)
-        self.mask_mod, self.mask_mod_qk_only = text(mods.mask_mod), bool(mods.mask_mod_qk_only)
+        self.mask_mod = text(mods.mask_mod)
+        self.mask_mod_qk_only = {_capi.MASK_MOD_QK_ONLY_ON: True,
+                                 _capi.MASK_MOD_QK_ONLY_OFF: False}.get(mods.mask_mod_qk_only)
         declared = [d.split()[-1] for d in text(mods.aux).split(", ")] if mods.aux else []
         if sorted(declared) != sorted(aux):
             raise AssertionError(f"mods.{name}: the library declares {declared}, the binding "

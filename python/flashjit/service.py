@@ -62,6 +62,11 @@ def _cli():
 def _flags(options):
     args = []
     for key, value in options.items():
+        if key == "mask_mod_qk_only" and value is False:
+            # Explicit: a block map per (batch, head), whatever the probe
+            # would find (absent, the library finds out).
+            args.append("--mask-mod-qk-only=false")
+            continue
         if value is None or value is False:
             continue
         if key == "aux_values":  # {"prefix": 1024}: one --aux-value NAME=VALUE each

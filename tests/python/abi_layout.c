@@ -75,6 +75,12 @@ int main(void) {
   FIELD(flashjit_modifiers, dsinks)
   FIELD(flashjit_modifiers, block_mask)
 
+  printf("flashjit_modifier_facts sizeof %zu\n", sizeof(flashjit_modifier_facts));
+  FIELD(flashjit_modifier_facts, score_mod_defines_grad)
+  FIELD(flashjit_modifier_facts, mask_mod_reads_b)
+  FIELD(flashjit_modifier_facts, mask_mod_reads_h)
+  FIELD(flashjit_modifier_facts, mask_mod_qk_only)
+
   printf("flashjit_block_mask sizeof %zu\n", sizeof(flashjit_block_mask));
   FIELD(flashjit_block_mask, block_q)
   FIELD(flashjit_block_mask, block_k)

@@ -23,7 +23,8 @@ def check_layout(layout_binary, capi):
                "flashjit_kvcache_args": capi.KvCacheArgs,
                "flashjit_backward_args": capi.BackwardArgs, "flashjit_config": capi.Config,
                "flashjit_aux_value": capi.AuxValue, "flashjit_modifiers": capi.Modifiers,
-               "flashjit_block_mask": capi.BlockMask}
+               "flashjit_block_mask": capi.BlockMask,
+               "flashjit_modifier_facts": capi.ModifierFacts}
     seen = {name: set() for name in mirrors}
     errors = []
     for line in subprocess.run([layout_binary], check=True, capture_output=True,
@@ -46,6 +47,67 @@ def check_layout(layout_binary, capi):
         extra = {f[0] for f in cls._fields_} - seen[name]
         if extra:
             errors.append(f"{name}: ctypes fields not in C: {sorted(extra)}")
+    return errors
+
+
+def check_inspect_modifiers(capi):
+    """flashjit_inspect_modifiers for a named target (probe compiles, no GPU):
+    which of b and h a mask_mod reads and the block maps a call builds, a
+    score_mod's own score_mod_grad; and the Python side's checks on them."""
+    from flashjit import modifiers, mods as shipped_mods
+    errors = []
+
+    def facts(arch=b"sm_90a", **fields):
+        out = capi.ModifierFacts()
+        rc = capi.lib().flashjit_inspect_modifiers(ctypes.byref(capi.Modifiers(**fields)), arch,
+                                                    ctypes.byref(out))
+        if rc != 0:
+            return capi.last_error()
+        return (out.score_mod_defines_grad, out.mask_mod_reads_b, out.mask_mod_reads_h,
+                out.mask_mod_qk_only)
+
+    by_batch = (b"bool mask_mod(int b, int h, int q, int k, const Aux &aux) "
+                b"{ return aux.ids[b * 64 + q] == aux.ids[b * 64 + k]; }")
+    causal = b"bool mask_mod(int b, int h, int q, int k) { return k <= q; }"
+    alibi = (b"float score_mod(float s, int b, int h, int q, int k, const Aux &aux) "
+             b"{ return s + aux.ids[h] * (k - q); }")
+    grad = (b"float score_mod_grad(float s, int b, int h, int q, int k, const Aux &aux) "
+            b"{ return 1.f; }")
+    for fields, expected in (
+            (dict(mask_mod=by_batch, aux=b"const int* ids"), (0, 1, 0, 0)),
+            (dict(mask_mod=causal), (0, 0, 0, 1)),
+            (dict(mask_mod=causal, mask_mod_qk_only=capi.MASK_MOD_QK_ONLY_OFF), (0, 0, 0, 0)),
+            (dict(mask_mod=by_batch, aux=b"const int* ids",
+                  mask_mod_qk_only=capi.MASK_MOD_QK_ONLY_ON), (0, 1, 0, 1)),
+            (dict(score_mod=alibi + b"\n" + grad, aux=b"const int* ids"), (1, 0, 0, 0)),
+            (dict(score_mod=alibi, aux=b"const int* ids"), (0, 0, 0, 0))):
+        got = facts(**fields)
+        if got != expected:
+            errors.append(f"inspect {fields}: {got}, expected {expected}")
+    got = facts(arch=b"sm_70", mask_mod=causal)
+    if not isinstance(got, str) or "arch 'sm_70'" not in got:
+        errors.append(f"inspect for sm_70: {got!r}")
+    # What attention() raises before a differentiable forward runs.
+    with_grad = capi.Modifiers(score_mod=alibi + b"\n" + grad, aux=b"const int* ids")
+    without = capi.Modifiers(score_mod=alibi, aux=b"const int* ids")
+    for mods, given, exc, needle in (
+            (with_grad, None, None, None),
+            (with_grad, "float score_mod_grad(...)", ValueError, "give one of them"),
+            (without, None, NotImplementedError, "runs the forward only: define `float "
+             "score_mod_grad(float score, int b, int h, int q, int k, const Aux &aux)`"),
+            (without, "float score_mod_grad(...)", None, None)):
+        try:
+            modifiers.check_score_mod_grad(mods, given)
+            if exc is not None:
+                errors.append(f"check_score_mod_grad({given!r}): no {exc.__name__}")
+        except Exception as e:  # noqa: BLE001
+            if exc is None or not isinstance(e, exc) or needle not in str(e):
+                errors.append(f"check_score_mod_grad({given!r}): {e!r}")
+    # The shipped modifiers' flag: True for the masks of q and k alone,
+    # None (the library finds out) for the others.
+    if (shipped_mods.prefix_lm(3).mask_mod_qk_only is not True
+            or shipped_mods.causal().mask_mod_qk_only is not True):
+        errors.append("shipped prefix_lm / causal: mask_mod_qk_only is not True")
     return errors
 
 
@@ -95,7 +157,7 @@ def check_forward_knobs():
 PUBLIC_API = {
     "attention": "(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None, "
                  "return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, "
-                 "mask_mod=None, aux=None, mask_mod_qk_only=False, score_mod_grad=None, "
+                 "mask_mod=None, aux=None, mask_mod_qk_only=None, score_mod_grad=None, "
                  "sinks=None, block_mask=None, q_descale=None, k_descale=None, v_descale=None, "
                  "out_dtype=None)",
     "attention_varlen": "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, "
@@ -109,7 +171,7 @@ PUBLIC_API = {
     "compile_count": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
-                         "mask_mod_qk_only=False, block_size=128, device=None)",
+                         "mask_mod_qk_only=None, block_size=128, device=None)",
     "query": "(**options)",
     "tune": "(timeout=None, **options)",
     "precompile": "(timeout=None, **options)",
@@ -250,6 +312,7 @@ def main(argv):
     rc = _capi.lib().flashjit_shipped_modifiers(b"prefix_lm", ctypes.byref(shipped))
     if rc != 0 or shipped.mask_mod_qk_only != 1 or shipped.aux != b"int prefix":
         errors.append(f"shipped prefix_lm: rc={rc}, qk_only {shipped.mask_mod_qk_only}")
+    errors += check_inspect_modifiers(_capi)
     rc = _capi.lib().flashjit_shipped_modifiers(b"nope", ctypes.byref(shipped))
     expected = ("flashjit_shipped_modifiers: no shipped modifier 'nope': expected one of alibi, "
                 "relative_bias, document_mask, prefix_lm, sliding_window_with_sinks, "

@@ -78,6 +78,11 @@ def test_a_bad_flag_raises_the_commands_message():
 def test_flags_and_candidates():
     assert service._flags({"heads_kv": 8, "causal": True, "softcap": None, "pass_": "bwd",
                            "window": False}) == ["--heads-kv=8", "--causal", "--pass=bwd"]
+    # mask_mod_qk_only: True and False are requests; None leaves it to the
+    # library's probe.
+    for value, flags in ((True, ["--mask-mod-qk-only"]), (False, ["--mask-mod-qk-only=false"]),
+                         (None, [])):
+        assert service._flags({"mask_mod_qk_only": value}) == flags, value
     saved = os.environ.get("FLASHJIT_CLI")
     try:
         os.environ["FLASHJIT_CLI"] = "/nonexistent/flashjit"
