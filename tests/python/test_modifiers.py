@@ -8,7 +8,9 @@ tensor aux), a prefix-LM mask over an int aux, both dtypes; causal as a
 mask_mod equal to the built-in causal; gradients of score_mods (with their
 score_mod_grad) and mask_mods against the reference's autograd; learned
 sinks (forward, LSE, d q/k/v and d sinks); the shipped modifiers of
-flashjit.mods; FlexAttention's block masks passed as they are; the
+flashjit.mods; FlexAttention's block masks passed as they are; a
+score_mod_grad defined in the score_mod's own source; the shared block map
+chosen by the library where a mask_mod reads neither b nor h; the
 forward-only and bad-argument errors. Outputs are poisoned before every launch (FLASHJIT_POISON_OUTPUT=1).
 Skips cleanly (exit 0) where torch or a CUDA device is missing.
 """
@@ -179,8 +181,13 @@ __device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {
         a, lse_a = flashjit.attention(q, k, v, mask_mod=shared, aux={"doc_ids": docs},
                                       mask_mod_qk_only=True, return_lse=True)
         b, lse_b = flashjit.attention(q, k, v, mask_mod=shared, aux={"doc_ids": docs},
+                                      mask_mod_qk_only=False, return_lse=True)
+        # Left to the library: the probe finds neither b nor h read, so the
+        # shared map, the same bits.
+        c, lse_c = flashjit.attention(q, k, v, mask_mod=shared, aux={"doc_ids": docs},
                                       return_lse=True)
     assert torch.equal(a, b) and torch.equal(lse_a, lse_b)
+    assert torch.equal(a, c) and torch.equal(lse_a, lse_c)
     allowed = docs[:, None] == docs[None, :]
     check(a, lse_a, q, k, v, allowed=allowed[None, None])
 
@@ -286,6 +293,96 @@ def test_gradients_of_mask_mods_match_the_reference():
         (pos[:, None] - pos[None, :] < 64) | (pos[None, :] < 4))
     check_grads(first, q, k, v, dout, allowed=allowed[None, None])
     assert torch.equal(first[1], again[1]) and torch.equal(first[2], again[2])
+
+
+def test_score_mod_grad_in_the_score_mod_source():
+    # The derivative defined beside score_mod in one snippet: the backward
+    # finds it (with aux: ALiBi; without: a tanh softcap), the gradients
+    # those of the reference; given apart too, the call is refused.
+    require_gpu()
+    q, k, v = inputs(2, 333, 8, 2, 128, torch.bfloat16, seed=14)
+    dout = torch.randn_like(q)
+    slopes = torch.tensor([-2.0 ** (-8 * (h + 1) / 8) for h in range(8)], device="cuda")
+    pos = torch.arange(333, device="cuda")
+    bias = slopes[None, :, None, None] * (pos[None, None, None, :] - pos[None, None, :, None])
+    got = grads(lambda a, b, c: flashjit.attention(
+        a, b, c, score_mod=ALIBI + ALIBI_GRAD, aux={"slopes": slopes}), q, k, v, dout)
+    check_grads(got, q, k, v, dout, bias=bias)
+    apart = grads(lambda a, b, c: flashjit.attention(
+        a, b, c, score_mod=ALIBI, score_mod_grad=ALIBI_GRAD, aux={"slopes": slopes}),
+        q, k, v, dout)
+    for name, g, h in zip(("dq", "dk", "dv"), got, apart):
+        err = (g.float() - h.float()).abs().max().item()
+        assert err <= 1e-2, f"{name}: in the snippet and apart differ by {err}"
+    capped = grads(lambda a, b, c: flashjit.attention(a, b, c, score_mod=TANH_CAP + TANH_CAP_GRAD),
+                   q, k, v, dout)
+    exact = grads(lambda a, b, c: _capped_reference(a.float(), b.float(), c.float(), 20.0)
+                  .to(torch.bfloat16), q, k, v, dout)
+    low = grads(lambda a, b, c: _capped_reference(a, b, c, 20.0), q, k, v, dout)
+    for name, g, e, lo in zip(("dq", "dk", "dv"), capped, exact, low):
+        err = (g.float() - e.float()).abs().max().item()
+        base = (lo.float() - e.float()).abs().max().item()
+        assert err <= 3 * base + 1e-5, f"softcap in the snippet {name}: {err} against {base}"
+    qg = q.detach().clone().requires_grad_(True)
+    for call, exc, message in (
+            (lambda: flashjit.attention(qg, k, v, score_mod=ALIBI + ALIBI_GRAD,
+                                        score_mod_grad=ALIBI_GRAD, aux={"slopes": slopes}),
+             ValueError, "give one of them"),
+            (lambda: flashjit.attention(qg, k, v, score_mod=ALIBI, aux={"slopes": slopes}),
+             NotImplementedError, "define `float score_mod_grad(float score, int b, int h, "
+                                  "int q, int k, const Aux &aux)`")):
+        try:
+            call()
+        except exc as e:
+            assert message in str(e), str(e)
+        else:
+            raise AssertionError(f"no {exc.__name__} for {message}")
+
+
+def test_the_library_finds_masks_of_q_and_k_alone():
+    # mask_mod_qk_only=None (the default): a mask that reads neither b nor h
+    # (one set of documents for every sequence, or b folded away) gets one
+    # block map for every batch and head, the same bits as the flag; one
+    # that reads b (documents per sequence) or h (a window per head) keeps a
+    # map per (batch, head) and matches the reference; False forces that.
+    # The probe compiles once: a repeat with other lengths compiles nothing.
+    require_gpu()
+    pos = torch.arange(1024, device="cuda")
+    docs = torch.stack([pos // 137, pos // 291]).to(torch.int32)
+    shared = ("__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+              "  return aux.doc_ids[q + b * 0] == aux.doc_ids[k];\n}\n")
+    per_head = ("__device__ bool mask_mod(int b, int h, int q, int k, const Aux &aux) {\n"
+                "  return k <= q && q - k < aux.windows[h];\n}\n")
+    one = {"doc_ids": docs[0].contiguous()}
+    windows = torch.tensor([16, 100, 333, 1000], device="cuda", dtype=torch.int32)
+    for mask_mod, aux, shape in ((shared, one, (1, 1, 8, 8)),
+                                 (DOCUMENTS, {"doc_ids": docs, "seqlen": 1024}, (2, 4, 8, 8)),
+                                 (per_head, {"windows": windows}, (2, 4, 8, 8))):
+        found = flashjit.create_block_mask(mask_mod, 2, 4, 1024, 1024, aux=aux)
+        assert tuple(found.kv_indices.shape) == shape, (mask_mod, found)
+    forced = flashjit.create_block_mask(shared, 2, 4, 1024, 1024, aux=one, mask_mod_qk_only=False)
+    assert tuple(forced.kv_indices.shape) == (2, 4, 8, 8), forced
+
+    q, k, v = inputs(2, 1000, 4, 2, 128, torch.bfloat16, seed=15)
+    with torch.no_grad():
+        outs = [flashjit.attention(q, k, v, mask_mod=shared, aux=one, mask_mod_qk_only=flag,
+                                   return_lse=True) for flag in (None, True, False)]
+    for out, lse in outs[1:]:
+        assert torch.equal(outs[0][0], out) and torch.equal(outs[0][1], lse)
+    allowed = docs[0, None, None, :1000, None] == docs[0, None, None, None, :1000]
+    check(*outs[0], q, k, v, allowed=allowed)
+    before = flashjit.compile_count()
+    q2, k2, v2 = inputs(2, 777, 4, 2, 128, torch.bfloat16, seed=16)
+    with torch.no_grad():
+        flashjit.attention(q2, k2, v2, mask_mod=shared, aux=one)
+    assert flashjit.compile_count() == before, "a new length compiled (the probe or a kernel)"
+    with torch.no_grad():
+        out, lse = flashjit.attention(q, k, v, mask_mod=per_head, aux={"windows": windows},
+                                      return_lse=True)
+    p = torch.arange(1000, device="cuda")
+    allowed = (p[None, None, None, :] <= p[None, None, :, None]) & (
+        p[None, None, :, None] - p[None, None, None, :] < windows[None, :, None, None])
+    check(out, lse, q, k, v, allowed=allowed)
 
 
 def test_flex_block_masks_are_taken_as_they_are():
@@ -485,6 +582,8 @@ def test_errors():
              "without a mask_mod"),
             (lambda: flashjit.attention(q.detach(), k, v, score_mod_grad=ALIBI_GRAD),
              "without the score_mod"),
+            (lambda: flashjit.attention(q.detach(), k, v, mask_mod=CAUSAL, mask_mod_qk_only=1),
+             "must be None, True or False"),
             (lambda: flashjit.attention(q.detach(), k, v, score_mod=1), "CUDA source text"),
             (lambda: flashjit.attention(q.detach(), k, v, sinks=torch.zeros(3, device="cuda")),
              "expected (2,), one logit per query head"),
