@@ -36,7 +36,7 @@ struct BackwardArgs {
   VarlenArgs varlen;
   // The forward's modifiers and aux values (ForwardArgs::modifiers): the
   // backward recomputes the probabilities with them. A score_mod needs its
-  // score_mod_grad here.
+  // score_mod_grad: given here, or defined in the score_mod snippet.
   const Modifiers *modifiers = nullptr;
   const void *aux = nullptr;
   size_t aux_bytes = 0;

@@ -159,7 +159,8 @@ Status forward(const Problem &problem, const ForwardArgs &args, CUstream_st *str
 // `aux`, aux_bytes as ForwardArgs') for `problem`'s lengths on `stream`, in
 // FlexAttention's layout, into `out`'s four arrays (the caller's device
 // int32 memory, written whole; out's sizes say their shapes: batches and
-// heads 1 under mask_mod_qk_only, else the problem's). Passed as
+// heads 1 where mask_mod reads neither b nor h: mask_mod_qk_only `on`, or
+// `automatic` and found so (the problem's always serve). Passed as
 // ForwardArgs::block_mask / BackwardArgs::block_mask to every call with the
 // same modifiers and aux values (every layer of a step), it spares each
 // call its pre-pass. The first build of a mask_mod compiles a small program.
