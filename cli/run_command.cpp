@@ -10,17 +10,18 @@
 #include "cli/random_inputs.h"
 #include "cli/run_backward.h"
 #include "cli/run_fp8.h"
-#include "tuner/modifier_inputs.h"
 #include "cli/run_report.h"
 #include "cli/run_varlen.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
 #include "reference/accuracy.h"
 #include "reference/gpu_reference.h"
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/launch_forward.h"
+#include "runtime/modifier_facts.h"
 #include "tuner/kv_cache_inputs.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/raw_ostream.h"
+#include "tuner/modifier_inputs.h"
 
 namespace cl = llvm::cl;
 
@@ -204,7 +205,11 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   auto kernel = resolve_kernel(problem_options, "", code, modifier_inputs.has_value());
   if (!kernel) return report_error(code, kernel.takeError());
   if (modifier_inputs) {
-    kernel->spec.modifiers = modifier_inputs->modifiers;
+    // As the calls compile them on this GPU (the kernel the report names).
+    auto resolved =
+        resolve_modifiers(modifier_inputs->modifiers, kernel->spec.pass, kernel->spec.arch);
+    if (!resolved) return report_error(kExitFailure, resolved.takeError());
+    kernel->spec.modifiers = std::move(*resolved);
     if (llvm::Error e = upload_modifier_inputs(kernel->problem, *modifier_inputs))
       return report_error(kExitFailure, std::move(e));
   }
