@@ -52,6 +52,9 @@ is 1/sqrt(head_dim). The descales (None for 16-bit inputs) and out_dtype
 (None: bf16 for e4m3 inputs, else q's) are flashjit.attention's; the fake
 implementations give the output that dtype. fp8 forwards have no backward:
 the entry points refuse e4m3 inputs that require grad before tracing them.
+The fake implementations repeat the schemas' defaults, because the
+dispatcher leaves out trailing arguments that equal their schema default
+(a 16-bit call's descales) when it calls them.
 """
 from typing import Optional, Tuple
 
@@ -105,7 +108,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 @attention_fwd.register_fake
 def _(q, k, v, causal, window_left, window_right, softcap, softmax_scale, num_splits, pack_gqa,
-      q_descale, k_descale, v_descale, out_dtype):
+      q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     b, sq, hq, _ = q.shape
     return (q.new_empty((b, sq, hq, v.shape[3]), dtype=_out_dtype(dense.NAME, q, out_dtype)),
             q.new_empty((b, hq, sq), dtype=torch.float32))
@@ -186,7 +189,8 @@ def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
-      window_right, softcap, softmax_scale, q_descale, k_descale, v_descale, out_dtype):
+      window_right, softcap, softmax_scale, q_descale=None, k_descale=None, v_descale=None,
+      out_dtype=None):
     total_q, hq, _ = q.shape
     return (q.new_empty((total_q, hq, v.shape[2]), dtype=_out_dtype(varlen.NAME, q, out_dtype)),
             q.new_empty((hq, total_q), dtype=torch.float32))
@@ -259,7 +263,8 @@ def attention_with_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
 
 @attention_with_kvcache_op.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, window_left,
-      window_right, softcap, num_splits, q_descale, k_scale, v_scale, out_dtype):
+      window_right, softcap, num_splits, q_descale=None, k_scale=None, v_scale=None,
+      out_dtype=None):
     b, sq, hq, _ = q.shape
     return (q.new_empty((b, sq, hq, v_cache.shape[3]),
                         dtype=_out_dtype(kvcache.NAME, q, out_dtype)),
@@ -294,8 +299,8 @@ def attention_varlen_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @attention_varlen_kvcache.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
-      window_right, softcap, softmax_scale, block_table, seqused_k, q_descale, k_descale,
-      v_descale, out_dtype):
+      window_right, softcap, softmax_scale, block_table, seqused_k, q_descale=None,
+      k_descale=None, v_descale=None, out_dtype=None):
     total_q, hq, _ = q.shape
     # v: packed [total_k, hkv, dv] or paged [num_pages, page_size, hkv, dv].
     return (q.new_empty((total_q, hq, v.shape[-1]), dtype=_out_dtype(varlen.NAME, q, out_dtype)),
