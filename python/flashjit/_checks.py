@@ -108,6 +108,18 @@ def forward_knobs(fail, num_splits, pack_gqa):
     return num_splits, _capi.PACK_GQA_ON if pack_gqa else _capi.PACK_GQA_OFF
 
 
+def deterministic_flag(fail, deterministic):
+    """deterministic, checked: True or False (FlashAttention's `deterministic`:
+    the backward's mode, with dQ summed in a fixed order instead of by
+    atomics)."""
+    # A bool only, as pack_gqa: 1 or "yes" is a mistake, not a choice.
+    if not isinstance(deterministic, bool):
+        raise fail(TypeError, f"deterministic must be True or False (True: the backward sums dQ "
+                              f"without atomics, for bit-identical gradients), got "
+                              f"{deterministic!r}")
+    return deterministic
+
+
 def attention_options(fail, dim_qk, causal, window, softcap, softmax_scale, num_splits=0,
                       pack_gqa=None):
     """The options every entry point shares, checked in this order: the mask

@@ -51,6 +51,19 @@ def forward_config(splits, pack_gqa):
     return config
 
 
+def backward_config(deterministic):
+    """The backward's flashjit_config: $FLASHJIT_BACKWARD_PATH's family and the
+    call's deterministic mode; None (the library chooses everything) when
+    neither is set."""
+    config = pinned_config("FLASHJIT_BACKWARD_PATH")
+    if not deterministic:
+        return config
+    if config is None:
+        config = _capi.Config()
+    config.deterministic = 1
+    return config
+
+
 def padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, dim_qk, dim_v, options,
                    elements=None, **fields):
     """The flashjit_problem of a checked call, its head dims padded to
@@ -99,12 +112,15 @@ class Call:
     sinks: the learned sinks as the kernels read them (float32 [heads_q],
     contiguous) or None; empty: no query, or no key for any (O = 0, LSE =
     +inf, no launch); elements: the element types and descales
-    (_checks.Elements) or None for a 16-bit call."""
+    (_checks.Elements) or None for a 16-bit call; config: the forward's
+    flashjit_config (splits, pack_gqa); deterministic: whether the backward
+    runs its deterministic mode."""
     __slots__ = ("name", "problem", "dim_qk", "dim_v", "pad_qk", "pad_v", "empty", "config",
-                 "varlen", "cache", "modifiers", "sinks", "keep", "elements")
+                 "varlen", "cache", "modifiers", "sinks", "keep", "elements", "deterministic")
 
     def __init__(self, name, problem, dim_qk, dim_v, empty=False, splits=0,
-                 pack_gqa=_capi.PACK_GQA_AUTO, varlen=None, cache=None, keep=(), elements=None):
+                 pack_gqa=_capi.PACK_GQA_AUTO, varlen=None, cache=None, keep=(), elements=None,
+                 deterministic=False):
         self.name, self.problem, self.dim_qk, self.dim_v = name, problem, dim_qk, dim_v
         self.pad_qk, self.pad_v = problem.head_dim_qk - dim_qk, problem.head_dim_v - dim_v
         self.empty = empty
@@ -113,6 +129,7 @@ class Call:
         self.sinks = None
         self.keep = keep
         self.elements = elements
+        self.deterministic = deterministic
 
     @property
     def fp8(self):
@@ -256,7 +273,7 @@ def backward(torch, call, dout, qp, kp, vp, out, lse):
         *call.strides(dq, False), *call.strides(dk, True), *call.strides(dv, True),
         ws_ptr, nbytes)
     run(torch, qp.device, who, symbol, call.problem, args, blocks,
-        pinned_config("FLASHJIT_BACKWARD_PATH"))
+        backward_config(call.deterministic))
     # The workspace and dout are freed when this returns: the caching
     # allocator reuses their blocks only in stream order on this stream, after
     # the kernels above.

@@ -77,16 +77,19 @@ _kernel_path = _environment_reader("FLASHJIT_KERNEL_PATH")
 
 
 def serve(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits, pack_gqa,
-          want_lse):
+          deterministic, want_lse):
     """(key, result): the call's key (None when it has none: an argument that
     is not a tensor; the full path then reports what is wrong) and, when an
-    entry of that key served the call, (out, lse); else None. causal's type is
-    part of the key so that causal=1 and causal=True do not share an entry
-    validated for only one of them."""
+    entry of that key served the call, (out, lse); else None. The types of
+    causal, num_splits, pack_gqa and deterministic are part of the key so
+    that values equal across types (causal=1 and True, num_splits=2.0 and 2,
+    pack_gqa=1 and True) do not share an entry validated for only one of
+    them: the full path refuses the wrong type by name."""
     try:
         call_key = (q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype,
                     k.get_device(), v.shape, v.stride(), v.dtype, v.get_device(), causal,
-                    type(causal), window, softcap, softmax_scale, num_splits, pack_gqa,
+                    type(causal), window, softcap, softmax_scale, num_splits, type(num_splits),
+                    pack_gqa, type(pack_gqa), deterministic, type(deterministic),
                     _kernel_path())
         entry = _entries().get(call_key)
     except (AttributeError, TypeError):  # not tensors; an unhashable window

@@ -9,8 +9,8 @@ calls that a torch.compile trace reaches go through the custom ops (ops.py).
 import ctypes
 
 from . import _launch, _warm, modifiers
-from ._checks import attention_options, check_inputs, failure, fp8_elements, is_fp8
-from ._checks import refuse_fp8_grad
+from ._checks import attention_options, check_inputs, deterministic_flag, failure, fp8_elements
+from ._checks import forward_knobs, is_fp8, refuse_fp8_grad
 from ._layout import kernel_strides, unpad
 from .autograd import attention_function
 
@@ -20,7 +20,7 @@ _fail = failure(NAME)
 
 def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits=0,
                  pack_gqa=None, q_descale=None, k_descale=None, v_descale=None,
-                 out_dtype=None):
+                 out_dtype=None, deterministic=False):
     """The checked arguments as the _launch.Call the forward and backward
     share; raises TypeError or ValueError naming the wrong argument."""
     dtype = check_inputs(torch, _fail, q, 4, (("k", k), ("v", v)),
@@ -46,10 +46,12 @@ def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_spl
                             out_dtype, batch, heads_kv)
     options, splits, pack = attention_options(_fail, dim_qk, causal, window, softcap,
                                               softmax_scale, num_splits, pack_gqa)
+    deterministic = deterministic_flag(_fail, deterministic)
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
                                      dim_qk, dim_v, options, elements)
     empty = batch * seqlen_q * heads_q == 0 or seqlen_k == 0
-    call = _launch.Call(NAME, problem, dim_qk, dim_v, empty, splits, pack, elements=elements)
+    call = _launch.Call(NAME, problem, dim_qk, dim_v, empty, splits, pack, elements=elements,
+                        deterministic=deterministic)
     refuse_fp8_grad(torch, _fail, elements.fp8, (("q", q), ("k", k), ("v", v),
                                              ("q_descale", q_descale), ("k_descale", k_descale),
                                              ("v_descale", v_descale)))
@@ -59,7 +61,8 @@ def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_spl
 def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
               aux=None, mask_mod_qk_only=None, score_mod_grad=None, sinks=None,
-              block_mask=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+              block_mask=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None,
+              deterministic=False):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -87,6 +90,12 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     num_splits and pack_gqa set the forward's kernel only; the backward
     ignores them. The result is the same attention either way (up to
     floating-point rounding).
+    deterministic: whether the backward runs its deterministic mode, as
+        FlashAttention's `deterministic`: dQ is summed over the key blocks
+        in a fixed order instead of by atomics, so two backwards of the same
+        inputs give bit-identical dq, dk and dv (a little slower; README's
+        performance table). The forward is deterministic either way; a call
+        without gradients runs the same forward.
     score_mod, mask_mod: CUDA source of the caller's own variant, compiled
         into the kernel once per text (a new length compiles nothing):
         `float score_mod(float score, int b, int h, int q, int k)` maps each
@@ -160,7 +169,8 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
             or block_mask is not None):
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
                                    return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
-                                   mask_mod_qk_only, score_mod_grad, sinks, block_mask, fp8)
+                                   mask_mod_qk_only, score_mod_grad, sinks, block_mask, fp8,
+                                   deterministic)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
@@ -168,11 +178,14 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         from . import ops  # registers torch.ops.flashjit.* on import
         refuse_fp8_grad(torch, _fail, is_fp8(torch, getattr(q, "dtype", None)),
                         (("q", q), ("k", k), ("v", v)))
+        # Checked before the op's conversions, which would take "on" for True.
+        forward_knobs(_fail, num_splits, pack_gqa)
+        deterministic_flag(_fail, deterministic)
         left, right = window
         out, lse = torch.ops.flashjit.attention_fwd(
             q, k, v, bool(causal), int(left), int(right), float(softcap),
             None if softmax_scale is None else float(softmax_scale), int(num_splits),
-            ops.pack_code(pack_gqa), *fp8)
+            ops.pack_code(pack_gqa), *fp8, deterministic)
         return (out, lse) if return_lse else out
 
     differentiable = False
@@ -187,12 +200,13 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         if not differentiable and all(a is None for a in fp8):
             # A call whose shapes, strides, dtypes and arguments ran before.
             call_key, served = _warm.serve(torch, q, k, v, causal, window, softcap,
-                                           softmax_scale, num_splits, pack_gqa, return_lse)
+                                           softmax_scale, num_splits, pack_gqa, deterministic,
+                                           return_lse)
             if served is not None:
                 return served if return_lse else served[0]
 
     call = prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits,
-                        pack_gqa, *fp8)
+                        pack_gqa, *fp8, deterministic)
     if differentiable:
         out, lse = attention_function(torch).apply(q, k, v, None, call)
         return (out, lse) if return_lse else out
@@ -208,7 +222,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
                         num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only,
-                        score_mod_grad, sinks, block_mask, fp8):
+                        score_mod_grad, sinks, block_mask, fp8, deterministic):
     """attention() with a caller's modifiers (modifiers.py) or learned sinks,
     eager; differentiable with respect to q, k, v and the sinks (a score_mod
     then needs its score_mod_grad, given or defined in its source); fp8:
@@ -219,7 +233,7 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
     differentiable = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, sinks))
     call = prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits,
-                        pack_gqa, *fp8)
+                        pack_gqa, *fp8, deterministic)
     if sinks is not None:
         call.sinks = modifiers.checked_sinks(torch, sinks, q)
     score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad = modifiers.unpack_shipped(

@@ -10,7 +10,8 @@ of it is ever made. Not differentiable (an inference call).
 """
 from . import _launch
 from ._checks import attention_options, block_table as check_block_table
-from ._checks import check_inputs, check_tensor, failure, fp8_elements, int32_vector, is_fp8
+from ._checks import check_inputs, check_tensor, failure, forward_knobs, fp8_elements
+from ._checks import int32_vector, is_fp8
 from ._checks import mixed_dtype_message, refuse_fp8_grad
 from ._layout import kernel_ready, prepare
 
@@ -31,7 +32,7 @@ def _cache_ready(name, t):
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                            block_table=None, softmax_scale=None, causal=False, window=(-1, -1),
                            softcap=0.0, num_splits=0, return_lse=False, q_descale=None,
-                           k_scale=None, v_scale=None, out_dtype=None):
+                           k_scale=None, v_scale=None, out_dtype=None, pack_gqa=None):
     """Attention of q over a KV cache, optionally appending this step's k/v first.
 
     q: [batch, seqlen_q, heads_q, d].
@@ -56,6 +57,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         count (a chunk of new queries sees the whole cached prefix).
     softcap, softmax_scale: as flashjit.attention.
     num_splits: split-KV count (0: the library chooses, 1: off).
+    pack_gqa: whether the query heads that share a KV head are packed into
+        one tile's rows, so each K/V tile is read once per group: True,
+        False, or None to let the library choose (as flashjit.attention's).
+        Has an effect with GQA/MQA; the result is the same either way (up
+        to floating-point rounding).
     return_lse: also return the fp32 [batch, heads_q, seqlen_q] log-sum-exp
         (+inf for a row that sees no key, whose output is 0).
     k_scale, v_scale: an e4m3 cache's fp32 dequantization factors (real =
@@ -77,26 +83,30 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     if torch.compiler.is_compiling():
         # torch.compile traces the custom op (flashjit/ops.py), which writes
         # k_cache/v_cache in place as this function does.
-        from . import ops  # noqa: F401  registers torch.ops.flashjit.* on import
+        from . import ops  # registers torch.ops.flashjit.* on import
         if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
             cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
                                        device=q.device)
+        # Checked before the op's conversions, which would take "on" for True.
+        forward_knobs(_fail, num_splits, pack_gqa)
         left, right = window
         out, lse = torch.ops.flashjit.attention_with_kvcache(
             q, k_cache, v_cache, k, v, cache_seqlens, block_table,
             None if softmax_scale is None else float(softmax_scale), bool(causal), int(left),
-            int(right), float(softcap), int(num_splits), q_descale, k_scale, v_scale, out_dtype)
+            int(right), float(softcap), int(num_splits), q_descale, k_scale, v_scale, out_dtype,
+            ops.pack_code(pack_gqa))
         return (out, lse) if return_lse else out
 
     call = prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
                         softmax_scale, causal, window, softcap, num_splits,
-                        (q_descale, k_scale, v_scale, out_dtype))
+                        (q_descale, k_scale, v_scale, out_dtype), pack_gqa)
     out, lse, _, _, _ = _launch.forward(torch, call, q, k_cache, v_cache, want_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
 def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, window, softcap, num_splits, fp8=(None, None, None, None)):
+                 causal, window, softcap, num_splits, fp8=(None, None, None, None),
+                 pack_gqa=None):
     """The checked arguments as a _launch.Call; raises TypeError or
     ValueError naming the wrong argument. fp8: (q_descale, k_scale,
     v_scale, out_dtype)."""
@@ -125,6 +135,9 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
                                 f"used in place, so it cannot be padded")
     if heads_kv == 0 or heads_q % heads_kv:
         raise _fail(ValueError, f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
+    # The scalar options before the cache's layout, which reads its pointers.
+    options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
+                                              softmax_scale, num_splits, pack_gqa)
     _cache_ready("k_cache", k_cache)
     _cache_ready("v_cache", v_cache)
 
@@ -172,8 +185,6 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
     refuse_fp8_grad(torch, _fail, elements.fp8, (("q", q), ("k", k), ("v", v),
                                              ("q_descale", q_descale), ("k_scale", k_scale),
                                              ("v_scale", v_scale)))
-    options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
-                                              softmax_scale, num_splits)
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, dim,
                                      dim_v, options, elements, page_size=page_size,
                                      seqused_k=int(cache_seqlens is not None))

@@ -18,8 +18,9 @@ only:
 """
 from . import _launch
 from ._checks import attention_options, block_table as check_block_table
-from ._checks import check_inputs, check_tensor, failure, fp8_elements, int32_vector
-from ._checks import is_fp8, mixed_dtype_message, output_dtype, refuse_fp8_grad
+from ._checks import check_inputs, check_tensor, deterministic_flag, failure, forward_knobs
+from ._checks import fp8_elements, int32_vector, is_fp8, mixed_dtype_message, output_dtype
+from ._checks import refuse_fp8_grad
 from ._layout import unpad
 from .autograd import varlen_function
 
@@ -52,7 +53,8 @@ def _length(name, value):
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
                      return_lse=False, block_table=None, seqused_k=None, q_descale=None,
-                     k_descale=None, v_descale=None, out_dtype=None):
+                     k_descale=None, v_descale=None, out_dtype=None, num_splits=0,
+                     pack_gqa=None, deterministic=False):
     """Attention over a packed batch of sequences of different lengths.
 
     q: [total_q, heads_q, d]; k, v: [total_k, heads_kv, d] / [total_k,
@@ -74,6 +76,19 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         number of sequences) or one element; forward only. Over a KV cache
         (below) an e4m3 cache may also go with 16-bit q (k_descale and
         v_descale then its scales, also [heads_kv]).
+
+    num_splits, pack_gqa: the forward's split-KV count and GQA packing, as
+        flashjit.attention's: num_splits 0 lets the library choose per call,
+        1 turns splitting off, up to 256 splits each work tile's key range
+        (at most one split per key tile of the longest sequence, else the
+        library's error); pack_gqa True packs the query heads that share a
+        KV head into one tile's rows (the sm90 family, Hopper; the sm80
+        family refuses True by name), False does not, None lets the library
+        choose. They set the forward's kernel only; the result is the same
+        attention either way (up to floating-point rounding).
+    deterministic: whether the backward runs its deterministic mode (dQ
+        summed without atomics: bit-identical gradients run to run), as
+        flashjit.attention's.
 
     Rows of q that no sequence owns get unspecified output (and gradient).
     Differentiable with respect to q, k and v: the backward recomputes the
@@ -117,25 +132,31 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py); eager calls
         # below go straight to the library.
-        from . import ops  # noqa: F401  registers torch.ops.flashjit.* on import
+        from . import ops  # registers torch.ops.flashjit.* on import
         refuse_fp8_grad(torch, _fail, is_fp8(torch, getattr(q, "dtype", None)),
                         (("q", q), ("k", k), ("v", v)))
+        # Checked before the ops' conversions, which would take "on" for True.
+        forward_knobs(_fail, num_splits, pack_gqa)
+        deterministic_flag(_fail, deterministic)
         left, right = window
         scale = None if softmax_scale is None else float(softmax_scale)
+        knobs = (int(num_splits), ops.pack_code(pack_gqa))
         if cached:
             out, lse = torch.ops.flashjit.attention_varlen_kvcache(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                 bool(causal), int(left), int(right), float(softcap), scale, block_table,
-                seqused_k, *fp8)
+                seqused_k, *fp8, *knobs)
         else:
             out, lse = torch.ops.flashjit.attention_varlen_fwd(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                bool(causal), int(left), int(right), float(softcap), scale, *fp8)
+                bool(causal), int(left), int(right), float(softcap), scale, *fp8, *knobs,
+                deterministic)
         return (out, lse) if return_lse else out
 
     call = prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, window, softcap, block_table=block_table,
-                        seqused_k=seqused_k, fp8=fp8)
+                        seqused_k=seqused_k, fp8=fp8, num_splits=num_splits,
+                        pack_gqa=pack_gqa, deterministic=deterministic)
     if call is None:
         out, lse = empty_result(torch, q, v, out_dtype)
     elif (not cached and not call.fp8 and torch.is_grad_enabled()
@@ -176,7 +197,8 @@ def forward(torch, call, q, k, v, want_lse):
 
 def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window, softcap, block_table=None, seqused_k=None,
-                 fp8=(None, None, None, None)):
+                 fp8=(None, None, None, None), num_splits=0, pack_gqa=None,
+                 deterministic=False):
     """The checked arguments as the _launch.Call the forward and backward
     share (over a KV cache when block_table or seqused_k is given), or None
     when there is nothing to attend (no kernel to run). fp8: (q_descale,
@@ -184,7 +206,8 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     if block_table is not None or seqused_k is not None:
         return _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, window, softcap,
-                                   block_table, seqused_k, fp8)
+                                   block_table, seqused_k, fp8, num_splits, pack_gqa,
+                                   deterministic)
 
     dtype = check_inputs(torch, _fail, q, 3, (("k", k), ("v", v)))
     device = q.device
@@ -208,14 +231,16 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         if longest > total:
             raise _fail(ValueError, f"{name}={longest} exceeds the packed tensor's {total} rows")
     elements = _elements(torch, q, k.dtype, fp8, batch, heads_kv, (q, k, v))
-    options, _, _ = attention_options(_fail, dim, causal, window, softcap, softmax_scale)
+    options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
+                                              softmax_scale, num_splits, pack_gqa)
+    deterministic = deterministic_flag(_fail, deterministic)
     if total_q == 0 or heads_q == 0 or max_q == 0:
         return None
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, max(max_k, 1), dim,
                                      dim_v, options, elements, varlen=1)
     offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
-    return _launch.Call(NAME, problem, dim, dim_v, varlen=offsets, keep=(cu_q, cu_k),
-                        elements=elements)
+    return _launch.Call(NAME, problem, dim, dim_v, splits=splits, pack_gqa=pack, varlen=offsets,
+                        keep=(cu_q, cu_k), elements=elements, deterministic=deterministic)
 
 
 def _elements(torch, q, kv_dtype, fp8, batch, heads_kv, tensors, per_head=False):
@@ -245,9 +270,12 @@ def empty_result(torch, q, v, out_dtype=None):
 # ---- the serving call: a packed batch of queries over a KV cache ---------------
 
 def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        softmax_scale, causal, window, softcap, block_table, seqused_k, fp8):
+                        softmax_scale, causal, window, softcap, block_table, seqused_k, fp8,
+                        num_splits, pack_gqa, deterministic):
     """prepare_call over a KV cache (block_table and/or seqused_k given); an
-    e4m3 cache may go with 16-bit q (kv_dtype e4m3)."""
+    e4m3 cache may go with 16-bit q (kv_dtype e4m3). deterministic is
+    checked only: the call has no backward, and its forward is deterministic
+    either way."""
     paged = block_table is not None
     dtype = check_inputs(torch, _fail, q, 3, ())
     device = q.device
@@ -323,7 +351,9 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         seqlen_k = max_k
         no_key = max_k == 0
     elements = _elements(torch, q, k.dtype, fp8, batch, heads_kv, (q, k, v), per_head=True)
-    options, _, _ = attention_options(_fail, dim, causal, window, softcap, softmax_scale)
+    options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
+                                              softmax_scale, num_splits, pack_gqa)
+    deterministic_flag(_fail, deterministic)
     if total_q == 0 or heads_q == 0 or max_q == 0 or no_key:
         return None  # no query, or no key for any (O = 0, LSE = +inf)
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, seqlen_k, dim, dim_v,
@@ -331,5 +361,5 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                                      seqused_k=int(used is not None), varlen=1)
     offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
     cache = _launch.kvcache_args(used, table, table_stride, num_pages)
-    return _launch.Call(NAME, problem, dim, dim_v, varlen=offsets, cache=cache,
-                        keep=(cu_q, cu_k, used, table), elements=elements)
+    return _launch.Call(NAME, problem, dim, dim_v, splits=splits, pack_gqa=pack, varlen=offsets,
+                        cache=cache, keep=(cu_q, cu_k, used, table), elements=elements)
