@@ -258,7 +258,8 @@ def test_warm_key_keeps_types_apart():
     with fake("cuda") as empty:
         q, k = empty(2, 5, 8, 64), empty(2, 7, 2, 64)
         keys = {}
-        for label, splits, pack, det in (("right", 2, True, True), ("float splits", 2.0, True, True),
+        for label, splits, pack, det in (("right", 2, True, True),
+                                         ("float splits", 2.0, True, True),
                                          ("int pack", 2, 1, True), ("int det", 2, True, 1)):
             key, served = _warm.serve(torch, q, k, k, False, (-1, -1), 0.0, None, splits, pack,
                                       det, False)

@@ -153,21 +153,55 @@ def check_forward_knobs():
     return errors
 
 
+def check_backward_knobs():
+    """deterministic as the backward's flashjit_config (no torch needed):
+    None when nothing is asked, deterministic = 1 with
+    $FLASHJIT_BACKWARD_PATH's family kept; anything but a bool refused."""
+    from flashjit import _capi as capi, _checks, _launch
+    errors = []
+    os.environ.pop("FLASHJIT_BACKWARD_PATH", None)
+    if _launch.backward_config(False) is not None:
+        errors.append("backward_config(False) is not None")
+    config = _launch.backward_config(True)
+    if (config.path, config.deterministic, config.splits) != (capi.PATH_AUTO, 1, 0):
+        errors.append(f"backward_config(True) = {(config.path, config.deterministic)}")
+    os.environ["FLASHJIT_BACKWARD_PATH"] = "sm90"
+    config = _launch.backward_config(True)
+    if (config.path, config.deterministic) != (capi.PATH_SM90, 1):
+        errors.append("backward_config(True) drops $FLASHJIT_BACKWARD_PATH")
+    del os.environ["FLASHJIT_BACKWARD_PATH"]
+    fail = _checks.failure("flashjit.attention_varlen")
+    for good in (False, True):
+        if _checks.deterministic_flag(fail, good) is not good:
+            errors.append(f"deterministic_flag({good})")
+    for bad in (0, 1, None, "True"):
+        try:
+            _checks.deterministic_flag(fail, bad)
+            errors.append(f"deterministic_flag({bad!r}) accepted")
+        except TypeError as e:
+            needle = "flashjit.attention_varlen: deterministic must be True or False"
+            if not str(e).startswith(needle) or not str(e).endswith(f"got {bad!r}"):
+                errors.append(f"deterministic_flag({bad!r}): {e}")
+    return errors
+
+
 # flashjit's public names and their signatures (None: a class).
 PUBLIC_API = {
     "attention": "(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None, "
                  "return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, "
                  "mask_mod=None, aux=None, mask_mod_qk_only=None, score_mod_grad=None, "
                  "sinks=None, block_mask=None, q_descale=None, k_descale=None, v_descale=None, "
-                 "out_dtype=None)",
+                 "out_dtype=None, deterministic=False)",
     "attention_varlen": "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, "
                         "softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, "
                         "return_lse=False, block_table=None, seqused_k=None, q_descale=None, "
-                        "k_descale=None, v_descale=None, out_dtype=None)",
+                        "k_descale=None, v_descale=None, out_dtype=None, num_splits=0, "
+                        "pack_gqa=None, deterministic=False)",
     "attention_with_kvcache": "(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, "
                               "block_table=None, softmax_scale=None, causal=False, "
                               "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False, "
-                              "q_descale=None, k_scale=None, v_scale=None, out_dtype=None)",
+                              "q_descale=None, k_scale=None, v_scale=None, out_dtype=None, "
+                              "pack_gqa=None)",
     "compile_count": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
@@ -272,6 +306,7 @@ def main(argv):
         if rc == 0 or f"config.{field}={value} is invalid" not in message:
             errors.append(f"config.{field}={value}: rc={rc}, message {message!r}")
     errors += check_forward_knobs()
+    errors += check_backward_knobs()
     errors += check_public_api(flashjit)
     errors += check_module_boundaries(os.path.dirname(flashjit.__file__))
 
