@@ -1,8 +1,10 @@
 """What the GPU-side Python tests share: the binding from this checkout's
 python/ (or the installed one, FLASHJIT_TEST_INSTALLED=1), a private
 tuning/cubin database (the tests see the heuristic configs and never a stale
-entry of the user's), torch when installed, and the reason to skip where
-torch, a CUDA device or the library is missing."""
+entry of the user's), torch when installed, the reason to skip where
+torch, a CUDA device or the library is missing, and a record of the configs
+the binding passes to the library (recorded_configs)."""
+import contextlib
 import os
 import sys
 import tempfile
@@ -40,6 +42,45 @@ def require_gpu():
     reason = skip_reason()
     if reason:
         raise unittest.SkipTest(reason)  # pytest reports this as a skip too
+
+
+# The Python arguments that choose a kernel, never the attention: a
+# reference computed from a call's keyword arguments drops them.
+KERNEL_KNOBS = ("num_splits", "pack_gqa", "deterministic")
+
+
+def reference_kw(kw):
+    """A call's keyword arguments without KERNEL_KNOBS."""
+    return {name: value for name, value in kw.items() if name not in KERNEL_KNOBS}
+
+
+@contextlib.contextmanager
+def recorded_configs():
+    """Records the flashjit_config of every C call the binding makes inside
+    (not the warm-call cache's, which bypasses _launch.run): a list of
+    (entry point, {field: value} or None for no config), so that a test
+    sees that an argument reached the library, not only that the result
+    was right."""
+    from flashjit import _launch
+    real = _launch.run
+    seen = []
+
+    def spy(torch_, device, who, symbol, problem, args, blocks, config):
+        fields = None if config is None else {
+            name: getattr(config, name) for name, _ in config._fields_}
+        seen.append((symbol, fields))
+        return real(torch_, device, who, symbol, problem, args, blocks, config)
+
+    _launch.run = spy
+    try:
+        yield seen
+    finally:
+        _launch.run = real
+
+
+def config_field(config, name):
+    """A recorded config's field; 0 (the library's default) without one."""
+    return 0 if config is None else config[name]
 
 
 def run_tests(namespace, skip=skip_reason, skip_status=0):

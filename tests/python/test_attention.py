@@ -25,6 +25,7 @@ import unittest
 os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_env import flashjit, require_gpu as _require_gpu, skip_reason as _skip_reason, torch  # noqa: E402
+from gpu_env import config_field, recorded_configs, reference_kw  # noqa: E402
 
 
 # ---- reference ---------------------------------------------------------------
@@ -84,7 +85,7 @@ def check(q, k, v, label="", lse_check=True, **kw):
     out, lse = flashjit.attention(q, k, v, return_lse=True, **kw)
     torch.cuda.synchronize()
     # The kernel's knobs leave the attention they compute alone.
-    kw = {name: value for name, value in kw.items() if name not in ("num_splits", "pack_gqa")}
+    kw = reference_kw(kw)
     ref, ref_lse = attention_ref(q, k, v, **kw)
     low, _ = attention_ref(q, k, v, upcast=False, **kw)
     if out.shape != ref.shape:
@@ -148,8 +149,8 @@ def check_grad(q, k, v, dout, label="", **kw):
     torch.cuda.synchronize()
     if not torch.equal(out.detach(), plain):
         return f"{label}: the forward under autograd differs from the plain forward"
-    ref = grads_ref(q, k, v, dout, torch.float32, **kw)
-    low = grads_ref(q, k, v, dout, q.dtype, **kw)
+    ref = grads_ref(q, k, v, dout, torch.float32, **reference_kw(kw))
+    low = grads_ref(q, k, v, dout, q.dtype, **reference_kw(kw))
     for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
         g = leaf.grad
         if g is None:
@@ -629,6 +630,55 @@ def test_grad_strided_inputs_and_dout():
     ref = [t.clone().requires_grad_() for t in (q, k, v)]
     flashjit.attention(*ref).backward(torch.ones_like(dout))
     compare("broadcast dout", [t.grad for t in leaves], [t.grad for t in ref])
+    assert not failures, "\n".join(failures)
+
+
+def _flashjit_grads(q, k, v, dout, **kw):
+    """[dq, dk, dv] of one flashjit forward and backward from copies of q, k, v."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    flashjit.attention(*leaves, **kw).backward(dout)
+    torch.cuda.synchronize()
+    return [t.grad for t in leaves]
+
+
+def test_grad_deterministic():
+    """deterministic=True (FlashAttention's): the backward's C call gets the
+    deterministic config, its gradients meet the gradient criterion, and a
+    second backward of the same inputs gives bit-identical dq, dk and dv.
+    GQA/MQA, masks, softcap, head dims 64/128/256 and a padded 59, both
+    dtypes; the default mode's backward is called without it."""
+    _require_gpu()
+    items = [(shape(b=2, sq=257, sk=513, hq=8, hkv=2, d=128), dict(causal=True)),
+             (shape(b=1, sq=113, sk=203, hq=4, d=64, dtype=torch.float16),
+              dict(window=(48, 16))),
+             (shape(b=2, sq=1023, hq=4, hkv=1, d=128), dict(softcap=30.0)),
+             (shape(b=1, sq=200, sk=333, hq=4, hkv=2, d=256, dtype=torch.float16),
+              dict(causal=True)),
+             (shape(b=2, sq=113, hq=3, d=59), dict(causal=True))]
+    cases = cases_of([(s, dict(kw, deterministic=True)) for s, kw in items])
+    run_cases(cases, grad=True)
+    failures = []
+    for label, s, kw in cases:
+        q, k, v = make_inputs(**s)
+        dout = make_dout(q, v, s["seed"] + 7)
+        with recorded_configs() as seen:
+            first = _flashjit_grads(q, k, v, dout, **kw)
+            again = _flashjit_grads(q, k, v, dout, **kw)
+        backward = [config for symbol, config in seen if symbol.startswith("flashjit_backward")]
+        if [config_field(c, "deterministic") for c in backward] != [1, 1]:
+            failures.append(f"{label}: the backward calls' configs are {backward}")
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            if not torch.equal(a, b):
+                err = (a.float() - b.float()).abs().max().item()
+                failures.append(f"{label}: {name} differs between two deterministic backwards "
+                                f"(max {err:.3g})")
+    s, kw = items[0]
+    q, k, v = make_inputs(**s)
+    with recorded_configs() as seen:
+        _flashjit_grads(q, k, v, make_dout(q, v, 1), **kw)
+    backward = [config for symbol, config in seen if symbol.startswith("flashjit_backward")]
+    if [config_field(c, "deterministic") for c in backward] != [0]:
+        failures.append(f"default mode: the backward calls' configs are {backward}")
     assert not failures, "\n".join(failures)
 
 

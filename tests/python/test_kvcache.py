@@ -6,7 +6,9 @@ test_attention.py, applied per sequence to the keys it holds, on the GPU.
 Contiguous and paged caches (shuffled block tables, page sizes 16/64/256),
 cache_seqlens differing per sequence (0 and 1 included) or an int, k/v
 appended in place (the cache afterwards equals the reference's), GQA, causal,
-window, softcap, both dtypes, return_lse, bad arguments. Outputs are poisoned
+window, softcap, both dtypes, return_lse, pack_gqa True and False (their
+configs reaching the library, the result unchanged), bad arguments. Outputs
+are poisoned
 before every launch (FLASHJIT_POISON_OUTPUT=1). Skips cleanly (exit 0) where
 torch or a CUDA device is missing.
 """
@@ -15,7 +17,8 @@ import sys
 
 os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
+from gpu_env import config_field, flashjit, recorded_configs, reference_kw, require_gpu  # noqa: E402
+from gpu_env import run_tests, torch  # noqa: E402
 from test_attention import attention_ref  # noqa: E402
 
 
@@ -37,6 +40,7 @@ def paged(k, v, page, seed):
 
 def reference(q, k, v, lens, **kw):
     """Per sequence: attention over its first lens[b] keys; 0 keys -> O 0, LSE +inf."""
+    kw = reference_kw(kw)
     outs, lses = [], []
     for i in range(q.shape[0]):
         n = int(lens[i])
@@ -106,6 +110,26 @@ def test_masks_softcap_head_dims():
     run_case(2, 16, 1024, 8, 8, 256, torch.bfloat16, page=64, window=(100, 0), seed=3)
     run_case(2, 3, 1024, 8, 1, 128, torch.float16, page=16, new=1, softcap=30.0, seed=4)
     run_case(2, 128, 512, 8, 2, 128, torch.bfloat16, page=0, new=7, causal=True, seed=5)
+
+
+def test_pack_gqa():
+    """pack_gqa True and False (with num_splits 0, 1 and 3) reach the C
+    call and leave the result alone: contiguous and paged caches, decode and
+    chunks with appended keys, GQA and MQA."""
+    require_gpu()
+    for pack_gqa in (True, False):
+        for b, sq, hq, hkv, page, new, kw in ((4, 1, 32, 8, 0, 0, dict()),
+                                              (3, 5, 16, 2, 64, 2, dict(causal=True)),
+                                              (2, 3, 8, 1, 16, 1, dict(num_splits=3)),
+                                              (2, 1, 8, 2, 256, 0, dict(num_splits=1))):
+            kw = dict(kw, pack_gqa=pack_gqa)
+            with recorded_configs() as seen:
+                run_case(b, sq, 768, hq, hkv, 128, torch.bfloat16, page=page, new=new,
+                         seed=hq + page, **kw)
+            configs = [c for symbol, c in seen if symbol.startswith("flashjit_forward_kvcache")]
+            want = (kw.get("num_splits", 0), 1 if pack_gqa else 2)  # PACK_GQA_ON / _OFF
+            got = [(config_field(c, "splits"), config_field(c, "pack_gqa")) for c in configs]
+            assert got == [want], f"page={page} h={hq}/{hkv} {kw}: configs {got}, expected {want}"
 
 
 def test_int_cache_seqlens_and_full_cache():

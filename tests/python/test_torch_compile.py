@@ -10,13 +10,17 @@ torch.compile, and their custom ops under torch.library.opcheck, on the GPU
   forward and backward: no graph break (fullgraph fails on one), outputs and
   gradients equal to the eager call's.
 - mode="reduce-overhead" (CUDA graphs): replays give the eager output.
+- deterministic, num_splits and pack_gqa through compiled calls: the
+  configs reach the library, and a compiled deterministic backward equals
+  the eager one bit for bit.
 Skips cleanly (exit 0) where torch or a CUDA device is missing.
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
+from gpu_env import config_field, flashjit, recorded_configs, require_gpu, run_tests  # noqa: E402
+from gpu_env import torch  # noqa: E402
 
 
 def inputs(seed=0, b=2, s=256, hq=8, hkv=2, d=64, requires_grad=False):
@@ -181,6 +185,64 @@ def test_varlen_opcheck_and_fullgraph():
     for a, b, what in zip((out_c.detach(), q.grad, k.grad, v.grad), eager,
                           ("out", "dq", "dk", "dv")):
         close(a, b, "varlen " + what)
+
+
+def test_compiled_knobs_reach_the_library():
+    """torch.compile(fullgraph=True) of flashjit.attention and
+    attention_varlen with deterministic=True, num_splits and pack_gqa: the
+    compiled forward's and backward's C calls get those configs, and the
+    compiled deterministic gradients equal the eager deterministic ones bit
+    for bit (the same kernels on the same values); opcheck of the ops with
+    the new arguments."""
+    require_gpu()
+    import flashjit.ops  # noqa: F401
+    knobs = dict(num_splits=2, pack_gqa=True, deterministic=True)
+
+    def dense(q, k, v):
+        return flashjit.attention(q, k, v, causal=True, **knobs)
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    lens_q, lens_k = [17, 0, 300, 33], [400, 5, 300, 1]
+    cu_q, cu_k = cumulative(lens_q), cumulative(lens_k)
+    make = lambda n, h: torch.randn(n, h, 64, device="cuda", dtype=torch.bfloat16,  # noqa: E731
+                                    generator=g).requires_grad_()
+    packed_inputs = (make(sum(lens_q), 8), make(sum(lens_k), 2), make(sum(lens_k), 2))
+
+    def packed(q, k, v):
+        return flashjit.attention_varlen(q, k, v, cu_q, cu_k, 300, 400, causal=True, **knobs)
+
+    for name, fn, args, suffix in (("dense", dense, inputs(seed=11, requires_grad=True), ""),
+                                   ("varlen", packed, packed_inputs, "_varlen")):
+        results = []
+        for run in (fn, torch.compile(fn, fullgraph=True)):
+            for t in args:
+                t.grad = None
+            with recorded_configs() as seen:
+                out = run(*args)
+                out.backward(torch.ones_like(out))
+            results.append((out.detach(), *(t.grad.clone() for t in args)))
+            calls = {symbol: config for symbol, config in seen}
+            forward, backward = calls.get("flashjit_forward" + suffix), calls.get(
+                "flashjit_backward" + suffix)
+            got = (config_field(forward, "splits"), config_field(forward, "pack_gqa"),
+                   config_field(backward, "deterministic"))
+            assert got == (2, 1, 1), f"{name} {run}: (splits, pack_gqa, deterministic) {got}"
+        for what, a, b in zip(("out", "dq", "dk", "dv"), *results):
+            assert torch.equal(a, b), f"{name}: compiled {what} differs from eager's"
+
+    q, k, v = inputs(seed=12, requires_grad=True)
+    torch.library.opcheck(torch.ops.flashjit.attention_fwd.default,
+                          (q, k, v, True, -1, -1, 0.0, None, 2, 1, None, None, None, None, True))
+    # The backward op has no autograd formula: inputs that need no grad.
+    q, k, v = (t.detach() for t in (q, k, v))
+    out, lse = torch.ops.flashjit.attention_fwd(q, k, v, True, -1, -1, 0.0, None, 0, 0)
+    torch.library.opcheck(torch.ops.flashjit.attention_bwd.default,
+                          (torch.randn_like(out), q, k, v, out, lse, True, -1, 0, 0.0, None,
+                           True))
+    q, k, v = packed_inputs
+    torch.library.opcheck(torch.ops.flashjit.attention_varlen_fwd.default,
+                          (q, k, v, cu_q, cu_k, 300, 400, True, -1, 0, 0.0, None, None, None,
+                           None, None, 3, 2, True))
 
 
 def test_kvcache_fullgraph_appends_like_eager():

@@ -7,7 +7,9 @@ Packed batches mixing lengths 0, 1, 17, 113, 1023; seqlen_q != seqlen_k per
 sequence; GQA; causal, window, softcap; both dtypes; head dims 64/128/256 and
 a padded one (72); return_lse in the [heads_q, total_q] layout; gradients
 against the reference per sequence (0 for a sequence without keys); bad
-arguments. Outputs are poisoned before every launch
+arguments; num_splits and pack_gqa (their configs reaching the library, the
+result unchanged) and the deterministic backward (bit-identical gradients
+over two runs). Outputs are poisoned before every launch
 (FLASHJIT_POISON_OUTPUT=1). Skips cleanly (exit 0) where torch or a CUDA
 device is missing.
 """
@@ -16,7 +18,8 @@ import sys
 
 os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
+from gpu_env import config_field, flashjit, recorded_configs, reference_kw, require_gpu  # noqa: E402
+from gpu_env import run_tests, torch  # noqa: E402
 from test_attention import attention_ref  # noqa: E402
 
 
@@ -49,8 +52,8 @@ def run_case(lens_q, lens_k, hq, hkv, d, dtype, seed=0, dv=None, **kw):
             assert torch.isinf(got_lse).all(), f"{label}: seq {i} LSE"
             continue
         qs, ks, vs = q[None, q0:q0 + lq], k[None, k0:k0 + lk], v[None, k0:k0 + lk]
-        ref, ref_lse = attention_ref(qs, ks, vs, **kw)
-        low, _ = attention_ref(qs, ks, vs, upcast=False, **kw)
+        ref, ref_lse = attention_ref(qs, ks, vs, **reference_kw(kw))
+        low, _ = attention_ref(qs, ks, vs, upcast=False, **reference_kw(kw))
         err = (got.float() - ref[0].float()).abs().max().item()
         base = (low[0].float() - ref[0].float()).abs().max().item()
         assert err <= 2 * base + 1e-5, f"{label}: seq {i} max err {err} > 2 * {base} + 1e-5"
@@ -80,7 +83,8 @@ def test_decode_shapes_and_equal_lengths():
 
 def grad_case(lens_q, lens_k, hq, hkv, d, dtype, seed=0, **kw):
     """Gradients of a packed batch against the reference's, sequence by
-    sequence (a sequence's gradients only depend on its own rows)."""
+    sequence (a sequence's gradients only depend on its own rows). Returns
+    the gradients (dq, dk, dv)."""
     torch.manual_seed(seed)
     tq, tk = sum(lens_q), sum(lens_k)
     q = torch.randn(tq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
@@ -104,7 +108,7 @@ def grad_case(lens_q, lens_k, hq, hkv, d, dtype, seed=0, **kw):
             qs = q.detach()[None, q0:q0 + lq].clone().requires_grad_()
             ks = k.detach()[None, k0:k0 + lk].clone().requires_grad_()
             vs = v.detach()[None, k0:k0 + lk].clone().requires_grad_()
-            ref, _ = attention_ref(qs, ks, vs, upcast=upcast, **kw)
+            ref, _ = attention_ref(qs, ks, vs, upcast=upcast, **reference_kw(kw))
             ref.backward(dout[None, q0:q0 + lq])
             grads.append((qs.grad[0], ks.grad[0], vs.grad[0]))
         (rq, rk, rv), (lq_, lk_, lv_) = grads
@@ -115,6 +119,7 @@ def grad_case(lens_q, lens_k, hq, hkv, d, dtype, seed=0, **kw):
             base = (low.float() - ref.float()).abs().max().item()
             # The dense gradients' criterion (test_attention.py): 3x the low-precision error.
             assert err <= 3 * base + 1e-5, f"{label}: seq {i} {name} err {err} > 3 * {base}"
+    return q.grad, k.grad, v.grad
 
 
 def test_gradients():
@@ -125,6 +130,59 @@ def test_gradients():
     grad_case(lq, lk, 4, 4, 64, torch.float16, seed=12, causal=True)
     grad_case([64, 0, 129], [64, 80, 0], 4, 1, 256, torch.bfloat16, seed=13, window=(50, 3))
     grad_case([33, 70], [90, 70], 6, 3, 72, torch.bfloat16, seed=14, softcap=20.0, causal=True)
+
+
+def _knob_calls(seen, prefix):
+    """The recorded configs of the C calls whose entry point starts with prefix."""
+    return [config for symbol, config in seen if symbol.startswith(prefix)]
+
+
+def test_splits_and_pack_gqa():
+    """num_splits (1 and 3) and pack_gqa (True, False) reach the forward's C
+    call and leave the result alone: GQA and MHA, causal, decode rows next
+    to long prefills, a sequence without keys, both dtypes."""
+    require_gpu()
+    lq = [1, 17, 113, 300, 1, 0]
+    lk = [4096, 1023, 17, 600, 0, 5]
+    for num_splits in (1, 3):
+        for pack_gqa in (True, False):
+            for hq, hkv, dtype, kw in ((8, 2, torch.bfloat16, dict(causal=True)),
+                                       (4, 4, torch.float16, dict()),
+                                       (8, 1, torch.bfloat16, dict(window=(100, 7)))):
+                kw = dict(kw, num_splits=num_splits, pack_gqa=pack_gqa)
+                with recorded_configs() as seen:
+                    run_case(lq, lk, hq, hkv, 128, dtype, seed=20 + num_splits, **kw)
+                configs = _knob_calls(seen, "flashjit_forward_varlen")
+                want = (num_splits, 1 if pack_gqa else 2)  # flashjit.h: PACK_GQA_ON / _OFF
+                got = [(config_field(c, "splits"), config_field(c, "pack_gqa"))
+                       for c in configs]
+                assert got == [want], f"{kw} h={hq}/{hkv}: configs {got}, expected [{want}]"
+
+
+def test_gradients_deterministic():
+    """deterministic=True: the backward's C call gets the deterministic
+    config, the gradients meet the criterion, and a second run gives
+    bit-identical dq, dk and dv."""
+    require_gpu()
+    for lq, lk, hq, hkv, d, dtype, kw in (
+            ([0, 1, 17, 113, 300], [5, 1, 17, 200, 300], 8, 2, 128, torch.bfloat16,
+             dict(causal=True)),
+            ([64, 0, 129], [64, 80, 0], 4, 4, 64, torch.float16, dict(window=(50, 3))),
+            ([33, 70, 1], [90, 70, 400], 6, 3, 256, torch.bfloat16, dict(softcap=20.0))):
+        kw = dict(kw, deterministic=True)
+        with recorded_configs() as seen:
+            first = grad_case(lq, lk, hq, hkv, d, dtype, seed=d, **kw)
+            again = grad_case(lq, lk, hq, hkv, d, dtype, seed=d, **kw)
+        configs = _knob_calls(seen, "flashjit_backward_varlen")
+        got = [config_field(c, "deterministic") for c in configs]
+        assert got == [1, 1], f"h={hq}/{hkv} d={d} {kw}: backward configs {configs}"
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b), (f"h={hq}/{hkv} d={d} {kw}: {name} differs between two "
+                                       f"deterministic backwards")
+    with recorded_configs() as seen:
+        grad_case([17, 40], [30, 40], 4, 2, 64, torch.bfloat16, seed=1)
+    got = [config_field(c, "deterministic") for c in _knob_calls(seen, "flashjit_backward")]
+    assert got == [0], f"the default mode's backward configs: {got}"
 
 
 def test_no_grad_path_matches_the_differentiable_one():

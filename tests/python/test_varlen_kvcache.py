@@ -28,7 +28,8 @@ import sys
 
 os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
+from gpu_env import config_field, flashjit, recorded_configs, reference_kw, require_gpu  # noqa: E402
+from gpu_env import run_tests, torch  # noqa: E402
 from test_attention import attention_ref  # noqa: E402
 
 # A mixed batch: decode steps (1 query), prefill chunks (17..300 queries over
@@ -96,6 +97,7 @@ def gather(cache, table, b, n):
 def references(q, keys, values, lens_q, **kw):
     """Per sequence: (ref out [lq, hq, dv], ref lse [hq, lq], low-precision
     out), with O = 0 and LSE = +inf for a sequence without keys."""
+    kw = reference_kw(kw)
     refs = []
     q_off = offsets(lens_q)
     for b, lq in enumerate(lens_q):
@@ -205,6 +207,23 @@ def test_mixed_batch_paged():
     serving_case(LENS_Q, LENS_K, 8, 8, 128, torch.bfloat16, 64, seed=4, window=(256, 0))
     serving_case(LENS_Q, LENS_K, 8, 1, 64, torch.float16, 16, seed=5, causal=True,
                  softmax_scale=0.05)
+
+
+def test_splits_and_pack_gqa():
+    """num_splits (1, 3) and pack_gqa (True, False) reach the serving call's
+    C call (and the packed call's beside it) and leave the result alone."""
+    require_gpu()
+    for num_splits in (1, 3):
+        for pack_gqa in (True, False):
+            kw = dict(num_splits=num_splits, pack_gqa=pack_gqa)
+            with recorded_configs() as seen:
+                serving_case(LENS_Q, LENS_K, 8, 2, 128, torch.bfloat16, 64,
+                             seed=30 + num_splits, causal=True, **kw)
+            want = (num_splits, 1 if pack_gqa else 2)  # flashjit.h: PACK_GQA_ON / _OFF
+            got = [(symbol, (config_field(c, "splits"), config_field(c, "pack_gqa")))
+                   for symbol, c in seen]
+            expected = [("flashjit_forward_varlen_kvcache", want), ("flashjit_forward_varlen", want)]
+            assert got == expected, f"{kw}: {got}, expected {expected}"
 
 
 def test_padded_head_dims():
