@@ -20,6 +20,7 @@ probabilities from the saved O and log-sum-exp; P is never stored):
 
     q.requires_grad_(); out = flashjit.attention(q, k, v, causal=True)
     out.backward(dout)                                          # q.grad, ...
+    out = flashjit.attention(q, k, v, deterministic=True)       # bit-identical grads
 
 The binding is pure Python over the C API (include/flashjit/flashjit.h) through
 ctypes. libflashjit.so is found through $FLASHJIT_LIB (the file or its
