@@ -3,6 +3,8 @@
 // llvm::Errors (or skipped-entry lines) like everything else here.
 #include <yaml-cpp/yaml.h>
 
+#include <tuple>
+
 #include "cache/base64.h"
 #include "cache/tuning_db.h"
 #include "cache/tuning_db_impl.h"
@@ -182,6 +184,19 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
                                            c ? llvm::formatv(", {0}", b).str() : "",
                                            c ? c : b));
   };
+  // "none", "causal" or "window", then "+chunk<N>" (N > 0, spelled as
+  // flashjit spells it) under chunked attention.
+  auto class_mask = [&](const char *what, const std::string &value) {
+    llvm::StringRef base(value), chunk;
+    std::tie(base, chunk) = base.split("+chunk");
+    int n = 0;
+    const bool chunk_ok = value.find("+chunk") == std::string::npos ||
+                          (!chunk.getAsInteger(10, n) && n > 0 && std::to_string(n) == chunk);
+    if ((base == "none" || base == "causal" || base == "window") && chunk_ok) return true;
+    return reader.skip(what, llvm::formatv("'{0}' is not none, causal or window, optionally "
+                                           "followed by +chunk<N> (N > 0)",
+                                           value));
+  };
   auto head_dim = [&](const char *what, int d) {
     return (d >= 8 && d <= 256 && d % 8 == 0) ||
            reader.skip(what, llvm::formatv("{0} is not a multiple of 8 in [8, 256]", d));
@@ -224,7 +239,7 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
                      one_of("problem.dtype", record.problem.dtype, "bf16", "fp16", "e4m3") &&
                      head_dim("problem.head_dim_qk", record.problem.head_dim_qk) &&
                      head_dim("problem.head_dim_v", record.problem.head_dim_v) &&
-                     one_of("problem.mask", record.problem.mask, "none", "causal", "window") &&
+                     class_mask("problem.mask", record.problem.mask) &&
                      positive("problem.gqa_ratio", record.problem.gqa_ratio) &&
                      kv_layout("problem.kv_layout", record.problem.kv_layout) &&
                      modifiers("problem.modifiers", record.problem.modifiers) &&

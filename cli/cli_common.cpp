@@ -54,6 +54,9 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       FLASHJIT_PROBLEM_FLAG(hdim_v, "hdim-v", "", "DV", "Head dim of V (default --hdim)"),
       FLASHJIT_PROBLEM_FLAG(mask, "mask", "none", "none|causal|window:L,R",
                             "Mask, bottom-right aligned; -1 is an unbounded window side"),
+      FLASHJIT_PROBLEM_FLAG(attention_chunk, "attention-chunk", "0", "C",
+                            "Chunked attention (Llama 4): each query sees only the keys of its "
+                            "own chunk of C positions, on top of --mask (0: off)"),
       causal("causal", cl::desc("Same as --mask causal"), cl::cat(category), problem_subs),
       FLASHJIT_PROBLEM_FLAG(softcap, "softcap", "0", "X", "Logit softcap (0: off)"),
       FLASHJIT_PROBLEM_FLAG(scale, "scale", "0", "S", "Softmax scale (0: 1/sqrt(hdim))"),
@@ -103,6 +106,7 @@ ProblemFlagValues ProblemOptions::values() const {
   v.hdim = hdim;
   v.hdim_v = hdim_v;
   v.mask = mask;
+  v.attention_chunk = attention_chunk;
   v.causal = causal;
   v.softcap = softcap;
   v.scale = scale;
@@ -133,7 +137,8 @@ std::string ProblemOptions::first_given() const {
       {&batch, "--batch"},       {&heads, "--heads"},
       {&heads_kv, "--heads-kv"}, {&seqlen, "--seqlen"},   {&seqlen_q, "--seqlen-q"},
       {&seqlen_k, "--seqlen-k"}, {&hdim, "--hdim"},       {&hdim_v, "--hdim-v"},
-      {&mask, "--mask"},       {&causal, "--causal"},     {&softcap, "--softcap"},
+      {&mask, "--mask"},       {&attention_chunk, "--attention-chunk"},
+      {&causal, "--causal"},   {&softcap, "--softcap"},
       {&scale, "--scale"},     {&page_size, "--page-size"}, {&cache_seqlens, "--cache-seqlens"},
       {&varlen, "--varlen"},   {&seqlens_q, "--seqlens-q"}, {&seqlens_k, "--seqlens-k"},
       {&pass, "--pass"},       {&deterministic, "--deterministic"}};

@@ -44,7 +44,7 @@ struct ProblemOptions {
   std::string first_given() const;
 
   llvm::cl::opt<std::string> dtype, kv_dtype, out_dtype, batch, heads, heads_kv, seqlen, seqlen_q, seqlen_k, hdim,
-      hdim_v, mask;
+      hdim_v, mask, attention_chunk;
   llvm::cl::opt<bool> causal;
   llvm::cl::opt<std::string> softcap, scale, page_size;
   llvm::cl::opt<bool> cache_seqlens;

@@ -116,7 +116,11 @@ llvm::json::Object device_json(const DeviceFingerprint &d) {
 
 std::string class_text(const ProblemClassKey &k) {
   std::string mask = k.mask;
-  if (k.mask == "window") mask = llvm::formatv("window({0},{1})", k.window_left, k.window_right);
+  // A window's bounds after its name, before a chunk ("window+chunk8192").
+  if (llvm::StringRef(k.mask).startswith("window"))
+    mask = llvm::formatv("window({0},{1}){2}", k.window_left, k.window_right,
+                         llvm::StringRef(k.mask).drop_front(6))
+               .str();
   // The KV layout only where it is not the dense default.
   const std::string kv = k.kv_layout == "contiguous" ? "" : " " + k.kv_layout;
   // A caller's modifiers by their hash, where there are any.

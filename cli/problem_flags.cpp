@@ -228,6 +228,10 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   }
 
   if (auto error = parse_mask(v, p)) return error;
+  auto chunk = parse_int("attention-chunk", v.attention_chunk, 0, 0x7fffffff,
+                         "0 (off) or a chunk length > 0");
+  if (!chunk) return chunk.takeError();
+  p.attention_chunk = static_cast<int>(*chunk);
   auto softcap = parse_float("softcap", v.softcap, "a finite number >= 0 (0: off)");
   if (!softcap) return softcap.takeError();
   p.softcap = *softcap;

@@ -27,6 +27,7 @@ struct ProblemFlagValues {
   std::string hdim_v;  // default: --hdim
   std::string mask = "none";
   bool causal = false;  // --causal, the same as --mask causal
+  std::string attention_chunk = "0";  // --attention-chunk C (0: off)
   std::string softcap = "0";
   std::string scale = "0";
   std::string page_size = "0";  // --page-size: K/V in pages of N rows (0: contiguous)

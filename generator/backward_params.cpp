@@ -82,6 +82,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
   p.heads_per_kv = fwd.heads_per_kv;
   p.window_left = fwd.window_left;
   p.window_right = fwd.window_right;
+  p.attention_chunk = fwd.attention_chunk;
   p.score_scale = fwd.score_scale;
   p.softmax_scale_log2 = fwd.softmax_scale_log2;
   p.softmax_scale = problem.effective_scale();

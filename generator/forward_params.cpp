@@ -38,6 +38,7 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
       p.window_right = window_bound(problem.window_right);
       break;
   }
+  p.attention_chunk = problem.attention_chunk;
   p.num_splits = 1;  // the launch sets the split-KV workspace and count
   p.sinks = args.sinks;
   p.q_descale = args.descale.q;

@@ -162,6 +162,10 @@ llvm::Error validate_problem(const Problem &p) {
   if (p.mask != MaskKind::none && p.mask != MaskKind::causal && p.mask != MaskKind::window)
     return problem_error(llvm::formatv("mask={0} is not none, causal or window",
                                        static_cast<int>(p.mask)));
+  if (p.attention_chunk < 0)
+    return problem_error(llvm::formatv(
+        "attention_chunk={0} is invalid: expected 0 (off) or a chunk length > 0",
+        p.attention_chunk));
   if (p.mask == MaskKind::window && (p.window_left < -1 || p.window_right < -1))
     return problem_error(llvm::formatv(
         "window=({0},{1}) is invalid: each bound is -1 (unbounded) or >= 0", p.window_left,
@@ -196,6 +200,7 @@ std::string KernelSpec::id() const {
   if (seqused_k) decode += "_seqused";
   if (page_size > 0) decode += llvm::formatv("_page{0}", page_size).str();
   if (varlen) decode += "_varlen";
+  if (chunked) decode += "_chunk";
   if (const Modifiers compiled = compiled_modifiers(); !compiled.empty())
     decode += "_mod" + modifiers_hash(compiled);
   return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}{13}_{10}",
@@ -216,6 +221,7 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   spec.head_dim_qk = problem.head_dim_qk;
   spec.head_dim_v = problem.head_dim_v;
   spec.mask = normalized_mask(problem);
+  spec.chunked = problem.attention_chunk > 0;
   spec.softcap = problem.softcap != 0.f;
   spec.config = config;
   spec.arch = arch;
@@ -327,7 +333,8 @@ LaunchGeometry forward_launch_geometry(const KernelSpec &spec, const Problem &pr
     const int64_t work = query_blocks * std::max(num_splits, 1) * g.grid.y * g.grid.z;
     const bool persistent =
         sm_count > 0 &&
-        FwdSm90Traits::persistent_grid(spec.mask != MaskKind::none, query_blocks, work, sm_count);
+        FwdSm90Traits::persistent_grid(spec.mask != MaskKind::none || spec.chunked, query_blocks,
+                                       work, sm_count);
     g.grid.x = static_cast<unsigned>(persistent ? std::min<int64_t>(work, sm_count) : work);
     g.grid.y = g.grid.z = 1;
     return g;
@@ -347,7 +354,7 @@ bool forward_tile_costs_vary(const KernelSpec &spec) {
   // d=128); on one CTA per work tile 0.92x, but a document mask (even
   // tiles) lost 9% there. So its persistent CTAs take tiles from the
   // counter instead.
-  return spec.mask != MaskKind::none || !spec.modifiers.mask_mod.empty();
+  return spec.mask != MaskKind::none || spec.chunked || !spec.modifiers.mask_mod.empty();
 }
 
 bool forward_grid_is_persistent(const KernelSpec &spec, const Problem &problem, int sm_count,

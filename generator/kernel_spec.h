@@ -26,6 +26,7 @@ struct KernelSpec {
   int head_dim_qk = 128;
   int head_dim_v = 128;
   MaskKind mask = MaskKind::none;  // normalised: window(-1,0) is causal
+  bool chunked = false;            // Problem::attention_chunk > 0 (its length: a parameter)
   bool softcap = false;
   KernelConfig config;  // complete
   TargetArch arch;
@@ -52,9 +53,10 @@ struct KernelSpec {
   // (the pass first: bwd_... for the backward kernels; _kve4m3 and _obf16
   // where K/V's or O's dtype is not Q's; _gqa4, _split,
   // _seqused and _page64 before the arch where the forward packs GQA heads,
-  // splits the keys, reads per-sequence key counts or pages; _mod and 16
-  // hex digits of the hash of compiled_modifiers() where it compiles a
-  // caller's modifiers)
+  // splits the keys, reads per-sequence key counts or pages; _varlen for a
+  // packed batch, _chunk under chunked attention; _mod and 16 hex digits
+  // of the hash of compiled_modifiers() where it compiles a caller's
+  // modifiers)
   std::string id() const;
   bool operator==(const KernelSpec &) const = default;
 };

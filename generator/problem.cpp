@@ -84,6 +84,7 @@ std::string describe(const Problem &p) {
   std::string mask = to_string(p.mask);
   if (p.mask == MaskKind::window)
     mask = llvm::formatv("window({0},{1})", p.window_left, p.window_right).str();
+  if (p.attention_chunk > 0) mask += llvm::formatv("+chunk({0})", p.attention_chunk).str();
   std::string text = llvm::formatv("{0} b={1} hq={2} hkv={3} sq={4} sk={5} d={6} dv={7} {8}",
                                    to_string(p.dtype), p.batch, p.heads_q, p.heads_kv, p.seqlen_q,
                                    p.seqlen_k, p.head_dim_qk, p.head_dim_v, mask)

@@ -102,7 +102,8 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   os << "using Element = " << element_type(spec.kv_dtype) << ";\n"
      << "using QElement = " << element_type(spec.dtype) << ";\n"
      << "using OutElement = " << element_type(spec.out_dtype) << ";\n"
-     << "using Mask = " << mask_policy(spec.mask) << ";\n"
+     << "using Mask = " << (spec.chunked ? "ChunkedMask<" : "") << mask_policy(spec.mask)
+     << (spec.chunked ? ">" : "") << ";\n"
      << "}  // namespace cfg\n"
      << "}  // namespace flashjit\n";
   // The caller's modifiers (compiled_modifiers: the forward's without

@@ -101,6 +101,12 @@ bool key_visible(const Problem &problem, int64_t i, int64_t j) {
   const int64_t diagonal = i + problem.seqlen_k - problem.seqlen_q;
   if (left >= 0 && j < diagonal - left) return false;
   if (right >= 0 && j > diagonal + right) return false;
+  if (const int64_t chunk = problem.attention_chunk; chunk > 0) {
+    // The row's chunk, by floor division (its position is negative where
+    // seqlen_q > seqlen_k).
+    const int64_t row_chunk = diagonal >= 0 ? diagonal / chunk : -((-diagonal + chunk - 1) / chunk);
+    if (j / chunk != row_chunk) return false;
+  }
   return true;
 }
 

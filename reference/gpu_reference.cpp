@@ -117,6 +117,7 @@ llvm::Expected<RefAttentionParams> reference_attention_params(const Problem &pro
     params.window_left = clamp_window(problem.window_left, problem);
     params.window_right = clamp_window(problem.window_right, problem);
   }
+  params.attention_chunk = problem.attention_chunk;
   params.scale = problem.softmax_scale != 0.f
                      ? problem.softmax_scale
                      : 1.0f / std::sqrt(static_cast<float>(problem.head_dim_qk));

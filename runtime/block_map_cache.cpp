@@ -38,7 +38,7 @@ std::string reusable_block_map_key(const std::string &kernel_id, const Modifiers
   // besides what the kernel's id holds (tiles, mask kind, the snippets):
   // their bytes after the id, no formatting (every such call builds a key).
   const int64_t shape[] = {problem.seqlen_q, problem.seqlen_k, problem.window_left,
-                           problem.window_right};
+                           problem.window_right, problem.attention_chunk};
   std::string key = kernel_id;
   key.push_back('|');
   key.append(reinterpret_cast<const char *>(shape), sizeof(shape));

@@ -103,10 +103,10 @@ std::string convert_problem(const char *fn, const flashjit_problem &p, flashjit:
     return llvm::formatv("{0}: problem.mask={1} is invalid: expected FLASHJIT_MASK_NONE (0), "
                          "FLASHJIT_MASK_CAUSAL (1) or FLASHJIT_MASK_WINDOW (2)",
                          fn, p.mask);
-  if (p.reserved != 0)
-    return llvm::formatv("{0}: problem.reserved={1} is invalid: expected 0 (zero-initialise "
-                         "the struct)",
-                         fn, p.reserved);
+  if (p.attention_chunk < 0)
+    return llvm::formatv("{0}: problem.attention_chunk={1} is invalid: expected 0 (off) or a "
+                         "chunk length > 0",
+                         fn, p.attention_chunk);
   flashjit::for_each_problem_field(
       [&](const auto &field) { from_c(p.*field.c_member, out.*field.member); });
   return "";

@@ -43,6 +43,7 @@ struct CallKey {
   // consulted then either).
   int64_t gqa_ratio = 0;
   int64_t window_left = -1, window_right = -1;
+  int attention_chunk = 0;  // compiled in (ChunkedMask) and its own tuning class
   int seqlen_q_bucket = 0, seqlen_k_bucket = 0, batch_heads_bucket = 0;
   bool operator==(const CallKey &) const = default;
 
@@ -53,6 +54,7 @@ struct CallKey {
               p.page_size,   p.varlen,     modifiers};
     k.kv_element = flashjit::kv_element(p);
     k.out_element = flashjit::out_element(p);
+    k.attention_chunk = p.attention_chunk;
     const bool sized_heuristic =
         requested.splits == 0 || requested.pack_gqa == GqaPacking::automatic;
     if (requested.is_complete() && !sized_heuristic) return k;  // nothing left to choose
@@ -83,8 +85,9 @@ struct CallKeyHash {
   size_t operator()(const CallKey &k) const {
     llvm::hash_code hash = llvm::hash_combine(
         k.owner, k.dtype, k.mask, k.softcap, k.head_dim_qk, k.head_dim_v, k.seqused_k, k.page_size,
-        k.varlen, k.modifiers, k.kv_element, k.out_element, k.gqa_ratio, k.window_left, k.window_right, k.seqlen_q_bucket,
-        k.seqlen_k_bucket, k.batch_heads_bucket);
+        k.varlen, k.modifiers, k.kv_element, k.out_element, k.gqa_ratio, k.window_left,
+        k.window_right, k.attention_chunk, k.seqlen_q_bucket, k.seqlen_k_bucket,
+        k.batch_heads_bucket);
     // Every field of the requested config (operator== compares them all).
     for_each_kernel_config_field([&](const auto &field) {
       hash = llvm::hash_combine(hash, k.requested.*field.member);

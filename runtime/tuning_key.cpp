@@ -104,6 +104,9 @@ ProblemClassKey problem_class_key(const Problem &problem, llvm::StringRef pass,
   // bounds only mean something (and only split classes) for a real window.
   const MaskKind mask = normalized_mask(problem);
   key.mask = to_string(mask);
+  // Chunked attention compiles another kernel and changes which tiles run:
+  // its own classes, one per chunk length as windows are per bound.
+  if (problem.attention_chunk > 0) key.mask += "+chunk" + std::to_string(problem.attention_chunk);
   if (mask == MaskKind::window) {
     key.window_left = problem.window_left;
     key.window_right = problem.window_right;

@@ -56,6 +56,7 @@ struct RefAttentionParams {
   int q_e4m3, kv_e4m3;
   const float *q_descale, *k_descale, *v_descale;
   long long descale_batch_stride, descale_head_stride;
+  int attention_chunk;  // 0: off; else keys of the row's own chunk only (Problem)
 };
 
 constexpr int kRefBlockM = 16;
@@ -84,8 +85,17 @@ FLASHJIT_REF_HD constexpr int ref_smem_floats(int head_dim_qk, int head_dim_v) {
 
 #if defined(__CUDACC__)
 
+
 namespace flashjit {
 namespace ref {
+
+// Whether key j lies in the chunk of row position `pos` (floor division:
+// `pos` is negative for the first rows where seqlen_q > seqlen_k).
+__device__ __forceinline__ bool same_chunk(int pos, int j, int chunk) {
+  if (chunk <= 0) return true;
+  const int row_chunk = pos >= 0 ? pos / chunk : -((-pos + chunk - 1) / chunk);
+  return j / chunk == row_chunk;
+}
 
 constexpr int kWarps = kRefThreads / 32;
 constexpr int kRowsPerWarp = kRefBlockM / kWarps;
@@ -192,7 +202,8 @@ __device__ __forceinline__ void tile_scores(const RefAttentionParams &p, const f
     const int i = first_row + warp + kWarps * t;
     const bool inside = i < p.seqlen_q && j < p.seqlen_k;
     bool visible = inside && (p.window_left < 0 || j >= i + offset - p.window_left) &&
-                   (p.window_right < 0 || j <= i + offset + p.window_right);
+                   (p.window_right < 0 || j <= i + offset + p.window_right) &&
+                   same_chunk(i + offset, j, p.attention_chunk);
     float x = dot[t] * p.scale;
     if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
     if constexpr (Modifiers::kScore)

@@ -115,7 +115,8 @@ __device__ __forceinline__ ScoreGrad score_grad(const RefAttentionParams &p, flo
   const int offset = p.seqlen_k - p.seqlen_q;
   const bool inside = i < p.seqlen_q && j < p.seqlen_k;
   bool visible = inside && (p.window_left < 0 || j >= i + offset - p.window_left) &&
-                 (p.window_right < 0 || j <= i + offset + p.window_right);
+                 (p.window_right < 0 || j <= i + offset + p.window_right) &&
+                 ref::same_chunk(i + offset, j, p.attention_chunk);
   float x = dot * p.scale;
   float softcap_grad = 1.f;
   if (p.softcap > 0.f) {

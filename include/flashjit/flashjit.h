@@ -49,7 +49,10 @@ typedef struct flashjit_problem {
   int32_t varlen;
   int32_t kv_dtype;  /* enum flashjit_kv_dtype */
   int32_t out_dtype; /* enum flashjit_out_dtype */
-  int32_t reserved;  /* 0 */
+  /* Chunked attention (Llama 4; FlashAttention-3's attention_chunk): > 0
+   * keeps each query to the keys of its own chunk of this many positions,
+   * on top of the mask; 0: off. */
+  int32_t attention_chunk;
 } flashjit_problem;
 
 /* Element strides; the last dimension is contiguous. */

@@ -39,6 +39,11 @@ struct Problem {
   MaskKind mask = MaskKind::none;
   int64_t window_left = -1;   // only read when mask == window
   int64_t window_right = -1;  // only read when mask == window
+  // Chunked attention (Llama 4's local layers; FlashAttention-3's
+  // attention_chunk): > 0 keeps query i to the keys of the chunk of this
+  // many positions that holds its position i + seqlen_k - seqlen_q, on top
+  // of the mask (causal within the chunk, say). 0: off.
+  int attention_chunk = 0;
   float softmax_scale = 0.f;  // 0 means 1/sqrt(head_dim_qk)
   float softcap = 0.f;        // 0 means off; else scores = softcap*tanh(s/softcap)
   // A KV cache (forward only; ForwardArgs::cache). seqused_k: each

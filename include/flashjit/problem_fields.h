@@ -43,6 +43,7 @@ inline constexpr std::tuple kProblemFields{
     FLASHJIT_PROBLEM_FIELD(softcap),      FLASHJIT_PROBLEM_FIELD(seqused_k),
     FLASHJIT_PROBLEM_FIELD(page_size),    FLASHJIT_PROBLEM_FIELD(varlen),
     FLASHJIT_PROBLEM_FIELD(kv_dtype),     FLASHJIT_PROBLEM_FIELD(out_dtype),
+    FLASHJIT_PROBLEM_FIELD(attention_chunk),
 };
 
 #undef FLASHJIT_PROBLEM_FIELD
@@ -56,8 +57,8 @@ constexpr void for_each_problem_field(Visit &&visit) {
   std::apply([&](const auto &...field) { (visit(field), ...); }, kProblemFields);
 }
 
-// flashjit_problem has no padding (its `reserved` int32 fills what would be
-// tail padding), so its size is the sum of its fields' and reserved's: a C
+// flashjit_problem has no padding (its last int32, attention_chunk, fills
+// what would be tail padding), so its size is the sum of its fields': a C
 // field the table lacks fails here (a table field the C struct lacks fails
 // to compile above).
 constexpr std::size_t problem_c_field_bytes() {
@@ -66,8 +67,7 @@ constexpr std::size_t problem_c_field_bytes() {
       [&](const auto &field) { bytes += sizeof(typename std::decay_t<decltype(field)>::c_type); });
   return bytes;
 }
-static_assert(sizeof(flashjit_problem) ==
-                  problem_c_field_bytes() + sizeof(flashjit_problem::reserved),
+static_assert(sizeof(flashjit_problem) == problem_c_field_bytes(),
               "flashjit_problem and kProblemFields list different fields");
 
 }  // namespace flashjit

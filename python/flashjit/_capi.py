@@ -38,7 +38,7 @@ class Problem(ctypes.Structure):
         ("varlen", ctypes.c_int32),
         ("kv_dtype", ctypes.c_int32),
         ("out_dtype", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
+        ("attention_chunk", ctypes.c_int32),
     ]
 
 

@@ -98,6 +98,8 @@ struct BwdParams {
 
   // The caller's modifiers' extra inputs, as FwdParams::aux.
   unsigned long long aux[8];
+
+  int attention_chunk;  // as FwdParams (last, as there)
 };
 
 }  // namespace flashjit

@@ -110,7 +110,10 @@ struct FwdParams {
   const float *k_descale;
   const float *v_descale;
   long long descale_batch_stride, descale_head_stride;
-  // (Last: the 16-bit kernels' parameter offsets stay as they were.)
+  // Chunked attention (kernels compiled with a ChunkedMask,
+  // common/mask.cuh): the chunk's length in positions.
+  int attention_chunk;
+  // (Last: the other kernels' parameter offsets stay as they were.)
 };
 
 // The append kernel's block (kv_append.cuh): this step's keys and values,

@@ -324,11 +324,20 @@ std::string case_name(const ::testing::TestParamInfo<Case> &info) {
   return "case" + std::to_string(info.index);
 }
 
+std::vector<Case> chunked_cases(const KernelConfig &config) {
+  std::vector<Case> cases;
+  for (const Problem &p : testing::chunked_problems()) cases.push_back({p, config});
+  return cases;
+}
+
 INSTANTIATE_TEST_SUITE_P(Irregular, BackwardCorrectness, ::testing::ValuesIn(irregular_cases()),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(HeadDims, BackwardCorrectness, ::testing::ValuesIn(head_dim_cases()),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Configs, BackwardCorrectness, ::testing::ValuesIn(config_cases()),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Chunked, BackwardCorrectness,
+                         ::testing::ValuesIn(chunked_cases(KernelConfig{KernelPath::sm80})),
                          case_name);
 class BackwardSm90Correctness : public ::testing::TestWithParam<Case> {};
 
@@ -338,6 +347,9 @@ TEST_P(BackwardSm90Correctness, MatchesReferenceGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, BackwardSm90Correctness, ::testing::ValuesIn(sm90_cases()),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Sm90Chunked, BackwardSm90Correctness,
+                         ::testing::ValuesIn(chunked_cases(KernelConfig{KernelPath::sm90})),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardCorrectness,
                          ::testing::ValuesIn(deterministic_cases()), case_name);

@@ -101,6 +101,16 @@ INSTANTIATE_TEST_SUITE_P(Configs, ForwardCorrectness, ::testing::ValuesIn(config
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Large, ForwardCorrectness, ::testing::ValuesIn(large_cases()), case_name);
 
+std::vector<Case> chunked_cases(const KernelConfig &config) {
+  std::vector<Case> cases;
+  for (const Problem &p : testing::chunked_problems()) cases.push_back({p, config});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunked, ForwardCorrectness,
+                         ::testing::ValuesIn(chunked_cases(KernelConfig{KernelPath::sm80})),
+                         case_name);
+
 // ---- the sm90 path (TMA + wgmma, templates/fwd_sm90.cuh) ---------------------
 // Runs only on a device whose target is sm_90a (Hopper); skips elsewhere.
 
@@ -226,6 +236,9 @@ TEST_P(ForwardCorrectnessSm90, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, ForwardCorrectnessSm90, ::testing::ValuesIn(sm90_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Sm90Chunked, ForwardCorrectnessSm90,
+                         ::testing::ValuesIn(chunked_cases(KernelConfig{KernelPath::sm90})),
+                         case_name);
 
 // Small shapes for compute-sanitizer (memcheck, racecheck, synccheck):
 // --gtest_filter='Sm90Sanitizer*'. One causal GQA shape per head dim, and

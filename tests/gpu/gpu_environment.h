@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reference/cpu_attention.h"
@@ -80,6 +81,26 @@ inline Problem make_problem(DType dtype, int64_t b, int64_t hq, int64_t hkv, int
   p.window_right = right;
   p.softcap = softcap;
   return p;
+}
+
+// Chunked attention (Problem::attention_chunk) over each built-in mask:
+// chunks shorter and longer than a tile and not a multiple of it, lengths on
+// both sides of each other (negative row positions), GQA, d 64 and 128.
+inline std::vector<Problem> chunked_problems() {
+  std::vector<Problem> problems;
+  const std::pair<int64_t, int64_t> lengths[] = {{300, 300}, {113, 517}, {517, 113}};
+  int i = 0;
+  for (int chunk : {48, 200})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
+      for (auto [sq, sk] : lengths) {
+        const int d = i % 3 ? 128 : 64;
+        Problem p = make_problem(i % 2 ? DType::fp16 : DType::bf16, 2, 4, 2, sq, sk, d, d, mask,
+                                 70, 9);
+        p.attention_chunk = chunk;
+        problems.push_back(p);
+        ++i;
+      }
+  return problems;
 }
 
 // 16-bit elements, as stored, into a new device buffer.

@@ -28,7 +28,7 @@ int main(void) {
   FIELD(flashjit_problem, varlen)
   FIELD(flashjit_problem, kv_dtype)
   FIELD(flashjit_problem, out_dtype)
-  FIELD(flashjit_problem, reserved)
+  FIELD(flashjit_problem, attention_chunk)
 
   printf("flashjit_forward_args sizeof %zu\n", sizeof(flashjit_forward_args));
   FIELD(flashjit_forward_args, q)

@@ -711,7 +711,16 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
       {"dtype fp64", doc + "tunings:\n" + with(t, "dtype: bf16", "dtype: fp64"), false, "",
        "tunings[0] (line 4): skipped: problem.dtype: 'fp64' is not bf16, fp16 or e4m3\n"},
       {"mask diagonal", doc + "tunings:\n" + with(t, "mask: none", "mask: diagonal"), false, "",
-       "tunings[0] (line 4): skipped: problem.mask: 'diagonal' is not none, causal or window\n"},
+       "tunings[0] (line 4): skipped: problem.mask: 'diagonal' is not none, causal or window, "
+       "optionally followed by +chunk<N> (N > 0)\n"},
+      {"mask causal+chunk0", doc + "tunings:\n" + with(t, "mask: none", "mask: causal+chunk0"),
+       false, "",
+       "tunings[0] (line 4): skipped: problem.mask: 'causal+chunk0' is not none, causal or "
+       "window, optionally followed by +chunk<N> (N > 0)\n"},
+      {"mask causal+chunk064", doc + "tunings:\n" + with(t, "mask: none", "mask: causal+chunk064"),
+       false, "",
+       "tunings[0] (line 4): skipped: problem.mask: 'causal+chunk064' is not none, causal or "
+       "window, optionally followed by +chunk<N> (N > 0)\n"},
       {"head_dim_v 100", doc + "tunings:\n" + with(t, "head_dim_v: 128", "head_dim_v: 100"), false,
        "", "tunings[0] (line 4): skipped: problem.head_dim_v: 100 is not a multiple of 8 in [8, "
            "256]\n"},

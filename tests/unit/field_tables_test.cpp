@@ -87,9 +87,6 @@ std::vector<std::string> c_struct_order() {
     for_each_kernel_config_field(add);
   std::vector<std::string> names;
   for (const auto &[offset, name] : by_offset) names.push_back(name);
-  // flashjit_problem's last int32 is `reserved` (it fills the tail padding;
-  // no Problem field).
-  if constexpr (std::is_same_v<Struct, Problem>) names.push_back("reserved");
   return names;
 }
 
@@ -274,7 +271,7 @@ TEST(FieldTables, TheCliHasAFlagForEveryField) {
       {"head_dim_qk", "--hdim"},  {"head_dim_v", "--hdim-v"},    {"mask", "--mask"},
       {"window_left", "--mask"},  {"window_right", "--mask"},    {"softmax_scale", "--scale"},
       {"softcap", "--softcap"},   {"seqused_k", "--cache-seqlens"}, {"page_size", "--page-size"},
-      {"varlen", "--varlen"}};
+      {"varlen", "--varlen"},     {"attention_chunk", "--attention-chunk"}};
   for_each_problem_field([&](const auto &field) {
     auto flag = problem_flags.find(field.name);
     if (flag == problem_flags.end())

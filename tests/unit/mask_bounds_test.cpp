@@ -1,7 +1,8 @@
 // The mask bounds every kernel derives (templates/common/mask.cuh), compiled
 // for the host and checked against brute-force visibility over many small
 // problems: sequence lengths on both sides of each other, windows from
-// unbounded to empty, tiles at every position including the tails.
+// unbounded to empty, chunks smaller and larger than a tile and not a
+// multiple of it, tiles at every position including the tails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,10 +18,11 @@
 namespace flashjit {
 namespace {
 
-// The window fields of FwdParams / BwdParams, as the host sets them: an
-// unbounded side is 1 << 30 (generator/forward_params.cpp).
+// The mask fields of FwdParams / BwdParams, as the host sets them: an
+// unbounded side is 1 << 30 (generator/forward_params.cpp); no chunk is 0.
 struct WindowParams {
   int window_left, window_right;
+  int attention_chunk = 0;
 };
 constexpr int kUnbounded = 1 << 30;
 
@@ -30,12 +32,18 @@ struct Setup {
   long long offset() const { return static_cast<long long>(seqlen_k) - seqlen_q; }
   // Query row i sees key j (bottom-right aligned), key inside the sequence.
   bool visible(long long i, long long j) const {
-    return j >= 0 && j < seqlen_k && j >= i + offset() - p.window_left &&
-           j <= i + offset() + p.window_right;
+    const long long pos = i + offset();
+    return j >= 0 && j < seqlen_k && j >= pos - p.window_left && j <= pos + p.window_right &&
+           (p.attention_chunk == 0 || floor_div(j) == floor_div(pos));
+  }
+  long long floor_div(long long x) const {
+    const long long c = p.attention_chunk;
+    return x >= 0 ? x / c : -((-x + c - 1) / c);
   }
   std::string describe() const {
     return "sq=" + std::to_string(seqlen_q) + " sk=" + std::to_string(seqlen_k) +
-           " left=" + std::to_string(p.window_left) + " right=" + std::to_string(p.window_right);
+           " left=" + std::to_string(p.window_left) + " right=" + std::to_string(p.window_right) +
+           " chunk=" + std::to_string(p.attention_chunk);
   }
 };
 
@@ -82,9 +90,13 @@ void expect_tiles(const TileSpan &span, std::pair<long long, long long> range, i
 // ignores that side, so it is checked with that side unbounded).
 template <class Mask>
 void check_policy() {
-  for (Setup s : setups()) {
-    if (!Mask::kHasLeft) s.p.window_left = kUnbounded;
-    if (!Mask::kHasRight) s.p.window_right = kUnbounded;
+  for (Setup base : setups())
+    for (int chunk : {3, 8, 13, 40}) {
+    Setup s = base;
+    if (!Mask::kWindowLeft) s.p.window_left = kUnbounded;
+    if (!Mask::kWindowRight) s.p.window_right = kUnbounded;
+    s.p.attention_chunk = Mask::kChunked ? chunk : 0;
+    if (!Mask::kChunked && chunk != 3) continue;  // one pass without a chunk
     SCOPED_TRACE(s.describe());
     const long long offset = s.offset();
     for (int block : {8, 16}) {
@@ -123,12 +135,15 @@ void check_policy() {
           }
         }
     }
-  }
+    }
 }
 
 TEST(MaskBounds, NoMaskMatchesBruteForce) { check_policy<NoMask>(); }
 TEST(MaskBounds, CausalMaskMatchesBruteForce) { check_policy<CausalMask>(); }
 TEST(MaskBounds, WindowMaskMatchesBruteForce) { check_policy<WindowMask>(); }
+TEST(MaskBounds, ChunkedMaskMatchesBruteForce) { check_policy<ChunkedMask<NoMask>>(); }
+TEST(MaskBounds, ChunkedCausalMaskMatchesBruteForce) { check_policy<ChunkedMask<CausalMask>>(); }
+TEST(MaskBounds, ChunkedWindowMaskMatchesBruteForce) { check_policy<ChunkedMask<WindowMask>>(); }
 
 }  // namespace
 }  // namespace flashjit
