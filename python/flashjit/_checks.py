@@ -120,8 +120,20 @@ def deterministic_flag(fail, deterministic):
     return deterministic
 
 
+def chunk_length(fail, attention_chunk):
+    """attention_chunk, checked: 0 (off) or a chunk length > 0 (FlashAttention-3's
+    attention_chunk: each query sees only the keys of its own chunk)."""
+    if isinstance(attention_chunk, bool) or not isinstance(attention_chunk, int):
+        raise fail(TypeError, f"attention_chunk must be an int (0: off), got "
+                              f"{type(attention_chunk).__name__}")
+    if not 0 <= attention_chunk <= 0x7FFFFFFF:
+        raise fail(ValueError, f"attention_chunk must be 0 (off) or a chunk length > 0, got "
+                               f"{attention_chunk}")
+    return attention_chunk
+
+
 def attention_options(fail, dim_qk, causal, window, softcap, softmax_scale, num_splits=0,
-                      pack_gqa=None):
+                      pack_gqa=None, attention_chunk=0):
     """The options every entry point shares, checked in this order: the mask
     (causal, window), softcap, the forward's knobs and the scale (default
     1/sqrt(dim_qk), of the head dim before any padding: padding must not
@@ -134,7 +146,8 @@ def attention_options(fail, dim_qk, causal, window, softcap, softmax_scale, num_
     splits, pack = forward_knobs(fail, num_splits, pack_gqa)
     scale = 1.0 / math.sqrt(dim_qk) if softmax_scale is None else float(softmax_scale)
     fields = dict(mask=mask, window_left=window_left, window_right=window_right,
-                  softmax_scale=scale, softcap=softcap)
+                  softmax_scale=scale, softcap=softcap,
+                  attention_chunk=chunk_length(fail, attention_chunk))
     return fields, splits, pack
 
 

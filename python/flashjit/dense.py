@@ -20,7 +20,7 @@ _fail = failure(NAME)
 
 def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits=0,
                  pack_gqa=None, q_descale=None, k_descale=None, v_descale=None,
-                 out_dtype=None, deterministic=False):
+                 out_dtype=None, deterministic=False, attention_chunk=0):
     """The checked arguments as the _launch.Call the forward and backward
     share; raises TypeError or ValueError naming the wrong argument."""
     dtype = check_inputs(torch, _fail, q, 4, (("k", k), ("v", v)),
@@ -45,7 +45,8 @@ def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_spl
                                                        ("v_descale", v_descale)),
                             out_dtype, batch, heads_kv)
     options, splits, pack = attention_options(_fail, dim_qk, causal, window, softcap,
-                                              softmax_scale, num_splits, pack_gqa)
+                                              softmax_scale, num_splits, pack_gqa,
+                                              attention_chunk)
     deterministic = deterministic_flag(_fail, deterministic)
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
                                      dim_qk, dim_v, options, elements)
@@ -62,7 +63,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
               return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, mask_mod=None,
               aux=None, mask_mod_qk_only=None, score_mod_grad=None, sinks=None,
               block_mask=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None,
-              deterministic=False):
+              deterministic=False, attention_chunk=0):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on CUDA tensors,
     differentiable with respect to q, k and v.
 
@@ -96,6 +97,12 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         inputs give bit-identical dq, dk and dv (a little slower; README's
         performance table). The forward is deterministic either way; a call
         without gradients runs the same forward.
+    attention_chunk: FlashAttention-3's (Llama 4's chunked local attention):
+        > 0 keeps each query to the keys of its own chunk of this many
+        positions (the query's position counted bottom-right aligned, as the
+        masks), on top of causal/window; the tiles outside a query block's
+        chunks are never loaded. 0: off. Eager calls only for now (torch.compile
+        refuses it).
     score_mod, mask_mod: CUDA source of the caller's own variant, compiled
         into the kernel once per text (a new length compiles nothing):
         `float score_mod(float score, int b, int h, int q, int k)` maps each
@@ -170,7 +177,10 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         return _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale,
                                    return_lse, num_splits, pack_gqa, score_mod, mask_mod, aux,
                                    mask_mod_qk_only, score_mod_grad, sinks, block_mask, fp8,
-                                   deterministic)
+                                   deterministic, attention_chunk)
+    if attention_chunk != 0 and torch.compiler.is_compiling():
+        raise NotImplementedError("flashjit.attention: attention_chunk is not traceable by "
+                                  "torch.compile yet; call it eagerly")
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py: fake
         # implementations, autograd through the backward op); eager calls
@@ -197,7 +207,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
         pass
     else:
         # fp8 calls take the full path: the entries hold no descales.
-        if not differentiable and all(a is None for a in fp8):
+        if not differentiable and all(a is None for a in fp8) and attention_chunk == 0:
             # A call whose shapes, strides, dtypes and arguments ran before.
             call_key, served = _warm.serve(torch, q, k, v, causal, window, softcap,
                                            softmax_scale, num_splits, pack_gqa, deterministic,
@@ -206,7 +216,7 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
                 return served if return_lse else served[0]
 
     call = prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits,
-                        pack_gqa, *fp8, deterministic)
+                        pack_gqa, *fp8, deterministic, attention_chunk)
     if differentiable:
         out, lse = attention_function(torch).apply(q, k, v, None, call)
         return (out, lse) if return_lse else out
@@ -222,7 +232,8 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
 
 def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, return_lse,
                         num_splits, pack_gqa, score_mod, mask_mod, aux, mask_mod_qk_only,
-                        score_mod_grad, sinks, block_mask, fp8, deterministic):
+                        score_mod_grad, sinks, block_mask, fp8, deterministic,
+                        attention_chunk=0):
     """attention() with a caller's modifiers (modifiers.py) or learned sinks,
     eager; differentiable with respect to q, k, v and the sinks (a score_mod
     then needs its score_mod_grad, given or defined in its source); fp8:
@@ -233,7 +244,7 @@ def _modified_attention(torch, q, k, v, causal, window, softcap, softmax_scale, 
     differentiable = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, sinks))
     call = prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_splits,
-                        pack_gqa, *fp8, deterministic)
+                        pack_gqa, *fp8, deterministic, attention_chunk)
     if sinks is not None:
         call.sinks = modifiers.checked_sinks(torch, sinks, q)
     score_mod, mask_mod, aux, mask_mod_qk_only, score_mod_grad = modifiers.unpack_shipped(

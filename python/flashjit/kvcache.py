@@ -32,7 +32,8 @@ def _cache_ready(name, t):
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                            block_table=None, softmax_scale=None, causal=False, window=(-1, -1),
                            softcap=0.0, num_splits=0, return_lse=False, q_descale=None,
-                           k_scale=None, v_scale=None, out_dtype=None, pack_gqa=None):
+                           k_scale=None, v_scale=None, out_dtype=None, pack_gqa=None,
+                           attention_chunk=0):
     """Attention of q over a KV cache, optionally appending this step's k/v first.
 
     q: [batch, seqlen_q, heads_q, d].
@@ -62,6 +63,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         False, or None to let the library choose (as flashjit.attention's).
         Has an effect with GQA/MQA; the result is the same either way (up
         to floating-point rounding).
+    attention_chunk: chunked attention (Llama 4), as flashjit.attention's:
+        each query (at its position in the cache, bottom-right aligned)
+        sees only the keys of its own chunk (eager calls only for now).
     return_lse: also return the fp32 [batch, heads_q, seqlen_q] log-sum-exp
         (+inf for a row that sees no key, whose output is 0).
     k_scale, v_scale: an e4m3 cache's fp32 dequantization factors (real =
@@ -80,6 +84,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     """
     import torch
 
+    if attention_chunk != 0 and torch.compiler.is_compiling():
+        raise NotImplementedError("flashjit.attention_with_kvcache: attention_chunk is not "
+                                  "traceable by torch.compile yet; call it eagerly")
     if torch.compiler.is_compiling():
         # torch.compile traces the custom op (flashjit/ops.py), which writes
         # k_cache/v_cache in place as this function does.
@@ -99,14 +106,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
 
     call = prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
                         softmax_scale, causal, window, softcap, num_splits,
-                        (q_descale, k_scale, v_scale, out_dtype), pack_gqa)
+                        (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk)
     out, lse, _, _, _ = _launch.forward(torch, call, q, k_cache, v_cache, want_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
 def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale,
                  causal, window, softcap, num_splits, fp8=(None, None, None, None),
-                 pack_gqa=None):
+                 pack_gqa=None, attention_chunk=0):
     """The checked arguments as a _launch.Call; raises TypeError or
     ValueError naming the wrong argument. fp8: (q_descale, k_scale,
     v_scale, out_dtype)."""
@@ -137,7 +144,8 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
         raise _fail(ValueError, f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv})")
     # The scalar options before the cache's layout, which reads its pointers.
     options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
-                                              softmax_scale, num_splits, pack_gqa)
+                                              softmax_scale, num_splits, pack_gqa,
+                                              attention_chunk)
     _cache_ready("k_cache", k_cache)
     _cache_ready("v_cache", v_cache)
 

@@ -54,7 +54,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
                      return_lse=False, block_table=None, seqused_k=None, q_descale=None,
                      k_descale=None, v_descale=None, out_dtype=None, num_splits=0,
-                     pack_gqa=None, deterministic=False):
+                     pack_gqa=None, deterministic=False, attention_chunk=0):
     """Attention over a packed batch of sequences of different lengths.
 
     q: [total_q, heads_q, d]; k, v: [total_k, heads_kv, d] / [total_k,
@@ -89,6 +89,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     deterministic: whether the backward runs its deterministic mode (dQ
         summed without atomics: bit-identical gradients run to run), as
         flashjit.attention's.
+    attention_chunk: chunked attention within each sequence, as
+        flashjit.attention's (eager calls only for now).
 
     Rows of q that no sequence owns get unspecified output (and gradient).
     Differentiable with respect to q, k and v: the backward recomputes the
@@ -129,6 +131,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if cached:
         _refuse_grad(torch, q, k, v)
     fp8 = (q_descale, k_descale, v_descale, out_dtype)
+    if attention_chunk != 0 and torch.compiler.is_compiling():
+        raise NotImplementedError("flashjit.attention_varlen: attention_chunk is not traceable "
+                                  "by torch.compile yet; call it eagerly")
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py); eager calls
         # below go straight to the library.
@@ -156,7 +161,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     call = prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, window, softcap, block_table=block_table,
                         seqused_k=seqused_k, fp8=fp8, num_splits=num_splits,
-                        pack_gqa=pack_gqa, deterministic=deterministic)
+                        pack_gqa=pack_gqa, deterministic=deterministic,
+                        attention_chunk=attention_chunk)
     if call is None:
         out, lse = empty_result(torch, q, v, out_dtype)
     elif (not cached and not call.fp8 and torch.is_grad_enabled()
@@ -198,7 +204,7 @@ def forward(torch, call, q, k, v, want_lse):
 def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window, softcap, block_table=None, seqused_k=None,
                  fp8=(None, None, None, None), num_splits=0, pack_gqa=None,
-                 deterministic=False):
+                 deterministic=False, attention_chunk=0):
     """The checked arguments as the _launch.Call the forward and backward
     share (over a KV cache when block_table or seqused_k is given), or None
     when there is nothing to attend (no kernel to run). fp8: (q_descale,
@@ -207,7 +213,7 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         return _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, window, softcap,
                                    block_table, seqused_k, fp8, num_splits, pack_gqa,
-                                   deterministic)
+                                   deterministic, attention_chunk)
 
     dtype = check_inputs(torch, _fail, q, 3, (("k", k), ("v", v)))
     device = q.device
@@ -232,7 +238,8 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             raise _fail(ValueError, f"{name}={longest} exceeds the packed tensor's {total} rows")
     elements = _elements(torch, q, k.dtype, fp8, batch, heads_kv, (q, k, v))
     options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
-                                              softmax_scale, num_splits, pack_gqa)
+                                              softmax_scale, num_splits, pack_gqa,
+                                              attention_chunk)
     deterministic = deterministic_flag(_fail, deterministic)
     if total_q == 0 or heads_q == 0 or max_q == 0:
         return None
@@ -271,7 +278,7 @@ def empty_result(torch, q, v, out_dtype=None):
 
 def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, window, softcap, block_table, seqused_k, fp8,
-                        num_splits, pack_gqa, deterministic):
+                        num_splits, pack_gqa, deterministic, attention_chunk=0):
     """prepare_call over a KV cache (block_table and/or seqused_k given); an
     e4m3 cache may go with 16-bit q (kv_dtype e4m3). deterministic is
     checked only: the call has no backward, and its forward is deterministic
@@ -352,7 +359,8 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         no_key = max_k == 0
     elements = _elements(torch, q, k.dtype, fp8, batch, heads_kv, (q, k, v), per_head=True)
     options, splits, pack = attention_options(_fail, dim, causal, window, softcap,
-                                              softmax_scale, num_splits, pack_gqa)
+                                              softmax_scale, num_splits, pack_gqa,
+                                              attention_chunk)
     deterministic_flag(_fail, deterministic)
     if total_q == 0 or heads_q == 0 or max_q == 0 or no_key:
         return None  # no query, or no key for any (O = 0, LSE = +inf)

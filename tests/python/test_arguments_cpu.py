@@ -30,6 +30,8 @@ DETERMINISTIC = ("deterministic must be True or False (True: the backward sums d
 SPLITS_RANGE = "num_splits must be in [0, 256] (0: the library chooses, 1: off), got "
 SPLITS_TYPE = "num_splits must be an int (0: the library chooses, 1: off), got "
 PACK = "pack_gqa must be None (the library chooses), True or False, got "
+CHUNK_RANGE = "attention_chunk must be 0 (off) or a chunk length > 0, got "
+CHUNK_TYPE = "attention_chunk must be an int (0: off), got "
 
 
 @contextlib.contextmanager
@@ -101,7 +103,7 @@ def _expect(exc, message, fn):
     raise AssertionError(f"accepted (expected {exc.__name__}: {message})")
 
 
-def _bad_values(prefix, call, splits=True, deterministic=True):
+def _bad_values(prefix, call, splits=True, deterministic=True, chunk=True):
     """(label, exception, exact message, thunk) of each bad value for `call`
     (a function of the keyword arguments)."""
     cases = [("pack_gqa 'on'", TypeError, prefix + PACK + "'on'", lambda: call(pack_gqa="on")),
@@ -124,6 +126,14 @@ def _bad_values(prefix, call, splits=True, deterministic=True):
              lambda: call(deterministic=None)),
             ("deterministic 'yes'", TypeError, prefix + DETERMINISTIC + "'yes'",
              lambda: call(deterministic="yes"))]
+    if chunk:
+        cases += [
+            ("attention_chunk -1", ValueError, prefix + CHUNK_RANGE + "-1",
+             lambda: call(attention_chunk=-1)),
+            ("attention_chunk 2.0", TypeError, prefix + CHUNK_TYPE + "float",
+             lambda: call(attention_chunk=2.0)),
+            ("attention_chunk True", TypeError, prefix + CHUNK_TYPE + "bool",
+             lambda: call(attention_chunk=True))]
     return cases
 
 
@@ -183,13 +193,25 @@ def test_bad_values_are_refused_while_tracing():
         cu = torch.zeros(3, dtype=torch.int32)
         table = torch.zeros(2, 1, dtype=torch.int32)
         pages = empty(4, 16, 2, 64)
-        cases = _bad_values(A, lambda **kw: flashjit.attention(q, k, k, **kw))
+        # (A chunk is refused while tracing whatever its value: below.)
+        cases = _bad_values(A, lambda **kw: flashjit.attention(q, k, k, **kw), chunk=False)
         cases += _bad_values(V, lambda **kw: flashjit.attention_varlen(
-            qv, kv, kv, cu, cu, 5, 6, **kw))
+            qv, kv, kv, cu, cu, 5, 6, **kw), chunk=False)
         cases += _bad_values(V, lambda **kw: flashjit.attention_varlen(
-            qv, pages, pages, cu, None, 5, 16, block_table=table, **kw))
+            qv, pages, pages, cu, None, 5, 16, block_table=table, **kw), chunk=False)
         cases += _bad_values(K, lambda **kw: flashjit.attention_with_kvcache(
-            q, k, k, cache_seqlens=3, **kw), deterministic=False)
+            q, k, k, cache_seqlens=3, **kw), deterministic=False, chunk=False)
+        untraceable = " attention_chunk is not traceable by torch.compile yet; call it eagerly"
+        cases += [
+            ("attention_chunk traced", NotImplementedError, A + untraceable.lstrip(),
+             lambda: flashjit.attention(q, k, k, attention_chunk=64)),
+            ("attention_chunk traced (varlen)", NotImplementedError,
+             V + untraceable.lstrip(),
+             lambda: flashjit.attention_varlen(qv, kv, kv, cu, cu, 5, 6, attention_chunk=64)),
+            ("attention_chunk traced (kvcache)", NotImplementedError,
+             K + untraceable.lstrip(),
+             lambda: flashjit.attention_with_kvcache(q, k, k, cache_seqlens=3,
+                                                     attention_chunk=64))]
         count = _check_cases(cases)
     print(f"bad values refused while tracing: {count}")
 

@@ -30,9 +30,11 @@ from gpu_env import config_field, recorded_configs, reference_kw  # noqa: E402
 
 # ---- reference ---------------------------------------------------------------
 
-def allowed_mask(seqlen_q, seqlen_k, causal, window, device):
+def allowed_mask(seqlen_q, seqlen_k, causal, window, device, attention_chunk=0):
     """[seqlen_q, seqlen_k] bool: True where query i may see key j. Bottom-right
-    aligned: row i sits at key position i + seqlen_k - seqlen_q."""
+    aligned: row i sits at key position i + seqlen_k - seqlen_q; with
+    attention_chunk C, key j must also lie in that position's chunk of C
+    (floor division: positions are negative where seqlen_q > seqlen_k)."""
     left, right = window
     if causal:
         right = 0
@@ -43,11 +45,14 @@ def allowed_mask(seqlen_q, seqlen_k, causal, window, device):
         ok &= j >= i - left
     if right >= 0:
         ok &= j <= i + right
+    if attention_chunk > 0:
+        ok &= torch.div(j, attention_chunk, rounding_mode="floor") == torch.div(
+            i, attention_chunk, rounding_mode="floor")
     return ok
 
 
 def attention_ref(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale=None,
-                  upcast=True):
+                  upcast=True, attention_chunk=0):
     """(out in q's dtype, lse fp32 [b, h, sq]). upcast=False computes in the
     input dtype: the low-precision baseline of the tolerance."""
     dtype = q.dtype
@@ -61,7 +66,7 @@ def attention_ref(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_s
     scores = torch.einsum("bthd,bshd->bhts", q * scale, k)
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
-    ok = allowed_mask(sq, sk, causal, window, q.device)
+    ok = allowed_mask(sq, sk, causal, window, q.device, attention_chunk)
     lse = torch.logsumexp(scores.float().masked_fill(~ok, float("-inf")), dim=-1)
     # Rows that see no key: FlashAttention writes zeros (and their gradients
     # are 0). They are left unmasked for the softmax, then zeroed, so that
@@ -550,6 +555,23 @@ def test_grad_gqa_mqa():
                               dict(causal=causal)))
     items.append((shape(b=1, sq=300, hq=8, hkv=2, d=64), dict(window=(64, 0))))
     run_cases(cases_of(items), grad=True)
+
+
+def test_attention_chunk():
+    """Chunked attention (FlashAttention-3's attention_chunk) over each mask,
+    chunks shorter and longer than a tile and not a multiple of one, lengths
+    on both sides of each other, GQA; forward and gradients."""
+    _require_gpu()
+    items = []
+    for chunk in (48, 200, 1024):
+        for sq, sk in ((1023, 1023), (113, 1023), (1023, 113)):
+            for mask in (dict(), dict(causal=True), dict(window=(100, 7))):
+                items.append((shape(b=1, sq=sq, sk=sk, hq=4, hkv=2, d=128),
+                              dict(attention_chunk=chunk, **mask)))
+    run_cases(cases_of(items))
+    run_cases(cases_of([(shape(b=2, sq=517, sk=517, hq=2, d=64), dict(attention_chunk=100)),
+                        (shape(b=1, sq=300, sk=700, hq=2, d=128, dtype=torch.float16),
+                         dict(causal=True, attention_chunk=128))]), grad=True)
 
 
 def test_grad_windows():

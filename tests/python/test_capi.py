@@ -191,17 +191,17 @@ PUBLIC_API = {
                  "return_lse=False, num_splits=0, pack_gqa=None, score_mod=None, "
                  "mask_mod=None, aux=None, mask_mod_qk_only=None, score_mod_grad=None, "
                  "sinks=None, block_mask=None, q_descale=None, k_descale=None, v_descale=None, "
-                 "out_dtype=None, deterministic=False)",
+                 "out_dtype=None, deterministic=False, attention_chunk=0)",
     "attention_varlen": "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, "
                         "softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, "
                         "return_lse=False, block_table=None, seqused_k=None, q_descale=None, "
                         "k_descale=None, v_descale=None, out_dtype=None, num_splits=0, "
-                        "pack_gqa=None, deterministic=False)",
+                        "pack_gqa=None, deterministic=False, attention_chunk=0)",
     "attention_with_kvcache": "(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, "
                               "block_table=None, softmax_scale=None, causal=False, "
                               "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False, "
                               "q_descale=None, k_scale=None, v_scale=None, out_dtype=None, "
-                              "pack_gqa=None)",
+                              "pack_gqa=None, attention_chunk=0)",
     "compile_count": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
