@@ -94,7 +94,9 @@ run_shapes() {
     "--pass bwd --dtype fp16 --heads 4 --hdim 256 --varlen --seqlens-q 300,17,700" \
     "--dtype e4m3 --batch 2 --heads 16 --seqlen 2048 --hdim 128 --causal" \
     "--dtype e4m3 --heads 8 --heads-kv 2 --seqlen-q 333 --seqlen-k 1029 --hdim 256 --out-dtype fp16" \
-    "--dtype bf16 --kv-dtype e4m3 --batch 4 --heads 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 4000 --hdim 128"; do
+    "--dtype bf16 --kv-dtype e4m3 --batch 4 --heads 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 4000 --hdim 128" \
+    "--dtype bf16 --batch 2 --heads 16 --heads-kv 4 --seqlen 4096 --hdim 128 --causal --attention-chunk 1000" \
+    "--pass bwd --dtype bf16 --heads 8 --seqlen-q 700 --seqlen-k 1300 --hdim 128 --mask window:300,0 --attention-chunk 256"; do
     echo "+ flashjit run --check $shape"
     # shellcheck disable=SC2086
     "$BIN/flashjit" run --check $shape || rc=1
