@@ -273,6 +273,59 @@ def test_refusals():
         raise AssertionError("a call without torch.distributed was accepted")
 
 
+def _gloo_worker(rank, world, port):
+    """One rank of a real ring over torch.distributed (gloo, CPU processes):
+    ring_attention's P2P driver and its checks, the reference in place of
+    the kernels; the whole sequence's plain attention is the oracle."""
+    import torch.distributed as dist
+    from flashjit import distributed
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        for layout in ("zigzag", "contiguous"):
+            for causal in (True, False):
+                q, k, v, dout = _inputs(5, 2, world * 2 * 3, 4, 2, 16, 12)
+                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                ref_out, ref_lse = plain_attention(*leaves, causal, 0.0, None)
+                ref_out.backward(dout)
+                mine = [distributed.shard(t, rank, world, layout).requires_grad_()
+                        for t in (q, k, v)]
+                with patched_calls():
+                    out, lse = distributed.ring_attention(*mine, causal=causal, layout=layout,
+                                                          return_lse=True)
+                    out.backward(distributed.shard(dout, rank, world, layout))
+                label = (rank, world, layout, causal)
+                want = distributed.shard(ref_out.detach(), rank, world, layout)
+                assert _max_err(out, want) < TOL, (label, "out")
+                want = distributed.shard(ref_lse.detach(), rank, world, layout, dim=2)
+                assert _max_err(lse, want) < TOL, (label, "lse")
+                for name, t, leaf in zip(("dq", "dk", "dv"), mine, leaves):
+                    want = distributed.shard(leaf.grad, rank, world, layout)
+                    assert _max_err(t.grad, want) < TOL, (label, name, _max_err(t.grad, want))
+        # A rank whose shard differs is named, not a hang.
+        q = torch.zeros(1, 4 if rank == 0 else 6, 2, 8, dtype=torch.float64)
+        try:
+            distributed.ring_attention(q, q, q)
+        except ValueError as e:
+            assert "equal shard" in str(e), e
+        else:
+            raise AssertionError("shards of different lengths were accepted")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_real_ring_over_gloo():
+    """ring_attention itself (P2PRing: batch_isend_irecv, all_gather) in 2
+    and 3 CPU processes."""
+    import socket
+    import torch.multiprocessing as mp
+    for world in (2, 3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        mp.spawn(_gloo_worker, args=(world, port), nprocs=world, join=True)
+
+
 def skip_reason():
     if torch is None:
         return "torch is not installed"
