@@ -27,7 +27,8 @@ def _bound(name, value, ref, low, factor, label):
     err = (value.float() - ref.float()).abs().max().item()
     base = (low.float() - ref.float()).abs().max().item()
     bound = factor * base + 1e-5
-    assert err <= bound, f"{label}: max|{name}-ref| {err:.3g} > {bound:.3g} ({factor} * {base:.3g} + 1e-5)"
+    assert err <= bound, (f"{label}: max|{name}-ref| {err:.3g} > {bound:.3g} "
+                          f"({factor} * {base:.3g} + 1e-5)")
 
 
 def ring_case(world, layout, causal, dtype, b, per_chunk, hq, hkv, d, seed):
@@ -57,7 +58,8 @@ def ring_case(world, layout, causal, dtype, b, per_chunk, hq, hkv, d, seed):
     # Against dense flashjit: both within the reference's criterion, and the
     # ring's output no further from dense than the low-precision error allows.
     _bound("out vs dense", out, dense, low, 2, label)
-    assert (lse - dense_lse).abs().max().item() <= 2e-3 * max(1.0, dense_lse.abs().max().item()), label
+    lse_gap = (lse - dense_lse).abs().max().item()
+    assert lse_gap <= 2e-3 * max(1.0, dense_lse.abs().max().item()), (label, lse_gap)
 
     ref_g = grads_ref(q, k, v, dout, torch.float32, causal=causal)
     low_g = grads_ref(q, k, v, dout, dtype, causal=causal)

@@ -63,7 +63,8 @@ def run_lockstep(all_steps):
             return results
         kinds = {m[0] if m is not None else None for m in messages}
         if len(kinds) != 1:
-            raise RuntimeError(f"simulated ring: the ranks left lockstep ({sorted(map(str, kinds))})")
+            raise RuntimeError(f"simulated ring: the ranks left lockstep "
+                               f"({sorted(map(str, kinds))})")
         if messages[0][0] == "send":
             serial += 1
             in_flight[serial] = [tuple(t.clone() for t in m[1]) for m in messages]
