@@ -40,7 +40,9 @@ The modules: dense.py (attention), varlen.py (attention_varlen), kvcache.py
 modifiers.py and mods.py (score and mask modifiers, block masks), fp8.py
 (quantize_fp8), ops.py (torch.library custom ops for torch.compile),
 service.py (query, tune, precompile), integrations/ (flashjit behind other
-libraries, each imported only on request: integrations/transformers.py);
+libraries, each imported only on request: integrations/transformers.py),
+context_parallel/ (ring attention over torch.distributed, imported on
+request as flashjit.distributed or flashjit.context_parallel);
 below them the call path they share: _checks.py (argument checks),
 _launch.py (the C problem, argument blocks and call), _layout.py (strides
 and copies), _warm.py (the warm-call cache), _capi.py (the ctypes mirror of
