@@ -302,6 +302,18 @@ def _gloo_worker(rank, world, port):
                 for name, t, leaf in zip(("dq", "dk", "dv"), mine, leaves):
                     want = distributed.shard(leaf.grad, rank, world, layout)
                     assert _max_err(t.grad, want) < TOL, (label, name, _max_err(t.grad, want))
+        # Under torch.compile: a graph break around the ring, the model's
+        # code on either side compiled, the same values.
+        q, k, v, _ = _inputs(6, 1, world * 2 * 2, 2, 2, 8, 8)
+        mine = [distributed.shard(t, rank, world, "zigzag") for t in (q, k, v)]
+
+        def model(q, k, v):
+            return distributed.ring_attention(q * 2, k, v, causal=True).sin() + 1
+
+        if world == 2:  # one world size is enough, and compiling is slow
+            with patched_calls():
+                compiled = torch.compile(model, backend="aot_eager")(*mine)
+                assert _max_err(compiled, model(*mine)) == 0, (rank, "torch.compile")
         # A rank whose shard differs is named, not a hang.
         q = torch.zeros(1, 4 if rank == 0 else 6, 2, 8, dtype=torch.float64)
         try:
@@ -316,7 +328,7 @@ def _gloo_worker(rank, world, port):
 
 def test_real_ring_over_gloo():
     """ring_attention itself (P2PRing: batch_isend_irecv, all_gather) in 2
-    and 3 CPU processes."""
+    and 3 CPU processes, and under torch.compile."""
     import socket
     import torch.multiprocessing as mp
     for world in (2, 3):

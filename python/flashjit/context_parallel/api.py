@@ -141,6 +141,17 @@ def ring_attention(q, k, v, group=None, causal=False, softcap=0.0, softmax_scale
     that a rank with a different shard fails with a message, not a hang.
     torch.compile runs it eagerly (a graph break around it)."""
     import torch
+    eager = _functions.get("eager")
+    if eager is None:
+        # Dynamo cannot trace the P2P driver: it stops at this call and
+        # runs it as it is, the model's graph on either side.
+        eager = _functions["eager"] = torch.compiler.disable(_ring_attention)
+    return eager(torch, q, k, v, group, causal, softcap, softmax_scale, layout, deterministic,
+                 return_lse, cu_seqlens, check_ranks, unsupported)
+
+
+def _ring_attention(torch, q, k, v, group, causal, softcap, softmax_scale, layout, deterministic,
+                    return_lse, cu_seqlens, check_ranks, unsupported):
     who = "flashjit.distributed.ring_attention"
     _refuse(who, torch, q, k, v, cu_seqlens, unsupported)
     check_layout(who, layout)
