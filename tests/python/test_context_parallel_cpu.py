@@ -290,6 +290,12 @@ def _gloo_worker(rank, world, port):
                 ref_out.backward(dout)
                 mine = [distributed.shard(t, rank, world, layout).requires_grad_()
                         for t in (q, k, v)]
+                if causal:
+                    # K and V stored [batch, heads, seqlen, dim] (transposed
+                    # views): the ring must send them as values, not bytes.
+                    for i in (1, 2):
+                        stored = mine[i].detach().transpose(1, 2).contiguous()
+                        mine[i] = stored.transpose(1, 2).requires_grad_()
                 with patched_calls():
                     out, lse = distributed.ring_attention(*mine, causal=causal, layout=layout,
                                                           return_lse=True)

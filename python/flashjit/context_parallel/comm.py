@@ -18,7 +18,9 @@ class P2PRing:
 
     def send(self, tensors):
         dist = self.dist
-        received = [self.torch.empty_like(t) for t in tensors]
+        # Both sides contiguous: NCCL moves bytes, and empty_like would keep
+        # a strided input's layout on the receiving side only.
+        received = [self.torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]
         ops = [dist.P2POp(dist.isend, t.contiguous(), self.next, self.group) for t in tensors]
         ops += [dist.P2POp(dist.irecv, r, self.prev, self.group) for r in received]
         # The ops hold the tensors being sent until the wait.
