@@ -13,6 +13,7 @@ multi-GPU ring is test_context_parallel_dist.py (torchrun)."""
 import os
 import sys
 
+os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_env import flashjit, require_gpu, run_tests, torch  # noqa: E402
 from test_attention import attention_ref, grads_ref, make_dout, make_inputs  # noqa: E402

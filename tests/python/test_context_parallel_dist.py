@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 
+os.environ.setdefault("FLASHJIT_POISON_OUTPUT", "1")  # before the binding loads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_env import flashjit, skip_reason as _gpu_skip_reason, torch  # noqa: E402
 
