@@ -261,8 +261,15 @@ llvm::Expected<std::unique_ptr<TuningDb>> TuningDb::open(llvm::StringRef path) {
   bool in_memory = path == ":memory:";
   if (!in_memory) {
     llvm::StringRef parent = llvm::sys::path::parent_path(path);
+    // Writable by its owner only, whatever the umask (002 under Debian's
+    // user private groups): a folder others can write makes the database's
+    // cubins untrusted (cache/db_trust.h). Folders that exist keep their mode.
+    const auto folder_perms = llvm::sys::fs::owner_all | llvm::sys::fs::group_read |
+                                  llvm::sys::fs::group_exe | llvm::sys::fs::others_read |
+                                  llvm::sys::fs::others_exe;
     if (!parent.empty())
-      if (std::error_code ec = llvm::sys::fs::create_directories(parent))
+      if (std::error_code ec =
+              llvm::sys::fs::create_directories(parent, /*IgnoreExisting=*/true, folder_perms))
         return db_error(llvm::formatv("{0}: cannot create the folder {1}: {2}", path, parent,
                                       ec.message()));
   }
@@ -393,8 +400,18 @@ llvm::Error TuningDb::put_cubin(const CubinRecord &record) {
   return transaction->commit();
 }
 
+const DbTrust &TuningDb::cubin_trust() {
+  std::lock_guard lock(impl_->mutex);
+  if (!impl_->cubin_trust) impl_->cubin_trust = check_db_trust(path());
+  return *impl_->cubin_trust;
+}
+
 llvm::Expected<std::optional<CubinRecord>> TuningDb::get_cubin(llvm::StringRef key,
                                                                std::string *refused) {
+  if (const DbTrust &trust = cubin_trust(); !trust.trusted) {
+    if (refused) *refused = trust.warning(path());
+    return std::nullopt;
+  }
   std::lock_guard lock(impl_->mutex);
   sqlite::Connection &db = impl_->db;
   auto statement =

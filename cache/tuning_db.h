@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/db_trust.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -171,8 +172,14 @@ class TuningDb {
   // (and the caller recompiles); a hit updates last_used_at (at most once an
   // hour, so that loading processes rarely write). When a row is refused,
   // `refused` (if given) receives why, and refused_cubins() counts it.
+  // Every row of a database cubin_trust() does not trust is absent (and
+  // `refused` says why; refused_cubins() does not count it).
   llvm::Expected<std::optional<CubinRecord>> get_cubin(llvm::StringRef key,
                                                        std::string *refused = nullptr);
+  // Whether cubins may be loaded from this database (cache/db_trust.h):
+  // decided at the first call, under $FLASHJIT_DB_TRUST, for as long as
+  // this TuningDb is open.
+  const DbTrust &cubin_trust();
   llvm::Expected<int64_t> count_cubins();
   // Every cubin, ordered by key; `bytes` only when `with_bytes` (blob_sha256
   // is always there, but not checked without the bytes).

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 
+#include "cache/db_trust.h"
 #include "cache/sqlite.h"
 #include "cache/tuning_db.h"
 
@@ -18,6 +20,9 @@ struct TuningDb::Impl {
   std::mutex mutex;
   sqlite::Connection db;
   std::atomic<int64_t> refused_cubins{0};
+  // Decided at the first cubin read (under `mutex`), when SQLite's
+  // companions exist, and kept while the connection is open.
+  std::optional<DbTrust> cubin_trust;
 };
 
 namespace cache_detail {

@@ -1,11 +1,14 @@
 #include "runtime/kernel_source.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include "generator/heuristic.h"
 #include "generator/source.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tuning_key.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -31,9 +34,10 @@ const ProcessDb &process_db() {
     const std::string path = TuningDb::default_path();
     auto db = TuningDb::open(path);
     if (!db) {
-      // The library never prints: a caller sees the reason through
-      // process_tuning_db_status() (`flashjit info`), and forward keeps
-      // working from the heuristic and NVRTC.
+      // Not printed (the library prints only report_untrusted's warning): a
+      // caller sees the reason through process_tuning_db_status()
+      // (`flashjit info`), and forward keeps working from the heuristic and
+      // NVRTC.
       std::string why = llvm::toString(db.takeError());
       out->status = llvm::StringRef(why).contains(path) ? "unavailable: " + why
                                                         : "unavailable (" + path + "): " + why;
@@ -123,6 +127,19 @@ std::string tiles_text(StoredConfig c) {
 // damage the blob hash did not catch, and must not reach cuModuleLoadData.
 bool looks_like_cubin(llvm::ArrayRef<char> bytes) {
   return bytes.size() > 4 && llvm::StringRef(bytes.data(), 4) == "\x7f" "ELF";
+}
+
+// The one thing the library prints: a database whose cubins it will not
+// load costs every first call a compile, and its owner must hear why (the
+// path, the mode, the fix) to mend it. Once per process and path.
+void report_untrusted(const std::string &path, const DbTrust &trust) {
+  static std::mutex mutex;
+  static auto *reported = new llvm::StringSet<>;
+  {
+    std::lock_guard lock(mutex);
+    if (!reported->insert(path).second) return;
+  }
+  std::fprintf(stderr, "flashjit: warning: %s\n", trust.warning(path).c_str());
 }
 
 }  // namespace
@@ -275,7 +292,11 @@ llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const Ta
     llvm::consumeError(version.takeError());
   }
 
-  if (db && !out.key.empty()) {
+  // Checked before the first cubin is read: whoever can write the database
+  // chooses the code this process runs.
+  if (db && !out.key.empty() && !db->cubin_trust().trusted)
+    report_untrusted(db->path(), db->cubin_trust());
+  else if (db && !out.key.empty()) {
     auto record = db->get_cubin(out.key);
     if (!record)
       llvm::consumeError(record.takeError());  // unreadable store: compile instead

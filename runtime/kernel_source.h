@@ -72,8 +72,10 @@ llvm::Expected<ChosenConfig> explain_forward_config(const Problem &problem,
                                                     const DeviceInfo &device,
                                                     llvm::StringRef modifiers = "");
 
-// The cubin for `spec`: from `db`'s cubin store when present and intact,
-// else compiled with NVRTC and stored (when `db` is non-null).
+// The cubin for `spec`: from `db`'s cubin store when present and intact
+// and the database trusted (TuningDb::cubin_trust; an untrusted one is
+// reported once per process on stderr), else compiled with NVRTC and
+// stored (when `db` is non-null).
 struct CubinSource {
   std::vector<char> bytes;
   std::string entry;

@@ -19,6 +19,9 @@ class TempDbTest : public ::testing::Test {
   // a SetUp (a failure here fails the test before its body).
   void open_temp_db(const char *prefix) {
     ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory(prefix, dir_));
+    // Only this user may write it, whatever the umask: flashjit loads no
+    // cubin from a database others can write (cache/db_trust.h).
+    llvm::sys::fs::setPermissions(dir_, llvm::sys::fs::owner_all);
     llvm::SmallString<128> path(dir_);
     llvm::sys::path::append(path, "tuning.db");
     auto db = TuningDb::open(path);

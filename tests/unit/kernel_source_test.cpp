@@ -4,6 +4,8 @@
 // over. Cubin: compiled and stored once, then loaded without NVRTC.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -379,6 +381,58 @@ TEST_F(KernelSourceTest, CorruptedCubinRowIsRecompiled) {
   EXPECT_TRUE(rebuilt->compiled);
   EXPECT_EQ(compiles(), before + 1);
   EXPECT_EQ(rebuilt->bytes, first->bytes);
+}
+
+// Whoever can write the database chooses the code a call runs: a folder
+// others can write costs the call its stored cubin (compiled instead, the
+// call succeeds) and says so once, naming the path, the mode and the fix.
+TEST_F(KernelSourceTest, AnUntrustedDatabaseIsCompiledFromAndReportedOnce) {
+  const char *old_scope = std::getenv("FLASHJIT_DB_TRUST");
+  const std::string saved_scope = old_scope ? old_scope : "";
+  auto restore = llvm::make_scope_exit([&] {
+    if (old_scope)
+      setenv("FLASHJIT_DB_TRUST", saved_scope.c_str(), 1);
+    else
+      unsetenv("FLASHJIT_DB_TRUST");
+    ::chmod(dir_.c_str(), 0700);
+  });
+  unsetenv("FLASHJIT_DB_TRUST");
+  const KernelSpec spec = small_spec({8, 0, false});
+  auto first = forward_cubin(spec, db_.get());
+  ASSERT_TRUE(bool(first)) << llvm::toString(first.takeError());
+
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
+  auto shared = TuningDb::open(db_->path());
+  ASSERT_TRUE(bool(shared)) << llvm::toString(shared.takeError());
+  ASSERT_FALSE((*shared)->cubin_trust().trusted);
+  const uint64_t before = compiles();
+  ::testing::internal::CaptureStderr();
+  auto a = forward_cubin(spec, shared->get());
+  auto b = forward_cubin(spec, shared->get());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  EXPECT_TRUE(a->compiled);
+  EXPECT_TRUE(b->compiled);
+  EXPECT_EQ(compiles(), before + 2) << "no cubin of an untrusted database is loaded";
+  EXPECT_EQ(a->bytes, first->bytes);
+  EXPECT_EQ(err, "flashjit: warning: not loading cubins from the tuning database " +
+                     db_->path() + ": the folder " + std::string(dir_) +
+                     " is writable by everyone (mode 0777). Whoever can write it could run "
+                     "code in this process, so kernels are compiled instead. Fix: chmod go-w " +
+                     std::string(dir_) + "\n");
+
+  // Shared with this user's group on purpose: loaded again.
+  ASSERT_EQ(::chown(dir_.c_str(), -1, getegid()), 0);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0770), 0);
+  setenv("FLASHJIT_DB_TRUST", "group", 1);
+  auto team = TuningDb::open(db_->path());
+  ASSERT_TRUE(bool(team)) << llvm::toString(team.takeError());
+  ASSERT_TRUE((*team)->cubin_trust().trusted) << (*team)->cubin_trust().state();
+  auto loaded = forward_cubin(spec, team->get());
+  ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
+  EXPECT_FALSE(loaded->compiled);
+  EXPECT_EQ(loaded->bytes, first->bytes);
 }
 
 TEST_F(KernelSourceTest, WithoutADatabaseEveryCallCompiles) {

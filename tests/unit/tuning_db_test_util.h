@@ -23,6 +23,9 @@ class TempDir {
   TempDir() {
     llvm::SmallString<128> path;
     EXPECT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-db-test", path));
+    // Only this user may write it, whatever the umask: flashjit loads no
+    // cubin from a database others can write (cache/db_trust.h).
+    llvm::sys::fs::setPermissions(path, llvm::sys::fs::owner_all);
     path_ = std::string(path);
   }
   ~TempDir() { llvm::sys::fs::remove_directories(path_); }
