@@ -16,6 +16,17 @@ struct DbPathOption {
   llvm::cl::opt<std::string> db;
 };
 
+// --db-trust=owner|group: who besides this user and root may write a
+// database whose cubins are loaded (cache/db_trust.h). It sets
+// $FLASHJIT_DB_TRUST, so that the library and the tuner's workers read
+// the same scope.
+struct DbTrustOption {
+  DbTrustOption(llvm::cl::OptionCategory &category, const Subs &subs);
+  // Validates the flag and exports it; an error for a value that is not a scope.
+  llvm::Error apply() const;
+  llvm::cl::opt<std::string> scope;
+};
+
 struct InfoCommand {
   llvm::cl::SubCommand sub{"info", "Show the GPU, driver, NVRTC, templates hash and database"};
   int run(const CommonOptions &common, const DbPathOption &db) const;

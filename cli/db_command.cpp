@@ -1,6 +1,8 @@
 // `flashjit db list | export FILE | import FILE | prune`: thin wrappers over
 // TuningDb, so that tunings travel between machines as YAML and stale rows
 // go only when asked.
+#include <cstdlib>
+
 #include "cli/commands.h"
 #include "cli/db_common.h"
 #include "runtime/tuning_key.h"
@@ -15,6 +17,23 @@ DbPathOption::DbPathOption(cl::OptionCategory &category, const Subs &subs)
     : db("db", cl::desc("The tuning database (default $FLASHJIT_DB, else "
                         "$XDG_CACHE_HOME/flashjit/flashjit.db)"),
          cl::value_desc("PATH"), cl::cat(category), subs) {}
+
+DbTrustOption::DbTrustOption(cl::OptionCategory &category, const Subs &subs)
+    : scope("db-trust",
+            cl::desc("Who besides you and root may write a database whose cubins are loaded: "
+                     "owner (nobody; the default) or group (your groups). Default "
+                     "$FLASHJIT_DB_TRUST"),
+            cl::value_desc("owner|group"), cl::cat(category), subs) {}
+
+llvm::Error DbTrustOption::apply() const {
+  if (scope.getNumOccurrences() == 0) return llvm::Error::success();
+  auto parsed = parse_trust_scope(scope);
+  if (!parsed)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--db-trust: " + llvm::toString(parsed.takeError()));
+  setenv("FLASHJIT_DB_TRUST", to_string(*parsed), 1);
+  return llvm::Error::success();
+}
 
 DbCommand::DbCommand(cl::OptionCategory &category)
     : args(cl::Positional, cl::desc("list | export FILE | import FILE | prune"), cl::ZeroOrMore,

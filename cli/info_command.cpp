@@ -1,6 +1,7 @@
 // `flashjit info`: what this machine offers flashjit. Never fails for a
 // missing GPU or NVRTC: saying so is its job.
 #include <cstdlib>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/db_common.h"
@@ -24,6 +25,8 @@ struct DatabaseState {
   int64_t tunings = -1;  // -1: unknown
   int64_t cubins = -1;
   std::string note;  // why there are no counts
+  // Whether its cubins would be loaded, and why (empty: no file to judge).
+  std::optional<DbTrust> trust;
 };
 
 DatabaseState database_state(llvm::StringRef db_flag) {
@@ -42,6 +45,7 @@ DatabaseState database_state(llvm::StringRef db_flag) {
   }
   auto db = open_existing_database(state.path, state.note);
   if (!db) return state;
+  state.trust = db->cubin_trust();
   auto tunings = db->list_tunings();
   auto cubins = db->count_cubins();
   if (!tunings) state.note = first_line(tunings.takeError());
@@ -114,6 +118,10 @@ int InfoCommand::run(const CommonOptions &common, const DbPathOption &db_option)
       o["database_cubins"] = db.cubins;
     }
     if (!db.note.empty()) o["database_note"] = db.note;
+    if (db.trust) {
+      o["database_trusted"] = db.trust->trusted;
+      o["database_trust"] = db.trust->state();
+    }
     if (!gpu_note.empty()) o["gpu_note"] = gpu_note;
     if (!driver_library.empty()) o["driver_library"] = driver_library;
     if (driver_version) o["driver_version"] = driver_text(driver_version);
@@ -150,6 +158,7 @@ int InfoCommand::run(const CommonOptions &common, const DbPathOption &db_option)
                         db.cubins);
   else
     os << "Database: " << db.path << " (" << db.note << ")\n";
+  if (db.trust) os << "Database trust: " << db.trust->state() << "\n";
   return kExitOk;
 }
 

@@ -47,6 +47,8 @@ int main(int argc, char **argv) {
                                        &precompile.sub, &query.sub, &db.sub}});
   DbPathOption db_path(category,
                        Subs{{&info.sub, &tune.sub, &precompile.sub, &query.sub, &db.sub}});
+  DbTrustOption db_trust(category, Subs{{&info.sub, &run.sub, &tune.sub, &precompile.sub,
+                                          &query.sub, &db.sub}});
   for (cl::SubCommand *sub : {&*cl::TopLevelSubCommand, &info.sub, &gen.sub, &compile.sub,
                               &run.sub, &tune.sub, &precompile.sub, &query.sub, &db.sub})
     cl::HideUnrelatedOptions(category, *sub);
@@ -59,6 +61,7 @@ int main(int argc, char **argv) {
     return kExitUsage;
   }
 
+  if (llvm::Error e = db_trust.apply()) return report_error(kExitUsage, std::move(e));
   if (info.sub) return info.run(common, db_path);
   if (gen.sub) return gen.run(common, problem);
   if (compile.sub) return compile.run(common, problem);

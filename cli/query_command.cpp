@@ -241,6 +241,9 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
       o["packed"] = std::move(v);
     }
     if (path) o["database"] = *path;
+    if (database)
+      o["database_trust"] = llvm::json::Object{{"trusted", database->cubin_trust().trusted},
+                                               {"state", database->cubin_trust().state()}};
     if (chosen->record) {
       o["measurements"] = measurements_json(*chosen->record);
       o["provenance"] = provenance_json(*chosen->record);
@@ -262,6 +265,11 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
   if (chosen->record) print_record(os, *chosen->record, nearest);
   if (nearest)
     os << llvm::formatv("asked      {0}\n", class_text(asked));
+  // Whether a call would load the kernel's cubin from this database or
+  // compile it.
+  if (database)
+    os << llvm::formatv("database   {0}: {1}\n", database->path(),
+                        database->cubin_trust().state());
   for (const std::string &n : notes) os << "note       " << n << "\n";
   return kExitOk;
 }

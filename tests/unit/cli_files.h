@@ -19,7 +19,12 @@ namespace flashjit::testing_cli {
 
 // A fresh folder per test, removed with everything in it.
 struct TempDir {
-  TempDir() { llvm::sys::fs::createUniqueDirectory("flashjit-cli", path); }
+  TempDir() {
+    llvm::sys::fs::createUniqueDirectory("flashjit-cli", path);
+    // Only this user may write it, whatever the umask: flashjit loads no
+    // cubin from a database others can write (cache/db_trust.h).
+    llvm::sys::fs::setPermissions(path, llvm::sys::fs::owner_all);
+  }
   ~TempDir() { llvm::sys::fs::remove_directories(path); }
   std::string file(llvm::StringRef name) const {
     llvm::SmallString<128> p(path);
