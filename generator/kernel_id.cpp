@@ -22,9 +22,12 @@ bool parse_dtype(llvm::StringRef text, DType &out) {
   return false;
 }
 
-// "<prefix><positive decimal>" into `out`.
+// "<prefix><decimal in [1, 4096]>" into `out`. The bound is far above any
+// tile, head dim, packing or page flashjit writes, and keeps an id from
+// another source from reaching the generator's arithmetic with sizes it
+// never sees.
 bool parse_number(llvm::StringRef token, llvm::StringRef prefix, int &out) {
-  return token.consume_front(prefix) && !token.getAsInteger(10, out) && out > 0;
+  return token.consume_front(prefix) && !token.getAsInteger(10, out) && out > 0 && out <= 4096;
 }
 
 }  // namespace
