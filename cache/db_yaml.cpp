@@ -3,9 +3,12 @@
 // llvm::Errors (or skipped-entry lines) like everything else here.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "cache/base64.h"
+#include "cache/export_origin.h"
 #include "cache/tuning_db.h"
 #include "cache/tuning_db_impl.h"
 #include "cache/tuning_fields.h"
@@ -74,6 +77,17 @@ void emit_cubin(YAML::Emitter &out, const CubinRecord &record) {
   out << YAML::Key << "last_used_at" << YAML::Value << record.last_used_at;
   out << YAML::Key << "blob_sha256" << YAML::Value << YAML::DoubleQuoted << record.blob_sha256;
   out << YAML::Key << "blob" << YAML::Value << base64_encode(record.bytes);
+  out << YAML::EndMap;
+}
+
+void emit_origin(YAML::Emitter &out, const ExportOrigin &origin) {
+  out << YAML::Key << "origin" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "host" << YAML::Value << YAML::DoubleQuoted << origin.host;
+  out << YAML::Key << "user" << YAML::Value << YAML::DoubleQuoted << origin.user;
+  out << YAML::Key << "database" << YAML::Value << YAML::DoubleQuoted << origin.database;
+  out << YAML::Key << "exported_at" << YAML::Value << YAML::DoubleQuoted << origin.exported_at;
+  if (!origin.signature.empty())
+    out << YAML::Key << "signature" << YAML::Value << YAML::DoubleQuoted << origin.signature;
   out << YAML::EndMap;
 }
 
@@ -296,8 +310,39 @@ std::optional<CubinRecord> read_cubin(size_t index, const YAML::Node &entry,
 struct ParsedExport {
   std::vector<TuningRecord> tunings;
   std::vector<CubinRecord> cubins;
+  // Where each of `cubins` stands in the file: "cubins[i] (line L)".
+  std::vector<std::string> cubin_places;
   size_t cubin_entries = 0;
+  std::optional<ExportOrigin> origin;  // absent: the file names none
+  std::string origin_problem;          // why `origin` could not be read
 };
+
+// The `origin` mapping, when it is one of strings; why not otherwise. An
+// export without one (older flashjit, hand-written) is simply foreign.
+void read_origin(const YAML::Node &node, ParsedExport &parsed) {
+  if (!node) return;
+  if (!node.IsMap()) {
+    parsed.origin_problem = "its origin is not a mapping";
+    return;
+  }
+  ExportOrigin origin;
+  const std::pair<const char *, std::string *> fields[] = {
+      {"host", &origin.host},
+      {"user", &origin.user},
+      {"database", &origin.database},
+      {"exported_at", &origin.exported_at},
+      {"signature", &origin.signature}};
+  for (const auto &[name, value] : fields) {
+    const YAML::Node field = node[name];
+    if (!field) continue;
+    if (!field.IsScalar()) {
+      parsed.origin_problem = llvm::formatv("its origin's {0} is not a string", name).str();
+      return;
+    }
+    *value = field.Scalar();
+  }
+  parsed.origin = std::move(origin);
+}
 
 llvm::Expected<ParsedExport> parse_export(llvm::StringRef file, llvm::StringRef text,
                                           bool accept_cubins, ImportReport &report) {
@@ -326,6 +371,7 @@ llvm::Expected<ParsedExport> parse_export(llvm::StringRef file, llvm::StringRef 
                                     at(root["schema_version"]), schema, TuningDb::kSchemaVersion));
 
   ParsedExport parsed;
+  read_origin(root["origin"], parsed);
   for (const char *list : {"tunings", "cubins"}) {
     const YAML::Node entries = root[list];
     if (!entries || entries.IsNull()) continue;
@@ -339,10 +385,14 @@ llvm::Expected<ParsedExport> parse_export(llvm::StringRef file, llvm::StringRef 
             entries.size(), entries.size() == 1 ? "entry" : "entries"));
       continue;
     }
+    if (cubins) parsed.cubin_entries = entries.size();
     for (size_t i = 0; i < entries.size(); ++i) {
       if (cubins) {
-        if (auto record = read_cubin(i, entries[i], report.skipped))
+        if (auto record = read_cubin(i, entries[i], report.skipped)) {
           parsed.cubins.push_back(std::move(*record));
+          parsed.cubin_places.push_back(
+              llvm::formatv("cubins[{0}] (line {1})", i, entries[i].Mark().line + 1).str());
+        }
       } else if (auto record = read_tuning(i, entries[i], report.skipped)) {
         parsed.tunings.push_back(std::move(*record));
       }
@@ -366,6 +416,79 @@ llvm::Expected<ParsedExport> parse_export_caught(llvm::StringRef file, llvm::Str
   }
 }
 
+// Whether the export is this user's own, unchanged: its signature checks
+// under this user's origin key over the cubins as read. Says where it came
+// from either way.
+void judge_origin(const ParsedExport &parsed, ImportReport &report) {
+  if (!parsed.origin) {
+    report.origin = parsed.origin_problem.empty()
+                        ? "unknown (the export names no origin)"
+                        : "unknown (" + parsed.origin_problem + ")";
+    return;
+  }
+  const ExportOrigin &o = *parsed.origin;
+  const std::string where =
+      llvm::formatv("{0}@{1}:{2}, exported {3}", o.user, o.host, o.database, o.exported_at).str();
+  if (o.signature.empty()) {
+    report.origin = where + " (unsigned)";
+    return;
+  }
+  auto key = load_origin_key(/*create=*/false);
+  if (!key) {
+    report.origin = where + " (signed, but not provably by this user: " +
+                    llvm::toString(key.takeError()) + ")";
+    return;
+  }
+  // Every cubin entry must have been read for the signature to cover the
+  // file's cubins (an unreadable one cannot be put back in its place).
+  const bool complete = parsed.cubins.size() == parsed.cubin_entries;
+  const std::string expected = origin_signature(*key, o, parsed.cubins);
+  // Compared in constant time, as signatures are.
+  unsigned char difference = expected.size() != o.signature.size();
+  for (size_t i = 0; i < std::min(expected.size(), o.signature.size()); ++i)
+    difference |= static_cast<unsigned char>(expected[i] ^ o.signature[i]);
+  if (!complete || difference) {
+    report.origin = where + " (its signature does not check under this user's origin key: "
+                            "another user's or machine's export, or one changed since)";
+    return;
+  }
+  report.same_origin = true;
+  report.origin = where + " (this user's own export: its signature checks)";
+}
+
+// Keeps the parsed cubins that may be stored: all of them from this
+// user's own export (or as the caller says), else those that reproduce.
+llvm::Error verify_cubins(const ImportOptions &options, ParsedExport &parsed,
+                          ImportReport &report) {
+  if (parsed.cubins.empty()) return llvm::Error::success();
+  const bool verify = options.verify == ImportOptions::Verify::always ||
+                      (options.verify == ImportOptions::Verify::foreign && !report.same_origin);
+  if (!verify) return llvm::Error::success();
+  report.cubins_verified = true;
+  std::vector<std::string> verdicts =
+      options.reproduce
+          ? options.reproduce(parsed.cubins)
+          : std::vector<std::string>(parsed.cubins.size(),
+                                     "not verified: this import has no way to recompile it");
+  if (verdicts.size() != parsed.cubins.size())
+    return yaml_error(llvm::formatv("verifying cubins: {0} verdicts for {1} cubins",
+                                    verdicts.size(), parsed.cubins.size()));
+  std::vector<CubinRecord> kept;
+  for (size_t i = 0; i < parsed.cubins.size(); ++i) {
+    if (verdicts[i].empty()) {
+      kept.push_back(std::move(parsed.cubins[i]));
+      continue;
+    }
+    ++report.cubins_refused;
+    report.skipped.push_back(llvm::formatv("{0}: refused: {1} (key {2}): {3}",
+                                           parsed.cubin_places[i], parsed.cubins[i].kernel_id,
+                                           llvm::StringRef(parsed.cubins[i].key).take_front(16),
+                                           verdicts[i]));
+  }
+  parsed.cubins = std::move(kept);
+  return llvm::Error::success();
+}
+
 }  // namespace
 
 llvm::Error TuningDb::export_yaml(llvm::StringRef file, bool include_cubins) {
@@ -385,6 +508,17 @@ llvm::Error TuningDb::export_yaml(llvm::StringRef file, bool include_cubins) {
     cubins = std::move(*c);
   }
 
+  // Signed only when it carries cubins (the code that a signature spares
+  // from recompiling), and only where this user has, or can make, an
+  // origin key: without one the export is simply unsigned.
+  ExportOrigin origin = current_origin(path());
+  if (!cubins.empty()) {
+    if (auto key = load_origin_key(/*create=*/true))
+      origin.signature = origin_signature(*key, origin, cubins);
+    else
+      llvm::consumeError(key.takeError());
+  }
+
   std::string text;
   try {
     YAML::Emitter out;
@@ -392,6 +526,7 @@ llvm::Error TuningDb::export_yaml(llvm::StringRef file, bool include_cubins) {
     out << YAML::BeginMap;
     out << YAML::Key << "flashjit_db_export" << YAML::Value << kExportFormat;
     out << YAML::Key << "schema_version" << YAML::Value << kSchemaVersion;
+    emit_origin(out, origin);
     out << YAML::Key << "tunings" << YAML::Value << YAML::BeginSeq;
     for (const TuningRecord &record : tunings) emit_tuning(out, record);
     out << YAML::EndSeq;
@@ -429,14 +564,17 @@ llvm::Error TuningDb::export_yaml(llvm::StringRef file, bool include_cubins) {
   return llvm::Error::success();
 }
 
-llvm::Expected<ImportReport> TuningDb::import_yaml(llvm::StringRef file, bool accept_cubins) {
+llvm::Expected<ImportReport> TuningDb::import_yaml(llvm::StringRef file,
+                                                   const ImportOptions &options) {
   auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/true);
   if (!buffer) return yaml_error(file + ": cannot read: " + buffer.getError().message());
 
   ImportReport report;
   llvm::Expected<ParsedExport> parsed =
-      parse_export_caught(file, (*buffer)->getBuffer(), accept_cubins, report);
+      parse_export_caught(file, (*buffer)->getBuffer(), options.accept_cubins, report);
   if (!parsed) return parsed.takeError();
+  judge_origin(*parsed, report);
+  if (llvm::Error e = verify_cubins(options, *parsed, report)) return e;
 
   // Everything valid lands in one transaction: an import is all or nothing
   // (a failure part-way leaves the database as it was).

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cache/db_trust.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -117,11 +119,37 @@ struct CubinRecord {
   int64_t last_used_at = 0;  // unix seconds
 };
 
+// How an import treats the file's cubins, which are code.
+struct ImportOptions {
+  // Take the file's cubins at all (false: skipped, and the report says how
+  // many).
+  bool accept_cubins = false;
+  enum class Verify {
+    // Recompile the cubins of any export that is not this user's own
+    // (cache/export_origin.h): an unsigned one, another user's or
+    // machine's, or one changed since it was signed.
+    foreign,
+    always,  // recompile every cubin
+    never,   // store them as they come: the caller vouches for the file
+  };
+  Verify verify = Verify::foreign;
+  // Whether each cubin reproduces: one string per cubin, in order, "" when
+  // it does, else why it is refused. Called once with every cubin to
+  // verify, so that it may compile them in parallel, before the import's
+  // transaction begins. Without it, cubins that need verifying are refused.
+  std::function<std::vector<std::string>(llvm::ArrayRef<CubinRecord>)> reproduce;
+};
+
 struct ImportReport {
   int tunings_added = 0;
   int tunings_replaced = 0;
   int cubins_added = 0;
   int cubins_replaced = 0;  // same key already stored (same content, by the key's definition)
+  // Where the file says it came from, and whether its signature proves it.
+  std::string origin;
+  bool same_origin = false;  // signed by this user's origin key, unchanged since
+  bool cubins_verified = false;  // its cubins were recompiled before being stored
+  int cubins_refused = 0;        // did not reproduce (each also in `skipped`)
   std::vector<std::string> skipped;  // one line each: what and why
 };
 
@@ -192,9 +220,12 @@ class TuningDb {
   llvm::Expected<PruneReport> prune(const SoftwareFingerprint &current, int unused_days = 0);
 
   // YAML, so tunings travel between machines. Cubins are exported only when
-  // asked and imported only with `accept_cubins` (they are code).
+  // asked, with the export's origin signed by this user's origin key
+  // (cache/export_origin.h), and imported only as `options` say (they are
+  // code).
   llvm::Error export_yaml(llvm::StringRef file, bool include_cubins = false);
-  llvm::Expected<ImportReport> import_yaml(llvm::StringRef file, bool accept_cubins = false);
+  llvm::Expected<ImportReport> import_yaml(llvm::StringRef file,
+                                           const ImportOptions &options = {});
 
  private:
   struct Impl;

@@ -100,10 +100,16 @@ struct QueryCommand {
 
 struct DbCommand {
   explicit DbCommand(llvm::cl::OptionCategory &category);
-  llvm::cl::SubCommand sub{"db", "The tuning database: list | export FILE | import FILE | prune"};
+  llvm::cl::SubCommand sub{
+      "db", "The tuning database: list | export FILE | import FILE | verify | prune"};
   llvm::cl::list<std::string> args;
   llvm::cl::opt<bool> with_cubins;
   llvm::cl::opt<bool> accept_cubins;
+  llvm::cl::opt<bool> verify;
+  llvm::cl::opt<bool> no_verify;
+  llvm::cl::opt<std::string> sample;
+  llvm::cl::opt<bool> repair;
+  llvm::cl::opt<std::string> threads;
   llvm::cl::opt<std::string> unused_days;
   int run(const CommonOptions &common, const DbPathOption &db) const;
 };

@@ -1,10 +1,12 @@
-// `flashjit db list | export FILE | import FILE | prune`: thin wrappers over
-// TuningDb, so that tunings travel between machines as YAML and stale rows
+// `flashjit db list | export FILE | import FILE | verify | prune`: thin
+// wrappers over TuningDb, so that tunings travel between machines as YAML,
+// cubins are checked by recompiling them (cli/db_verify.h), and stale rows
 // go only when asked.
 #include <cstdlib>
 
 #include "cli/commands.h"
 #include "cli/db_common.h"
+#include "cli/db_verify.h"
 #include "runtime/tuning_key.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -36,14 +38,32 @@ llvm::Error DbTrustOption::apply() const {
 }
 
 DbCommand::DbCommand(cl::OptionCategory &category)
-    : args(cl::Positional, cl::desc("list | export FILE | import FILE | prune"), cl::ZeroOrMore,
-           cl::sub(sub)),
-      with_cubins("with-cubins", cl::desc("export: include the compiled cubins"),
+    : args(cl::Positional, cl::desc("list | export FILE | import FILE | verify | prune"),
+           cl::ZeroOrMore, cl::sub(sub)),
+      with_cubins("with-cubins",
+                  cl::desc("export: include the compiled cubins (signed with your origin key)"),
                   cl::cat(category), cl::sub(sub)),
       accept_cubins("accept-cubins",
-                    cl::desc("import: take the file's cubins too (they are code: only from a "
-                             "source you trust)"),
+                    cl::desc("import: take the file's cubins too (they are code: those of an "
+                             "export that is not your own are recompiled, and stored only if "
+                             "they reproduce)"),
                     cl::cat(category), cl::sub(sub)),
+      verify("verify",
+             cl::desc("import: take the file's cubins, each only if recompiling it here "
+                      "reproduces it (the default for an export that is not your own)"),
+             cl::cat(category), cl::sub(sub)),
+      no_verify("no-verify",
+                cl::desc("import: with --accept-cubins, store the cubins of a foreign export "
+                         "without recompiling them (you vouch for the file)"),
+                cl::cat(category), cl::sub(sub)),
+      sample("sample", cl::desc("verify: recompile N cubins chosen at random (default 0: all)"),
+             cl::init("0"), cl::value_desc("N"), cl::cat(category), cl::sub(sub)),
+      repair("repair",
+             cl::desc("verify: replace each cubin that differs with the one recompiled here"),
+             cl::cat(category), cl::sub(sub)),
+      threads("threads",
+              cl::desc("verify, import: parallel NVRTC compiles (default 0: one per core)"),
+              cl::init("0"), cl::value_desc("N"), cl::cat(category), cl::sub(sub)),
       unused_days("unused-days",
                   cl::desc("prune: also remove cubins unused for N days (default 0: keep)"),
                   cl::init("0"), cl::value_desc("N"), cl::cat(category), cl::sub(sub)) {}
@@ -106,16 +126,23 @@ int list(const CommonOptions &common, const std::string &path) {
   return kExitOk;
 }
 
-int import(const std::string &path, llvm::StringRef file, bool accept_cubins) {
+int import(const std::string &path, llvm::StringRef file, const ImportOptions &options) {
   auto db = open_database(path);
   if (!db) return report_error(kExitFailure, db.takeError());
-  auto report = (*db)->import_yaml(file, accept_cubins);
+  auto report = (*db)->import_yaml(file, options);
   if (!report) return report_error(kExitFailure, report.takeError());
   llvm::raw_ostream &os = llvm::outs();
+  os << "origin: " << report->origin << "\n";
   os << llvm::formatv("tunings: {0} added, {1} replaced\n", report->tunings_added,
                       report->tunings_replaced);
-  os << llvm::formatv("cubins: {0} added, {1} replaced\n", report->cubins_added,
-                      report->cubins_replaced);
+  std::string how;
+  if (report->cubins_verified)
+    how = llvm::formatv(" (verified by recompiling; {0} refused)", report->cubins_refused).str();
+  else if (report->cubins_added + report->cubins_replaced)
+    how = report->same_origin ? " (your own export: not recompiled)"
+                              : " (not verified: --no-verify)";
+  os << llvm::formatv("cubins: {0} added, {1} replaced{2}\n", report->cubins_added,
+                      report->cubins_replaced, how);
   os << llvm::formatv("skipped: {0}\n", report->skipped.size());
   for (const std::string &why : report->skipped) os << "  " << why << "\n";
   return kExitOk;
@@ -143,13 +170,19 @@ int prune(const std::string &path, llvm::StringRef days_text) {
 
 }  // namespace
 
+// A count flag's value: an integer >= 0.
+bool count_value(llvm::StringRef text, int &out) {
+  return !text.getAsInteger(10, out) && out >= 0;
+}
+
 int DbCommand::run(const CommonOptions &common, const DbPathOption &db) const {
-  constexpr const char *kExpected = "list, export FILE, import FILE or prune";
+  constexpr const char *kExpected = "list, export FILE, import FILE, verify or prune";
   if (args.empty())
     return report_error(kExitUsage, llvm::formatv("db: expected {0}", kExpected));
   const std::string &action = args.front();
   const size_t want = action == "export" || action == "import" ? 2 : 1;
-  if (action != "list" && action != "export" && action != "import" && action != "prune")
+  if (action != "list" && action != "export" && action != "import" && action != "verify" &&
+      action != "prune")
     return report_error(kExitUsage, llvm::formatv("db: expected {0}, got {1}", kExpected, action));
   if (args.size() < want)
     return report_error(kExitUsage, llvm::formatv("db {0}: expected a FILE", action));
@@ -162,12 +195,43 @@ int DbCommand::run(const CommonOptions &common, const DbPathOption &db) const {
     return report_error(kExitUsage, "--accept-cubins: only for db import");
   if (unused_days.getNumOccurrences() && action != "prune")
     return report_error(kExitUsage, "--unused-days: only for db prune");
-  if (common.json && action != "list") return report_error(kExitUsage, "--json: only for db list");
+  if ((verify || no_verify) && action != "import")
+    return report_error(kExitUsage,
+                        llvm::formatv("--{0}: only for db import", verify ? "verify" : "no-verify"));
+  if (verify && no_verify) return report_error(kExitUsage, "--verify and --no-verify: pick one");
+  if (no_verify && !accept_cubins)
+    return report_error(kExitUsage, "--no-verify: only with --accept-cubins");
+  if (sample.getNumOccurrences() && action != "verify")
+    return report_error(kExitUsage, "--sample: only for db verify");
+  if (repair && action != "verify") return report_error(kExitUsage, "--repair: only for db verify");
+  if (threads.getNumOccurrences() && action != "verify" && action != "import")
+    return report_error(kExitUsage, "--threads: only for db verify and db import");
+  int sample_count = 0, thread_count = 0;
+  if (!count_value(sample, sample_count))
+    return report_error(kExitUsage,
+                        llvm::formatv("--sample: expected an integer >= 0, got {0}",
+                                      sample.empty() ? std::string("''") : std::string(sample)));
+  if (!count_value(threads, thread_count))
+    return report_error(kExitUsage,
+                        llvm::formatv("--threads: expected an integer >= 0, got {0}",
+                                      threads.empty() ? std::string("''") : std::string(threads)));
+  if (common.json && action != "list" && action != "verify")
+    return report_error(kExitUsage, "--json: only for db list and db verify");
   auto path = database_path(db.db);
   if (!path) return report_error(kExitUsage, path.takeError());
 
   if (action == "list") return list(common, *path);
-  if (action == "import") return import(*path, args[1], accept_cubins);
+  if (action == "verify") return verify_database(common, *path, sample_count, thread_count, repair);
+  if (action == "import") {
+    ImportOptions options;
+    // --verify takes the cubins too: those it stores reproduce here.
+    options.accept_cubins = accept_cubins || verify;
+    options.verify = verify      ? ImportOptions::Verify::always
+                     : no_verify ? ImportOptions::Verify::never
+                                 : ImportOptions::Verify::foreign;
+    options.reproduce = import_verifier(thread_count);
+    return import(*path, args[1], options);
+  }
   if (action == "prune") return prune(*path, unused_days);
   auto database = open_database(*path);
   if (!database) return report_error(kExitFailure, database.takeError());

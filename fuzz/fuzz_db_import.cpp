@@ -1,6 +1,8 @@
 // libFuzzer target: database import (TuningDb::import_yaml). The input is
-// written to a file and imported, refusing and then accepting cubins, into a
-// fresh database; the result is exported again. Whatever the file holds, the
+// written to a file and imported into a fresh database three times:
+// refusing cubins, accepting them as a foreign export's (verified, and with
+// no verifier here refused), and storing them as they come; the result is
+// exported again (signed with an origin key in the work folder). Whatever the file holds, the
 // import is a report or one error; never a crash, an escaped yaml-cpp
 // exception or an ASan report; and what was imported can be exported.
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "cache/tuning_db.h"
 #include "llvm/ADT/SmallString.h"
@@ -65,8 +68,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   auto db = flashjit::TuningDb::open(db_path);
   if (!db) std::abort();  // a fresh database in our own folder always opens
 
-  for (bool accept_cubins : {false, true}) {
-    auto report = (*db)->import_yaml(input, accept_cubins);
+  static const bool key_set = [] {
+    return setenv("FLASHJIT_ORIGIN_KEY", file_in("origin.key").c_str(), 1) == 0;
+  }();
+  if (!key_set) std::abort();
+  using Verify = flashjit::ImportOptions::Verify;
+  for (auto [accept_cubins, verify] : {std::pair{false, Verify::foreign},
+                                       std::pair{true, Verify::foreign},
+                                       std::pair{true, Verify::never}}) {
+    flashjit::ImportOptions options;
+    options.accept_cubins = accept_cubins;
+    options.verify = verify;
+    auto report = (*db)->import_yaml(input, options);
     if (!report) {
       llvm::consumeError(report.takeError());
       return 0;

@@ -8,6 +8,8 @@
 
 #include "c_api_test_util.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -21,8 +23,12 @@
 #include "flashjit/backward.h"
 #include "flashjit/flashjit.h"
 #include "flashjit/forward.h"
+#include "runtime/nvrtc_compiler.h"
+#include "tuner/cubin_reproduction.h"
 #include "tuner/plan.h"
 #include "tuning_db_test_util.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/SHA256.h"
 
 namespace flashjit {
 namespace {
@@ -32,8 +38,11 @@ using namespace testing_cli;
 
 // Cases tried, per boundary; the last test checks the total.
 struct Counts {
-  int cxx = 0, c_api = 0, cli = 0, plan = 0, db_import = 0, db_open = 0;
-  int total() const { return cxx + c_api + cli + plan + db_import + db_open; }
+  int cxx = 0, c_api = 0, cli = 0, plan = 0, db_import = 0, db_open = 0, db_trust = 0,
+      db_verify = 0;
+  int total() const {
+    return cxx + c_api + cli + plan + db_import + db_open + db_trust + db_verify;
+  }
 };
 Counts &counts() {
   static Counts c;
@@ -520,6 +529,19 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
        "(sm_80, sm_86, sm_89, sm_90a)"},
       {{"frobnicate"},
        "Unknown command line argument 'frobnicate'.  Try: '" + cli_path() + " --help'"},
+      // The database's trust and verification flags.
+      {{"info", "--db-trust=everyone"}, "--db-trust: expected owner or group, got 'everyone'"},
+      {{"db", "verify", "--sample", "x"}, "--sample: expected an integer >= 0, got x"},
+      {{"db", "verify", "--threads", "-1"}, "--threads: expected an integer >= 0, got -1"},
+      {{"db", "list", "--sample", "2"}, "--sample: only for db verify"},
+      {{"db", "import", "--repair", "f.yaml"}, "--repair: only for db verify"},
+      {{"db", "list", "--verify"}, "--verify: only for db import"},
+      {{"db", "import", "--verify", "--no-verify", "--accept-cubins", "f.yaml"},
+       "--verify and --no-verify: pick one"},
+      {{"db", "import", "--no-verify", "f.yaml"}, "--no-verify: only with --accept-cubins"},
+      {{"db", "export", "--threads", "2", "f.yaml"}, "--threads: only for db verify and db import"},
+      {{"db", "verify", "f.yaml"}, "db verify: unexpected argument 'f.yaml'"},
+      {{"db", "import", "--json", "f.yaml"}, "--json: only for db list and db verify"},
   };
   for (const auto &[args, message] : cases) {
     std::string shown;
@@ -627,6 +649,12 @@ std::string with(std::string text, const std::string &from, const std::string &t
   EXPECT_NE(at, std::string::npos) << from;
   if (at != std::string::npos) text.replace(at, from.size(), to);
   return text;
+}
+
+std::string sha256_of(const std::vector<char> &bytes) {
+  return llvm::toHex(llvm::SHA256::hash(llvm::ArrayRef<uint8_t>(
+                         reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size())),
+                     /*LowerCase=*/true);
 }
 
 std::string cubin_entry(const std::vector<char> &bytes, const std::string &sha) {
@@ -779,6 +807,22 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
        true, "", "cubins[0] (line 4): skipped: blob_sha256: missing\n"},
       {"cubin entry a string", doc + "cubins:\n  - \"ELF\"\n", true, "",
        "cubins[0] (line 4): skipped: entry: is not a mapping\n"},
+      // Cubins of an export that is not this user's own are stored only when
+      // they reproduce; an import with no way to recompile stores none.
+      {"an intact cubin of an unsigned export", doc + "cubins:\n" + cubin_entry(blob, real_sha),
+       true, "",
+       "cubins[0] (line 4): refused: fwd (key k-new): not verified: this import has no way to "
+       "recompile it\n"},
+      {"a cubin under a signature that does not check",
+       doc + "origin: {host: h, user: u, database: /d, exported_at: t, signature: "
+             "\"hmac-sha256:00\"}\ncubins:\n" + cubin_entry(blob, real_sha),
+       true, "",
+       "cubins[0] (line 5): refused: fwd (key k-new): not verified: this import has no way to "
+       "recompile it\n"},
+      {"a cubin under an origin that is not a mapping",
+       doc + "origin: [1, 2]\ncubins:\n" + cubin_entry(blob, real_sha), true, "",
+       "cubins[0] (line 5): refused: fwd (key k-new): not verified: this import has no way to "
+       "recompile it\n"},
   };
 
   const std::string before_bytes = read_bytes(path);
@@ -791,7 +835,9 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
     const bool absent = llvm::StringRef(c.what) == "missing file";
     const std::string file = absent ? missing : dir.file("import.yaml");
     if (!absent) write_bytes(file, c.text);
-    auto report = db->import_yaml(file, c.accept_cubins);
+    ImportOptions options;
+    options.accept_cubins = c.accept_cubins;
+    auto report = db->import_yaml(file, options);
     if (!c.error.empty()) {
       ASSERT_FALSE(bool(report)) << c.what;
       std::string expected = c.error;
@@ -891,12 +937,166 @@ TEST(BadInputCorpus, NonFlashjitFilesAreRefusedAndLeftByteIdentical) {
   }
 }
 
+// ---- (g) databases others can write ---------------------------------------------
+
+// A database whose file, companions or folder others can write serves no
+// cubin: one exact message each, and the file is left byte-identical.
+TEST(BadInputCorpus, DatabasesOthersCanWriteServeNoCubins) {
+  ScopedEnv scope("FLASHJIT_DB_TRUST", nullptr);
+  struct Case {
+    const char *what;
+    const char *trust;  // FLASHJIT_DB_TRUST, or null
+    // Loosens the database at `path` in `folder`; returns the problem.
+    std::function<std::string(const std::string &path, const std::string &folder)> loosen;
+    std::string fix;  // "{path}" and "{folder}" replaced
+  };
+  const Case cases[] = {
+      {"a world-writable file", nullptr,
+       [](const std::string &path, const std::string &) {
+         ::chmod(path.c_str(), 0666);
+         return "the file " + path + " is writable by everyone (mode 0666)";
+       },
+       "chmod go-w {path}"},
+      {"a world-writable -wal", nullptr,
+       [](const std::string &path, const std::string &) {
+         ::chmod((path + "-wal").c_str(), 0666);
+         return "the file " + path + "-wal is writable by everyone (mode 0666)";
+       },
+       "chmod go-w {path}-wal"},
+      {"a world-writable -shm", nullptr,
+       [](const std::string &path, const std::string &) {
+         ::chmod((path + "-shm").c_str(), 0606);
+         return "the file " + path + "-shm is writable by everyone (mode 0606)";
+       },
+       "chmod go-w {path}-shm"},
+      {"a -journal planted beside it", nullptr,
+       [](const std::string &path, const std::string &) {
+         write_bytes(path + "-journal", "");
+         ::chmod((path + "-journal").c_str(), 0666);
+         return "the file " + path + "-journal is writable by everyone (mode 0666)";
+       },
+       "chmod go-w {path}-journal"},
+      {"a world-writable folder", nullptr,
+       [](const std::string &, const std::string &folder) {
+         ::chmod(folder.c_str(), 0777);
+         return "the folder " + folder + " is writable by everyone (mode 0777)";
+       },
+       "chmod go-w {folder}"},
+      {"a sticky world-writable folder, as /tmp", nullptr,
+       [](const std::string &, const std::string &folder) {
+         ::chmod(folder.c_str(), 01777);
+         return "the folder " + folder +
+                " is writable by everyone (mode 1777; the sticky bit does not stop others from "
+                "creating the database's -wal or -journal first, which SQLite merges into it)";
+       },
+       "keep the database in a folder only you can write (the default is "
+       "$XDG_CACHE_HOME/flashjit or ~/.cache/flashjit)"},
+      {"group trust does not cover everyone", "group",
+       [](const std::string &path, const std::string &) {
+         ::chmod(path.c_str(), 0666);
+         return "the file " + path + " is writable by everyone (mode 0666)";
+       },
+       "chmod o-w {path}"},
+      {"a misspelt opt-in", "groups",
+       [](const std::string &, const std::string &) {
+         return std::string("FLASHJIT_DB_TRUST: expected owner or group, got 'groups'");
+       },
+       "set FLASHJIT_DB_TRUST to owner (the default) or group"},
+  };
+  int n = 0;
+  for (const Case &c : cases) {
+    TempDir dir;
+    const std::string folder = dir.file("db" + std::to_string(n++));
+    ASSERT_FALSE(llvm::sys::fs::create_directory(folder));
+    ::chmod(folder.c_str(), 0700);
+    const std::string path = folder + "/f.db";
+    {
+      auto db = open_ok(path);
+      ASSERT_TRUE(db);
+      ASSERT_FALSE(bool(db->put_cubin(cubin("k1", 300))));
+      raw_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)");
+    }
+    // Open (with its -wal and -shm, as a running process has them) before
+    // the change: the check runs at the first cubin read.
+    ScopedEnv trust("FLASHJIT_DB_TRUST", c.trust);
+    auto reopened = open_ok(path);
+    const std::string problem = c.loosen(path, folder);
+    const std::string before = read_bytes(path);
+    std::string refused;
+    auto row = reopened->get_cubin("k1", &refused);
+    ASSERT_TRUE(bool(row)) << c.what << ": " << llvm::toString(row.takeError());
+    EXPECT_FALSE(row->has_value()) << c.what;
+    std::string fix = c.fix;
+    for (auto [from, to] : {std::pair<std::string, std::string>{"{path}", path}, {"{folder}", folder}})
+      if (size_t at = fix.find(from); at != std::string::npos) fix.replace(at, from.size(), to);
+    EXPECT_EQ(refused, "not loading cubins from the tuning database " + path + ": " + problem +
+                           ". Whoever can write it could run code in this process, so kernels "
+                           "are compiled instead. Fix: " + fix)
+        << c.what;
+    EXPECT_EQ(read_bytes(path), before) << c.what;
+    ::chmod(folder.c_str(), 0700);
+    ++counts().db_trust;
+  }
+}
+
+// ---- (h) stored cubins whose program cannot be rebuilt ----------------------------
+
+// A row that lacks what regenerating its program needs is never counted as
+// verified; each says why (no compile is reached).
+TEST(BadInputCorpus, RowsThatCannotBeRebuiltAreNeverVerified) {
+  auto nvrtc = nvrtc_version();
+  if (!nvrtc) GTEST_SKIP() << "no NVRTC: " << llvm::toString(nvrtc.takeError());
+  const std::string good = "fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm64_bn64_w4_s2_sm_80";
+  struct Case {
+    const char *what;
+    std::string kernel_id, arch, nvrtc_version;
+    std::string detail;
+  };
+  const Case cases[] = {
+      {"another NVRTC", good, "sm_80", "12.8",
+       "it was compiled by NVRTC 12.8; this machine has NVRTC " + *nvrtc +
+           ", whose output differs (and whose calls never load it)"},
+      {"a caller's modifiers",
+       "fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm64_bn64_w4_s2_modffffffffffffffff_sm_80",
+       "sm_80", *nvrtc,
+       "it was compiled with a caller's modifiers (modffffffffffffffff), whose source the "
+       "database does not hold"},
+      {"an arch flashjit does not target", good, "sm_75", *nvrtc,
+       "its arch: architecture 'sm_75' not understood: expected sm_XY or sm_XYa with XY >= 80 "
+       "(sm_80, sm_86, sm_89, sm_90a)"},
+      {"an id for another arch", good, "sm_90a", *nvrtc,
+       "its kernel id names sm_80, its arch is sm_90a"},
+      {"an empty id", "", "sm_80", *nvrtc, "kernel id '': too few fields for a kernel id"},
+      {"fields out of order", "fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm64_bn64_w4_s2_split_det_sm_80",
+       "sm_80", *nvrtc,
+       "kernel id 'fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm64_bn64_w4_s2_split_det_sm_80': not "
+       "as flashjit writes it "
+       "('fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm64_bn64_w4_s2_det_split_sm_80')"},
+      {"an id with a size flashjit never writes",
+       "fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm64_bn64_w4_s2_page99999_sm_80", "sm_80", *nvrtc,
+       "kernel id 'fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm64_bn64_w4_s2_page99999_sm_80': "
+       "'page99999' is not page<N>"},
+  };
+  for (const Case &c : cases) {
+    CubinRecord row = cubin("k", 64, c.nvrtc_version);
+    row.kernel_id = c.kernel_id;
+    row.arch = c.arch;
+    row.blob_sha256 = sha256_of(row.bytes);
+    const ReproductionResult r = reproduce_cubin(row);
+    EXPECT_EQ(r.outcome, Reproduction::unverifiable) << c.what;
+    EXPECT_EQ(r.detail, c.detail) << c.what;
+    ++counts().db_verify;
+  }
+}
+
 // Last (gtest runs a file's tests in order): the figures for docs/RELIABILITY.md.
 TEST(BadInputCorpus, ZzAtLeastSixtyCases) {
   const Counts &c = counts();
   std::printf("bad-input corpus: %d cases (C++ API %d, C API %d, CLI %d, plan files %d, "
-              "database import %d, database open %d)\n",
-              c.total(), c.cxx, c.c_api, c.cli, c.plan, c.db_import, c.db_open);
+              "database import %d, database open %d, untrusted database %d, unverifiable "
+              "cubin %d)\n",
+              c.total(), c.cxx, c.c_api, c.cli, c.plan, c.db_import, c.db_open, c.db_trust,
+              c.db_verify);
   ::testing::Test::RecordProperty("bad_input_cases", c.total());
   // Only a full run has tried every case.
   if (::testing::GTEST_FLAG(filter) == "*") {

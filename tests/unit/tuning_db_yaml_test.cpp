@@ -1,5 +1,8 @@
 // TuningDb's YAML export/import, and the base64 it carries cubins in.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 
 #include "cache/base64.h"
 #include "cache/tuning_db.h"
@@ -17,6 +20,13 @@ bool contains(const std::vector<std::string> &lines, std::initializer_list<const
     if (all) return true;
   }
   return false;
+}
+
+// The 1-based line of `text` where `needle` first starts (0: absent).
+int line_of(const std::string &text, const std::string &needle) {
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return 0;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
 }
 
 std::string joined(const std::vector<std::string> &lines) {
@@ -73,6 +83,12 @@ TEST(TuningDbBase64, RoundTripsAndRejectsGarbage) {
   }
 }
 
+ImportOptions taking_cubins() {
+  ImportOptions options;
+  options.accept_cubins = true;
+  return options;
+}
+
 class TuningDbYaml : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -84,6 +100,8 @@ class TuningDbYaml : public ::testing::Test {
   }
 
   TempDir dir;
+  // This user's origin key, in the test's own folder.
+  ScopedEnv origin_key{"FLASHJIT_ORIGIN_KEY", dir.file("origin.key").c_str()};
   std::unique_ptr<TuningDb> source;
 };
 
@@ -130,7 +148,7 @@ TEST_F(TuningDbYaml, CubinsTravelOnlyWhenExportedAndAccepted) {
   EXPECT_EQ(*refusing->count_cubins(), 0);
 
   auto accepting = open_ok(dir.file("accepting.db"));
-  report = accepting->import_yaml(file, /*accept_cubins=*/true);
+  report = accepting->import_yaml(file, taking_cubins());
   ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
   EXPECT_EQ(report->cubins_added, 2);
   EXPECT_TRUE(report->skipped.empty()) << joined(report->skipped);
@@ -144,9 +162,149 @@ TEST_F(TuningDbYaml, CubinsTravelOnlyWhenExportedAndAccepted) {
     EXPECT_EQ((*copy)->compile_ms, (*original)->compile_ms);
     EXPECT_EQ((*copy)->created_at, (*original)->created_at);
   }
-  report = accepting->import_yaml(file, true);
+  report = accepting->import_yaml(file, taking_cubins());
   ASSERT_TRUE(bool(report));
   EXPECT_EQ(report->cubins_replaced, 2);
+}
+
+// An export carries its origin, signed with this user's origin key: its
+// own cubins come back without recompiling; any other export's cubins are
+// verified, and only those that reproduce are stored.
+TEST_F(TuningDbYaml, OnlyThisUsersOwnExportSkipsVerification) {
+  const std::string file = dir.file("signed.yaml");
+  ASSERT_FALSE(bool(source->export_yaml(file, /*include_cubins=*/true)));
+  const std::string text = read_bytes(file);
+  EXPECT_NE(text.find("origin:\n  host: "), std::string::npos) << text;
+  EXPECT_NE(text.find("  signature: \"hmac-sha256:"), std::string::npos) << text;
+  struct stat key_stat;
+  ASSERT_EQ(::stat(dir.file("origin.key").c_str(), &key_stat), 0);
+  EXPECT_EQ(key_stat.st_mode & 0777, 0600u);
+
+  // Its own export: stored without a verifier.
+  auto own = open_ok(dir.file("own.db"));
+  auto report = own->import_yaml(file, taking_cubins());
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_TRUE(report->same_origin) << report->origin;
+  EXPECT_FALSE(report->cubins_verified);
+  EXPECT_EQ(report->cubins_added, 2);
+  EXPECT_NE(report->origin.find("(this user's own export: its signature checks)"),
+            std::string::npos)
+      << report->origin;
+  EXPECT_NE(report->origin.find(source->path()), std::string::npos) << report->origin;
+
+  // Verified on request: the verifier sees both cubins, in the file's order.
+  std::vector<std::string> seen;
+  ImportOptions always = taking_cubins();
+  always.verify = ImportOptions::Verify::always;
+  always.reproduce = [&](llvm::ArrayRef<CubinRecord> rows) {
+    std::vector<std::string> verdicts;
+    for (const CubinRecord &row : rows) {
+      seen.push_back(row.key);
+      verdicts.push_back(row.key == "k2" ? "differs from its recompiled program: section .text "
+                                           "differs at byte 0x10"
+                                         : "");
+    }
+    return verdicts;
+  };
+  auto checked = open_ok(dir.file("checked.db"));
+  report = checked->import_yaml(file, always);
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_EQ(seen, (std::vector<std::string>{"k1", "k2"}));
+  EXPECT_TRUE(report->cubins_verified);
+  EXPECT_EQ(report->cubins_added, 1);
+  EXPECT_EQ(report->cubins_refused, 1);
+  EXPECT_EQ(joined(report->skipped),
+            "cubins[1] (line " + std::to_string(line_of(text, "  - key: \"k2\"")) +
+                "): refused: fwd_bf16_d128_k2 (key k2): differs from its recompiled program: "
+                "section .text differs at byte 0x10\n");
+  EXPECT_TRUE(checked->get_cubin("k1")->has_value());
+  EXPECT_FALSE(checked->get_cubin("k2")->has_value());
+
+  // Another user's (or machine's) key: foreign. Without a way to recompile,
+  // no cubin is stored; the tunings still are.
+  {
+    ScopedEnv other_key("FLASHJIT_ORIGIN_KEY", dir.file("other.key").c_str());
+    ASSERT_FALSE(bool(source->export_yaml(dir.file("unused.yaml"), true)));  // makes other.key
+    auto foreign = open_ok(dir.file("foreign.db"));
+    report = foreign->import_yaml(file, taking_cubins());
+    ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+    EXPECT_FALSE(report->same_origin);
+    EXPECT_NE(report->origin.find("(its signature does not check under this user's origin key: "
+                                  "another user's or machine's export, or one changed since)"),
+              std::string::npos)
+        << report->origin;
+    EXPECT_TRUE(report->cubins_verified);
+    EXPECT_EQ(report->cubins_added, 0);
+    EXPECT_EQ(report->cubins_refused, 2);
+    EXPECT_EQ(report->tunings_added, 3);
+    EXPECT_TRUE(contains(report->skipped, {"cubins[0]", "refused", "not verified: this import "
+                                           "has no way to recompile it"}))
+        << joined(report->skipped);
+    EXPECT_EQ(*foreign->count_cubins(), 0);
+    // Unless the caller vouches for the file.
+    ImportOptions vouched = taking_cubins();
+    vouched.verify = ImportOptions::Verify::never;
+    report = foreign->import_yaml(file, vouched);
+    ASSERT_TRUE(bool(report));
+    EXPECT_FALSE(report->cubins_verified);
+    EXPECT_EQ(report->cubins_added, 2);
+  }
+
+  // Changed after it was signed: k2's blob replaced by another with a
+  // recomputed blob_sha256 (which the import checks) is no longer the
+  // signed export, so both cubins need verifying.
+  {
+    std::string edited = text;
+    auto scratch = open_ok(dir.file("scratch.db"));
+    CubinRecord other = cubin("k2", 3);
+    other.bytes = {'E', 'V', 'I', 'L'};
+    ASSERT_FALSE(bool(scratch->put_cubin(other)));
+    const std::string forged_sha = (*scratch->list_cubins())[0].blob_sha256;
+    const size_t at = edited.find("  - key: \"k2\"");
+    ASSERT_NE(at, std::string::npos);
+    const size_t sha = edited.find("blob_sha256: \"", at) + 14;
+    edited.replace(sha, 64, forged_sha);
+    const size_t blob = edited.find("blob: ", sha) + 6;
+    edited.replace(blob, edited.find('\n', blob) - blob, base64_encode(other.bytes));
+    write_bytes(dir.file("edited.yaml"), edited);
+    auto target = open_ok(dir.file("edited.db"));
+    ImportOptions foreign_default = taking_cubins();
+    foreign_default.reproduce = always.reproduce;
+    report = target->import_yaml(dir.file("edited.yaml"), foreign_default);
+    ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+    EXPECT_FALSE(report->same_origin) << report->origin;
+    EXPECT_TRUE(report->cubins_verified);
+    EXPECT_EQ(report->cubins_refused, 1);
+    auto stored = target->get_cubin("k2");
+    ASSERT_TRUE(bool(stored));
+    EXPECT_FALSE(stored->has_value()) << "the forged blob must not be stored";
+  }
+
+  // Unsigned (an older flashjit's export, or the signature removed).
+  {
+    std::string unsigned_text = text;
+    const size_t at = unsigned_text.find("  signature: ");
+    unsigned_text.erase(at, unsigned_text.find('\n', at) + 1 - at);
+    write_bytes(dir.file("unsigned.yaml"), unsigned_text);
+    auto target = open_ok(dir.file("unsigned.db"));
+    report = target->import_yaml(dir.file("unsigned.yaml"), taking_cubins());
+    ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+    EXPECT_FALSE(report->same_origin);
+    EXPECT_EQ(llvm::StringRef(report->origin).endswith(" (unsigned)"), true) << report->origin;
+    EXPECT_EQ(report->cubins_refused, 2);
+  }
+
+  // A key others can read proves nothing.
+  ASSERT_EQ(::chmod(dir.file("origin.key").c_str(), 0644), 0);
+  report = open_ok(dir.file("open-key.db"))->import_yaml(file, taking_cubins());
+  ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_FALSE(report->same_origin);
+  EXPECT_NE(report->origin.find("(signed, but not provably by this user: " +
+                                dir.file("origin.key") + " is open to others (mode 0644): it "
+                                "proves nothing (chmod 600 " + dir.file("origin.key") + "))"),
+            std::string::npos)
+      << report->origin;
+  ::chmod(dir.file("origin.key").c_str(), 0600);
 }
 
 TEST_F(TuningDbYaml, BadEntriesAreSkippedWithTheirIndexKeyAndReason) {
@@ -169,8 +327,13 @@ TEST_F(TuningDbYaml, BadEntriesAreSkippedWithTheirIndexKeyAndReason) {
   write_bytes(file, text);
 
   auto target = open_ok(dir.file("target.db"));
-  auto report = target->import_yaml(file, true);
+  // Stored as they come (the entries are what this test is about; an edited
+  // export is no longer this user's own, and its cubins would be verified).
+  ImportOptions vouched = taking_cubins();
+  vouched.verify = ImportOptions::Verify::never;
+  auto report = target->import_yaml(file, vouched);
   ASSERT_TRUE(bool(report)) << llvm::toString(report.takeError());
+  EXPECT_FALSE(report->same_origin);
   EXPECT_EQ(report->tunings_added, 1);
   EXPECT_EQ(report->cubins_added, 1);
   EXPECT_TRUE(contains(report->skipped, {"tunings[1]", "problem.dtype", "missing"}))
