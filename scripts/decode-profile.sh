@@ -8,9 +8,12 @@ cd "$(dirname "$0")/.." || exit 2
 BIN=${BIN:-.device/bin}
 read -r b sk <<< "${SHAPE:-1 8192}"
 IFS='|' read -r -a configs <<< "${CONFIGS:---splits 0}"
+# A folder of its own: a database directly in /tmp is one others could
+# plant files beside, and flashjit would compile instead of loading from it.
+db=$(mktemp -d /tmp/flashjit-profile.XXXXXX)/flashjit.db
 for cfg in "${configs[@]}"; do
   # shellcheck disable=SC2086
-  FLASHJIT_DB=/tmp/flashjit-profile.db ncu -k regex:flashjit_fwd --launch-skip 2 --launch-count 2 \
+  FLASHJIT_DB=$db ncu -k regex:flashjit_fwd --launch-skip 2 --launch-count 2 \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
     "$BIN/flashjit" run --batch "$b" --heads 32 --heads-kv 8 --seqlen-q 1 --seqlen-k "$sk" --hdim 128 \
     --repeats 3 $cfg 2>&1 |

@@ -6,7 +6,7 @@
 // driver calls a warm call makes, and fails when they differ from the
 // expected ones: a regression in the host path shows here without a GPU.
 //
-//   LD_LIBRARY_PATH=build/stub-driver FLASHJIT_DB=/tmp/x.db
+//   LD_LIBRARY_PATH=build/stub-driver FLASHJIT_DB=$(mktemp -d)/x.db
 //     build/tests/flashjit_host_overhead [calls]
 #include <dlfcn.h>
 
