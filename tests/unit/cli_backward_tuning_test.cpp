@@ -168,7 +168,9 @@ TEST(CliBackwardTuning, QueryReadsBackwardTuningsByMode) {
                 software->nvrtc_version + ", templates " + software->templates_hash +
                 ", flashjit " FLASHJIT_VERSION "\n"
                 "shape       bwd bf16 d=128/128 causal gqa=1 sq<=2^12 sk<=2^12 bh<=2^5 (bf16 b=2 "
-                "hq=16 hkv=16 sq=4096 sk=4096 d=128 dv=128 causal)\n")
+                "hq=16 hkv=16 sq=4096 sk=4096 d=128 dv=128 causal)\n"
+                "database   " +
+                db_path + ": trusted (only you and root can write it)\n")
       << r.out;
 
   r = query({"--pass", "bwd", "--deterministic", "--json"});

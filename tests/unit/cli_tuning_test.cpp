@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "cli_files.h"
 #include "cli_runner.h"
+#include "tuning_db_test_util.h"
 #include "foreign_tuning.h"
 #include "runtime/device.h"
 #include "runtime/tuning_key.h"
@@ -47,8 +48,8 @@ TEST(CliTuning, UsageErrorsNameTheFlag) {
        dir.file("none.yaml") + ": cannot read: No such file or directory"},
       {{"query", "--heads", "16", "--heads-kv", "5"},
        "--heads-kv: expected a divisor of --heads (16), got 5"},
-      {{"db"}, "db: expected list, export FILE, import FILE or prune"},
-      {{"db", "drop"}, "db: expected list, export FILE, import FILE or prune, got drop"},
+      {{"db"}, "db: expected list, export FILE, import FILE, verify or prune"},
+      {{"db", "drop"}, "db: expected list, export FILE, import FILE, verify or prune, got drop"},
       {{"db", "export"}, "db export: expected a FILE"},
       {{"db", "list", "x"}, "db list: unexpected argument 'x'"},
       {{"db", "list", "--with-cubins"}, "--with-cubins: only for db export"},
@@ -304,6 +305,8 @@ TEST(CliTuning, ExportImportRoundTrip) {
   auto software = software_fingerprint();
   if (!software) GTEST_SKIP() << llvm::toString(software.takeError());
   TempDir dir;
+  // This user's origin key (which signs the export) in the test's folder.
+  testing_db::ScopedEnv key("FLASHJIT_ORIGIN_KEY", dir.file("origin.key").c_str());
   const std::string from = dir.file("from.db"), to = dir.file("to.db");
   const std::string yaml = dir.file("tunings.yaml"), with_cubins = dir.file("all.yaml");
   {
@@ -328,11 +331,15 @@ TEST(CliTuning, ExportImportRoundTrip) {
 
   r = run_cli({"db", "import", yaml, "--db", to});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind("tunings: 1 added, 0 replaced\ncubins: 0 added, 0 replaced\n", 0), 0u)
+  // Where it came from first: this user's database, unsigned (no cubins).
+  EXPECT_EQ(r.out.rfind("origin: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(from + ", exported "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" (unsigned)\ntunings: 1 added, 0 replaced\ncubins: 0 added, 0 replaced\n"),
+            std::string::npos)
       << r.out;
   r = run_cli({"db", "import", yaml, "--db", to});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind("tunings: 0 added, 1 replaced\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\ntunings: 0 added, 1 replaced\n"), std::string::npos) << r.out;
 
   // Cubins are code: they come in only when asked for.
   r = run_cli({"db", "import", with_cubins, "--db", to});
@@ -341,7 +348,13 @@ TEST(CliTuning, ExportImportRoundTrip) {
   EXPECT_EQ(r.out.find("skipped: 0\n"), std::string::npos) << r.out;
   r = run_cli({"db", "import", with_cubins, "--accept-cubins", "--db", to});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("cubins: 1 added, 0 replaced\nskipped: 0\n"), std::string::npos) << r.out;
+  // This user's own export (its signature checks): stored as it comes.
+  EXPECT_NE(r.out.find("(this user's own export: its signature checks)\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("cubins: 1 added, 0 replaced (your own export: not recompiled)\n"
+                       "skipped: 0\n"),
+            std::string::npos)
+      << r.out;
 
   r = run_cli({"db", "list", "--json", "--db", to});
   ASSERT_EQ(r.code, 0) << r.err;
