@@ -292,15 +292,14 @@ llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const Ta
     llvm::consumeError(version.takeError());
   }
 
-  // Checked before the first cubin is read: whoever can write the database
-  // chooses the code this process runs.
-  if (db && !out.key.empty() && !db->cubin_trust().trusted)
-    report_untrusted(db->path(), db->cubin_trust());
-  else if (db && !out.key.empty()) {
-    auto record = db->get_cubin(out.key);
-    if (!record)
+  if (db && !out.key.empty()) {
+    // Checked before the first cubin is read: whoever can write the
+    // database chooses the code this process runs.
+    if (const DbTrust &trust = db->cubin_trust(); !trust.trusted) {
+      report_untrusted(db->path(), trust);
+    } else if (auto record = db->get_cubin(out.key); !record) {
       llvm::consumeError(record.takeError());  // unreadable store: compile instead
-    else if (*record && looks_like_cubin((*record)->bytes)) {
+    } else if (*record && looks_like_cubin((*record)->bytes)) {
       out.bytes = std::move((*record)->bytes);
       out.compiled = false;
       return out;
