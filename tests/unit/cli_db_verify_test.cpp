@@ -87,7 +87,8 @@ TEST_F(DbVerifyCli, APrecompiledDatabaseVerifiesAndAReplacedBlobIsNamedAndRefuse
   ASSERT_EQ(r.code, 0) << r.err;
   {
     testing_db::ScopedEnv elsewhere("FLASHJIT_ORIGIN_KEY", dir.file("elsewhere.key").c_str());
-    // (--verify, which asks for the same everywhere, is exercised below.)
+    // The default for a foreign export (--verify, which asks for it
+    // whatever the origin, follows).
     for (const char *how : {"--accept-cubins"}) {
       const std::string target = dir.file(std::string("imported") + how + ".db");
       r = run_cli({"db", "import", how, "--db", target, file});
@@ -109,12 +110,26 @@ TEST_F(DbVerifyCli, APrecompiledDatabaseVerifiesAndAReplacedBlobIsNamedAndRefuse
     }
   }
   // Where it was signed it is this user's own export, stored as it comes
-  // unless verification is asked for.
+  // unless verification is asked for: --verify refuses the row there too.
   r = run_cli({"db", "import", "--accept-cubins", "--db", dir.file("own.db"), file});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(lines_starting(r.out, "cubins:"),
             std::vector<std::string>{"cubins: " + n +
                                      " added, 0 replaced (your own export: not recompiled)"});
+  r = run_cli({"db", "import", "--verify", "--db", dir.file("verified.db"), file});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(lines_starting(r.out, "cubins:"),
+            std::vector<std::string>{"cubins: " + m +
+                                     " added, 0 replaced (verified by recompiling; 1 refused)"})
+      << r.out;
+  EXPECT_NE(r.out.find("refused: " + named + "differs from its recompiled program"),
+            std::string::npos)
+      << r.out;
+  {
+    auto imported = testing_db::open_ok(dir.file("verified.db"));
+    EXPECT_EQ(*imported->count_cubins(), int64_t(rows.size() - 1));
+    EXPECT_FALSE(imported->get_cubin(victim.key)->has_value());
+  }
 
   r = run_cli({"db", "verify", "--repair", "--db", db});
   EXPECT_EQ(r.code, 0) << r.err;
