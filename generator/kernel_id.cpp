@@ -104,6 +104,8 @@ llvm::Expected<ParsedKernelId> parse_kernel_id(llvm::StringRef id) {
       if (!parse_number(field, "page", spec.page_size)) return bad("page<N>");
     } else if (field == "varlen") {
       spec.varlen = true;
+    } else if (field == "chunk") {
+      spec.chunked = true;
     } else if (field.startswith("mod")) {
       llvm::StringRef hash = field.drop_front(3);
       if (hash.size() != 16 || !llvm::all_of(hash, [](char c) {

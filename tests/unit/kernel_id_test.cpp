@@ -65,6 +65,10 @@ std::vector<KernelSpec> specs_to_check() {
   fp8.dtype = DType::e4m3;
   fp8.out_dtype = OutDType::fp16;
   forward.push_back({fp8, sm90a});
+  Problem chunked = problem(128);
+  chunked.mask = MaskKind::causal;
+  chunked.attention_chunk = 1024;
+  forward.push_back({chunked, sm90a});
   for (const auto &[p, arch] : forward)
     for (const KernelConfig &c : forward_candidates(p, arch, 0).configs) {
       auto spec = make_forward_spec(p, c, arch);
@@ -76,6 +80,7 @@ std::vector<KernelSpec> specs_to_check() {
       Problem p = problem(64);
       p.mask = MaskKind::causal;
       p.dtype = DType::fp16;
+      p.attention_chunk = deterministic ? 0 : 512;  // a chunked backward of each family
       for (const KernelConfig &c : backward_candidates(p, arch, 0, deterministic).configs) {
         auto spec = make_backward_spec(p, c, arch, 0);
         if (spec) out.push_back(*spec);
@@ -90,7 +95,8 @@ TEST(KernelId, EveryCandidateRegeneratesFromItsId) {
   ASSERT_GT(specs.size(), 40u);
   // Each field of an id is reached by at least one spec.
   for (const char *field : {"fwd_sm90", "fwd_sm80", "bwd_sm80", "bwd_sm90", "_det_", "_gqa",
-                            "_split", "_seqused", "_page64", "_varlen", "_kve4m3", "_ofp16",
+                            "_split", "_seqused", "_page64", "_varlen", "_chunk", "_kve4m3",
+                            "_ofp16",
                             "_window_", "_softcap_", "_causal_"})
     EXPECT_TRUE(llvm::any_of(specs, [&](const KernelSpec &s) {
       return llvm::StringRef(s.id()).contains(field);
