@@ -105,3 +105,15 @@ def run_tests(namespace, skip=skip_reason, skip_status=0):
                 traceback.print_exc()
     print(f"{failed} failed")
     return 1 if failed else 0
+
+
+def transformers_missing():
+    """Why Hugging Face transformers cannot serve the transformers tests
+    (not installed, or older than 5), or None."""
+    try:
+        import transformers
+    except ImportError:
+        return "transformers is not installed"
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return f"transformers {transformers.__version__} is older than 5"
+    return None

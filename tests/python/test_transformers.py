@@ -19,24 +19,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_env  # noqa: E402  (this checkout's python/ first)
-from gpu_env import run_tests, torch  # noqa: E402
-
-try:
-    import transformers  # noqa: F401
-except ImportError:  # pragma: no cover - depends on the machine
-    transformers = None
+from gpu_env import run_tests, torch, transformers_missing  # noqa: E402
 
 
-def _transformers_missing():
-    """Why transformers cannot serve these tests, or None."""
-    if transformers is None:
-        return "transformers is not installed"
-    if int(transformers.__version__.split(".")[0]) < 5:
-        return f"transformers {transformers.__version__} is older than 5"
-    return None
 
-
-if torch is not None and _transformers_missing() is None:
+if torch is not None and transformers_missing() is None:
     import transformers_models as tm
     from flashjit.integrations import transformers as fj
 
@@ -211,7 +198,7 @@ def test_generate():
 
 
 def skip_reason():
-    return gpu_env.skip_reason() or _transformers_missing()
+    return gpu_env.skip_reason() or transformers_missing()
 
 
 if __name__ == "__main__":

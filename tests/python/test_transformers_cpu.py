@@ -17,26 +17,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_env import run_tests, torch  # noqa: E402  (this checkout's python/ first)
+from gpu_env import run_tests, torch, transformers_missing  # noqa: E402  (python/ first)
 
 SKIP = 77  # ctest's SKIP_RETURN_CODE for this test
 
-try:
-    import transformers  # noqa: F401
-except ImportError:  # pragma: no cover - depends on the machine
-    transformers = None
 
 
-def _transformers_missing():
-    """Why transformers cannot serve these tests, or None."""
-    if transformers is None:
-        return "transformers is not installed"
-    if int(transformers.__version__.split(".")[0]) < 5:
-        return f"transformers {transformers.__version__} is older than 5"
-    return None
-
-
-if torch is not None and _transformers_missing() is None:
+if torch is not None and transformers_missing() is None:
     import transformers_models as tm
     from flashjit.integrations import transformers as fj
 
@@ -398,7 +385,7 @@ def skip_reason():
     """Why these tests cannot run here (no GPU needed), or None."""
     if torch is None:
         return "torch is not installed"
-    return _transformers_missing()
+    return transformers_missing()
 
 
 if __name__ == "__main__":
