@@ -400,6 +400,33 @@ llvm::Error TuningDb::put_cubin(const CubinRecord &record) {
   return transaction->commit();
 }
 
+// Snippet facts live in the meta table (every schema version has it) under
+// this prefix, so that keeping them needed no migration.
+constexpr const char *kSnippetFactPrefix = "snippet_fact:";
+
+llvm::Expected<std::optional<std::string>> TuningDb::get_snippet_fact(llvm::StringRef key) {
+  if (!cubin_trust().trusted) return std::nullopt;
+  std::lock_guard lock(impl_->mutex);
+  auto statement = impl_->db.prepare("SELECT value FROM meta WHERE key = ?1");
+  if (!statement) return statement.takeError();
+  statement->bind_text(1, kSnippetFactPrefix + key.str());
+  llvm::Expected<bool> row = statement->step();
+  if (!row) return row.takeError();
+  if (!*row) return std::nullopt;
+  return statement->column_text(0);
+}
+
+llvm::Error TuningDb::put_snippet_fact(llvm::StringRef key, llvm::StringRef value) {
+  std::lock_guard lock(impl_->mutex);
+  auto statement = impl_->db.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)");
+  if (!statement) return statement.takeError();
+  statement->bind_text(1, kSnippetFactPrefix + key.str());
+  statement->bind_text(2, value);
+  llvm::Expected<bool> row = statement->step();
+  if (!row) return row.takeError();
+  return llvm::Error::success();
+}
+
 const DbTrust &TuningDb::cubin_trust() {
   std::lock_guard lock(impl_->mutex);
   if (!impl_->cubin_trust) impl_->cubin_trust = check_db_trust(path());

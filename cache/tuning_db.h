@@ -215,6 +215,15 @@ class TuningDb {
   // Rows get_cubin refused since this TuningDb was opened.
   int64_t refused_cubins() const;
 
+  // What compiling a probe found about a caller's snippets (whether a
+  // mask_mod reads b or h; whether a score_mod defines its gradient), by a
+  // key naming the probe, the snippet's hash and the target: kept so that a
+  // process served from the database never loads NVRTC for them. Read only
+  // where cubins are trusted (cubin_trust), as a wrong fact compiles the
+  // wrong kernel; absent otherwise.
+  llvm::Expected<std::optional<std::string>> get_snippet_fact(llvm::StringRef key);
+  llvm::Error put_snippet_fact(llvm::StringRef key, llvm::StringRef value);
+
   // Removes tunings and cubins whose software differs from `current`, and
   // cubins unused for `unused_days` (0: keep).
   llvm::Expected<PruneReport> prune(const SoftwareFingerprint &current, int unused_days = 0);

@@ -124,7 +124,8 @@ llvm::Expected<Modifiers> ModifierOptions::read(Pass pass) const {
 
 namespace flashjit::cli {
 
-llvm::Expected<std::string> block_map_text(const Modifiers &modifiers, const TargetArch &arch) {
+llvm::Expected<std::string> block_map_text(const Modifiers &modifiers, const TargetArch &arch,
+                                           TuningDb *db) {
   if (modifiers.mask_mod.empty()) return std::string();
   switch (modifiers.mask_mod_qk_only) {
     case MaskModQkOnly::on:
@@ -134,7 +135,7 @@ llvm::Expected<std::string> block_map_text(const Modifiers &modifiers, const Tar
     case MaskModQkOnly::automatic:
       break;
   }
-  auto reads = mask_mod_reads(modifiers, arch);
+  auto reads = mask_mod_reads(modifiers, arch, db);
   if (!reads) return reads.takeError();
   if (reads->qk_only())
     return llvm::formatv("one for every batch and head (mask_mod reads neither b nor h on {0})",

@@ -13,6 +13,10 @@
 #include "cli/cli_common.h"
 #include "llvm/Support/CommandLine.h"
 
+namespace flashjit {
+class TuningDb;
+}  // namespace flashjit
+
 namespace flashjit::cli {
 
 struct ModifierOptions {
@@ -37,6 +41,7 @@ struct ModifierOptions {
 // `arch`, and why, for a report ("" without a mask_mod): "one for every batch and head (mask_mod
 // reads neither b nor h on sm_90a)", "one per batch and head (mask_mod
 // reads b on sm_90a)", or the flag that decided.
-llvm::Expected<std::string> block_map_text(const Modifiers &modifiers, const TargetArch &arch);
+llvm::Expected<std::string> block_map_text(const Modifiers &modifiers, const TargetArch &arch,
+                                           TuningDb *db = nullptr);
 
 }  // namespace flashjit::cli

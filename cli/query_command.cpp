@@ -169,10 +169,10 @@ int QueryCommand::run(const CommonOptions &common, const ProblemOptions &problem
 
   // The modifiers as a call on the device compiles them (whether one block
   // map serves every batch and head): their hash is part of the class.
-  auto block_map = block_map_text(*mods, device->target());
+  auto block_map = block_map_text(*mods, device->target(), database.get());
   if (!block_map) return report_error(kExitFailure, block_map.takeError());
   if (!mods->empty()) {
-    auto resolved = resolve_modifiers(*mods, parsed->pass, device->target());
+    auto resolved = resolve_modifiers(*mods, parsed->pass, device->target(), database.get());
     if (!resolved) return report_error(kExitFailure, resolved.takeError());
     *mods = std::move(*resolved);
   }

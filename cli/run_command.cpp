@@ -19,6 +19,7 @@
 #include "runtime/device.h"
 #include "runtime/device_buffer.h"
 #include "runtime/launch_forward.h"
+#include "runtime/kernel_source.h"
 #include "runtime/modifier_facts.h"
 #include "tuner/kv_cache_inputs.h"
 #include "tuner/modifier_inputs.h"
@@ -207,7 +208,8 @@ int RunCommand::run(const CommonOptions &common, const ProblemOptions &problem_o
   if (modifier_inputs) {
     // As the calls compile them on this GPU (the kernel the report names).
     auto resolved =
-        resolve_modifiers(modifier_inputs->modifiers, kernel->spec.pass, kernel->spec.arch);
+        resolve_modifiers(modifier_inputs->modifiers, kernel->spec.pass, kernel->spec.arch,
+                          process_tuning_db());
     if (!resolved) return report_error(kExitFailure, resolved.takeError());
     kernel->spec.modifiers = std::move(*resolved);
     if (llvm::Error e = upload_modifier_inputs(kernel->problem, *modifier_inputs))

@@ -166,12 +166,12 @@ struct WorkerSettings {
 // The key `row`'s tuning is stored under: a packed batch's is the class its
 // calls look up (class_view: the longest lengths and the total); a modified
 // one's that of its pass's part of the snippets.
-ProblemClassKey row_class_key(const Row &row) {
+ProblemClassKey row_class_key(const Row &row, TuningDb *db = nullptr) {
   Modifiers compiled = modifiers_of_pass(row.entry->modifiers, row.entry->pass);
   // As the tune compiles them on the row's device (resolve_tuned_modifiers).
   if (!compiled.empty()) {
     auto device = cached_device_info(row.device);
-    auto resolved = device ? resolve_modifiers(compiled, row.entry->pass, device->target())
+    auto resolved = device ? resolve_modifiers(compiled, row.entry->pass, device->target(), db)
                            : llvm::Expected<Modifiers>(device.takeError());
     if (resolved)
       compiled = std::move(*resolved);
@@ -193,7 +193,7 @@ std::optional<TuningRecord> already_tuned(TuningDb &db, const Row &row, int devi
     if (!software) llvm::consumeError(software.takeError());
     return std::nullopt;  // the tune reports the same failure clearly
   }
-  auto found = db.find_tuning(device_fingerprint(*info), *software, row_class_key(row));
+  auto found = db.find_tuning(device_fingerprint(*info), *software, row_class_key(row, &db));
   if (!found) {
     llvm::consumeError(found.takeError());
     return std::nullopt;

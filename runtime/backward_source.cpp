@@ -53,7 +53,8 @@ llvm::Expected<KernelSpec> backward_spec_for_call(const Problem &problem,
   if (!device) return device.takeError();
   Modifiers compiled;
   if (modified) {
-    auto resolved = resolve_modifiers(*modifiers, Pass::backward, device->target());
+    auto resolved = resolve_modifiers(*modifiers, Pass::backward, device->target(),
+                                      process_tuning_db());
     if (!resolved) return resolved.takeError();
     compiled = std::move(*resolved);
   }

@@ -6,6 +6,7 @@
 #include "generator/modifier_source.h"
 #include "runtime/device.h"
 #include "runtime/launch_forward.h"
+#include "runtime/kernel_source.h"
 #include "runtime/modifier_facts.h"
 #include "runtime/program_kernel.h"
 #include "runtime/workspace_pool.h"
@@ -40,7 +41,8 @@ llvm::Error enqueue_block_mask_build(const Problem &problem, const Modifiers &mo
     if (!context) return context.takeError();
     auto device = cached_device_info(static_cast<int>(context->device));
     if (!device) return device.takeError();
-    auto found = resolve_modifiers(modifiers, Pass::forward, device->target());
+    auto found = resolve_modifiers(modifiers, Pass::forward, device->target(),
+                                   process_tuning_db());
     if (!found) return found.takeError();
     resolved = std::move(*found);
     if (llvm::Error e = validate_block_mask_to_build(problem, resolved, out)) return e;

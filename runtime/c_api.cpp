@@ -16,6 +16,7 @@
 #include "generator/modifier_source.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "runtime/device.h"
+#include "runtime/kernel_source.h"
 #include "runtime/modifier_facts.h"
 #include "runtime/runtime_counters.h"
 
@@ -484,7 +485,7 @@ int flashjit_inspect_modifiers(const flashjit_modifiers *modifiers, const char *
     if (llvm::Error e = flashjit::validate_modifiers(m))
       return fail(std::string(fn) + ": " + llvm::toString(std::move(e)));
     flashjit_modifier_facts facts{};
-    auto defines = flashjit::score_mod_defines_grad(m);
+    auto defines = flashjit::score_mod_defines_grad(m, flashjit::process_tuning_db());
     if (!defines) return fail(std::string(fn) + ": " + llvm::toString(defines.takeError()));
     facts.score_mod_defines_grad = *defines ? 1 : 0;
     flashjit::MaskModQkOnly qk_only = m.mask_mod_qk_only;
@@ -503,7 +504,7 @@ int flashjit_inspect_modifiers(const flashjit_modifiers *modifiers, const char *
         if (!device) return fail(std::string(fn) + ": " + llvm::toString(device.takeError()));
         target = device->target();
       }
-      auto reads = flashjit::mask_mod_reads(m, target);
+      auto reads = flashjit::mask_mod_reads(m, target, flashjit::process_tuning_db());
       if (!reads) return fail(std::string(fn) + ": " + llvm::toString(reads.takeError()));
       facts.mask_mod_reads_b = reads->b ? 1 : 0;
       facts.mask_mod_reads_h = reads->h ? 1 : 0;

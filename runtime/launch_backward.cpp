@@ -19,6 +19,7 @@
 #include "runtime/element_checks.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/launch_forward.h"
+#include "runtime/kernel_source.h"
 #include "runtime/modifier_facts.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/tensor_checks.h"
@@ -137,7 +138,7 @@ llvm::Error launch_backward(const Problem &problem, const BackwardArgs &args, CU
   // The score_mod's derivative, given apart or in its snippet: found
   // without the GPU (a probe compiled once per snippet).
   if (modified)
-    if (llvm::Error e = check_score_mod_grad(*args.modifiers))
+    if (llvm::Error e = check_score_mod_grad(*args.modifiers, process_tuning_db()))
       return with_context(problem,
                           args_error("argument modifiers: " + llvm::toString(std::move(e))));
   if (llvm::Error e = validate_backward_args(problem, args))

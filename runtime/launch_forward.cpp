@@ -497,7 +497,8 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
     if (modified) {
       auto device = cached_device_info(int(context->device));
       if (!device) return with_context(problem, device.takeError());
-      auto resolved = resolve_modifiers(*args.modifiers, Pass::forward, device->target());
+      auto resolved = resolve_modifiers(*args.modifiers, Pass::forward, device->target(),
+                                        process_tuning_db());
       if (!resolved) return with_context(problem, resolved.takeError());
       compiled = std::move(*resolved);
     }

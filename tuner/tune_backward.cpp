@@ -54,7 +54,7 @@ llvm::Expected<TuneOutcome> tune_backward(const Problem &problem, bool determini
   TuneOptions resolved = options;
   resolved.packed = *packed;
   // The modifiers as a call on the device compiles them (the class's hash).
-  if (llvm::Error e = resolve_tuned_modifiers(resolved, Pass::backward)) return e;
+  if (llvm::Error e = resolve_tuned_modifiers(resolved, Pass::backward, db)) return e;
   // Candidates and the heuristic as a call of this class chooses them
   // (launch_backward: class_view); the timing runs the real packed problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
@@ -76,7 +76,7 @@ llvm::Expected<PrecompileOutcome> precompile_backward(const Problem &problem, bo
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
   // As a call on `arch` compiles them (its derivative checked), so its
   // kernels are the ones stored.
-  auto resolved = resolve_modifiers(modifiers, Pass::backward, arch);
+  auto resolved = resolve_modifiers(modifiers, Pass::backward, arch, &db);
   if (!resolved) return resolved.takeError();
   auto outcome = precompile_class(problem, backward_search(problem, deterministic, *resolved), arch,
                                   max_smem_bytes, db, threads, worker_binary);

@@ -419,11 +419,11 @@ llvm::Error validate_tuned_modifiers(const Problem &problem, Pass pass,
   return llvm::Error::success();
 }
 
-llvm::Error resolve_tuned_modifiers(TuneOptions &options, Pass pass) {
+llvm::Error resolve_tuned_modifiers(TuneOptions &options, Pass pass, TuningDb &db) {
   if (options.modifiers.modifiers.empty()) return llvm::Error::success();
   auto device = cached_device_info(options.device);
   if (!device) return device.takeError();
-  auto resolved = resolve_modifiers(options.modifiers.modifiers, pass, device->target());
+  auto resolved = resolve_modifiers(options.modifiers.modifiers, pass, device->target(), &db);
   if (!resolved) return resolved.takeError();
   options.modifiers.modifiers = std::move(*resolved);
   return llvm::Error::success();

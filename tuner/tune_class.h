@@ -67,7 +67,7 @@ llvm::Error validate_tuned_modifiers(const Problem &problem, Pass pass,
 // `options.modifiers` as a call on options.device compiles them
 // (resolve_modifiers: whether one block map serves every batch and head),
 // so the tune's candidates and stored class are that call's.
-llvm::Error resolve_tuned_modifiers(TuneOptions &options, Pass pass);
+llvm::Error resolve_tuned_modifiers(TuneOptions &options, Pass pass, TuningDb &db);
 
 // Stores the cubin of a GPU reference program (`source`, compiled with
 // `modifiers`) for `arch` under the id the tuner's check loads it by,

@@ -46,7 +46,7 @@ llvm::Expected<TuneOutcome> tune_forward(const Problem &problem, TuningDb &db,
   TuneOptions resolved = options;
   resolved.packed = *packed;
   // The modifiers as a call on the device compiles them (the class's hash).
-  if (llvm::Error e = resolve_tuned_modifiers(resolved, Pass::forward)) return e;
+  if (llvm::Error e = resolve_tuned_modifiers(resolved, Pass::forward, db)) return e;
   // Candidates and the heuristic as a call of this class chooses them; the
   // timing runs the real (packed) problem.
   const Problem class_problem = tuning_class_problem(problem, *packed);
@@ -62,7 +62,7 @@ llvm::Expected<PrecompileOutcome> precompile_forward(const Problem &problem,
                                                      const Modifiers &modifiers) {
   if (llvm::Error e = validate_modifiers(modifiers)) return e;
   // As a call on `arch` compiles them, so its kernels are the ones stored.
-  auto compiled = resolve_modifiers(modifiers, Pass::forward, arch);
+  auto compiled = resolve_modifiers(modifiers, Pass::forward, arch, &db);
   if (!compiled) return compiled.takeError();
   auto outcome = precompile_class(problem, forward_search(problem, *compiled), arch, max_smem_bytes,
                                   db, threads, worker_binary);

@@ -17,7 +17,9 @@
 #include "generator/modifier_source.h"
 #include "gpu_environment.h"
 #include "reference/backward_check.h"
+#include "runtime/device.h"
 #include "runtime/launch_backward.h"
+#include "runtime/modifier_facts.h"
 #include "runtime/tuning_key.h"
 #include "tests/temp_db_test.h"
 #include "tests/unit/cli_files.h"
@@ -83,7 +85,13 @@ TEST(ModifiedTune, TheCliTunesAForwardWithAScalarAuxValueAndQueryFindsIt) {
   m.mask_mod = kPrefix;
   m.aux = {{"int", "prefix"}};
   m.sinks = true;
-  const std::string hash = modifiers_hash(m);
+  // The class is the modifiers' as a call on this GPU compiles them (the
+  // probe decides mask_mod_qk_only).
+  auto device = query_device(0);
+  ASSERT_TRUE(bool(device)) << llvm::toString(device.takeError());
+  auto compiled = resolve_modifiers(m, Pass::forward, device->target());
+  ASSERT_TRUE(bool(compiled)) << llvm::toString(compiled.takeError());
+  const std::string hash = modifiers_hash(*compiled);
   llvm::json::Object tuned = parse_object(r.out);
   const llvm::json::Array *entries = tuned.getArray("entries");
   ASSERT_TRUE(entries && entries->size() == 1) << r.out;
@@ -144,7 +152,11 @@ TEST_F(ModifiedBackwardTuneTest, StoresACheckedWinnerUnderTheModifiedClass) {
     std::printf("  %-44s %9.4f ms %s%s\n", describe(c.config).c_str(), c.median_ms,
                 c.winner ? "WINNER " : "", c.failure.substr(0, 100).c_str());
   const TuningRecord &r = outcome->record;
-  EXPECT_EQ(r.problem, problem_class_key(p, "bwd", modifiers_hash(m)));
+  auto device = query_device(0);
+  ASSERT_TRUE(bool(device)) << llvm::toString(device.takeError());
+  auto compiled = resolve_modifiers(m, Pass::backward, device->target());
+  ASSERT_TRUE(bool(compiled)) << llvm::toString(compiled.takeError());
+  EXPECT_EQ(r.problem, problem_class_key(p, "bwd", modifiers_hash(*compiled)));
   EXPECT_GT(r.median_ms, 0);
   // The heuristic's config was timed with the finalists, or says why not
   // (with ALiBi, the mask and sinks in, a config may spill and be pruned).

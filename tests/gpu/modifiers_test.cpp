@@ -379,6 +379,9 @@ TEST(ModifiersGpu, BackwardBlockMapMatchesTheBuiltInCausal) {
   Modifiers per_group;
   per_group.mask_mod = "__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; }\n";
   Modifiers shared = per_group;
+  // Explicit both ways: left automatic, the probe finds this mask_mod reads
+  // neither b nor h and shares its map.
+  per_group.mask_mod_qk_only = MaskModQkOnly::off;
   shared.mask_mod_qk_only = MaskModQkOnly::on;
   KernelConfig deterministic{KernelPath::sm90};
   deterministic.deterministic = true;

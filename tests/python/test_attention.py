@@ -811,7 +811,7 @@ def test_validation_errors():
         else:
             raise AssertionError(f"no {exc.__name__} ({needle})")
 
-    expect(TypeError, "bf16 or fp16", lambda: flashjit.attention(q.float(), k.float(), v.float()))
+    expect(TypeError, "bf16, fp16 or float8_e4m3fn, got torch.float32", lambda: flashjit.attention(q.float(), k.float(), v.float()))
     expect(TypeError, "same dtype", lambda: flashjit.attention(q, k.half(), v))
     expect(ValueError, "CUDA tensor", lambda: flashjit.attention(q.cpu(), k.cpu(), v.cpu()))
     expect(ValueError, "multiple of heads_kv", lambda: flashjit.attention(q, k[:, :, :3], v[:, :, :3]))

@@ -572,8 +572,12 @@ def test_errors():
     q, k, v = inputs(1, 64, 2, 2, 64, torch.bfloat16)
     q.requires_grad_(True)
     for call, message in (
-            (lambda: flashjit.attention(q, k, v, score_mod=ALIBI, aux={"slopes": q.detach()}),
+            (lambda: flashjit.attention(q, k, v, score_mod=ALIBI,
+                                        aux={"slopes": torch.ones(2, device="cuda")}),
              "forward only"),
+            (lambda: flashjit.attention(q.detach(), k, v, score_mod=ALIBI,
+                                        aux={"slopes": q.detach()}),
+             "aux['slopes'] is a torch.bfloat16 tensor: expected one of"),
             (lambda: flashjit.attention(q.detach(), k, v, aux={"n": 1}), "without score_mod"),
             (lambda: flashjit.attention(q.detach(), k, v, score_mod=ALIBI,
                                         aux={"slopes": [1.0]}), "expected a CUDA tensor"),

@@ -7,15 +7,21 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
 #include <string>
 
+#include "cache/tuning_db.h"
 #include "flashjit/mods.h"
 #include "generator/modifier_source.h"
 #include "generator/source.h"
 #include "runtime/modifier_facts.h"
 #include "runtime/nvrtc_compiler.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "runtime/runtime_counters.h"
 
 namespace flashjit {
@@ -195,6 +201,81 @@ TEST(ModifierProbe, EachProbeCompilesOnce) {
     EXPECT_EQ(*backward, halved);
   }
   EXPECT_EQ(modifier_probe_compiles(), probes + 3);
+}
+
+// A finding is kept in the tuning database it was probed with, and read
+// from one before any probe: a process served from a precompiled database
+// (a fresh process has nothing in memory) compiles no probe. Shown here by a
+// finding written into the database for texts this process never probed,
+// which the calls then answer with, NVRTC untouched; and only from a
+// database whose cubins are trusted.
+TEST(ModifierProbe, AFindingKeptInTheDatabaseAnswersWithoutAProbe) {
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("flashjit-probe-facts", dir));
+  auto cleanup = llvm::make_scope_exit([&] {
+    ::chmod(dir.c_str(), 0700);
+    llvm::sys::fs::remove_directories(dir);
+  });
+  llvm::SmallString<128> path(dir);
+  llvm::sys::path::append(path, "t.db");
+  auto db = TuningDb::open(path);
+  ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+
+  // Probed with the database: the finding is stored under its key.
+  const Modifiers per_batch =
+      mask("__device__ bool mask_mod(int b, int h, int q, int k) { return b > 0 || k <= q; }\n");
+  const uint64_t probes = modifier_probe_compiles();
+  auto reads = mask_mod_reads(per_batch, kSm90a, db->get());
+  ASSERT_TRUE(bool(reads)) << llvm::toString(reads.takeError());
+  EXPECT_EQ(*reads, (MaskModReads{true, false}));
+  EXPECT_EQ(modifier_probe_compiles(), probes + 1);
+  const std::string key =
+      "mask_mod_reads:" + modifiers_hash(mask_mod_probed(per_batch)) + ":sm_90a";
+  auto stored = (*db)->get_snippet_fact(key);
+  ASSERT_TRUE(bool(stored)) << llvm::toString(stored.takeError());
+  EXPECT_EQ(stored->value_or("(none)"), "b=1 h=0");
+
+  // Findings for texts never probed here, deliberately unlike what a probe
+  // would find: the calls answer from the database, without NVRTC.
+  const Modifiers causal =
+      mask("__device__ bool mask_mod(int b, int h, int q, int k) { return k <= q; } // kept\n");
+  ASSERT_FALSE(bool((*db)->put_snippet_fact(
+      "mask_mod_reads:" + modifiers_hash(mask_mod_probed(causal)) + ":sm_90a", "b=0 h=1")));
+  Modifiers halved;
+  halved.score_mod =
+      "__device__ float score_mod(float s, int b, int h, int q, int k) { return 0.5f * s; }\n"
+      "// kept\n";
+  ASSERT_FALSE(bool((*db)->put_snippet_fact(
+      "score_mod_grad:" + modifiers_hash(score_mod_grad_probed(halved)) + ":sm_80", "1")));
+  const uint64_t compiles = runtime_counters().compiles.load();
+  auto kept = mask_mod_reads(causal, kSm90a, db->get());
+  ASSERT_TRUE(bool(kept)) << llvm::toString(kept.takeError());
+  EXPECT_EQ(*kept, (MaskModReads{false, true}));
+  auto resolved = resolve_modifiers(causal, Pass::forward, kSm90a, db->get());
+  ASSERT_TRUE(bool(resolved)) << llvm::toString(resolved.takeError());
+  EXPECT_EQ(resolved->mask_mod_qk_only, MaskModQkOnly::off);
+  auto defined = score_mod_defines_grad(halved, db->get());
+  ASSERT_TRUE(bool(defined)) << llvm::toString(defined.takeError());
+  EXPECT_TRUE(*defined);
+  EXPECT_EQ(modifier_probe_compiles(), probes + 1);
+  EXPECT_EQ(runtime_counters().compiles.load(), compiles);
+
+  // A database others can write answers nothing: the finding is probed.
+  const Modifiers windowed =
+      mask("__device__ bool mask_mod(int b, int h, int q, int k) { return k + 64 > q; }\n");
+  ASSERT_FALSE(bool((*db)->put_snippet_fact(
+      "mask_mod_reads:" + modifiers_hash(mask_mod_probed(windowed)) + ":sm_90a", "b=1 h=1")));
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  auto untrusted = TuningDb::open(path);
+  ASSERT_TRUE(bool(untrusted)) << llvm::toString(untrusted.takeError());
+  auto ignored = (*untrusted)->get_snippet_fact(
+      "mask_mod_reads:" + modifiers_hash(mask_mod_probed(windowed)) + ":sm_90a");
+  ASSERT_TRUE(bool(ignored)) << llvm::toString(ignored.takeError());
+  EXPECT_FALSE(ignored->has_value());
+  auto probed = mask_mod_reads(windowed, kSm90a, untrusted->get());
+  ASSERT_TRUE(bool(probed)) << llvm::toString(probed.takeError());
+  EXPECT_EQ(*probed, MaskModReads{});
+  EXPECT_EQ(modifier_probe_compiles(), probes + 2);
 }
 
 // What a pass compiles: `automatic` decided by the probe; the backward's
