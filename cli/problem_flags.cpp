@@ -8,6 +8,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 
 namespace flashjit::cli {
 
@@ -215,13 +216,15 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
     p.seqlen_k = *n;
   }
 
-  constexpr const char *kHeadDim = "a multiple of 8 in [8, 256]";
-  auto hdim = parse_int("hdim", v.hdim, 8, 256, kHeadDim);
+  // Past 256 on sm_90a only (the kernels refuse with their reasons).
+  constexpr int kMaxHeadDim = kSm90ForwardMaxHeadDim;
+  constexpr const char *kHeadDim = "a multiple of 8 in [8, 576]";
+  auto hdim = parse_int("hdim", v.hdim, 8, kMaxHeadDim, kHeadDim);
   if (!hdim) return hdim.takeError();
   if (*hdim % 8 != 0) return flag_error("hdim", kHeadDim, v.hdim);
   p.head_dim_qk = p.head_dim_v = static_cast<int>(*hdim);
   if (!v.hdim_v.empty()) {
-    auto hdim_v = parse_int("hdim-v", v.hdim_v, 8, 256, kHeadDim);
+    auto hdim_v = parse_int("hdim-v", v.hdim_v, 8, kMaxHeadDim, kHeadDim);
     if (!hdim_v) return hdim_v.takeError();
     if (*hdim_v % 8 != 0) return flag_error("hdim-v", kHeadDim, v.hdim_v);
     p.head_dim_v = static_cast<int>(*hdim_v);

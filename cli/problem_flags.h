@@ -58,7 +58,7 @@ struct ParsedProblem {
 };
 
 // Fails with one line naming the flag, what it allows and what it got, e.g.
-// "--hdim: expected a multiple of 8 in [8, 256], got 100"; then runs the
+// "--hdim: expected a multiple of 8 in [8, 576], got 100"; then runs the
 // generator's validate_problem, whose message comes back unchanged.
 llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &values);
 

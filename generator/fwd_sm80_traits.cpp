@@ -14,9 +14,11 @@ llvm::Expected<FwdSm80Traits> FwdSm80Traits::make(int head_dim_qk, int head_dim_
   FwdSm80Traits t{head_dim_qk, head_dim_v, block_m, block_n, warps, stages};
   std::vector<std::string> why;
   if (head_dim_qk < 8 || head_dim_qk > 256 || head_dim_qk % 8)
-    why.push_back(llvm::formatv("head_dim_qk={0} is not a multiple of 8 in [8, 256]", head_dim_qk));
+    why.push_back(llvm::formatv("head_dim_qk={0} is not a multiple of 8 in [8, 256]{1}", head_dim_qk,
+                                head_dim_qk > 256 ? " (past 256: the sm90 kernel, on sm_90a)" : ""));
   if (head_dim_v < 8 || head_dim_v > 256 || head_dim_v % 8)
-    why.push_back(llvm::formatv("head_dim_v={0} is not a multiple of 8 in [8, 256]", head_dim_v));
+    why.push_back(llvm::formatv("head_dim_v={0} is not a multiple of 8 in [8, 256]{1}", head_dim_v,
+                                head_dim_v > 256 ? " (past 256: the sm90 kernel, on sm_90a)" : ""));
   if (warps != 1 && warps != 2 && warps != 4 && warps != 8)
     why.push_back(llvm::formatv("warps={0} is not 1, 2, 4 or 8", warps));
   else if (block_m <= 0 || block_m % (16 * warps) || block_m / (16 * warps) > 2)

@@ -13,8 +13,14 @@
 namespace flashjit {
 
 std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
-  return sm90_head_dims_reason("the sm90 kernel", "64, 128, 192 or 256", head_dim_qk,
-                               head_dim_v);
+  for (auto [name, d] : {std::pair{"head_dim", head_dim_qk}, {"head_dim_v", head_dim_v}})
+    if (!sm90_forward_head_dim_served(d))
+      return llvm::formatv("{0}={1}: the sm90 kernel serves head dims that are multiples of 8 "
+                           "from 32 to {2} (16-byte TMA rows, tiled as 64, 128, 192, 256, then "
+                           "whole 64 columns)",
+                           name, d, kSm90ForwardMaxHeadDim)
+          .str();
+  return "";
 }
 
 std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch) {
@@ -41,6 +47,9 @@ int FwdSm90Traits::max_block_n(int head_dim, int block_m, bool lean) {
   // d=192 (intra-warpgroup overlap, O 96 registers): 112, FlashAttention-3's
   // tile there, and the widest whose two stages fit beside one Q buffer.
   if (block_m == 192) return lean ? 128 : 112;
+  // Past 256 (two warpgroups per 64 rows, O 128 registers each): shared
+  // memory bounds it first (d=512: Q 64 KB, each K and V tile 1 KB a key).
+  if (head_dim > 256) return 64;
   head_dim = sm90_forward_tile_head_dim(head_dim);
   return head_dim == 64 ? 128 : head_dim == 128 ? (lean ? 176 : 128) : head_dim == 192 ? 112 : 96;
 }
@@ -79,10 +88,20 @@ KernelConfig FwdSm90Traits::default_config(int head_dim, int64_t seqlen_q,
   // - decode (seqlen_q times the packed heads within 64 rows): 64 rows, one
   //   consumer warpgroup; the kernel must stay bound by reading K and V.
   // - d=192: 128x112 with 2 stages and one Q buffer, FlashAttention-3's.
+  // - past 256 (split columns): 64 x 32 with 2 stages, which fit beside
+  //   the 64 KB of Q at d=512 (and MLA's 576/512 with one S exchange
+  //   buffer), for prefill and decode alike.
   // Head dims between tile as the next of 64, 128, 192 and 256, and take its tiles.
-  head_dim = sm90_forward_tile_head_dim(head_dim);
   KernelConfig c;
   c.path = KernelPath::sm90;
+  if (head_dim > 256) {
+    c.block_m = 64;
+    c.block_n = 32;
+    c.stages = 2;
+    c.warps = warps_for(c.block_m, head_dim);
+    return c;
+  }
+  head_dim = sm90_forward_tile_head_dim(head_dim);
   if (seqlen_q > 0 && seqlen_q * rows_per_query <= 64) {
     // H200, Llama-3-8B decode (32/8 heads, d=128), GB/s (`flashjit run`,
     // 2026-12-01): one consumer warpgroup with block_n 64 x 2 stages
@@ -139,6 +158,15 @@ std::vector<KernelConfig> FwdSm90Traits::search_space(int head_dim, int max_smem
       }
     return out;
   }
+  if (head_dim > 256) {
+    for (int block_n = 32; block_n <= max_block_n(head_dim, 64, lean); block_n += 16)
+      for (int stages = 2; stages <= 4; ++stages) {
+        FwdSm90Traits t{head_dim, 64, block_n, warps_for(64, head_dim), stages};
+        if (t.smem_bytes() <= max_smem_bytes)
+          out.push_back(KernelConfig{KernelPath::sm90, 64, block_n, t.warps, stages});
+      }
+    return out;
+  }
   for (int block_m : {64, 128, 192}) {
     if (!block_m_allowed(head_dim, block_m)) continue;
     const int warps = warps_for(block_m);
@@ -183,16 +211,24 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
   if (!dims.empty()) why.push_back(dims);
   // Unequal head dims are bound by the wider one (O's registers, K's bytes).
   const int head_dim = std::max(head_dim_qk, head_dim_v);
-  if (fp8 ? block_m != 64 && block_m != 128 : !block_m_allowed(head_dim, block_m))
+  if (fp8 && head_dim > 256)
+    why.push_back(llvm::formatv("head dim {0}: e4m3 serves head dims up to 256", head_dim));
+  else if (fp8 ? block_m != 64 && block_m != 128 : !block_m_allowed(head_dim, block_m))
     why.push_back(fp8 ? llvm::formatv("block_m={0} is not 64 or 128 with e4m3", block_m).str()
+                  : head_dim > 256
+                      ? llvm::formatv("block_m={0} is not 64 (past head dim 256 two consumer "
+                                      "warpgroups share one group of 64 rows)",
+                                      block_m)
+                            .str()
                       : llvm::formatv("block_m={0} is not 64 or 128 (one or two consumer "
                                       "warpgroups of 64 rows) or, at head dim 64, 192 (three)",
                                       block_m)
                             .str());
-  else if (warps != warps_for(block_m))
+  else if (warps != warps_for(block_m, fp8 ? 0 : head_dim))
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and {2} consumer warpgroups "
                                 "at block_m={3})",
-                                warps, warps_for(block_m), block_m / 64, block_m));
+                                warps, warps_for(block_m, fp8 ? 0 : head_dim),
+                                (warps_for(block_m, fp8 ? 0 : head_dim) - 4) / 4, block_m));
   if (fp8 && block_n != kFp8BlockN)
     why.push_back(llvm::formatv("block_n={0} is not {1} with e4m3 (V^T's rows are one 128-byte "
                                 "swizzle block of keys)",

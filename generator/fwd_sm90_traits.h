@@ -39,11 +39,18 @@ struct FwdSm90Traits {
   // Packed GQA: a group's query heads share one 64-row warpgroup, so at
   // most 64 of them pack.
   static constexpr int kMaxPackedHeads = FwdSm90Layout::kWarpgroupRows;
+  // Past 256 columns two consumer warpgroups share one row group of 64
+  // (sm90_forward_column_split): block_m 64 only. `head_dim`: the wider of
+  // the problem's two.
   static bool block_m_allowed(int head_dim, int block_m) {
+    if (head_dim > 256) return block_m == 64;
     return block_m == 64 || block_m == 128 ||
            (block_m == 192 && sm90_forward_tile_head_dim(head_dim) == 64);
   }
-  static int warps_for(int block_m) { return 4 * (1 + block_m / 64); }  // + the producer
+  // The producer warpgroup + the consumers (two per row group past 256).
+  static int warps_for(int block_m, int head_dim = 0) {
+    return 4 * (1 + block_m / 64 * (head_dim > 256 ? 2 : 1));
+  }
   static constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
   static constexpr int kSmemBudget = FwdSm90Layout::kSmemBudget;
 
@@ -55,7 +62,8 @@ struct FwdSm90Traits {
             stages,
             pack_gqa,
             page_size,
-            sm90_forward_tile_head_dim(head_dim_v > 0 ? head_dim_v : head_dim, element_bytes),
+            sm90_forward_tile_head_dim_v(head_dim, head_dim_v > 0 ? head_dim_v : head_dim,
+                                         element_bytes),
             element_bytes,
             q_element_bytes};
   }

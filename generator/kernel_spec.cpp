@@ -1,5 +1,7 @@
 #include "generator/kernel_spec.h"
 
+#include "templates/common/fwd_sm90_layout.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -122,11 +124,11 @@ llvm::Error validate_problem(const Problem &p) {
     return problem_error(llvm::formatv(
         "heads_q={0}, batch={1}: each must be at most 65535 (grid dimensions)", p.heads_q, p.batch));
   for (auto [name, d] : {std::pair{"head_dim_qk", p.head_dim_qk}, {"head_dim_v", p.head_dim_v}})
-    if (d < 8 || d > 256 || d % 8)
+    if (d < 8 || d > kSm90ForwardMaxHeadDim || d % 8)
       return problem_error(llvm::formatv(
-          "{0}={1} is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
+          "{0}={1} is not supported: expected a multiple of 8 in [8, {2}] (pad other sizes; "
           "the Python binding does this for you)",
-          name, d));
+          name, d, kSm90ForwardMaxHeadDim));
   // Each side's rows times its largest per-row size (the backward's fp32 dQ
   // accumulator and D: 4*(head_dim_qk+1) bytes) must fit 64-bit byte offsets.
   const int64_t row_bytes = 4 * (int64_t(std::max(p.head_dim_qk, p.head_dim_v)) + 1);

@@ -47,6 +47,13 @@ std::optional<WarpRoleRegisters> warp_role_registers(const KernelSpec &spec) {
   if (spec.kv_dtype == DType::e4m3)
     return spec.config.block_m == 64 ? WarpRoleRegisters{96, 256, 1}
                                      : WarpRoleRegisters{56, 224, 2};
+  // Two consumer warpgroups per 64 rows past head dim 256 (O 128 registers
+  // each beside S and P of 32-48 keys and the S exchange's addresses):
+  // 24/240 leaves 8 bytes of the prologue's in local memory (two words
+  // reloaded per work tile), 40/232 spilled 32 bytes, 56/224 56 (ptxas,
+  // d=512 64 x 32).
+  if (sm90_forward_column_split(spec.head_dim_qk, spec.head_dim_v) == 2)
+    return WarpRoleRegisters{24, 240, 2};
   if (spec.config.block_m == 64) {
     const bool d256 = sm90_forward_tile_head_dim(spec.head_dim_qk) == 256;
     if (paged) return WarpRoleRegisters{56, d256 ? 256 : 240, 1};

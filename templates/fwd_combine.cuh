@@ -32,7 +32,7 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = 32 * kWarpsPerBlock;
 // Splits whose partial rows load together with the LSEs (16 float4 per
 // 128 columns: 64 registers at head dim 128).
-constexpr int kPreload = cfg::kHeadDimV > 128 ? 8 : 16;
+constexpr int kPreload = cfg::kHeadDimV > 256 ? 4 : cfg::kHeadDimV > 128 ? 8 : 16;
 static_assert(kPreload <= 32, "the preloaded splits' weights are the first 32 lanes'");
 static_assert(cfg::kHeadDimV % 4 == 0, "head_dim_v: whole float4 column groups");
 

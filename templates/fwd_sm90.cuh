@@ -297,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           mbarrier_arrive_expect_tx(bars.q_full(qb), kQLoadedBytes);
         }
 #pragma unroll
-        for (int wg = 0; wg < kConsumerWarpgroups && leader; ++wg)
+        for (int wg = 0; wg < kRowGroups && leader; ++wg)
 #pragma unroll
           for (int cb = 0; cb < kQLoadedColBlocks; ++cb) {
             // (A quantized Q lands 16-bit, quantized in place.)
@@ -386,6 +386,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   }
   setmaxnreg_inc<kConsumerRegisters>();
   const int cwg = warpgroup - 1;      // consumer warpgroup index
+  // Its 64 rows, and its half of the columns where they are split (0 else).
+  const int row_group = cwg / kColumnSplit;
+  const int half = cwg % kColumnSplit;
   const int ctid = tid % 128;         // thread within it
   const int warp = ctid / 32;         // warp within it: rows 16*warp..
   const int lane = tid % 32;
@@ -393,12 +396,18 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   const int quad_lane = lane % 4;     // fragment column pair
 
   // Descriptor bases from run-time shared addresses (see common/sm90.cuh).
-  const u64 q_desc0 = smem_descriptor_sw128(smem + cwg * kQBufferWarpgroupBytes, 16, 1024);
+  const u64 q_desc0 = smem_descriptor_sw128(smem + row_group * kQBufferWarpgroupBytes, 16, 1024);
   auto q_desc_of = [&](int j) { return q_desc0 + ((q_buffer_of(j) * kQBufferBytes) >> 4); };
   const u64 k_desc0 = smem_descriptor_sw128(smem + kOffsetK, 16, 1024);
   // P V's B: V read MN-major, or e4m3's V^T K-major (as K).
-  const u64 v_desc0 = kFp8 ? smem_descriptor_sw128(smem + kOffsetVt, 16, 1024)
-                           : smem_descriptor_sw128(smem + kOffsetV, kKVColBlockBytes, 1024);
+  // Split columns: the warpgroup's half of V's column blocks.
+  const u64 v_desc0 =
+      kFp8 ? smem_descriptor_sw128(smem + kOffsetVt, 16, 1024)
+           : smem_descriptor_sw128(
+                 smem + kOffsetV + half * kVColBlocksPerWarpgroup * kKVColBlockBytes,
+                 kKVColBlockBytes, 1024);
+  // The first k-step of the warpgroup's S (its half of Q's and K's columns).
+  const int qk_step0 = half * kQKStepsPerWarpgroup;
 
   float acc_o[kORegisters];
   // The thread's rows `group` and `group + 8` of its warp (common/online_softmax.cuh).
@@ -491,16 +500,41 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     if (lane == 0) mbarrier_arrive(bars.q_empty(q_buffer_of(j)));
   };
 
+  // Split columns: the warpgroup's partial S of K/V tile `it` (over its half
+  // of the columns) to its partner, and the partner's added, so that both
+  // hold the same S (a + b is b + a, bit for bit) and run the same softmax.
+  // The buffer alternates per K/V tile where there are two: a warpgroup
+  // writes tile it + 2's only after the barrier of tile it + 1, which its
+  // partner reaches after reading tile it's. With one, a second barrier
+  // keeps the next write behind the partner's read.
+  auto exchange_s = [&](float (&acc_s)[kSRegisters], int it) {
+    if constexpr (kColumnSplit == 2) {
+      const int buffer = kSExchangeBuffers == 2 ? (it & 1) : 0;
+      const u32 base = smem + kOffsetSExchange + buffer * kLayout.s_exchange_buffer_bytes() +
+                       4 * ctid;
+      const u32 mine = base + cwg * kLayout.s_exchange_warpgroup_bytes();
+      const u32 theirs = base + (cwg ^ 1) * kLayout.s_exchange_warpgroup_bytes();
+#pragma unroll
+      for (int i = 0; i < kSRegisters; ++i) st_shared_f32(mine + 4 * 128 * i, acc_s[i]);
+      named_barrier_sync(kBarrierSExchange + row_group, 2 * 128);
+#pragma unroll
+      for (int i = 0; i < kSRegisters; ++i) acc_s[i] += ld_shared_f32(theirs + 4 * 128 * i);
+      if constexpr (kSExchangeBuffers == 1)
+        named_barrier_sync(kBarrierSExchange + row_group, 2 * 128);
+    }
+  };
+
   // S = Q K^T of K/V tile `it` against work tile j's Q, in this warpgroup's
   // turn, waited for; the K stage is released.
   auto s_alone = [&](float (&acc_s)[kSRegisters], int j, int it) {
     mbarrier_wait(bars.k_full(stage_of(it)), parity_of(it));
     take_turn();
-    issue_s(acc_s, q_desc_of(j), k_desc0, stage_of(it));
+    issue_s(acc_s, q_desc_of(j), k_desc0, stage_of(it), qk_step0);
     pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operands(acc_s);
     release_k(it);
+    exchange_s(acc_s, it);
   };
   // O += P V of K/V tile `it` in this warpgroup's turn, waited for; the V
   // stage is released.
@@ -521,12 +555,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     mbarrier_wait(bars.k_full(stage_of(it_s)), parity_of(it_s));
     mbarrier_wait(bars.pv_full(stage_of(it_pv)), parity_of(it_pv));
     take_turn();
-    issue_s(acc_s, q_desc_of(j), k_desc0, stage_of(it_s));
+    issue_s(acc_s, q_desc_of(j), k_desc0, stage_of(it_s), qk_step0);
     issue_pv(acc_o, p_frag, v_desc0, stage_of(it_pv));
     pass_turn();
     wgmma_wait<1>();
     wgmma_fence_operands(acc_s);
     release_k(it_s);
+    exchange_s(acc_s, it_s);
   };
   auto finish_pv = [&](int it_pv) {
     wgmma_wait<0>();
@@ -554,7 +589,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           true_stats.row_max[h] -= Modifiers::score_slope(tile.batch, tile.head, p.aux) *
                                    static_cast<float>(warp * 16 + group + h * 8);
       }
-      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_stats, scale_log2);
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_stats, scale_log2,
+                      half * kOColumns);
     } else if constexpr (Modifiers::kScoreSlope && kPack == 1) {
       // The rows' own bias, left out of the softmax (apply_modifiers): the max back
       // in the true logits' units, for the LSE and a sink.
@@ -563,9 +599,11 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         true_stats.row_max[h] -= slope * static_cast<float>(warp * 16 + group + h * 8);
-      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_stats, scale_log2);
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, true_stats, scale_log2,
+                      half * kOColumns);
     } else {
-      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, stats, scale_log2);
+      Epilogue::store(p, tile, seq, wg_m0, warp, group, quad_lane, acc_o, stats, scale_log2,
+                      half * kOColumns);
     }
   };
 
@@ -621,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   };
   WorkTile tile;
   for (int j = 0; next_tile(j, tile); ++j) {
-    const int wg_m0 = tile.q0 + cwg * kQRowsPerWg;  // the warpgroup's first query position
+    const int wg_m0 = tile.q0 + row_group * kQRowsPerWg;  // the warpgroup's first query position
     const Sequence seq(p, tile.batch);
     const TileSpan key_tiles = walk.key_tiles_of(tile, seq);
     const int num_tiles = key_tiles.count;
@@ -651,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
     if constexpr (kQuantizeQ) {
       // The thread's two rows' scales (fwd_sm90_q_quantize.cuh).
       const u32 scales = smem + kOffsetQScales + q_buffer_of(j) * kLayout.q_scale_bytes() +
-                         4 * (cwg * 64 + warp * 16 + group);
+                         4 * (row_group * 64 + warp * 16 + group);
       q_row_scale[0] = ld_shared_f32(scales);
       q_row_scale[1] = ld_shared_f32(scales + 4 * 8);
     }

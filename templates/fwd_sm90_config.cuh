@@ -36,16 +36,24 @@ constexpr int kElementBytes = kFp8 ? 1 : 2;
 constexpr int kQElementBytes = static_cast<int>(sizeof(QElement));
 constexpr int kPExponent = kFp8 ? 8 : 0;
 
-// The tiled head dim (64, 128, 192 or 256; e4m3 128 or 256): a problem's
-// between has zero columns past its own (TMA fills them), which the
-// epilogue never stores.
+// The tiled head dim (64, 128, 192 or 256, past 256 whole 64 columns up to
+// 576; e4m3 128 or 256): a problem's between has zero columns past its own
+// (TMA fills them), which the epilogue never stores.
 constexpr int kHeadDim = sm90_forward_tile_head_dim(kHeadDimQK, kElementBytes);
-// V's and O's (kHeadDimV may differ from kHeadDimQK, e.g. 192/128).
-constexpr int kHeadDimVTile = sm90_forward_tile_head_dim(kHeadDimV, kElementBytes);
+// V's and O's (kHeadDimV may differ from kHeadDimQK, e.g. 192/128 or MLA's
+// 576/512).
+constexpr int kHeadDimVTile = sm90_forward_tile_head_dim_v(kHeadDimQK, kHeadDimV, kElementBytes);
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
 constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,       kStages,       kPackGqa,
                                  kPageSize, kHeadDimVTile, kElementBytes, kQElementBytes};
 constexpr bool kQuantizeQ = kLayout.quantizes_q();
+// Past 256 columns (kColumnSplit 2) the two consumer warpgroups of a row
+// group hold the same 64 rows: warpgroup h computes S over the h-th half of
+// Q's and K's columns, adds its partner's half through shared memory (both
+// then hold the same S, and run the same softmax), and owns the h-th half
+// of O's columns (kOColumns), which it multiplies with the same half of V.
+constexpr int kColumnSplit = kLayout.column_split();
+constexpr int kRowGroups = kLayout.row_groups();
 constexpr int kConsumerWarpgroups = kLayout.consumer_warpgroups();
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kThreads = kWarps * 32;
@@ -111,25 +119,37 @@ using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 constexpr bool kWarpProducer = Sequence::kPaged;
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
-using Epilogue = Sm90Epilogue<OutElement, kHeadDimVTile, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv,
-                              Modifiers::kSinks>;
+// O's columns a consumer warpgroup holds.
+constexpr int kOColumns = kHeadDimVTile / kColumnSplit;
+using Epilogue = Sm90Epilogue<OutElement, kOColumns, kHeadDimV, kPack, kLoadedRowsPerWg, kSplitKv,
+                              Modifiers::kSinks, kColumnSplit>;
 
 // Register budgets after setmaxnreg, kProducerRegisters and
 // kConsumerRegisters, come from the prelude (generator/warp_roles.cpp says
 // why they are what they are).
 
 constexpr int kSRegisters = kBlockN / 2;    // S accumulators per thread
-constexpr int kORegisters = kHeadDimVTile / 2;  // O accumulators per thread
+constexpr int kORegisters = kOColumns / 2;  // O accumulators per thread
 constexpr int kSTiles = kBlockN / 8;        // n8 column tiles of S
-constexpr int kOTiles = kHeadDimVTile / 8;  // n8 column tiles of O
+constexpr int kOTiles = kOColumns / 8;  // n8 column tiles of O
 // k-steps of O += P V: 16 keys (k16), or 32 with e4m3 (k32); each is 32
 // bytes of a K-major row.
 constexpr int kPVSteps = kBlockN / (kFp8 ? 32 : 16);
 // k-steps of S = Q K^T, 32 bytes of a row each: over the problem's columns
 // only (the tile's past them are zeros, which add nothing to S).
 constexpr int kQKSteps = (kHeadDimQK * kElementBytes + 31) / 32;
+// A warpgroup's k-steps of S: all, or with split columns the first or
+// second half (rounded up: the tile's columns past the problem's are zeros).
+constexpr int kQKStepsPerWarpgroup = (kQKSteps + kColumnSplit - 1) / kColumnSplit;
+// V's column blocks of a warpgroup's half of O.
+constexpr int kVColBlocksPerWarpgroup = kVColBlocks / kColumnSplit;
+// The partial S exchange's buffers (one or two, kLayout.s_exchange_buffers).
+constexpr int kOffsetSExchange = kLayout.offset_s_exchange();
+constexpr int kSExchangeBuffers = kLayout.s_exchange_buffers();
 
-constexpr bool kPingPong = kConsumerWarpgroups >= 2;
+// Turns between row groups (the two warpgroups of a split row group work in
+// step, meeting at each S exchange).
+constexpr bool kPingPong = kRowGroups >= 2;
 // The serving call's work tiles (a packed batch over a KV cache) often leave
 // whole consumer warpgroups without a query (a decode step's one query in a
 // 128-row tile): those issue no GEMM (idle_walk). H200, 48 decode steps plus
@@ -140,7 +160,7 @@ constexpr bool kPingPong = kConsumerWarpgroups >= 2;
 // were. Two consumer warpgroups only: with three (160 registers each) the
 // second loop spilled 108 bytes (d = 64, 192 x 112 tiles, page 256).
 constexpr bool kSkipIdleWarpgroups =
-    kVarlen && (kSeqUsedK || kPageSize > 0) && kConsumerWarpgroups == 2;
+    kVarlen && (kSeqUsedK || kPageSize > 0) && kConsumerWarpgroups == 2 && kColumnSplit == 1;
 // Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once. With V's
 // head dim tiled as 256 (O alone is 128 registers) that fits 232 registers
 // (ptxas -v: every mask, softcap, sinks, decode, split, paged variant),
@@ -150,16 +170,21 @@ constexpr bool kSkipIdleWarpgroups =
 // e4m3 at 256 (O 128, S 64 and P 16 registers at its 128-key tiles) spilled
 // 144 bytes and serialised the wgmmas in 224 registers with the overlap.
 constexpr bool kIntraOverlap =
-    kHeadDimVTile < 256 ||
+    kOColumns < 256 ||
     !(kFp8 || Modifiers::kScore || Modifiers::kMask || kSkipIdleWarpgroups);
 // Named barrier ids: 0 is __syncthreads; 1.. the turns, one per consumer
-// warpgroup.
+// warpgroup; with split columns, 1.. each row group's S exchange.
 constexpr int kBarrierPingPong = 1;
+constexpr int kBarrierSExchange = 1;
 
-static_assert(sm90_head_dim_served(kHeadDimQK) && sm90_head_dim_served(kHeadDimV),
-              "sm90 path: head dims that are multiples of 8 from 32 to 256");
+static_assert(sm90_forward_head_dim_served(kHeadDimQK) && sm90_forward_head_dim_served(kHeadDimV),
+              "sm90 path: head dims that are multiples of 8 from 32 to 576");
+static_assert(kColumnSplit == 1 || (!kFp8 && kRowGroups == 1),
+              "split columns: 16-bit, one row group of 64 rows");
+static_assert(kVColBlocks % kColumnSplit == 0, "split columns: whole V blocks per warpgroup");
+static_assert(kOColumns <= 256, "wgmma N: at most 256 columns of O per warpgroup");
 static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
-              "64 rows per consumer warpgroup, 1 to 3 of them");
+              "64 rows per row group, 1 to 3 of them");
 static_assert(kPack >= 1 && kPack <= 64, "packed GQA: 1 to 64 query heads per tile row group");
 static_assert(kWarps == 4 * (kConsumerWarpgroups + 1), "one producer warpgroup + consumers");
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,

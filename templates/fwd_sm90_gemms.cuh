@@ -14,18 +14,20 @@ namespace flashjit {
 namespace fwd_sm90 {
 
 // Issues S = Q K^T of the K tile in `stage` (one commit group): Q from
-// `q_desc`, the K ring from `k_desc0`.
+// `q_desc`, the K ring from `k_desc0`; kQKStepsPerWarpgroup k-steps from
+// `step0` (0, or with split columns the second half's first).
 __device__ __forceinline__ void issue_s(float (&acc_s)[kSRegisters], u64 q_desc, u64 k_desc0,
-                                        int stage) {
+                                        int stage, int step0) {
   const u64 k_desc = k_desc0 + ((stage * kKTileBytes) >> 4);
   wgmma_fence_operands(acc_s);
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < kQKSteps; ++ks) {
+  for (int i = 0; i < kQKStepsPerWarpgroup; ++i) {
     // k-step ks: column block ks/4, byte (ks%4)*32 within the 128-byte row.
+    const int ks = step0 + i;
     const int q_off = (ks / 4) * kQColBlockBytes + (ks % 4) * 32;
     const int k_off = (ks / 4) * kKVColBlockBytes + (ks % 4) * 32;
-    Wgmma<Element, kBlockN>::ss(acc_s, q_desc + (q_off >> 4), k_desc + (k_off >> 4), ks > 0);
+    Wgmma<Element, kBlockN>::ss(acc_s, q_desc + (q_off >> 4), k_desc + (k_off >> 4), i > 0);
   }
   wgmma_commit();
   wgmma_fence_operands(acc_s);
@@ -49,10 +51,10 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[kORegisters], u32 (&p_fr
       // k-step kk: keys 32kk.. of V^T's rows, 128-key block kk/4, byte
       // (kk%4)*32 within the 128-byte row.
       const int off = (kk / 4) * kLayout.vt_col_block_bytes() + (kk % 4) * 32;
-      Wgmma<E, kHeadDimVTile>::rs(acc_o, p_frag[kk], v_desc + (off >> 4), 1);
+      Wgmma<E, kOColumns>::rs(acc_o, p_frag[kk], v_desc + (off >> 4), 1);
     } else {
       // k-step kk: V rows 16kk.. = two 8-row (1024-byte) groups further on.
-      Wgmma<E, kHeadDimVTile>::rs_bt(acc_o, p_frag[kk],
+      Wgmma<E, kOColumns>::rs_bt(acc_o, p_frag[kk],
                                      v_desc + ((kk * 16 * kRowBytes) >> 4), 1);
     }
   }

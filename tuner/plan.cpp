@@ -18,6 +18,7 @@
 #include "llvm/Support/Path.h"
 #include "runtime/modifier_facts.h"
 #include "yaml-cpp/yaml.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 
 namespace flashjit {
 
@@ -354,15 +355,17 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
       return e;
   }
 
-  constexpr const char *kHeadDim = "a multiple of 8 in [8, 256]";
+  // Past 256 on sm_90a only (the kernels refuse with their reasons).
+  constexpr int kMaxHeadDim = kSm90ForwardMaxHeadDim;
+  constexpr const char *kHeadDim = "a multiple of 8 in [8, 576]";
   const Field *hdim = get("hdim");
   if (!hdim) return missing("'hdim'");
   int64_t d = 0;
-  if (auto e = read_int(*hdim, "hdim", 8, 256, kHeadDim, d)) return e;
+  if (auto e = read_int(*hdim, "hdim", 8, kMaxHeadDim, kHeadDim, d)) return e;
   if (d % 8) return key_error(*hdim, "hdim", kHeadDim);
   p.head_dim_qk = p.head_dim_v = static_cast<int>(d);
   if (const Field *f = get("hdim_v")) {
-    if (auto e = read_int(*f, "hdim_v", 8, 256, kHeadDim, d)) return e;
+    if (auto e = read_int(*f, "hdim_v", 8, kMaxHeadDim, kHeadDim, d)) return e;
     if (d % 8) return key_error(*f, "hdim_v", kHeadDim);
     p.head_dim_v = static_cast<int>(d);
   }

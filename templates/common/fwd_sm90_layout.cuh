@@ -37,15 +37,45 @@ constexpr int kv_box_rows(int page_size, int block_n) {
 // e4m3 rows are tiled in whole 128-byte blocks too (128 or 256 columns), so
 // 64 and 192 pay for 128 and 256: fp8 wgmma reads K-major operands only and
 // its 128-byte swizzle spans 128 elements.
+//
+// Past 256 (16-bit only) two consumer warpgroups share each 64 rows
+// (sm90_forward_column_split): Q and K tile in whole 64-column blocks (320
+// to 576: MLA's 576 is nine), V and O in whole 128 columns, so that each
+// warpgroup's half of O is whole swizzle blocks (sm90_forward_tile_head_dim_v).
 constexpr int sm90_forward_tile_head_dim(int head_dim, int element_bytes = 2) {
   if (element_bytes == 1) return head_dim <= 128 ? 128 : 256;
+  if (head_dim > 256) return (head_dim + 63) / 64 * 64;
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
 // The head dims the sm90 kernels serve: TMA rows of whole 16 bytes, at most
-// the widest tile.
+// the widest tile (the backward's and e4m3's).
 constexpr bool sm90_head_dim_served(int head_dim) {
   return head_dim % 8 == 0 && head_dim >= 32 && head_dim <= 256;
+}
+
+// The 16-bit forward's: up to 576 (DeepSeek's MLA: 512 latent + 64 rope
+// columns of Q and K), with two consumer warpgroups splitting each 64 rows'
+// columns past 256.
+constexpr int kSm90ForwardMaxHeadDim = 576;
+constexpr bool sm90_forward_head_dim_served(int head_dim) {
+  return head_dim % 8 == 0 && head_dim >= 32 && head_dim <= kSm90ForwardMaxHeadDim;
+}
+
+// Consumer warpgroups per 64 rows: 2 where either head dim passes 256 (O's
+// 64 x 512 fp32 accumulators are twice one warpgroup's registers: each
+// warpgroup holds half of O's columns, computes S over half of the Q/K
+// columns, and the two halves of S are added through shared memory), else 1.
+constexpr int sm90_forward_column_split(int head_dim_qk, int head_dim_v) {
+  return head_dim_qk > 256 || head_dim_v > 256 ? 2 : 1;
+}
+
+// V's (and O's) tiled head dim: whole 128 columns where the columns are split.
+constexpr int sm90_forward_tile_head_dim_v(int head_dim_qk, int head_dim_v,
+                                           int element_bytes = 2) {
+  return sm90_forward_column_split(head_dim_qk, head_dim_v) == 2
+             ? (head_dim_v + 127) / 128 * 128
+             : sm90_forward_tile_head_dim(head_dim_v, element_bytes);
 }
 
 struct FwdSm90Layout {
@@ -74,7 +104,12 @@ struct FwdSm90Layout {
   static constexpr int kRowBytes = 128;           // one swizzle row: 64 16-bit or 128 e4m3 elements
   static constexpr int kWarpgroupRows = 64;       // rows of one consumer warpgroup's wgmma
 
-  constexpr int consumer_warpgroups() const { return block_m / kWarpgroupRows; }
+  // Past 256 columns two consumer warpgroups share each 64 rows, one half
+  // of O's columns each (sm90_forward_column_split, of the tiled dims).
+  constexpr int column_split() const { return head_dim > 256 || v_dim() > 256 ? 2 : 1; }
+  // Groups of 64 query rows; consumer warpgroups, column_split() per group.
+  constexpr int row_groups() const { return block_m / kWarpgroupRows; }
+  constexpr int consumer_warpgroups() const { return row_groups() * column_split(); }
   constexpr int warps() const { return 4 * (1 + consumer_warpgroups()); }  // + the producer
   // 128-byte swizzle columns of Q and K, and of V.
   constexpr int col_blocks() const { return head_dim * element_bytes / kRowBytes; }
@@ -92,17 +127,17 @@ struct FwdSm90Layout {
   // past the last whole group are never loaded nor stored.
   constexpr int q_rows_per_warpgroup() const { return kWarpgroupRows / pack_gqa; }
   constexpr int loaded_rows_per_warpgroup() const { return q_rows_per_warpgroup() * pack_gqa; }
-  constexpr int q_rows_per_tile() const { return q_rows_per_warpgroup() * consumer_warpgroups(); }
+  constexpr int q_rows_per_tile() const { return q_rows_per_warpgroup() * row_groups(); }
 
   // Bytes of one Q buffer (every consumer warpgroup's 64 rows), and what TMA
   // writes into it (the transaction count of its barrier).
   constexpr int q_col_block_bytes() const { return kWarpgroupRows * kRowBytes; }
   constexpr int q_warpgroup_bytes() const { return col_blocks() * q_col_block_bytes(); }
-  constexpr int q_bytes() const { return consumer_warpgroups() * q_warpgroup_bytes(); }
+  constexpr int q_bytes() const { return row_groups() * q_warpgroup_bytes(); }
   // TMA's Q (the staging buffer's where Q is quantized): its column blocks.
   constexpr int q_loaded_col_blocks() const { return head_dim * q_elem_bytes() / kRowBytes; }
   constexpr int q_loaded_bytes() const {
-    return consumer_warpgroups() * q_loaded_col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
+    return row_groups() * q_loaded_col_blocks() * loaded_rows_per_warpgroup() * kRowBytes;
   }
   // One Q buffer as TMA lands it (16-bit where Q is quantized, which then
   // holds the e4m3 rows too) and a warpgroup's share of it; and a quantized
@@ -111,7 +146,7 @@ struct FwdSm90Layout {
     return q_loaded_col_blocks() * q_col_block_bytes();
   }
   constexpr int q_buffer_bytes() const {
-    return consumer_warpgroups() * q_buffer_warpgroup_bytes();
+    return row_groups() * q_buffer_warpgroup_bytes();
   }
   constexpr int q_scale_bytes() const { return quantizes_q() ? 4 * block_m : 0; }
   // mbarriers of the Q buffers: q_full, q_empty, and where Q is quantized
@@ -130,16 +165,36 @@ struct FwdSm90Layout {
   constexpr int kv_barriers() const { return (transposes_v() ? 6 : 4) * stages; }
   constexpr int kv_box_rows() const { return flashjit::kv_box_rows(page_size, block_n); }
 
-  // Bytes used with `q_buffers` Q buffers: the Q tiles, `stages` K tiles,
-  // `stages` V tiles (and V^T tiles), a quantized Q's scales,
+  // Split columns: each warpgroup's partial S (block_n / 2 fp32 per thread,
+  // [register][thread] so that each store is one conflict-free row) for
+  // its partner, per row group; two buffers where they fit (one barrier per
+  // K/V tile), else one (a second barrier: read before overwritten).
+  constexpr int s_exchange_warpgroup_bytes() const { return block_n / 2 * 128 * 4; }
+  constexpr int s_exchange_buffer_bytes() const {
+    return column_split() == 2 ? consumer_warpgroups() * s_exchange_warpgroup_bytes() : 0;
+  }
+  constexpr int s_exchange_buffers() const {
+    return column_split() == 2 &&
+                   smem_used_with(1, 2) + kSmemAlign <= kSmemBudget
+               ? 2
+               : 1;
+  }
+
+  // Bytes used with `q_buffers` Q buffers and `exchange_buffers` S exchange
+  // buffers: the Q tiles, `stages` K tiles,
+  // `stages` V tiles (and V^T tiles), a quantized Q's scales, the exchange,
   // then the mbarriers, 8 bytes each: q_full[q_buffers], q_empty[q_buffers],
   // the K/V ring's, and qc_full[q_buffers] where Q is quantized; then
   // a tile slot per Q buffer (8 bytes each): the work tile whose Q the
   // buffer holds, when the producer takes tiles from a counter.
-  constexpr int smem_used(int q_buffers) const {
+  constexpr int smem_used_with(int q_buffers, int exchange_buffers) const {
     return q_buffers * (q_buffer_bytes() + q_scale_bytes()) +
            stages * (k_tile_bytes() + v_tile_bytes() + vt_tile_bytes()) +
+           exchange_buffers * s_exchange_buffer_bytes() +
            8 * (q_barriers() * q_buffers + kv_barriers()) + 8 * q_buffers;
+  }
+  constexpr int smem_used(int q_buffers) const {
+    return smem_used_with(q_buffers, s_exchange_buffers());
   }
   // Two Q buffers where they fit: the next work tile's Q loads while this
   // one's is still in use (until its last S).
@@ -147,7 +202,10 @@ struct FwdSm90Layout {
   constexpr int offset_k() const { return q_stages() * q_buffer_bytes(); }
   constexpr int offset_v() const { return offset_k() + stages * k_tile_bytes(); }
   constexpr int offset_vt() const { return offset_v() + stages * v_tile_bytes(); }
-  constexpr int offset_q_scales() const { return offset_vt() + stages * vt_tile_bytes(); }
+  constexpr int offset_s_exchange() const { return offset_vt() + stages * vt_tile_bytes(); }
+  constexpr int offset_q_scales() const {
+    return offset_s_exchange() + s_exchange_buffers() * s_exchange_buffer_bytes();
+  }
   constexpr int offset_barriers() const { return offset_q_scales() + q_stages() * q_scale_bytes(); }
   constexpr int offset_tile_slots() const {
     return offset_barriers() + 8 * (q_barriers() * q_stages() + kv_barriers());

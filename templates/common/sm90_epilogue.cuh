@@ -30,13 +30,15 @@ namespace flashjit {
 // problem's (a multiple of 8, at most kHeadDim): the columns past it are
 // zeros, never stored. kSinks: a learned sink per query head joins each
 // row's softmax (finish_row; a split's partial leaves it to the
-// combine).
+// combine). kColumnSplit 2: each of two warpgroups holds kHeadDim columns
+// of the rows' O from its `col0` (store's), and the one holding column 0
+// writes the LSE.
 template <class Element, int kHeadDim, int kStoredColumns, int kPack, int kLoadedRowsPerWg,
-          bool kSplitKv, bool kSinks = false>
+          bool kSplitKv, bool kSinks = false, int kColumnSplit = 1>
 struct Sm90Epilogue {
   using Ops = ElementOps<Element>;
   static constexpr int kOTiles = kHeadDim / 8;  // n8 column tiles of O
-  static_assert(kStoredColumns % 8 == 0 && kStoredColumns <= kHeadDim,
+  static_assert(kStoredColumns % 8 == 0 && kStoredColumns <= kColumnSplit * kHeadDim,
                 "stored columns: whole n8 tiles of O");
 
   // The work tile's rows of this warpgroup (from query position wg_m0): O
@@ -49,8 +51,11 @@ struct Sm90Epilogue {
                                                const Sequence &seq, int wg_m0, int warp, int group,
                                                int quad_lane,
                                                const float (&acc_o)[kHeadDim / 2],
-                                               const OnlineSoftmax<1> &stats, float scale_log2) {
+                                               const OnlineSoftmax<1> &stats, float scale_log2,
+                                               int col0 = 0) {
     const bool partial = kSplitKv && p.num_splits > 1;
+    // Every column the fragments hold is the problem's (no check per store).
+    constexpr bool kWhole = kColumnSplit == 1 && kStoredColumns == kHeadDim;
     const bool odd = quad_lane & 1, high = quad_lane & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -75,19 +80,22 @@ struct Sm90Epilogue {
         // [split][LSE row]: the split's slice of every row (dense [batch][head][row],
         // varlen [head][total_q]).
         const i64 slice = tile.split * Sequence::lse_rows(p);
-        float *const o_row = p.o_partial + (slice + lse_row) * kStoredColumns + quad_lane * 2;
+        float *const o_row =
+            p.o_partial + (slice + lse_row) * kStoredColumns + col0 + quad_lane * 2;
         if (stored) {
+          constexpr int kTiles = kColumnSplit == 1 ? kStoredColumns / 8 : kOTiles;
 #pragma unroll
-          for (int nt = 0; nt < kStoredColumns / 8; ++nt)
-            *reinterpret_cast<F32x2 *>(o_row + nt * 8) =
-                F32x2{acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv};
-          if (quad_lane == 0) p.lse_partial[slice + lse_row] = split.lse;
+          for (int nt = 0; nt < kTiles; ++nt)
+            if (kColumnSplit == 1 || col0 + nt * 8 < kStoredColumns)
+              *reinterpret_cast<F32x2 *>(o_row + nt * 8) =
+                  F32x2{acc_o[4 * nt + 2 * h] * inv, acc_o[4 * nt + 2 * h + 1] * inv};
+          if (quad_lane == 0 && col0 == 0) p.lse_partial[slice + lse_row] = split.lse;
         }
         continue;
       }
       u16 *const o_row = static_cast<u16 *>(p.o) + seq.outer * p.o_batch_stride +
                          (seq.q_row0 + row) * p.o_row_stride + head * p.o_head_stride +
-                         quad_lane * 8;
+                         col0 + quad_lane * 8;
 #pragma unroll
       for (int b = 0; b < kOTiles / 4; ++b) {
         // Column tiles 4b..4b+3 of the row: lane q holds 4 bytes of each. A
@@ -111,11 +119,11 @@ struct Sm90Epilogue {
         else v[2] = x, v[3] = y;
         // Lane q's 16 bytes are columns 32b + 8q..: whole, in or past the
         // problem's (a multiple of 8).
-        const bool in_row = kStoredColumns == kHeadDim || b * 32 + quad_lane * 8 < kStoredColumns;
+        const bool in_row = kWhole || col0 + b * 32 + quad_lane * 8 < kStoredColumns;
         if (stored && in_row)
           *reinterpret_cast<U32x4 *>(o_row + b * 32) = U32x4{v[0], v[1], v[2], v[3]};
       }
-      if (p.lse && quad_lane == 0 && stored) p.lse[lse_row] = finish.lse;
+      if (p.lse && quad_lane == 0 && col0 == 0 && stored) p.lse[lse_row] = finish.lse;
     }
   }
 };

@@ -89,6 +89,15 @@ std::vector<DecodeCase> decode_cases() {
   // MQA with 64 heads on one KV head: a warpgroup holds one position.
   add(make_problem(DType::bf16, 1, 64, 1, 2, 1500, 128, 128, MaskKind::causal), 5,
       GqaPacking::on);
+  // Past head dim 256 (two consumer warpgroups per 64 rows): Gemma 4's
+  // global layers (8/4 heads, d=512), MLA's 576/512 over one KV head with
+  // 64 query heads packed and two speculative positions, partials and the
+  // combine over 512 columns.
+  add(make_problem(DType::bf16, 2, 8, 4, 1, 3000, 512, 512, MaskKind::none), 4, GqaPacking::on);
+  add(make_problem(DType::fp16, 1, 8, 4, 3, 2000, 512, 512, MaskKind::window, 300, 0, 30.f), 5,
+      GqaPacking::on);
+  add(make_problem(DType::bf16, 1, 64, 1, 2, 1500, 576, 512, MaskKind::causal), 3,
+      GqaPacking::on);
   // Explicit decode tiles (one consumer warpgroup), split and not, across
   // work tiles of more than one CTA round.
   for (int splits : {1, 4}) {

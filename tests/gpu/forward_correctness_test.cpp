@@ -236,6 +236,41 @@ TEST_P(ForwardCorrectnessSm90, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90, ForwardCorrectnessSm90, ::testing::ValuesIn(sm90_cases()), case_name);
+
+// Past head dim 256 (two consumer warpgroups per 64 rows, half of O's
+// columns each, S's halves added through shared memory): Gemma 4's 512,
+// MLA's 576/512, the head dims between (tiled in whole 64 columns, V in
+// whole 128), each mask, softcap, GQA, both dtypes, key and query tails,
+// rows that see no key, strided views, every config of the search space,
+// and a large problem against the fp32 GPU reference.
+std::vector<Case> sm90_wide_cases() {
+  std::vector<Case> cases;
+  for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1}, {17, 17}, {113, 203}, {203, 113},
+                        {300, 77}})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+      cases.push_back({make_problem(DType::bf16, 2, 4, 2, sq, sk, 512, 512, mask), sm90_path()});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 4, 257, 391, 512, 512, MaskKind::causal),
+                   sm90_path(), true});
+  cases.push_back({make_problem(DType::bf16, 1, 8, 4, 333, 517, 512, 512, MaskKind::window, 100,
+                                0, 30.f),
+                   sm90_path()});
+  cases.push_back({make_problem(DType::bf16, 1, 4, 1, 129, 257, 576, 512, MaskKind::causal),
+                   sm90_path()});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 2, 200, 300, 576, 512, MaskKind::none, -1, -1,
+                                5.f),
+                   sm90_path(), true});
+  for (auto [dq, dv] : {std::pair{264, 264}, {320, 320}, {384, 384}, {448, 448}, {512, 256},
+                        {256, 512}, {392, 200}})
+    cases.push_back({make_problem(DType::bf16, 1, 4, 2, 191, 263, dq, dv, MaskKind::causal),
+                     sm90_path()});
+  for (const KernelConfig &c : FwdSm90Traits::search_space(512, 227 * 1024))
+    cases.push_back({make_problem(DType::bf16, 1, 2, 2, 301, 405, 512, 512, MaskKind::causal), c});
+  cases.push_back({make_problem(DType::bf16, 1, 8, 4, 2048, 2048, 512, 512, MaskKind::causal),
+                   sm90_path()});
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Sm90Wide, ForwardCorrectnessSm90, ::testing::ValuesIn(sm90_wide_cases()),
+                         case_name);
 INSTANTIATE_TEST_SUITE_P(Sm90Chunked, ForwardCorrectnessSm90,
                          ::testing::ValuesIn(chunked_cases(KernelConfig{KernelPath::sm90})),
                          case_name);

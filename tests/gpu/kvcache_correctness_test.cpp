@@ -254,6 +254,22 @@ std::vector<KvCase> kv_cases() {
       }
       ++n;
     }
+  // Past head dim 256 (two consumer warpgroups per 64 rows), contiguous and
+  // paged, appending: Gemma 4's 8/4 heads at 512, MLA's 576/512 over one KV
+  // head.
+  for (int page : {0, 64}) {
+    const int64_t cap = page ? page * 12 : 700;
+    Problem p = make_problem(DType::bf16, 3, 8, 4, 1, cap, 512, 512, MaskKind::none);
+    p.seqused_k = true;
+    p.page_size = page;
+    KvCase c{p, lengths(3, cap, 0)};
+    c.seqlen_new = 1;
+    cases.push_back(c);
+    Problem mla = make_problem(DType::bf16, 2, 16, 1, 2, cap, 576, 512, MaskKind::causal);
+    mla.seqused_k = true;
+    mla.page_size = page;
+    cases.push_back(KvCase{mla, lengths(2, cap, 1)});
+  }
   return cases;
 }
 

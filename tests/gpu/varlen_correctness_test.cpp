@@ -207,6 +207,11 @@ std::vector<VarlenCase> varlen_cases() {
     const Problem p = make_problem(DType::bf16, 1, 8, 2, 1, 1, d, d, mask);
     cases.push_back({p, q_lengths[0], k_lengths[0]});
   }
+  // Past head dim 256 (two consumer warpgroups per 64 rows).
+  cases.push_back({make_problem(DType::bf16, 1, 4, 2, 1, 1, 512, 512, MaskKind::causal),
+                   q_lengths[2], k_lengths[2]});
+  cases.push_back({make_problem(DType::fp16, 1, 4, 4, 1, 1, 576, 512, MaskKind::none),
+                   q_lengths[4], k_lengths[4]});
   return cases;
 }
 

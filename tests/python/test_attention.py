@@ -317,6 +317,32 @@ def test_distinct_v_head_dim():
                         (shape(b=1, sq=257, hq=4, d=64, dv=128), dict(causal=True))]))
 
 
+def test_head_dims_past_256():
+    """Gemma 4's 512 and MLA's 576/512 (two consumer warpgroups per 64 rows on
+    Hopper): the forward against the reference; a gradient through them is
+    refused by name (the backward takes up to 256)."""
+    _require_gpu()
+    if torch.cuda.get_device_capability() != (9, 0):
+        print("SKIP: head dims past 256 need sm_90a", flush=True)
+        return
+    run_cases(cases_of([
+        (shape(b=1, sq=515, hq=8, hkv=4, d=512), dict(causal=True)),
+        (shape(b=2, sq=200, sk=333, hq=4, hkv=2, d=512), dict(softcap=30.0)),
+        (shape(b=1, sq=257, hq=4, hkv=1, d=576, dv=512), dict(causal=True)),
+        (shape(b=1, sq=1, sk=2000, hq=8, hkv=4, d=512), {}),
+        (shape(b=1, sq=300, hq=4, d=384, dtype=torch.float16), dict(window=(100, 0))),
+    ]))
+    q, k, v = make_inputs(b=1, sq=64, sk=64, hq=2, hkv=2, d=512, dv=512, dtype=torch.bfloat16)
+    q.requires_grad_(True)
+    out = flashjit.attention(q, k, v)
+    try:
+        out.sum().backward()
+    except RuntimeError as e:
+        assert "head_dim" in str(e) and "256" in str(e), str(e)
+    else:
+        raise AssertionError("a backward at head dim 512 must be refused")
+
+
 def test_strided_inputs():
     """Views need no copies where strides allow, and get one where they do not."""
     _require_gpu()

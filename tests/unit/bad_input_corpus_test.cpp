@@ -141,16 +141,16 @@ const std::vector<ProblemCase> &problem_cases() {
        "batch*heads_q*ceil(seqlen_q/128)=35183298355200 query tiles exceed 2147483647 (kernels "
        "number them in 32 bits)"},
       {"head_dim_qk 0", [](Problem &p) { p.head_dim_qk = 0; },
-       "head_dim_qk=0 is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
+       "head_dim_qk=0 is not supported: expected a multiple of 8 in [8, 576] (pad other sizes; "
        "the Python binding does this for you)"},
       {"head_dim_qk 100", [](Problem &p) { p.head_dim_qk = 100; },
-       "head_dim_qk=100 is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
+       "head_dim_qk=100 is not supported: expected a multiple of 8 in [8, 576] (pad other sizes; "
        "the Python binding does this for you)"},
       {"negative head_dim_qk", [](Problem &p) { p.head_dim_qk = -8; },
-       "head_dim_qk=-8 is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
+       "head_dim_qk=-8 is not supported: expected a multiple of 8 in [8, 576] (pad other sizes; "
        "the Python binding does this for you)"},
-      {"head_dim_v 264", [](Problem &p) { p.head_dim_v = 264; },
-       "head_dim_v=264 is not supported: expected a multiple of 8 in [8, 256] (pad other sizes; "
+      {"head_dim_v 584", [](Problem &p) { p.head_dim_v = 584; },
+       "head_dim_v=584 is not supported: expected a multiple of 8 in [8, 576] (pad other sizes; "
        "the Python binding does this for you)"},
       {"dtype out of range", [](Problem &p) { p.dtype = static_cast<DType>(5); },
        "dtype=5 is not bf16, fp16 or e4m3"},
@@ -467,11 +467,11 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
       {{"gen", "--arch", "sm_80", "--dtype", "BF16"}, "--dtype: expected bf16, fp16 or e4m3, got BF16"},
       {{"gen", "--arch", "sm_80", "--hdim", "0"},
-       "--hdim: expected a multiple of 8 in [8, 256], got 0"},
-      {{"gen", "--arch", "sm_80", "--hdim", "512"},
-       "--hdim: expected a multiple of 8 in [8, 256], got 512"},
+       "--hdim: expected a multiple of 8 in [8, 576], got 0"},
+      {{"gen", "--arch", "sm_80", "--hdim", "640"},
+       "--hdim: expected a multiple of 8 in [8, 576], got 640"},
       {{"gen", "--arch", "sm_80", "--hdim-v", "7"},
-       "--hdim-v: expected a multiple of 8 in [8, 256], got 7"},
+       "--hdim-v: expected a multiple of 8 in [8, 576], got 7"},
       {{"gen", "--arch", "sm_80", "--batch", "-1"}, "--batch: expected a positive integer, got -1"},
       {{"gen", "--arch", "sm_80", "--batch", "70000"},
        "--batch: expected at most 65535 (a grid dimension), got 70000"},
@@ -502,8 +502,8 @@ TEST(BadInputCorpus, CliRejectsBadFlagsWithExitCode2) {
       // An explicit path the problem cannot use: refused, never run on sm80.
       {{"gen", "--arch", "sm_90a", "--path", "sm90", "--hdim", "24"},
        "kernel path sm90 is not available: head_dim=24: the sm90 kernel serves head dims that "
-       "are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or 256); "
-       "use sm80"},
+       "are multiples of 8 from 32 to 576 (16-byte TMA rows, tiled as 64, 128, 192, 256, then "
+       "whole 64 columns); use sm80"},
       {{"gen", "--arch", "sm_90a", "--path", "sm90", "--pass", "bwd", "--hdim", "16"},
        "backward kernel path sm90 is not available: head_dim=16: the sm90 backward serves head "
        "dims that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 32, 64, 96, "
@@ -568,9 +568,9 @@ TEST(BadInputCorpus, PlanErrorsNameFileLineAndKey) {
       {head + "  - {seqlen: 8, batch: [2]}\n",
        "p.yaml:4: key 'batch': expected a positive integer, got a list"},
       {head + "  - {seqlen: 8, hdim: {a: 1}}\n",
-       "p.yaml:4: key 'hdim': expected a multiple of 8 in [8, 256], got a mapping"},
+       "p.yaml:4: key 'hdim': expected a multiple of 8 in [8, 576], got a mapping"},
       {head + "  - {seqlen: 8, hdim: 0}\n",
-       "p.yaml:4: key 'hdim': expected a multiple of 8 in [8, 256], got 0"},
+       "p.yaml:4: key 'hdim': expected a multiple of 8 in [8, 576], got 0"},
       {head + "  - {seqlen: 8, dtype: [bf16]}\n",
        "p.yaml:4: key 'dtype': expected bf16, fp16 or e4m3, got a list"},
       {head + "  - {seqlen: 8, mask: [causal]}\n",

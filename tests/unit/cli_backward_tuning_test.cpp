@@ -227,7 +227,12 @@ TEST(CliQuery, SaysWhyTheSm80FamilyRunsOnHopper) {
       {{"--hdim", "24"},
        "fwd_sm80_bf16_hdqk24_hdv24_none_nocap_bm128_bn128_w4_s2_sm_90a",
        "sm80 family: head_dim=24: the sm90 kernel serves head dims that are multiples of 8 "
-       "from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or 256)"},
+       "from 32 to 576 (16-byte TMA rows, tiled as 64, 128, 192, 256, then whole 64 columns)"},
+      // Past 256: two consumer warpgroups per 64 rows (12 warps at 64 rows).
+      {{"--hdim", "512"}, "fwd_sm90_bf16_hdqk512_hdv512_none_nocap_bm64_bn32_w12_s2_sm_90a", ""},
+      {{"--hdim", "576", "--hdim-v", "512"},
+       "fwd_sm90_bf16_hdqk576_hdv512_none_nocap_bm64_bn32_w12_s2_sm_90a",
+       ""},
       // Head dims between 64, 128 and 256 are tiled as the next of them.
       {{"--hdim", "96"}, "fwd_sm90_bf16_hdqk96_hdv96_none_nocap_bm128_bn160_w12_s2_sm_90a", ""},
       {{"--pass", "bwd", "--hdim", "192"},

@@ -162,11 +162,11 @@ TEST(ProblemFlags, ErrorsNameTheFlagAndWhatIsAllowed) {
   };
   const Case cases[] = {
       {&ProblemFlagValues::hdim, "100",
-       "--hdim: expected a multiple of 8 in [8, 256], got 100"},
-      {&ProblemFlagValues::hdim, "264",
-       "--hdim: expected a multiple of 8 in [8, 256], got 264"},
+       "--hdim: expected a multiple of 8 in [8, 576], got 100"},
+      {&ProblemFlagValues::hdim, "584",
+       "--hdim: expected a multiple of 8 in [8, 576], got 584"},
       {&ProblemFlagValues::hdim_v, "x",
-       "--hdim-v: expected a multiple of 8 in [8, 256], got x"},
+       "--hdim-v: expected a multiple of 8 in [8, 576], got x"},
       {&ProblemFlagValues::batch, "0",
        "--batch: expected a positive integer, got 0"},
       {&ProblemFlagValues::batch, "",

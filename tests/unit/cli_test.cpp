@@ -18,7 +18,7 @@ using namespace testing_cli;
 
 TEST(Cli, BadProblemFlagsAreOneLineUsageErrors) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
-      {{"gen", "--hdim", "100"}, "--hdim: expected a multiple of 8 in [8, 256], got 100"},
+      {{"gen", "--hdim", "100"}, "--hdim: expected a multiple of 8 in [8, 576], got 100"},
       {{"compile", "--arch", "sm_80", "--batch", "0"},
        "--batch: expected a positive integer, got 0"},
       {{"gen", "--heads", "16", "--heads-kv", "5"},

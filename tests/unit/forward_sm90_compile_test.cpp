@@ -235,6 +235,126 @@ TEST(ForwardSm90Compile, EveryClaimedConfigCompilesWithoutSpills) {
                     "$FLASHJIT_CUOBJDUMP";
 }
 
+// Past head dim 256 (Gemma 4's 512, DeepSeek MLA's 576/512) two consumer
+// warpgroups share each 64 rows, half of O's columns each, adding their
+// halves of S through shared memory: every such head dim compiles for
+// sm_90a at the heuristic's tiles and every tile of the search space, with
+// each mask, softcap, both dtypes, packed-GQA decode with splits, a paged
+// cache, a varlen batch and sinks; within shared memory, the wgmmas
+// asynchronous (no serialisation warning would show as a missing
+// wait_group 1), at most a few words in local memory (values live across
+// setmaxnreg, reloaded once per work tile), and both
+// warpgroups meeting at the exchange's named barrier.
+TEST(ForwardSm90Compile, SplitColumnsPastHeadDim256) {
+  std::vector<Sm90Case> cases;
+  for (auto [dq, dv] : {std::pair{320, 320}, {384, 384}, {448, 448}, {512, 512}, {576, 512},
+                        {512, 256}, {264, 264}}) {
+    const KernelConfig tiles = FwdSm90Traits::default_config(std::max(dq, dv), 0);
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
+      for (DType dtype : {DType::bf16, DType::fp16}) {
+        Problem p;
+        p.head_dim_qk = dq;
+        p.head_dim_v = dv;
+        p.mask = mask;
+        p.window_left = 64;
+        p.window_right = 0;
+        p.dtype = dtype;
+        p.softcap = mask == MaskKind::window ? 30.f : 0.f;
+        cases.push_back({p, tiles, /*overlaps=*/true});
+      }
+    Problem decode;
+    decode.head_dim_qk = dq;
+    decode.head_dim_v = dv;
+    decode.heads_q = 8;
+    decode.heads_kv = 4;
+    decode.seqlen_q = 1;
+    decode.seqlen_k = 8192;
+    KernelConfig split = tiles;
+    split.pack_gqa = GqaPacking::on;
+    split.splits = 8;
+    cases.push_back({decode, split, true});
+    Problem paged = decode;
+    paged.page_size = 64;
+    paged.seqused_k = true;
+    cases.push_back({paged, split, true});
+    Problem varlen;
+    varlen.head_dim_qk = dq;
+    varlen.head_dim_v = dv;
+    varlen.varlen = true;
+    varlen.batch = 3;
+    varlen.mask = MaskKind::causal;
+    cases.push_back({varlen, tiles, true});
+  }
+  for (const KernelConfig &c : FwdSm90Traits::search_space(512, max_smem_per_block(kSm90a))) {
+    Problem p;
+    p.head_dim_qk = p.head_dim_v = 512;
+    p.mask = MaskKind::window;
+    p.window_left = 100;
+    p.window_right = 3;
+    p.softcap = 5.f;
+    cases.push_back({p, c, true});
+  }
+  const std::string cuobjdump = testing::find_cuobjdump();
+  std::vector<Compiled> results(cases.size());
+  std::vector<std::string> sass(cases.size());
+  {
+    llvm::ThreadPool pool(llvm::hardware_concurrency());
+    for (size_t i = 0; i < cases.size(); ++i)
+      pool.async([&, i] {
+        results[i] = compile_case(cases[i], cuobjdump);
+        if (!cuobjdump.empty() && results[i].cubin)
+          if (auto text = testing::cuobjdump_output(*results[i].cubin, cuobjdump, "-sass"))
+            sass[i] = std::move(*text);
+      });
+    pool.wait();
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Compiled &r = results[i];
+    SCOPED_TRACE(describe(cases[i].problem) + " | " + describe(cases[i].config) + " " + r.id);
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(cases[i].config.warps, 12);
+    // MLA's 576 (nine K column blocks, eight of V) keeps a few more words of
+    // the prologue and the producer's addresses there (ptxas: 48-84 bytes).
+    const bool mla = cases[i].problem.head_dim_qk > 512;
+    EXPECT_LE(r.report.spill_store_bytes, mla ? 96 : 40);
+    EXPECT_LE(r.report.stack_frame_bytes, mla ? 96 : 40);
+    if (cuobjdump.empty()) continue;
+    ASSERT_FALSE(sass[i].empty());
+    for (const char *needed : {"HGMMA", "UTMALDG", "USETMAXREG", "BAR.SYNC",
+                               "WARPGROUP.DEPBAR.LE gsb0, 0x1"})
+      EXPECT_NE(sass[i].find(needed), std::string::npos) << "no " << needed << " in the SASS";
+  }
+  // e4m3 and the backward stop at 256, the sm80 family too, each saying so.
+  Problem wide;
+  wide.head_dim_qk = wide.head_dim_v = 512;
+  const TargetArch sm80_arch{8, 0, false};
+  auto sm80 = make_forward_spec(wide, default_forward_config(wide, sm80_arch), sm80_arch);
+  ASSERT_FALSE(bool(sm80));
+  EXPECT_NE(llvm::toString(sm80.takeError())
+                .find("head_dim_qk=512 is not a multiple of 8 in [8, 256] (past 256: the sm90 "
+                      "kernel, on sm_90a)"),
+            std::string::npos);
+  auto fp8 = FwdSm90Traits::make(512, 512, 64, 128, 12, 2, max_smem_per_block(kSm90a), false, 1);
+  ASSERT_FALSE(bool(fp8));
+  EXPECT_NE(llvm::toString(fp8.takeError()).find("e4m3 serves head dims up to 256"),
+            std::string::npos);
+  auto rows = FwdSm90Traits::make(512, 512, 128, 32, 12, 2, max_smem_per_block(kSm90a));
+  ASSERT_FALSE(bool(rows));
+  EXPECT_NE(llvm::toString(rows.takeError()).find("block_m=128 is not 64 (past head dim 256"),
+            std::string::npos);
+  // Shared memory: d=512 at 64 x 32 x 2 stages is Q 64 KB, K and V 32 KB a
+  // stage each, two S exchange buffers of 16 KB; MLA's 576/512 one.
+  FwdSm90Traits d512{512, 64, 32, 12, 2};
+  EXPECT_EQ(d512.layout().column_split(), 2);
+  EXPECT_EQ(d512.layout().s_exchange_buffers(), 2);
+  EXPECT_EQ(d512.layout().consumer_warpgroups(), 2);
+  EXPECT_EQ(d512.layout().q_rows_per_tile(), 64);
+  FwdSm90Traits mla{576, 64, 32, 12, 2};
+  mla.head_dim_v = 512;
+  EXPECT_EQ(mla.layout().s_exchange_buffers(), 1);
+  EXPECT_LE(mla.smem_bytes(), max_smem_per_block(kSm90a));
+}
+
 TEST(ForwardSm90Source, PreludeIncludesTheSm90Template) {
   Problem p;
   p.head_dim_qk = p.head_dim_v = 128;
@@ -273,8 +393,8 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   ASSERT_FALSE(bool(full));
   EXPECT_EQ(llvm::toString(full.takeError()),
             "kernel path sm90 is not available: head_dim=24: the sm90 kernel serves head dims "
-            "that are multiples of 8 from 32 to 256 (16-byte TMA rows, tiled as 64, 128, 192 or "
-            "256); use sm80");
+            "that are multiples of 8 from 32 to 576 (16-byte TMA rows, tiled as 64, 128, 192, "
+            "256, then whole 64 columns); use sm80");
   KernelConfig partial;
   partial.path = KernelPath::sm90;
   const KernelConfig kept = default_forward_config(p, kSm90a, 0, partial);
@@ -304,8 +424,8 @@ TEST(ForwardSm90Spec, OnlySm90aAndItsHeadDims) {
   p.head_dim_qk = 24;
   EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("head_dim=24"), std::string::npos);
   p.head_dim_qk = 128;
-  p.head_dim_v = 264;
-  EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("head_dim_v=264"), std::string::npos);
+  p.head_dim_v = 584;
+  EXPECT_NE(sm90_fallback_reason(p, kSm90a).find("head_dim_v=584"), std::string::npos);
   // Head dims between 64, 128, 192 and 256: tiled as the next of them, with
   // its tiles and shared memory.
   for (auto [d, tiled] :
