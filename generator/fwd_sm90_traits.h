@@ -4,6 +4,7 @@
 // the kernel's layout must be mirrored here.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +40,15 @@ struct FwdSm90Traits {
   // Packed GQA: a group's query heads share one 64-row warpgroup, so at
   // most 64 of them pack.
   static constexpr int kMaxPackedHeads = FwdSm90Layout::kWarpgroupRows;
+  // The query heads a packed tile holds for a GQA group of `ratio`: the
+  // whole group, or where it is wider than kMaxPackedHeads its largest part
+  // that divides it (128 heads on one KV head: 64, two tiles a group); 1
+  // where no part of 2 or more does.
+  static int packed_heads(int64_t ratio) {
+    for (int64_t part = std::min<int64_t>(ratio, kMaxPackedHeads); part >= 2; --part)
+      if (ratio % part == 0) return static_cast<int>(part);
+    return 1;
+  }
   // Past 256 columns two consumer warpgroups share one row group of 64
   // (sm90_forward_column_split): block_m 64 only. `head_dim`: the wider of
   // the problem's two.

@@ -63,8 +63,8 @@ KernelConfig default_forward_tiles(const Problem &problem, const TargetArch &arc
 // heads (KV heads when packed) x batch.
 int64_t forward_work_tiles(const Problem &problem, const KernelConfig &config) {
   const bool packed = config.pack_gqa == GqaPacking::on;
-  const int64_t ratio = problem.heads_q / problem.heads_kv;
-  const int64_t heads = packed ? problem.heads_kv : problem.heads_q;
+  const int64_t ratio = FwdSm90Traits::packed_heads(problem.heads_q / problem.heads_kv);
+  const int64_t heads = packed ? problem.heads_q / ratio : problem.heads_q;
   int64_t rows_per_tile = config.block_m;
   if (config.path == KernelPath::sm90 && packed)
     rows_per_tile = config.block_m / 64 * (64 / ratio);  // positions per tile
@@ -74,8 +74,9 @@ int64_t forward_work_tiles(const Problem &problem, const KernelConfig &config) {
 }  // namespace
 
 bool pack_gqa_pays(const Problem &problem) {
-  const int64_t ratio = problem.heads_q / problem.heads_kv;
-  if (ratio < 2 || ratio > FwdSm90Traits::kMaxPackedHeads) return false;
+  // A group wider than 64 query heads packs in parts (packed_heads).
+  const int64_t ratio = FwdSm90Traits::packed_heads(problem.heads_q / problem.heads_kv);
+  if (ratio < 2) return false;
   // The serving call (a packed batch over a KV cache) mixes decode steps,
   // one query each, with prefill chunks: seqlen_q is the longest chunk, but
   // every decode sequence's tile would otherwise hold one row and read its

@@ -1,7 +1,5 @@
 #include "generator/kernel_spec.h"
 
-#include "templates/common/fwd_sm90_layout.cuh"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +9,7 @@
 #include "generator/fwd_sm90_traits.h"
 #include "generator/heuristic.h"
 #include "generator/modifier_source.h"
+#include "templates/common/fwd_sm90_layout.cuh"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace flashjit {
@@ -38,10 +37,10 @@ llvm::Error validate_decode_fields(const Problem &problem, const KernelConfig &c
       return problem_error("pack_gqa=on: GQA packing is implemented in the sm90 family only; "
                            "use pack_gqa=off (or auto) with the sm80 family");
     const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
-    if (ratio > FwdSm90Traits::kMaxPackedHeads)
+    if (ratio > FwdSm90Traits::kMaxPackedHeads && FwdSm90Traits::packed_heads(ratio) < 2)
       return problem_error(llvm::formatv(
           "pack_gqa=on with heads_q/heads_kv={0}: at most {1} query heads pack into a tile's "
-          "64-row warpgroup; use pack_gqa=off",
+          "64-row warpgroup, a part of the group that divides it (none does); use pack_gqa=off",
           ratio, FwdSm90Traits::kMaxPackedHeads));
   }
   if (config.splits > 1) {
@@ -53,7 +52,11 @@ llvm::Error validate_decode_fields(const Problem &problem, const KernelConfig &c
           config.splits, tiles, config.block_n, problem.seqlen_k));
     // The kernel numbers its work tiles (query blocks x splits x heads x
     // batch) in 32 bits; 64-row tiles are the most of them.
-    const int64_t heads = config.pack_gqa == GqaPacking::on ? problem.heads_kv : problem.heads_q;
+    const int64_t heads =
+        config.pack_gqa == GqaPacking::on
+            ? problem.heads_q /
+                  FwdSm90Traits::packed_heads(problem.heads_q / std::max<int64_t>(problem.heads_kv, 1))
+            : problem.heads_q;
     const int64_t work = (problem.seqlen_q + 63) / 64 * heads * problem.batch * config.splits;
     if (work > std::numeric_limits<int32_t>::max())
       return problem_error(llvm::formatv(
@@ -230,7 +233,7 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   spec.varlen = problem.varlen;
   if (pass == Pass::forward) {
     const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
-    spec.pack_gqa = config.pack_gqa == GqaPacking::on ? static_cast<int>(ratio) : 1;
+    spec.pack_gqa = config.pack_gqa == GqaPacking::on ? FwdSm90Traits::packed_heads(ratio) : 1;
     spec.split_kv = config.splits > 1;
     spec.seqused_k = problem.seqused_k;
     spec.page_size = problem.page_size;

@@ -125,10 +125,13 @@ struct FwdTileScheduler {
     return WorkTile{m_block * kQRowsPerTile, rest % heads, rest / heads, split};
   }
 
-  // The KV head whose K/V the tile reads.
+  // The KV head whose K/V the tile reads. Packed, a tile's head is a
+  // group of kPack query heads: the whole GQA group, or one of its parts
+  // where the group is wider than a warpgroup's 64 rows (MLA's 128 query
+  // heads on one KV head: two tiles of 64).
   template <class Params>
   __device__ __forceinline__ int kv_head(const Params &p, const WorkTile &t) const {
-    return kPack > 1 ? t.head : t.head / p.heads_per_kv;
+    return kPack > 1 ? t.head * kPack / p.heads_per_kv : t.head / p.heads_per_kv;
   }
 
   // The key tiles of `block` keys the work tile covers: every key tile one of

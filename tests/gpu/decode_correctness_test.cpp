@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "forward_check.h"
+#include "generator/fwd_sm90_traits.h"
 #include "generator/kernel_spec.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -37,7 +38,7 @@ std::vector<DecodeCase> decode_cases() {
     const int64_t ratio = p.heads_q / p.heads_kv;
     const bool packs = pack == GqaPacking::on;
     cases.push_back({{p, decode_config(splits, pack), strided}, splits > 1,
-                     packs ? static_cast<int>(ratio) : 1});
+                     packs ? FwdSm90Traits::packed_heads(ratio) : 1});
   };
   // seqlen_q 1..16 and 128 against key lengths from 1 to 8191, GQA ratios
   // 1, 4, 8, 16 and MQA, split counts from 2 to the key tiles, packed and
@@ -97,6 +98,14 @@ std::vector<DecodeCase> decode_cases() {
   add(make_problem(DType::fp16, 1, 8, 4, 3, 2000, 512, 512, MaskKind::window, 300, 0, 30.f), 5,
       GqaPacking::on);
   add(make_problem(DType::bf16, 1, 64, 1, 2, 1500, 576, 512, MaskKind::causal), 3,
+      GqaPacking::on);
+  // MLA's 128 query heads on one KV head: packed in two parts of 64 (each
+  // tile's KV head is its part's), with and without splits, and a GQA
+  // group of 96 (parts of 48) at d=128.
+  add(make_problem(DType::bf16, 2, 128, 1, 1, 2000, 576, 512, MaskKind::none), 4, GqaPacking::on);
+  add(make_problem(DType::bf16, 1, 128, 1, 2, 700, 576, 512, MaskKind::causal), 1,
+      GqaPacking::on);
+  add(make_problem(DType::fp16, 1, 192, 2, 1, 1500, 128, 128, MaskKind::none), 3,
       GqaPacking::on);
   // Explicit decode tiles (one consumer warpgroup), split and not, across
   // work tiles of more than one CTA round.

@@ -70,7 +70,7 @@ def test_a_bad_flag_raises_the_commands_message():
     try:
         service.query(arch="sm_90a", hdim=100)
     except service.FlashjitCommandError as e:
-        assert "--hdim: expected a multiple of 8 in [8, 256], got 100" in str(e), str(e)
+        assert "--hdim: expected a multiple of 8 in [8, 576], got 100" in str(e), str(e)
     else:
         raise AssertionError("no error for --hdim 100")
 

@@ -93,7 +93,14 @@ TEST(DecodeHeuristic, PacksWhenItFillsTheTiles) {
   EXPECT_TRUE(pack_gqa_pays(decode_problem(1, 32, 8, 16, 100)));
   EXPECT_FALSE(pack_gqa_pays(decode_problem(1, 32, 8, 128, 100)));  // tiles full already
   EXPECT_FALSE(pack_gqa_pays(decode_problem(1, 32, 32, 1, 100)));   // no group
-  EXPECT_FALSE(pack_gqa_pays(decode_problem(1, 128, 1, 1, 100)));   // group > 64 rows
+  // A group wider than 64 rows packs in parts that divide it (MLA's 128
+  // heads: two of 64); a prime group past 64 has none.
+  EXPECT_TRUE(pack_gqa_pays(decode_problem(1, 128, 1, 1, 100)));
+  EXPECT_FALSE(pack_gqa_pays(decode_problem(1, 67, 1, 1, 100)));
+  EXPECT_EQ(FwdSm90Traits::packed_heads(128), 64);
+  EXPECT_EQ(FwdSm90Traits::packed_heads(96), 48);
+  EXPECT_EQ(FwdSm90Traits::packed_heads(8), 8);
+  EXPECT_EQ(FwdSm90Traits::packed_heads(67), 1);
   EXPECT_TRUE(pack_gqa_pays(decode_problem(1, 64, 1, 1, 100)));
   // The serving call packs whatever its longest chunk: its decode steps
   // would otherwise read their cache once per query head.
@@ -154,9 +161,12 @@ TEST(DecodeValidation, ExplainsEveryRefusal) {
 
   KernelConfig packed{KernelPath::sm90, 64, 128, 8, 3};
   packed.pack_gqa = GqaPacking::on;
-  EXPECT_EQ(error_of(make_forward_spec(decode_problem(1, 128, 1, 1, 1000), packed, kSm90a)),
-            "pack_gqa=on with heads_q/heads_kv=128: at most 64 query heads pack into a tile's "
-            "64-row warpgroup; use pack_gqa=off");
+  EXPECT_EQ(error_of(make_forward_spec(decode_problem(1, 67, 1, 1, 1000), packed, kSm90a)),
+            "pack_gqa=on with heads_q/heads_kv=67: at most 64 query heads pack into a tile's "
+            "64-row warpgroup, a part of the group that divides it (none does); use pack_gqa=off");
+  auto parts = make_forward_spec(decode_problem(1, 128, 1, 1, 1000), packed, kSm90a);
+  ASSERT_TRUE(bool(parts)) << llvm::toString(parts.takeError());
+  EXPECT_EQ(parts->pack_gqa, 64);
   EXPECT_EQ(error_of(make_forward_spec(decode_problem(1, 64, 1, 1, 1000), packed, kSm90a)), "");
 
   // block_m 64 is one consumer warpgroup: 8 warps.

@@ -49,10 +49,10 @@ TEST(KernelSpec, RejectsHeadDimsNotMultipleOf8) {
   Problem p = base_problem();
   p.head_dim_qk = 100;
   EXPECT_EQ(error_of(validate_problem(p)),
-            "head_dim_qk=100 is not supported: expected a multiple of 8 in [8, 256] (pad other "
+            "head_dim_qk=100 is not supported: expected a multiple of 8 in [8, 576] (pad other "
             "sizes; the Python binding does this for you)");
-  p.head_dim_qk = 264;
-  EXPECT_NE(error_of(validate_problem(p)).find("head_dim_qk=264"), std::string::npos);
+  p.head_dim_qk = 584;
+  EXPECT_NE(error_of(validate_problem(p)).find("head_dim_qk=584"), std::string::npos);
   p.head_dim_qk = 128;
   p.head_dim_v = 0;
   EXPECT_NE(error_of(validate_problem(p)).find("head_dim_v=0"), std::string::npos);
@@ -146,7 +146,7 @@ TEST(KernelSpec, RejectsImpossibleConfigsWithEveryReason) {
   d24.head_dim_qk = d24.head_dim_v = 24;
   sm90.warps = 12;
   EXPECT_NE(spec_error(d24, sm90).find("the sm90 kernel serves head dims that are multiples of 8 "
-                                       "from 32 to 256"),
+                                       "from 32 to 576"),
             std::string::npos);
   Problem d96 = base_problem();
   d96.head_dim_qk = d96.head_dim_v = 96;

@@ -141,7 +141,7 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
   const std::string head = "name: x\ndefaults: {heads: 16, hdim: 128}\nproblems:\n";
   const std::pair<std::string, std::string> cases[] = {
       {head + "  - {seqlen: 1024}\n  - {seqlen: 1024, hdim: 100}\n",
-       "plans/x.yaml:5: key 'hdim': expected a multiple of 8 in [8, 256], got 100"},
+       "plans/x.yaml:5: key 'hdim': expected a multiple of 8 in [8, 576], got 100"},
       {head + "  - {seqlen: 1024, kv_dtype: fp16}\n",
        "plans/x.yaml:4: key 'kv_dtype': expected same or e4m3, got fp16"},
       {head + "  - {seqlen: 1024, out_dtype: e4m3}\n",
@@ -294,7 +294,7 @@ problems:
 
 TEST(Plan, HdimVIsCheckedLikeHdim) {
   EXPECT_EQ(error_of("defaults: {heads: 16, hdim: 128}\nproblems:\n  - {seqlen: 8, hdim_v: 12}\n"),
-            "plans/x.yaml:3: key 'hdim_v': expected a multiple of 8 in [8, 256], got 12");
+            "plans/x.yaml:3: key 'hdim_v': expected a multiple of 8 in [8, 576], got 12");
 }
 
 TEST(Plan, LoadPlanReportsAMissingFile) {
