@@ -30,6 +30,7 @@ struct FwdSm90Traits {
   int head_dim_v = 0;  // of V and O (0: head_dim)
   int element_bytes = 2;  // of K and V (and the GEMMs' Q): 1 for e4m3 (FwdSm90Layout)
   int q_element_bytes = 0;  // of the caller's Q (0: element_bytes)
+  bool v_in_k = false;  // V read from K's tiles (FwdSm90Layout::v_in_k)
 
   // 64 query rows per consumer warpgroup: two (block_m 128) at every head
   // dim, three (block_m 192) at head dim 64, whose short GEMMs leave a
@@ -75,7 +76,8 @@ struct FwdSm90Traits {
             sm90_forward_tile_head_dim_v(head_dim, head_dim_v > 0 ? head_dim_v : head_dim,
                                          element_bytes),
             element_bytes,
-            q_element_bytes};
+            q_element_bytes,
+            v_in_k};
   }
   int threads() const { return 32 * warps; }
   // Q buffers: two where they fit in kSmemBudget (the next work tile's Q

@@ -106,6 +106,8 @@ llvm::Expected<ParsedKernelId> parse_kernel_id(llvm::StringRef id) {
       spec.varlen = true;
     } else if (field == "chunk") {
       spec.chunked = true;
+    } else if (field == "vink") {
+      spec.v_in_k = true;
     } else if (field.startswith("mod")) {
       llvm::StringRef hash = field.drop_front(3);
       if (hash.size() != 16 || !llvm::all_of(hash, [](char c) {

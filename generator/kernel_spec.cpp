@@ -206,6 +206,7 @@ std::string KernelSpec::id() const {
   if (page_size > 0) decode += llvm::formatv("_page{0}", page_size).str();
   if (varlen) decode += "_varlen";
   if (chunked) decode += "_chunk";
+  if (v_in_k) decode += "_vink";
   if (const Modifiers compiled = compiled_modifiers(); !compiled.empty())
     decode += "_mod" + modifiers_hash(compiled);
   return llvm::formatv("{11}_{0}_{1}_hdqk{2}_hdv{3}_{4}_{5}_bm{6}_bn{7}_w{8}_s{9}{12}{13}_{10}",
@@ -297,7 +298,7 @@ FwdSm90Traits forward_sm90_traits(const KernelSpec &spec) {
   return FwdSm90Traits{spec.head_dim_qk,  spec.config.block_m, spec.config.block_n,
                        spec.config.warps, spec.config.stages,  spec.pack_gqa,
                        spec.page_size,    spec.head_dim_v,     element_bytes(spec.kv_dtype),
-                       element_bytes(spec.dtype)};
+                       element_bytes(spec.dtype), spec.v_in_k};
 }
 
 FwdSm80Traits forward_sm80_traits(const KernelSpec &spec) {

@@ -43,6 +43,10 @@ struct KernelSpec {
   int page_size = 0;
   // A packed batch of sequences of different lengths (Problem::varlen).
   bool varlen = false;
+  // Forward, sm90 only: V is the first head_dim_v columns of K's rows (the
+  // caller's V a view of K, as MLA's latent cache is for both): each K/V
+  // tile is read once, P V reading V from the K stage.
+  bool v_in_k = false;
   // The caller's score and mask modifiers, compiled in (either pass).
   Modifiers modifiers;
   // What the pass's program compiles of them (modifiers_of_pass).
@@ -54,7 +58,8 @@ struct KernelSpec {
   // where K/V's or O's dtype is not Q's; _gqa4, _split,
   // _seqused and _page64 before the arch where the forward packs GQA heads,
   // splits the keys, reads per-sequence key counts or pages; _varlen for a
-  // packed batch, _chunk under chunked attention; _mod and 16 hex digits
+  // packed batch, _chunk under chunked attention, _vink where V is read
+  // from K's tiles; _mod and 16 hex digits
   // of the hash of compiled_modifiers() where it compiles a caller's
   // modifiers)
   std::string id() const;

@@ -90,7 +90,8 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
     os << "constexpr int kPackGqa = " << spec.pack_gqa << ";\n"
        << "constexpr bool kSplitKv = " << (spec.split_kv ? "true" : "false") << ";\n"
        << "constexpr bool kSeqUsedK = " << (spec.seqused_k ? "true" : "false") << ";\n"
-       << "constexpr int kPageSize = " << spec.page_size << ";\n";
+       << "constexpr int kPageSize = " << spec.page_size << ";\n"
+       << "constexpr bool kVInK = " << (spec.v_in_k ? "true" : "false") << ";\n";
   // Both passes' kernels read sequences through common/sequence.cuh.
   os << "constexpr bool kVarlen = " << (spec.varlen ? "true" : "false") << ";\n";
   if (std::optional<WarpRoleRegisters> roles = warp_role_registers(spec))

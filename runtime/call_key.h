@@ -44,6 +44,7 @@ struct CallKey {
   int64_t gqa_ratio = 0;
   int64_t window_left = -1, window_right = -1;
   int attention_chunk = 0;  // compiled in (ChunkedMask) and its own tuning class
+  bool v_in_k = false;  // V a view of K's first columns (KernelSpec::v_in_k)
   int seqlen_q_bucket = 0, seqlen_k_bucket = 0, batch_heads_bucket = 0;
   bool operator==(const CallKey &) const = default;
 
@@ -86,7 +87,7 @@ struct CallKeyHash {
     llvm::hash_code hash = llvm::hash_combine(
         k.owner, k.dtype, k.mask, k.softcap, k.head_dim_qk, k.head_dim_v, k.seqused_k, k.page_size,
         k.varlen, k.modifiers, k.kv_element, k.out_element, k.gqa_ratio, k.window_left,
-        k.window_right, k.attention_chunk, k.seqlen_q_bucket, k.seqlen_k_bucket,
+        k.window_right, k.attention_chunk, k.v_in_k, k.seqlen_q_bucket, k.seqlen_k_bucket,
         k.batch_heads_bucket);
     // Every field of the requested config (operator== compares them all).
     for_each_kernel_config_field([&](const auto &field) {

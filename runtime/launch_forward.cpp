@@ -488,9 +488,16 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   const bool modified = args.modifiers && !args.modifiers->empty();
   // A packed batch is classed by its longest sequence and its total.
   const Problem chooser = class_view(problem, args.varlen.total_q);
-  const CallKey key = CallKey::make(
+  CallKey key = CallKey::make(
       reinterpret_cast<uintptr_t>(context->context), chooser, config,
       modified ? call_modifiers_key(modifiers_of_pass(*args.modifiers, Pass::forward)) : 0);
+  // MLA's latent cache: V a view of K's first head_dim_v columns (the same
+  // pointer, rows, heads and pages). The sm90 kernel then reads each tile's
+  // bytes once, for both products (KernelSpec::v_in_k).
+  key.v_in_k = args.v == args.k && args.v_strides.batch == args.k_strides.batch &&
+               args.v_strides.seq == args.k_strides.seq &&
+               args.v_strides.head == args.k_strides.head &&
+               problem.head_dim_v <= problem.head_dim_qk && kv_element(problem) != DType::e4m3;
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
     Modifiers compiled;
@@ -506,6 +513,7 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
                             modifiers_hash(modifiers_of_pass(compiled, Pass::forward)));
     if (!resolved) return with_context(problem, resolved.takeError());
     if (modified) resolved->spec.modifiers = std::move(compiled);
+    resolved->spec.v_in_k = key.v_in_k && resolved->spec.config.path == KernelPath::sm90;
     auto kernels = get_forward_kernels(resolved->spec);
     if (!kernels) return with_context(problem, kernels.takeError());
     // The split count of every call: the caller's or the tuning's; else the

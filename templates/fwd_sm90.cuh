@@ -278,7 +278,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
           }
         };
         auto load_k = [&](int t) { load_kv(t, false); };
-        auto load_v = [&](int t) { load_kv(t, true); };
+        auto load_v = [&](int t) {
+          if constexpr (!kVFromK) load_kv(t, true);
+        };
         // The first K tile before Q: its stage frees while the consumers
         // still work on the work tile before. With one Q buffer, whose
         // release comes only after their epilogue (or their last S), the
@@ -403,9 +405,9 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   // Split columns: the warpgroup's half of V's column blocks.
   const u64 v_desc0 =
       kFp8 ? smem_descriptor_sw128(smem + kOffsetVt, 16, 1024)
-           : smem_descriptor_sw128(
-                 smem + kOffsetV + half * kVColBlocksPerWarpgroup * kKVColBlockBytes,
-                 kKVColBlockBytes, 1024);
+           : smem_descriptor_sw128(smem + (kVFromK ? kOffsetK : kOffsetV) +
+                                       half * kVColBlocksPerWarpgroup * kKVColBlockBytes,
+                                   kKVColBlockBytes, 1024);
   // The first k-step of the warpgroup's S (its half of Q's and K's columns).
   const int qk_step0 = half * kQKStepsPerWarpgroup;
 
@@ -490,7 +492,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
 
   // Every warp's release of K/V tile `it`'s K or V once its MMAs have read it.
   auto release_k = [&](int it) {
-    if (lane == 0) mbarrier_arrive(bars.k_empty(stage_of(it)));
+    if constexpr (!kVFromK)  // else after P V (release_v)
+      if (lane == 0) mbarrier_arrive(bars.k_empty(stage_of(it)));
   };
   auto release_v = [&](int it) {
     if (lane == 0) mbarrier_arrive(bars.pv_empty(stage_of(it)));

@@ -45,7 +45,8 @@ constexpr int kHeadDim = sm90_forward_tile_head_dim(kHeadDimQK, kElementBytes);
 constexpr int kHeadDimVTile = sm90_forward_tile_head_dim_v(kHeadDimQK, kHeadDimV, kElementBytes);
 // The layout arithmetic the host twin (generator/fwd_sm90_traits.cpp) uses too.
 constexpr FwdSm90Layout kLayout{kHeadDim,  kBlockM,   kBlockN,       kStages,       kPackGqa,
-                                 kPageSize, kHeadDimVTile, kElementBytes, kQElementBytes};
+                                 kPageSize, kHeadDimVTile, kElementBytes, kQElementBytes,
+                                 kVInK};
 constexpr bool kQuantizeQ = kLayout.quantizes_q();
 // Past 256 columns (kColumnSplit 2) the two consumer warpgroups of a row
 // group hold the same 64 rows: warpgroup h computes S over the h-th half of
@@ -86,6 +87,10 @@ constexpr int kVTileBytes = kLayout.v_tile_bytes();  // one V tile
 constexpr int kSmemAlign = FwdSm90Layout::kSmemAlign;
 constexpr int kQStages = kLayout.q_stages();
 constexpr int kOffsetK = kLayout.offset_k();
+// V read from K's tiles (kVInK: MLA's one latent cache for both): no V
+// loads; P V reads the K stage's first column blocks, and the consumers
+// release the stage after P V (k_empty), not after S.
+constexpr bool kVFromK = kVInK;
 constexpr int kOffsetV = kLayout.offset_v();  // e4m3: the staging ring
 constexpr int kOffsetVt = kLayout.offset_vt();  // e4m3: V^T's ring
 // A Q buffer as TMA lands it, and a warpgroup's share (16-bit where Q is
@@ -159,8 +164,8 @@ constexpr bool kPingPong = kRowGroups >= 2;
 // sequences leave few warpgroups idle), and the dense kernels stay as they
 // were. Two consumer warpgroups only: with three (160 registers each) the
 // second loop spilled 108 bytes (d = 64, 192 x 112 tiles, page 256).
-constexpr bool kSkipIdleWarpgroups =
-    kVarlen && (kSeqUsedK || kPageSize > 0) && kConsumerWarpgroups == 2 && kColumnSplit == 1;
+constexpr bool kSkipIdleWarpgroups = kVarlen && (kSeqUsedK || kPageSize > 0) &&
+                                     kConsumerWarpgroups == 2 && kColumnSplit == 1 && !kVFromK;
 // Intra-warpgroup overlap keeps S(t+1), P(t) and O live at once. With V's
 // head dim tiled as 256 (O alone is 128 registers) that fits 232 registers
 // (ptxas -v: every mask, softcap, sinks, decode, split, paged variant),
@@ -183,6 +188,8 @@ static_assert(kColumnSplit == 1 || (!kFp8 && kRowGroups == 1),
               "split columns: 16-bit, one row group of 64 rows");
 static_assert(kVColBlocks % kColumnSplit == 0, "split columns: whole V blocks per warpgroup");
 static_assert(kOColumns <= 256, "wgmma N: at most 256 columns of O per warpgroup");
+static_assert(!kVFromK || (!kFp8 && kHeadDimV <= kHeadDimQK && kVColBlocks <= kColBlocks),
+              "V from K's tiles: 16-bit, V's columns within K's");
 static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
               "64 rows per row group, 1 to 3 of them");
 static_assert(kPack >= 1 && kPack <= 64, "packed GQA: 1 to 64 query heads per tile row group");
@@ -220,9 +227,14 @@ struct Barriers {
   __device__ __forceinline__ u32 qc_full(int b) const {
     return kv_base + 8 * (kLayout.kv_barriers() + b);
   }
-  // What the consumers wait for before P V, and release after it: V, or V^T.
-  __device__ __forceinline__ u32 pv_full(int s) const { return kFp8 ? vt_full(s) : v_full(s); }
-  __device__ __forceinline__ u32 pv_empty(int s) const { return kFp8 ? vt_empty(s) : v_empty(s); }
+  // What the consumers wait for before P V, and release after it: V, V^T,
+  // or K's stage (kVFromK).
+  __device__ __forceinline__ u32 pv_full(int s) const {
+    return kFp8 ? vt_full(s) : kVFromK ? k_full(s) : v_full(s);
+  }
+  __device__ __forceinline__ u32 pv_empty(int s) const {
+    return kFp8 ? vt_empty(s) : kVFromK ? k_empty(s) : v_empty(s);
+  }
 };
 
 // The K/V ring's stage and phase of K/V tile `it` (counted over all work

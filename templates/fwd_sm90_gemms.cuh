@@ -40,7 +40,8 @@ template <class E = Element>
 __device__ __forceinline__ void issue_pv(float (&acc_o)[kORegisters], u32 (&p_frag)[kPVSteps][4],
                                          u64 v_desc0, int stage) {
   const u64 v_desc =
-      v_desc0 + ((stage * (kFp8 ? kLayout.vt_tile_bytes() : kVTileBytes)) >> 4);
+      v_desc0 +
+      ((stage * (kFp8 ? kLayout.vt_tile_bytes() : kVFromK ? kKTileBytes : kVTileBytes)) >> 4);
   wgmma_fence_operands(acc_o);
 #pragma unroll
   for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operands(p_frag[kk]);

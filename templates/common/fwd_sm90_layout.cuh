@@ -98,6 +98,9 @@ struct FwdSm90Layout {
   // warpgroup's spare warps quantize it per row in place (the e4m3 rows at
   // the start of each warpgroup's buffer), its rows' scales beside it.
   int q_element_bytes = 0;  // 0: element_bytes
+  // V is the first head_dim_v columns of K's rows (MLA's latent cache, one
+  // tensor for both): no V ring; P V reads its V from the K stage.
+  bool v_in_k = false;
 
   static constexpr int kSmemAlign = kSm90SmemAlign;
   static constexpr int kSmemBudget = kSm90SmemBudget;
@@ -154,7 +157,7 @@ struct FwdSm90Layout {
   constexpr int q_barriers() const { return quantizes_q() ? 3 : 2; }
   constexpr int kv_col_block_bytes() const { return block_n * kRowBytes; }
   constexpr int k_tile_bytes() const { return col_blocks() * kv_col_block_bytes(); }
-  constexpr int v_tile_bytes() const { return v_col_blocks() * kv_col_block_bytes(); }
+  constexpr int v_tile_bytes() const { return v_in_k ? 0 : v_col_blocks() * kv_col_block_bytes(); }
   // V^T of one tile ([key blocks of 128][v_dim rows][128 B]), e4m3 only.
   constexpr int vt_col_block_bytes() const { return v_dim() * kRowBytes; }
   constexpr int vt_tile_bytes() const {

@@ -332,6 +332,14 @@ def test_head_dims_past_256():
         (shape(b=1, sq=1, sk=2000, hq=8, hkv=4, d=512), {}),
         (shape(b=1, sq=300, hq=4, d=384, dtype=torch.float16), dict(window=(100, 0))),
     ]))
+    # MLA's V as a view of K's first 512 columns (read from K's tiles): the
+    # same bits as from a copy.
+    torch.manual_seed(3)
+    q = torch.randn(2, 70, 32, 576, device="cuda", dtype=torch.bfloat16)
+    latent = torch.randn(2, 300, 1, 576, device="cuda", dtype=torch.bfloat16)
+    aliased = flashjit.attention(q, latent, latent[..., :512], causal=True)
+    copied = flashjit.attention(q, latent, latent[..., :512].contiguous(), causal=True)
+    assert torch.equal(aliased, copied), (aliased.float() - copied.float()).abs().max().item()
     q, k, v = make_inputs(b=1, sq=64, sk=64, hq=2, hkv=2, d=512, dv=512, dtype=torch.bfloat16)
     q.requires_grad_(True)
     out = flashjit.attention(q, k, v)

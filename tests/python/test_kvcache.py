@@ -97,6 +97,45 @@ def run_case(b, sq, cap, hq, hkv, d, dtype, page=0, new=0, lens=None, seed=0, **
             assert torch.equal(logical_k[i, n:n + new], k_new[i]), f"{label}: append missing"
 
 
+def test_mla_latent_cache():
+    """DeepSeek MLA decode: one latent KV head of 576 columns serving 128 (and,
+    under tensor parallelism, 16) query heads, V the cache's first 512
+    columns given as a view of the K cache (the kernel then reads each page
+    once), contiguous and paged (shuffled pages of 64), one and two query
+    positions (causal among them); against the reference on separate copies
+    of K and V."""
+    require_gpu()
+    if torch.cuda.get_device_capability() != (9, 0):
+        print("     SKIP: head dims past 256 need sm_90a")
+        return
+    for hq, sq, page in ((128, 1, 64), (128, 2, 0), (16, 1, 64), (16, 4, 0)):
+        torch.manual_seed(hq + sq + page)
+        b, cap = 3, 640
+        q = torch.randn(b, sq, hq, 576, device="cuda", dtype=torch.bfloat16)
+        latent = torch.randn(b, cap, 1, 576, device="cuda", dtype=torch.bfloat16)
+        lens = torch.tensor([cap, 1, 333], dtype=torch.int32, device="cuda")
+        if page:
+            k_cache, _, table = paged(latent, latent, page, seed=sq)
+        else:
+            k_cache, table = latent.clone(), None
+        v_cache = k_cache[..., :512]
+        out, lse = flashjit.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                                   block_table=table, causal=sq > 1,
+                                                   return_lse=True)
+        assert out.shape == (b, sq, hq, 512), out.shape
+        kw = dict(causal=sq > 1)
+        ref_out, ref_lse = reference(q, latent, latent[..., :512].contiguous(), lens, **kw)
+        low_out, _ = reference(q, latent, latent[..., :512].contiguous(), lens, upcast=False,
+                               **kw)
+        err = (out.float() - ref_out.float()).abs().max().item()
+        base = (low_out.float() - ref_out.float()).abs().max().item()
+        label = f"MLA h={hq} sq={sq} page={page}"
+        assert err <= 2 * base + 1e-5, f"{label}: max err {err} > 2 * {base} + 1e-5"
+        lse_err = (lse - ref_lse).abs().max().item()
+        assert lse_err <= 1e-3, f"{label}: LSE err {lse_err}"
+        print(f"     {label}: max err {err:.2e} (bf16 reference {base:.2e})")
+
+
 def test_contiguous_and_paged():
     require_gpu()
     for page in (0, 16, 64, 256):

@@ -308,6 +308,39 @@ TEST(ForwardSm90Compile, SplitColumnsPastHeadDim256) {
       });
     pool.wait();
   }
+  // MLA's V read from K's tiles (KernelSpec::v_in_k): decode with splits,
+  // a paged cache, prefill; no V ring in shared memory.
+  for (Problem p : {cases[0].problem}) {
+    p.head_dim_qk = 576;
+    p.head_dim_v = 512;
+    for (int variant = 0; variant < 3; ++variant) {
+      Problem q = p;
+      KernelConfig c = FwdSm90Traits::default_config(576, 0);
+      if (variant > 0) {
+        q.heads_q = 128;
+        q.heads_kv = 1;
+        q.seqlen_q = 2;
+        q.seqlen_k = 8192;
+        c.pack_gqa = GqaPacking::on;
+        c.splits = 4;
+      }
+      if (variant == 2) {
+        q.page_size = 64;
+        q.seqused_k = true;
+      }
+      auto spec = make_forward_spec(q, c, kSm90a);
+      ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+      spec->v_in_k = true;
+      EXPECT_NE(spec->id().find("_vink"), std::string::npos);
+      EXPECT_EQ(forward_block_geometry(*spec).dynamic_smem_bytes,
+                1024 + 72 * 1024 + 2 * 36 * 1024 + 2 * 16 * 1024 + 8 * (2 + 4 * 2) + 8)
+          << spec->id();
+      testing::Sm90Compiled compiled =
+          testing::compile_sm90_with_report(generate_forward(*spec), kSm90a, cuobjdump);
+      EXPECT_EQ(compiled.error, "") << spec->id();
+      EXPECT_LE(compiled.report.spill_store_bytes, 96) << spec->id();
+    }
+  }
   for (size_t i = 0; i < cases.size(); ++i) {
     const Compiled &r = results[i];
     SCOPED_TRACE(describe(cases[i].problem) + " | " + describe(cases[i].config) + " " + r.id);
