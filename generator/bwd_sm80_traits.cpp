@@ -15,7 +15,11 @@ llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_
   std::vector<std::string> why;
   for (auto [name, d] : {std::pair{"head_dim_qk", head_dim_qk}, {"head_dim_v", head_dim_v}})
     if (d < 8 || d > 256 || d % 8)
-      why.push_back(llvm::formatv("{0}={1} is not a multiple of 8 in [8, 256]", name, d));
+      why.push_back(llvm::formatv("{0}={1} is not a multiple of 8 in [8, 256]{2}", name, d,
+                                  d > 256 && d % 8 == 0
+                                      ? " (no backward kernel takes head dims past 256: the "
+                                        "sm90 forward does, forward only)"
+                                      : ""));
   if (warps != 4 && warps != 8) why.push_back(llvm::formatv("warps={0} is not 4 or 8", warps));
   if (stages != 1 && stages != 2)
     why.push_back(llvm::formatv("stages={0} is not 1 or 2 (Q/dO buffers)", stages));

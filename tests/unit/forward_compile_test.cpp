@@ -114,7 +114,7 @@ TEST(ForwardSource, PreludeHoldsEveryConstantAndIncludesTheTemplate) {
         "using Score = ScorePolicy<Mask, kSoftcap, Modifiers>;", "#include \"fwd_sm80.cuh\""})
     EXPECT_NE(s.source.find(line), std::string::npos) << line;
   // The prelude is short: the kernel lives in the template.
-  EXPECT_LT(std::count(s.source.begin(), s.source.end(), '\n'), 30);
+  EXPECT_LT(std::count(s.source.begin(), s.source.end(), '\n'), 32);
   // expanded() inlines every template once, for offline nvcc builds.
   std::string full = s.expanded();
   EXPECT_EQ(full.find("#include \""), std::string::npos);
