@@ -485,7 +485,12 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
   };
 
   // O *= the softmax's correction of each of the thread's two rows.
+  // Split columns: 128 of O's registers a thread, rescaled every 32 keys.
+  // Where no row of the warp's max moved (every factor exactly 1, as
+  // exp2(0) is: most tiles past the first few of a row) the warp skips it.
   auto rescale_o = [&](const float (&correction)[2]) {
+    if constexpr (kColumnSplit == 2)
+      if (__all_sync(0xffffffffu, correction[0] == 1.f && correction[1] == 1.f)) return;
     OnlineSoftmax<1>::rescale<kOTiles>(o_at, correction);
   };
 
