@@ -301,6 +301,13 @@ TEST(Sm90Sanitizer, SmallShapes) {
   run_case({make_problem(DType::bf16, 2, 34, 17, 150, 400, 128, 128, MaskKind::none),
             KernelConfig{KernelPath::sm90, 128, 176, 12, 2}},
            95);
+  // Past head dim 256: the two warpgroups' S exchange (shared memory, named
+  // barriers), Gemma 4's 512 and MLA's 576/512, over more work tiles than
+  // SMs (3 query blocks x 34 heads x 2).
+  for (auto [dq, dv] : {std::pair{512, 512}, {576, 512}})
+    run_case({make_problem(DType::bf16, 2, 34, 17, 150, 200, dq, dv, MaskKind::causal),
+              sm90_path()},
+             94);
 }
 
 // The same inputs give bit-identical outputs run after run: a moving result
