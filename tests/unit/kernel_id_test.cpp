@@ -69,11 +69,31 @@ std::vector<KernelSpec> specs_to_check() {
   chunked.mask = MaskKind::causal;
   chunked.attention_chunk = 1024;
   forward.push_back({chunked, sm90a});
+  // Past head dim 256 (two warpgroups per 64 rows): Gemma 4's 512, MLA's
+  // 576/512 decode over 128 heads packed in parts, with V read from K's
+  // tiles (_vink).
+  Problem wide = problem(512);
+  wide.heads_q = 8;
+  wide.heads_kv = 4;
+  forward.push_back({wide, sm90a});
+  Problem mla = decode;
+  mla.head_dim_qk = 576;
+  mla.head_dim_v = 512;
+  mla.heads_q = 128;
+  mla.heads_kv = 1;
+  forward.push_back({mla, sm90a});
   for (const auto &[p, arch] : forward)
     for (const KernelConfig &c : forward_candidates(p, arch, 0).configs) {
       auto spec = make_forward_spec(p, c, arch);
-      if (spec) out.push_back(*spec);
-      else llvm::consumeError(spec.takeError());
+      if (!spec) {
+        llvm::consumeError(spec.takeError());
+        continue;
+      }
+      out.push_back(*spec);
+      if (p.head_dim_qk == 576) {
+        spec->v_in_k = true;
+        out.push_back(*spec);
+      }
     }
   for (bool deterministic : {false, true})
     for (const TargetArch &arch : {sm80, sm90a}) {
@@ -96,7 +116,7 @@ TEST(KernelId, EveryCandidateRegeneratesFromItsId) {
   // Each field of an id is reached by at least one spec.
   for (const char *field : {"fwd_sm90", "fwd_sm80", "bwd_sm80", "bwd_sm90", "_det_", "_gqa",
                             "_split", "_seqused", "_page64", "_varlen", "_chunk", "_kve4m3",
-                            "_ofp16",
+                            "_ofp16", "_vink", "_gqa64_", "hdqk512_hdv512", "_w12_",
                             "_window_", "_softcap_", "_causal_"})
     EXPECT_TRUE(llvm::any_of(specs, [&](const KernelSpec &s) {
       return llvm::StringRef(s.id()).contains(field);
