@@ -36,7 +36,8 @@ and the backward's workspace) with NaN before each launch, so that a kernel
 that leaves elements unwritten is caught.
 
 The modules: dense.py (attention), varlen.py (attention_varlen), kvcache.py
-(attention_with_kvcache), autograd.py (their torch.autograd.Functions),
+(attention_with_kvcache; rotary.py its rotary embedding), autograd.py (their
+torch.autograd.Functions),
 modifiers.py and mods.py (score and mask modifiers, block masks), fp8.py
 (quantize_fp8), ops.py (torch.library custom ops for torch.compile),
 service.py (query, tune, precompile), integrations/ (flashjit behind other

@@ -14,6 +14,7 @@ from ._checks import check_inputs, check_tensor, failure, forward_knobs, fp8_ele
 from ._checks import int32_vector, is_fp8
 from ._checks import mixed_dtype_message, refuse_fp8_grad
 from ._layout import kernel_ready, prepare
+from .rotary import rotate_step
 
 NAME = "flashjit.attention_with_kvcache"
 _fail = failure(NAME)
@@ -33,7 +34,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                            block_table=None, softmax_scale=None, causal=False, window=(-1, -1),
                            softcap=0.0, num_splits=0, return_lse=False, q_descale=None,
                            k_scale=None, v_scale=None, out_dtype=None, pack_gqa=None,
-                           attention_chunk=0):
+                           attention_chunk=0, rotary_cos=None, rotary_sin=None,
+                           rotary_interleaved=False):
     """Attention of q over a KV cache, optionally appending this step's k/v first.
 
     q: [batch, seqlen_q, heads_q, d].
@@ -66,6 +68,13 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     attention_chunk: chunked attention (Llama 4), as flashjit.attention's:
         each query (at its position in the cache, bottom-right aligned)
         sees only the keys of its own chunk (eager calls only for now).
+    rotary_cos, rotary_sin, rotary_interleaved: rotary position embedding as
+        flash_attn_with_kvcache's ([seqlen_ro, rotary_dim / 2] tables): the
+        first rotary_dim columns of q and of the appended k rotated at
+        their cache positions (cache_seqlens[b] + i; every query at
+        cache_seqlens[b] without a causal or window mask), GPT-NeoX style or
+        interleaved (GPT-J). Computed by PyTorch ops before the attention
+        (flashjit/rotary.py), 16-bit q only.
     return_lse: also return the fp32 [batch, heads_q, seqlen_q] log-sum-exp
         (+inf for a row that sees no key, whose output is 0).
     k_scale, v_scale: an e4m3 cache's fp32 dequantization factors (real =
@@ -87,6 +96,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     if attention_chunk != 0 and torch.compiler.is_compiling():
         raise NotImplementedError("flashjit.attention_with_kvcache: attention_chunk is not "
                                   "traceable by torch.compile yet; call it eagerly")
+    if rotary_cos is not None or rotary_sin is not None:
+        if not torch.compiler.is_compiling():  # q's and k's checks name them first
+            prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                         softmax_scale, causal, window, softcap, num_splits,
+                         (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk)
+        masked = bool(causal) or tuple(window) != (-1, -1)
+        q, k = rotate_step(torch, _fail, q, k, rotary_cos, rotary_sin, cache_seqlens,
+                           bool(rotary_interleaved), masked)
     if torch.compiler.is_compiling():
         # torch.compile traces the custom op (flashjit/ops.py), which writes
         # k_cache/v_cache in place as this function does.

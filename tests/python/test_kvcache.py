@@ -97,6 +97,53 @@ def run_case(b, sq, cap, hq, hkv, d, dtype, page=0, new=0, lens=None, seed=0, **
             assert torch.equal(logical_k[i, n:n + new], k_new[i]), f"{label}: append missing"
 
 
+def test_rotary():
+    """rotary_cos/rotary_sin as flash_attn_with_kvcache's: the call against
+    the reference on q and the appended k rotated by flashjit.rotary (whose
+    own test checks it against the definition); the cache afterwards holds
+    the rotated keys. Both styles, partial rotary dims, causal (queries at
+    their own positions) and not (every query at cache_seqlens), paged."""
+    require_gpu()
+    from flashjit.rotary import rotate_step
+    from test_rotary_cpu import tables
+    for interleaved, causal, page, rotary_dim in ((False, True, 0, 128), (True, False, 64, 64),
+                                                  (False, False, 16, 32)):
+        torch.manual_seed(rotary_dim)
+        b, sq, cap, hq, hkv, d, new = 3, 2, 256, 8, 2, 128, 2
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
+        k_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
+        lens = torch.tensor([0, 100, cap - new], dtype=torch.int32, device="cuda")
+        cos, sin = (t.cuda() for t in tables(cap + 8, rotary_dim // 2))
+        if page:
+            k_cache, v_cache, table = paged(k, v, page, seed=1)
+        else:
+            k_cache, v_cache, table = k.clone(), v.clone(), None
+        out = flashjit.attention_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new,
+                                              cache_seqlens=lens, block_table=table,
+                                              causal=causal, rotary_cos=cos, rotary_sin=sin,
+                                              rotary_interleaved=interleaved)
+        fail = lambda kind, message: kind(message)  # noqa: E731
+        rq, rk = rotate_step(torch, fail, q, k_new, cos, sin, lens, interleaved, causal)
+        k_ref, v_ref = k.clone(), v.clone()
+        for i in range(b):
+            n = int(lens[i])
+            k_ref[i, n:n + new] = rk[i]
+            v_ref[i, n:n + new] = v_new[i]
+        ref_out, _ = reference(rq, k_ref, v_ref, lens + new, causal=causal)
+        low_out, _ = reference(rq, k_ref, v_ref, lens + new, causal=causal, upcast=False)
+        err = (out.float() - ref_out.float()).abs().max().item()
+        base = (low_out.float() - ref_out.float()).abs().max().item()
+        label = f"rotary interleaved={interleaved} causal={causal} page={page} dim={rotary_dim}"
+        assert err <= 2 * base + 1e-5, f"{label}: max err {err} > 2 * {base} + 1e-5"
+        logical_k = k_cache[table.long()].reshape(b, cap, hkv, d) if page else k_cache
+        for i in range(b):
+            n = int(lens[i])
+            assert torch.equal(logical_k[i, n:n + new], rk[i]), f"{label}: rotated keys"
+
+
 def test_mla_latent_cache():
     """DeepSeek MLA decode: one latent KV head of 576 columns serving 128 (and,
     under tensor parallelism, 16) query heads, V the cache's first 512
