@@ -525,6 +525,34 @@ def render_fp8_decode(rec, slug):
            for p in pages])
 
 
+WIDE_PATHS = ("sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex")
+
+
+def render_wide_fwd(rec, slug=None):
+    """bench/wide_head_dims.py's forward rows: flashjit at head dim 512 against
+    every PyTorch path that ran it (- where one did not)."""
+    body = [[str(r["seqlen"]), "causal" if r.get("causal") else "full",
+             num(cell(r, "ours", "tflops"), ".1f")] +
+            [num(cell(r, name, "tflops"), ".1f") for name in WIDE_PATHS] +
+            [num(r.get("ours/fastest"), ".2f")] for r in rec["rows"]]
+    out = ["Head dim 512 (Gemma 4's global layers: 8 query heads over 4 KV heads, batch 1), "
+           "TFLOP/s; *× fastest*: flashjit over the fastest other path that ran.", ""]
+    return out + table(["seqlen", "<mask", "flashjit", "SDPA cuDNN", "SDPA efficient",
+                        "SDPA math", "Flex", "× fastest"], body) + [""]
+
+
+def render_wide_decode(rec, slug=None):
+    """bench/wide_head_dims.py's decode rows: GB/s of K and V read and the
+    share of HBM's peak, and TFLOP/s (MLA's compute-bound rows)."""
+    body = [[f"{r['batch']} x {r['length']}", r["heads"], r["d"],
+             num(cell(r, "ours", "gbs"), ".0f"),
+             num(100 * (cell(r, "ours", "hbm_fraction") or float("nan")), ".0f"),
+             num(cell(r, "ours", "tflops"), ".1f")] for r in rec["rows"]]
+    out = ["One query token a sequence over a contiguous cache; GB/s of K and V read.", ""]
+    return out + table(["<batch x length", "<heads", "<d", "GB/s", "% HBM", "TFLOP/s"],
+                       body) + [""]
+
+
 SUITES = [  # (suite, title); the order of the sections
     ("grid_fwd", "Forward, training grid"),
     ("grid_bwd", "Backward, training grid"),
@@ -540,12 +568,15 @@ SUITES = [  # (suite, title); the order of the sections
     ("latency", "Call latency from Python"),
     ("fp8_fwd", "FP8 forward (e4m3)"),
     ("fp8_decode", "Decode over an fp8 KV cache"),
+    ("wide_fwd", "Head dim 512 forward"),
+    ("wide_decode", "Decode past head dim 256 (Gemma 4, MLA)"),
 ]
 RENDERERS = {"decode": render_decode, "decode_paged": render_paged, "varlen": render_varlen,
              "serving": render_serving, "modifiers": render_modifiers,
              "deterministic": render_deterministic, "first_call": render_first_call,
              "latency": render_latency, "fp8_fwd": render_fp8_fwd,
-             "fp8_decode": render_fp8_decode}
+             "fp8_decode": render_fp8_decode, "wide_fwd": render_wide_fwd,
+             "wide_decode": render_wide_decode}
 
 
 def title_of(suite):

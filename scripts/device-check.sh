@@ -8,7 +8,7 @@
 # (forward, then backward, then a baseline build against this one, then the
 # deterministic backward against the default mode, then decode, then
 # varlen, then serving, then the modifiers against FlexAttention, then the
-# fp8 forward and fp8 KV cache decode).
+# fp8 forward and fp8 KV cache decode, then head dim 512 and MLA decode).
 #   QUICK=1   the reduced benchmark grid (bench/compare.py --quick)
 #   SKIP=a,b  steps to leave out, ONLY=a,b the steps to run (names as in
 #             the summary); one call of the device tool runs 10 minutes at
@@ -179,6 +179,7 @@ step varlen 600 python_step python3 bench/varlen.py "${quick[@]}" --results "$RE
 step serving 300 python_step python3 bench/serving.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/serving.json"
 step modifiers 400 python_step python3 bench/modifiers.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/modifiers.json"
 step fp8 400 python_step python3 bench/fp8.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/fp8.json"
+step wide 400 python_step python3 bench/wide_head_dims.py "${quick[@]}" --results "$RESULTS" --json "$LOGDIR/wide.json"
 
 echo
 echo "===== summary (logs in $LOGDIR)"
@@ -213,6 +214,8 @@ modifiers=$(sed -n '/^=== flashjit modifiers/,$p' "$LOGDIR"/*-modifiers.log 2>/d
 [ -n "$modifiers" ] && printf '\n%s\n' "$modifiers"
 fp8=$(sed -n '/^=== flashjit fp8/,$p' "$LOGDIR"/*-fp8.log 2>/dev/null)
 [ -n "$fp8" ] && printf '\n%s\n' "$fp8"
+wide=$(sed -n '/^=== head dim 512 forward/,$p' "$LOGDIR"/*-wide.log 2>/dev/null)
+[ -n "$wide" ] && printf '\n%s\n' "$wide"
 if [ -n "${OUT:-}" ]; then
   # Few files come back from the device machine: the logs and the result
   # files, packed.
