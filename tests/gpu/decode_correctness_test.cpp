@@ -102,7 +102,7 @@ std::vector<DecodeCase> decode_cases() {
   // MLA's 128 query heads on one KV head: packed in two parts of 64 (each
   // tile's KV head is its part's), with and without splits, and a GQA
   // group of 96 (parts of 48) at d=128.
-  add(make_problem(DType::bf16, 2, 128, 1, 1, 2000, 576, 512, MaskKind::none), 4, GqaPacking::on);
+  add(make_problem(DType::bf16, 2, 128, 1, 1, 1300, 576, 512, MaskKind::none), 4, GqaPacking::on);
   add(make_problem(DType::bf16, 1, 128, 1, 2, 700, 576, 512, MaskKind::causal), 1,
       GqaPacking::on);
   add(make_problem(DType::fp16, 1, 192, 2, 1, 1500, 128, 128, MaskKind::none), 3,
