@@ -201,7 +201,8 @@ PUBLIC_API = {
                               "block_table=None, softmax_scale=None, causal=False, "
                               "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False, "
                               "q_descale=None, k_scale=None, v_scale=None, out_dtype=None, "
-                              "pack_gqa=None, attention_chunk=0)",
+                              "pack_gqa=None, attention_chunk=0, rotary_cos=None, "
+                              "rotary_sin=None, rotary_interleaved=False)",
     "compile_count": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
