@@ -567,6 +567,7 @@ SUITES = [  # (suite, title); the order of the sections
     ("first_call", "First call"),
     ("latency", "Call latency from Python"),
     ("fp8_fwd", "FP8 forward (e4m3)"),
+    ("fp8_fwd_cudnn", "FP8 forward against cuDNN's fp8 (d=128, reduced grid)"),
     ("fp8_decode", "Decode over an fp8 KV cache"),
     ("wide_fwd", "Head dim 512 forward"),
     ("wide_decode", "Decode past head dim 256 (Gemma 4, MLA)"),
@@ -575,6 +576,7 @@ RENDERERS = {"decode": render_decode, "decode_paged": render_paged, "varlen": re
              "serving": render_serving, "modifiers": render_modifiers,
              "deterministic": render_deterministic, "first_call": render_first_call,
              "latency": render_latency, "fp8_fwd": render_fp8_fwd,
+             "fp8_fwd_cudnn": render_fp8_fwd,
              "fp8_decode": render_fp8_decode, "wide_fwd": render_wide_fwd,
              "wide_decode": render_wide_decode}
 
