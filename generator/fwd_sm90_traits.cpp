@@ -224,11 +224,10 @@ llvm::Expected<FwdSm90Traits> FwdSm90Traits::make(int head_dim_qk, int head_dim_
                                       "warpgroups of 64 rows) or, at head dim 64, 192 (three)",
                                       block_m)
                             .str());
-  else if (warps != warps_for(block_m, fp8 ? 0 : head_dim))
+  else if (const int expected = warps_for(block_m, fp8 ? 0 : head_dim); warps != expected)
     why.push_back(llvm::formatv("warps={0} is not {1} (one producer and {2} consumer warpgroups "
                                 "at block_m={3})",
-                                warps, warps_for(block_m, fp8 ? 0 : head_dim),
-                                (warps_for(block_m, fp8 ? 0 : head_dim) - 4) / 4, block_m));
+                                warps, expected, (expected - 4) / 4, block_m));
   if (fp8 && block_n != kFp8BlockN)
     why.push_back(llvm::formatv("block_n={0} is not {1} with e4m3 (V^T's rows are one 128-byte "
                                 "swizzle block of keys)",

@@ -10,7 +10,6 @@
 
 #include "cache/tuning_db.h"
 #include "generator/modifier_source.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "runtime/nvrtc_compiler.h"
 
 namespace flashjit {
@@ -50,8 +49,8 @@ template <class Finding>
 class ProbeCache {
  public:
   template <class Probe>
-  llvm::Expected<Finding> get(const char *kind, uint64_t hash, const std::string &arch,
-                              TuningDb *db, Probe &&probe) {
+  llvm::Expected<Finding> get(uint64_t hash, const std::string &arch, TuningDb *db,
+                              const std::string &db_key, Probe &&probe) {
     const auto key = std::make_pair(hash, arch);
     {
       std::shared_lock lock(mutex_);
@@ -59,7 +58,6 @@ class ProbeCache {
     }
     std::unique_lock lock(mutex_);
     if (auto it = findings_.find(key); it != findings_.end()) return it->second;
-    const std::string db_key = llvm::formatv("{0}:{1:x-16}:{2}", kind, hash, arch).str();
     if (db) {
       auto stored = db->get_snippet_fact(db_key);
       if (!stored) {
@@ -94,6 +92,12 @@ llvm::Expected<std::string> probe_ptx(const GeneratedSource &source, const Targe
   return std::string(ptx->bytes.begin(), ptx->bytes.end());
 }
 
+// A finding's key in the database: the probe, the probed text's hash and
+// the target.
+std::string fact_key(const char *probe, const Modifiers &probed, const std::string &arch) {
+  return std::string(probe) + ":" + modifiers_hash(probed) + ":" + arch;
+}
+
 llvm::Error error(const std::string &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
@@ -104,7 +108,8 @@ llvm::Expected<bool> score_mod_defines_grad(const Modifiers &modifiers, TuningDb
   if (modifiers.score_mod.empty()) return false;
   const TargetArch sm80{8, 0, false};
   const Modifiers probed = score_mod_grad_probed(modifiers);
-  return cache<bool>().get("score_mod_grad", modifiers_hash_value(probed), sm80.name(), db,
+  return cache<bool>().get(modifiers_hash_value(probed), sm80.name(), db,
+                           fact_key("score_mod_grad", probed, sm80.name()),
                            [&]() -> llvm::Expected<bool> {
                              auto ptx = probe_ptx(generate_score_mod_grad_probe(probed), sm80);
                              if (!ptx) return ptx.takeError();
@@ -116,7 +121,8 @@ llvm::Expected<MaskModReads> mask_mod_reads(const Modifiers &modifiers, const Ta
                                             TuningDb *db) {
   if (modifiers.mask_mod.empty()) return MaskModReads{};
   const Modifiers probed = mask_mod_probed(modifiers);
-  return cache<MaskModReads>().get("mask_mod_reads", modifiers_hash_value(probed), arch.name(), db,
+  return cache<MaskModReads>().get(modifiers_hash_value(probed), arch.name(), db,
+                                   fact_key("mask_mod_reads", probed, arch.name()),
                                    [&]() -> llvm::Expected<MaskModReads> {
                                      auto ptx = probe_ptx(generate_mask_mod_probe(probed), arch);
                                      if (!ptx) return ptx.takeError();

@@ -97,10 +97,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         raise NotImplementedError("flashjit.attention_with_kvcache: attention_chunk is not "
                                   "traceable by torch.compile yet; call it eagerly")
     if rotary_cos is not None or rotary_sin is not None:
-        if not torch.compiler.is_compiling():  # q's and k's checks name them first
-            prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
-                         softmax_scale, causal, window, softcap, num_splits,
-                         (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk)
+        # q's and k's own checks name them first; the call's checks below
+        # then see the rotated tensors (same shapes, dtypes and devices).
+        check_inputs(torch, _fail, q, 4, ())
+        if k is not None:
+            check_tensor(torch, _fail, "k", k, 4, q.device)
         masked = bool(causal) or tuple(window) != (-1, -1)
         q, k = rotate_step(torch, _fail, q, k, rotary_cos, rotary_sin, cache_seqlens,
                            bool(rotary_interleaved), masked)

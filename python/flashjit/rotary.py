@@ -10,7 +10,10 @@ cache_seqlens[b] + 1, ...; so do the queries under a causal or sliding
 window mask, while without a mask every query is taken at cache_seqlens[b]
 (FlashAttention's convention: the new tokens are one step). The rotation is
 computed in fp32 by PyTorch ops before the attention call (traceable by
-torch.compile), not fused into the kernel.
+torch.compile), not fused into the kernel. The table must cover every
+rotated position: with cache_seqlens an int (or None) a shorter one is an
+error; with a device tensor (not read back: no sync per step) positions
+past it take its last row.
 """
 
 
@@ -40,10 +43,10 @@ def check_rotary(torch, fail, cos, sin, q, dim):
 
 def rotary_positions(torch, start, batch, seqlen, device, one_step):
     """[batch, seqlen] int64 positions from each sequence's `start` (an int32
-    [batch] tensor, or None for 0): start + i, or start for every i when
-    `one_step`."""
-    if start is None:
-        start = torch.zeros(batch, dtype=torch.int64, device=device)
+    [batch] tensor, an int, or None for 0): start + i, or start for every i
+    when `one_step`."""
+    if start is None or isinstance(start, int):
+        start = torch.full((batch,), start or 0, dtype=torch.int64, device=device)
     offsets = torch.zeros(seqlen, dtype=torch.int64, device=device) if one_step else \
         torch.arange(seqlen, dtype=torch.int64, device=device)
     return start.to(torch.int64)[:, None] + offsets[None, :]
@@ -66,27 +69,26 @@ def apply_rotary(torch, x, cos, sin, positions, interleaved):
 
 
 def rotate_step(torch, fail, q, k_new, cos, sin, cache_seqlens, interleaved, masked):
-    """(q, k_new) rotated as the module says; k_new may be None. Positions
-    past rotary_cos's rows are an error (checked on the host: one sync)."""
+    """(q, k_new) rotated as the module says; k_new may be None."""
     batch, seqlen_q, _, dim = q.shape
     check_rotary(torch, fail, cos, sin, q, dim)
-    if isinstance(cache_seqlens, int):
-        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     seqlen_new = k_new.shape[1] if k_new is not None else 0
     if q.dtype not in (torch.bfloat16, torch.float16):
         raise fail(TypeError, f"rotary embedding rotates 16-bit q, got {q.dtype}")
+    # Lengths known on the host (an int, or none) are checked against the
+    # table; device lengths are not read back (a sync every decode step):
+    # their positions are clamped to the table's rows instead, so a short
+    # table never reads past itself.
+    if cache_seqlens is None or isinstance(cache_seqlens, int):
+        last = (cache_seqlens or 0) + max(seqlen_q if masked else 1, seqlen_new) - 1
+        if last >= cos.shape[0]:
+            raise fail(ValueError, f"rotary_cos has {cos.shape[0]} rows but position {last} is "
+                                   f"rotated (cache_seqlens plus this step's tokens): give a "
+                                   f"table of at least {last + 1} rows")
     q_pos = rotary_positions(torch, cache_seqlens, batch, seqlen_q, q.device, not masked)
     k_pos = rotary_positions(torch, cache_seqlens, batch, seqlen_new, q.device, False)
-    # The bound needs the positions on the host: skipped while torch.compile
-    # traces (indexing past the table then fails inside PyTorch).
-    last = -1
-    if not torch.compiler.is_compiling():
-        last = max(int(q_pos.max()) if q_pos.numel() else 0,
-                   int(k_pos.max()) if k_pos.numel() else 0)
-    if last >= cos.shape[0]:
-        raise fail(ValueError, f"rotary_cos has {cos.shape[0]} rows but position {last} is "
-                               f"rotated (cache_seqlens plus this step's tokens): give a table "
-                               f"of at least {last + 1} rows")
+    q_pos = q_pos.clamp(max=cos.shape[0] - 1)
+    k_pos = k_pos.clamp(max=cos.shape[0] - 1)
     q = apply_rotary(torch, q, cos, sin, q_pos, interleaved)
     if k_new is not None:
         k_new = apply_rotary(torch, k_new, cos, sin, k_pos, interleaved)
