@@ -52,6 +52,9 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
   if (problem.seqused_k) {
     p.seqused_k = args.cache.cache_seqlens;
     p.seqlen_new = static_cast<int>(args.cache.k_new ? args.cache.seqlen_new : 0);
+    p.cache_batch_idx = args.cache.cache_batch_idx;
+    p.cache_batches = static_cast<int>(args.cache.cache_batches);
+    p.cache_leftpad = args.cache.cache_leftpad;
   }
   if (problem.page_size > 0) {
     p.page_table = args.cache.page_table;
@@ -96,6 +99,8 @@ KvAppendParams make_kv_append_params(const Problem &problem, const ForwardArgs &
   p.seqlen_k = static_cast<int>(problem.seqlen_k);
   p.heads_kv = static_cast<int>(problem.heads_kv);
   p.batch = static_cast<int>(problem.batch);
+  p.cache_batch_idx = c.cache_batch_idx;
+  p.cache_batches = static_cast<int>(c.cache_batches);
   p.k_scale = args.descale.k;
   p.v_scale = args.descale.v;
   p.scale_batch_stride = args.descale.batch_stride;

@@ -288,6 +288,9 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
         strides(kv->k_new_stride_batch, kv->k_new_stride_seq, kv->k_new_stride_head);
     args.cache.v_new_strides =
         strides(kv->v_new_stride_batch, kv->v_new_stride_seq, kv->v_new_stride_head);
+    args.cache.cache_batch_idx = kv->cache_batch_idx;
+    args.cache.cache_batches = kv->num_cache_batches;
+    args.cache.cache_leftpad = kv->cache_leftpad;
   }
 
   if (vl) {

@@ -77,9 +77,7 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
   // Paged K/V are [num_pages, page_size, heads_kv, d]; a packed batch is
   // [total, heads, d] (one batch entry).
   const auto [q_outer, q_rows] = query_extent(problem, varlen);
-  const RowExtent keys = key_extent(problem, varlen);
-  const int64_t kv_outer = paged ? cache.num_pages : keys.batch;
-  const int64_t kv_rows = paged ? problem.page_size : keys.rows;
+  const auto [kv_outer, kv_rows] = forward_key_extent(problem, args);
   if (paged && (cache.num_pages < 1 || cache.num_pages > std::numeric_limits<int32_t>::max()))
     return fail(llvm::formatv("cache.num_pages={0} is invalid: a paged cache (page_size={1}) "
                               "needs 1 to 2^31-1 pages (K and V's first dimension)",
@@ -106,8 +104,10 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
   if (args.lse) extra.push_back({"lse", args.lse, alignof(float)});
   const bool has_cache = problem.seqused_k || paged;
   if (!has_cache) {
-    if (cache.cache_seqlens || cache.page_table || cache.k_new || cache.v_new)
-      return fail("cache arguments (cache_seqlens, page_table, k_new, v_new) were given for a "
+    if (cache.cache_seqlens || cache.page_table || cache.k_new || cache.v_new ||
+        cache.cache_batch_idx || cache.cache_leftpad)
+      return fail("cache arguments (cache_seqlens, page_table, k_new, v_new, cache_batch_idx, "
+                  "cache_leftpad) were given for a "
                   "problem without a KV cache: set Problem::seqused_k (and page_size when "
                   "paged)");
     return check_tensors(tensors, extra);
@@ -140,6 +140,31 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
     extra.push_back({"page_table", cache.page_table, alignof(int32_t)});
   } else if (cache.page_table) {
     return fail("cache.page_table was given but the problem's page_size is 0 (contiguous K/V)");
+  }
+  if (cache.cache_batch_idx || cache.cache_leftpad) {
+    const char *which = cache.cache_batch_idx ? "cache_batch_idx" : "cache_leftpad";
+    if (!problem.seqused_k)
+      return fail(llvm::formatv("cache.{0} needs cache_seqlens (Problem::seqused_k): it places "
+                                "each sequence's keys in a KV cache",
+                                which));
+    if (paged || problem.varlen)
+      return fail(llvm::formatv("cache.{0} was given for a {1}: it places sequences in a "
+                                "contiguous cache [cache_batches, seqlen_k, heads_kv, d]; a "
+                                "page table already places each sequence's keys",
+                                which, paged ? "paged cache" : "packed batch (varlen)"));
+    if (cache.cache_leftpad)
+      extra.push_back({"cache_leftpad", cache.cache_leftpad, alignof(int32_t)});
+  }
+  if (cache.cache_batch_idx) {
+    if (cache.cache_batches < 1 || cache.cache_batches > std::numeric_limits<int32_t>::max())
+      return fail(llvm::formatv("cache.cache_batches={0} is invalid: cache_batch_idx needs K and "
+                                "V's number of batch entries, 1 to 2^31-1",
+                                cache.cache_batches));
+    extra.push_back({"cache_batch_idx", cache.cache_batch_idx, alignof(int32_t)});
+  } else if (cache.cache_batches != 0) {
+    return fail(llvm::formatv("cache.cache_batches={0} without cache_batch_idx: pass the "
+                              "sequences' batch entries, or 0",
+                              cache.cache_batches));
   }
   if ((cache.k_new != nullptr) != (cache.v_new != nullptr))
     return fail("cache.k_new and cache.v_new: pass both (this step's keys and values) or neither");

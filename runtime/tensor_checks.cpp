@@ -144,6 +144,13 @@ RowExtent key_extent(const Problem &problem, const VarlenArgs &varlen) {
   return {problem.batch, problem.seqlen_k};
 }
 
+RowExtent forward_key_extent(const Problem &problem, const ForwardArgs &args) {
+  if (problem.page_size > 0) return {args.cache.num_pages, problem.page_size};
+  const RowExtent keys = key_extent(problem, args.varlen);
+  if (args.cache.cache_batch_idx) return {args.cache.cache_batches, keys.rows};
+  return keys;
+}
+
 llvm::Error with_call_context(const char *pass, const Problem &problem, llvm::Error error) {
   if (!error) return error;
   return args_error(llvm::Twine("flashjit ") + pass + " (" + describe(problem) +

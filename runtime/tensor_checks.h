@@ -51,6 +51,10 @@ struct RowExtent {
 };
 RowExtent query_extent(const Problem &problem, const VarlenArgs &varlen);
 RowExtent key_extent(const Problem &problem, const VarlenArgs &varlen);
+// The forward's K/V as that check (and the tensor maps) see them: a paged
+// cache's [num_pages, page_size], a contiguous cache's cache_batches entries
+// under cache_batch_idx, else key_extent.
+RowExtent forward_key_extent(const Problem &problem, const ForwardArgs &args);
 
 // `error` (success passes through) prefixed with the call that failed:
 // "flashjit <pass> (<problem>): ...", `pass` e.g. "forward".

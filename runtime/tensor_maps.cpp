@@ -199,7 +199,6 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   // A packed varlen batch is one [total][heads][d] tensor: a batch of one
   // whose rows the kernel offsets per sequence (common/sequence.cuh).
   const auto [outer, q_rows] = query_extent(p, args.varlen);
-  const RowExtent keys = key_extent(p, args.varlen);
   auto q = spec.pack_gqa > 1
                ? encode_packed_q(*driver, p.dtype, args.q, spec.head_dim_qk, q_rows, p.heads_q,
                                  outer, args.q_strides, spec.pack_gqa)
@@ -208,9 +207,7 @@ llvm::Expected<ForwardTensorMaps> make_forward_tensor_maps(const KernelSpec &spe
   if (!q) return q.takeError();
   // Paged: [num_pages][page_size][heads_kv][d], read in boxes that never
   // cross a page (common/sequence.cuh).
-  const bool paged = spec.page_size > 0;
-  const int64_t kv_rows = paged ? spec.page_size : keys.rows;
-  const int64_t kv_outer = paged ? args.cache.num_pages : keys.batch;
+  const auto [kv_outer, kv_rows] = forward_key_extent(p, args);
   const int box_rows = kv_box_rows(spec.page_size, spec.config.block_n);
   auto k = encode(*driver, "k", kv_element(p), args.k, spec.head_dim_qk, kv_rows, p.heads_kv,
                   kv_outer, args.k_strides, box_rows, kForwardPromotion);

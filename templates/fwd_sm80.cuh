@@ -202,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
   const u16 *const q_base = static_cast<const u16 *>(p.q) + seq.outer * p.q_batch_stride +
                             head * p.q_head_stride + (seq.q_row0 + m0) * p.q_row_stride;
   // Paged, the batch strides step between pages and the batch is a page.
-  const i64 kv_outer = Sequence::kPaged ? 0 : seq.outer;
+  const i64 kv_outer = Sequence::kPaged ? 0 : seq.kv_outer;
   const u16 *const k_base = static_cast<const u16 *>(p.k) + kv_outer * p.k_batch_stride +
                             kv_head * p.k_head_stride + seq.k_row0 * p.k_row_stride;
   const u16 *const v_base = static_cast<const u16 *>(p.v) + kv_outer * p.v_batch_stride +

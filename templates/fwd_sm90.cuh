@@ -244,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm90::kThreads, 1)
         auto load_kv = [&](int t, bool v) {
           const int stage = stage_of(kv_iter + t);
           const int n0 = key_tile_index(walk.key_tile_entry(entry_base, t)) * kBlockN;
-          int lane_page = seq.outer;
+          int lane_page = seq.kv_outer;
           if constexpr (Sequence::kPaged) lane_page = seq.box_page(p, n0, tid % 32);
           const u32 full = v ? bars.v_full(stage) : bars.k_full(stage);
           const u32 dst =

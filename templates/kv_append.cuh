@@ -1,7 +1,8 @@
 // KV-cache append: writes this step's keys and values ([batch][seqlen_new]
 // [heads_kv][dim]) into the cache at each sequence's positions
 // seqused_k[b] .. seqused_k[b] + seqlen_new - 1, through the page table when
-// the cache is paged (cfg::kPageSize > 0), before the forward kernel reads
+// the cache is paged (cfg::kPageSize > 0) or into batch entry
+// cache_batch_idx[b] when given, before the forward kernel reads
 // the cache on the same stream (flash_attn_with_kvcache's k/v arguments).
 //
 // Tiling. One CTA per (new row, sequence); its threads walk the row's
@@ -10,9 +11,10 @@
 // suffices.
 //
 // Bounds. The positions come from device data the host cannot check: a
-// negative count, a position at or past the cache's capacity (seqlen_k),
-// or a page index outside [0, num_pages) writes nothing, so no content makes
-// the kernel write outside the cache.
+// negative count, a position at or past the cache's capacity (seqlen_k), or
+// a page index (cache_batch_idx entry) outside [0, num_pages)
+// ([0, cache_batches)) writes nothing, so no content makes the kernel write
+// outside the cache.
 #pragma once
 
 #include "common/fwd_params.cuh"
@@ -83,6 +85,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
   if (first < 0 || pos >= p.seqlen_k) return;
   long long outer = batch;  // the cache's batch, or the page
   long long cache_row = pos;
+  if (p.cache_batch_idx) {  // a contiguous cache's entry for this sequence
+    outer = p.cache_batch_idx[batch];
+    if (outer < 0 || outer >= p.cache_batches) return;
+  }
   if constexpr (cfg::kPageSize > 0) {
     const int page = p.page_table[batch * p.page_table_stride + pos / cfg::kPageSize];
     if (page < 0 || page >= p.num_pages) return;

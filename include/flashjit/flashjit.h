@@ -92,6 +92,13 @@ typedef struct flashjit_kvcache_args {
   int64_t seqlen_new;
   int64_t k_new_stride_batch, k_new_stride_seq, k_new_stride_head;
   int64_t v_new_stride_batch, v_new_stride_seq, v_new_stride_head;
+  /* A contiguous cache only, both optional (NULL): cache_batch_idx [batch]
+   * int32, the K/V batch entry of each sequence (k/v then have
+   * num_cache_batches entries); cache_leftpad [batch] int32, the row each
+   * sequence's keys start at (flash_attn_with_kvcache's arguments). */
+  const int32_t *cache_batch_idx;
+  int64_t num_cache_batches;
+  const int32_t *cache_leftpad;
 } flashjit_kvcache_args;
 
 /* Gradients: dq like q, dk/dv like k/v (summed over the query heads that

@@ -54,6 +54,16 @@ struct KvCacheArgs {
   const void *v_new = nullptr;
   int64_t seqlen_new = 0;
   TensorStrides k_new_strides, v_new_strides;
+  // A contiguous cache only (page_size 0, not varlen), both optional:
+  // cache_batch_idx [batch] int32 places sequence b at K/V batch entry
+  // cache_batch_idx[b], K and V then having cache_batches entries (an entry
+  // outside [0, cache_batches) reads no keys and appends nothing);
+  // cache_leftpad [batch] int32 starts its keys at that row, so it attends
+  // to rows cache_leftpad[b] .. its key count - 1 (its new keys are still
+  // written at cache_seqlens[b]). flash_attn_with_kvcache's arguments.
+  const int32_t *cache_batch_idx = nullptr;
+  int64_t cache_batches = 0;
+  const int32_t *cache_leftpad = nullptr;
 };
 
 // A packed batch's device data (flash_attn_varlen_func's arguments), for a

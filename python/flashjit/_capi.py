@@ -84,6 +84,10 @@ class KvCacheArgs(ctypes.Structure):
         (f"{t}_stride_{d}", ctypes.c_int64)
         for t in ("k_new", "v_new")
         for d in ("batch", "seq", "head")
+    ] + [
+        ("cache_batch_idx", ctypes.c_void_p),
+        ("num_cache_batches", ctypes.c_int64),
+        ("cache_leftpad", ctypes.c_void_p),
     ]
 
 

@@ -91,17 +91,22 @@ def varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, total_k):
     return _capi.VarlenArgs(_pointer(cu_seqlens_q), _pointer(cu_seqlens_k), total_q, total_k)
 
 
-def kvcache_args(cache_seqlens, block_table, table_stride, num_pages, k_new=None, v_new=None):
+def kvcache_args(cache_seqlens, block_table, table_stride, num_pages, k_new=None, v_new=None,
+                 cache_batch_idx=None, cache_batches=0, cache_leftpad=None):
     """The flashjit_kvcache_args of a call over a KV cache: each sequence's
     key count (or None: the whole cache), the page table (or None: a
-    contiguous cache) with its row stride and the number of pages, and this
+    contiguous cache) with its row stride and the number of pages, this
     step's keys and values to append (kernel-ready [batch, seqlen_new,
-    heads_kv, d], or None)."""
+    heads_kv, d], or None), and a contiguous cache's placement of the
+    sequences (int32 [batch] entries of its cache_batches, and start rows;
+    None: entry b, row 0)."""
     return _capi.KvCacheArgs(
         _pointer(cache_seqlens), _pointer(block_table), table_stride, num_pages,
         _pointer(k_new), _pointer(v_new), k_new.shape[1] if k_new is not None else 0,
         *(kernel_strides(k_new) if k_new is not None else (0, 0, 0)),
-        *(kernel_strides(v_new) if v_new is not None else (0, 0, 0)))
+        *(kernel_strides(v_new) if v_new is not None else (0, 0, 0)),
+        _pointer(cache_batch_idx), cache_batches if cache_batch_idx is not None else 0,
+        _pointer(cache_leftpad))
 
 
 class Call:

@@ -35,7 +35,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                            softcap=0.0, num_splits=0, return_lse=False, q_descale=None,
                            k_scale=None, v_scale=None, out_dtype=None, pack_gqa=None,
                            attention_chunk=0, rotary_cos=None, rotary_sin=None,
-                           rotary_interleaved=False):
+                           rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None):
     """Attention of q over a KV cache, optionally appending this step's k/v first.
 
     q: [batch, seqlen_q, heads_q, d].
@@ -53,6 +53,19 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         min(cache_seqlens[b] + seqlen_new, capacity) keys, where the capacity
         is seqlen_cache, or block_table's width times page_size. None: every
         sequence uses the whole cache.
+    cache_batch_idx: int32 [batch], a contiguous cache's entry of each
+        sequence: sequence b reads (and appends to) k_cache[cache_batch_idx[b]],
+        so k_cache may have more entries than q has sequences (a pool of
+        slots; FlashAttention's cache_batch_idx). An index outside
+        [0, k_cache.shape[0]) reads no keys (the output row is 0) and appends
+        nothing. Not with block_table (the table places pages already).
+    cache_leftpad: int32 [batch], a contiguous cache's first row of each
+        sequence (left padding): sequence b attends to rows cache_leftpad[b]
+        .. cache_seqlens[b] + seqlen_new - 1 of its entry, its masks aligned
+        bottom-right at the end as without it; the append still writes at
+        cache_seqlens[b], and rotary positions stay cache_seqlens[b] + i
+        (FlashAttention's cache_leftpad). Needs cache_seqlens; not with
+        block_table.
     block_table: int32 [batch, max_pages_per_seq]: the pages of each
         sequence's keys in order. Entries past a sequence's key count are
         never read; an entry outside [0, num_pages) reads as zeros.
@@ -105,6 +118,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         masked = bool(causal) or tuple(window) != (-1, -1)
         q, k = rotate_step(torch, _fail, q, k, rotary_cos, rotary_sin, cache_seqlens,
                            bool(rotary_interleaved), masked)
+    if torch.compiler.is_compiling() and (cache_batch_idx is not None
+                                          or cache_leftpad is not None):
+        raise NotImplementedError("flashjit.attention_with_kvcache: cache_batch_idx and "
+                                  "cache_leftpad are not traceable by torch.compile yet; call "
+                                  "it eagerly")
     if torch.compiler.is_compiling():
         # torch.compile traces the custom op (flashjit/ops.py), which writes
         # k_cache/v_cache in place as this function does.
@@ -124,14 +142,15 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
 
     call = prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
                         softmax_scale, causal, window, softcap, num_splits,
-                        (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk)
+                        (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk,
+                        cache_batch_idx, cache_leftpad)
     out, lse, _, _, _ = _launch.forward(torch, call, q, k_cache, v_cache, want_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
 def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale,
                  causal, window, softcap, num_splits, fp8=(None, None, None, None),
-                 pack_gqa=None, attention_chunk=0):
+                 pack_gqa=None, attention_chunk=0, cache_batch_idx=None, cache_leftpad=None):
     """The checked arguments as a _launch.Call; raises TypeError or
     ValueError naming the wrong argument. fp8: (q_descale, k_scale,
     v_scale, out_dtype)."""
@@ -175,16 +194,31 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
         page_size = rows
         seqlen_k = block_table.shape[1] * page_size
     else:
-        if outer != batch:
+        if outer != batch and cache_batch_idx is None:
             raise _fail(ValueError, f"k_cache has batch {outer} but q has {batch} (pass "
-                                    f"block_table for a paged cache)")
+                                    f"block_table for a paged cache, or cache_batch_idx for "
+                                    f"a pool of cache entries)")
         seqlen_k = rows
+    for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+        if t is not None and block_table is not None:
+            raise _fail(ValueError, f"{name} places sequences in a contiguous cache; with "
+                                    f"block_table the pages already place them: pass one")
+    if cache_batch_idx is not None:
+        cache_batch_idx = int32_vector(torch, _fail, "cache_batch_idx", cache_batch_idx, batch,
+                                       device, "q's batch")
+    if cache_leftpad is not None:
+        cache_leftpad = int32_vector(torch, _fail, "cache_leftpad", cache_leftpad, batch, device,
+                                     "q's batch")
 
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
     if cache_seqlens is not None:
         cache_seqlens = int32_vector(torch, _fail, "cache_seqlens", cache_seqlens, batch, device,
                                      "q's batch")
+    elif cache_leftpad is not None or cache_batch_idx is not None:
+        # The kernels place sequences only over per-sequence key counts:
+        # without cache_seqlens every sequence uses its whole entry.
+        cache_seqlens = torch.full((batch,), rows, dtype=torch.int32, device=device)
 
     if (k is None) != (v is None):
         raise _fail(ValueError, "pass both k and v (this step's keys and values) or neither")
@@ -215,8 +249,10 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
                                      dim_v, options, elements, page_size=page_size,
                                      seqused_k=int(cache_seqlens is not None))
     cache = _launch.kvcache_args(cache_seqlens, block_table, table_stride,
-                                 outer if block_table is not None else 0, k, v)
+                                 outer if block_table is not None else 0, k, v,
+                                 cache_batch_idx, outer, cache_leftpad)
     # No query: nothing to attend, and no append (the kernel writes k/v).
     empty = batch * seqlen_q * heads_q == 0
     return _launch.Call(NAME, problem, dim, dim_v, empty, splits, pack, cache=cache,
-                        keep=(cache_seqlens, block_table, k, v), elements=elements)
+                        keep=(cache_seqlens, block_table, k, v, cache_batch_idx, cache_leftpad),
+                        elements=elements)

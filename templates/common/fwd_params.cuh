@@ -113,6 +113,15 @@ struct FwdParams {
   // Chunked attention (kernels compiled with a ChunkedMask,
   // common/mask.cuh): the chunk's length in positions.
   int attention_chunk;
+  // A contiguous KV cache's per-sequence placement (kSeqUsedK, kPageSize 0;
+  // common/sequence.cuh), both optional (null: sequence b is batch entry b,
+  // its keys from row 0). cache_batch_idx: [batch] int32, the K/V batch
+  // entry of sequence b (of cache_batches; flash_attn_with_kvcache's
+  // cache_batch_idx). cache_leftpad: [batch] int32, the row its keys start
+  // at (cache_leftpad).
+  const int *cache_batch_idx;
+  const int *cache_leftpad;
+  int cache_batches;
   // (Last: the other kernels' parameter offsets stay as they were.)
 };
 
@@ -137,6 +146,10 @@ struct KvAppendParams {
   int seqlen_k;  // the cache's capacity per sequence (keys)
   int heads_kv;
   int batch;
+  // As FwdParams' (null: sequence b appends into batch entry b); an entry
+  // outside [0, cache_batches) appends nothing.
+  const int *cache_batch_idx;
+  int cache_batches;
   // An e4m3 cache under 16-bit new keys: their quantization's factors
   // (stored = value / scale), FwdParams' k/v descales and strides.
   const float *k_scale;

@@ -19,6 +19,12 @@
 // (a KV cache's cache_seqlens plus this step's appended keys; clamped, so
 // no device value can make a tile reach past the cache), and masks align
 // bottom-right against that count.
+// A contiguous cache (kSeqUsedK, kPageSize 0, not kVarlen) may place
+// sequence b elsewhere: at K/V batch entry cache_batch_idx[b] (an entry
+// outside [0, cache_batches) gives it no keys) and from row cache_leftpad[b]
+// (clamped to [0, its end]); its keys are then rows cache_leftpad[b] ..
+// min(seqused_k[b] + seqlen_new, seqlen_k) - 1 (flash_attn_with_kvcache's cache_batch_idx
+// and cache_leftpad), still aligned bottom-right at their end.
 // kPageSize > 0: K/V are [num_pages][kPageSize][heads_kv][dim] and key n of
 // sequence b is row n % kPageSize of page page_table[b][n / kPageSize].
 // A K/V tile of kBlockN keys is then read as kBoxesPerTile TMA boxes of
@@ -71,7 +77,8 @@ struct SequenceInfo {
   i64 q_row0;     // its first row of Q and O (varlen), else 0
   i64 k_row0;     // its first row of K and V (varlen), else 0
   int batch;      // its index among the sequences
-  int outer;      // the batch index of Q/O and K/V: 0 when packed (varlen)
+  int outer;      // the batch index of Q/O (and K/V): 0 when packed (varlen)
+  int kv_outer;   // the batch index of K/V: outer, or the cache's entry
 
   template <class Params>
   __device__ __forceinline__ SequenceInfo(const Params &p, int b) : batch(b) {
@@ -98,12 +105,25 @@ struct SequenceInfo {
           count = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k) - k0;
       }
       seqlen_k = count < p.seqlen_k ? count : p.seqlen_k;
+      kv_outer = 0;
     } else {
       q_row0 = k_row0 = 0;
       seqlen_q = p.seqlen_q;
-      outer = b;
+      outer = kv_outer = b;
       if constexpr (kSeqUsedK) {
-        seqlen_k = clamp(p.seqused_k[b] + p.seqlen_new, 0, p.seqlen_k);
+        const int end = clamp(p.seqused_k[b] + p.seqlen_new, 0, p.seqlen_k);
+        if constexpr (!kPaged) {
+          int start = 0;
+          if (p.cache_leftpad) start = clamp(p.cache_leftpad[b], 0, end);
+          k_row0 = start;
+          seqlen_k = end - start;
+          if (p.cache_batch_idx) {
+            kv_outer = p.cache_batch_idx[b];
+            if (kv_outer < 0 || kv_outer >= p.cache_batches) kv_outer = 0, seqlen_k = 0;
+          }
+        } else {
+          seqlen_k = end;
+        }
       } else {
         seqlen_k = p.seqlen_k;
       }

@@ -4,7 +4,10 @@
 // computed sequence by sequence on the keys each one really has, with
 // the accuracy criterion (reference/accuracy.h). Pages no sequence uses hold NaN (a read of one
 // poisons the result); table entries past a sequence's keys hold indices
-// outside the cache; outputs are poisoned before the run.
+// outside the cache; outputs are poisoned before the run. A contiguous cache
+// may be a pool of entries (cache_batch_idx: shuffled, spare entries of NaN,
+// one index outside the pool) with left padding (cache_leftpad: the rows
+// before it hold NaN).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,17 +27,21 @@ using testing::random_values;
 using testing::upload_bits;
 
 struct KvCase {
-  Problem problem;            // seqlen_k: the capacity per sequence
-  std::vector<int> cached;    // cache_seqlens, per sequence
-  int seqlen_new = 0;         // keys appended this step
-  int splits = 0;             // 0: the heuristic
+  Problem problem;                 // seqlen_k: the capacity per sequence
+  std::vector<int> cached;         // cache_seqlens, per sequence
+  int seqlen_new = 0;              // keys appended this step
+  int splits = 0;                  // 0: the heuristic
   bool out_of_range_page = false;  // one used table entry points past the cache
   KernelPath path = KernelPath::sm90;
+  std::vector<int> batch_idx = {};  // contiguous: each sequence's cache entry (empty: b)
+  std::vector<int> leftpad = {};    // contiguous: each sequence's first row (empty: 0)
   std::string name() const {
     std::string s = describe(problem) + " cached=[";
     for (int c : cached) s += std::to_string(c) + ",";
     s += "] new=" + std::to_string(seqlen_new) + " splits=" + std::to_string(splits);
     if (out_of_range_page) s += " bad-page";
+    if (!batch_idx.empty()) s += " batch-idx";
+    if (!leftpad.empty()) s += " leftpad";
     s += std::string(" ") + to_string(path);
     return s;
   }
@@ -47,9 +54,13 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
   const int64_t cap = p.seqlen_k;
   const bool paged = p.page_size > 0;
   const int64_t page = paged ? p.page_size : cap;
-  const int64_t width = cap / page;                 // table entries per sequence
-  const int64_t spare = paged ? 3 : 0;              // pages no sequence uses
-  const int64_t num_pages = paged ? b_n * width + spare : b_n;
+  const int64_t width = cap / page;  // table entries per sequence
+  const bool pool = !c.batch_idx.empty();
+  const int64_t spare = paged || pool ? 3 : 0;  // pages (entries) no sequence uses
+  const int64_t num_pages = paged ? b_n * width + spare : b_n + spare;
+  auto entry = [&](int64_t b) -> int64_t { return pool ? c.batch_idx[b] : b; };
+  auto has_entry = [&](int64_t b) { return entry(b) >= 0 && entry(b) < num_pages; };
+  auto first_row = [&](int64_t b) -> int64_t { return c.leftpad.empty() ? 0 : c.leftpad[b]; };
   std::mt19937_64 rng(seed);
 
   // The logical keys of every sequence (all of its capacity), then the
@@ -70,10 +81,10 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
   std::vector<uint16_t> v_cache(num_pages * page * hkv * dv, kNaNBits);
   auto slot = [&](int64_t b, int64_t n) {  // (page or batch, row) of key n of sequence b
     return paged ? std::pair<int64_t, int64_t>{table[b * width + n / page], n % page}
-                 : std::pair<int64_t, int64_t>{b, n};
+                 : std::pair<int64_t, int64_t>{entry(b), n};
   };
   for (int64_t b = 0; b < b_n; ++b)
-    for (int64_t n = 0; n < cap; ++n) {
+    for (int64_t n = first_row(b); n < cap && has_entry(b); ++n) {
       auto [outer, row] = slot(b, n);
       for (int64_t h = 0; h < hkv; ++h) {
         for (int64_t x = 0; x < d; ++x)
@@ -88,12 +99,14 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
   // a page index past the cache.
   std::vector<int> keys(b_n);
   for (int64_t b = 0; b < b_n; ++b) {
-    keys[b] = static_cast<int>(std::min<int64_t>(c.cached[b] + c.seqlen_new, cap));
+    keys[b] =
+        has_entry(b) ? static_cast<int>(std::min<int64_t>(c.cached[b] + c.seqlen_new, cap)) : 0;
     for (int64_t i = 0; i < c.seqlen_new && c.cached[b] + i < cap; ++i)
       for (int64_t h = 0; h < hkv; ++h) {
         const int64_t n = c.cached[b] + i;
         for (int64_t x = 0; x < d; ++x)
-          k_log[((b * cap + n) * hkv + h) * d + x] = k_new[((b * c.seqlen_new + i) * hkv + h) * d + x];
+          k_log[((b * cap + n) * hkv + h) * d + x] =
+              k_new[((b * c.seqlen_new + i) * hkv + h) * d + x];
         for (int64_t x = 0; x < dv; ++x)
           v_log[((b * cap + n) * hkv + h) * dv + x] =
               v_new[((b * c.seqlen_new + i) * hkv + h) * dv + x];
@@ -118,6 +131,7 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
   auto dkn = testing::upload_values(p.dtype, k_new.empty() ? std::vector<float>(8) : k_new);
   auto dvn = testing::upload_values(p.dtype, v_new.empty() ? std::vector<float>(8) : v_new);
   auto dtable = DeviceBuffer::allocate(std::max<size_t>(table.size(), 1) * 4);
+  auto dplace = DeviceBuffer::allocate(2 * b_n * 4);  // cache_batch_idx, cache_leftpad
   auto dlens = DeviceBuffer::allocate(b_n * 4);
   auto dout = DeviceBuffer::allocate(o_elements(p) * 2);
   auto dlse = DeviceBuffer::allocate(lse_elements(p) * 4);
@@ -127,6 +141,7 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
   FLASHJIT_ASSERT_OK(dkn.takeError());
   FLASHJIT_ASSERT_OK(dvn.takeError());
   FLASHJIT_ASSERT_OK(dtable.takeError());
+  FLASHJIT_ASSERT_OK(dplace.takeError());
   FLASHJIT_ASSERT_OK(dlens.takeError());
   FLASHJIT_ASSERT_OK(dout.takeError());
   FLASHJIT_ASSERT_OK(dlse.takeError());
@@ -146,6 +161,18 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
     args.cache.page_table_stride = width;
     args.cache.num_pages = num_pages;
   }
+  std::vector<int32_t> place(2 * b_n, 0);
+  for (int64_t b = 0; b < b_n; ++b) {
+    place[b] = static_cast<int32_t>(entry(b));
+    place[b_n + b] = static_cast<int32_t>(first_row(b));
+  }
+  FLASHJIT_ASSERT_OK(dplace->upload(place.data(), place.size() * 4));
+  if (pool) {
+    args.cache.cache_batch_idx = static_cast<const int32_t *>(dplace->data());
+    args.cache.cache_batches = num_pages;
+  }
+  if (!c.leftpad.empty())
+    args.cache.cache_leftpad = static_cast<const int32_t *>(dplace->data()) + b_n;
   if (c.seqlen_new > 0) {
     args.cache.k_new = dkn->data();
     args.cache.v_new = dvn->data();
@@ -189,16 +216,17 @@ void run_kv_case(const KvCase &c, uint64_t seed) {
   const int64_t q_row = p.seqlen_q * p.heads_q * d, o_row = p.seqlen_q * p.heads_q * dv;
   const int64_t lse_row = p.heads_q * p.seqlen_q;
   for (int64_t b = 0; b < b_n; ++b) {
-    if (keys[b] == 0) continue;  // no key: O = 0, LSE = +inf
+    const int64_t start = std::min<int64_t>(first_row(b), keys[b]);
+    if (keys[b] == start) continue;  // no key: O = 0, LSE = +inf
     Problem one = p;
     one.batch = 1;
-    one.seqlen_k = keys[b];
+    one.seqlen_k = keys[b] - start;
     one.seqused_k = false;
     one.page_size = 0;
     std::vector<float> qb(q.begin() + b * q_row, q.begin() + (b + 1) * q_row);
-    std::vector<float> kb(k_log.begin() + b * cap * hkv * d,
+    std::vector<float> kb(k_log.begin() + (b * cap + start) * hkv * d,
                           k_log.begin() + (b * cap + keys[b]) * hkv * d);
-    std::vector<float> vb(v_log.begin() + b * cap * hkv * dv,
+    std::vector<float> vb(v_log.begin() + (b * cap + start) * hkv * dv,
                           v_log.begin() + (b * cap + keys[b]) * hkv * dv);
     AttentionOutputs e = cpu_attention(one, qb, kb, vb, ReferencePrecision::exact);
     AttentionOutputs m = cpu_attention(one, qb, kb, vb, ReferencePrecision::element);
@@ -236,9 +264,9 @@ std::vector<KvCase> kv_cases() {
       // The float64 reference's work: at most about 4e8 multiply-adds.
       const int64_t budget = int64_t(4e8) / (4 * hq * sq * d);
       if (cap > budget) cap = page ? std::max<int64_t>(page, budget / page * page) : budget;
-      Problem p = make_problem(dtype, 4, hq, hkv, sq, cap, d, d, mask,
-                               mask == MaskKind::window ? 90 : -1,
-                               mask == MaskKind::window ? 3 : -1, n % 4 == 3 ? 20.f : 0.f);
+      Problem p =
+          make_problem(dtype, 4, hq, hkv, sq, cap, d, d, mask, mask == MaskKind::window ? 90 : -1,
+                       mask == MaskKind::window ? 3 : -1, n % 4 == 3 ? 20.f : 0.f);
       p.seqused_k = true;
       p.page_size = page;
       KvCase c{p, lengths(4, cap, n)};
@@ -269,6 +297,25 @@ std::vector<KvCase> kv_cases() {
     mla.seqused_k = true;
     mla.page_size = page;
     cases.push_back(KvCase{mla, lengths(2, cap, 1)});
+  }
+  // A pool of contiguous entries (cache_batch_idx, one index outside it) and
+  // left padding, together and alone, both families, appending or not.
+  for (int n = 0; n < 8; ++n) {
+    const auto [hq, hkv] = heads[n % 5];
+    const MaskKind mask = (MaskKind[]){MaskKind::causal, MaskKind::none, MaskKind::window}[n % 3];
+    const int64_t cap = 300 + 131 * n, sq = (int64_t[]){1, 3, 16, 1}[n % 4];
+    Problem p = make_problem(n % 2 ? DType::fp16 : DType::bf16, 4, hq, hkv, sq, cap,
+                             (int[]){128, 64}[n % 2], (int[]){128, 64}[n % 2], mask,
+                             mask == MaskKind::window ? 70 : -1, mask == MaskKind::window ? 0 : -1);
+    p.seqused_k = true;
+    KvCase c{p, lengths(4, cap - 3, n)};
+    c.seqlen_new = (int[]){1, 0, 3}[n % 3];
+    c.splits = n % 4 == 2 && cap >= 3 * 128 ? 3 : 0;
+    if (n % 4 != 3) c.batch_idx = {5, 2, n % 2 ? -1 : 0, 6};  // of 4 + 3 entries
+    if (n % 4 != 0)
+      for (int b = 0; b < 4; ++b) c.leftpad.push_back(static_cast<int>(rng() % (c.cached[b] + 2)));
+    c.path = n < 6 ? KernelPath::sm90 : KernelPath::sm80;
+    cases.push_back(c);
   }
   return cases;
 }

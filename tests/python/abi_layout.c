@@ -107,6 +107,9 @@ int main(void) {
   FIELD(flashjit_kvcache_args, v_new_stride_batch)
   FIELD(flashjit_kvcache_args, v_new_stride_seq)
   FIELD(flashjit_kvcache_args, v_new_stride_head)
+  FIELD(flashjit_kvcache_args, cache_batch_idx)
+  FIELD(flashjit_kvcache_args, num_cache_batches)
+  FIELD(flashjit_kvcache_args, cache_leftpad)
 
   printf("flashjit_backward_args sizeof %zu\n", sizeof(flashjit_backward_args));
   FIELD(flashjit_backward_args, q)

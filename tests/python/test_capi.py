@@ -202,7 +202,8 @@ PUBLIC_API = {
                               "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False, "
                               "q_descale=None, k_scale=None, v_scale=None, out_dtype=None, "
                               "pack_gqa=None, attention_chunk=0, rotary_cos=None, "
-                              "rotary_sin=None, rotary_interleaved=False)",
+                              "rotary_sin=None, rotary_interleaved=False, cache_batch_idx=None, "
+                              "cache_leftpad=None)",
     "compile_count": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "

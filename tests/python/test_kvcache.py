@@ -144,6 +144,73 @@ def test_rotary():
             assert torch.equal(logical_k[i, n:n + new], rk[i]), f"{label}: rotated keys"
 
 
+def test_cache_batch_idx_and_leftpad():
+    """cache_batch_idx (a pool of cache entries, shuffled, with spares of
+    NaN, one index outside the pool) and cache_leftpad (rows before it hold
+    NaN) as flash_attn_with_kvcache's: sequence b attends to rows
+    leftpad[b] .. cache_seqlens[b] + new - 1 of entry cache_batch_idx[b], its
+    masks bottom-right aligned at the end, and appends at cache_seqlens[b]."""
+    require_gpu()
+    dev = "cuda"
+    for causal, window, new, use_idx, use_pad, sq in (
+            (True, (-1, -1), 1, True, True, 1), (False, (-1, -1), 0, True, False, 4),
+            (False, (50, 0), 2, False, True, 3), (True, (-1, -1), 3, True, True, 16)):
+        torch.manual_seed(new + sq)
+        b, pool, cap, hq, hkv, d = 4, 7, 300, 16, 4, 128
+        q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
+        k_pool = torch.randn(pool, cap, hkv, d, device=dev, dtype=torch.bfloat16)
+        v_pool = torch.randn(pool, cap, hkv, d, device=dev, dtype=torch.bfloat16)
+        idx = torch.tensor([5, 2, 0 if new else -1, 6], dtype=torch.int32, device=dev)
+        if not use_idx:
+            idx = torch.arange(b, dtype=torch.int32, device=dev)
+            k_pool, v_pool = k_pool[:b].clone(), v_pool[:b].clone()
+        lens = torch.tensor([0, 37, 200, cap - new], dtype=torch.int32, device=dev)
+        pad = torch.tensor([0, 20, 150, 9], dtype=torch.int32, device=dev)
+        k_new = torch.randn(b, new, hkv, d, device=dev, dtype=torch.bfloat16) if new else None
+        v_new = torch.randn(b, new, hkv, d, device=dev, dtype=torch.bfloat16) if new else None
+        # The reference: each sequence's rows pad .. lens + new of its entry.
+        k_seq = torch.zeros(b, cap, hkv, d, device=dev, dtype=torch.bfloat16)
+        v_seq = torch.zeros_like(k_seq)
+        counts = []
+        k_cache, v_cache = k_pool.clone(), v_pool.clone()
+        used = set()
+        for i in range(b):
+            e, n, p0 = int(idx[i]), int(lens[i]), int(pad[i]) if use_pad else 0
+            if not 0 <= e < k_pool.shape[0]:
+                counts.append(0)
+                continue
+            used.add(e)
+            k_cache[e, :p0] = float("nan")
+            v_cache[e, :p0] = float("nan")
+            rows_k, rows_v = k_pool[e].clone(), v_pool[e].clone()
+            if new:
+                rows_k[n:n + new], rows_v[n:n + new] = k_new[i], v_new[i]
+            end = min(n + new, cap)
+            count = max(end - p0, 0)
+            k_seq[i, :count], v_seq[i, :count] = rows_k[p0:end], rows_v[p0:end]
+            counts.append(count)
+        for e in range(k_pool.shape[0]):
+            if e not in used:  # spare entries: any read poisons the result
+                k_cache[e], v_cache[e] = float("nan"), float("nan")
+        out, lse = flashjit.attention_with_kvcache(
+            q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=lens, causal=causal,
+            window=window, return_lse=True, cache_batch_idx=idx if use_idx else None,
+            cache_leftpad=pad if use_pad else None)
+        kw = dict(causal=causal, window=window)
+        ref_out, ref_lse = reference(q, k_seq, v_seq, counts, **kw)
+        low_out, _ = reference(q, k_seq, v_seq, counts, upcast=False, **kw)
+        err = (out.float() - ref_out.float()).abs().max().item()
+        base = (low_out.float() - ref_out.float()).abs().max().item()
+        label = f"batch_idx={use_idx} leftpad={use_pad} causal={causal} window={window} new={new}"
+        assert err <= 2 * base + 1e-5, f"{label}: max err {err} > 2 * {base} + 1e-5"
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(finite, torch.isfinite(lse)), f"{label}: LSE finiteness differs"
+        for i in range(b):
+            e, n = int(idx[i]), int(lens[i])
+            if new and 0 <= e < k_pool.shape[0]:
+                assert torch.equal(k_cache[e, n:n + new], k_new[i]), f"{label}: append missing"
+
+
 def test_mla_latent_cache():
     """DeepSeek MLA decode: one latent KV head of 576 columns serving 128 (and,
     under tensor parallelism, 16) query heads, V the cache's first 512
@@ -242,6 +309,10 @@ def test_bad_arguments():
         (dict(cache_seqlens=lens.long()), "int32"),
         (dict(cache_seqlens=lens, k=k[:, :1]), "pass both k and v"),
         (dict(k=k[:, :1], v=k[:, :1]), "need cache_seqlens"),
+        (dict(cache_seqlens=lens, cache_batch_idx=lens.long()), "cache_batch_idx must be an int32"),
+        (dict(cache_seqlens=lens, cache_leftpad=lens[:1]), "cache_leftpad has 1 entries"),
+        (dict(cache_seqlens=lens, cache_leftpad=lens,
+              block_table=torch.zeros(2, 1, dtype=torch.int32, device=dev)), "pass one"),
     ]
     errors = []
     for kw, expected in cases:

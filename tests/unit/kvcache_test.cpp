@@ -15,6 +15,7 @@
 #include "generator/source.h"
 #include "runtime/call_key.h"
 #include "runtime/launch_forward.h"
+#include "runtime/tensor_checks.h"
 #include "runtime/tuning_key.h"
 #include "sm90_compile_check.h"
 #include "templates/common/fwd_sm90_layout.cuh"
@@ -159,8 +160,47 @@ TEST(KvCacheValidation, CacheArgumentsAreCheckedBeforeTheDriver) {
     Problem dense = cache_problem(0, false);
     ForwardArgs a = cache_args(dense);
     EXPECT_EQ(args_error(dense, a),
-              "cache arguments (cache_seqlens, page_table, k_new, v_new) were given for a problem "
-              "without a KV cache: set Problem::seqused_k (and page_size when paged)");
+              "cache arguments (cache_seqlens, page_table, k_new, v_new, cache_batch_idx, "
+              "cache_leftpad) were given for a problem without a KV cache: set "
+              "Problem::seqused_k (and page_size when paged)");
+  }
+  {
+    // A contiguous cache's placement of the sequences: not with pages, and
+    // a pool of entries needs its size.
+    ForwardArgs a = cache_args(paged);
+    a.cache.cache_leftpad = static_cast<const int32_t *>(fake(0x90000));
+    EXPECT_EQ(args_error(paged, a),
+              "cache.cache_leftpad was given for a paged cache: it places sequences in a "
+              "contiguous cache [cache_batches, seqlen_k, heads_kv, d]; a page table already "
+              "places each sequence's keys");
+    Problem contiguous = cache_problem(0);
+    ForwardArgs c = cache_args(contiguous);
+    c.cache.cache_batch_idx = static_cast<const int32_t *>(fake(0x90000));
+    EXPECT_EQ(args_error(contiguous, c),
+              "cache.cache_batches=0 is invalid: cache_batch_idx needs K and V's number of "
+              "batch entries, 1 to 2^31-1");
+    c.cache.cache_batch_idx = nullptr;
+    c.cache.cache_batches = 5;
+    EXPECT_EQ(args_error(contiguous, c),
+              "cache.cache_batches=5 without cache_batch_idx: pass the sequences' batch entries, "
+              "or 0");
+    Problem full = cache_problem(0, /*seqused=*/false);
+    ForwardArgs f = cache_args(full);
+    f.cache.cache_seqlens = nullptr;
+    f.cache.cache_batch_idx = static_cast<const int32_t *>(fake(0x90000));
+    f.cache.cache_batches = 5;
+    EXPECT_NE(args_error(full, f).find("cache_batch_idx"), std::string::npos);
+  }
+  {
+    // K and V of a pool are [cache_batches, seqlen_k, heads_kv, d]: a batch
+    // stride that overlaps rows is the tensor check's error.
+    Problem contiguous = cache_problem(0);
+    ForwardArgs a = cache_args(contiguous);
+    a.cache.cache_batch_idx = static_cast<const int32_t *>(fake(0x90000));
+    a.cache.cache_batches = 9;
+    EXPECT_EQ(forward_key_extent(contiguous, a).batch, 9);
+    EXPECT_EQ(forward_key_extent(contiguous, a).rows, contiguous.seqlen_k);
+    EXPECT_EQ(forward_key_extent(contiguous, cache_args(contiguous)).batch, contiguous.batch);
   }
   {
     // K and V are checked as [num_pages, page_size, heads_kv, d].
