@@ -63,6 +63,7 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
   }
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;
+    p.seqused_q = args.varlen.seqused_q;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;
     p.total_q = static_cast<int>(args.varlen.total_q);
     p.total_k = static_cast<int>(args.varlen.total_k);

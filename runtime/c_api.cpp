@@ -295,6 +295,7 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
 
   if (vl) {
     args.varlen.cu_seqlens_q = vl->cu_seqlens_q;
+    args.varlen.seqused_q = vl->seqused_q;
     args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
     args.varlen.total_q = vl->total_q;
     args.varlen.total_k = vl->total_k;
@@ -344,6 +345,7 @@ int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_back
   args.workspace_bytes = static_cast<size_t>(a->workspace_bytes);
   if (vl) {
     args.varlen.cu_seqlens_q = vl->cu_seqlens_q;
+    args.varlen.seqused_q = vl->seqused_q;
     args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
     args.varlen.total_q = vl->total_q;
     args.varlen.total_k = vl->total_k;

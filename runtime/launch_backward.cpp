@@ -108,6 +108,7 @@ llvm::Error validate_backward_args(const Problem &p, const BackwardArgs &a) {
   if (p.varlen) {
     extra.push_back({"cu_seqlens_q", a.varlen.cu_seqlens_q, 4});
     extra.push_back({"cu_seqlens_k", a.varlen.cu_seqlens_k, 4});
+    if (a.varlen.seqused_q) extra.push_back({"seqused_q", a.varlen.seqused_q, 4});
   }
   return check_tensors(tensors, extra);
 }

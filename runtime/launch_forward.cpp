@@ -99,6 +99,8 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
     extra.push_back({"cu_seqlens_q", varlen.cu_seqlens_q, alignof(int32_t)});
     if (varlen.cu_seqlens_k)  // optional over a paged cache with seqused_k
       extra.push_back({"cu_seqlens_k", varlen.cu_seqlens_k, alignof(int32_t)});
+    if (varlen.seqused_q)
+      extra.push_back({"seqused_q", varlen.seqused_q, alignof(int32_t)});
   }
   // The LSE output is optional.
   if (args.lse) extra.push_back({"lse", args.lse, alignof(float)});

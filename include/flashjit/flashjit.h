@@ -153,6 +153,9 @@ int flashjit_forward_kvcache(const flashjit_problem *problem, const flashjit_for
 typedef struct flashjit_varlen_args {
   const int32_t *cu_seqlens_q, *cu_seqlens_k;
   int64_t total_q, total_k;
+  /* Optional (NULL): int32 [batch], the queries each sequence uses (its
+   * first seqused_q[b] rows; the others' O, LSE and dQ are unspecified). */
+  const int32_t *seqused_q;
 } flashjit_varlen_args;
 
 int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forward_args *args,

@@ -82,6 +82,11 @@ struct VarlenArgs {
   const int32_t *cu_seqlens_k = nullptr;
   int64_t total_q = 0;
   int64_t total_k = 0;
+  // Optional [batch] int32 (FlashAttention-3's seqused_q): sequence b uses
+  // only its first seqused_q[b] queries (clamped to its cu_seqlens_q
+  // length); the other rows of O, the LSE and dQ are left unspecified, and
+  // their dO is never read.
+  const int32_t *seqused_q = nullptr;
 };
 
 // Device pointers in the current CUDA context (or the primary context of the

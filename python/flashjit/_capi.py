@@ -68,6 +68,7 @@ class VarlenArgs(ctypes.Structure):
         ("cu_seqlens_k", ctypes.c_void_p),
         ("total_q", ctypes.c_int64),
         ("total_k", ctypes.c_int64),
+        ("seqused_q", ctypes.c_void_p),
     ]
 
 

@@ -85,10 +85,12 @@ def _pointer(t):
     return t.data_ptr() if t is not None else None
 
 
-def varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, total_k):
+def varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, total_k, seqused_q=None):
     """The flashjit_varlen_args of a packed batch (cu_seqlens_k may be None:
-    over a paged cache the key counts can come from seqused_k alone)."""
-    return _capi.VarlenArgs(_pointer(cu_seqlens_q), _pointer(cu_seqlens_k), total_q, total_k)
+    over a paged cache the key counts can come from seqused_k alone;
+    seqused_q: the queries each sequence uses, or None: all)."""
+    return _capi.VarlenArgs(_pointer(cu_seqlens_q), _pointer(cu_seqlens_k), total_q, total_k,
+                            _pointer(seqused_q))
 
 
 def kvcache_args(cache_seqlens, block_table, table_stride, num_pages, k_new=None, v_new=None,

@@ -54,7 +54,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
                      return_lse=False, block_table=None, seqused_k=None, q_descale=None,
                      k_descale=None, v_descale=None, out_dtype=None, num_splits=0,
-                     pack_gqa=None, deterministic=False, attention_chunk=0):
+                     pack_gqa=None, deterministic=False, attention_chunk=0, seqused_q=None):
     """Attention over a packed batch of sequences of different lengths.
 
     q: [total_q, heads_q, d]; k, v: [total_k, heads_kv, d] / [total_k,
@@ -92,7 +92,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     attention_chunk: chunked attention within each sequence, as
         flashjit.attention's (eager calls only for now).
 
-    Rows of q that no sequence owns get unspecified output (and gradient).
+    seqused_q: int32 [batch] device tensor (FlashAttention-3's): sequence b
+        uses only its first seqused_q[b] queries (clamped to its
+        cu_seqlens_q length); masks align those with the end of its keys,
+        and its other rows are neither read nor written.
+
+    Rows of q that no sequence owns or uses get unspecified output (and
+    gradient; their output gradient is never read).
     Differentiable with respect to q, k and v: the backward recomputes the
     probabilities from the saved log-sum-exp, as flashjit.attention does.
 
@@ -134,6 +140,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if attention_chunk != 0 and torch.compiler.is_compiling():
         raise NotImplementedError("flashjit.attention_varlen: attention_chunk is not traceable "
                                   "by torch.compile yet; call it eagerly")
+    if seqused_q is not None and torch.compiler.is_compiling():
+        raise NotImplementedError("flashjit.attention_varlen: seqused_q is not traceable by "
+                                  "torch.compile yet; call it eagerly")
     if torch.compiler.is_compiling():
         # torch.compile traces the custom ops (flashjit/ops.py); eager calls
         # below go straight to the library.
@@ -162,7 +171,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                         softmax_scale, causal, window, softcap, block_table=block_table,
                         seqused_k=seqused_k, fp8=fp8, num_splits=num_splits,
                         pack_gqa=pack_gqa, deterministic=deterministic,
-                        attention_chunk=attention_chunk)
+                        attention_chunk=attention_chunk, seqused_q=seqused_q)
     if call is None:
         out, lse = empty_result(torch, q, v, out_dtype)
     elif (not cached and not call.fp8 and torch.is_grad_enabled()
@@ -204,7 +213,7 @@ def forward(torch, call, q, k, v, want_lse):
 def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window, softcap, block_table=None, seqused_k=None,
                  fp8=(None, None, None, None), num_splits=0, pack_gqa=None,
-                 deterministic=False, attention_chunk=0):
+                 deterministic=False, attention_chunk=0, seqused_q=None):
     """The checked arguments as the _launch.Call the forward and backward
     share (over a KV cache when block_table or seqused_k is given), or None
     when there is nothing to attend (no kernel to run). fp8: (q_descale,
@@ -213,7 +222,7 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         return _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, window, softcap,
                                    block_table, seqused_k, fp8, num_splits, pack_gqa,
-                                   deterministic, attention_chunk)
+                                   deterministic, attention_chunk, seqused_q)
 
     dtype = check_inputs(torch, _fail, q, 3, (("k", k), ("v", v)))
     device = q.device
@@ -230,6 +239,7 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     cu_q = _offsets(torch, "cu_seqlens_q", cu_seqlens_q, None, device)
     batch = cu_q.shape[0] - 1
     cu_k = _offsets(torch, "cu_seqlens_k", cu_seqlens_k, batch, device)
+    used_q = _used_queries(torch, seqused_q, batch, device)
     max_q = _length("max_seqlen_q", max_seqlen_q)
     max_k = _length("max_seqlen_k", max_seqlen_k)
     for name, longest, total in (("max_seqlen_q", max_q, total_q), ("max_seqlen_k", max_k,
@@ -245,9 +255,17 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         return None
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, max(max_k, 1), dim,
                                      dim_v, options, elements, varlen=1)
-    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
+    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k, used_q)
     return _launch.Call(NAME, problem, dim, dim_v, splits=splits, pack_gqa=pack, varlen=offsets,
-                        keep=(cu_q, cu_k), elements=elements, deterministic=deterministic)
+                        keep=(cu_q, cu_k, used_q), elements=elements,
+                        deterministic=deterministic)
+
+
+def _used_queries(torch, seqused_q, batch, device):
+    """seqused_q checked: None, or the contiguous int32 [batch] tensor."""
+    if seqused_q is None:
+        return None
+    return int32_vector(torch, _fail, "seqused_q", seqused_q, batch, device, _BATCH_FROM)
 
 
 def _elements(torch, q, kv_dtype, fp8, batch, heads_kv, tensors, per_head=False):
@@ -278,7 +296,8 @@ def empty_result(torch, q, v, out_dtype=None):
 
 def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, window, softcap, block_table, seqused_k, fp8,
-                        num_splits, pack_gqa, deterministic, attention_chunk=0):
+                        num_splits, pack_gqa, deterministic, attention_chunk=0,
+                        seqused_q=None):
     """prepare_call over a KV cache (block_table and/or seqused_k given); an
     e4m3 cache may go with 16-bit q (kv_dtype e4m3). deterministic is
     checked only: the call has no backward, and its forward is deterministic
@@ -322,6 +341,7 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         raise _fail(ValueError, "cu_seqlens_k is required with seqused_k and no block_table: "
                                 "k/v are packed and sequence b's keys start at row "
                                 "cu_seqlens_k[b] (pass block_table for a paged cache)")
+    used_q = _used_queries(torch, seqused_q, batch, device)
     used = None if seqused_k is None else int32_vector(torch, _fail, "seqused_k", seqused_k,
                                                        batch, device, _BATCH_FROM)
     max_q = _length("max_seqlen_q", max_seqlen_q)
@@ -367,7 +387,7 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, seqlen_k, dim, dim_v,
                                      options, elements, page_size=page,
                                      seqused_k=int(used is not None), varlen=1)
-    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k)
+    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k, used_q)
     cache = _launch.kvcache_args(used, table, table_stride, num_pages)
     return _launch.Call(NAME, problem, dim, dim_v, splits=splits, pack_gqa=pack, varlen=offsets,
-                        cache=cache, keep=(cu_q, cu_k, used, table), elements=elements)
+                        cache=cache, keep=(cu_q, cu_k, used, table, used_q), elements=elements)

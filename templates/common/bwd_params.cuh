@@ -100,6 +100,7 @@ struct BwdParams {
   unsigned long long aux[8];
 
   int attention_chunk;  // as FwdParams (last, as there)
+  const int *seqused_q;  // as FwdParams (null: every query of cu_seqlens_q)
 };
 
 }  // namespace flashjit

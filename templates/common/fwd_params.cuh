@@ -122,6 +122,9 @@ struct FwdParams {
   const int *cache_batch_idx;
   const int *cache_leftpad;
   int cache_batches;
+  // A packed batch's optional [batch] int32 query counts (seqused_q):
+  // sequence b's first seqused_q[b] queries only (common/sequence.cuh).
+  const int *seqused_q;
   // (Last: the other kernels' parameter offsets stay as they were.)
 };
 

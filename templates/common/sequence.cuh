@@ -51,7 +51,9 @@ namespace flashjit {
 
 // Sequence b's first query row and query count in a packed batch, clamped as
 // described above (the scheduler counts a sequence's work tiles with it, so
-// its count and SequenceInfo's always agree).
+// its count and SequenceInfo's always agree); with seqused_q, only its first
+// seqused_q[b] queries (FlashAttention-3's seqused_q: the rows past them are
+// neither read nor written, in either pass).
 struct PackedQueries {
   int row0, count;
 };
@@ -60,7 +62,9 @@ __device__ __forceinline__ PackedQueries packed_queries(const Params &p, int b) 
   auto clamp = [](int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; };
   const int q0 = clamp(p.cu_seqlens_q[b], 0, p.total_q);
   const int q1 = clamp(p.cu_seqlens_q[b + 1], q0, p.total_q);
-  return {q0, q1 - q0 < p.seqlen_q ? q1 - q0 : p.seqlen_q};
+  int count = q1 - q0 < p.seqlen_q ? q1 - q0 : p.seqlen_q;
+  if (p.seqused_q) count = clamp(p.seqused_q[b], 0, count);
+  return {q0, count};
 }
 
 template <bool kVarlen, bool kSeqUsedK, int kPageSize, int kBlockN>

@@ -111,6 +111,13 @@ int main(void) {
   FIELD(flashjit_kvcache_args, num_cache_batches)
   FIELD(flashjit_kvcache_args, cache_leftpad)
 
+  printf("flashjit_varlen_args sizeof %zu\n", sizeof(flashjit_varlen_args));
+  FIELD(flashjit_varlen_args, cu_seqlens_q)
+  FIELD(flashjit_varlen_args, cu_seqlens_k)
+  FIELD(flashjit_varlen_args, total_q)
+  FIELD(flashjit_varlen_args, total_k)
+  FIELD(flashjit_varlen_args, seqused_q)
+
   printf("flashjit_backward_args sizeof %zu\n", sizeof(flashjit_backward_args));
   FIELD(flashjit_backward_args, q)
   FIELD(flashjit_backward_args, k)

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(_REPO, "python"))
 
 def check_layout(layout_binary, capi):
     mirrors = {"flashjit_problem": capi.Problem, "flashjit_forward_args": capi.ForwardArgs,
-               "flashjit_kvcache_args": capi.KvCacheArgs,
+               "flashjit_kvcache_args": capi.KvCacheArgs, "flashjit_varlen_args": capi.VarlenArgs,
                "flashjit_backward_args": capi.BackwardArgs, "flashjit_config": capi.Config,
                "flashjit_aux_value": capi.AuxValue, "flashjit_modifiers": capi.Modifiers,
                "flashjit_block_mask": capi.BlockMask,
@@ -196,7 +196,8 @@ PUBLIC_API = {
                         "softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, "
                         "return_lse=False, block_table=None, seqused_k=None, q_descale=None, "
                         "k_descale=None, v_descale=None, out_dtype=None, num_splits=0, "
-                        "pack_gqa=None, deterministic=False, attention_chunk=0)",
+                        "pack_gqa=None, deterministic=False, attention_chunk=0, "
+                        "seqused_q=None)",
     "attention_with_kvcache": "(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, "
                               "block_table=None, softmax_scale=None, causal=False, "
                               "window=(-1, -1), softcap=0.0, num_splits=0, return_lse=False, "

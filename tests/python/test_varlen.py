@@ -132,6 +132,53 @@ def test_gradients():
     grad_case([33, 70], [90, 70], 6, 3, 72, torch.bfloat16, seed=14, softcap=20.0, causal=True)
 
 
+def test_seqused_q():
+    """seqused_q as FlashAttention-3's: sequence b uses its first
+    seqused_q[b] queries (masks aligned from those to the end of its keys);
+    the output and gradients of those rows match the reference on just
+    them, and the other rows' output gradient (NaN here) is never read: dK
+    and dV stay the reference's."""
+    require_gpu()
+    lens_q, lens_k, used = [40, 1, 130, 7, 64], [90, 33, 130, 0, 200], [17, 0, 130, 5, 200]
+    for causal, dtype in ((True, torch.bfloat16), (False, torch.float16)):
+        torch.manual_seed(21)
+        hq, hkv, d = 8, 2, 128
+        tq, tk = sum(lens_q), sum(lens_k)
+        q = torch.randn(tq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(tk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn(tk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+        cu_q, cu_k = cumulative(lens_q), cumulative(lens_k)
+        seqused = torch.tensor(used, dtype=torch.int32, device="cuda")
+        out = flashjit.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                        causal=causal, seqused_q=seqused)
+        dout = torch.randn_like(out)
+        for i, n in enumerate(used):
+            q0 = int(cu_q[i])
+            dout[q0 + min(n, lens_q[i]):q0 + lens_q[i]] = float("nan")
+        out.backward(dout)
+        label = f"seqused_q causal={causal} {dtype}"
+        for i, (lq, lk) in enumerate(zip(lens_q, lens_k)):
+            q0, k0, n = int(cu_q[i]), int(cu_k[i]), min(used[i], lens_q[i])
+            if n == 0 or lk == 0:
+                for name, g in (("dk", k.grad[k0:k0 + lk]), ("dv", v.grad[k0:k0 + lk])):
+                    assert torch.equal(g, torch.zeros_like(g)), f"{label}: seq {i} {name} not 0"
+                continue
+            results = []
+            for upcast in (True, False):
+                qs = q.detach()[None, q0:q0 + n].clone().requires_grad_()
+                ks = k.detach()[None, k0:k0 + lk].clone().requires_grad_()
+                vs = v.detach()[None, k0:k0 + lk].clone().requires_grad_()
+                ref, _ = attention_ref(qs, ks, vs, upcast=upcast, causal=causal)
+                ref.backward(dout[None, q0:q0 + n])
+                results.append((ref[0], qs.grad[0], ks.grad[0], vs.grad[0]))
+            for j, name, got in ((0, "out", out.detach()[q0:q0 + n]), (1, "dq", q.grad[q0:q0 + n]),
+                                 (2, "dk", k.grad[k0:k0 + lk]), (3, "dv", v.grad[k0:k0 + lk])):
+                ref, low = results[0][j], results[1][j]
+                err = (got.float() - ref.float()).abs().max().item()
+                base = (low.float() - ref.float()).abs().max().item()
+                assert err <= 3 * base + 1e-5, f"{label}: seq {i} {name} err {err} > 3 * {base}"
+
+
 def _knob_calls(seen, prefix):
     """The recorded configs of the C calls whose entry point starts with prefix."""
     return [config for symbol, config in seen if symbol.startswith(prefix)]

@@ -102,9 +102,13 @@ TEST(VarlenValidation, ArgumentsAreCheckedBeforeTheDriver) {
   ForwardArgs a = ForwardArgs::packed(dense, fake(0x10000), fake(0x20000), fake(0x30000),
                                       const_cast<void *>(fake(0x40000)), nullptr);
   a.varlen.total_q = 10;
-  EXPECT_EQ(args_error(dense, a),
-            "varlen arguments (cu_seqlens_q/k, total_q/k) were given for a problem that is not a "
-            "packed batch: set Problem::varlen");
+  const std::string not_packed =
+      "varlen arguments (cu_seqlens_q/k, total_q/k, seqused_q) were given for a problem that is "
+      "not a packed batch: set Problem::varlen";
+  EXPECT_EQ(args_error(dense, a), not_packed);
+  a.varlen.total_q = 0;
+  a.varlen.seqused_q = static_cast<const int32_t *>(fake(0x50000));
+  EXPECT_EQ(args_error(dense, a), not_packed);
 }
 
 TEST(VarlenSource, TheBackwardReadsSequencesToo) {
