@@ -225,14 +225,14 @@ std::optional<TuningRecord> read_tuning(size_t index, const YAML::Node &entry,
     int page = 0;
     auto is_pages = [&](llvm::StringRef pages) {
       const std::string spelled = pages.str();
-      return pages.consume_front("paged") && !pages.getAsInteger(10, page) && page >= 16 &&
-             page <= 512 && page % 16 == 0 && "paged" + std::to_string(page) == spelled;
+      return pages.consume_front("paged") && !pages.getAsInteger(10, page) && page >= 1 &&
+             page <= 512 && "paged" + std::to_string(page) == spelled;
     };
     if (text == "contiguous" || text == "packed" || is_pages(text) ||
         (text.consume_front("packed-") && is_pages(text)))
       return true;
     return reader.skip(what, llvm::formatv("'{0}' is not contiguous, packed, paged<N> or "
-                                           "packed-paged<N> (N a multiple of 16 in [16, 512])",
+                                           "packed-paged<N> (N in [1, 512])",
                                            value));
   };
   // "" (none) or a modifiers hash: 16 lowercase hex digits.

@@ -61,7 +61,7 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       FLASHJIT_PROBLEM_FLAG(softcap, "softcap", "0", "X", "Logit softcap (0: off)"),
       FLASHJIT_PROBLEM_FLAG(scale, "scale", "0", "S", "Softmax scale (0: 1/sqrt(hdim))"),
       FLASHJIT_PROBLEM_FLAG(page_size, "page-size", "0", "N",
-                            "Forward: K/V in a paged cache of N-row pages (a multiple of 16 in [16, 512]; 0: contiguous)"),
+                            "Forward: K/V in a paged cache of N-row pages (1 to 512; 0: contiguous)"),
       cache_seqlens("cache-seqlens",
                     cl::desc("Forward: a KV cache whose sequences hold different key counts, up to "
                              "--seqlen-k (run draws them at random; tune times full sequences)"),

@@ -241,11 +241,8 @@ llvm::Expected<ParsedProblem> parse_problem_flags(const ProblemFlagValues &v) {
   auto scale = parse_float("scale", v.scale, "a finite number >= 0 (0: 1/sqrt(hdim))");
   if (!scale) return scale.takeError();
   p.softmax_scale = *scale;
-  auto page_size = parse_int("page-size", v.page_size, 0, 512,
-                             "0 (contiguous) or a multiple of 16 in [16, 512]");
+  auto page_size = parse_int("page-size", v.page_size, 0, 512, "0 (contiguous) or 1 to 512 rows");
   if (!page_size) return page_size.takeError();
-  if (*page_size % 16 != 0)
-    return flag_error("page-size", "0 (contiguous) or a multiple of 16 in [16, 512]", v.page_size);
   p.page_size = static_cast<int>(*page_size);
   p.seqused_k = v.cache_seqlens;
   p.varlen = v.varlen;

@@ -26,6 +26,13 @@ std::string FwdSm90Traits::unsupported_reason(int head_dim_qk, int head_dim_v) {
 std::string sm90_fallback_reason(const Problem &problem, const TargetArch &arch) {
   if (!(arch.sm() == 90 && arch.arch_specific))
     return "the sm90 kernel needs an sm_90a target (wgmma, setmaxnreg, TMA), not " + arch.name();
+  // TMA reads a page's rows as boxes in whole swizzle atoms; the sm80
+  // family gathers any page size row by row (cp.async).
+  if (problem.page_size % 16 != 0)
+    return llvm::formatv("its TMA reads pages of whole 16-row boxes, and page_size={0} is not "
+                         "a multiple of 16 (the sm80 family gathers such pages row by row)",
+                         problem.page_size)
+        .str();
   return FwdSm90Traits::unsupported_reason(problem.head_dim_qk, problem.head_dim_v);
 }
 

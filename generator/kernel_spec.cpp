@@ -154,10 +154,10 @@ llvm::Error validate_problem(const Problem &p) {
         "batch*heads_q*ceil(seqlen_q/128)={0} query tiles exceed {1} (kernels number them in "
         "32 bits)",
         tiles, kMaxInt));
-  if (p.page_size != 0 && (p.page_size < 16 || p.page_size > 512 || p.page_size % 16 != 0))
+  if (p.page_size != 0 && (p.page_size < 1 || p.page_size > 512))
     return problem_error(llvm::formatv(
-        "page_size={0} is not supported: expected 0 (contiguous K/V) or a multiple of 16 in "
-        "[16, 512]",
+        "page_size={0} is not supported: expected 0 (contiguous K/V) or 1 to 512 rows (a "
+        "multiple of 16 reads pages by TMA, others are gathered row by row)",
         p.page_size));
   if (p.page_size > 0 && p.seqlen_k % p.page_size != 0)
     return problem_error(llvm::formatv(

@@ -33,10 +33,12 @@
 // Sequences (common/sequence.cuh): a packed batch (kVarlen) gives each
 // sequence its own rows of Q/O and K/V and its lengths (loads stop at them;
 // query blocks past a shorter sequence's end write nothing). A KV cache
-// (kSeqUsedK, kPageSize): the batch's own key count and bottom-right offset; paged K/V are copied in runs of
-// kBoxRows rows that never cross a page, each from its page's rows. A run
-// past the keys, or on a page index outside [0, num_pages), is zero-filled
-// by cp.async without reading memory.
+// (kSeqUsedK, kPageSize): the batch's own key count and bottom-right offset;
+// paged K/V are copied in runs of kBoxRows rows that never cross a page, each
+// from its page's rows, or, where pages are not whole 16-row runs
+// (Sequence::kGathered, e.g. SGLang's pages of 1), gathered row by row. A
+// run (row) past the keys, or on a page index outside [0, num_pages), is
+// zero-filled by cp.async without reading memory.
 //
 // The generator's prelude defines flashjit::cfg (kHeadDimQK, kHeadDimV,
 // kBlockM, kBlockN, kWarps, kStages, kSoftcap, Element, Mask). The layout
@@ -218,7 +220,23 @@ extern "C" __global__ void __launch_bounds__(flashjit::fwd_sm80::kThreads)
     // rather than kept live across the loop, where S and O own the registers.
     const int tid = opaque(static_cast<int>(threadIdx.x));
     const u32 k_addr = sKV_addr + 2 * stage * kSmemStage;
-    if constexpr (Sequence::kPaged) {
+    if constexpr (Sequence::kGathered) {
+      // Each copy looks up its own row's page (the table row is in L1 after
+      // the first); K and V share the lookup's page and row.
+      auto source = [&](const u16 *base, i64 page_stride, i64 row_stride) {
+        return [&, base, page_stride, row_stride](int r) -> const u16 * {
+          const int n = n0 + r;
+          if (n >= seqlen_k) return nullptr;
+          const int page = p.page_table[seq.batch * p.page_table_stride + n / kPageSize];
+          if (page < 0 || page >= p.num_pages) return nullptr;
+          return base + page * page_stride + static_cast<i64>(n % kPageSize) * row_stride;
+        };
+      };
+      gather_tile_rows<kThreads, kBlockN, kSmemDimQK, kChunksQK>(
+          k_addr, source(k_base, p.k_batch_stride, p.k_row_stride), k_base, tid);
+      gather_tile_rows<kThreads, kBlockN, kSmemDimV, kChunksV>(
+          k_addr + 2 * kSmemK, source(v_base, p.v_batch_stride, p.v_row_stride), v_base, tid);
+    } else if constexpr (Sequence::kPaged) {
       constexpr int kRows = Sequence::kBoxRows;
 #pragma unroll
       for (int box = 0; box < Sequence::kBoxesPerTile; ++box) {

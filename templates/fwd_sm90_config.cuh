@@ -122,6 +122,8 @@ using Sequence = SequenceInfo<kVarlen, kSeqUsedK, kPageSize, kBlockN>;
 // Paged K/V: the whole first producer warp runs the producer loop, its lanes
 // reading a tile's page indices at once; lane 0 issues the loads.
 constexpr bool kWarpProducer = Sequence::kPaged;
+static_assert(!Sequence::kGathered && Sequence::kBoxesPerTile <= 32,
+              "TMA pages of whole 16-row boxes, one producer lane each");
 static_assert(Sequence::kBoxRows == kLayout.kv_box_rows(),
               "the host encodes the K/V tensor maps' boxes with these rows");
 // O's columns a consumer warpgroup holds.

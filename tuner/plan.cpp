@@ -415,10 +415,9 @@ std::optional<PlanError> make_entry(const Fields &entry, const Fields &defaults,
 
   // A KV cache (forward): its page size, and per-sequence key counts.
   if (const Field *f = get("page_size")) {
-    constexpr const char *kPage = "0 (contiguous) or a multiple of 16 in [16, 512]";
+    constexpr const char *kPage = "0 (contiguous) or 1 to 512 rows";
     int64_t page = 0;
     if (auto e = read_int(*f, "page_size", 0, 512, kPage, page)) return e;
-    if (page % 16 != 0) return key_error(*f, "page_size", kPage);
     p.page_size = static_cast<int>(page);
   }
   if (const Field *f = get("cache_seqlens")) {

@@ -13,7 +13,7 @@
 // pass: fwd | bwd, or passes: [fwd, bwd] (one entry per pass, in that
 // order; default fwd), deterministic: true (the backward's deterministic
 // mode instead of its default); a KV cache for the forward: page_size (0:
-// contiguous, else a multiple of 16 in [16, 512]; seqlen_k is the cache's
+// contiguous, else 1 to 512 rows; seqlen_k is the cache's
 // capacity) and cache_seqlens: true (per-sequence key counts); a packed
 // batch (flash_attn_varlen_func): varlen: true, with seqlens_q: [17, 4096,
 // 300] (and seqlens_k, default the same), which give the batch, the longest

@@ -41,7 +41,7 @@ typedef struct flashjit_problem {
   float softcap;                     /* 0: off */
   /* KV cache (flashjit_forward_kvcache): 1 when each sequence's key count
    * comes from cache_seqlens; page_size > 0 when K/V are pages. */
-  int32_t page_size; /* 0: contiguous; else a multiple of 16 in [16, 512] */
+  int32_t page_size; /* 0: contiguous; else 1 to 512 rows per page */
   int32_t seqused_k;
   /* 1: a packed batch (flashjit_forward_varlen): q/o [total_q, heads_q, d],
    * k/v [total_k, heads_kv, d]; seqlen_q/seqlen_k are the longest

@@ -40,8 +40,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
 
     q: [batch, seqlen_q, heads_q, d].
     k_cache, v_cache: [batch, seqlen_cache, heads_kv, d], or with block_table
-        the paged cache [num_pages, page_size, heads_kv, d] (page_size a
-        multiple of 16 in [16, 512]). bf16 or fp16 as q, or float8_e4m3fn
+        the paged cache [num_pages, page_size, heads_kv, d] (page_size 1 to
+        512: pages of whole 16-row runs are read by TMA on Hopper, others
+        gathered row by row by the sm80 family, 16-bit only). bf16 or fp16 as q, or float8_e4m3fn
         (an fp8 cache, d a multiple of 16 up to 256); d a multiple of 8 from 32 to 576
         (the sm90 family on Hopper serves a cache).
     k, v: optional [batch, seqlen_new, heads_kv, d] in q's dtype, written into the cache

@@ -105,8 +105,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     Over a KV cache (the serving call; forward only):
     block_table: int32 [batch, pages_per_seq] device tensor (batch =
         len(cu_seqlens_q) - 1). k and v are then the paged cache
-        [num_pages, page_size, heads_kv, d] (page_size a multiple of 16 in
-        [16, 512]); row b lists sequence b's pages in order. Entries past a
+        [num_pages, page_size, heads_kv, d] (page_size 1 to 512: pages of
+        whole 16-row runs are read by TMA on Hopper, others gathered row by
+        row by the sm80 family); row b lists sequence b's pages in order. Entries past a
         sequence's keys are never read; an entry outside [0, num_pages)
         reads as zeros. Slots of a sequence's last page past its key count
         are read and masked: they must hold finite values (a zeroed cache
@@ -351,9 +352,9 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     table, table_stride, num_pages, page = None, 0, 0, 0
     if paged:
         num_pages, page = k.shape[0], k.shape[1]
-        if page % 16 or not 16 <= page <= 512:
+        if not 1 <= page <= 512:
             raise _fail(ValueError, f"k/v have page_size {page} (their dim 1): a paged cache "
-                                    f"needs a multiple of 16 in [16, 512]")
+                                    f"needs 1 to 512 rows a page")
         if not 1 <= num_pages <= _MAX_ROWS:
             raise _fail(ValueError, f"k/v have {num_pages} pages (their dim 0): a paged cache "
                                     f"needs 1 to 2^31-1")

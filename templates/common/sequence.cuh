@@ -70,10 +70,12 @@ __device__ __forceinline__ PackedQueries packed_queries(const Params &p, int b) 
 template <bool kVarlen, bool kSeqUsedK, int kPageSize, int kBlockN>
 struct SequenceInfo {
   static constexpr bool kPaged = kPageSize > 0;
-  static constexpr int kBoxRows = kv_box_rows(kPageSize, kBlockN);
+  // Pages that are not whole 16-row runs are gathered row by row (the sm80
+  // family only: TMA boxes need them).
+  static constexpr bool kGathered = kPaged && kPageSize % 16 != 0;
+  static constexpr int kBoxRows = kGathered ? 1 : kv_box_rows(kPageSize, kBlockN);
   static constexpr int kBoxesPerTile = kBlockN / kBoxRows;
-  static_assert(!kPaged || kPageSize % 16 == 0, "page size: a multiple of 16 rows");
-  static_assert(kBoxesPerTile <= 32, "one lane of the producer warp per box");
+  static_assert(kPageSize >= 0 && kPageSize <= 512, "page size: 0 (contiguous) or 1 to 512 rows");
 
   int seqlen_q;   // this sequence's queries
   int seqlen_k;   // this sequence's keys

@@ -89,6 +89,27 @@ __device__ __forceinline__ void load_tile_rows(u32 tile, const u16 *gmem, i64 ro
   }
 }
 
+// cp.async of rows [0, kRows) x chunks [0, kChunks), each row from its own
+// address (a gather): `row_source(row)` gives the row's first element, or
+// null for a zero-filled row (`fallback` then stands in as an address that
+// is never read).
+template <int kThreads, int kRows, int kDim, int kChunks, class RowSource>
+__device__ __forceinline__ void gather_tile_rows(u32 tile, const RowSource &row_source,
+                                                 const u16 *fallback, int tid) {
+  constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    if (kTotal % kThreads == 0 || idx < kTotal) {
+      const int row = idx / kChunks;
+      const int chunk = idx % kChunks;
+      const u16 *src = row_source(row);
+      cp_async_16(tile + 2 * swizzle<kDim>(row, chunk), src ? src + chunk * 8 : fallback,
+                  src != nullptr);
+    }
+  }
+}
+
 // Zeroes chunks [kFirst, kEnd) of every row: head-dim padding the MMAs read.
 template <int kThreads, int kRows, int kDim, int kFirst, int kEnd>
 __device__ __forceinline__ void zero_chunks(u32 tile, int tid) {

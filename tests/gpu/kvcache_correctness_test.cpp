@@ -298,6 +298,23 @@ std::vector<KvCase> kv_cases() {
     mla.page_size = page;
     cases.push_back(KvCase{mla, lengths(2, cap, 1)});
   }
+  // Pages that are not whole 16-row runs (SGLang's 1, FlashAttention-3's 4,
+  // odd ones): the sm80 family's row gather, shuffled tables, bad entries.
+  for (int page : {1, 3, 8, 24, 40}) {
+    const int64_t cap = page * (page < 8 ? 150 : 30);
+    const MaskKind mask = page % 2 ? MaskKind::causal : MaskKind::none;
+    Problem p = make_problem(page == 8 ? DType::fp16 : DType::bf16, 4, 16, 4,
+                             page == 24 ? 5 : 1, cap, page == 40 ? 64 : 128,
+                             page == 40 ? 64 : 128, mask);
+    p.seqused_k = true;
+    p.page_size = page;
+    KvCase c{p, lengths(4, cap - 2, page)};
+    c.seqlen_new = page % 3 == 0 ? 2 : 1;
+    c.splits = page == 24 ? 3 : 0;
+    c.out_of_range_page = page != 3;
+    c.path = KernelPath::sm80;
+    cases.push_back(c);
+  }
   // A pool of contiguous entries (cache_batch_idx, one index outside it) and
   // left padding, together and alone, both families, appending or not.
   for (int n = 0; n < 8; ++n) {

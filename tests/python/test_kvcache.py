@@ -256,6 +256,12 @@ def test_contiguous_and_paged():
         for dtype in (torch.bfloat16, torch.float16):
             run_case(4, 1, 512, 32, 8, 128, dtype, page=page, lens=[0, 1, 300, 512], seed=page)
             run_case(3, 5, 768, 16, 2, 64, dtype, page=page, new=2, causal=True, seed=page + 1)
+    # Pages that are not whole 16-row runs (gathered row by row).
+    for page in (1, 4, 24):
+        run_case(4, 1, 480, 16, 4, 128, torch.bfloat16, page=page, lens=[0, 1, 300, 479], new=1,
+                 seed=page)
+        run_case(2, 3, 96 * page, 8, 8, 64, torch.float16, page=page, new=2, causal=True,
+                 seed=page + 1)
 
 
 def test_masks_softcap_head_dims():
@@ -322,16 +328,16 @@ def test_bad_arguments():
         except (TypeError, ValueError, RuntimeError) as e:
             if expected not in str(e):
                 errors.append(f"{list(kw)}: {e!r} lacks {expected!r}")
-    # A page size that is not a multiple of 16 is the library's error.
+    # A page size past 512 is the library's error.
     try:
-        kc = torch.zeros(8, 24, 2, 128, device=dev, dtype=torch.bfloat16)
+        kc = torch.zeros(2, 528, 2, 128, device=dev, dtype=torch.bfloat16)
         flashjit.attention_with_kvcache(q, kc, kc.clone(), cache_seqlens=lens,
-                                        block_table=torch.zeros(2, 2, dtype=torch.int32,
+                                        block_table=torch.zeros(2, 1, dtype=torch.int32,
                                                                 device=dev))
-        errors.append("page 24: no error")
+        errors.append("page 528: no error")
     except RuntimeError as e:
-        if "page_size=24" not in str(e):
-            errors.append(f"page 24: {e}")
+        if "page_size=528" not in str(e):
+            errors.append(f"page 528: {e}")
     assert not errors, "\n".join(errors)
 
 

@@ -752,10 +752,10 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
       {"head_dim_v 100", doc + "tunings:\n" + with(t, "head_dim_v: 128", "head_dim_v: 100"), false,
        "", "tunings[0] (line 4): skipped: problem.head_dim_v: 100 is not a multiple of 8 in [8, "
            "256]\n"},
-      {"kv_layout paged24",
-       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged24,"), false,
-       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged24' is not contiguous, packed, "
-           "paged<N> or packed-paged<N> (N a multiple of 16 in [16, 512])\n"},
+      {"kv_layout paged1024",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged1024,"), false,
+       "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged1024' is not contiguous, packed, "
+           "paged<N> or packed-paged<N> (N in [1, 512])\n"},
       {"modifiers not a hash",
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, modifiers: 0123ABCD,"),
        false, "",
@@ -767,15 +767,15 @@ TEST(BadInputCorpus, RefusedImportsLeaveTheDatabaseUnchanged) {
       {"out_dtype e4m3",
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, out_dtype: e4m3,"), false,
        "", "tunings[0] (line 4): skipped: problem.out_dtype: 'e4m3' is not auto, bf16 or fp16\n"},
-      {"kv_layout packed-paged10",
-       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: packed-paged10,"),
+      {"kv_layout packed-paged513",
+       doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: packed-paged513,"),
        false, "",
-       "tunings[0] (line 4): skipped: problem.kv_layout: 'packed-paged10' is not contiguous, "
-       "packed, paged<N> or packed-paged<N> (N a multiple of 16 in [16, 512])\n"},
+       "tunings[0] (line 4): skipped: problem.kv_layout: 'packed-paged513' is not contiguous, "
+       "packed, paged<N> or packed-paged<N> (N in [1, 512])\n"},
       {"kv_layout paged064",
        doc + "tunings:\n" + with(t, "gqa_ratio: 1,", "gqa_ratio: 1, kv_layout: paged064,"), false,
        "", "tunings[0] (line 4): skipped: problem.kv_layout: 'paged064' is not contiguous, packed, "
-           "paged<N> or packed-paged<N> (N a multiple of 16 in [16, 512])\n"},
+           "paged<N> or packed-paged<N> (N in [1, 512])\n"},
       {"path sm99", doc + "tunings:\n" + with(t, "path: sm90", "path: sm99"), false, "",
        "tunings[0] (line 4): skipped: config.path: 'sm99' is not sm80 or sm90\n"},
       {"block_m -128", doc + "tunings:\n" + with(t, "block_m: 128", "block_m: -128"), false, "",

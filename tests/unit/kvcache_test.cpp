@@ -48,13 +48,14 @@ KernelConfig decode_tiles() {
 
 std::string problem_error(const Problem &p) { return llvm::toString(validate_problem(p)); }
 
-TEST(KvCacheValidation, PageSizesAreMultiplesOf16UpTo512) {
-  for (int page : {16, 48, 64, 256, 512})
-    EXPECT_EQ(problem_error(cache_problem(page, true, 512 * 3)), "") << page;
-  for (int page : {8, 24, 100, 528, -16})
+TEST(KvCacheValidation, PageSizesFrom1To512) {
+  for (int page : {1, 5, 8, 16, 24, 48, 64, 100, 256, 512})
+    EXPECT_EQ(problem_error(cache_problem(page, true, page * 6)), "") << page;
+  for (int page : {528, 1024, -16})
     EXPECT_EQ(problem_error(cache_problem(page, true, 528 * 48)),
               "page_size=" + std::to_string(page) +
-                  " is not supported: expected 0 (contiguous K/V) or a multiple of 16 in [16, 512]")
+                  " is not supported: expected 0 (contiguous K/V) or 1 to 512 rows (a multiple of "
+                  "16 reads pages by TMA, others are gathered row by row)")
         << page;
   EXPECT_EQ(problem_error(cache_problem(64, true, 1000)),
             "seqlen_k=1000 is not a multiple of page_size=64: with a paged cache seqlen_k is the "
@@ -282,6 +283,26 @@ TEST(KvCacheHeuristic, AnExplicitSm90RequestStaysSm90) {
   EXPECT_EQ(error.find("sm80"), std::string::npos) << error;
 }
 
+TEST(KvCacheHeuristic, PagesOfPartialBoxesAreGatheredBySm80) {
+  for (int page : {1, 4, 24, 40}) {
+    const Problem p = cache_problem(page, true, page * 64);
+    const KernelConfig c = default_forward_config(p, kSm90a, 0, {}, 132);
+    EXPECT_EQ(c.path, KernelPath::sm80) << page;
+    auto spec = make_forward_spec(p, c, kSm90a);
+    ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+    EXPECT_NE(spec->id().find("_page" + std::to_string(page) + "_"), std::string::npos);
+    KernelConfig sm90{KernelPath::sm90, 64, 64, 8, 2};
+    auto refused = make_forward_spec(p, sm90, kSm90a);
+    ASSERT_FALSE(bool(refused));
+    EXPECT_EQ(llvm::toString(refused.takeError()),
+              "kernel path sm90 is not available: its TMA reads pages of whole 16-row boxes, and "
+              "page_size=" + std::to_string(page) +
+                  " is not a multiple of 16 (the sm80 family gathers such pages row by row); "
+                  "use sm80");
+  }
+  EXPECT_EQ(problem_class_key(cache_problem(1)).kv_layout, "paged1");
+}
+
 TEST(KvCacheKeys, CallKeyAndTuningClassSeparateLayouts) {
   const Problem dense = cache_problem(0, false);
   const Problem paged = cache_problem(64);
@@ -347,6 +368,10 @@ TEST(KvCacheCompile, Sm80SplitAndPagedKernelsCompileWithoutSpills) {
       {256, 256, false, {KernelPath::sm80, 64, 32, 4, 2}, 2},
       {64, 0, true, {KernelPath::sm80, 128, 128, 8, 2}, 5},
       {96, 0, false, {KernelPath::sm80, 64, 64, 4, 2}, 3},   // split only
+      // Pages that are not whole 16-row runs: the row gather.
+      {128, 1, true, {KernelPath::sm80, 64, 64, 4, 2}, 4},
+      {64, 24, true, {KernelPath::sm80, 128, 64, 4, 2}, 1},
+      {128, 3, false, {KernelPath::sm80, 64, 128, 4, 2}, 2},
   };
   const auto compiled = testing::compile_forward_variants(
       std::size(variants),
