@@ -55,6 +55,10 @@ FwdParams make_forward_params(const Problem &problem, const ForwardArgs &args) {
     p.cache_batch_idx = args.cache.cache_batch_idx;
     p.cache_batches = static_cast<int>(args.cache.cache_batches);
     p.cache_leftpad = args.cache.cache_leftpad;
+    if (args.cache.cu_seqlens_k_new) {
+      p.cu_seqlens_k_new = args.cache.cu_seqlens_k_new;
+      p.total_new = static_cast<int>(args.cache.seqlen_new);
+    }
   }
   if (problem.page_size > 0) {
     p.page_table = args.cache.page_table;
@@ -102,6 +106,12 @@ KvAppendParams make_kv_append_params(const Problem &problem, const ForwardArgs &
   p.batch = static_cast<int>(problem.batch);
   p.cache_batch_idx = c.cache_batch_idx;
   p.cache_batches = static_cast<int>(c.cache_batches);
+  if (c.cu_seqlens_k_new) {
+    p.cu_seqlens_k_new = c.cu_seqlens_k_new;
+    p.cu_seqlens_k = args.varlen.cu_seqlens_k;
+    p.total_new = static_cast<int>(c.seqlen_new);
+    p.total_k = static_cast<int>(args.varlen.total_k);
+  }
   p.k_scale = args.descale.k;
   p.v_scale = args.descale.v;
   p.scale_batch_stride = args.descale.batch_stride;

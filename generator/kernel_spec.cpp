@@ -384,7 +384,8 @@ LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q)
 LaunchGeometry kv_append_geometry(const Problem &problem, int64_t seqlen_new) {
   LaunchGeometry g;  // kv_append.cuh: 128 threads
   g.grid.x = static_cast<unsigned>(std::max<int64_t>(seqlen_new, 1));
-  g.grid.y = static_cast<unsigned>(problem.batch);
+  // A packed batch's new rows each find their sequence.
+  g.grid.y = static_cast<unsigned>(problem.varlen ? 1 : problem.batch);
   g.block.x = 128;
   g.dynamic_smem_bytes = 0;
   return g;

@@ -131,7 +131,8 @@ bool forward_grid_is_persistent(const KernelSpec &spec, const Problem &problem, 
 // `total_q`: the tokens of a packed varlen batch (read only for varlen).
 LaunchGeometry forward_combine_geometry(const Problem &problem, int64_t total_q = 0);
 
-// The KV-cache append kernel's launch: one CTA per new row and sequence.
+// The KV-cache append kernel's launch: one CTA per new row and sequence (a
+// packed batch: per packed new row, seqlen_new of them).
 LaunchGeometry kv_append_geometry(const Problem &problem, int64_t seqlen_new);
 
 // The key tiles of `block_n` keys the longest work tile of `problem` visits

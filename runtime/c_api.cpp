@@ -291,6 +291,7 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
     args.cache.cache_batch_idx = kv->cache_batch_idx;
     args.cache.cache_batches = kv->num_cache_batches;
     args.cache.cache_leftpad = kv->cache_leftpad;
+    args.cache.cu_seqlens_k_new = kv->cu_seqlens_k_new;
   }
 
   if (vl) {

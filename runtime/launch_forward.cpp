@@ -120,12 +120,15 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
                       "(seqused_k); pass an int32 [batch] device array"
                     : "cache.cache_seqlens was given but the problem has no per-sequence key "
                       "counts: set Problem::seqused_k");
-  // A packed batch reads the cache as it is (flash_attn_varlen_func): its
-  // new keys are already in it.
-  if (problem.varlen && (cache.k_new || cache.v_new || cache.seqlen_new != 0))
-    return fail("cache.k_new/v_new/seqlen_new were given for a packed batch (varlen): it reads "
-                "the cache as it is; append the new keys first (flashjit_forward_kvcache, or "
-                "write them into the cache)");
+  // A packed batch appends packed new keys (cu_seqlens_k_new) or reads the
+  // cache as it is (flash_attn_varlen_func).
+  if (problem.varlen && (cache.k_new || cache.v_new) && !cache.cu_seqlens_k_new)
+    return fail("cache.k_new/v_new were given for a packed batch (varlen) without "
+                "cu_seqlens_k_new: pass each sequence's first new row (int32 [batch + 1]), or "
+                "append the new keys first");
+  if (cache.cu_seqlens_k_new && !(problem.varlen && cache.k_new))
+    return fail("cache.cu_seqlens_k_new was given without packed new keys: it places a packed "
+                "batch's (varlen) k_new/v_new rows; pass them, or null");
   if (problem.seqused_k) extra.push_back({"cache_seqlens", cache.cache_seqlens, alignof(int32_t)});
   if (paged) {
     if (!cache.page_table)
@@ -174,16 +177,26 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
     if (!problem.seqused_k)
       return fail("cache.k_new/v_new need cache_seqlens (Problem::seqused_k): the new keys are "
                   "written at each sequence's cache_seqlens");
-    if (cache.seqlen_new < 1 || cache.seqlen_new > problem.seqlen_k)
+    if (problem.varlen) {
+      if (cache.seqlen_new < 1 || cache.seqlen_new > std::numeric_limits<int32_t>::max())
+        return fail(llvm::formatv("cache.seqlen_new={0} is invalid: a packed batch's new keys "
+                                  "are 1 to 2^31-1 rows",
+                                  cache.seqlen_new));
+    } else if (cache.seqlen_new < 1 || cache.seqlen_new > problem.seqlen_k) {
       return fail(llvm::formatv("cache.seqlen_new={0} is invalid: expected 1 to seqlen_k={1} "
                                 "new keys per sequence",
                                 cache.seqlen_new, problem.seqlen_k));
+    }
     // New keys and values come in Q's dtype: 16-bit ones are quantized into
-    // an fp8 cache with its k/v descales, e4m3 ones copied as they are.
-    tensors.push_back({"k_new", cache.k_new, cache.k_new_strides, problem.batch,
-                       cache.seqlen_new, problem.heads_kv, q_bytes});
-    tensors.push_back({"v_new", cache.v_new, cache.v_new_strides, problem.batch,
-                       cache.seqlen_new, problem.heads_kv, q_bytes});
+    // an fp8 cache with its k/v descales, e4m3 ones copied as they are. A
+    // packed batch's are one [seqlen_new, heads_kv, d] block of rows.
+    const int64_t new_outer = problem.varlen ? 1 : problem.batch;
+    tensors.push_back({"k_new", cache.k_new, cache.k_new_strides, new_outer, cache.seqlen_new,
+                       problem.heads_kv, q_bytes});
+    tensors.push_back({"v_new", cache.v_new, cache.v_new_strides, new_outer, cache.seqlen_new,
+                       problem.heads_kv, q_bytes});
+    if (cache.cu_seqlens_k_new)
+      extra.push_back({"cu_seqlens_k_new", cache.cu_seqlens_k_new, alignof(int32_t)});
   } else if (cache.seqlen_new != 0) {
     return fail(llvm::formatv("cache.seqlen_new={0} without k_new/v_new: pass the new keys and "
                               "values, or 0",

@@ -5,7 +5,12 @@
 // cache_batch_idx[b] when given, before the forward kernel reads
 // the cache on the same stream (flash_attn_with_kvcache's k/v arguments).
 //
-// Tiling. One CTA per (new row, sequence); its threads walk the row's
+// A packed batch (cu_seqlens_k_new, FlashAttention-3's) appends rows
+// cu_seqlens_k_new[b] .. [b + 1] of its packed new keys for sequence b, into
+// its pages or, contiguous, at row cu_seqlens_k[b] + position of the packed
+// cache.
+//
+// Tiling. One CTA per (new row, sequence), or per packed new row; its threads walk the row's
 // heads_kv x dim 16-byte vectors of K, then of V. The traffic is the new
 // rows alone (a decode step appends one per sequence), so a plain copy
 // suffices.
@@ -78,13 +83,35 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
   // waits for this grid's completion before it reads the cache.
   grid_dependents_launch();
   grid_dependency_wait();
-  const int row = blockIdx.x;    // of the new keys
-  const int batch = blockIdx.y;
+  int row = blockIdx.x;    // of the new keys
+  int batch = blockIdx.y;
+  long long src_row = row;  // within the sequence's new keys, or packed
+  if (p.cu_seqlens_k_new) {
+    // Packed new keys: one CTA per row, its sequence the last whose first
+    // row it has reached (a binary search; device offsets need not be
+    // sorted, so the owner is checked after).
+    int lo = 0, hi = p.batch - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.cu_seqlens_k_new[mid] <= row) lo = mid; else hi = mid - 1;
+    }
+    batch = lo;
+    const int n0 = p.cu_seqlens_k_new[batch];
+    const int n1 = p.cu_seqlens_k_new[batch + 1];
+    if (n0 < 0 || row < n0 || row >= n1 || n1 > p.total_new) return;
+    row -= n0;
+  }
   const int first = p.seqused_k[batch];
   const long long pos = static_cast<long long>(first) + row;
   if (first < 0 || pos >= p.seqlen_k) return;
   long long outer = batch;  // the cache's batch, or the page
   long long cache_row = pos;
+  if (p.cu_seqlens_k_new && cfg::kPageSize == 0) {  // a packed contiguous cache
+    const long long k0 = p.cu_seqlens_k[batch];
+    if (k0 < 0 || k0 + pos >= p.total_k) return;
+    outer = 0;
+    cache_row = k0 + pos;
+  }
   if (p.cache_batch_idx) {  // a contiguous cache's entry for this sequence
     outer = p.cache_batch_idx[batch];
     if (outer < 0 || outer >= p.cache_batches) return;
@@ -97,10 +124,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
   }
   const auto *k_src =
       static_cast<const unsigned char *>(p.k_new) +
-      kv_append::kNewBytes * (batch * p.k_new_batch_stride + row * p.k_new_row_stride);
+      kv_append::kNewBytes * (batch * p.k_new_batch_stride + src_row * p.k_new_row_stride);
   const auto *v_src =
       static_cast<const unsigned char *>(p.v_new) +
-      kv_append::kNewBytes * (batch * p.v_new_batch_stride + row * p.v_new_row_stride);
+      kv_append::kNewBytes * (batch * p.v_new_batch_stride + src_row * p.v_new_row_stride);
   auto *k_dst = static_cast<unsigned char *>(p.k_cache) +
                 kv_append::kBytes * (outer * p.k_batch_stride + cache_row * p.k_row_stride);
   auto *v_dst = static_cast<unsigned char *>(p.v_cache) +

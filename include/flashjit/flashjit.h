@@ -99,6 +99,10 @@ typedef struct flashjit_kvcache_args {
   const int32_t *cache_batch_idx;
   int64_t num_cache_batches;
   const int32_t *cache_leftpad;
+  /* A packed batch's new keys (varlen; NULL otherwise): k_new/v_new are
+   * [seqlen_new, heads_kv, d] packed rows, sequence b's rows
+   * cu_seqlens_k_new[b] .. [b + 1] (int32 [batch + 1]). */
+  const int32_t *cu_seqlens_k_new;
 } flashjit_kvcache_args;
 
 /* Gradients: dq like q, dk/dv like k/v (summed over the query heads that

@@ -64,6 +64,14 @@ struct KvCacheArgs {
   const int32_t *cache_batch_idx = nullptr;
   int64_t cache_batches = 0;
   const int32_t *cache_leftpad = nullptr;
+  // A packed batch (Problem::varlen) appending new keys (FlashAttention-3's
+  // cu_seqlens_k_new): k_new/v_new are then [seqlen_new, heads_kv, d] packed
+  // rows (their strides' `batch` unused), sequence b's rows
+  // cu_seqlens_k_new[b] .. cu_seqlens_k_new[b + 1] (int32 [batch + 1]),
+  // written at positions cache_seqlens[b].. of its pages (or, contiguous,
+  // of its packed rows from cu_seqlens_k[b]); its key count is then
+  // cache_seqlens[b] plus those rows.
+  const int32_t *cu_seqlens_k_new = nullptr;
 };
 
 // A packed batch's device data (flash_attn_varlen_func's arguments), for a

@@ -89,6 +89,7 @@ class KvCacheArgs(ctypes.Structure):
         ("cache_batch_idx", ctypes.c_void_p),
         ("num_cache_batches", ctypes.c_int64),
         ("cache_leftpad", ctypes.c_void_p),
+        ("cu_seqlens_k_new", ctypes.c_void_p),
     ]
 
 

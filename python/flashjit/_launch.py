@@ -94,21 +94,25 @@ def varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, total_k, seqused_q=None):
 
 
 def kvcache_args(cache_seqlens, block_table, table_stride, num_pages, k_new=None, v_new=None,
-                 cache_batch_idx=None, cache_batches=0, cache_leftpad=None):
+                 cache_batch_idx=None, cache_batches=0, cache_leftpad=None,
+                 cu_seqlens_k_new=None):
     """The flashjit_kvcache_args of a call over a KV cache: each sequence's
     key count (or None: the whole cache), the page table (or None: a
     contiguous cache) with its row stride and the number of pages, this
     step's keys and values to append (kernel-ready [batch, seqlen_new,
     heads_kv, d], or None), and a contiguous cache's placement of the
     sequences (int32 [batch] entries of its cache_batches, and start rows;
-    None: entry b, row 0)."""
+    None: entry b, row 0). A packed batch's new keys: k_new/v_new the
+    [1, total_new, heads_kv, d] view of its packed rows and
+    cu_seqlens_k_new (int32 [batch + 1]) each sequence's first."""
+    strides = row_strides if cu_seqlens_k_new is not None else kernel_strides
     return _capi.KvCacheArgs(
         _pointer(cache_seqlens), _pointer(block_table), table_stride, num_pages,
         _pointer(k_new), _pointer(v_new), k_new.shape[1] if k_new is not None else 0,
-        *(kernel_strides(k_new) if k_new is not None else (0, 0, 0)),
-        *(kernel_strides(v_new) if v_new is not None else (0, 0, 0)),
+        *(strides(k_new) if k_new is not None else (0, 0, 0)),
+        *(strides(v_new) if v_new is not None else (0, 0, 0)),
         _pointer(cache_batch_idx), cache_batches if cache_batch_idx is not None else 0,
-        _pointer(cache_leftpad))
+        _pointer(cache_leftpad), _pointer(cu_seqlens_k_new))
 
 
 class Call:

@@ -35,7 +35,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                            softcap=0.0, num_splits=0, return_lse=False, q_descale=None,
                            k_scale=None, v_scale=None, out_dtype=None, pack_gqa=None,
                            attention_chunk=0, rotary_cos=None, rotary_sin=None,
-                           rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None):
+                           rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None,
+                           cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None):
     """Attention of q over a KV cache, optionally appending this step's k/v first.
 
     q: [batch, seqlen_q, heads_q, d].
@@ -67,6 +68,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         cache_seqlens[b], and rotary positions stay cache_seqlens[b] + i
         (FlashAttention's cache_leftpad). Needs cache_seqlens; not with
         block_table.
+    cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new: packed queries and new
+        keys (FlashAttention-3's): q is [total_q, heads_q, d] with sequence
+        b's queries rows cu_seqlens_q[b] .. [b + 1] (int32 [batch + 1]; the
+        longest max_seqlen_q), and k, v are [total_new, heads_kv, d] with its
+        new keys rows cu_seqlens_k_new[b] .. [b + 1], appended at
+        cache_seqlens[b] (required); the output is [total_q, heads_q, dv]
+        and the LSE [heads_q, total_q]. Offsets are device data, clamped by
+        the kernels as flashjit.attention_varlen's. Head dims must be
+        multiples of 8 (the cache is written in place); no rotary,
+        cache_batch_idx or cache_leftpad with packed queries.
     block_table: int32 [batch, max_pages_per_seq]: the pages of each
         sequence's keys in order. Entries past a sequence's key count are
         never read; an entry outside [0, num_pages) reads as zeros.
@@ -107,6 +118,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     """
     import torch
 
+    if cu_seqlens_q is not None or cu_seqlens_k_new is not None:
+        return _packed_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                            cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, softmax_scale, causal,
+                            window, softcap, num_splits, return_lse,
+                            (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk,
+                            (rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad))
     if attention_chunk != 0 and torch.compiler.is_compiling():
         raise NotImplementedError("flashjit.attention_with_kvcache: attention_chunk is not "
                                   "traceable by torch.compile yet; call it eagerly")
@@ -146,6 +163,64 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                         (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk,
                         cache_batch_idx, cache_leftpad)
     out, lse, _, _, _ = _launch.forward(torch, call, q, k_cache, v_cache, want_lse=return_lse)
+    return (out, lse) if return_lse else out
+
+
+def _packed_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, cu_seqlens_q,
+                 cu_seqlens_k_new, max_seqlen_q, softmax_scale, causal, window, softcap,
+                 num_splits, return_lse, fp8, pack_gqa, attention_chunk, unsupported):
+    """attention_with_kvcache over packed queries (cu_seqlens_q): the serving
+    call of flashjit.attention_varlen over the cache, appending the packed
+    new keys first. A contiguous cache [batch, seqlen_cache, ...] is read as
+    packed rows, sequence b's from row b * seqlen_cache."""
+    from . import varlen
+    for name, value in zip(("rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad"),
+                           unsupported):
+        if value is not None:
+            raise _fail(NotImplementedError, f"{name} is not supported with packed queries "
+                                             f"(cu_seqlens_q) yet")
+    if torch.compiler.is_compiling():
+        raise NotImplementedError(f"{NAME}: packed queries (cu_seqlens_q) are not traceable by "
+                                  f"torch.compile yet; call it eagerly")
+    if cu_seqlens_q is None or max_seqlen_q is None:
+        raise _fail(ValueError, "packed queries need cu_seqlens_q and max_seqlen_q (and "
+                                "cu_seqlens_k_new with k/v)")
+    if (k is None) != (cu_seqlens_k_new is None) or (k is None) != (v is None):
+        raise _fail(ValueError, "pass k, v and cu_seqlens_k_new together (this step's packed "
+                                "keys and values and each sequence's first row of them), or "
+                                "none")
+    batch = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else -1
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool) and batch >= 0:
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    if cache_seqlens is None:
+        raise _fail(ValueError, "packed queries need cache_seqlens: each sequence's cached keys")
+    check_tensor(torch, _fail, "k_cache", k_cache, 4, q.device)
+    check_tensor(torch, _fail, "v_cache", v_cache, 4, q.device)
+    if block_table is not None:
+        keys, values, cu_k, max_k = k_cache, v_cache, None, block_table.shape[-1] * k_cache.shape[1]
+    else:
+        entries, rows = k_cache.shape[:2]
+        if entries != batch:
+            raise _fail(ValueError, f"k_cache has batch {entries} but cu_seqlens_q has {batch} "
+                                    f"sequences")
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            _cache_ready(name, t)
+            if entries > 1 and t.stride(0) != rows * t.stride(1):
+                raise _fail(ValueError, f"{name}'s entries must be one block of rows (stride(0) "
+                                        f"== seqlen_cache * stride(1)): packed queries read a "
+                                        f"contiguous cache as packed rows")
+        keys = k_cache.reshape(entries * rows, *k_cache.shape[2:])
+        values = v_cache.reshape(entries * rows, *v_cache.shape[2:])
+        cu_k = torch.arange(0, (batch + 1) * rows, rows, dtype=torch.int32, device=q.device)
+        max_k = rows
+    call = varlen.prepare_cache_call(
+        torch, q, keys, values, cu_seqlens_q, cu_k, max_seqlen_q, max_k, softmax_scale, causal,
+        window, softcap, block_table, cache_seqlens, fp8, num_splits, pack_gqa, False,
+        attention_chunk, new_keys=(k, v, cu_seqlens_k_new) if k is not None else None)
+    if call is None:
+        out, lse = varlen.empty_result(torch, q, v_cache, fp8[3])
+    else:
+        out, lse = varlen.forward(torch, call, q, keys, values, want_lse=return_lse)
     return (out, lse) if return_lse else out
 
 

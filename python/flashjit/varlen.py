@@ -21,7 +21,7 @@ from ._checks import attention_options, block_table as check_block_table
 from ._checks import check_inputs, check_tensor, deterministic_flag, failure, forward_knobs
 from ._checks import fp8_elements, int32_vector, is_fp8, mixed_dtype_message, output_dtype
 from ._checks import refuse_fp8_grad
-from ._layout import unpad
+from ._layout import prepare, unpad
 from .autograd import varlen_function
 
 NAME = "flashjit.attention_varlen"
@@ -220,7 +220,7 @@ def prepare_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     when there is nothing to attend (no kernel to run). fp8: (q_descale,
     k_descale, v_descale, out_dtype)."""
     if block_table is not None or seqused_k is not None:
-        return _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        return prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, window, softcap,
                                    block_table, seqused_k, fp8, num_splits, pack_gqa,
                                    deterministic, attention_chunk, seqused_q)
@@ -295,14 +295,16 @@ def empty_result(torch, q, v, out_dtype=None):
 
 # ---- the serving call: a packed batch of queries over a KV cache ---------------
 
-def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+def prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, window, softcap, block_table, seqused_k, fp8,
                         num_splits, pack_gqa, deterministic, attention_chunk=0,
-                        seqused_q=None):
+                        seqused_q=None, new_keys=None):
     """prepare_call over a KV cache (block_table and/or seqused_k given); an
     e4m3 cache may go with 16-bit q (kv_dtype e4m3). deterministic is
     checked only: the call has no backward, and its forward is deterministic
-    either way."""
+    either way. new_keys: (k_new, v_new, cu_seqlens_k_new), packed new keys
+    the kernels append at seqused_k first (flashjit.attention_with_kvcache's
+    packed call), or None."""
     paged = block_table is not None
     dtype = check_inputs(torch, _fail, q, 3, ())
     device = q.device
@@ -389,6 +391,36 @@ def _prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                                      options, elements, page_size=page,
                                      seqused_k=int(used is not None), varlen=1)
     offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k, used_q)
-    cache = _launch.kvcache_args(used, table, table_stride, num_pages)
+    k_new = v_new = cu_new = None
+    if new_keys is not None:
+        k_new, v_new, cu_new = _new_keys(torch, new_keys, q, heads_kv, dim, dim_v, batch, used)
+    cache = _launch.kvcache_args(used, table, table_stride, num_pages, k_new, v_new,
+                                 cu_seqlens_k_new=cu_new)
     return _launch.Call(NAME, problem, dim, dim_v, splits=splits, pack_gqa=pack, varlen=offsets,
-                        cache=cache, keep=(cu_q, cu_k, used, table, used_q), elements=elements)
+                        cache=cache, keep=(cu_q, cu_k, used, table, used_q, k_new, v_new, cu_new),
+                        elements=elements)
+
+
+def _new_keys(torch, new_keys, q, heads_kv, dim, dim_v, batch, used):
+    """Packed new keys checked: ([1, total_new, heads_kv, d] views of k_new
+    and v_new, cu_seqlens_k_new). They are written into the cache in place,
+    so the head dims must need no padding."""
+    k_new, v_new, cu_new = new_keys
+    if used is None:
+        raise _fail(ValueError, "k/v need cache_seqlens: they are written at each sequence's "
+                                "cache_seqlens")
+    for name, t, d in (("k", k_new, dim), ("v", v_new, dim_v)):
+        check_tensor(torch, _fail, name, t, 3, q.device)
+        if t.dtype != q.dtype:
+            raise _fail(TypeError, f"{name} is {t.dtype} but q is {q.dtype}")
+        if t.shape[1:] != (heads_kv, d) or t.shape[0] != k_new.shape[0]:
+            raise _fail(ValueError, f"{name} has shape {tuple(t.shape)}, expected "
+                                    f"[total_new, {heads_kv}, {d}] (packed new keys)")
+    if dim % 8 or dim_v % 8:
+        raise _fail(ValueError, f"head dims ({dim}, {dim_v}) must be multiples of 8 to append "
+                                f"into the cache: it is written in place, so it cannot be "
+                                f"padded")
+    cu_new = _offsets(torch, "cu_seqlens_k_new", cu_new, batch, q.device)
+    if k_new.shape[0] == 0:
+        return None, None, None  # nothing to append
+    return prepare(torch, k_new, 0).unsqueeze(0), prepare(torch, v_new, 0).unsqueeze(0), cu_new

@@ -125,6 +125,11 @@ struct FwdParams {
   // A packed batch's optional [batch] int32 query counts (seqused_q):
   // sequence b's first seqused_q[b] queries only (common/sequence.cuh).
   const int *seqused_q;
+  // A packed batch appending its new keys (FlashAttention-3's
+  // cu_seqlens_k_new; null: none): sequence b's key count is seqused_k[b]
+  // plus its cu_seqlens_k_new[b + 1] - cu_seqlens_k_new[b] new keys.
+  const int *cu_seqlens_k_new;
+  int total_new;
   // (Last: the other kernels' parameter offsets stay as they were.)
 };
 
@@ -153,6 +158,14 @@ struct KvAppendParams {
   // outside [0, cache_batches) appends nothing.
   const int *cache_batch_idx;
   int cache_batches;
+  // A packed batch's new keys (null: [batch][seqlen_new] ones): k_new/v_new
+  // rows [0, total_new), sequence b's from cu_seqlens_k_new[b] to [b + 1];
+  // a contiguous cache is then packed too, sequence b's keys from row
+  // cu_seqlens_k[b] of its total_k (FwdParams').
+  const int *cu_seqlens_k_new;
+  const int *cu_seqlens_k;
+  int total_new;
+  int total_k;
   // An e4m3 cache under 16-bit new keys: their quantization's factors
   // (stored = value / scale), FwdParams' k/v descales and strides.
   const float *k_scale;

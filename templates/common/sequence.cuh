@@ -95,10 +95,18 @@ struct SequenceInfo {
       seqlen_q = queries.count;
       outer = 0;
       int count;
+      // Keys appended this call (cu_seqlens_k_new) count as cached ones.
+      int appended = 0;
+      if constexpr (kSeqUsedK) {
+        if (p.cu_seqlens_k_new) {
+          const int n0 = clamp(p.cu_seqlens_k_new[b], 0, p.total_new);
+          appended = clamp(p.cu_seqlens_k_new[b + 1], n0, p.total_new) - n0;
+        }
+      }
       if constexpr (kPaged) {  // the keys are the sequence's pages
         k_row0 = 0;
         if constexpr (kSeqUsedK)
-          count = p.seqused_k[b];
+          count = clamp(p.seqused_k[b], 0, p.seqlen_k) + appended;
         else
           count = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
         count = clamp(count, 0, p.seqlen_k);
@@ -106,7 +114,7 @@ struct SequenceInfo {
         const int k0 = clamp(p.cu_seqlens_k[b], 0, p.total_k);
         k_row0 = k0;
         if constexpr (kSeqUsedK)
-          count = clamp(p.seqused_k[b], 0, p.total_k - k0);
+          count = clamp(clamp(p.seqused_k[b], 0, p.total_k - k0) + appended, 0, p.total_k - k0);
         else
           count = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k) - k0;
       }

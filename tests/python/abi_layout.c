@@ -110,6 +110,7 @@ int main(void) {
   FIELD(flashjit_kvcache_args, cache_batch_idx)
   FIELD(flashjit_kvcache_args, num_cache_batches)
   FIELD(flashjit_kvcache_args, cache_leftpad)
+  FIELD(flashjit_kvcache_args, cu_seqlens_k_new)
 
   printf("flashjit_varlen_args sizeof %zu\n", sizeof(flashjit_varlen_args));
   FIELD(flashjit_varlen_args, cu_seqlens_q)

@@ -211,6 +211,56 @@ def test_cache_batch_idx_and_leftpad():
                 assert torch.equal(k_cache[e, n:n + new], k_new[i]), f"{label}: append missing"
 
 
+def test_packed_queries_and_new_keys():
+    """cu_seqlens_q / cu_seqlens_k_new as FlashAttention-3's
+    flash_attn_with_kvcache: packed queries and packed new keys (0 for one
+    sequence), appended at cache_seqlens[b] of a contiguous or paged cache
+    (pages of 16 and of 1) before attending, causal and not."""
+    require_gpu()
+    dev = "cuda"
+    lens_q, lens_new = [3, 1, 0, 17], [3, 0, 2, 17]
+    lens = [10, 200, 5, 300]
+    b, cap, hq, hkv, d = 4, 384, 8, 2, 128
+    for page, causal in ((0, True), (16, False), (1, True)):
+        torch.manual_seed(page + 7)
+        q = torch.randn(sum(lens_q), hq, d, device=dev, dtype=torch.bfloat16)
+        k_new = torch.randn(sum(lens_new), hkv, d, device=dev, dtype=torch.bfloat16)
+        v_new = torch.randn(sum(lens_new), hkv, d, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(b, cap, hkv, d, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(b, cap, hkv, d, device=dev, dtype=torch.bfloat16)
+        cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32,
+                            device=dev)
+        cu_new = torch.tensor([0] + list(torch.tensor(lens_new).cumsum(0)), dtype=torch.int32,
+                              device=dev)
+        cache_seqlens = torch.tensor(lens, dtype=torch.int32, device=dev)
+        if page:
+            k_cache, v_cache, table = paged(k, v, page, seed=page)
+        else:
+            k_cache, v_cache, table = k.clone(), v.clone(), None
+        out, lse = flashjit.attention_with_kvcache(
+            q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=cache_seqlens,
+            block_table=table, causal=causal, return_lse=True, cu_seqlens_q=cu_q,
+            cu_seqlens_k_new=cu_new, max_seqlen_q=max(lens_q))
+        assert out.shape == (sum(lens_q), hq, d) and lse.shape == (hq, sum(lens_q))
+        logical_k = k_cache[table.long()].reshape(b, cap, hkv, d) if page else k_cache
+        label = f"packed page={page} causal={causal}"
+        for i in range(b):
+            n, m, q0, n0 = lens[i], lens_new[i], int(cu_q[i]), int(cu_new[i])
+            assert torch.equal(logical_k[i, n:n + m], k_new[n0:n0 + m]), f"{label}: append {i}"
+            if lens_q[i] == 0:
+                continue
+            ks = torch.cat([k[i, :n], k_new[n0:n0 + m]])[None]
+            vs = torch.cat([v[i, :n], v_new[n0:n0 + m]])[None]
+            qs = q[None, q0:q0 + lens_q[i]]
+            ref, ref_lse = attention_ref(qs, ks, vs, causal=causal)
+            low, _ = attention_ref(qs, ks, vs, causal=causal, upcast=False)
+            err = (out[q0:q0 + lens_q[i]].float() - ref[0].float()).abs().max().item()
+            base = (low[0].float() - ref[0].float()).abs().max().item()
+            assert err <= 2 * base + 1e-5, f"{label}: seq {i} err {err} > 2 * {base} + 1e-5"
+            lse_err = (lse[:, q0:q0 + lens_q[i]] - ref_lse[0]).abs().max().item()
+            assert lse_err <= 1e-3, f"{label}: seq {i} LSE err {lse_err}"
+
+
 def test_mla_latent_cache():
     """DeepSeek MLA decode: one latent KV head of 576 columns serving 128 (and,
     under tensor parallelism, 16) query heads, V the cache's first 512

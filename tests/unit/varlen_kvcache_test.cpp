@@ -126,15 +126,25 @@ TEST(VarlenKvCacheValidation, ArgumentsAreCheckedBeforeTheDriver) {
               "seqlen_k / page_size] device array");
   }
   {
-    // The cache is read as it is: appending belongs to the dense cache call.
+    // Packed new keys need their sequences' rows, and those rows need new keys.
     ForwardArgs a = serving_args(p);
     a.cache.k_new = fake(0x80000);
     a.cache.v_new = fake(0x90000);
     a.cache.seqlen_new = 1;
     EXPECT_EQ(args_error(p, a),
-              "cache.k_new/v_new/seqlen_new were given for a packed batch (varlen): it reads the "
-              "cache as it is; append the new keys first (flashjit_forward_kvcache, or write "
-              "them into the cache)");
+              "cache.k_new/v_new were given for a packed batch (varlen) without cu_seqlens_k_new: "
+              "pass each sequence's first new row (int32 [batch + 1]), or append the new keys "
+              "first");
+    ForwardArgs b = serving_args(p);
+    b.cache.cu_seqlens_k_new = static_cast<const int32_t *>(fake(0xa0000));
+    EXPECT_EQ(args_error(p, b),
+              "cache.cu_seqlens_k_new was given without packed new keys: it places a packed "
+              "batch's (varlen) k_new/v_new rows; pass them, or null");
+    // More packed rows than a sequence's capacity are fine; none are not.
+    a.cache.cu_seqlens_k_new = b.cache.cu_seqlens_k_new;
+    a.cache.seqlen_new = 0;
+    EXPECT_EQ(args_error(p, a),
+              "cache.seqlen_new=0 is invalid: a packed batch's new keys are 1 to 2^31-1 rows");
   }
   {
     // Contiguous keys with seqused_k start at cu_seqlens_k: it is required.
