@@ -171,9 +171,8 @@ TEST(Plan, ErrorsNameFileLineAndKey) {
        "plans/x.yaml:4: key 'batch': expected a positive integer, got 1.5"},
       {head + "  - {seqlen: 8, dtype: fp32}\n",
        "plans/x.yaml:4: key 'dtype': expected bf16, fp16 or e4m3, got fp32"},
-      {head + "  - {seqlen: 64, page_size: 24}\n",
-       "plans/x.yaml:4: key 'page_size': expected 0 (contiguous) or a multiple of 16 in [16, "
-       "512], got 24"},
+      {head + "  - {seqlen: 64, page_size: 600}\n",
+       "plans/x.yaml:4: key 'page_size': expected 0 (contiguous) or 1 to 512 rows, got 600"},
       {head + "  - {seqlen: 100, page_size: 64}\n",
        "plans/x.yaml:4: seqlen_k=100 is not a multiple of page_size=64: with a paged cache "
        "seqlen_k is the page table's width (pages per sequence) times page_size"},
