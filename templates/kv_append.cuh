@@ -86,8 +86,8 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
   int row = blockIdx.x;    // of the new keys
   int batch = blockIdx.y;
   long long src_row = row;  // within the sequence's new keys, or packed
-  if (p.cu_seqlens_k_new) {
-    // Packed new keys: one CTA per row, its sequence the last whose first
+  if constexpr (cfg::kVarlen) {
+    // Packed new keys (the host passes cu_seqlens_k_new with them): one CTA per row, its sequence the last whose first
     // row it has reached (a binary search; device offsets need not be
     // sorted, so the owner is checked after).
     int lo = 0, hi = p.batch - 1;
@@ -106,13 +106,13 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
   if (first < 0 || pos >= p.seqlen_k) return;
   long long outer = batch;  // the cache's batch, or the page
   long long cache_row = pos;
-  if (p.cu_seqlens_k_new && cfg::kPageSize == 0) {  // a packed contiguous cache
+  if (cfg::kVarlen && cfg::kPageSize == 0) {  // a packed contiguous cache
     const long long k0 = p.cu_seqlens_k[batch];
     if (k0 < 0 || k0 + pos >= p.total_k) return;
     outer = 0;
     cache_row = k0 + pos;
   }
-  if (p.cache_batch_idx) {  // a contiguous cache's entry for this sequence
+  if (!cfg::kVarlen && cfg::kPageSize == 0 && p.cache_batch_idx) {  // a pool entry
     outer = p.cache_batch_idx[batch];
     if (outer < 0 || outer >= p.cache_batches) return;
   }
