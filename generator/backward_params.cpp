@@ -95,6 +95,7 @@ BwdParams make_backward_params(const Problem &problem, const BackwardArgs &args,
   if (problem.varlen) {
     p.cu_seqlens_q = args.varlen.cu_seqlens_q;
     p.seqused_q = args.varlen.seqused_q;
+    p.seqused_k = args.varlen.seqused_k;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;
     p.total_q = static_cast<int>(args.varlen.total_q);
     p.total_k = static_cast<int>(args.varlen.total_k);

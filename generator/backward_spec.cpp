@@ -16,9 +16,12 @@ llvm::Expected<KernelSpec> make_backward_spec(const Problem &problem, const Kern
   if (problem.dtype == DType::e4m3 || problem.kv_dtype == KvDType::e4m3)
     return fail("the fp8 backward is not supported (FlashAttention-3 has none either): run the "
                 "backward in bf16 or fp16");
-  if (problem.seqused_k || problem.page_size > 0)
+  // Per-sequence key counts are a packed batch's (seqused_k with
+  // cu_seqlens_k); a cache (pages, or counts over dense K/V) has no backward.
+  if (problem.page_size > 0 || (problem.seqused_k && !problem.varlen))
     return fail("the backward takes no KV cache (seqused_k, page_size): a cache is an "
-                "inference input; pass K and V as dense tensors of equal lengths");
+                "inference input; pass K and V as dense tensors of equal lengths, or a packed "
+                "batch (varlen) with its key counts");
   if (arch.sm() < 80)
     return fail(llvm::formatv("architecture {0} is not supported: flashjit needs sm_80 or newer",
                               arch.name()));

@@ -232,11 +232,12 @@ KernelSpec kernel_spec_for(Pass pass, const Problem &problem, const KernelConfig
   spec.config = config;
   spec.arch = arch;
   spec.varlen = problem.varlen;
+  // Both passes: the backward's only with a packed batch (make_backward_spec).
+  spec.seqused_k = problem.seqused_k;
   if (pass == Pass::forward) {
     const int64_t ratio = problem.heads_q / std::max<int64_t>(problem.heads_kv, 1);
     spec.pack_gqa = config.pack_gqa == GqaPacking::on ? FwdSm90Traits::packed_heads(ratio) : 1;
     spec.split_kv = config.splits > 1;
-    spec.seqused_k = problem.seqused_k;
     spec.page_size = problem.page_size;
   }
   return spec;

@@ -89,11 +89,11 @@ std::string write_source(llvm::StringRef what, const KernelSpec &spec,
   if (spec.pass == Pass::forward)
     os << "constexpr int kPackGqa = " << spec.pack_gqa << ";\n"
        << "constexpr bool kSplitKv = " << (spec.split_kv ? "true" : "false") << ";\n"
-       << "constexpr bool kSeqUsedK = " << (spec.seqused_k ? "true" : "false") << ";\n"
        << "constexpr int kPageSize = " << spec.page_size << ";\n"
        << "constexpr bool kVInK = " << (spec.v_in_k ? "true" : "false") << ";\n";
   // Both passes' kernels read sequences through common/sequence.cuh.
-  os << "constexpr bool kVarlen = " << (spec.varlen ? "true" : "false") << ";\n";
+  os << "constexpr bool kSeqUsedK = " << (spec.seqused_k ? "true" : "false") << ";\n"
+     << "constexpr bool kVarlen = " << (spec.varlen ? "true" : "false") << ";\n";
   if (std::optional<WarpRoleRegisters> roles = warp_role_registers(spec))
     os << "constexpr int kProducerRegisters = " << roles->producer << ";\n"
        << "constexpr int kConsumerRegisters = " << roles->consumer << ";\n";

@@ -297,6 +297,7 @@ int forward_impl(const char *fn, const flashjit_problem *p, const flashjit_forwa
   if (vl) {
     args.varlen.cu_seqlens_q = vl->cu_seqlens_q;
     args.varlen.seqused_q = vl->seqused_q;
+    args.varlen.seqused_k = vl->seqused_k;
     args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
     args.varlen.total_q = vl->total_q;
     args.varlen.total_k = vl->total_k;
@@ -347,6 +348,7 @@ int backward_impl(const char *fn, const flashjit_problem *p, const flashjit_back
   if (vl) {
     args.varlen.cu_seqlens_q = vl->cu_seqlens_q;
     args.varlen.seqused_q = vl->seqused_q;
+    args.varlen.seqused_k = vl->seqused_k;
     args.varlen.cu_seqlens_k = vl->cu_seqlens_k;
     args.varlen.total_q = vl->total_q;
     args.varlen.total_k = vl->total_k;

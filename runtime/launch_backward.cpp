@@ -109,7 +109,14 @@ llvm::Error validate_backward_args(const Problem &p, const BackwardArgs &a) {
     extra.push_back({"cu_seqlens_q", a.varlen.cu_seqlens_q, 4});
     extra.push_back({"cu_seqlens_k", a.varlen.cu_seqlens_k, 4});
     if (a.varlen.seqused_q) extra.push_back({"seqused_q", a.varlen.seqused_q, 4});
+    if (p.seqused_k) extra.push_back({"seqused_k", a.varlen.seqused_k, 4});
   }
+  if (!p.seqused_k != !a.varlen.seqused_k)
+    return args_error(p.seqused_k
+                          ? "varlen.seqused_k is null: the problem has per-sequence key counts "
+                            "(seqused_k); pass the forward's cache_seqlens, int32 [batch]"
+                          : "varlen.seqused_k was given but the problem has no per-sequence key "
+                            "counts: set Problem::seqused_k");
   return check_tensors(tensors, extra);
 }
 

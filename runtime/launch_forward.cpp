@@ -104,6 +104,11 @@ llvm::Error validate_forward_args(const Problem &problem, const ForwardArgs &arg
   }
   // The LSE output is optional.
   if (args.lse) extra.push_back({"lse", args.lse, alignof(float)});
+  // The backward's copy of the key counts may ride along; another is a
+  // second, conflicting answer.
+  if (varlen.seqused_k && varlen.seqused_k != cache.cache_seqlens)
+    return fail("varlen.seqused_k differs from cache.cache_seqlens: the forward takes the key "
+                "counts as cache_seqlens (varlen.seqused_k is the backward's); pass one array");
   const bool has_cache = problem.seqused_k || paged;
   if (!has_cache) {
     if (cache.cache_seqlens || cache.page_table || cache.k_new || cache.v_new ||

@@ -97,10 +97,10 @@ llvm::Error check_tensors(llvm::ArrayRef<TensorCheck> tensors,
 
 llvm::Error check_varlen_args(const Problem &problem, const VarlenArgs &varlen) {
   const bool given = varlen.cu_seqlens_q || varlen.cu_seqlens_k || varlen.total_q ||
-                     varlen.total_k || varlen.seqused_q;
+                     varlen.total_k || varlen.seqused_q || varlen.seqused_k;
   if (!problem.varlen) {
     if (!given) return llvm::Error::success();
-    return args_error("varlen arguments (cu_seqlens_q/k, total_q/k, seqused_q) were given for a "
+    return args_error("varlen arguments (cu_seqlens_q/k, total_q/k, seqused_q/k) were given for a "
                       "problem that is not a packed batch: set Problem::varlen");
   }
   // Over a paged cache with seqused_k (vLLM's call) the keys need no

@@ -33,7 +33,7 @@ constexpr int lanes_per_row(int head_dim) {
   return lanes;
 }
 
-using Sequence = SequenceInfo<cfg::kVarlen, false, 0, 64>;
+using Sequence = SequenceInfo<cfg::kVarlen, cfg::kSeqUsedK, 0, 64>;
 
 // 16 bytes of O or dO, read once here: streamed (evict first).
 __device__ __forceinline__ U32x4 load_streaming(const u16 *src) {

@@ -56,7 +56,7 @@ namespace bwd_sm80 {
 using namespace cfg;
 using Ops = ElementOps<Element>;
 // Each sequence's lengths and rows: dense, or a packed varlen batch.
-using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
+using Sequence = SequenceInfo<kVarlen, kSeqUsedK, 0, kBlockN>;
 
 // The layout arithmetic the host twin (generator/bwd_sm80_traits.cpp) uses too.
 constexpr BwdSm80Layout kLayout{kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kStages};

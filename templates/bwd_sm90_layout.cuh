@@ -21,7 +21,7 @@ namespace bwd_sm90 {
 using namespace cfg;
 using Ops = ElementOps<Element>;
 // Each sequence's lengths and rows: dense, or a packed varlen batch.
-using Sequence = SequenceInfo<kVarlen, false, 0, kBlockN>;
+using Sequence = SequenceInfo<kVarlen, kSeqUsedK, 0, kBlockN>;
 // A caller's mask_mod walks the query tiles its block map lists
 // (bwd_block_map.cuh), hidden ones never loaded, and calls mask_mod only on
 // the ones it does not show whole.

@@ -160,6 +160,9 @@ typedef struct flashjit_varlen_args {
   /* Optional (NULL): int32 [batch], the queries each sequence uses (its
    * first seqused_q[b] rows; the others' O, LSE and dQ are unspecified). */
   const int32_t *seqused_q;
+  /* The backward's key counts for a problem with seqused_k (int32 [batch];
+   * the forward takes them as flashjit_kvcache_args::cache_seqlens). */
+  const int32_t *seqused_k;
 } flashjit_varlen_args;
 
 int flashjit_forward_varlen(const flashjit_problem *problem, const flashjit_forward_args *args,

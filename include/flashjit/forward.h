@@ -95,6 +95,11 @@ struct VarlenArgs {
   // length); the other rows of O, the LSE and dQ are left unspecified, and
   // their dO is never read.
   const int32_t *seqused_q = nullptr;
+  // The backward's key counts for a problem with seqused_k (a
+  // differentiable packed batch; FlashAttention-3's seqused_k): sequence b
+  // uses its first seqused_k[b] keys of its cu_seqlens_k rows. The forward
+  // takes the same counts as KvCacheArgs::cache_seqlens.
+  const int32_t *seqused_k = nullptr;
 };
 
 // Device pointers in the current CUDA context (or the primary context of the

@@ -69,6 +69,7 @@ class VarlenArgs(ctypes.Structure):
         ("total_q", ctypes.c_int64),
         ("total_k", ctypes.c_int64),
         ("seqused_q", ctypes.c_void_p),
+        ("seqused_k", ctypes.c_void_p),
     ]
 
 

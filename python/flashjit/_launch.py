@@ -85,12 +85,13 @@ def _pointer(t):
     return t.data_ptr() if t is not None else None
 
 
-def varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, total_k, seqused_q=None):
+def varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, total_k, seqused_q=None, seqused_k=None):
     """The flashjit_varlen_args of a packed batch (cu_seqlens_k may be None:
     over a paged cache the key counts can come from seqused_k alone;
-    seqused_q: the queries each sequence uses, or None: all)."""
+    seqused_q: the queries each sequence uses, or None: all; seqused_k: the
+    backward's key counts, the forward's cache_seqlens, or None)."""
     return _capi.VarlenArgs(_pointer(cu_seqlens_q), _pointer(cu_seqlens_k), total_q, total_k,
-                            _pointer(seqused_q))
+                            _pointer(seqused_q), _pointer(seqused_k))
 
 
 def kvcache_args(cache_seqlens, block_table, table_stride, num_pages, k_new=None, v_new=None,
@@ -167,7 +168,10 @@ class Call:
         """(the C entry point's name, its extra argument blocks)."""
         name = "flashjit_backward" if backward else "flashjit_forward"
         blocks = []
-        for suffix, block in (("_varlen", self.varlen), ("_kvcache", self.cache),
+        # The backward takes no cache block: a differentiable packed batch's
+        # key counts ride in its varlen block.
+        for suffix, block in (("_varlen", self.varlen),
+                              ("_kvcache", None if backward else self.cache),
                               ("_modified", self.modifiers)):
             if block is not None:
                 name += suffix
@@ -275,6 +279,14 @@ def backward(torch, call, dout, qp, kp, vp, out, lse):
         for t in (dq, dk, dv) + ((dsinks,) if dsinks is not None else ()):
             t.fill_(float("nan"))
         workspace.fill_(0xFF)  # NaN as fp32: an accumulator that is not zeroed shows
+    # Rows a packed batch leaves unused (past seqused_q / seqused_k) are
+    # never written by the kernels: their gradient is 0, not whatever the
+    # buffer held (FlashAttention-3 leaves them unspecified).
+    if call.varlen is not None and call.varlen.seqused_q:
+        dq.zero_()
+    if call.varlen is not None and call.varlen.seqused_k:
+        dk.zero_()
+        dv.zero_()
 
     args = _capi.BackwardArgs(
         qp.data_ptr(), kp.data_ptr(), vp.data_ptr(), out.data_ptr(), dout.data_ptr(),

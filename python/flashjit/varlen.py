@@ -128,14 +128,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     every call (as FlashAttention's wrapper does), and so does a cache view
     the kernel cannot read in place: keep the cache kernel-ready (last dim
     contiguous, other strides multiples of 8 elements) and d a multiple of
-    8. Not differentiable: with grad mode on, a q, k or v that requires grad
-    is a NotImplementedError (call under torch.no_grad() or
-    torch.inference_mode(), or detach).
+    8. Over pages not differentiable: with grad mode on, a q, k or v that
+    requires grad is a NotImplementedError (call under torch.no_grad() or
+    torch.inference_mode(), or detach). Packed K/V with seqused_k are (as
+    FlashAttention-3's, eager calls): the backward uses sequence b's first
+    seqused_k[b] keys of its cu_seqlens_k rows, and the gradient of every
+    row a sequence leaves unused (past seqused_k, or seqused_q) is 0.
     """
     import torch
 
     cached = block_table is not None or seqused_k is not None
-    if cached:
+    if block_table is not None:
         _refuse_grad(torch, q, k, v)
     fp8 = (q_descale, k_descale, v_descale, out_dtype)
     if attention_chunk != 0 and torch.compiler.is_compiling():
@@ -175,7 +178,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                         attention_chunk=attention_chunk, seqused_q=seqused_q)
     if call is None:
         out, lse = empty_result(torch, q, v, out_dtype)
-    elif (not cached and not call.fp8 and torch.is_grad_enabled()
+    elif (block_table is None and not call.fp8 and torch.is_grad_enabled()
           and any(t.requires_grad for t in (q, k, v))):
         out, lse = varlen_function(torch).apply(q, k, v, call)
     else:
@@ -184,7 +187,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 def _refuse_grad(torch, q, k, v):
-    """A call over a KV cache has no backward (as FlashAttention's paged
+    """A call over a paged KV cache has no backward (as FlashAttention's paged
     varlen call): refused rather than returning a result autograd cannot
     differentiate."""
     if not torch.is_grad_enabled():
@@ -194,7 +197,7 @@ def _refuse_grad(torch, q, k, v):
     if names:
         raise _fail(NotImplementedError,
                     f"{', '.join(names)} require{'s' if len(names) == 1 else ''} grad, but a call "
-                    f"over a KV cache (block_table or seqused_k) is forward only: its result is "
+                    f"over a paged KV cache (block_table) is forward only: its result is "
                     f"not differentiable; call it under torch.no_grad() or "
                     f"torch.inference_mode(), or pass detached tensors")
 
@@ -390,7 +393,9 @@ def prepare_cache_call(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     problem = _launch.padded_problem(dtype, batch, heads_q, heads_kv, max_q, seqlen_k, dim, dim_v,
                                      options, elements, page_size=page,
                                      seqused_k=int(used is not None), varlen=1)
-    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k, used_q)
+    # Packed keys with counts are differentiable: the backward reads them here.
+    offsets = _launch.varlen_args(cu_q, cu_k, total_q, total_k, used_q,
+                                  used if not paged else None)
     k_new = v_new = cu_new = None
     if new_keys is not None:
         k_new, v_new, cu_new = _new_keys(torch, new_keys, q, heads_kv, dim, dim_v, batch, used)

@@ -5,6 +5,7 @@
 namespace flashjit {
 
 struct BwdParams {
+  static constexpr bool kKvCache = false;  // as FwdParams (no cache fields here)
   const void *q;
   const void *k;
   const void *v;
@@ -101,6 +102,9 @@ struct BwdParams {
 
   int attention_chunk;  // as FwdParams (last, as there)
   const int *seqused_q;  // as FwdParams (null: every query of cu_seqlens_q)
+  // A packed batch's key counts (kernels compiled with kSeqUsedK): sequence
+  // b's first seqused_k[b] keys, cut at its cu_seqlens_k length.
+  const int *seqused_k;
 };
 
 }  // namespace flashjit

@@ -6,6 +6,8 @@
 namespace flashjit {
 
 struct FwdParams {
+  // The forward reads a KV cache's fields (common/sequence.cuh).
+  static constexpr bool kKvCache = true;
   const void *q;
   const void *k;
   const void *v;

@@ -15,6 +15,8 @@
 // device data: each is clamped to [0, total] and each length to the
 // problem's maximum (seqlen_q, seqlen_k), so no content makes a tile reach
 // outside the tensors; a sequence longer than the maximum is cut there.
+// kVarlen and kSeqUsedK in the backward: sequence b's first seqused_k[b]
+// keys of its cu_seqlens_k rows (a differentiable packed batch).
 // kSeqUsedK: sequence b has min(seqused_k[b] + seqlen_new, seqlen_k) keys
 // (a KV cache's cache_seqlens plus this step's appended keys; clamped, so
 // no device value can make a tile reach past the cache), and masks align
@@ -97,7 +99,7 @@ struct SequenceInfo {
       int count;
       // Keys appended this call (cu_seqlens_k_new) count as cached ones.
       int appended = 0;
-      if constexpr (kSeqUsedK) {
+      if constexpr (kSeqUsedK && Params::kKvCache) {
         if (p.cu_seqlens_k_new) {
           const int n0 = clamp(p.cu_seqlens_k_new[b], 0, p.total_new);
           appended = clamp(p.cu_seqlens_k_new[b + 1], n0, p.total_new) - n0;
@@ -113,10 +115,15 @@ struct SequenceInfo {
       } else {
         const int k0 = clamp(p.cu_seqlens_k[b], 0, p.total_k);
         k_row0 = k0;
-        if constexpr (kSeqUsedK)
+        if constexpr (kSeqUsedK && Params::kKvCache) {
           count = clamp(clamp(p.seqused_k[b], 0, p.total_k - k0) + appended, 0, p.total_k - k0);
-        else
+        } else {
           count = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k) - k0;
+          // The backward's key counts (seqused_k of a differentiable packed
+          // batch) stop at the sequence's own rows: its dK and dV rows are
+          // written, and no two sequences may share any.
+          if constexpr (kSeqUsedK) count = clamp(p.seqused_k[b], 0, count);
+        }
       }
       seqlen_k = count < p.seqlen_k ? count : p.seqlen_k;
       kv_outer = 0;

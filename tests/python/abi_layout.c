@@ -118,6 +118,7 @@ int main(void) {
   FIELD(flashjit_varlen_args, total_q)
   FIELD(flashjit_varlen_args, total_k)
   FIELD(flashjit_varlen_args, seqused_q)
+  FIELD(flashjit_varlen_args, seqused_k)
 
   printf("flashjit_backward_args sizeof %zu\n", sizeof(flashjit_backward_args));
   FIELD(flashjit_backward_args, q)

@@ -73,7 +73,8 @@ TEST(KvCacheValidation, BothForwardFamiliesServeACacheTheBackwardNone) {
     ASSERT_FALSE(bool(backward));
     EXPECT_EQ(llvm::toString(backward.takeError()),
               "the backward takes no KV cache (seqused_k, page_size): a cache is an inference "
-              "input; pass K and V as dense tensors of equal lengths");
+              "input; pass K and V as dense tensors of equal lengths, or a packed batch "
+              "(varlen) with its key counts");
   }
 }
 

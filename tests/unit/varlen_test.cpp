@@ -103,12 +103,33 @@ TEST(VarlenValidation, ArgumentsAreCheckedBeforeTheDriver) {
                                       const_cast<void *>(fake(0x40000)), nullptr);
   a.varlen.total_q = 10;
   const std::string not_packed =
-      "varlen arguments (cu_seqlens_q/k, total_q/k, seqused_q) were given for a problem that is "
+      "varlen arguments (cu_seqlens_q/k, total_q/k, seqused_q/k) were given for a problem that is "
       "not a packed batch: set Problem::varlen";
   EXPECT_EQ(args_error(dense, a), not_packed);
   a.varlen.total_q = 0;
   a.varlen.seqused_q = static_cast<const int32_t *>(fake(0x50000));
   EXPECT_EQ(args_error(dense, a), not_packed);
+}
+
+TEST(VarlenSource, TheBackwardTakesKeyCountsOfAPackedBatchOnly) {
+  Problem p = varlen_problem();
+  p.seqused_k = true;
+  const KernelConfig tiles{KernelPath::sm90, 64, 128, 12, 1};
+  auto bwd = make_backward_spec(p, tiles, kSm90a);
+  ASSERT_TRUE(bool(bwd)) << llvm::toString(bwd.takeError());
+  EXPECT_NE(generate_backward(*bwd).source.find("constexpr bool kSeqUsedK = true;\n"),
+            std::string::npos);
+  for (int page : {0, 64}) {
+    Problem cache = varlen_problem();
+    cache.varlen = page > 0;
+    cache.seqused_k = true;
+    cache.page_size = page;
+    cache.seqlen_k = 4096;
+    auto refused = make_backward_spec(cache, tiles, kSm90a);
+    ASSERT_FALSE(bool(refused));
+    EXPECT_NE(llvm::toString(refused.takeError()).find("the backward takes no KV cache"),
+              std::string::npos);
+  }
 }
 
 TEST(VarlenSource, TheBackwardReadsSequencesToo) {
@@ -343,6 +364,7 @@ TEST(VarlenCompile, BackwardKernelsCompile) {
     int d;
     MaskKind mask;
     KernelConfig config;
+    bool seqused = false;  // per-sequence key counts (a differentiable seqused_k)
   };
   const Variant variants[] = {
       {128, MaskKind::causal, {KernelPath::sm90, 64, 128, 12, 1}},
@@ -350,6 +372,8 @@ TEST(VarlenCompile, BackwardKernelsCompile) {
       {256, MaskKind::window, {KernelPath::sm90, 64, 64, 12, 1}},
       {96, MaskKind::causal, {KernelPath::sm80, 64, 128, 8, 2}},
       {128, MaskKind::none, {KernelPath::sm80, 64, 128, 8, 2, /*deterministic=*/true}},
+      {128, MaskKind::causal, {KernelPath::sm90, 64, 128, 12, 1}, true},
+      {96, MaskKind::none, {KernelPath::sm80, 64, 128, 8, 2}, true},
   };
   std::vector<testing::Sm90Compiled> results(std::size(variants));
   std::vector<std::string> ids(std::size(variants));
@@ -360,6 +384,7 @@ TEST(VarlenCompile, BackwardKernelsCompile) {
         Problem p = varlen_problem(variants[i].d, variants[i].mask);
         p.window_left = 100;
         p.window_right = 0;
+        p.seqused_k = variants[i].seqused;
         auto spec = make_backward_spec(p, variants[i].config, kSm90a);
         if (!spec) {
           results[i].error = llvm::toString(spec.takeError());
@@ -375,6 +400,7 @@ TEST(VarlenCompile, BackwardKernelsCompile) {
     SCOPED_TRACE(ids[i]);
     EXPECT_EQ(results[i].error, "");
     EXPECT_NE(ids[i].find("_varlen_"), std::string::npos);
+    EXPECT_EQ(ids[i].find("_seqused") != std::string::npos, variants[i].seqused);
     const int d = variants[i].d;
     const int allowed = (d == 64 && variants[i].config.block_m == 128 ? 256 : d == 256 ? 80 : 24) +
                         (variants[i].config.path == KernelPath::sm90
