@@ -40,7 +40,9 @@ The modules: dense.py (attention), varlen.py (attention_varlen), kvcache.py
 torch.autograd.Functions),
 modifiers.py and mods.py (score and mask modifiers, block masks), fp8.py
 (quantize_fp8), ops.py (torch.library custom ops for torch.compile),
-service.py (query, tune, precompile), integrations/ (flashjit behind other
+service.py (query, tune, precompile), flash_attn_interface.py (FlashAttention-3's
+flash_attn_func, flash_attn_varlen_func and flash_attn_with_kvcache, names
+and defaults as FA3's, over these), integrations/ (flashjit behind other
 libraries, each imported only on request: integrations/transformers.py),
 context_parallel/ (ring attention over torch.distributed, imported on
 request as flashjit.distributed or flashjit.context_parallel);

@@ -36,7 +36,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                            k_scale=None, v_scale=None, out_dtype=None, pack_gqa=None,
                            attention_chunk=0, rotary_cos=None, rotary_sin=None,
                            rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None,
-                           cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None):
+                           cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None,
+                           rotary_seqlens=None):
     """Attention of q over a KV cache, optionally appending this step's k/v first.
 
     q: [batch, seqlen_q, heads_q, d].
@@ -99,7 +100,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         their cache positions (cache_seqlens[b] + i; every query at
         cache_seqlens[b] without a causal or window mask), GPT-NeoX style or
         interleaved (GPT-J). Computed by PyTorch ops before the attention
-        (flashjit/rotary.py), 16-bit q only.
+        (flashjit/rotary.py), 16-bit q only. rotary_seqlens (int32 [batch] or
+        an int, FlashAttention-3's): the positions start there instead of
+        at cache_seqlens.
     return_lse: also return the fp32 [batch, heads_q, seqlen_q] log-sum-exp
         (+inf for a row that sees no key, whose output is 0).
     k_scale, v_scale: an e4m3 cache's fp32 dequantization factors (real =
@@ -123,7 +126,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                             cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, softmax_scale, causal,
                             window, softcap, num_splits, return_lse,
                             (q_descale, k_scale, v_scale, out_dtype), pack_gqa, attention_chunk,
-                            (rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad))
+                            (rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,
+                             rotary_seqlens))
     if attention_chunk != 0 and torch.compiler.is_compiling():
         raise NotImplementedError("flashjit.attention_with_kvcache: attention_chunk is not "
                                   "traceable by torch.compile yet; call it eagerly")
@@ -134,8 +138,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         if k is not None:
             check_tensor(torch, _fail, "k", k, 4, q.device)
         masked = bool(causal) or tuple(window) != (-1, -1)
-        q, k = rotate_step(torch, _fail, q, k, rotary_cos, rotary_sin, cache_seqlens,
+        positions = cache_seqlens if rotary_seqlens is None else rotary_seqlens
+        q, k = rotate_step(torch, _fail, q, k, rotary_cos, rotary_sin, positions,
                            bool(rotary_interleaved), masked)
+    elif rotary_seqlens is not None:
+        raise _fail(ValueError, "rotary_seqlens was given without rotary_cos/rotary_sin: it "
+                                "places the rotary positions; pass the tables too, or None")
     if torch.compiler.is_compiling() and (cache_batch_idx is not None
                                           or cache_leftpad is not None):
         raise NotImplementedError("flashjit.attention_with_kvcache: cache_batch_idx and "
@@ -174,8 +182,8 @@ def _packed_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, c
     new keys first. A contiguous cache [batch, seqlen_cache, ...] is read as
     packed rows, sequence b's from row b * seqlen_cache."""
     from . import varlen
-    for name, value in zip(("rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad"),
-                           unsupported):
+    for name, value in zip(("rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad",
+                            "rotary_seqlens"), unsupported):
         if value is not None:
             raise _fail(NotImplementedError, f"{name} is not supported with packed queries "
                                              f"(cu_seqlens_q) yet")

@@ -261,6 +261,40 @@ def test_packed_queries_and_new_keys():
             assert lse_err <= 1e-3, f"{label}: seq {i} LSE err {lse_err}"
 
 
+def test_fa3_interface():
+    """flashjit.flash_attn_interface.flash_attn_with_kvcache (FA3's names) is
+    attention_with_kvcache: the same outputs, LSE and appended cache, bit for
+    bit, over a paged cache with rotary (FA3's interleaved default)."""
+    require_gpu()
+    from flashjit.flash_attn_interface import flash_attn_with_kvcache
+    from test_rotary_cpu import tables
+    torch.manual_seed(5)
+    b, sq, cap, hq, hkv, d, new = 3, 2, 256, 8, 2, 128, 2
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
+    k_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
+    v_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
+    lens = torch.tensor([0, 100, cap - new], dtype=torch.int32, device="cuda")
+    cos, sin = (t.cuda() for t in tables(cap + 8, 32))
+    results = []
+    for via_fa3 in (True, False):
+        k_cache, v_cache, table = paged(k, v, 16, seed=3)
+        if via_fa3:
+            out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new,
+                                               rotary_cos=cos, rotary_sin=sin,
+                                               cache_seqlens=lens, page_table=table,
+                                               causal=True, return_softmax_lse=True)
+        else:
+            out, lse = flashjit.attention_with_kvcache(
+                q, k_cache, v_cache, k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin,
+                cache_seqlens=lens, block_table=table, causal=True, return_lse=True,
+                rotary_interleaved=True)
+        results.append((out, lse, k_cache))
+    for a, b_ in zip(*results):
+        assert torch.equal(a, b_), "the FA3 interface differs from attention_with_kvcache"
+
+
 def test_mla_latent_cache():
     """DeepSeek MLA decode: one latent KV head of 576 columns serving 128 (and,
     under tensor parallelism, 16) query heads, V the cache's first 512
