@@ -205,7 +205,7 @@ PUBLIC_API = {
                               "pack_gqa=None, attention_chunk=0, rotary_cos=None, "
                               "rotary_sin=None, rotary_interleaved=False, cache_batch_idx=None, "
                               "cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None, "
-                              "max_seqlen_q=None)",
+                              "max_seqlen_q=None, rotary_seqlens=None)",
     "compile_count": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
