@@ -107,6 +107,9 @@ KvAppendParams make_kv_append_params(const Problem &problem, const ForwardArgs &
   p.cache_batch_idx = c.cache_batch_idx;
   p.cache_batches = static_cast<int>(c.cache_batches);
   if (c.cu_seqlens_k_new) {
+    // Packed new keys are one block of rows: a sequence's are found by its
+    // offsets, never by a batch stride (a one-entry tensor's is arbitrary).
+    p.k_new_batch_stride = p.v_new_batch_stride = 0;
     p.cu_seqlens_k_new = c.cu_seqlens_k_new;
     p.cu_seqlens_k = args.varlen.cu_seqlens_k;
     p.total_new = static_cast<int>(c.seqlen_new);

@@ -77,9 +77,11 @@ Modifiers modifiers_of_pass(const Modifiers &modifiers, Pass pass);
 MaskKind normalized_mask(const Problem &problem);
 
 // Whether the forward program of `spec` carries the KV cache's append of
-// this step's keys (flashjit_kv_append): a dense batch's cache with
-// per-sequence counts; a packed batch reads its cache as it is.
-inline bool appends_keys(const KernelSpec &spec) { return spec.seqused_k && !spec.varlen; }
+// this step's keys (flashjit_kv_append): any cache with per-sequence counts,
+// a dense batch's or a packed one's (its packed new keys, cu_seqlens_k_new).
+inline bool appends_keys(const KernelSpec &spec) {
+  return spec.pass == Pass::forward && spec.seqused_k;
+}
 
 // Checks the problem itself (shapes, head dims, heads ratio, window, scales).
 llvm::Error validate_problem(const Problem &problem);

@@ -120,7 +120,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         differences. Without block_table k/v are packed
         [total_k, heads_kv, d] as above, cu_seqlens_k is required (sequence
         b's keys start at row cu_seqlens_k[b]) and sequence b uses its first
-        seqused_k[b] keys (cut at max_seqlen_k and at the tensor's end).
+        seqused_k[b] keys (cut at max_seqlen_k and at its own cu_seqlens_k
+        rows); the rows past them must hold finite values (the Hopper
+        kernels read whole tiles and mask them).
     Masks align each sequence's queries with the END of its keys, so a chunk
     of new queries sees its whole cached prefix (append this step's keys to
     the cache first). The cache is read, never written. A head dim that is

@@ -15,8 +15,10 @@
 // device data: each is clamped to [0, total] and each length to the
 // problem's maximum (seqlen_q, seqlen_k), so no content makes a tile reach
 // outside the tensors; a sequence longer than the maximum is cut there.
-// kVarlen and kSeqUsedK in the backward: sequence b's first seqused_k[b]
-// keys of its cu_seqlens_k rows (a differentiable packed batch).
+// kVarlen and kSeqUsedK over contiguous K/V (both passes): sequence b's
+// first seqused_k[b] keys (plus any appended ones) of its cu_seqlens_k rows;
+// the sm90 kernels read whole tiles there, so the rows past the count must
+// hold finite values (a P of 0 times a NaN in V is NaN).
 // kSeqUsedK: sequence b has min(seqused_k[b] + seqlen_new, seqlen_k) keys
 // (a KV cache's cache_seqlens plus this step's appended keys; clamped, so
 // no device value can make a tile reach past the cache), and masks align
@@ -39,10 +41,11 @@
 // cache must hold finite values there, as a zero-initialised cache does.
 // kVarlen with a KV cache (the serving call: flash_attn_varlen_func with
 // seqused_k and block_table): the queries are packed as above; sequence b
-// has seqused_k[b] keys (kSeqUsedK; no appended keys) or, without it,
-// cu_seqlens_k[b + 1] - cu_seqlens_k[b]; contiguous K/V start at row
-// cu_seqlens_k[b] (the count then clamped to the rows that follow it),
-// paged K/V at the sequence's page-table row. Every count is clamped to
+// has seqused_k[b] keys (kSeqUsedK; plus its packed new keys when the call
+// appends some) or, without it, cu_seqlens_k[b + 1] - cu_seqlens_k[b];
+// contiguous K/V start at row cu_seqlens_k[b] (the count then clamped to
+// the sequence's own rows, up to cu_seqlens_k[b + 1]), paged K/V at the
+// sequence's page-table row. Every count is clamped to
 // [0, seqlen_k] as above.
 #pragma once
 
@@ -54,8 +57,9 @@ namespace flashjit {
 // Sequence b's first query row and query count in a packed batch, clamped as
 // described above (the scheduler counts a sequence's work tiles with it, so
 // its count and SequenceInfo's always agree); with seqused_q, only its first
-// seqused_q[b] queries (FlashAttention-3's seqused_q: the rows past them are
-// neither read nor written, in either pass).
+// seqused_q[b] queries (FlashAttention-3's seqused_q: the main kernels
+// neither read nor write the rows past them, in either pass; the split-KV
+// combine writes unspecified values there).
 struct PackedQueries {
   int row0, count;
 };
@@ -115,15 +119,17 @@ struct SequenceInfo {
       } else {
         const int k0 = clamp(p.cu_seqlens_k[b], 0, p.total_k);
         k_row0 = k0;
-        if constexpr (kSeqUsedK && Params::kKvCache) {
-          count = clamp(clamp(p.seqused_k[b], 0, p.total_k - k0) + appended, 0, p.total_k - k0);
-        } else {
-          count = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k) - k0;
-          // The backward's key counts (seqused_k of a differentiable packed
-          // batch) stop at the sequence's own rows: its dK and dV rows are
-          // written, and no two sequences may share any.
-          if constexpr (kSeqUsedK) count = clamp(p.seqused_k[b], 0, count);
-        }
+        // With key counts, both passes stop at the sequence's own rows
+        // (cu_seqlens_k[b + 1]): the backward writes its dK and dV rows, and
+        // no two sequences may share any; the forward so computes the
+        // function the backward differentiates.
+        const int own = clamp(p.cu_seqlens_k[b + 1], k0, p.total_k) - k0;
+        if constexpr (kSeqUsedK && Params::kKvCache)
+          count = clamp(clamp(p.seqused_k[b], 0, own) + appended, 0, own);
+        else if constexpr (kSeqUsedK)
+          count = clamp(p.seqused_k[b], 0, own);
+        else
+          count = own;
       }
       seqlen_k = count < p.seqlen_k ? count : p.seqlen_k;
       kv_outer = 0;

@@ -56,8 +56,7 @@ ForwardArgs serving_args(const Problem &p, int64_t total_q = 1000) {
   // The cache: [num_pages, page_size, heads_kv, d].
   a.k_strides = {p.page_size * p.heads_kv * p.head_dim_qk, p.heads_kv * p.head_dim_qk,
                  p.head_dim_qk};
-  a.v_strides = {p.page_size * p.heads_kv * p.head_dim_v, p.heads_kv * p.head_dim_v,
-                 p.head_dim_v};
+  a.v_strides = {p.page_size * p.heads_kv * p.head_dim_v, p.heads_kv * p.head_dim_v, p.head_dim_v};
   a.o_strides = {0, p.heads_q * p.head_dim_v, p.head_dim_v};
   a.varlen.cu_seqlens_q = fake_ints(0x50000);
   a.varlen.total_q = total_q;
@@ -158,8 +157,8 @@ TEST(VarlenKvCacheValidation, ArgumentsAreCheckedBeforeTheDriver) {
 }
 
 TEST(VarlenKvCacheSource, IdPreludeEntriesAndKeys) {
-  auto spec = make_forward_spec(serving_problem(), KernelConfig{KernelPath::sm90, 128, 128, 12, 2},
-                                kSm90a);
+  auto spec =
+      make_forward_spec(serving_problem(), KernelConfig{KernelPath::sm90, 128, 128, 12, 2}, kSm90a);
   ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
   EXPECT_EQ(spec->id(),
             "fwd_sm90_bf16_hdqk128_hdv128_causal_nocap_bm128_bn128_w12_s2_seqused_page64_varlen_"
@@ -168,11 +167,12 @@ TEST(VarlenKvCacheSource, IdPreludeEntriesAndKeys) {
   for (const char *line : {"constexpr bool kVarlen = true;\n", "constexpr bool kSeqUsedK = true;\n",
                            "constexpr int kPageSize = 64;\n"})
     EXPECT_NE(source.source.find(line), std::string::npos) << line;
-  // No append kernel: a packed batch's cache already holds its keys. The
-  // sequences' order for persistent CTAs, as any packed batch's.
+  // The sequences' order for persistent CTAs, as any packed batch's, and the
+  // append of packed new keys (cu_seqlens_k_new), loaded with the program.
   EXPECT_EQ(source.entries,
-            (std::vector<std::string>{"flashjit_fwd_sm90", "flashjit_fwd_sequence_order"}));
-  EXPECT_FALSE(appends_keys(*spec));
+            (std::vector<std::string>{"flashjit_fwd_sm90", "flashjit_fwd_sequence_order",
+                                      "flashjit_kv_append"}));
+  EXPECT_TRUE(appends_keys(*spec));
   EXPECT_TRUE(spec->varlen && spec->seqused_k);
   EXPECT_EQ(spec->page_size, 64);
   // Its own call class: neither the dense cache's nor the packed batch's.
@@ -195,16 +195,16 @@ TEST(VarlenKvCacheSource, IdPreludeEntriesAndKeys) {
 }
 
 TEST(VarlenKvCacheSource, TheBackwardTakesNoCache) {
-  auto bwd = make_backward_spec(serving_problem(), KernelConfig{KernelPath::sm90, 64, 128, 12, 1},
-                                kSm90a);
+  auto bwd =
+      make_backward_spec(serving_problem(), KernelConfig{KernelPath::sm90, 64, 128, 12, 1}, kSm90a);
   ASSERT_FALSE(bool(bwd));
   EXPECT_NE(llvm::toString(bwd.takeError()).find("the backward takes no KV cache"),
             std::string::npos);
 }
 
 TEST(VarlenKvCacheCli, GenAndRunTakeTheCache) {
-  auto gen = testing_cli::run_cli({"gen", "--arch", "sm_90a", "--varlen", "--seqlens-q",
-                                   "1,1,300", "--seqlens-k", "4096,100,700", "--page-size", "64",
+  auto gen = testing_cli::run_cli({"gen", "--arch", "sm_90a", "--varlen", "--seqlens-q", "1,1,300",
+                                   "--seqlens-k", "4096,100,700", "--page-size", "64",
                                    "--cache-seqlens", "--causal"});
   ASSERT_EQ(gen.code, 0) << gen.err;
   for (const char *line : {"constexpr bool kVarlen = true;", "constexpr bool kSeqUsedK = true;",
@@ -257,8 +257,8 @@ TEST(VarlenKvCacheCompile, Sm90KernelsCompileWithoutSpills) {
         p.seqused_k = v.seqused;
         p.window_left = 256;
         p.window_right = 0;
-        KernelConfig c{KernelPath::sm90, v.block_m, v.block_n,
-                       FwdSm90Traits::warps_for(v.block_m), v.stages};
+        KernelConfig c{KernelPath::sm90, v.block_m, v.block_n, FwdSm90Traits::warps_for(v.block_m),
+                       v.stages};
         c.splits = v.splits;
         c.pack_gqa = v.pack;
         return make_forward_spec(p, c, kSm90a);
@@ -268,8 +268,11 @@ TEST(VarlenKvCacheCompile, Sm90KernelsCompileWithoutSpills) {
 }
 
 TEST(VarlenKvCacheCompile, Sm80KernelsCompileWithoutSpills) {
-  const int pages[] = {16, 64, 0};
-  const KernelConfig tiles[] = {{KernelPath::sm80, 64, 64, 4, 2}, {KernelPath::sm80, 128, 32, 8, 3},
+  // Page 1: the row gather, as SGLang's pages.
+  const int pages[] = {16, 64, 0, 1};
+  const KernelConfig tiles[] = {{KernelPath::sm80, 64, 64, 4, 2},
+                                {KernelPath::sm80, 128, 32, 8, 3},
+                                {KernelPath::sm80, 64, 64, 4, 2},
                                 {KernelPath::sm80, 64, 64, 4, 2}};
   const auto compiled = testing::compile_forward_variants(
       std::size(tiles),
@@ -281,7 +284,9 @@ TEST(VarlenKvCacheCompile, Sm80KernelsCompileWithoutSpills) {
         return make_forward_spec(p, c, kSm80);
       },
       kSm80);
-  for (const auto &c : compiled) testing::expect_clean(c, {"flashjit_fwd_sm80"});
+  // The append of packed new keys (kv_append.cuh's packed branch) compiles with each.
+  for (const auto &c : compiled)
+    testing::expect_clean(c, {"flashjit_fwd_sm80", "flashjit_kv_append"});
 }
 
 }  // namespace
