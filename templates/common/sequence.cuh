@@ -104,9 +104,11 @@ struct SequenceInfo {
       // Keys appended this call (cu_seqlens_k_new) count as cached ones.
       int appended = 0;
       if constexpr (kSeqUsedK && Params::kKvCache) {
+        // As many as the append kernel writes: none where it writes none
+        // (offsets outside the new keys, a negative count).
         if (p.cu_seqlens_k_new) {
-          const int n0 = clamp(p.cu_seqlens_k_new[b], 0, p.total_new);
-          appended = clamp(p.cu_seqlens_k_new[b + 1], n0, p.total_new) - n0;
+          const int n0 = p.cu_seqlens_k_new[b], n1 = p.cu_seqlens_k_new[b + 1];
+          if (n0 >= 0 && n1 <= p.total_new && p.seqused_k[b] >= 0) appended = n1 > n0 ? n1 - n0 : 0;
         }
       }
       if constexpr (kPaged) {  // the keys are the sequence's pages
