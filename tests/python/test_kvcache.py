@@ -97,6 +97,18 @@ def run_case(b, sq, cap, hq, hkv, d, dtype, page=0, new=0, lens=None, seed=0, **
             assert torch.equal(logical_k[i, n:n + new], k_new[i]), f"{label}: append missing"
 
 
+def decode_step_inputs(seed, b=3, sq=2, cap=256, hq=8, hkv=2, d=128, new=2):
+    """A decode step's bf16 q [b, sq, hq, d], cache contents k/v [b, cap, hkv,
+    d], new keys and values [b, new, hkv, d] and cache_seqlens (0, 100 and a
+    full cache)."""
+    torch.manual_seed(seed)
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+    lens = torch.tensor([0, 100, cap - new], dtype=torch.int32, device="cuda")[:b]
+    return (randn(b, sq, hq, d), randn(b, cap, hkv, d), randn(b, cap, hkv, d),
+            randn(b, new, hkv, d), randn(b, new, hkv, d), lens)
+
+
 def test_rotary():
     """rotary_cos/rotary_sin as flash_attn_with_kvcache's: the call against
     the reference on q and the appended k rotated by flashjit.rotary (whose
@@ -108,14 +120,8 @@ def test_rotary():
     from test_rotary_cpu import tables
     for interleaved, causal, page, rotary_dim in ((False, True, 0, 128), (True, False, 64, 64),
                                                   (False, False, 16, 32)):
-        torch.manual_seed(rotary_dim)
-        b, sq, cap, hq, hkv, d, new = 3, 2, 256, 8, 2, 128, 2
-        q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
-        k_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
-        v_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
-        lens = torch.tensor([0, 100, cap - new], dtype=torch.int32, device="cuda")
+        b, cap, hkv, d, new = 3, 256, 2, 128, 2
+        q, k, v, k_new, v_new, lens = decode_step_inputs(rotary_dim)
         cos, sin = (t.cuda() for t in tables(cap + 8, rotary_dim // 2))
         if page:
             k_cache, v_cache, table = paged(k, v, page, seed=1)
@@ -268,15 +274,8 @@ def test_fa3_interface():
     require_gpu()
     from flashjit.flash_attn_interface import flash_attn_with_kvcache
     from test_rotary_cpu import tables
-    torch.manual_seed(5)
-    b, sq, cap, hq, hkv, d, new = 3, 2, 256, 8, 2, 128, 2
-    q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(b, cap, hkv, d, device="cuda", dtype=torch.bfloat16)
-    k_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
-    v_new = torch.randn(b, new, hkv, d, device="cuda", dtype=torch.bfloat16)
-    lens = torch.tensor([0, 100, cap - new], dtype=torch.int32, device="cuda")
-    cos, sin = (t.cuda() for t in tables(cap + 8, 32))
+    q, k, v, k_new, v_new, lens = decode_step_inputs(5)
+    cos, sin = (t.cuda() for t in tables(256 + 8, 32))
     results = []
     for via_fa3 in (True, False):
         k_cache, v_cache, table = paged(k, v, 16, seed=3)

@@ -132,96 +132,72 @@ def test_gradients():
     grad_case([33, 70], [90, 70], 6, 3, 72, torch.bfloat16, seed=14, softcap=20.0, causal=True)
 
 
-def test_seqused_q():
-    """seqused_q as FlashAttention-3's: sequence b uses its first
-    seqused_q[b] queries (masks aligned from those to the end of its keys);
-    the output and gradients of those rows match the reference on just
-    them, and the other rows' output gradient (NaN here) is never read: dK
-    and dV stay the reference's."""
-    require_gpu()
-    lens_q, lens_k, used = [40, 1, 130, 7, 64], [90, 33, 130, 0, 200], [17, 0, 130, 5, 200]
+def used_rows_case(lens_q, lens_k, used_q, used_k, hq, hkv, d, seed):
+    """A packed batch using only some rows (seqused_q / seqused_k, either may
+    be None), causal and not, both dtypes: out, dQ, dK, dV of the used rows
+    against the reference on just them; the unused queries' dO (NaN here) is
+    never read, and the unused keys get dK = dV = 0."""
     for causal, dtype in ((True, torch.bfloat16), (False, torch.float16)):
-        torch.manual_seed(21)
-        hq, hkv, d = 8, 2, 128
-        tq, tk = sum(lens_q), sum(lens_k)
-        q = torch.randn(tq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
-        k = torch.randn(tk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
-        v = torch.randn(tk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+        torch.manual_seed(seed)
+        q = torch.randn(sum(lens_q), hq, d, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(sum(lens_k), hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn(sum(lens_k), hkv, d, device="cuda", dtype=dtype, requires_grad=True)
         cu_q, cu_k = cumulative(lens_q), cumulative(lens_k)
-        seqused = torch.tensor(used, dtype=torch.int32, device="cuda")
+        counts = {name: None if used is None else
+                  torch.tensor(used, dtype=torch.int32, device="cuda")
+                  for name, used in (("seqused_q", used_q), ("seqused_k", used_k))}
         out = flashjit.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
-                                        causal=causal, seqused_q=seqused)
+                                        causal=causal, **counts)
+        nq = [min(u, n) for u, n in zip(used_q or lens_q, lens_q)]
+        nk = [min(u, n) for u, n in zip(used_k or lens_k, lens_k)]
         dout = torch.randn_like(out)
-        for i, n in enumerate(used):
+        for i in range(len(lens_q)):
             q0 = int(cu_q[i])
-            dout[q0 + min(n, lens_q[i]):q0 + lens_q[i]] = float("nan")
+            dout[q0 + nq[i]:q0 + lens_q[i]] = float("nan")
         out.backward(dout)
-        label = f"seqused_q causal={causal} {dtype}"
-        for i, (lq, lk) in enumerate(zip(lens_q, lens_k)):
-            q0, k0, n = int(cu_q[i]), int(cu_k[i]), min(used[i], lens_q[i])
-            if n == 0 or lk == 0:
-                for name, g in (("dk", k.grad[k0:k0 + lk]), ("dv", v.grad[k0:k0 + lk])):
+        label = f"used rows q={used_q} k={used_k} causal={causal} {dtype}"
+        for i in range(len(lens_q)):
+            q0, k0 = int(cu_q[i]), int(cu_k[i])
+            for name, g in (("dk", k.grad), ("dv", v.grad)):
+                unused = g[k0 + nk[i]:k0 + lens_k[i]]
+                assert torch.equal(unused, torch.zeros_like(unused)), f"{label}: seq {i} {name}"
+            if nq[i] == 0 or nk[i] == 0:
+                for name, g in (("dk", k.grad[k0:k0 + nk[i]]), ("dv", v.grad[k0:k0 + nk[i]])):
                     assert torch.equal(g, torch.zeros_like(g)), f"{label}: seq {i} {name} not 0"
                 continue
             results = []
             for upcast in (True, False):
-                qs = q.detach()[None, q0:q0 + n].clone().requires_grad_()
-                ks = k.detach()[None, k0:k0 + lk].clone().requires_grad_()
-                vs = v.detach()[None, k0:k0 + lk].clone().requires_grad_()
+                qs = q.detach()[None, q0:q0 + nq[i]].clone().requires_grad_()
+                ks = k.detach()[None, k0:k0 + nk[i]].clone().requires_grad_()
+                vs = v.detach()[None, k0:k0 + nk[i]].clone().requires_grad_()
                 ref, _ = attention_ref(qs, ks, vs, upcast=upcast, causal=causal)
-                ref.backward(dout[None, q0:q0 + n])
+                ref.backward(dout[None, q0:q0 + nq[i]])
                 results.append((ref[0], qs.grad[0], ks.grad[0], vs.grad[0]))
-            for j, name, got in ((0, "out", out.detach()[q0:q0 + n]), (1, "dq", q.grad[q0:q0 + n]),
-                                 (2, "dk", k.grad[k0:k0 + lk]), (3, "dv", v.grad[k0:k0 + lk])):
+            for j, name, got in ((0, "out", out.detach()[q0:q0 + nq[i]]),
+                                 (1, "dq", q.grad[q0:q0 + nq[i]]),
+                                 (2, "dk", k.grad[k0:k0 + nk[i]]),
+                                 (3, "dv", v.grad[k0:k0 + nk[i]])):
                 ref, low = results[0][j], results[1][j]
                 err = (got.float() - ref.float()).abs().max().item()
                 base = (low.float() - ref.float()).abs().max().item()
                 assert err <= 3 * base + 1e-5, f"{label}: seq {i} {name} err {err} > 3 * {base}"
+
+
+def test_seqused_q():
+    """seqused_q as FlashAttention-3's: sequence b uses its first
+    seqused_q[b] queries (masks aligned from those to the end of its keys)."""
+    require_gpu()
+    used_rows_case([40, 1, 130, 7, 64], [90, 33, 130, 0, 200], [17, 0, 130, 5, 200], None,
+                   8, 2, 128, seed=21)
 
 
 def test_seqused_k_gradients():
     """seqused_k over packed K/V is differentiable (FlashAttention-3's): each
-    sequence attends to its first seqused_k[b] keys, the gradients match the
-    reference on those, and the keys past them get dK = dV = 0."""
+    sequence attends to its first seqused_k[b] keys; with seqused_q too."""
     require_gpu()
-    lens_q, lens_k, used = [33, 1, 70, 5], [90, 40, 70, 16], [50, 40, 0, 3]
-    for causal, dtype in ((True, torch.bfloat16), (False, torch.float16)):
-        torch.manual_seed(31)
-        hq, hkv, d = 8, 4, 64
-        tq, tk = sum(lens_q), sum(lens_k)
-        q = torch.randn(tq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
-        k = torch.randn(tk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
-        v = torch.randn(tk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
-        cu_q, cu_k = cumulative(lens_q), cumulative(lens_k)
-        seqused = torch.tensor(used, dtype=torch.int32, device="cuda")
-        out = flashjit.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
-                                        causal=causal, seqused_k=seqused)
-        dout = torch.randn_like(out)
-        out.backward(dout)
-        label = f"seqused_k causal={causal} {dtype}"
-        for i, (lq, lk) in enumerate(zip(lens_q, lens_k)):
-            q0, k0, n = int(cu_q[i]), int(cu_k[i]), used[i]
-            unused_k = k.grad[k0 + n:k0 + lk]
-            assert torch.equal(unused_k, torch.zeros_like(unused_k)), f"{label}: seq {i} dK"
-            if n == 0:
-                got = out.detach()[q0:q0 + lq]
-                assert torch.equal(got, torch.zeros_like(got)), f"{label}: seq {i} no keys"
-                continue
-            results = []
-            for upcast in (True, False):
-                qs = q.detach()[None, q0:q0 + lq].clone().requires_grad_()
-                ks = k.detach()[None, k0:k0 + n].clone().requires_grad_()
-                vs = v.detach()[None, k0:k0 + n].clone().requires_grad_()
-                ref, _ = attention_ref(qs, ks, vs, upcast=upcast, causal=causal)
-                ref.backward(dout[None, q0:q0 + lq])
-                results.append((ref[0], qs.grad[0], ks.grad[0], vs.grad[0]))
-            for j, name, got in ((0, "out", out.detach()[q0:q0 + lq]),
-                                 (1, "dq", q.grad[q0:q0 + lq]), (2, "dk", k.grad[k0:k0 + n]),
-                                 (3, "dv", v.grad[k0:k0 + n])):
-                ref, low = results[0][j], results[1][j]
-                err = (got.float() - ref.float()).abs().max().item()
-                base = (low.float() - ref.float()).abs().max().item()
-                assert err <= 3 * base + 1e-5, f"{label}: seq {i} {name} err {err} > 3 * {base}"
+    used_rows_case([33, 1, 70, 5], [90, 40, 70, 16], None, [50, 40, 0, 3], 8, 4, 64, seed=31)
+    used_rows_case([33, 1, 70, 5], [90, 40, 70, 16], [20, 1, 70, 0], [50, 40, 9, 3], 8, 4, 64,
+                   seed=32)
 
 
 def _knob_calls(seen, prefix):
