@@ -328,6 +328,11 @@ def _gloo_worker(rank, world, port):
             assert "equal shard" in str(e), e
         else:
             raise AssertionError("shards of different lengths were accepted")
+        # Every rank done before any tears its group down: gloo aborts a
+        # rank whose peer closed the connections under its last collective
+        # (seen once in CI: SIGABRT, "terminate called without an active
+        # exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
