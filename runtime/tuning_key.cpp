@@ -168,15 +168,25 @@ llvm::Expected<SoftwareFingerprint> software_fingerprint() {
 std::string cubin_key(const GeneratedSource &source, const TargetArch &arch,
                       llvm::StringRef nvrtc_version) {
   KeyHasher h;
-  h.add("flashjit-cubin-v1");  // bump when the key's recipe changes
+  h.add("flashjit-cubin-v2");  // bump when the key's recipe changes
   h.add(source.entry);
   h.add(source.source);
   // Headers in their order: NVRTC resolves #include by name, so a renamed
-  // header is a different program even with the same text.
-  h.add(llvm::formatv("{0}", source.headers.size()).str());
-  for (const TemplateFile &header : source.headers) {
-    h.add(header.name);
-    h.add(header.text);
+  // header is a different program even with the same text. The embedded
+  // templates (every generated program's headers) are named by their
+  // build-time hash of every name and text: hashing their ~0.5 MB again
+  // took most of a process's first call served from the database (SHA-256
+  // was 41% of the host-overhead program's time against the stand-in driver).
+  const llvm::ArrayRef<TemplateFile> embedded = embedded_templates();
+  if (source.headers.data() == embedded.data() && source.headers.size() == embedded.size()) {
+    h.add("embedded-templates");
+    h.add(templates_hash());
+  } else {
+    h.add(llvm::formatv("{0}", source.headers.size()).str());
+    for (const TemplateFile &header : source.headers) {
+      h.add(header.name);
+      h.add(header.text);
+    }
   }
   // Options are joined with a separator a single option never contains
   // unescaped (NUL), so ["-a b"] and ["-a", "b"] differ.
