@@ -10,10 +10,10 @@
 // its pages or, contiguous, at row cu_seqlens_k[b] + position of the packed
 // cache.
 //
-// Tiling. One CTA per (new row, sequence), or per packed new row; its threads walk the row's
-// heads_kv x dim 16-byte vectors of K, then of V. The traffic is the new
-// rows alone (a decode step appends one per sequence), so a plain copy
-// suffices.
+// Tiling. One CTA per (new row, sequence), or per packed new row; its
+// threads walk the row's heads_kv x dim 16-byte vectors of K, then of V.
+// The traffic is the new rows alone (a decode step appends one per
+// sequence), so a plain copy suffices.
 //
 // Bounds. The positions come from device data the host cannot check: a
 // negative count, a position at or past the cache's capacity (seqlen_k), or
@@ -87,9 +87,10 @@ extern "C" __global__ void __launch_bounds__(flashjit::kv_append::kThreads)
   int batch = blockIdx.y;
   long long src_row = row;  // within the sequence's new keys, or packed
   if constexpr (cfg::kVarlen) {
-    // Packed new keys (the host passes cu_seqlens_k_new with them): one CTA per row, its sequence the last whose first
-    // row it has reached (a binary search; device offsets need not be
-    // sorted, so the owner is checked after).
+    // Packed new keys (the host passes cu_seqlens_k_new with them): one CTA
+    // per row, its sequence the last whose first row it has reached (a
+    // binary search; device offsets need not be sorted, so the owner is
+    // checked after).
     int lo = 0, hi = p.batch - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;

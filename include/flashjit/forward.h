@@ -92,13 +92,14 @@ struct VarlenArgs {
   int64_t total_k = 0;
   // Optional [batch] int32 (FlashAttention-3's seqused_q): sequence b uses
   // only its first seqused_q[b] queries (clamped to its cu_seqlens_q
-  // length); the other rows of O, the LSE and dQ are left unspecified, and
-  // their dO is never read.
+  // length); the other rows of O, the LSE and dQ are left unspecified (the
+  // Python binding zeroes dQ's), and their dO is never read.
   const int32_t *seqused_q = nullptr;
   // The backward's key counts for a problem with seqused_k (a
   // differentiable packed batch; FlashAttention-3's seqused_k): sequence b
-  // uses its first seqused_k[b] keys of its cu_seqlens_k rows. The forward
-  // takes the same counts as KvCacheArgs::cache_seqlens.
+  // uses its first seqused_k[b] keys of its cu_seqlens_k rows; dK and dV
+  // rows past them are left unwritten (the Python binding zeroes them). The
+  // forward takes the same counts as KvCacheArgs::cache_seqlens.
   const int32_t *seqused_k = nullptr;
 };
 

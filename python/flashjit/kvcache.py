@@ -153,9 +153,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
         # torch.compile traces the custom op (flashjit/ops.py), which writes
         # k_cache/v_cache in place as this function does.
         from . import ops  # registers torch.ops.flashjit.* on import
-        if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-            cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
-                                       device=q.device)
+        cache_seqlens = _lengths_tensor(torch, cache_seqlens, q.shape[0], q.device)
         # Checked before the op's conversions, which would take "on" for True.
         forward_knobs(_fail, num_splits, pack_gqa)
         left, right = window
@@ -172,6 +170,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
                         cache_batch_idx, cache_leftpad)
     out, lse, _, _, _ = _launch.forward(torch, call, q, k_cache, v_cache, want_lse=return_lse)
     return (out, lse) if return_lse else out
+
+
+def _lengths_tensor(torch, cache_seqlens, batch, device):
+    """cache_seqlens given as an int: the int32 [batch] tensor of it (FA's
+    convention); anything else as it is, for the checks to name."""
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    return cache_seqlens
 
 
 def _packed_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, cu_seqlens_q,
@@ -198,8 +204,8 @@ def _packed_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, c
                                 "keys and values and each sequence's first row of them), or "
                                 "none")
     batch = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else -1
-    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool) and batch >= 0:
-        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    if batch >= 0:
+        cache_seqlens = _lengths_tensor(torch, cache_seqlens, batch, q.device)
     if cache_seqlens is None:
         raise _fail(ValueError, "packed queries need cache_seqlens: each sequence's cached keys")
     check_tensor(torch, _fail, "k_cache", k_cache, 4, q.device)
@@ -294,8 +300,7 @@ def prepare_call(torch, q, k_cache, v_cache, k, v, cache_seqlens, block_table, s
         cache_leftpad = int32_vector(torch, _fail, "cache_leftpad", cache_leftpad, batch, device,
                                      "q's batch")
 
-    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    cache_seqlens = _lengths_tensor(torch, cache_seqlens, batch, device)
     if cache_seqlens is not None:
         cache_seqlens = int32_vector(torch, _fail, "cache_seqlens", cache_seqlens, batch, device,
                                      "q's batch")
