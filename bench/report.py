@@ -310,20 +310,24 @@ def render_modifiers(rec, slug=None):
         ours, plain, flex = r.get("flashjit"), r.get("flashjit_plain"), r.get("flex")
         first = f"{num(r.get('flashjit_first_call_s'), '.2f')} / {num(r.get('flex_first_call_s'), '.2f')}"
         fwd.append([r["modifier"], str(r["hdim"]), num(ours, ".1f"), num(ratio(ours, plain), ".2f"),
-                    num(flex, ".1f"), num(ratio(ours, flex), ".2f"), first,
+                    num(flex, ".1f"), num(ratio(ours, flex), ".2f"),
+                    num(ratio(r.get("flashjit_no_flag"), ours), ".2f"), first,
                     str(r.get("flashjit_new_length_compiles", NA))])
         if "flashjit_bwd" in r:
             ob, pb, fb = r.get("flashjit_bwd"), r.get("flashjit_plain_bwd"), r.get("flex_bwd")
             bwd.append([r["modifier"], str(r["hdim"]), num(ob, ".1f"), num(ratio(ob, pb), ".2f"),
-                        num(fb, ".1f"), num(ratio(ob, fb), ".2f")])
+                        num(fb, ".1f"), num(ratio(ob, fb), ".2f"),
+                        num(ratio(r.get("flashjit_no_flag_bwd"), ob), ".2f")])
     out = ["TFLOP/s counting every score's work (no credit for skipped blocks), so the ratios "
            "are time ratios; *× plain*: against flashjit without the modifier (the built-in "
            "causal mask for *causal*); Flex: `torch.compile(flex_attention)`, its block mask "
-           "built once.", ""]
-    out += table(["<modifier", "d", "forward", "× plain", "Flex", "× Flex",
+           "built once; *no flag*: the mask_mod without `mask_mod_qk_only` (the library's "
+           "probe finds that it reads only q and k) over the same with it.", ""]
+    out += table(["<modifier", "d", "forward", "× plain", "Flex", "× Flex", "no flag ×",
                   "first call s (ours / Flex)", "new length compiles"], fwd) + [""]
     if bwd:
-        out += table(["<modifier", "d", "backward", "× plain", "Flex", "× Flex"], bwd) + [""]
+        out += table(["<modifier", "d", "backward", "× plain", "Flex", "× Flex", "no flag ×"],
+                     bwd) + [""]
     return out + means_paragraph([
         means_line(f"flashjit / Flex ({label})",
                    {"": [ratio(r.get(key_ours), r.get(key_flex)) for r in rows]})
