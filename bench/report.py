@@ -42,7 +42,9 @@ SCRIPTS = {"grid_fwd": "bench/compare.py", "grid_bwd": "bench/compare.py",
            "varlen": "bench/varlen.py", "serving": "bench/serving.py",
            "modifiers": "bench/modifiers.py", "deterministic": "scripts/det-ratios.sh",
            "first_call": "bench/first_call.py", "latency": "bench/latency.py",
-           "fp8_fwd": "bench/fp8.py", "fp8_decode": "bench/fp8.py"}
+           "fp8_fwd": "bench/fp8.py", "fp8_decode": "bench/fp8.py",
+           "wide_fwd": "bench/wide_head_dims.py", "wide_bwd": "bench/wide_head_dims.py",
+           "wide_decode": "bench/wide_head_dims.py"}
 
 
 # ---- numbers ------------------------------------------------------------------------------
@@ -545,6 +547,20 @@ def render_wide_fwd(rec, slug=None):
                         "SDPA math", "Flex", "× fastest"], body) + [""]
 
 
+def render_wide_bwd(rec, slug=None):
+    """bench/wide_head_dims.py's backward rows, as the forward's."""
+    paths = ("sdpa_cudnn", "sdpa_efficient", "flex")
+    body = [[str(r["seqlen"]), "causal" if r.get("causal") else "full",
+             num(cell(r, "ours", "tflops"), ".1f")] +
+            [num(cell(r, name, "tflops"), ".1f") for name in paths] +
+            [num(r.get("ours/fastest"), ".2f")] for r in rec["rows"]]
+    out = ["Head dim 512 backward (Gemma 4's shape, as above): forward + backward minus "
+           "forward, 2.5x the forward's FLOPs; flashjit's runs on the sm80 family's kernel "
+           "there.", ""]
+    return out + table(["seqlen", "<mask", "flashjit", "SDPA cuDNN", "SDPA efficient", "Flex",
+                        "× fastest"], body) + [""]
+
+
 def render_wide_decode(rec, slug=None):
     """bench/wide_head_dims.py's decode rows: GB/s of K and V read and the
     share of HBM's peak, and TFLOP/s (MLA's compute-bound rows)."""
@@ -574,6 +590,7 @@ SUITES = [  # (suite, title); the order of the sections
     ("fp8_fwd_cudnn", "FP8 forward against cuDNN's fp8 (d=128, reduced grid)"),
     ("fp8_decode", "Decode over an fp8 KV cache"),
     ("wide_fwd", "Head dim 512 forward"),
+    ("wide_bwd", "Head dim 512 backward"),
     ("wide_decode", "Decode past head dim 256 (Gemma 4, MLA)"),
 ]
 RENDERERS = {"decode": render_decode, "decode_paged": render_paged, "varlen": render_varlen,
@@ -582,7 +599,7 @@ RENDERERS = {"decode": render_decode, "decode_paged": render_paged, "varlen": re
              "latency": render_latency, "fp8_fwd": render_fp8_fwd,
              "fp8_fwd_cudnn": render_fp8_fwd,
              "fp8_decode": render_fp8_decode, "wide_fwd": render_wide_fwd,
-             "wide_decode": render_wide_decode}
+             "wide_bwd": render_wide_bwd, "wide_decode": render_wide_decode}
 
 
 def title_of(suite):

@@ -10,6 +10,10 @@ error where it does not. TFLOP/s as bench/compare.py counts them
 (2 b h s^2 (d_qk + d_v), halved when causal), kernel time with the GPU kept
 busy (compare.time_ms).
 
+Backward (suite wide_bwd): the same shape, 4k to 16k tokens, forward +
+backward minus forward (2.5x the forward's FLOPs), against SDPA's cuDNN and
+memory-efficient backends and FlexAttention, each where it runs.
+
 Decode (suite wide_decode): one query token a sequence over a contiguous
 cache, Gemma 4's 8/4 heads at 512 (memory-bound: GB/s of K and V against
 HBM's peak), and MLA's 576/512 with 16 and 64 query heads over one KV head
@@ -115,6 +119,56 @@ def bench_forward(s, causal, warmup, repeats, flex_fn, block_mask_fn):
     return row
 
 
+def bench_backward(s, causal, warmup, repeats, flex_fn, block_mask_fn):
+    """Gemma 4's shape, forward + backward minus the forward, 2.5x the
+    forward's FLOPs (bench/compare.py's convention), every path alike."""
+    b, hq, hkv, d = 1, 8, 4, 512
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for h in (hq, hkv, hkv))
+    dout = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16)
+    f = 2.5 * flops(b, hq, s, d, causal)
+    row = {"d": d, "heads": f"{hq}/{hkv}", "seqlen": s, "causal": causal, "pass": "bwd"}
+    mask = None
+    if flex_fn is not None and causal:
+        mask = block_mask_fn(lambda b_, h_, q_, k_: q_ >= k_, None, None, s, s)
+
+    def sdpa(backend):
+        def call(qq, kk, vv):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(
+                    qq.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2),
+                    is_causal=causal, enable_gqa=True).transpose(1, 2)
+        return call
+    paths = {"ours": lambda qq, kk, vv: flashjit.attention(qq, kk, vv, causal=causal),
+             "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+             "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION)}
+    if flex_fn is not None:
+        paths["flex"] = lambda qq, kk, vv: flex_fn(
+            qq.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2), block_mask=mask,
+            enable_gqa=True).transpose(1, 2)
+    for name, call in paths.items():
+        try:
+            with torch.no_grad():
+                fwd_ms = time_ms(lambda: call(q, k, v), warmup, repeats)
+
+            def fwd_bwd():
+                call(q, k, v).backward(dout)
+            total = time_ms(fwd_bwd, warmup, repeats)
+            row[name] = {"ms": total - fwd_ms, "tflops": f / max(total - fwd_ms, 1e-6) / 1e9}
+        except Exception as e:  # noqa: BLE001 - a failure is a result
+            row[name] = {"error": short_error(e)}
+        q.grad = k.grad = v.grad = None
+        torch.cuda.empty_cache()
+    others = [row[n]["tflops"] for n in paths if n != "ours" and "tflops" in row.get(n, {})]
+    if "tflops" in row["ours"] and others:
+        row["fastest_other"] = max(others)
+        row["ours/fastest"] = row["ours"]["tflops"] / max(others)
+    del q, k, v, dout
+    torch.cuda.empty_cache()
+    return row
+
+
 def bench_decode(batch, length, hq, hkv, dq, dv, warmup, repeats):
     torch.manual_seed(0)
     q = torch.randn(batch, 1, hq, dq, device="cuda", dtype=torch.bfloat16)
@@ -158,6 +212,11 @@ def main():
         for causal in (False, True):
             fwd.append(bench_forward(s, causal, warmup, repeats, flex_fn, block_mask_fn))
             print(json.dumps(fwd[-1]), flush=True)
+    bwd = []
+    for s in ((4096,) if args.quick else (4096, 8192, 16384)):
+        for causal in (False, True):
+            bwd.append(bench_backward(s, causal, warmup, repeats, flex_fn, block_mask_fn))
+            print(json.dumps(bwd[-1]), flush=True)
     dec = []
     for batch, length, hq, hkv, dq, dv in ((8, 8192, 8, 4, 512, 512), (32, 4096, 8, 4, 512, 512),
                                            (64, 4096, 16, 1, 576, 512),
@@ -172,6 +231,15 @@ def main():
         print(f"| {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
               " | ".join(cell(r.get(n, {})) for n in names) +
               f" | {r.get('ours/fastest', float('nan')):.2f} |")
+    print("\n=== head dim 512 backward (TFLOP/s, 2.5x the forward's FLOPs), Gemma 4 8/4 "
+          "heads, batch 1 ===")
+    bnames = ["ours", "sdpa_cudnn", "sdpa_efficient", "flex"]
+    print("| seqlen | mask | " + " | ".join(bnames) + " | x fastest other |")
+    print("| ---: | :--- | " + " | ".join("---:" for _ in bnames) + " | ---: |")
+    for r in bwd:
+        print(f"| {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
+              " | ".join(cell(r.get(n, {})) for n in bnames) +
+              f" | {r.get('ours/fastest', float('nan')):.2f} |")
     print("\n=== decode past 256 (one token, contiguous cache) ===")
     print("| batch x length | heads | d | GB/s | % HBM | TFLOP/s |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
@@ -181,11 +249,15 @@ def main():
               f"{100 * o.get('hbm_fraction', float('nan')):.0f} | {cell(o)} |")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"forward": fwd, "decode": dec}, out, indent=1)
-    narrowed = args.quick
+            json.dump({"forward": fwd, "backward": bwd, "decode": dec}, out, indent=1)
+    # --quick is the reduced grid the result file's command line names, as
+    # bench/decode.py's.
+    narrowed = False
     method = ("kernel time with the GPU kept busy (bench/compare.time_ms), median of samples; "
               "Gemma 4 global-layer shapes, bf16")
     results.publish(args, results.suite_name(args, "wide_fwd"), fwd, method, torch=torch,
+                    narrowed=narrowed)
+    results.publish(args, results.suite_name(args, "wide_bwd"), bwd, method, torch=torch,
                     narrowed=narrowed)
     results.publish(args, results.suite_name(args, "wide", "decode"), dec, method, torch=torch,
                     narrowed=narrowed)

@@ -50,7 +50,7 @@ ProblemOptions::ProblemOptions(cl::OptionCategory &category, const Subs &problem
       FLASHJIT_PROBLEM_FLAG(seqlen, "seqlen", "8192", "N", "Sequence length of queries and keys (default 8192)"),
       FLASHJIT_PROBLEM_FLAG(seqlen_q, "seqlen-q", "", "N", "Query length (default --seqlen)"),
       FLASHJIT_PROBLEM_FLAG(seqlen_k, "seqlen-k", "", "N", "Key length (default --seqlen)"),
-      FLASHJIT_PROBLEM_FLAG(hdim, "hdim", "128", "D", "Head dim of Q and K: a multiple of 8 up to 576 (past 256 on sm_90a, forward) (default 128)"),
+      FLASHJIT_PROBLEM_FLAG(hdim, "hdim", "128", "D", "Head dim of Q and K: a multiple of 8 up to 576 (past 256 on sm_90a) (default 128)"),
       FLASHJIT_PROBLEM_FLAG(hdim_v, "hdim-v", "", "DV", "Head dim of V (default --hdim)"),
       FLASHJIT_PROBLEM_FLAG(mask, "mask", "none", "none|causal|window:L,R",
                             "Mask, bottom-right aligned; -1 is an unbounded window side"),

@@ -82,9 +82,13 @@ KernelConfig default_backward_config(const Problem &problem, const TargetArch &a
   const int d = std::max(problem.head_dim_qk, problem.head_dim_v);
   // FlashAttention-2's flash_bwd_launch_template.h choices for sm80, then
   // single-buffered Q/dO and smaller tiles for 163 KB and 99 KB parts.
+  // Past 256 (no sm90 backward there): 32 keys over 8 warps, the most keys
+  // whose dK and dV fit the registers (128 a thread at 512), with one
+  // Q/dO buffer (K, V, Q and dO take 192 KB at 512).
   const TileChoice first = d <= 64    ? TileChoice{128, 128, 8, 2}
                            : d <= 128 ? TileChoice{64, 128, 8, 2}
-                                      : TileChoice{64, 64, 8, 2};
+                           : d <= 256 ? TileChoice{64, 64, 8, 2}
+                                      : TileChoice{64, 32, 8, 1};
   const TileChoice tiles[] = {first, {64, 64, 8, 2}, {64, 64, 8, 1}, {64, 64, 4, 1}};
   return choose_tiles(partial, KernelPath::sm80, tiles, [&](const KernelConfig &c) {
            return BwdSm80Traits::make(problem.head_dim_qk, problem.head_dim_v, c.block_m,

@@ -1,5 +1,6 @@
 #include "generator/bwd_sm80_traits.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -14,12 +15,9 @@ llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_
   BwdSm80Traits t{head_dim_qk, head_dim_v, block_m, block_n, warps, stages, deterministic};
   std::vector<std::string> why;
   for (auto [name, d] : {std::pair{"head_dim_qk", head_dim_qk}, {"head_dim_v", head_dim_v}})
-    if (d < 8 || d > 256 || d % 8)
-      why.push_back(llvm::formatv("{0}={1} is not a multiple of 8 in [8, 256]{2}", name, d,
-                                  d > 256 && d % 8 == 0
-                                      ? " (no backward kernel takes head dims past 256: the "
-                                        "sm90 forward does, forward only)"
-                                      : ""));
+    if (d < 8 || d > kMaxHeadDim || d % 8)
+      why.push_back(llvm::formatv("{0}={1} is not a multiple of 8 in [8, {2}]", name, d,
+                                  kMaxHeadDim));
   if (warps != 4 && warps != 8) why.push_back(llvm::formatv("warps={0} is not 4 or 8", warps));
   if (stages != 1 && stages != 2)
     why.push_back(llvm::formatv("stages={0} is not 1 or 2 (Q/dO buffers)", stages));
@@ -34,10 +32,15 @@ llvm::Expected<BwdSm80Traits> BwdSm80Traits::make(int head_dim_qk, int head_dim_
       why.push_back(llvm::formatv("block_n={0} leaves a warp less than 16 keys in S^T (needs "
                                   "a multiple of {1})",
                                   block_n, 16 * l.warps_s_m()));
-    if (l.warps_kv_n() > 2)
-      why.push_back(llvm::formatv("block_n={0} spreads dK/dV over more than 2 warps per key "
-                                  "tile ({1} warps)",
-                                  block_n, warps));
+    // 4 warps across dK's and dV's columns only past head dim 256, where 32
+    // keys a CTA are what fits the registers (as S^T's split by keys,
+    // BwdSm80Layout::warps_s_n); below, such tiles would only add
+    // candidates that re-read Q and dO for fewer keys.
+    const int max_kv_n = std::max(head_dim_qk, head_dim_v) > 256 ? 4 : 2;
+    if (l.warps_kv_n() > max_kv_n)
+      why.push_back(llvm::formatv("block_n={0} spreads dK/dV over more than {1} warps per key "
+                                  "tile ({2} warps)",
+                                  block_n, max_kv_n, warps));
     if (why.empty() && l.kv_n_tiles_qk() % 2)
       why.push_back("head dim does not split into pairs of n8 tiles per warp");
     if (why.empty() && t.accumulator_registers() > kMaxAccumulatorRegisters)

@@ -36,6 +36,9 @@ struct BwdSm80Traits {
                                             int block_n, int warps, int stages,
                                             int max_smem_bytes, bool deterministic = false);
   static constexpr int kMaxAccumulatorRegisters = 200;
+  // The widest head dim (MLA's 576 latent + rope columns): past 256, 32 keys
+  // a CTA over 8 warps keep dK and dV at 128 registers (dQ in column chunks).
+  static constexpr int kMaxHeadDim = 576;
 };
 
 }  // namespace flashjit

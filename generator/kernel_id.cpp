@@ -1,5 +1,7 @@
 #include "generator/kernel_id.h"
 
+#include "generator/fwd_sm90_traits.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -124,6 +126,11 @@ llvm::Expected<ParsedKernelId> parse_kernel_id(llvm::StringRef id) {
   spec.config.splits = spec.split_kv ? 2 : 1;
   spec.config.pack_gqa = spec.pack_gqa > 1 ? GqaPacking::on : GqaPacking::off;
 
+  if (spec.v_in_k && !(spec.pass == Pass::forward && spec.config.path == KernelPath::sm90 &&
+                       sm90_forward_v_in_k_fits(spec.head_dim_qk, spec.head_dim_v,
+                                                spec.kv_dtype == DType::e4m3 ? 1 : 2)))
+    return id_error(id, "vink: V is read from K's tiles only by the 16-bit sm90 forward, with "
+                        "V's tiled columns within K's");
   // Exactly the string id() writes: no other order, spelling or repeat.
   std::string written = spec.id();
   if (!out.modifiers_hash.empty())

@@ -10,6 +10,7 @@
 
 #include "generator/block_map.h"
 #include "generator/forward_params.h"
+#include "generator/fwd_sm90_traits.h"
 #include "generator/modifier_source.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -542,7 +543,8 @@ llvm::Error launch_forward(const Problem &problem, const ForwardArgs &args, CUst
   key.v_in_k = args.v == args.k && args.v_strides.batch == args.k_strides.batch &&
                args.v_strides.seq == args.k_strides.seq &&
                args.v_strides.head == args.k_strides.head &&
-               problem.head_dim_v <= problem.head_dim_qk && kv_element(problem) != DType::e4m3;
+               sm90_forward_v_in_k_fits(problem.head_dim_qk, problem.head_dim_v,
+                                        kv_element(problem) == DType::e4m3 ? 1 : 2);
   const Plan *plan = PlanCache::process().find(key);
   if (!plan) {
     Modifiers compiled;

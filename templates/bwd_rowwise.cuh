@@ -26,11 +26,15 @@ constexpr int kThreads = 128;
 constexpr int kRowsPerCta = 128;
 
 // Lanes per row: one per 8 elements, rounded up to a power of two so that a
-// row's lanes are an aligned group of one warp (at most 32: head dim <= 256).
+// row's lanes are an aligned group of one warp; past head dim 256 a whole
+// warp, each lane taking pieces_per_lane() pieces of 8 elements.
 constexpr int lanes_per_row(int head_dim) {
   int lanes = 1;
-  while (lanes * 8 < head_dim) lanes *= 2;
+  while (lanes * 8 < head_dim && lanes < 32) lanes *= 2;
   return lanes;
+}
+constexpr int pieces_per_lane(int head_dim) {
+  return (head_dim / 8 + lanes_per_row(head_dim) - 1) / lanes_per_row(head_dim);
 }
 
 using Sequence = SequenceInfo<cfg::kVarlen, cfg::kSeqUsedK, 0, 64>;
@@ -74,6 +78,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   using namespace flashjit::bwd_rowwise;
   using Ops = ElementOps<cfg::Element>;
   constexpr int kLanes = lanes_per_row(cfg::kHeadDimV);
+  constexpr int kPieces = pieces_per_lane(cfg::kHeadDimV);  // a lane's pieces of a row
   constexpr int kRowsPerPass = kThreads / kLanes;
   constexpr int kChunks = cfg::kHeadDimV / 8;  // 16-byte pieces of a row
   static_assert(kLanes <= 32, "a row's lanes within one warp");
@@ -85,32 +90,39 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   // D stored (a store between loads may alias them, which kept one row's
   // two loads in flight at a time; H200, d=128 16k tokens: 75.4 -> 73.8 us,
   // against cuDNN's 70.4 for the same work).
-  constexpr int kBatch = 4;
+  constexpr int kBatch = kPieces > 1 ? 2 : 4;
   for (int r0 = threadIdx.x / kLanes; r0 < kRowsPerCta; r0 += kBatch * kRowsPerPass) {
-    U32x4 a[kBatch], b[kBatch];
+    U32x4 a[kBatch][kPieces], b[kBatch][kPieces];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int r = r0 + u * kRowsPerPass;
-      a[u] = b[u] = U32x4{0, 0, 0, 0};
-      if (r < rows && chunk < kChunks) {
-        const i64 row = tensor_row + r;
-        a[u] = load_streaming(static_cast<const u16 *>(p.o) + outer * p.o_batch_stride +
-                              head * p.o_head_stride + row * p.o_row_stride + chunk * 8);
-        b[u] = load_streaming(static_cast<const u16 *>(p.dout) + outer * p.do_batch_stride +
-                              head * p.do_head_stride + row * p.do_row_stride + chunk * 8);
+    for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k) {
+        const int r = r0 + u * kRowsPerPass, piece = chunk + k * kLanes;
+        a[u][k] = b[u][k] = U32x4{0, 0, 0, 0};
+        if (r < rows && piece < kChunks) {
+          const i64 row = tensor_row + r;
+          a[u][k] = load_streaming(static_cast<const u16 *>(p.o) + outer * p.o_batch_stride +
+                                   head * p.o_head_stride + row * p.o_row_stride + piece * 8);
+          b[u][k] = load_streaming(static_cast<const u16 *>(p.dout) +
+                                   outer * p.do_batch_stride + head * p.do_head_stride +
+                                   row * p.do_row_stride + piece * 8);
+        }
       }
-    }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int r = r0 + u * kRowsPerPass;
-      const u32 av[4] = {a[u].x, a[u].y, a[u].z, a[u].w}, bv[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        sum += Ops::to_float(static_cast<u16>(av[j] & 0xffff)) *
-                   Ops::to_float(static_cast<u16>(bv[j] & 0xffff)) +
-               Ops::to_float(static_cast<u16>(av[j] >> 16)) *
-                   Ops::to_float(static_cast<u16>(bv[j] >> 16));
+      for (int k = 0; k < kPieces; ++k) {
+        const u32 av[4] = {a[u][k].x, a[u][k].y, a[u][k].z, a[u][k].w};
+        const u32 bv[4] = {b[u][k].x, b[u][k].y, b[u][k].z, b[u][k].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          sum += Ops::to_float(static_cast<u16>(av[j] & 0xffff)) *
+                     Ops::to_float(static_cast<u16>(bv[j] & 0xffff)) +
+                 Ops::to_float(static_cast<u16>(av[j] >> 16)) *
+                     Ops::to_float(static_cast<u16>(bv[j] >> 16));
+      }
       // Every lane takes part (the loop's trip count is the same for all).
 #pragma unroll
       for (int offset = kLanes / 2; offset > 0; offset /= 2)
@@ -136,6 +148,7 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   using namespace flashjit::bwd_rowwise;
   using Ops = ElementOps<cfg::Element>;
   constexpr int kLanes = lanes_per_row(cfg::kHeadDimQK);
+  constexpr int kPieces = pieces_per_lane(cfg::kHeadDimQK);
   constexpr int kRowsPerPass = kThreads / kLanes;
   constexpr int kChunks = cfg::kHeadDimQK / 8;
   const auto [head, outer, rows, tensor_row, first] = row_block(p);
@@ -143,15 +156,20 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_rowwise::kThreads)
   if (chunk >= kChunks) return;
 #pragma unroll 4
   for (int r = threadIdx.x / kLanes; r < rows; r += kRowsPerPass) {
-    const float4 *const accum =
-        reinterpret_cast<const float4 *>(p.dq_accum + (first + r) * cfg::kHeadDimQK + chunk * 8);
-    const float4 lo = accum[0], hi = accum[1];
-    const float s = p.softmax_scale;
-    u16 *const dq = static_cast<u16 *>(p.dq) + outer * p.dq_batch_stride +
-                    head * p.dq_head_stride + (tensor_row + r) * p.dq_row_stride + chunk * 8;
-    *reinterpret_cast<U32x4 *>(dq) =
-        U32x4{Ops::pack(lo.x * s, lo.y * s), Ops::pack(lo.z * s, lo.w * s),
-              Ops::pack(hi.x * s, hi.y * s), Ops::pack(hi.z * s, hi.w * s)};
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k) {
+      const int piece = chunk + k * kLanes;
+      if (kPieces > 1 && piece >= kChunks) break;
+      const float4 *const accum = reinterpret_cast<const float4 *>(
+          p.dq_accum + (first + r) * cfg::kHeadDimQK + piece * 8);
+      const float4 lo = accum[0], hi = accum[1];
+      const float s = p.softmax_scale;
+      u16 *const dq = static_cast<u16 *>(p.dq) + outer * p.dq_batch_stride +
+                      head * p.dq_head_stride + (tensor_row + r) * p.dq_row_stride + piece * 8;
+      *reinterpret_cast<U32x4 *>(dq) =
+          U32x4{Ops::pack(lo.x * s, lo.y * s), Ops::pack(lo.z * s, lo.w * s),
+                Ops::pack(hi.x * s, hi.y * s), Ops::pack(hi.z * s, hi.w * s)};
+    }
   }
 }
 

@@ -84,15 +84,17 @@ constexpr int kKNTV = kLayout.kv_n_tiles_v();
 constexpr int kWarpsQM = kLayout.warps_q_m();
 constexpr int kWarpsQN = kLayout.warps_q_n();
 constexpr int kQMT = kLayout.q_m_tiles();
-constexpr int kQNT = kLayout.q_n_tiles();
+constexpr int kQNT = kLayout.q_n_tiles();  // per column chunk
+constexpr int kDQChunks = kLayout.dq_chunks();
+constexpr int kDQChunkColumns = kLayout.dq_chunk_columns();
 
 static_assert(kStages == 1 || kStages == 2, "Q/dO single or double buffered");
-static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK <= 256, "head_dim_qk: multiple of 8, <= 256");
-static_assert(kHeadDimV % 8 == 0 && kHeadDimV <= 256, "head_dim_v: multiple of 8, <= 256");
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK <= 576, "head_dim_qk: multiple of 8, <= 576");
+static_assert(kHeadDimV % 8 == 0 && kHeadDimV <= 576, "head_dim_v: multiple of 8, <= 576");
 static_assert(kSMT >= 1 && kBlockN % (16 * kWarpsSM) == 0, "(a) whole m16 tiles of keys per warp");
 static_assert(kSNT >= 2 && kSNT % 2 == 0 && kBlockM % (16 * kWarpsSN) == 0,
               "(a) pairs of n8 tiles of queries per warp");
-static_assert(kKMT >= 1 && kWarps % kWarpsKM == 0 && kWarpsKN <= 2, "(b) warp tiling");
+static_assert(kKMT >= 1 && kWarps % kWarpsKM == 0 && kWarpsKN <= 4, "(b) warp tiling");
 static_assert(kKNTQK % 2 == 0 && kKNTV % 2 == 0, "(b) pairs of n8 tiles of head dim");
 static_assert(kQMT >= 1 && kWarps % kWarpsQM == 0 && kWarpsQN <= 2, "(c) warp tiling");
 static_assert(kQNT % 2 == 0, "(c) pairs of n8 tiles of head dim");
@@ -329,30 +331,33 @@ extern "C" __global__ void __launch_bounds__(flashjit::bwd_sm80::kThreads)
     // ---- (c) dQ_tile = dS K, added to the fp32 accumulator ------------------
     if constexpr (!kDeterministic) {
       const int q0 = (warp % kWarpsQM) * kQMT * 16;
-      const int d0 = (warp / kWarpsQM) * kQNT * 8;
-      float dq[kQMT][kQNT][4];
-      zero(dq);
-      warp_gemm<Element, kQMT, kQNT, kBlockN / 16, true, kSmemM, true, kSmemQK>(
-          dq, sDS, q0, sK, d0, 0, lane);
       // The accumulator's rows: common/sequence.cuh, workspace_row.
       float *const accum = p.dq_accum + seq.workspace_row(p, head, 0) * kHeadDimQK;
+#pragma unroll 1
+      for (int chunk = 0; chunk < kDQChunks; ++chunk) {
+        const int d0 = chunk * kDQChunkColumns + (warp / kWarpsQM) * kQNT * 8;
+        float dq[kQMT][kQNT][4];
+        zero(dq);
+        warp_gemm<Element, kQMT, kQNT, kBlockN / 16, true, kSmemM, true, kSmemQK>(
+            dq, sDS, q0, sK, d0, 0, lane);
 #pragma unroll
-      for (int mt = 0; mt < kQMT; ++mt)
+        for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = m0 + q0 + mt * 16 + lane / 4 + h * 8;
-          if (row < seqlen_q) {
+          for (int h = 0; h < 2; ++h) {
+            const int row = m0 + q0 + mt * 16 + lane / 4 + h * 8;
+            if (row < seqlen_q) {
 #pragma unroll
-            for (int nt = 0; nt < kQNT; ++nt) {
-              const int col = d0 + nt * 8 + (lane % 4) * 2;
-              if (col < kHeadDimQK) {
-                atomicAdd(accum + static_cast<i64>(row) * kHeadDimQK + col, dq[mt][nt][h * 2]);
-                atomicAdd(accum + static_cast<i64>(row) * kHeadDimQK + col + 1,
-                          dq[mt][nt][h * 2 + 1]);
+              for (int nt = 0; nt < kQNT; ++nt) {
+                const int col = d0 + nt * 8 + (lane % 4) * 2;
+                if (col < kHeadDimQK) {
+                  atomicAdd(accum + static_cast<i64>(row) * kHeadDimQK + col, dq[mt][nt][h * 2]);
+                  atomicAdd(accum + static_cast<i64>(row) * kHeadDimQK + col + 1,
+                            dq[mt][nt][h * 2 + 1]);
+                }
               }
             }
           }
-        }
+      }
     }
   }
 

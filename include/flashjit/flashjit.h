@@ -158,7 +158,8 @@ typedef struct flashjit_varlen_args {
   const int32_t *cu_seqlens_q, *cu_seqlens_k;
   int64_t total_q, total_k;
   /* Optional (NULL): int32 [batch], the queries each sequence uses (its
-   * first seqused_q[b] rows; the others' O, LSE and dQ are unspecified). */
+   * first seqused_q[b] rows; the others' O, LSE and dQ are unspecified, and
+   * their q and dO must hold finite values: the backward reads whole tiles). */
   const int32_t *seqused_q;
   /* The backward's key counts for a problem with seqused_k (int32 [batch];
    * the forward takes them as flashjit_kvcache_args::cache_seqlens). */

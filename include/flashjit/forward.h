@@ -93,7 +93,9 @@ struct VarlenArgs {
   // Optional [batch] int32 (FlashAttention-3's seqused_q): sequence b uses
   // only its first seqused_q[b] queries (clamped to its cu_seqlens_q
   // length); the other rows of O, the LSE and dQ are left unspecified (the
-  // Python binding zeroes dQ's), and their dO is never read.
+  // Python binding zeroes dQ's). Their Q and dO must hold finite values: the
+  // backward's Hopper kernel reads whole tiles and multiplies those rows by
+  // zero, which a NaN or an infinity survives.
   const int32_t *seqused_q = nullptr;
   // The backward's key counts for a problem with seqused_k (a
   // differentiable packed batch; FlashAttention-3's seqused_k): sequence b

@@ -40,7 +40,7 @@ def prepare_call(torch, q, k, v, causal, window, softcap, softmax_scale, num_spl
     for name, d in (("q/k", dim_qk), ("v", dim_v)):
         if not 1 <= d <= 576:
             raise _fail(ValueError, f"head_dim of {name} is {d}; flashjit supports 1..576 "
-                                    f"(past 256: the forward on Hopper, sm_90a)")
+                                    f"(past 256: on Hopper, sm_90a)")
     elements = fp8_elements(torch, _fail, q, k.dtype, (("q_descale", q_descale),
                                                        ("k_descale", k_descale),
                                                        ("v_descale", v_descale)),
@@ -71,8 +71,8 @@ def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, softmax_scale
     q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim];
     v: [batch, seqlen_k, heads_kv, head_dim_v]. bf16, fp16 or float8_e4m3fn, all
     the same, on one CUDA device; heads_q a multiple of heads_kv (GQA/MQA); head
-    dims up to 256, and up to 576 for the forward on Hopper (Gemma 4's 512,
-    MLA's 576/512; the backward takes up to 256).
+    dims up to 256, and up to 576 on Hopper (Gemma 4's 512, MLA's 576/512:
+    the forward on the sm90 kernel, the backward on the sm80 family's).
 
     causal: mask aligned to the bottom-right corner (FlashAttention >= 2.1): query
         row i sees key j <= i + seqlen_k - seqlen_q.

@@ -95,10 +95,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     seqused_q: int32 [batch] device tensor (FlashAttention-3's): sequence b
         uses only its first seqused_q[b] queries (clamped to its
         cu_seqlens_q length); masks align those with the end of its keys,
-        and its other rows are neither read nor written.
+        and its other rows are never written. They must hold finite values
+        in q and in the output's gradient: the Hopper backward reads whole
+        tiles and multiplies those rows by zero, which a NaN survives.
 
-    Rows of q that no sequence owns or uses get unspecified output (and
-    gradient; their output gradient is never read).
+    Rows of q that no sequence owns or uses get unspecified output (and a
+    zero gradient).
     Differentiable with respect to q, k and v: the backward recomputes the
     probabilities from the saved log-sum-exp, as flashjit.attention does.
 
@@ -430,4 +432,4 @@ def _new_keys(torch, new_keys, q, heads_kv, dim, dim_v, batch, used):
     cu_new = _offsets(torch, "cu_seqlens_k_new", cu_new, batch, q.device)
     if k_new.shape[0] == 0:
         return None, None, None  # nothing to append
-    return prepare(torch, k_new, 0).unsqueeze(0), prepare(torch, v_new, 0).unsqueeze(0), cu_new
+    return prepare(torch, k_new.unsqueeze(0), 0), prepare(torch, v_new.unsqueeze(0), 0), cu_new

@@ -28,15 +28,23 @@ struct BwdSm80Layout {
   // The head dims' MMA extents (zero-padded), and the shared rows: whole
   // 64-element swizzle atoms of the head dims, and of the queries for P^T
   // and dS^T.
-  constexpr int dim_qk() const { return round_up(head_dim_qk, 32); }
-  constexpr int dim_v() const { return round_up(head_dim_v, 32); }
+  // Past 256, whole 64 columns: 4 warps' pairs of n8 tiles across dK's and
+  // dV's columns.
+  constexpr int dim_qk() const { return round_up(head_dim_qk, head_dim_qk > 256 ? 64 : 32); }
+  constexpr int dim_v() const { return round_up(head_dim_v, head_dim_v > 256 ? 64 : 32); }
   constexpr int smem_dim_qk() const { return round_up(head_dim_qk, 64); }
   constexpr int smem_dim_v() const { return round_up(head_dim_v, 64); }
   constexpr int smem_dim_m() const { return round_up(block_m, 64); }
 
   // (a) S^T and dP^T: block_n x block_m over warps_s_m() x warps_s_n()
-  // warps, each s_m_tiles() m16 x s_n_tiles() n8 tiles.
-  constexpr int warps_s_n() const { return block_m >= 64 && warps >= 8 ? 2 : 1; }
+  // warps, each s_m_tiles() m16 x s_n_tiles() n8 tiles. Past head dim 256
+  // (32 keys over 8 warps) 16 keys a warp: 2 x 4.
+  constexpr int warps_s_n() const {
+    const int by_queries = block_m >= 64 && warps >= 8 ? 2 : 1;
+    const bool wide = head_dim_qk > 256 || head_dim_v > 256;
+    const int by_keys = wide && block_n >= 16 && warps > block_n / 16 ? warps / (block_n / 16) : 1;
+    return by_queries > by_keys ? by_queries : by_keys;
+  }
   constexpr int warps_s_m() const { return warps / warps_s_n(); }
   constexpr int s_m_tiles() const { return block_n / (16 * warps_s_m()); }
   constexpr int s_n_tiles() const { return block_m / (8 * warps_s_n()); }
@@ -46,11 +54,18 @@ struct BwdSm80Layout {
   constexpr int kv_m_tiles() const { return block_n / (16 * warps_kv_m()); }
   constexpr int kv_n_tiles_qk() const { return dim_qk() / (8 * warps_kv_n()); }
   constexpr int kv_n_tiles_v() const { return dim_v() / (8 * warps_kv_n()); }
-  // (c) dQ: block_m x head dim.
+  // (c) dQ: block_m x head dim, in dq_chunks() column chunks one after
+  // another: past head dim 256 a whole row of dQ would sit beside dK's and
+  // dV's accumulators (128 + 128 registers at 512), so it goes out in
+  // chunks of 64 columns (16 registers; 128 spilled at 512).
   constexpr int warps_q_m() const { return warps < block_m / 16 ? warps : block_m / 16; }
   constexpr int warps_q_n() const { return warps / warps_q_m(); }
   constexpr int q_m_tiles() const { return block_m / (16 * warps_q_m()); }
-  constexpr int q_n_tiles() const { return dim_qk() / (8 * warps_q_n()); }
+  constexpr int dq_chunk_columns() const {
+    return dim_qk() <= 256 ? dim_qk() : 64;
+  }
+  constexpr int dq_chunks() const { return dim_qk() / dq_chunk_columns(); }
+  constexpr int q_n_tiles() const { return dq_chunk_columns() / (8 * warps_q_n()); }
   // fp32 accumulator registers per thread at the peak: dK and dV, with S^T
   // and dP^T.
   constexpr int accumulator_registers() const {

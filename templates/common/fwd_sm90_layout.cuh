@@ -78,6 +78,15 @@ constexpr int sm90_forward_tile_head_dim_v(int head_dim_qk, int head_dim_v,
              : sm90_forward_tile_head_dim(head_dim_v, element_bytes);
 }
 
+// Whether V can be read from K's tiles (MLA's latent cache, V a view of K's
+// first columns): 16 bits, and V's tiled columns within K's (at 264, say, K
+// tiles as 320 and V as 384: V is then read apart).
+constexpr bool sm90_forward_v_in_k_fits(int head_dim_qk, int head_dim_v, int element_bytes = 2) {
+  return element_bytes == 2 && head_dim_v <= head_dim_qk &&
+         sm90_forward_tile_head_dim_v(head_dim_qk, head_dim_v) <=
+             sm90_forward_tile_head_dim(head_dim_qk);
+}
+
 struct FwdSm90Layout {
   // Of Q and K, tiled (sm90_forward_tile_head_dim): 64, 128, 192 or 256
   // (e4m3: 128 or 256).

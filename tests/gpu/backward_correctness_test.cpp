@@ -348,6 +348,25 @@ TEST_P(BackwardSm90Correctness, MatchesReferenceGradients) {
 
 INSTANTIATE_TEST_SUITE_P(Sm90, BackwardSm90Correctness, ::testing::ValuesIn(sm90_cases()),
                          case_name);
+// Past head dim 256 (the forward on the sm90 kernel, the backward on the
+// sm80 family's 32-key tiles, dQ in column chunks): Gemma 4's 512 and MLA's
+// 576/512, the masks, softcap, GQA and MQA, odd lengths.
+std::vector<Case> wide_cases() {
+  std::vector<Case> cases;
+  int i = 0;
+  for (auto [dqk, dv] : {std::pair{512, 512}, {576, 512}, {320, 320}, {448, 448}})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::window})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1}, {113, 203}, {300, 77}}) {
+        const DType dtype = i++ % 2 ? DType::fp16 : DType::bf16;
+        cases.push_back({make_problem(dtype, 2, 4, dqk == 576 ? 1 : 2, sq, sk, dqk, dv, mask, 70,
+                                      9)});
+      }
+  cases.push_back({make_problem(DType::bf16, 1, 8, 4, 515, 515, 512, 512, MaskKind::causal, -1,
+                                -1, 30.f)});
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Sm90Wide, BackwardSm90Correctness, ::testing::ValuesIn(wide_cases()),
+                         case_name);
 INSTANTIATE_TEST_SUITE_P(Sm90Chunked, BackwardSm90Correctness,
                          ::testing::ValuesIn(chunked_cases(KernelConfig{KernelPath::sm90})),
                          case_name);

@@ -10,6 +10,7 @@
 #include "generator/source.h"
 #include "runtime/nvrtc_compiler.h"
 #include "llvm/Support/ThreadPool.h"
+#include "sm90_compile_check.h"
 
 namespace flashjit {
 namespace {
@@ -80,6 +81,52 @@ TEST(BackwardCompile, EveryHeadDimAndConfigCompiles) {
     EXPECT_EQ(failures[j], "") << describe(items[j].problem) << " " << describe(items[j].config);
 }
 
+// Past head dim 256 (Gemma 4's 512, MLA's 576/512) the sm80 family's
+// backward serves sm_90a too: 32 keys a CTA, 8 warps, one Q/dO buffer; dQ in
+// chunks of 64 columns. ptxas spills at most a few words there; on an A100
+// (163 KB) shared memory refuses it by name.
+TEST(BackwardCompile, PastHeadDim256) {
+  const std::string cuobjdump = testing::find_cuobjdump();
+  std::vector<Problem> problems;
+  for (auto [dqk, dv] : {std::pair{320, 320}, {384, 384}, {448, 448}, {512, 512}, {576, 512}}) {
+    Problem p;
+    p.head_dim_qk = dqk;
+    p.head_dim_v = dv;
+    p.heads_q = 8;
+    p.heads_kv = dqk == 576 ? 1 : 4;
+    p.mask = MaskKind::causal;
+    p.softcap = dqk == 512 ? 30.f : 0.f;
+    problems.push_back(p);
+  }
+  std::vector<testing::Sm90Compiled> results(problems.size());
+  std::vector<std::string> ids(problems.size());
+  {
+    llvm::ThreadPool pool(llvm::hardware_concurrency());
+    for (size_t i = 0; i < problems.size(); ++i)
+      pool.async([&, i] {
+        const KernelConfig config = default_backward_config(problems[i], kSm90a);
+        auto spec = make_backward_spec(problems[i], config, kSm90a);
+        if (!spec) {
+          results[i].error = llvm::toString(spec.takeError());
+          return;
+        }
+        ids[i] = spec->id();
+        results[i] = testing::compile_sm90_with_report(generate_backward(*spec), kSm90a, cuobjdump);
+      });
+    pool.wait();
+  }
+  for (size_t i = 0; i < problems.size(); ++i) {
+    SCOPED_TRACE(describe(problems[i]) + " " + ids[i]);
+    ASSERT_EQ(results[i].error, "");
+    EXPECT_NE(ids[i].find("bwd_sm80_"), std::string::npos);
+    EXPECT_NE(ids[i].find("_bm64_bn32_w8_s1_"), std::string::npos);
+    EXPECT_LE(results[i].report.spill_store_bytes, 32);
+  }
+  auto on_a100 = make_backward_spec(problems[3], default_backward_config(problems[3], kSm80), kSm80);
+  ASSERT_FALSE(bool(on_a100));
+  EXPECT_NE(llvm::toString(on_a100.takeError()).find("shared memory"), std::string::npos);
+}
+
 TEST(BackwardSpec, ValidatesConfigs) {
   Problem p;
   // On sm_90a the heuristic takes the sm90 family (its own tests:
@@ -121,10 +168,21 @@ TEST(BackwardSpec, ValidatesConfigs) {
   wide.head_dim_qk = wide.head_dim_v = 256;
   EXPECT_EQ(default_backward_config(wide, kSm80).stages, 1);
   EXPECT_EQ(default_backward_config(wide, kSm90a, 0, KernelConfig{KernelPath::sm80}).stages, 2);
+  // 32 keys over 8 warps: only past head dim 256 (PastHeadDim256).
   auto tiny = make_backward_spec(p, {KernelPath::sm80, 64, 32, 8, 2}, kSm90a);
   ASSERT_FALSE(bool(tiny));
   EXPECT_NE(llvm::toString(tiny.takeError()).find("block_n=32 leaves a warp less than 16 keys"),
             std::string::npos);
+  // Past 256, 64 keys would take 256 fp32 accumulators a thread for dK and
+  // dV (and 32 for S^T and dP^T).
+  Problem d512;
+  d512.head_dim_qk = d512.head_dim_v = 512;
+  auto too_many = make_backward_spec(d512, {KernelPath::sm80, 64, 64, 8, 1}, kSm90a);
+  ASSERT_FALSE(bool(too_many));
+  EXPECT_EQ(llvm::toString(too_many.takeError()),
+            "sm80 backward config (block_m=64 block_n=64 warps=8 stages=1, d=512 dv=512) is "
+            "invalid: 288 fp32 accumulators per thread exceed 200; use more warps or smaller "
+            "tiles; needs 279040 bytes of shared memory, the device allows 232448");
   // 192/128: 128 keys (one stage) in either mode, with a mask or without,
   // the head-dim split (two stages) with a caller's modifiers; a key tile
   // the caller names brings its own stages.

@@ -357,7 +357,7 @@ TEST(ForwardSm90Compile, SplitColumnsPastHeadDim256) {
                                "WARPGROUP.DEPBAR.LE gsb0, 0x1"})
       EXPECT_NE(sass[i].find(needed), std::string::npos) << "no " << needed << " in the SASS";
   }
-  // e4m3 and the backward stop at 256, the sm80 family too, each saying so.
+  // e4m3 and the sm80 forward stop at 256, each saying so.
   Problem wide;
   wide.head_dim_qk = wide.head_dim_v = 512;
   const TargetArch sm80_arch{8, 0, false};

@@ -78,6 +78,38 @@ TEST(BwdSm80Layout, WarpTilingsAndSharedMemory) {
   EXPECT_EQ(odd.dim_qk(), 96);
   EXPECT_EQ(odd.smem_dim_qk(), 128);
   EXPECT_EQ(odd.smem_bytes(), (2 * 64 * 128 + 2 * 64 * 128 + 2 * 64 * 64 + 2 * 64 * 2) * 2);
+  EXPECT_EQ(odd.dq_chunks(), 1);
+  EXPECT_EQ(odd.dq_chunk_columns(), 96);
+}
+
+TEST(BwdSm80Layout, PastHeadDim256) {
+  // d=512 at 64 x 32, 8 warps, one stage: S^T's 32 keys over 2 x 4 warps;
+  // dK and dV 16 keys x 128 columns a warp (128 registers); dQ in 8 chunks
+  // of 64 columns; K, V 32 x 512, Q, dO 64 x 512, P^T and dS^T 32 x 64.
+  const BwdSm80Layout l{512, 512, 64, 32, 8, 1};
+  EXPECT_EQ(l.warps_s_m(), 2);
+  EXPECT_EQ(l.warps_s_n(), 4);
+  EXPECT_EQ(l.s_m_tiles(), 1);
+  EXPECT_EQ(l.s_n_tiles(), 2);
+  EXPECT_EQ(l.warps_kv_m(), 2);
+  EXPECT_EQ(l.warps_kv_n(), 4);
+  EXPECT_EQ(l.kv_n_tiles_qk(), 16);
+  EXPECT_EQ(l.dq_chunks(), 8);
+  EXPECT_EQ(l.dq_chunk_columns(), 64);
+  EXPECT_EQ(l.q_n_tiles(), 4);
+  EXPECT_EQ(l.accumulator_registers(), 128 + 16);
+  EXPECT_EQ(l.smem_bytes(), (2 * 32 * 512 + 2 * 64 * 512 + 2 * 32 * 64 + 2 * 64 * 2) * 2);
+  // 328 (not a multiple of 64): the MMAs over 384 columns, 6 chunks.
+  const BwdSm80Layout odd{328, 328, 64, 32, 8, 1};
+  EXPECT_EQ(odd.dim_qk(), 384);
+  EXPECT_EQ(odd.dq_chunks(), 6);
+  EXPECT_EQ(odd.kv_n_tiles_qk() % 2, 0);
+  // 256 and below keep their S^T split (2 warps across the queries at 8
+  // warps; 32 keys over 8 warps stays refused there).
+  EXPECT_EQ((BwdSm80Layout{128, 128, 64, 64, 8, 2}.warps_s_n()), 2);
+  EXPECT_EQ((BwdSm80Layout{64, 64, 128, 128, 8, 2}.warps_s_n()), 2);
+  EXPECT_EQ((BwdSm80Layout{64, 64, 64, 64, 4, 2}.warps_s_n()), 1);
+  EXPECT_EQ((BwdSm80Layout{128, 128, 64, 32, 8, 2}.warps_s_n()), 2);
 }
 
 // ---- sm90 backward -------------------------------------------------------------------
