@@ -549,7 +549,7 @@ def render_wide_fwd(rec, slug=None):
 
 def render_wide_bwd(rec, slug=None):
     """bench/wide_head_dims.py's backward rows, as the forward's."""
-    paths = ("sdpa_cudnn", "sdpa_efficient", "flex")
+    paths = ("sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex")
     body = [[str(r["seqlen"]), "causal" if r.get("causal") else "full",
              num(cell(r, "ours", "tflops"), ".1f")] +
             [num(cell(r, name, "tflops"), ".1f") for name in paths] +
@@ -557,8 +557,8 @@ def render_wide_bwd(rec, slug=None):
     out = ["Head dim 512 backward (Gemma 4's shape, as above): forward + backward minus "
            "forward, 2.5x the forward's FLOPs; flashjit's runs on the sm80 family's kernel "
            "there.", ""]
-    return out + table(["seqlen", "<mask", "flashjit", "SDPA cuDNN", "SDPA efficient", "Flex",
-                        "× fastest"], body) + [""]
+    return out + table(["seqlen", "<mask", "flashjit", "SDPA cuDNN", "SDPA efficient",
+                        "SDPA math", "Flex", "× fastest"], body) + [""]
 
 
 def render_wide_decode(rec, slug=None):
