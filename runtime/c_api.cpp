@@ -18,6 +18,7 @@
 #include "runtime/device.h"
 #include "runtime/kernel_source.h"
 #include "runtime/modifier_facts.h"
+#include "runtime/nvrtc_compiler.h"
 #include "runtime/runtime_counters.h"
 
 namespace {
@@ -615,6 +616,8 @@ uint64_t flashjit_backward_varlen_workspace_bytes(const flashjit_problem *p, int
 const char *flashjit_last_error(void) { return g_last_error.c_str(); }
 
 const char *flashjit_version(void) { return FLASHJIT_VERSION; }
+
+void flashjit_preload_compiler(void) { flashjit::preload_nvrtc(); }
 
 uint64_t flashjit_compile_count(void) {
   return flashjit::runtime_counters().compiles.load(std::memory_order_relaxed);

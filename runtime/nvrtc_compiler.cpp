@@ -1,9 +1,12 @@
 #include "runtime/nvrtc_compiler.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "runtime/runtime_counters.h"
 #include "llvm/ADT/STLExtras.h"
@@ -129,6 +132,14 @@ const LoadedNvrtc &process_nvrtc() {
   return *loaded;
 }
 
+std::atomic<bool> preload_started{false};
+
+// pthread_atfork's prepare handler: the load's end (the static's
+// initialisation is waited for by any other caller).
+void finish_preload_before_fork() {
+  if (preload_started.load()) (void)process_nvrtc();
+}
+
 llvm::Expected<const detail::NvrtcApi &> nvrtc() {
   const LoadedNvrtc &loaded = process_nvrtc();
   if (!loaded.error.empty())
@@ -161,6 +172,13 @@ llvm::Expected<std::string> nvrtc_version() {
                                                  api->GetErrorString(r))
                                        .str());
   return llvm::formatv("{0}.{1}", major, minor).str();
+}
+
+void preload_nvrtc() {
+  bool expected = false;
+  if (!preload_started.compare_exchange_strong(expected, true)) return;
+  pthread_atfork(finish_preload_before_fork, nullptr, nullptr);
+  std::thread([] { (void)process_nvrtc(); }).detach();
 }
 
 llvm::Expected<std::string> nvrtc_library() {

@@ -26,6 +26,12 @@ struct Cubin {
 llvm::Expected<std::string> nvrtc_version();
 // The path or soname of the libnvrtc this process loaded (for `flashjit info`).
 llvm::Expected<std::string> nvrtc_library();
+// Starts loading libnvrtc on a thread of its own, once per process, so that
+// a first call's cubin key (which names NVRTC's version) does not wait for
+// the dynamic linker's ~5 ms over the 100 MB library. A fork waits for the
+// load to end first (the child would otherwise inherit the linker's lock
+// held). Later calls return at once; nvrtc_version() waits for the load.
+void preload_nvrtc();
 
 // A failure carries NVRTC's full log, the options and the program name.
 // Adds --gpu-architecture=<arch.name()> unless `source.options` already names

@@ -329,6 +329,11 @@ const char *flashjit_last_error(void);
 const char *flashjit_version(void);
 /* Number of NVRTC compilations this process has performed. */
 uint64_t flashjit_compile_count(void);
+/* Starts loading NVRTC in the background (once a process; returns at once):
+ * a first call's cubin key names NVRTC's version, and loading the library
+ * takes a few milliseconds that a caller can overlap with its own setup.
+ * The Python package calls it when it loads the library. */
+void flashjit_preload_compiler(void);
 
 #ifdef __cplusplus
 }

@@ -217,6 +217,9 @@ def _declare(lib):
         ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
         ctypes.POINTER(Config)]
     lib.flashjit_forward.restype = ctypes.c_int
+    if hasattr(lib, "flashjit_preload_compiler"):
+        lib.flashjit_preload_compiler.argtypes = []
+        lib.flashjit_preload_compiler.restype = None
     if hasattr(lib, "flashjit_forward_modified"):
         lib.flashjit_forward_modified.argtypes = [
             ctypes.POINTER(Problem), ctypes.POINTER(ForwardArgs), ctypes.POINTER(Modifiers),
@@ -327,6 +330,10 @@ def lib():
                 continue
             try:
                 _lib = _declare(ctypes.CDLL(path))
+                # NVRTC loads on a thread of the library's while the caller
+                # sets up: a first call's cubin key names its version.
+                if hasattr(_lib, "flashjit_preload_compiler"):
+                    _lib.flashjit_preload_compiler()
                 return _lib
             except OSError as e:
                 errors.append(f"{path}: {e}")

@@ -2,6 +2,8 @@
 #include "runtime/nvrtc_compiler.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +50,29 @@ TEST(NvrtcCompiler, VersionIsMajorDotMinor) {
   auto library = nvrtc_library();
   ASSERT_TRUE(bool(library)) << llvm::toString(library.takeError());
   EXPECT_NE(library->find("nvrtc"), std::string::npos) << *library;
+}
+
+// The background load (the Python package starts it when it loads the
+// library): its version is the one every caller then sees, and a fork right
+// after it starts gets a child that loads nothing twice and can compile.
+TEST(NvrtcCompiler, PreloadThenForkServesBothProcesses) {
+  preload_nvrtc();
+  preload_nvrtc();  // once a process: returns at once
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto version = nvrtc_version();
+    const bool ok = bool(version);
+    if (!ok) llvm::consumeError(version.takeError());
+    _exit(ok ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  auto version = nvrtc_version();
+  ASSERT_TRUE(bool(version)) << llvm::toString(version.takeError());
+  EXPECT_NE(version->find('.'), std::string::npos) << *version;
 }
 
 TEST(NvrtcCompiler, CompilesToCubinForSm80AndSm90a) {
