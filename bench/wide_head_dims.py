@@ -205,6 +205,18 @@ def cell(r, key="tflops"):
     return f"{r[key]:.1f}" if key in r else "-"
 
 
+def print_table(title, rows, names):
+    """The forward's or the backward's rows: TFLOP/s of each path, and ours
+    over the fastest other."""
+    print(f"\n=== {title} ===")
+    print("| seqlen | mask | " + " | ".join(names) + " | x fastest other |")
+    print("| ---: | :--- | " + " | ".join("---:" for _ in names) + " | ---: |")
+    for r in rows:
+        print(f"| {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
+              " | ".join(cell(r.get(n, {})) for n in names) +
+              f" | {r.get('ours/fastest', float('nan')):.2f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -229,23 +241,10 @@ def main():
                                            (64, 4096, 64, 1, 576, 512)):
         dec.append(bench_decode(batch, length, hq, hkv, dq, dv, warmup, repeats))
         print(json.dumps(dec[-1]), flush=True)
-    print("\n=== head dim 512 forward (TFLOP/s), Gemma 4 8/4 heads, batch 1 ===")
-    names = ["ours"] + list(BACKENDS) + ["flex"]
-    print("| seqlen | mask | " + " | ".join(names) + " | x fastest other |")
-    print("| ---: | :--- | " + " | ".join("---:" for _ in names) + " | ---: |")
-    for r in fwd:
-        print(f"| {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
-              " | ".join(cell(r.get(n, {})) for n in names) +
-              f" | {r.get('ours/fastest', float('nan')):.2f} |")
-    print("\n=== head dim 512 backward (TFLOP/s, 2.5x the forward's FLOPs), Gemma 4 8/4 "
-          "heads, batch 1 ===")
-    bnames = ["ours", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex"]
-    print("| seqlen | mask | " + " | ".join(bnames) + " | x fastest other |")
-    print("| ---: | :--- | " + " | ".join("---:" for _ in bnames) + " | ---: |")
-    for r in bwd:
-        print(f"| {r['seqlen']} | {'causal' if r['causal'] else 'full'} | " +
-              " | ".join(cell(r.get(n, {})) for n in bnames) +
-              f" | {r.get('ours/fastest', float('nan')):.2f} |")
+    print_table("head dim 512 forward (TFLOP/s), Gemma 4 8/4 heads, batch 1", fwd,
+                ["ours"] + list(BACKENDS) + ["flex"])
+    print_table("head dim 512 backward (TFLOP/s, 2.5x the forward's FLOPs), Gemma 4 8/4 heads, "
+                "batch 1", bwd, ["ours", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "flex"])
     print("\n=== decode past 256 (one token, contiguous cache) ===")
     print("| batch x length | heads | d | GB/s | % HBM | TFLOP/s |")
     print("| --- | --- | --- | ---: | ---: | ---: |")

@@ -177,6 +177,14 @@ TEST(KernelId, IdsFlashjitDoesNotWriteAreRefusedByName) {
        "('fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm128_bn64_w4_s2_det_split_sm_80')"},
       {"fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm128_bn64_w4_s2_kvbf16_sm_80",
        "not as flashjit writes it ('fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm128_bn64_w4_s2_sm_80')"},
+      // V from K's tiles where V's tiles are wider than K's (264: 384 and
+      // 320 columns), and on the sm80 family.
+      {"fwd_sm90_bf16_hdqk264_hdv264_none_nocap_bm64_bn32_w12_s2_vink_sm_90a",
+       "vink: V is read from K's tiles only by the 16-bit sm90 forward, with V's tiled "
+       "columns within K's"},
+      {"fwd_sm80_bf16_hdqk64_hdv64_causal_nocap_bm128_bn64_w4_s2_vink_sm_80",
+       "vink: V is read from K's tiles only by the 16-bit sm90 forward, with V's tiled "
+       "columns within K's"},
   };
   for (const auto &[id, why] : cases) {
     auto parsed = parse_kernel_id(id);
