@@ -34,6 +34,9 @@ METHOD = ("wall time of one flashjit.attention call in a fresh Python process wh
           "the same call again")
 
 
+PHASES = ("compile_ms", "compiler_wait_ms", "database_ms", "module_load_ms")
+
+
 def child(args):
     sys.path.insert(0, os.path.join(_REPO, "python"))
     import torch
@@ -50,12 +53,17 @@ def child(args):
     def timed(s):
         q, k, v = inputs(s)
         torch.cuda.synchronize()
-        before = flashjit.compile_count()
+        before = flashjit.runtime_stats()
         t0 = time.perf_counter()
         flashjit.attention(q, k, v, causal=args.causal)
         torch.cuda.synchronize()
-        return {"seqlen": s, "ms": (time.perf_counter() - t0) * 1e3,
-                "compiles": flashjit.compile_count() - before}
+        ms = (time.perf_counter() - t0) * 1e3
+        after = flashjit.runtime_stats()
+        # Where the time went: the library's phases (runtime_stats), the rest
+        # being Python, the launch and the kernel itself.
+        phases = {name: round(after[name] - before[name], 3) for name in PHASES}
+        return {"seqlen": s, "ms": ms, "compiles": after["compiles"] - before["compiles"],
+                "phases": phases, "rest_ms": round(ms - sum(phases.values()), 3)}
 
     result = {"first": timed(args.seqlen), "new_seqlen": timed(args.second_seqlen),
               "same_again": timed(args.second_seqlen), "compile_count": flashjit.compile_count()}
@@ -63,10 +71,13 @@ def child(args):
 
 
 def describe(tag, r):
+    phases = ", ".join(f"{name[:-3]} {ms:.2f}" for name, ms in r["first"]["phases"].items())
     return (f"{tag:5s} | first call (seqlen {r['first']['seqlen']}): {r['first']['ms']:9.1f} ms, "
             f"{r['first']['compiles']} compile(s) | new seqlen {r['new_seqlen']['seqlen']}: "
             f"{r['new_seqlen']['ms']:7.2f} ms, {r['new_seqlen']['compiles']} compile(s) | "
-            f"same again: {r['same_again']['ms']:6.2f} ms | compile_count {r['compile_count']}")
+            f"same again: {r['same_again']['ms']:6.2f} ms | compile_count {r['compile_count']}\n"
+            f"      first call's ms: {phases}, the rest (Python, launch, kernel) "
+            f"{r['first']['rest_ms']:.2f}")
 
 
 def main():

@@ -386,11 +386,17 @@ def render_deterministic(rec, slug=None):
     return out
 
 
+FIRST_CALL_PHASES = ("compile_ms", "compiler_wait_ms", "database_ms", "module_load_ms")
+
+
 def render_first_call(rec, slug=None):
     body = []
     for r in rec["rows"]:
         first, new, again = (r.get(k) or {} for k in ("first", "new_seqlen", "same_again"))
+        phases = first.get("phases") or {}
+        split = " / ".join(num(phases.get(name), ".1f") for name in FIRST_CALL_PHASES)
         body.append([r.get("process", ""), num(first.get("ms"), ".1f"), str(first.get("compiles", NA)),
+                     f"{split} / {num(first.get('rest_ms'), '.1f')}" if phases else NA,
                      num(new.get("ms"), ".2f"), str(new.get("compiles", NA)),
                      num(again.get("ms"), ".2f")])
     c = rec.get("config") or {}
@@ -398,9 +404,11 @@ def render_first_call(rec, slug=None):
            f"{c.get('batch', NA)}, {c.get('heads', NA)} heads, d={c.get('hdim', NA)}, "
            f"{'causal' if c.get('causal', True) else 'full'}, {c.get('seqlen', NA)} tokens), "
            f"then {c.get('second_seqlen', NA)} tokens; *cold*: an empty database, *warm*: "
-           "the database the cold process left.", ""]
-    return out + table(["<process", "first call ms", "compiles", "new length ms", "compiles",
-                        "same again ms"], body) + [""]
+           "the database the cold process left; *where*: the first call's ms in NVRTC / waiting "
+           "for NVRTC to load / the database / loading the module / the rest (Python, launch, "
+           "kernel), from `flashjit.runtime_stats()`.", ""]
+    return out + table(["<process", "first call ms", "compiles", "where", "new length ms",
+                        "compiles", "same again ms"], body) + [""]
 
 
 def render_latency(rec, slug=None):

@@ -623,4 +623,19 @@ uint64_t flashjit_compile_count(void) {
   return flashjit::runtime_counters().compiles.load(std::memory_order_relaxed);
 }
 
+uint64_t flashjit_runtime_stat(const char *name) {
+  if (!name) return UINT64_MAX;
+  const flashjit::RuntimeStats s = flashjit::runtime_stats();
+  const llvm::StringRef n(name);
+  for (auto [known, value] : {std::pair{"compiles", s.compiles},
+                              {"module_loads", s.module_loads},
+                              {"launches", s.launches},
+                              {"compile_ns", s.compile_ns},
+                              {"compiler_wait_ns", s.compiler_wait_ns},
+                              {"database_ns", s.database_ns},
+                              {"module_load_ns", s.module_load_ns}})
+    if (n == known) return value;
+  return UINT64_MAX;
+}
+
 }  // extern "C"

@@ -7,6 +7,7 @@
 #include "generator/heuristic.h"
 #include "generator/source.h"
 #include "runtime/nvrtc_compiler.h"
+#include "runtime/runtime_counters.h"
 #include "runtime/tuning_key.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -24,6 +25,7 @@ struct ProcessDb {
 // destructors of other libraries.
 const ProcessDb &process_db() {
   static const ProcessDb *state = [] {
+    PhaseTimer opening(runtime_counters().database_ns);
     auto *out = new ProcessDb;
     const char *env = std::getenv("FLASHJIT_DB");
     llvm::StringRef setting = env ? llvm::StringRef(env).trim() : llvm::StringRef();
@@ -185,6 +187,7 @@ llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelC
         chosen.record = std::move(record);
         return true;
       };
+      std::optional<PhaseTimer> reading(std::in_place, runtime_counters().database_ns);
       auto tuned = db->find_tuning(dev, *software, key);
       if (!tuned)
         append_note(chosen.note, "tuned lookup failed: " + llvm::toString(tuned.takeError()));
@@ -197,6 +200,7 @@ llvm::Expected<ChosenConfig> choose_config(const Problem &problem, const KernelC
       // d=64 causal 8k: a 1k tuning's 128x128 ran at 432 TFLOP/s, the
       // heuristic's 192x112 at 488).
       auto nearest = db->nearest_tunings(dev, *software, key, kNearestCandidates);
+      reading.reset();
       if (!nearest) {
         append_note(chosen.note, "nearest lookup failed: " + llvm::toString(nearest.takeError()));
       } else if (!nearest->empty()) {
@@ -293,6 +297,7 @@ llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const Ta
   }
 
   if (db && !out.key.empty()) {
+    PhaseTimer reading(runtime_counters().database_ns);
     // Checked before the first cubin is read: whoever can write the
     // database chooses the code this process runs.
     if (const DbTrust &trust = db->cubin_trust(); !trust.trusted) {

@@ -60,6 +60,7 @@ LoadedKernel::~LoadedKernel() { unload(module_); }
 llvm::Expected<LoadedKernel> LoadedKernel::load(llvm::ArrayRef<char> cubin,
                                                 const std::string &entry,
                                                 int dynamic_smem_bytes) {
+  PhaseTimer loading(runtime_counters().module_load_ns);
   auto driver = cuda_driver();
   if (!driver) return driver.takeError();
   const CudaDriver &cu = *driver;

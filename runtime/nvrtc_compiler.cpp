@@ -141,7 +141,10 @@ void finish_preload_before_fork() {
 }
 
 llvm::Expected<const detail::NvrtcApi &> nvrtc() {
-  const LoadedNvrtc &loaded = process_nvrtc();
+  const LoadedNvrtc &loaded = []() -> const LoadedNvrtc & {
+    PhaseTimer waiting(runtime_counters().compiler_wait_ns);
+    return process_nvrtc();
+  }();
   if (!loaded.error.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(), loaded.error);
   return loaded.api;
@@ -278,8 +281,11 @@ llvm::Expected<Cubin> compile_program(const GeneratedSource &source, const Targe
     if (nvrtcResult r = api.GetCUBIN(program, out.bytes.data()); r != NVRTC_SUCCESS)
       return fail("nvrtcGetCUBIN", r, out.log);
   }
-  out.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  out.compile_ms = std::chrono::duration<double, std::milli>(elapsed).count();
+  runtime_counters().compile_ns.fetch_add(
+      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
+      std::memory_order_relaxed);
   return out;
 }
 

@@ -62,6 +62,10 @@ RuntimeStats runtime_stats() {
   stats.compiles = c.compiles.load(std::memory_order_relaxed);
   stats.module_loads = c.module_loads.load(std::memory_order_relaxed);
   stats.launches = c.launches.load(std::memory_order_relaxed);
+  stats.compile_ns = c.compile_ns.load(std::memory_order_relaxed);
+  stats.compiler_wait_ns = c.compiler_wait_ns.load(std::memory_order_relaxed);
+  stats.database_ns = c.database_ns.load(std::memory_order_relaxed);
+  stats.module_load_ns = c.module_load_ns.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -329,6 +329,13 @@ const char *flashjit_last_error(void);
 const char *flashjit_version(void);
 /* Number of NVRTC compilations this process has performed. */
 uint64_t flashjit_compile_count(void);
+/* One of this process's runtime counters, by name: "compiles",
+ * "module_loads", "launches", and the host time spent in nanoseconds:
+ * "compile_ns" (NVRTC), "compiler_wait_ns" (waiting for NVRTC to load),
+ * "database_ns" (opening the tuning database, reading tunings and cubins),
+ * "module_load_ns" (loading cubins into the context). UINT64_MAX for an
+ * unknown name. */
+uint64_t flashjit_runtime_stat(const char *name);
 /* Starts loading NVRTC in the background (once a process; returns at once):
  * a first call's cubin key names NVRTC's version, and loading the library
  * takes a few milliseconds that a caller can overlap with its own setup.

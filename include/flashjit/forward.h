@@ -203,6 +203,11 @@ struct RuntimeStats {
   uint64_t compiles = 0;      // NVRTC compilations performed by this process
   uint64_t module_loads = 0;  // cuModuleLoadData calls
   uint64_t launches = 0;
+  // Host time spent, in nanoseconds: what a first call costs and where.
+  uint64_t compile_ns = 0;        // in NVRTC
+  uint64_t compiler_wait_ns = 0;  // waiting for NVRTC to load (its version keys the cubins)
+  uint64_t database_ns = 0;       // opening the tuning database, reading tunings and cubins
+  uint64_t module_load_ns = 0;    // cuModuleLoadData, cuModuleGetFunction, attributes
 };
 RuntimeStats runtime_stats();
 

@@ -54,7 +54,7 @@ flashjit.h).
 import sys
 
 from . import mods  # noqa: F401  (flashjit.mods: the shipped modifiers)
-from ._capi import LibraryNotFound, compile_count, version
+from ._capi import LibraryNotFound, compile_count, runtime_stats, version
 from .dense import attention
 from .fp8 import quantize_fp8
 from .kvcache import attention_with_kvcache
@@ -62,8 +62,8 @@ from .modifiers import BlockMask, create_block_mask
 from .service import FlashjitCommandError, precompile, query, tune
 from .varlen import attention_varlen
 
-__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile_count", "version",
-           "LibraryNotFound", "query", "tune", "precompile", "FlashjitCommandError",
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile_count",
+           "runtime_stats", "version", "LibraryNotFound", "query", "tune", "precompile", "FlashjitCommandError",
            "create_block_mask", "BlockMask", "quantize_fp8"]
 
 # torch.compile traces the custom ops of ops.py (torch >= 2.4). With torch

@@ -281,6 +281,9 @@ def _declare(lib):
     lib.flashjit_version.restype = ctypes.c_char_p
     lib.flashjit_compile_count.argtypes = []
     lib.flashjit_compile_count.restype = ctypes.c_uint64
+    if hasattr(lib, "flashjit_runtime_stat"):
+        lib.flashjit_runtime_stat.argtypes = [ctypes.c_char_p]
+        lib.flashjit_runtime_stat.restype = ctypes.c_uint64
     return lib
 
 
@@ -360,3 +363,24 @@ def version():
 def compile_count():
     """NVRTC compilations this process has performed (cache hits do not count)."""
     return int(lib().flashjit_compile_count())
+
+
+_STAT_NAMES = ("compiles", "module_loads", "launches", "compile_ns", "compiler_wait_ns",
+               "database_ns", "module_load_ns")
+
+
+def runtime_stats():
+    """This process's counters: compiles, module_loads, launches, and the host
+    time a first call spends, in milliseconds: compile_ms (NVRTC),
+    compiler_wait_ms (waiting for NVRTC to load: its version keys the
+    cubins), database_ms (opening the tuning database, reading tunings and
+    cubins), module_load_ms (loading cubins into the CUDA context)."""
+    stat = lib().flashjit_runtime_stat
+    out = {}
+    for name in _STAT_NAMES:
+        value = int(stat(name.encode()))
+        if name.endswith("_ns"):
+            out[name[:-3] + "_ms"] = value / 1e6
+        else:
+            out[name] = value
+    return out

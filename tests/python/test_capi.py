@@ -207,6 +207,7 @@ PUBLIC_API = {
                               "cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None, "
                               "max_seqlen_q=None, rotary_seqlens=None)",
     "compile_count": "()",
+    "runtime_stats": "()",
     "version": "()",
     "create_block_mask": "(mask_mod, batch, heads, seqlen_q, seqlen_k, aux=None, "
                          "mask_mod_qk_only=None, block_size=128, device=None)",
@@ -287,6 +288,14 @@ def main(argv):
         errors.append("flashjit.version() is empty")
     if flashjit.compile_count() != 0:
         errors.append(f"compile_count {flashjit.compile_count()} before any call")
+    stats = flashjit.runtime_stats()
+    expected_stats = {"compiles": 0, "module_loads": 0, "launches": 0, "compile_ms": 0.0,
+                      "compiler_wait_ms": 0.0, "database_ms": 0.0, "module_load_ms": 0.0}
+    if stats != expected_stats:
+        errors.append(f"runtime_stats() before any call: {stats}, expected {expected_stats}")
+    unknown = _capi.lib().flashjit_runtime_stat(b"no_such_counter")
+    if unknown != 2**64 - 1:
+        errors.append(f"flashjit_runtime_stat of an unknown name: {unknown}, expected UINT64_MAX")
 
     # A call the library refuses (null pointers): nonzero, and the message.
     problem = _capi.Problem(dtype=_capi.BF16, mask=_capi.MASK_CAUSAL, batch=1, heads_q=2,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "flashjit/forward.h"
 #include "generator/kernel_spec.h"
 #include "generator/source.h"
 #include "runtime/cubin_comparison.h"
@@ -195,6 +196,25 @@ std::string sha256_hex(const std::vector<char> &bytes) {
   return llvm::toHex(llvm::SHA256::hash(llvm::ArrayRef<uint8_t>(
                          reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size())),
                      true);
+}
+
+// A kernel's second request reads its stored cubin: the time counts as the
+// database's (runtime_stats), and nothing compiles.
+TEST_F(CubinReproduction, AStoredCubinIsReadAndTimedNotCompiled) {
+  TempDir dir;
+  auto db = open_ok(dir.file("timed.db"));
+  auto first = forward_cubin(small_spec(64), &*db);
+  ASSERT_TRUE(bool(first)) << llvm::toString(first.takeError());
+  EXPECT_TRUE(first->compiled);
+  const RuntimeStats before = runtime_stats();
+  auto second = forward_cubin(small_spec(64), &*db);
+  ASSERT_TRUE(bool(second)) << llvm::toString(second.takeError());
+  const RuntimeStats after = runtime_stats();
+  EXPECT_FALSE(second->compiled);
+  EXPECT_EQ(second->bytes, first->bytes);
+  EXPECT_EQ(after.compiles, before.compiles);
+  EXPECT_EQ(after.compile_ns, before.compile_ns);
+  EXPECT_GT(after.database_ns, before.database_ns);
 }
 
 TEST_F(CubinReproduction, ARowReproducesOrSaysWhyNot) {

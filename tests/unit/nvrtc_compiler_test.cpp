@@ -1,6 +1,8 @@
 // NVRTC loading and compilation, on the CPU: NVRTC needs no GPU.
 #include "runtime/nvrtc_compiler.h"
 
+#include "flashjit/forward.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,6 +86,19 @@ TEST(NvrtcCompiler, CompilesToCubinForSm80AndSm90a) {
     EXPECT_GT(cubin->compile_ms, 0.0);
     EXPECT_EQ(cubin->arch, target);
   }
+}
+
+// runtime_stats() says where a first call's time goes: a compile counts once
+// and adds its own duration to compile_ns.
+TEST(NvrtcCompiler, CompileTimeIsCounted) {
+  const RuntimeStats before = runtime_stats();
+  auto cubin = compile_to_cubin(tiny_source(), arch(8, 0));
+  ASSERT_TRUE(bool(cubin)) << llvm::toString(cubin.takeError());
+  const RuntimeStats after = runtime_stats();
+  EXPECT_EQ(after.compiles, before.compiles + 1);
+  const double counted_ms = double(after.compile_ns - before.compile_ns) / 1e6;
+  EXPECT_NEAR(counted_ms, cubin->compile_ms, 0.01);
+  EXPECT_EQ(after.module_load_ns, before.module_load_ns);  // nothing was loaded
 }
 
 TEST(NvrtcCompiler, SameArchitectureInOptionsIsAccepted) {
