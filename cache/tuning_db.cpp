@@ -7,13 +7,13 @@
 #include <cstdlib>
 
 #include "cache/schema.h"
+#include "cache/sha256.h"
 #include "cache/tuning_db_impl.h"
 #include "cache/tuning_fields.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/SHA256.h"
 
 namespace flashjit {
 
@@ -148,8 +148,8 @@ llvm::Expected<bool> key_exists(sqlite::Connection &db, llvm::StringRef sql,
 namespace cache_detail {
 
 std::string sha256_hex(llvm::ArrayRef<char> bytes) {
-  auto digest = llvm::SHA256::hash(
-      llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size()));
+  auto digest =
+      sha256(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size()));
   return llvm::toHex(digest, /*LowerCase=*/true);
 }
 
