@@ -63,8 +63,8 @@ from .service import FlashjitCommandError, precompile, query, tune
 from .varlen import attention_varlen
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "compile_count",
-           "runtime_stats", "version", "LibraryNotFound", "query", "tune", "precompile", "FlashjitCommandError",
-           "create_block_mask", "BlockMask", "quantize_fp8"]
+           "runtime_stats", "version", "LibraryNotFound", "query", "tune", "precompile",
+           "FlashjitCommandError", "create_block_mask", "BlockMask", "quantize_fp8"]
 
 # torch.compile traces the custom ops of ops.py (torch >= 2.4). With torch
 # imported already they are registered now, not mid-trace; else the first
@@ -74,3 +74,10 @@ if "torch" in sys.modules:
         from . import ops  # noqa: F401
     except (AttributeError, ImportError):  # torch < 2.4: no custom_op; eager calls still work
         pass
+
+# The library loads at import, and NVRTC on a thread of its own while the
+# caller sets up (its CUDA context, its model): a first call's cubin key names
+# NVRTC's version, and NVRTC takes ~10 ms to load, which a first call served
+# from the database would otherwise wait for. A fork waits for that load.
+from . import _capi  # noqa: E402
+_capi.preload()

@@ -345,6 +345,16 @@ def lib():
             "libflashjit.so): " + "; ".join(errors))
 
 
+def preload():
+    """Loads the library now, and with it NVRTC on a thread of the library's
+    (flashjit_preload_compiler), so that both are ready by the first call.
+    Nothing fails here: a missing library is the first call's error."""
+    try:
+        lib()
+    except LibraryNotFound:
+        pass
+
+
 def has_backward():
     """Whether the loaded library exports flashjit_backward."""
     return hasattr(lib(), "flashjit_backward")
