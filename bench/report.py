@@ -44,7 +44,9 @@ SCRIPTS = {"grid_fwd": "bench/compare.py", "grid_bwd": "bench/compare.py",
            "first_call": "bench/first_call.py", "latency": "bench/latency.py",
            "fp8_fwd": "bench/fp8.py", "fp8_decode": "bench/fp8.py",
            "wide_fwd": "bench/wide_head_dims.py", "wide_bwd": "bench/wide_head_dims.py",
-           "wide_decode": "bench/wide_head_dims.py"}
+           "wide_decode": "bench/wide_head_dims.py",
+           "mla_prefill_fwd": "bench/compare.py --hdims 192/128 --suite mla_prefill",
+           "mla_prefill_bwd": "bench/compare.py --hdims 192/128 --suite mla_prefill"}
 
 
 # ---- numbers ------------------------------------------------------------------------------
@@ -600,6 +602,8 @@ SUITES = [  # (suite, title); the order of the sections
     ("wide_fwd", "Head dim 512 forward"),
     ("wide_bwd", "Head dim 512 backward"),
     ("wide_decode", "Decode past head dim 256 (Gemma 4, MLA)"),
+    ("mla_prefill_fwd", "MLA prefill forward (DeepSeek-V3: 128 heads, d 192/128, causal)"),
+    ("mla_prefill_bwd", "MLA prefill backward (DeepSeek-V3: 128 heads, d 192/128, causal)"),
 ]
 RENDERERS = {"decode": render_decode, "decode_paged": render_paged, "varlen": render_varlen,
              "serving": render_serving, "modifiers": render_modifiers,
@@ -712,9 +716,13 @@ def load_results(results_dir):
     return found
 
 
+# The GPU the issues set their bars on: its tables lead the page.
+REFERENCE_GPU = "h200"
+
+
 def gpu_order(found):
-    """GPUs with more suites first, then by name."""
-    return sorted(found, key=lambda slug: (-len(found[slug]), slug))
+    """The reference GPU first, then GPUs with more suites, then by name."""
+    return sorted(found, key=lambda slug: (slug != REFERENCE_GPU, -len(found[slug]), slug))
 
 
 def suite_order(suites):

@@ -268,7 +268,9 @@ class Report(unittest.TestCase):
         with open(self.perf) as fh:
             page = fh.read()
         self.assertIn("## NVIDIA H100 80GB HBM3", page)
-        self.assertIn("flashjit 0ff1ce", page)
+        # The H200 (the reference GPU) leads; the H100's grid is named under it.
+        self.assertLess(page.index("## NVIDIA H200"), page.index("## NVIDIA H100 80GB HBM3"))
+        self.assertIn("Forward, training grid (`bench/results/h100/grid_fwd.json`)", page)
 
     def test_a_file_whose_name_is_not_its_suite_is_refused(self):
         os.rename(os.path.join(self.results, "h200", "grid_fwd.json"),
@@ -285,8 +287,10 @@ class TheRepositorysPage(unittest.TestCase):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             rc = report.main(["--check"])
         self.assertEqual(rc, 0, out.getvalue()[-3000:])
+        # One section a suite (a suite measured on several GPUs once): the
+        # page holds current numbers, not a history; ~25 lines a suite.
         with open(report.PERF_MD) as fh:
-            self.assertLessEqual(fh.read().count("\n"), 400)
+            self.assertLessEqual(fh.read().count("\n"), 450)
 
 
 if __name__ == "__main__":
