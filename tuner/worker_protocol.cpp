@@ -198,9 +198,12 @@ llvm::json::Object spec_to_json(const KernelSpec &s) {
   llvm::json::Object out{
       {"pass", to_string(s.pass)},
       {"dtype", to_string(s.dtype)},
+      {"out_dtype", to_string(s.out_dtype)},
+      {"kv_dtype", to_string(s.kv_dtype)},
       {"head_dim_qk", s.head_dim_qk},
       {"head_dim_v", s.head_dim_v},
       {"mask", to_string(s.mask)},
+      {"chunked", s.chunked},
       {"softcap", s.softcap},
       {"config", config_to_json(s.config)},
       // Derived from the config and the problem, which the worker does not
@@ -211,6 +214,7 @@ llvm::json::Object spec_to_json(const KernelSpec &s) {
       {"seqused_k", s.seqused_k},
       {"page_size", s.page_size},
       {"varlen", s.varlen},
+      {"v_in_k", s.v_in_k},
       {"arch", s.arch.name()}};
   if (!s.modifiers.empty()) out["modifiers"] = modifiers_to_json(s.modifiers);
   return out;
@@ -221,7 +225,11 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
   auto pass = pass_field(o, "pass");
   if (!pass) return pass.takeError();
   s.pass = *pass;
+  // Every field the kernel's source depends on: a worker compiles and times
+  // exactly the parent's kernel (its id and its cubin key).
   if (llvm::Error e = read_field(o, "dtype", s.dtype)) return e;
+  if (llvm::Error e = read_field(o, "out_dtype", s.out_dtype)) return e;
+  if (llvm::Error e = read_field(o, "kv_dtype", s.kv_dtype)) return e;
   if (llvm::Error e = read_field(o, "mask", s.mask)) return e;
   auto dqk = integer_field(o, "head_dim_qk"), dv = integer_field(o, "head_dim_v");
   if (!dqk) return dqk.takeError();
@@ -239,7 +247,8 @@ llvm::Expected<KernelSpec> spec_from_json(const llvm::json::Object &o) {
     s.split_kv = *split;
   else
     return error("worker request: 'split_kv': expected true or false");
-  for (auto [key, flag] : {std::pair{"seqused_k", &s.seqused_k}, std::pair{"varlen", &s.varlen}}) {
+  for (auto [key, flag] : {std::pair{"seqused_k", &s.seqused_k}, std::pair{"varlen", &s.varlen},
+                           std::pair{"chunked", &s.chunked}, std::pair{"v_in_k", &s.v_in_k}}) {
     auto value = o.getBoolean(key);
     if (!value) return error(llvm::formatv("worker request: '{0}': expected true or false", key));
     *flag = *value;

@@ -83,6 +83,46 @@ TEST(CliTuning, TuneWithoutAGpuIsAClearRuntimeError) {
 
 // hdim 256 on sm_86 (99 KB of shared memory) leaves very few candidates: a
 // fast real precompile.
+// precompile's kernels compile in worker processes: what they store must
+// be the kernel a call of that class runs (its id, so its cubin key), for
+// element types past the default too (an fp16 class once stored bf16
+// kernels, an e4m3 one kernels with bf16 K/V that overflowed shared memory).
+TEST(CliTuning, PrecompileStoresTheKernelsOfFp16AndE4m3Classes) {
+  for (const std::vector<std::string> &problem :
+       {std::vector<std::string>{"--arch", "sm_86", "--dtype", "fp16", "--hdim", "256",
+                                 "--seqlen", "1024"},
+        std::vector<std::string>{"--arch", "sm_90a", "--dtype", "e4m3", "--hdim", "256",
+                                 "--varlen", "--seqlens-q", "100,900"}}) {
+    TempDir dir;
+    const std::string db = dir.file("p.db");
+    std::vector<std::string> args = {"precompile", "--db", db, "--json"};
+    args.insert(args.end(), problem.begin(), problem.end());
+    CliResult r = run_cli(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    llvm::json::Object outcome = parse_json(r.out);
+    EXPECT_GE(I(outcome.getInteger("compiled")), 1) << r.out;
+    EXPECT_EQ(I(outcome.getInteger("failed")), 0) << r.out << r.err;
+
+    args = {"query", "--device-name", "Test GPU 9000", "--json", "--db", db};
+    args.insert(args.end(), problem.begin(), problem.end());
+    r = run_cli(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string kernel_id = S(parse_json(r.out).getString("kernel_id"));
+    ASSERT_FALSE(kernel_id.empty()) << r.out;
+    r = run_cli({"db", "list", "--json", "--db", db});
+    ASSERT_EQ(r.code, 0) << r.err;
+    llvm::json::Object list = parse_json(r.out);
+    ASSERT_NE(list.getArray("cubins"), nullptr);
+    bool stored = false;
+    for (const llvm::json::Value &cubin : *list.getArray("cubins")) {
+      const std::string id = S(cubin.getAsObject()->getString("kernel_id"));
+      stored |= id == kernel_id;
+      EXPECT_EQ(id.find("_kvbf16"), std::string::npos) << id;
+    }
+    EXPECT_TRUE(stored) << kernel_id << " is not among the stored kernels";
+  }
+}
+
 TEST(CliTuning, PrecompileFillsTheCubinStoreOnce) {
   TempDir dir;
   const std::string db = dir.file("p.db");

@@ -359,6 +359,40 @@ TEST(FieldTables, WorkerProtocolRoundTripsEveryField) {
   });
 }
 
+// A worker compiles and times the kernel of the spec it reads: every field
+// that reaches the kernel's source must cross (an e4m3 spec once arrived
+// with bf16 K/V, an fp16 one with bf16 elements, a chunked one unchunked).
+TEST(FieldTables, WorkerProtocolRoundTripsEverySpecField) {
+  KernelSpec fp16;
+  fp16.pass = Pass::forward;
+  fp16.dtype = fp16.out_dtype = fp16.kv_dtype = DType::fp16;
+  fp16.head_dim_qk = 576;
+  fp16.head_dim_v = 512;
+  fp16.mask = MaskKind::causal;
+  fp16.chunked = true;
+  fp16.softcap = true;
+  fp16.config = every_config_field_set();
+  fp16.arch = TargetArch{9, 0, true};
+  fp16.pack_gqa = 4;
+  fp16.split_kv = true;
+  fp16.seqused_k = true;
+  fp16.page_size = 64;
+  fp16.varlen = true;
+  fp16.v_in_k = true;
+  fp16.modifiers.mask_mod = "bool mask_mod(int b, int h, int q, int k) { return k <= q; }";
+  KernelSpec e4m3 = fp16;
+  e4m3.dtype = e4m3.kv_dtype = DType::e4m3;
+  KernelSpec fp8_cache = fp16;
+  fp8_cache.dtype = fp8_cache.out_dtype = DType::bf16;
+  fp8_cache.kv_dtype = DType::e4m3;
+  for (const KernelSpec &spec : {fp16, e4m3, fp8_cache}) {
+    auto back = worker_protocol::spec_from_json(worker_protocol::spec_to_json(spec));
+    ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+    EXPECT_EQ(*back, spec) << spec.id() << " came back as " << back->id();
+    EXPECT_EQ(back->id(), spec.id());
+  }
+}
+
 TEST(FieldTables, CallKeyHasEveryConfigField) {
   const Problem problem;
   const KernelConfig base;
