@@ -286,17 +286,26 @@ llvm::Expected<std::unique_ptr<TuningDb>> TuningDb::open(llvm::StringRef path) {
   llvm::Expected<int> version = schema::inspect(db, kSchemaVersion);
   if (!version) return version.takeError();
 
+  // A new file (no table yet) is created without fsyncs: the switch to WAL
+  // and the schema took six of them, a cold process's first call waiting on
+  // the disk (~6 ms on a GPU machine), for an empty cache that only an OS
+  // crash within those milliseconds could leave damaged (then refused by
+  // name, and deleted by its owner).
+  const bool creating = *version == 0;
+  if (creating)
+    if (llvm::Error e = db.exec("PRAGMA synchronous = OFF")) return e;
+
   // WAL: readers never block the writer nor each other. It persists in the
   // file; the other two are per connection.
   llvm::Expected<std::string> mode = db.query_text("PRAGMA journal_mode = WAL");
   if (!mode) return mode.takeError();
-  if (llvm::Error e = db.exec("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL"))
-    return e;
+  if (llvm::Error e = db.exec("PRAGMA foreign_keys = ON")) return e;
 
   if (*version < kSchemaVersion) {
     llvm::Expected<int> migrated = schema::migrate(db, schema::migrations());
     if (!migrated) return migrated.takeError();
   }
+  if (llvm::Error e = db.exec("PRAGMA synchronous = NORMAL")) return e;
   return std::unique_ptr<TuningDb>(new TuningDb(std::move(impl)));
 }
 
