@@ -192,7 +192,7 @@ for i in "${!names[@]}"; do
 done
 latency=$(sed -n '/^=== call latency/,$p' "$LOGDIR"/*-latency.log 2>/dev/null)
 [ -n "$latency" ] && printf '\n%s\n' "$latency"
-first_call=$(grep -hE '^(cold|warm) ' "$LOGDIR"/*-first-call.log 2>/dev/null)
+first_call=$(grep -hE -A1 '^median (cold|warm) ' "$LOGDIR"/*-first-call.log 2>/dev/null)
 [ -n "$first_call" ] && printf '\nfirst call (bench/first_call.py):\n%s\n' "$first_call"
 memory=$(grep -h '^memory: ' "$LOGDIR"/*-memory.log 2>/dev/null)
 [ -n "$memory" ] && printf '\nforward + backward memory (bench/memory.py):\n%s\n' "$memory"
