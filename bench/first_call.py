@@ -102,6 +102,8 @@ def main():
     args = ap.parse_args()
     if args.child:
         return child(args)
+    if args.pairs < 1:
+        ap.error("--pairs must be at least 1")
 
     argv = [sys.executable, os.path.abspath(__file__), "--child", "--batch", str(args.batch),
             "--heads", str(args.heads), "--hdim", str(args.hdim), "--seqlen", str(args.seqlen),
@@ -122,7 +124,7 @@ def main():
                 print(f"{tag}: failed (exit {p.returncode})\n{p.stdout[-2000:]}{p.stderr[-4000:]}",
                       flush=True)
                 rc = 1
-                continue
+                break  # a warm process after a failed cold one would compile
             runs[tag].append(json.loads(line[len("RESULT "):]))
             print(describe(tag, runs[tag][-1]), flush=True)
     # Each kind's median process by its first call (the first pair after a
@@ -147,7 +149,8 @@ def main():
                   "hdim": args.hdim, "causal": args.causal, "seqlen": args.seqlen,
                   "second_seqlen": args.second_seqlen}
         narrowed = (args.batch, args.heads, args.hdim, args.seqlen, args.second_seqlen, args.dtype,
-                    args.causal, bool(args.db)) != (2, 16, 128, 4096, 3000, "bf16", True, False)
+                    args.causal, bool(args.db), args.pairs) != (2, 16, 128, 4096, 3000, "bf16",
+                                                                True, False, 3)
         results.publish(args, results.suite_name(args, "first_call"),
                         [dict(process=tag, **measured[tag]) for tag in ("cold", "warm")],
                         METHOD, config, torch, flashjit.version(), narrowed)

@@ -328,6 +328,7 @@ llvm::Expected<CubinSource> stored_cubin(const GeneratedSource &source, const Ta
     // fill, so that its integrity check and clock are the only ones.
     record.compile_ms = out.compile_ms;
     // A read-only or busy database only costs the next process a compile.
+    PhaseTimer writing(runtime_counters().database_ns);
     llvm::consumeError(db->put_cubin(record));
   }
   return out;

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "runtime/runtime_counters.h"
 #include "llvm/ADT/STLExtras.h"
@@ -113,29 +115,42 @@ struct LoadedNvrtc {
   std::string error;  // empty when loaded
 };
 
-const LoadedNvrtc &process_nvrtc() {
-  // Magic static: loads once even when the tuner's threads race here. Never
-  // dlclose'd: compiled cubins outlive nothing of NVRTC, but a concurrent
-  // compile might.
-  static const LoadedNvrtc *loaded = [] {
+// Where this process looks for NVRTC, from its environment: read by the
+// caller's thread (a preload's too), never by a thread of ours that another
+// thread's setenv could race with.
+std::vector<std::string> environment_search_list() {
+  return detail::nvrtc_search_list(std::getenv("FLASHJIT_NVRTC"), std::getenv("CUDA_HOME"),
+                                   std::getenv("FLASHJIT_PYTHON_SITES"),
+                                   detail::this_library_dir());
+}
+
+std::once_flag nvrtc_once;
+std::atomic<const LoadedNvrtc *> nvrtc_loaded{nullptr};
+
+// Loads once even when the tuner's threads race here, from the candidates of
+// whichever caller comes first. Never dlclose'd: compiled cubins outlive
+// nothing of NVRTC, but a concurrent compile might.
+const LoadedNvrtc &load_nvrtc_once(const std::vector<std::string> *candidates) {
+  if (const LoadedNvrtc *loaded = nvrtc_loaded.load(std::memory_order_acquire)) return *loaded;
+  std::call_once(nvrtc_once, [&] {
     auto *out = new LoadedNvrtc;
-    llvm::Expected<detail::NvrtcApi> api = detail::load_nvrtc(
-        detail::nvrtc_search_list(std::getenv("FLASHJIT_NVRTC"), std::getenv("CUDA_HOME"),
-                                  std::getenv("FLASHJIT_PYTHON_SITES"),
-                                  detail::this_library_dir()));
+    llvm::Expected<detail::NvrtcApi> api =
+        detail::load_nvrtc(candidates ? *candidates : environment_search_list());
     if (api)
       out->api = std::move(*api);
     else
       out->error = llvm::toString(api.takeError());
-    return out;
-  }();
-  return *loaded;
+    nvrtc_loaded.store(out, std::memory_order_release);
+  });
+  return *nvrtc_loaded.load(std::memory_order_acquire);
 }
+
+const LoadedNvrtc &process_nvrtc() { return load_nvrtc_once(nullptr); }
 
 std::atomic<bool> preload_started{false};
 
-// pthread_atfork's prepare handler: the load's end (the static's
-// initialisation is waited for by any other caller).
+// pthread_atfork's prepare handler: the load's end (call_once makes any
+// other caller wait for it).
 void finish_preload_before_fork() {
   if (preload_started.load()) (void)process_nvrtc();
 }
@@ -181,7 +196,9 @@ void preload_nvrtc() {
   bool expected = false;
   if (!preload_started.compare_exchange_strong(expected, true)) return;
   pthread_atfork(finish_preload_before_fork, nullptr, nullptr);
-  std::thread([] { (void)process_nvrtc(); }).detach();
+  std::thread([candidates = environment_search_list()] {
+    (void)load_nvrtc_once(&candidates);
+  }).detach();
 }
 
 llvm::Expected<std::string> nvrtc_library() {
@@ -239,6 +256,14 @@ llvm::Expected<Cubin> compile_program(const GeneratedSource &source, const Targe
   for (const std::string &o : options) option_ptrs.push_back(o.c_str());
 
   auto start = std::chrono::steady_clock::now();
+  // Every return from here counts its time (runtime_stats), a failure's too.
+  auto count_time = llvm::make_scope_exit([start] {
+    runtime_counters().compile_ns.fetch_add(
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count()),
+        std::memory_order_relaxed);
+  });
   nvrtcProgram program = nullptr;
   if (nvrtcResult r = api.CreateProgram(&program, source.source.c_str(),
                                         source.program_name.c_str(), int(header_texts.size()),
@@ -281,11 +306,8 @@ llvm::Expected<Cubin> compile_program(const GeneratedSource &source, const Targe
     if (nvrtcResult r = api.GetCUBIN(program, out.bytes.data()); r != NVRTC_SUCCESS)
       return fail("nvrtcGetCUBIN", r, out.log);
   }
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  out.compile_ms = std::chrono::duration<double, std::milli>(elapsed).count();
-  runtime_counters().compile_ns.fetch_add(
-      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
-      std::memory_order_relaxed);
+  out.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 

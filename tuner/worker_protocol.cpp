@@ -282,6 +282,8 @@ namespace flashjit {
 void count_worker_compiles(const llvm::json::Object &reply) {
   if (auto compiles = reply.getInteger("compiles"); compiles && *compiles > 0)
     runtime_counters().compiles.fetch_add(uint64_t(*compiles), std::memory_order_relaxed);
+  if (auto ns = reply.getInteger("compile_ns"); ns && *ns > 0)
+    runtime_counters().compile_ns.fetch_add(uint64_t(*ns), std::memory_order_relaxed);
 }
 
 }  // namespace flashjit

@@ -70,8 +70,9 @@ llvm::json::Object error_reply(const std::string &message, bool fatal);
 
 namespace flashjit {
 
-// Adds the NVRTC compiles a worker reports in `reply` to this process's
-// count (runtime_counters), so a tune's "NVRTC compiles" includes them.
+// Adds the NVRTC compiles a worker reports in `reply`, and their time, to
+// this process's counters (runtime_counters), so a tune's "NVRTC compiles"
+// and runtime_stats() include them.
 void count_worker_compiles(const llvm::json::Object &reply);
 
 }  // namespace flashjit

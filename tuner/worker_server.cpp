@@ -235,11 +235,14 @@ Object Server::serve(llvm::StringRef line) {
   const std::string op = request->getString("op").getValueOr("").str();
 
   const uint64_t compiles_before = runtime_counters().compiles.load();
+  const uint64_t compile_ns_before = runtime_counters().compile_ns.load();
   auto reply = dispatch(*request, op);
   const int64_t compiles = int64_t(runtime_counters().compiles.load() - compiles_before);
+  const int64_t compile_ns = int64_t(runtime_counters().compile_ns.load() - compile_ns_before);
   if (reply) {
     (*reply)["ok"] = true;
     (*reply)["compiles"] = compiles;
+    (*reply)["compile_ns"] = compile_ns;
     return std::move(*reply);
   }
   std::string message = llvm::toString(reply.takeError());
@@ -254,6 +257,7 @@ Object Server::serve(llvm::StringRef line) {
   }
   Object out = wp::error_reply(message, fatal_);
   out["compiles"] = compiles;
+  out["compile_ns"] = compile_ns;
   return out;
 }
 

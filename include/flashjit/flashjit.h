@@ -332,7 +332,7 @@ uint64_t flashjit_compile_count(void);
 /* One of this process's runtime counters, by name: "compiles",
  * "module_loads", "launches", and the host time spent in nanoseconds:
  * "compile_ns" (NVRTC), "compiler_wait_ns" (waiting for NVRTC to load),
- * "database_ns" (opening the tuning database, reading tunings and cubins),
+ * "database_ns" (opening the tuning database, reading and storing its rows),
  * "module_load_ns" (loading cubins into the context). UINT64_MAX for an
  * unknown name. */
 uint64_t flashjit_runtime_stat(const char *name);

@@ -206,7 +206,7 @@ struct RuntimeStats {
   // Host time spent, in nanoseconds: what a first call costs and where.
   uint64_t compile_ns = 0;        // in NVRTC
   uint64_t compiler_wait_ns = 0;  // waiting for NVRTC to load (its version keys the cubins)
-  uint64_t database_ns = 0;       // opening the tuning database, reading tunings and cubins
+  uint64_t database_ns = 0;       // opening the tuning database, reading and storing rows
   uint64_t module_load_ns = 0;    // cuModuleLoadData, cuModuleGetFunction, attributes
 };
 RuntimeStats runtime_stats();

@@ -25,7 +25,10 @@ probabilities from the saved O and log-sum-exp; P is never stored):
 The binding is pure Python over the C API (include/flashjit/flashjit.h) through
 ctypes. libflashjit.so is found through $FLASHJIT_LIB (the file or its
 folder), else inside the package (`pip install .` puts it there), else
-<repo>/build*/libflashjit.so, else <repo>/.device/lib.
+<repo>/build*/libflashjit.so, else <repo>/.device/lib. It loads when flashjit
+is imported, and NVRTC with it on a thread of its own (so that a first call
+served from the database does not wait for NVRTC): set FLASHJIT_LIB,
+FLASHJIT_NVRTC and CUDA_HOME before the import.
 
 The first call for a problem class (dtype, head dims, mask kind, softcap, GPU)
 compiles its kernel; later calls, for any batch, heads or sequence lengths,

@@ -332,14 +332,19 @@ def lib():
                 errors.append(f"{path}: no such file")
                 continue
             try:
-                _lib = _declare(ctypes.CDLL(path))
+                loaded = ctypes.CDLL(path)
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+                continue
+            try:
+                _lib = _declare(loaded)
                 # NVRTC loads on a thread of the library's while the caller
                 # sets up: a first call's cubin key names its version.
                 if hasattr(_lib, "flashjit_preload_compiler"):
                     _lib.flashjit_preload_compiler()
                 return _lib
-            except OSError as e:
-                errors.append(f"{path}: {e}")
+            except AttributeError as e:  # another library under that name
+                errors.append(f"{path}: not libflashjit.so ({e})")
         raise LibraryNotFound(
             "flashjit: could not load libflashjit.so (set FLASHJIT_LIB to the path of "
             "libflashjit.so): " + "; ".join(errors))
@@ -348,10 +353,10 @@ def lib():
 def preload():
     """Loads the library now, and with it NVRTC on a thread of the library's
     (flashjit_preload_compiler), so that both are ready by the first call.
-    Nothing fails here: a missing library is the first call's error."""
+    Nothing fails here: a missing or wrong library is the first call's error."""
     try:
         lib()
-    except LibraryNotFound:
+    except Exception:  # noqa: BLE001  (import must not fail on a warm-up)
         pass
 
 
@@ -383,8 +388,8 @@ def runtime_stats():
     """This process's counters: compiles, module_loads, launches, and the host
     time a first call spends, in milliseconds: compile_ms (NVRTC),
     compiler_wait_ms (waiting for NVRTC to load: its version keys the
-    cubins), database_ms (opening the tuning database, reading tunings and
-    cubins), module_load_ms (loading cubins into the CUDA context)."""
+    cubins), database_ms (opening the tuning database, reading and storing
+    its rows), module_load_ms (loading cubins into the CUDA context)."""
     stat = lib().flashjit_runtime_stat
     out = {}
     for name in _STAT_NAMES:

@@ -405,6 +405,23 @@ def main(argv):
                 errors.append(f"sinks {sinks} dsinks {dsinks}: rc={rc}, message {message!r}, "
                               f"expected {expected!r}")
 
+    # Importing never fails on the library (it loads at import, to start
+    # NVRTC's load early): another library under FLASHJIT_LIB is the first
+    # call's LibraryNotFound, which says so.
+    probe = ("import flashjit\n"
+             "try:\n    flashjit.version()\nexcept flashjit.LibraryNotFound as e:\n"
+             "    print('refused:', e)\n")
+    import _ctypes  # a shared object that is not flashjit's
+    other = getattr(_ctypes, "__file__", None)
+    if other:  # (None where this Python has _ctypes built in)
+        env = dict(os.environ, FLASHJIT_LIB=other,
+                   PYTHONPATH=os.path.dirname(os.path.dirname(flashjit.__file__)))
+        done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                              text=True)
+        if done.returncode != 0 or "not libflashjit.so" not in done.stdout:
+            errors.append(f"import with another library as FLASHJIT_LIB: exit "
+                          f"{done.returncode}, {done.stdout[-300:]!r} {done.stderr[-500:]!r}")
+
     # A wrong FLASHJIT_LIB is an ImportError that names the variable.
     _capi._lib = None
     os.environ["FLASHJIT_LIB"] = "/nonexistent/libflashjit.so"

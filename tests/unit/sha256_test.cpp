@@ -44,6 +44,8 @@ TEST(Sha256, KnownDigests) {  // FIPS 180-2's examples
 
 // Every length around the block and padding boundaries, and a cubin's size.
 TEST(Sha256, MatchesLlvmAtEveryBoundary) {
+  if (!sha256_uses_cpu_extensions())
+    GTEST_SKIP() << "this CPU has no SHA extensions: sha256 is LLVM's code here";
   std::mt19937 random(7);
   std::vector<uint8_t> bytes(300000);
   for (uint8_t &b : bytes) b = uint8_t(random());
@@ -56,7 +58,7 @@ TEST(Sha256, MatchesLlvmAtEveryBoundary) {
   }
 }
 
-// The point of the extensions: a cubin's hash several times faster than
+// The point of the extensions: a cubin's hash a few times faster than
 // LLVM's (a ratio, so that it holds under the sanitizers' instrumentation).
 TEST(Sha256, HashesACubinFasterThanLlvm) {
   if (!sha256_uses_cpu_extensions())
@@ -80,7 +82,7 @@ TEST(Sha256, HashesACubinFasterThanLlvm) {
   const double ours = best_ms([](llvm::ArrayRef<uint8_t> b) { return sha256(b); });
   const double llvm_ms = best_ms([](llvm::ArrayRef<uint8_t> b) { return llvm::SHA256::hash(b); });
   std::printf("sha256 of 400 KB: %.3f ms (LLVM's: %.3f ms)\n", ours, llvm_ms);
-  EXPECT_LT(ours * 3, llvm_ms);
+  EXPECT_LT(ours * 2, llvm_ms);  // 3.3-3.7x measured on an AMD EPYC
 }
 
 }  // namespace
