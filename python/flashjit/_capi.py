@@ -188,8 +188,24 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
 
 
-def candidate_paths():
-    """Where libflashjit.so is looked for, in order."""
+def sanitized_build(folder):
+    """Whether a build tree was configured with sanitizers (FLASHJIT_SANITIZE
+    in its CMakeCache.txt): its library needs their runtime loaded first, and
+    a plain Python aborts on it (no exception to catch), so such a tree is
+    taken only through FLASHJIT_LIB."""
+    try:
+        with open(os.path.join(folder, "CMakeCache.txt")) as fh:
+            for line in fh:
+                if line.startswith("FLASHJIT_SANITIZE:"):
+                    return bool(line.split("=", 1)[1].strip())
+    except OSError:
+        pass
+    return False
+
+
+def candidate_paths(repo_root=None):
+    """Where libflashjit.so is looked for, in order (repo_root: the source
+    tree whose build folders are searched, by default this package's)."""
     env = os.environ.get("FLASHJIT_LIB")
     if env:
         # A file, or a folder holding libflashjit.so. When set, it is the only
@@ -199,10 +215,18 @@ def candidate_paths():
     installed = os.path.join(_PACKAGE_DIR, "libflashjit.so")
     if os.path.exists(installed):
         return [installed]
-    found = glob.glob(os.path.join(_REPO_ROOT, "build*", "libflashjit.so"))
+    root = repo_root or _REPO_ROOT
+    found = []
+    for path in glob.glob(os.path.join(root, "build*", "libflashjit.so")):
+        try:
+            built = os.path.getmtime(path)
+        except OSError:  # removed since the glob
+            continue
+        if not sanitized_build(os.path.dirname(path)):
+            found.append((built, path))
     # The most recently built tree first (build/, build-debug/, ...).
-    found.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-    bundle = os.path.join(_REPO_ROOT, ".device", "lib", "libflashjit.so")
+    found = [path for _, path in sorted(found, reverse=True)]
+    bundle = os.path.join(root, ".device", "lib", "libflashjit.so")
     if os.path.exists(bundle):
         found.append(bundle)
     return found

@@ -13,6 +13,7 @@ import inspect
 import os
 import subprocess
 import sys
+import tempfile
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(_REPO, "python"))
@@ -421,6 +422,24 @@ def main(argv):
         if done.returncode != 0 or "not libflashjit.so" not in done.stdout:
             errors.append(f"import with another library as FLASHJIT_LIB: exit "
                           f"{done.returncode}, {done.stdout[-300:]!r} {done.stderr[-500:]!r}")
+
+    # A sanitizer build's library is never picked from the build folders (a
+    # plain Python aborts on it), however recent; FLASHJIT_LIB still takes it.
+    with tempfile.TemporaryDirectory() as root:
+        for folder, sanitize in (("build", ""), ("build-asan", "address,undefined")):
+            os.makedirs(os.path.join(root, folder))
+            with open(os.path.join(root, folder, "CMakeCache.txt"), "w") as fh:
+                fh.write(f"FLASHJIT_SANITIZE:STRING={sanitize}\n")
+            open(os.path.join(root, folder, "libflashjit.so"), "w").close()
+        os.utime(os.path.join(root, "build", "libflashjit.so"), (1, 1))  # the older one
+        saved = os.environ.pop("FLASHJIT_LIB", None)
+        try:
+            found = _capi.candidate_paths(root)
+        finally:
+            if saved is not None:
+                os.environ["FLASHJIT_LIB"] = saved
+        if found != [os.path.join(root, "build", "libflashjit.so")]:
+            errors.append(f"candidate_paths with a newer sanitizer build beside build/: {found}")
 
     # A wrong FLASHJIT_LIB is an ImportError that names the variable.
     _capi._lib = None
